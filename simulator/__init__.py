@@ -1,0 +1,20 @@
+"""The world placeto acts in: computation graphs, clusters, the discrete-event simulator, real execution.
+
+Public API (these names stay; more may come)::
+
+    from simulator import load_graph, save_graph, load_placement, cluster_preset, simulate, simulate_batch, lower_bound
+"""
+
+from simulator.cluster import Cluster, Device, cluster_preset, load_cluster, save_cluster
+from simulator.errors import InputError
+from simulator.graph import Graph, make_graph
+from simulator.io import (Placement, from_networkx, load_graph, load_placement, save_graph, save_placement,
+                          to_networkx)
+from simulator.reference import simulate_reference
+from simulator.result import SimResult, lower_bound
+
+__all__ = [
+    "Cluster", "Device", "Graph", "InputError", "Placement", "SimResult", "cluster_preset", "from_networkx",
+    "load_cluster", "load_graph", "load_placement", "lower_bound", "make_graph", "save_cluster", "save_graph",
+    "save_placement", "simulate_reference", "to_networkx",
+]

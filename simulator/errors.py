@@ -1,0 +1,20 @@
+"""The one error type for bad input: graphs, placements, clusters.
+
+Every message is a single line that names the file (when there is one) and the offending node or field,
+so the CLI can print it as is and exit with status 2.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad user input (a graph, placement or cluster file, or an argument)."""
+
+    def __init__(self, message: str, source: str | None = None):
+        self.source = source
+        self.detail = message
+        super().__init__(f"{source}: {message}" if source else message)
+
+    def with_source(self, source: str) -> "InputError":
+        """The same error, attributed to `source` if it names none yet."""
+        return self if self.source else InputError(self.detail, source)

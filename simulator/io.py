@@ -1,0 +1,281 @@
+"""The versioned graph and placement file formats, gzip, atomic writes and networkx interop.
+
+Graph file (JSON, gzip-compressed when the name ends in `.gz`)::
+
+    {"format": "placeto-graph", "version": 1, "name": "...", "meta": {...},
+     "nodes": [{"name": "a", "op": "MatMul", "cost": 12.5 | {"k80": 12.5, "cpu": 80.0},
+                "out_bytes": [4096], "persistent_bytes": 0, "colocation": null, "attrs": {}}, ...],
+     "edges": [{"src": "a", "dst": "b", "out": 0}, ...]}
+
+Placement file::
+
+    {"devices": ["/gpu:0", "/gpu:1"], "placement": [0, 1, 1, ...]}     # device index per node, in file order
+    {"devices": [...], "placement": {"a": 0, "b": 1, ...}}             # or node name -> device index
+
+Writes are atomic (temporary file + rename), and byte-identical for identical graphs.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+import networkx as nx
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.graph import DEFAULT_KIND, Graph, make_graph
+
+FORMAT = "placeto-graph"
+VERSION = 1
+PathLike = str | os.PathLike
+
+
+# ---- bytes on disk ---------------------------------------------------------------------------------------
+def atomic_write_bytes(path: PathLike, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same folder and a rename: readers never see half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(path: PathLike, obj: Any, text: str | None = None) -> None:
+    """Atomically write `obj` (or the pre-rendered `text`) as JSON; gzip (mtime 0) when the name ends in .gz."""
+    data = (text if text is not None else json.dumps(obj, indent=1) + "\n").encode()
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, compresslevel=9, mtime=0)
+    atomic_write_bytes(path, data)
+
+
+def read_json(path: PathLike) -> Any:
+    """Read a JSON (or .json.gz) file; errors are one-line InputErrors naming the file."""
+    try:
+        raw = Path(path).read_bytes()
+        if str(path).endswith(".gz"):
+            raw = gzip.decompress(raw)
+        return json.loads(raw)
+    except FileNotFoundError:
+        raise InputError("no such file", str(path)) from None
+    except (OSError, EOFError) as e:
+        raise InputError(f"cannot read: {e}", str(path)) from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise InputError(f"not valid JSON: {e}", str(path)) from None
+
+
+# ---- graphs ----------------------------------------------------------------------------------------------
+def _field(obj: Mapping, key: str, where: str, types: type | tuple[type, ...], default: Any = ...) -> Any:
+    if not isinstance(obj, Mapping):
+        raise InputError(f"{where}: expected an object")
+    if key not in obj:
+        if default is ...:
+            raise InputError(f"{where}: missing field {key!r}")
+        return default
+    value = obj[key]
+    types = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise InputError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    return value
+
+
+def graph_from_dict(d: Any, source: str | None = None) -> Graph:
+    """Parse and validate the file-format dictionary; errors name `source` and the node or field."""
+    try:
+        return _graph_from_dict(d)
+    except InputError as e:
+        raise e.with_source(source) if source else e
+
+
+def _graph_from_dict(d: Any) -> Graph:
+    if not isinstance(d, Mapping):
+        raise InputError("top level: expected a JSON object")
+    fmt = d.get("format")
+    if fmt != FORMAT:
+        raise InputError(f"field 'format': expected {FORMAT!r}, got {fmt!r}")
+    if d.get("version") != VERSION:
+        raise InputError(f"field 'version': unsupported version {d.get('version')!r} (this reads {VERSION})")
+    name = _field(d, "name", "top level", str)
+    meta = _field(d, "meta", "top level", dict, {})
+    raw_nodes = _field(d, "nodes", "top level", list)
+    raw_edges = _field(d, "edges", "top level", list)
+    nodes = []
+    for i, node in enumerate(raw_nodes):
+        where = f"node {node.get('name', i)!r}" if isinstance(node, Mapping) else f"node #{i}"
+        nm = _field(node, "name", where, str)
+        where = f"node {nm!r}"
+        cost = _field(node, "cost", where, (int, float, dict))
+        out_bytes = _field(node, "out_bytes", where, list)
+        nodes.append({
+            "name": nm, "op": _field(node, "op", where, str), "cost": cost, "out_bytes": out_bytes,
+            "persistent_bytes": _field(node, "persistent_bytes", where, (int, float), 0),
+            "colocation": _field(node, "colocation", where, (str, type(None)), None),
+            "attrs": _field(node, "attrs", where, dict, {}),
+        })
+    index = {}
+    for i, node in enumerate(nodes):
+        index.setdefault(node["name"], i)
+    edges = []
+    for i, e in enumerate(raw_edges):
+        where = f"edge #{i}"
+        src, dst = _field(e, "src", where, str), _field(e, "dst", where, str)
+        out = _field(e, "out", where, int, 0)
+        for role, nm in (("src", src), ("dst", dst)):
+            if nm not in index:
+                raise InputError(f"edge #{i} ({src!r} -> {dst!r}): field {role!r}: unknown node {nm!r}")
+        edges.append((index[src], index[dst], out))
+    return make_graph(name, nodes, edges, meta)
+
+
+def _number(x: float) -> int | float:
+    """Whole floats as ints, so files read naturally and round-trip exactly."""
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
+
+
+def _node_cost(graph: Graph, i: int) -> float | dict[str, float]:
+    present = {k: float(c[i]) for k, c in graph.costs.items() if not math.isnan(c[i])}
+    if list(present) == [DEFAULT_KIND]:
+        return _number(present[DEFAULT_KIND])
+    return {k: _number(v) for k, v in present.items()}
+
+
+def graph_to_dict(graph: Graph) -> dict[str, Any]:
+    """The file-format dictionary of `graph` (inverse of graph_from_dict)."""
+    nodes = []
+    for i in range(graph.n_nodes):
+        node = {"name": graph.names[i], "op": graph.ops[i], "cost": _node_cost(graph, i),
+                "out_bytes": [_number(b) for b in graph.out_bytes[graph.out_offsets[i]:graph.out_offsets[i + 1]]]}
+        if graph.persistent_bytes[i]:
+            node["persistent_bytes"] = _number(graph.persistent_bytes[i])
+        if graph.colocation[i] is not None:
+            node["colocation"] = graph.colocation[i]
+        if graph.attrs[i]:
+            node["attrs"] = graph.attrs[i]
+        nodes.append(node)
+    names = graph.names
+    edges = [{"src": names[s], "dst": names[d], "out": int(o)}
+             for s, d, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist())]
+    return {"format": FORMAT, "version": VERSION, "name": graph.name, "meta": graph.meta,
+            "nodes": nodes, "edges": edges}
+
+
+def dumps_graph(graph: Graph) -> str:
+    """Deterministic JSON text: one node or edge per line."""
+    d = graph_to_dict(graph)
+    dump = lambda x: json.dumps(x, separators=(",", ":"), sort_keys=False, allow_nan=False)  # noqa: E731
+    head = {k: d[k] for k in ("format", "version", "name", "meta")}
+    lines = [dump(head)[:-1] + ',\n"nodes":[']
+    lines.append(",\n".join(dump(n) for n in d["nodes"]))
+    lines.append('],\n"edges":[')
+    lines.append(",\n".join(dump(e) for e in d["edges"]))
+    lines.append("]}\n")
+    return "\n".join(lines)
+
+
+def load_graph(path: PathLike) -> Graph:
+    """Read and validate a graph file (.json or .json.gz)."""
+    return graph_from_dict(read_json(path), str(path))
+
+
+def save_graph(graph: Graph, path: PathLike) -> None:
+    """Write `graph` atomically; byte-identical output for identical graphs (gzip when `path` ends in .gz)."""
+    write_json(path, None, text=dumps_graph(graph))
+
+
+# ---- networkx ------------------------------------------------------------------------------------------
+def to_networkx(graph: Graph) -> nx.MultiDiGraph:
+    """A MultiDiGraph with node attributes (op, cost, out_bytes, ...) and one edge per graph edge (key = out)."""
+    g = nx.MultiDiGraph(name=graph.name, meta=graph.meta)
+    for i, nm in enumerate(graph.names):
+        lo, hi = graph.out_offsets[i], graph.out_offsets[i + 1]
+        g.add_node(nm, op=graph.ops[i], cost=_node_cost(graph, i), out_bytes=graph.out_bytes[lo:hi].tolist(),
+                   persistent_bytes=float(graph.persistent_bytes[i]), colocation=graph.colocation[i],
+                   attrs=graph.attrs[i])
+    for s, d, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
+        g.add_edge(graph.names[s], graph.names[d], out=o)
+    return g
+
+
+def from_networkx(g: nx.DiGraph | nx.MultiDiGraph, name: str | None = None) -> Graph:
+    """Inverse of to_networkx. Missing attributes default to: cost 0, one output of `out_bytes` 0 bytes, out 0."""
+    nodes, index = [], {}
+    for nm, data in g.nodes(data=True):
+        index[nm] = len(nodes)
+        nodes.append({"name": str(nm), "op": data.get("op", ""), "cost": data.get("cost", 0.0),
+                      "out_bytes": data.get("out_bytes", [0]), "persistent_bytes": data.get("persistent_bytes", 0),
+                      "colocation": data.get("colocation"), "attrs": data.get("attrs", {})})
+    edges = [(index[s], index[d], int(data.get("out", 0))) for s, d, data in g.edges(data=True)]
+    return make_graph(name or g.graph.get("name", "graph"), nodes, edges, g.graph.get("meta", {}))
+
+
+# ---- placements ----------------------------------------------------------------------------------------
+class Placement(NamedTuple):
+    """A device for every node. devices: [D] device names; assignment: int32[N] device index per node."""
+
+    devices: tuple[str, ...]
+    assignment: np.ndarray
+
+
+def placement_from_dict(d: Any, graph: Graph | None = None, n_devices: int | None = None,
+                        source: str | None = None) -> Placement:
+    """Parse and check a placement dictionary against `graph` and the device count."""
+    try:
+        return _placement_from_dict(d, graph, n_devices)
+    except InputError as e:
+        raise e.with_source(source) if source else e
+
+
+def _placement_from_dict(d: Any, graph: Graph | None, n_devices: int | None) -> Placement:
+    devices = tuple(_field(d, "devices", "top level", list, []))
+    raw = _field(d, "placement", "top level", (list, dict))
+    if isinstance(raw, dict):
+        if graph is None:
+            raise InputError("field 'placement': a name -> device map needs the graph")
+        unknown = next((k for k in raw if k not in graph.index), None)
+        if unknown is not None:
+            raise InputError(f"field 'placement': node {unknown!r} is not in graph {graph.name!r}")
+        missing = next((nm for nm in graph.names if nm not in raw), None)
+        if missing is not None:
+            raise InputError(f"field 'placement': node {missing!r} has no device")
+        raw = [raw[nm] for nm in graph.names]
+    for i, v in enumerate(raw):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise InputError(f"field 'placement': entry {i} is {v!r}, not a device index")
+    assignment = np.asarray(raw, dtype=np.int64).reshape(-1)
+    check_placement(assignment, graph, n_devices or (len(devices) or None))
+    return Placement(devices, assignment.astype(np.int32))
+
+
+def check_placement(assignment: Sequence[int] | np.ndarray, graph: Graph | None, n_devices: int | None) -> None:
+    """Raise InputError if `assignment` has the wrong length or a device index outside [0, n_devices)."""
+    a = np.asarray(assignment)
+    if graph is not None and a.shape != (graph.n_nodes,):
+        raise InputError(f"placement has {a.size} entries but graph {graph.name!r} has {graph.n_nodes} nodes")
+    bad = np.flatnonzero((a < 0) | (a >= (n_devices if n_devices is not None else np.inf)))
+    if bad.size:
+        node = graph.names[bad[0]] if graph is not None else f"#{bad[0]}"
+        raise InputError(f"node {node!r}: device index {int(a[bad[0]])} out of range for {n_devices} devices")
+
+
+def load_placement(path: PathLike, graph: Graph | None = None, n_devices: int | None = None) -> Placement:
+    """Read a placement file and check it against `graph` and `n_devices` (when given)."""
+    return placement_from_dict(read_json(path), graph, n_devices, str(path))
+
+
+def save_placement(path: PathLike, assignment: Sequence[int] | np.ndarray, devices: Sequence[str]) -> None:
+    """Atomically write a placement file (device index per node, in node order)."""
+    text = json.dumps({"devices": list(devices)}, separators=(", ", ": "))[:-1]
+    text += ', "placement": ' + json.dumps([int(x) for x in np.asarray(assignment)]) + "}\n"
+    write_json(path, None, text=text)
