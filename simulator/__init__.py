@@ -6,6 +6,7 @@ Public API (these names stay; more may come)::
 """
 
 from simulator.cluster import Cluster, Device, cluster_preset, load_cluster, save_cluster
+from simulator.engine import simulate, simulate_batch
 from simulator.errors import InputError
 from simulator.graph import Graph, make_graph
 from simulator.io import (Placement, from_networkx, load_graph, load_placement, save_graph, save_placement,
@@ -16,5 +17,5 @@ from simulator.result import SimResult, lower_bound
 __all__ = [
     "Cluster", "Device", "Graph", "InputError", "Placement", "SimResult", "cluster_preset", "from_networkx",
     "load_cluster", "load_graph", "load_placement", "lower_bound", "make_graph", "save_cluster", "save_graph",
-    "save_placement", "simulate_reference", "to_networkx",
+    "save_placement", "simulate", "simulate_batch", "simulate_reference", "to_networkx",
 ]

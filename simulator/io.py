@@ -34,6 +34,8 @@ from simulator.graph import DEFAULT_KIND, Graph, make_graph
 FORMAT = "placeto-graph"
 VERSION = 1
 PathLike = str | os.PathLike
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 # ---- bytes on disk ---------------------------------------------------------------------------------------
@@ -43,6 +45,7 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -113,7 +116,7 @@ def _graph_from_dict(d: Any) -> Graph:
     raw_edges = _field(d, "edges", "top level", list)
     nodes = []
     for i, node in enumerate(raw_nodes):
-        where = f"node {node.get('name', i)!r}" if isinstance(node, Mapping) else f"node #{i}"
+        where = f"node {node['name']!r}" if isinstance(node, Mapping) and "name" in node else f"node #{i}"
         nm = _field(node, "name", where, str)
         where = f"node {nm!r}"
         cost = _field(node, "cost", where, (int, float, dict))
@@ -203,20 +206,24 @@ def to_networkx(graph: Graph) -> nx.MultiDiGraph:
         g.add_node(nm, op=graph.ops[i], cost=_node_cost(graph, i), out_bytes=graph.out_bytes[lo:hi].tolist(),
                    persistent_bytes=float(graph.persistent_bytes[i]), colocation=graph.colocation[i],
                    attrs=graph.attrs[i])
-    for s, d, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
-        g.add_edge(graph.names[s], graph.names[d], out=o)
+    for e, (s, d, o) in enumerate(zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist())):
+        g.add_edge(graph.names[s], graph.names[d], out=o, index=e)
     return g
 
 
 def from_networkx(g: nx.DiGraph | nx.MultiDiGraph, name: str | None = None) -> Graph:
-    """Inverse of to_networkx. Missing attributes default to: cost 0, one output of `out_bytes` 0 bytes, out 0."""
+    """Inverse of to_networkx. Missing attributes default to: cost 0, one output of 0 bytes, out 0.
+
+    Edges keep the order of their `index` attribute where present (networkx groups edges by source node).
+    """
     nodes, index = [], {}
     for nm, data in g.nodes(data=True):
         index[nm] = len(nodes)
         nodes.append({"name": str(nm), "op": data.get("op", ""), "cost": data.get("cost", 0.0),
                       "out_bytes": data.get("out_bytes", [0]), "persistent_bytes": data.get("persistent_bytes", 0),
                       "colocation": data.get("colocation"), "attrs": data.get("attrs", {})})
-    edges = [(index[s], index[d], int(data.get("out", 0))) for s, d, data in g.edges(data=True)]
+    ordered = sorted(enumerate(g.edges(data=True)), key=lambda e: (e[1][2].get("index", e[0]), e[0]))
+    edges = [(index[s], index[d], int(data.get("out", 0))) for _, (s, d, data) in ordered]
     return make_graph(name or g.graph.get("name", "graph"), nodes, edges, g.graph.get("meta", {}))
 
 

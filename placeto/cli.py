@@ -1,0 +1,216 @@
+"""The `placeto` command line: parses arguments, calls the libraries, prints. No logic a test would want lives here.
+
+Bad input (a malformed graph, placement or cluster file, or argument) prints one line naming the file and the
+offending node or field, and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Callable, Sequence
+
+from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
+from simulator.errors import InputError
+
+Command = Callable[[argparse.Namespace], int]
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser, default_devices: int | None = 2) -> None:
+    """--devices N / --preset NAME / --cluster FILE, shared by every command that simulates."""
+    p.add_argument("--devices", type=int, default=default_devices, help="number of devices of the preset")
+    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
+    p.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    if getattr(args, "cluster", None):
+        return load_cluster(args.cluster)
+    return cluster_preset(args.preset, args.devices)
+
+
+# ---- graph / simulate -------------------------------------------------------------------------------------
+def cmd_graph_info(args: argparse.Namespace) -> int:
+    from simulator.io import load_graph
+    from simulator.stats import graph_stats
+
+    graph = load_graph(args.file)
+    s = graph_stats(graph, args.kind, device_counts=(1, 2, 4, 8))
+    print(f"graph            {s.name}")
+    print(f"nodes / edges    {s.nodes} / {s.edges}")
+    print(f"cost kinds       {', '.join(graph.kinds)} (shown: {s.kind})")
+    print(f"total compute    {s.total_compute_us / 1e3:.3f} ms")
+    print(f"critical path    {s.critical_path_us / 1e3:.3f} ms")
+    print(f"output bytes     {s.total_out_bytes / 1e6:.2f} MB, persistent {s.persistent_bytes / 1e6:.2f} MB")
+    for d, lb in s.lower_bound_us.items():
+        print(f"lower bound {d:>2}d  {lb / 1e3:.3f} ms")
+    return 0
+
+
+def cmd_simulate(args: argparse.Namespace) -> int:
+    from simulator import simulate
+    from simulator.io import load_graph, load_placement
+
+    graph = load_graph(args.file)
+    cluster = cluster_from_args(args)
+    placement = load_placement(args.placement, graph, cluster.n_devices)
+    result = simulate(graph, placement.assignment, cluster)
+    if args.gantt:
+        from simulator.plots import gantt
+
+        gantt(result, cluster, args.gantt, title=f"{graph.name} on {cluster.n_devices}x {cluster.name}")
+    if args.json:
+        print(json.dumps(result.to_dict(graph, cluster)))
+        return 0
+    print(f"runtime          {result.runtime / 1e3:.3f} ms  ({result.ratio:.3f}x the lower bound "
+          f"{result.lower_bound / 1e3:.3f} ms)")
+    print(f"{'device':<10} {'busy ms':>10} {'peak MB':>10} {'capacity MB':>12}  oom")
+    for k, dev in enumerate(cluster.devices):
+        print(f"{dev.name:<10} {result.busy[k] / 1e3:>10.3f} {result.peak_memory[k] / 1e6:>10.2f} "
+              f"{result.capacity[k] / 1e6:>12.0f}  {'OOM' if result.oom[k] else '-'}")
+    if args.gantt:
+        print(f"gantt chart      {args.gantt}")
+    return 0
+
+
+# ---- datasets / tracing / profiling ------------------------------------------------------------------------
+def cmd_datasets_build(args: argparse.Namespace) -> int:
+    import time
+
+    from placeto.families import FAMILIES, build, load_manifest
+
+    families = [*FAMILIES, "benchmarks"] if args.family == "all" else [args.family]
+    for family in families:
+        t0 = time.perf_counter()
+        out = build(family, args.out, seed=args.seed, workers=args.workers,
+                    only=args.only.split(",") if args.only else None, progress=not args.quiet)
+        if args.only:
+            print(f"{family}: rebuilt {args.only} in {out} ({time.perf_counter() - t0:.0f} s)")
+            continue
+        graphs = load_manifest(family, args.out)["graphs"]
+        ops = [g["ops"] for g in graphs]
+        groups = [g["groups"] for g in graphs]
+        print(f"{family}: {len(graphs)} graphs in {out}, ops {min(ops)}-{max(ops)}, groups {min(groups)}-"
+              f"{max(groups)} ({time.perf_counter() - t0:.0f} s)")
+    return 0
+
+
+def cmd_import_jax(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from simulator.costs import annotate_costs
+    from simulator.grouping import group
+    from simulator.io import save_graph
+    from simulator.trace import trace_import
+
+    from placeto.families import ANALYTIC_KINDS
+
+    traced = trace_import(args.function, args.args_spec, name=args.name)
+    meta = {**traced.graph.meta, "source": {**traced.graph.meta["source"], "function": args.function,
+                                           "args_spec": args.args_spec}}
+    graph = annotate_costs(dataclasses.replace(traced.graph, meta=meta), ANALYTIC_KINDS)
+    save_graph(graph, args.out)
+    print(f"{args.out}: {graph.n_nodes} ops, {graph.n_edges} edges, costs for {', '.join(ANALYTIC_KINDS)}")
+    if args.grouped_out:
+        grouping = group(graph, args.groups)
+        gmeta = {**meta, "grouping": {"target_groups": args.groups, "op_to_group": grouping.op_to_group.tolist()}}
+        save_graph(dataclasses.replace(grouping.graph, name=graph.name, meta=gmeta), args.grouped_out)
+        print(f"{args.grouped_out}: {grouping.graph.n_nodes} groups")
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    import time
+
+    from simulator.io import load_graph, save_graph
+
+    from placeto.families import profile
+
+    t0 = time.perf_counter()
+    for file in args.files:
+        graph = profile(load_graph(file), kind=args.kind, repeats=args.repeats, warmup=args.warmup)
+        out = args.out if args.out and len(args.files) == 1 else file
+        save_graph(graph, out)
+        cost = graph.costs[args.kind]
+        print(f"{out}: {args.kind} costs for {graph.n_nodes} nodes, total {cost.sum() / 1e3:.3f} ms "
+              f"({time.perf_counter() - t0:.0f} s so far)")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from placeto.compare import run_compare
+
+    return run_compare(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="placeto", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    graph = sub.add_parser("graph", help="inspect graph files").add_subparsers(dest="graph_command", required=True)
+    info = graph.add_parser("info", help="nodes, edges, total compute, critical path, lower bounds")
+    info.add_argument("file")
+    info.add_argument("--kind", default="k80", help="device kind whose costs to summarise")
+    info.set_defaults(func=cmd_graph_info)
+
+    sim = sub.add_parser("simulate", help="simulate one training step of a placed graph")
+    sim.add_argument("file")
+    sim.add_argument("--placement", required=True, help="placement JSON file")
+    add_cluster_arguments(sim)
+    sim.add_argument("--json", action="store_true", help="print the full result as JSON")
+    sim.add_argument("--gantt", help="write a Gantt chart of the schedule to this PNG")
+    sim.set_defaults(func=cmd_simulate)
+
+    from placeto.compare import add_compare_arguments
+
+    datasets = sub.add_parser("datasets", help="graph families and benchmark models").add_subparsers(
+        dest="datasets_command", required=True)
+    build = datasets.add_parser("build", help="trace, cost and group the families and benchmarks")
+    build.add_argument("--family", default="all", choices=["cifar10", "ptb", "nmt", "benchmarks", "all"])
+    build.add_argument("--out", default="datasets", help="root folder (default: datasets)")
+    build.add_argument("--seed", type=int, default=0)
+    build.add_argument("--workers", type=int, default=2, help="tracing processes")
+    build.add_argument("--only", help="comma list of graph names to rebuild (manifest left as is)")
+    build.add_argument("--quiet", action="store_true", help="no progress bar")
+    build.set_defaults(func=cmd_datasets_build)
+
+    imp = sub.add_parser("import-jax", help="trace a JAX training step into a graph file")
+    imp.add_argument("function", help="module:function, e.g. mypkg.train:step")
+    imp.add_argument("--args-spec", required=True,
+                     help="JSON list of example-argument pytrees with {shape, dtype} leaves, @file.json, or "
+                          "module:factory returning the example arguments")
+    imp.add_argument("--out", required=True, help="op graph file (.json or .json.gz)")
+    imp.add_argument("--name", help="graph name (default: the function name)")
+    imp.add_argument("--grouped-out", help="also write the grouped graph here")
+    imp.add_argument("--groups", type=int, default=None, help="target number of groups for --grouped-out")
+    imp.set_defaults(func=cmd_import_jax)
+
+    prof = sub.add_parser("profile", help="measure every node's cost on the local JAX backend")
+    prof.add_argument("files", nargs="+", help="graph files built by `datasets build` or `import-jax`")
+    prof.add_argument("--out", help="output file (one input only; default: update the input in place)")
+    prof.add_argument("--kind", default="local-cpu", help="device kind to record the costs under")
+    prof.add_argument("--repeats", type=int, default=5)
+    prof.add_argument("--warmup", type=int, default=2)
+    prof.set_defaults(func=cmd_profile)
+
+    cmp = sub.add_parser("compare", help="run every placement method on graphs and device counts")
+    add_compare_arguments(cmp)
+    cmp.set_defaults(func=cmd_compare)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except InputError as e:
+        print(f"placeto: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("placeto: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,313 @@
+"""The comparison harness: every method on every graph and device count, simulated, tabulated and plotted.
+
+`compare` runs each method (see `placeto.baselines`, plus "placeto" when a trained policy is given) and simulates
+its placement once with the full simulator (runtime and memory). A method that does not apply (no shipped expert
+placement, no CPU device) still gets a row, with `runtime_us` NaN and the reason in `note`; tables print it as
+"—", as the papers' tables print "-". Rows whose placement runs out of memory keep their runtime but are marked
+`oom` and printed "OOM"; `ratio_to_best` divides by the best runtime among the placements that fit in memory
+(among all of them if none fits).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import re
+import time
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from placeto.baselines import DEFAULT_BUDGET, METHODS, NotApplicable, run_method
+from simulator.cluster import PRESETS, Cluster, cluster_preset
+from simulator.errors import InputError
+from simulator.graph import Graph
+from simulator.io import PathLike, atomic_write_bytes, load_graph
+from simulator.result import lower_bound
+
+try:
+    from simulator import simulate
+except ImportError:  # TEMPORARY: until simulator/__init__ exports the engine; remove then
+    from simulator.engine import simulate
+
+Policy = Callable[[Graph, Cluster, int], tuple[np.ndarray, int]]  # (graph, cluster, seed) -> (placement, calls)
+POLICY_METHOD = "placeto"
+DATASETS = Path(__file__).resolve().parent.parent / "datasets"
+SPLITS = ("train", "test")
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One method on one graph and device count."""
+
+    graph: str
+    n_devices: int
+    method: str
+    runtime_us: float  # simulated runtime of the placement; NaN if the method does not apply
+    ratio_to_best: float  # runtime / best runtime of this graph and device count (see the module docstring)
+    ratio_to_lower_bound: float  # runtime / lower_bound_us
+    lower_bound_us: float  # max(critical path, total compute / devices) on this cluster (simulator.lower_bound)
+    oom: bool  # the placement exceeds some device's memory
+    place_seconds: float  # wall time the method took to produce the placement
+    simulator_calls: int  # placements the method simulated while searching (the final evaluation excluded)
+    note: str = ""  # why the method does not apply, else ""
+
+    @property
+    def applies(self) -> bool:
+        return not math.isnan(self.runtime_us)
+
+
+def resolve_methods(methods: str | Sequence[str], with_policy: bool) -> list[str]:
+    """Method names from "all", "a,b" or a list; "placeto" is added to "all" when a policy is given."""
+    if isinstance(methods, str):
+        methods = list(METHODS) + ([POLICY_METHOD] if with_policy else []) if methods == "all" else \
+            [m.strip() for m in methods.split(",") if m.strip()]
+    known = set(METHODS) | {POLICY_METHOD}
+    for m in methods:
+        if m not in known:
+            raise InputError(f"unknown method {m!r} (known: {', '.join(METHODS)}, {POLICY_METHOD})")
+    if POLICY_METHOD in methods and not with_policy:
+        raise InputError(f"method {POLICY_METHOD!r} needs a trained policy (--checkpoint runs/NAME)")
+    if not methods:
+        raise InputError("no methods given")
+    return list(dict.fromkeys(methods))
+
+
+def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str | Sequence[str] = "all",
+            cluster_name: str = "placeto-k80", seed: int = 0, budget: int = DEFAULT_BUDGET,
+            policy: Policy | None = None, progress: bool = True) -> list[Row]:
+    """Run `methods` on every graph for every device count of preset `cluster_name`; one Row per triple.
+
+    `budget` is the searching methods' simulator-call budget (and what a policy is expected to use).
+    """
+    names = resolve_methods(methods, policy is not None)
+    device_counts = list(device_counts)
+    rows: list[Row] = []
+    with tqdm(total=len(graphs) * len(device_counts) * len(names), disable=not progress, unit="run") as bar:
+        for graph in graphs:
+            for n_dev in device_counts:
+                cluster = cluster_preset(cluster_name, n_dev)
+                raw = []
+                for name in names:
+                    bar.set_postfix_str(f"{graph.name} {n_dev}d {name}", refresh=False)
+                    raw.append(_run_one(name, graph, cluster, seed, budget, policy))
+                    bar.update()
+                rows += _with_ratios(raw)
+    return rows
+
+
+def _run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: int, policy: Policy | None) -> Row:
+    """A Row with ratio_to_best still unset (NaN)."""
+    base = dict(graph=graph.name, n_devices=cluster.n_devices, method=name, ratio_to_best=math.nan,
+                lower_bound_us=lower_bound(graph, cluster))
+    try:
+        if name == POLICY_METHOD:
+            t0 = time.perf_counter()
+            placement, calls = policy(graph, cluster, seed)
+            seconds = time.perf_counter() - t0
+        else:
+            placement, calls, seconds = run_method(name, graph, cluster, seed, budget=budget)
+    except NotApplicable as e:
+        return Row(**base, runtime_us=math.nan, ratio_to_lower_bound=math.nan, oom=False, place_seconds=0.0,
+                   simulator_calls=0, note=str(e))
+    result = simulate(graph, np.asarray(placement, dtype=np.int32), cluster)
+    return Row(**base, runtime_us=float(result.runtime), ratio_to_lower_bound=float(result.ratio),
+               oom=bool(result.any_oom), place_seconds=seconds, simulator_calls=int(calls))
+
+
+def _with_ratios(rows: list[Row]) -> list[Row]:
+    fits = [r.runtime_us for r in rows if r.applies and not r.oom]
+    best = min(fits or [r.runtime_us for r in rows if r.applies] or [math.nan])
+    return [dataclasses.replace(r, ratio_to_best=r.runtime_us / best if r.applies and best > 0 else math.nan)
+            for r in rows]
+
+
+# ---- writers --------------------------------------------------------------------------------------------------
+def write_csv(rows: Sequence[Row], path: PathLike) -> None:
+    """One line per row, the Row fields as columns (NaN written as empty)."""
+    import io
+
+    fields = [f.name for f in dataclasses.fields(Row)]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        d = dataclasses.asdict(r)
+        writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()})
+    atomic_write_bytes(path, buf.getvalue().encode())
+
+
+def _cell(r: Row | None, best: bool) -> str:
+    if r is None or not r.applies:
+        return "—"
+    if r.oom:
+        return "OOM"
+    text = f"{r.runtime_us / 1e3:.2f}"
+    return f"**{text}**" if best else text
+
+
+def markdown_table(rows: Sequence[Row]) -> str:
+    """Runtimes in ms, one line per (graph, devices), one column per method, the best in bold.
+
+    "OOM": the placement runs out of memory; "—": the method does not apply. A second table summarises each
+    method: mean ratio to the best, mean ratio to the lower bound, mean placement time and simulator calls.
+    """
+    methods = list(dict.fromkeys(r.method for r in rows))
+    keys = list(dict.fromkeys((r.graph, r.n_devices) for r in rows))
+    by = {(r.graph, r.n_devices, r.method): r for r in rows}
+    lines = ["| graph | #devices | lower bound | " + " | ".join(methods) + " |",
+             "|---|---:|---:|" + "---:|" * len(methods)]
+    for g, n in keys:
+        group = [by.get((g, n, m)) for m in methods]
+        lb = next(r.lower_bound_us for r in group if r is not None)
+        cells = [_cell(r, r is not None and r.applies and not r.oom and r.ratio_to_best == 1.0) for r in group]
+        lines.append(f"| {g} | {n} | {lb / 1e3:.2f} | " + " | ".join(cells) + " |")
+    lines += ["", "Runtimes in ms (simulated); OOM: out of memory; —: does not apply.", "",
+              "| method | mean x best | mean x lower bound | mean place s | mean simulator calls | runs |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for m in methods:
+        ok = [r for r in rows if r.method == m and r.applies]
+        if not ok:
+            lines.append(f"| {m} | — | — | — | — | 0 |")
+            continue
+        lines.append(f"| {m} | {np.mean([r.ratio_to_best for r in ok]):.3f} | "
+                     f"{np.mean([r.ratio_to_lower_bound for r in ok]):.3f} | "
+                     f"{np.mean([r.place_seconds for r in ok]):.2f} | "
+                     f"{np.mean([r.simulator_calls for r in ok]):.0f} | {len(ok)} |")
+    notes = []
+    for m in methods:
+        skipped = [r for r in rows if r.method == m and r.note]
+        if skipped:
+            notes.append(f"- {m} does not apply in {len(skipped)} of {sum(r.method == m for r in rows)} runs, "
+                         f"e.g. {skipped[0].note}")
+    return "\n".join(lines + ([""] + notes if notes else [])) + "\n"
+
+
+def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
+    """A bar chart per graph (runtime per method, grouped by device count) as `<out_dir>/<graph>.png`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for g in dict.fromkeys(r.graph for r in rows):
+        mine = [r for r in rows if r.graph == g and r.applies]
+        methods = list(dict.fromkeys(r.method for r in mine))
+        counts = sorted({r.n_devices for r in mine})
+        by = {(r.n_devices, r.method): r for r in mine}
+        width = 0.8 / len(methods)
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(counts) * len(methods) + 2), 4))
+        colors = plt.get_cmap("tab10")
+        for j, m in enumerate(methods):
+            drawn = [(i, r) for i, n in enumerate(counts) if (r := by.get((n, m))) is not None and r.applies]
+            for k, (i, r) in enumerate(drawn):
+                x = i + (j - (len(methods) - 1) / 2) * width
+                ax.bar(x, r.runtime_us / 1e3, width, color=colors(j % 10), hatch="//" if r.oom else None,
+                       label=m if k == 0 else None)
+                if r.oom:
+                    ax.text(x, r.runtime_us / 1e3, "OOM", ha="center", va="bottom", fontsize=7, rotation=90)
+        for i, n in enumerate(counts):
+            lb = next((r.lower_bound_us for r in mine if r.n_devices == n), None)
+            if lb is not None:
+                ax.hlines(lb / 1e3, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
+        ax.set_xticks(range(len(counts)), [f"{n} devices" for n in counts])
+        ax.set_ylabel("simulated runtime (ms)")
+        ax.set_title(f"{g} (dashed: lower bound)")
+        ax.legend(fontsize=8, ncol=2)
+        fig.tight_layout()
+        path = out_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', g)}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+# ---- families -------------------------------------------------------------------------------------------------
+def load_family(name: str, split: str | None = "test", root: PathLike = DATASETS) -> list[Graph]:
+    """The graphs of family `name` listed in `<root>/<name>/manifest.json`, those of `split` only (None: all).
+
+    Manifest: {"family": name, "graphs": [{"file": "x.json.gz", "split": "train" | "test", ...}, ...]}, files
+    relative to the manifest. Raises InputError if the manifest is missing or malformed or lists no such graph.
+    """
+    if split is not None and split not in SPLITS:
+        raise InputError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
+    path = Path(root) / name / "manifest.json"
+    if not path.is_file():
+        raise InputError(f"family {name!r}: no manifest at {path} (build the family first)")
+    try:
+        manifest = json.loads(path.read_text())
+        entries = manifest["graphs"]
+        files = [(str(e["file"]), e.get("split")) for e in entries]
+    except (ValueError, KeyError, TypeError) as e:
+        raise InputError(f"malformed manifest: {e}", str(path)) from None
+    chosen = [f for f, s in files if split is None or s == split]
+    if not chosen:
+        raise InputError(f"family {name!r} has no {split or ''} graphs".replace("  ", " "), str(path))
+    return [load_graph(path.parent / f) for f in chosen]
+
+
+# ---- CLI --------------------------------------------------------------------------------------------------------
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive device counts, got {text!r}")
+    return values
+
+
+def add_compare_arguments(p: argparse.ArgumentParser) -> None:
+    """Arguments of `placeto compare`."""
+    p.add_argument("graphs", nargs="*", help="graph files (or use --family)")
+    p.add_argument("--family", help="compare on datasets/<FAMILY> (its manifest's graphs)")
+    p.add_argument("--split", default="test", choices=[*SPLITS, "all"], help="family split (default: test)")
+    p.add_argument("--devices", type=_int_list, default=[2, 4, 8], help="device counts, e.g. 2,4,8")
+    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
+    p.add_argument("--methods", default="all", help=f"'all' or a comma list of: {', '.join(METHODS)}, placeto")
+    p.add_argument("--checkpoint", help="trained policy run directory; adds the 'placeto' method")
+    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
+                   help="simulator calls of random/local-search and samples of the policy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", help="directory for compare.csv, compare.md (and plots with --plot)")
+    p.add_argument("--plot", action="store_true", help="draw a bar chart per graph into --out")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def run_compare(args: argparse.Namespace) -> int:
+    """`placeto compare`: run, print the markdown table, write files. InputError on bad arguments."""
+    if bool(args.graphs) == bool(args.family):
+        raise InputError("give graph files or --family, not both" if args.graphs else
+                         "give graph files or --family FAMILY")
+    if args.plot and not args.out:
+        raise InputError("--plot needs --out DIR")
+    if args.budget < 1:
+        raise InputError(f"--budget must be >= 1, got {args.budget}")
+    graphs = ([load_graph(f) for f in args.graphs] if args.graphs else
+              load_family(args.family, None if args.split == "all" else args.split))
+    policy = None
+    if args.checkpoint:
+        from placeto.place import place_graph  # the learned policy; imported only when asked for
+
+        def policy(graph: Graph, cluster: Cluster, seed: int) -> tuple[np.ndarray, int]:
+            return place_graph(graph, cluster, args.checkpoint, samples=args.budget, seed=seed)
+    rows = compare(graphs, args.devices, args.methods, args.preset, args.seed, args.budget, policy,
+                   progress=not args.quiet)
+    table = markdown_table(rows)
+    print(table, end="")
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(rows, out / "compare.csv")
+        atomic_write_bytes(out / "compare.md", table.encode())
+        written = [out / "compare.csv", out / "compare.md"] + (plot_compare(rows, out) if args.plot else [])
+        print(f"wrote {', '.join(str(p) for p in written)}")
+    return 0

@@ -1,0 +1,272 @@
+"""Graph families and benchmark models: sample programs, trace, cost, group, split, write with a manifest.
+
+A family is 32 programs of one kind whose hyperparameters (and, for the ENAS families, cell architectures) are
+drawn from a seed. Each program's training step is traced to an op graph (`simulator.trace`), given analytic
+roofline costs for every GPU spec of `simulator.costs` (`ANALYTIC_KINDS`), and grouped (`simulator.grouping`).
+The grouped graph is what is shipped and placed; its meta records how to rebuild the op graph (`program`) and the
+op -> group map (`grouping.op_to_group`), so placements expand to ops and graphs can be re-traced for profiling
+and hardware runs. Everything is a pure function of the seed: the same seed writes byte-identical files.
+
+Layout: `datasets/<family>/manifest.json` plus `<graph>.json.gz`; benchmarks in `datasets/benchmarks/` with human
+expert placements (`<graph>.expert_<D>dev.json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.graph import Graph
+from simulator.io import load_graph, read_json, save_graph, save_placement, write_json
+from simulator.stats import graph_stats
+
+ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")
+FAMILIES = ("cifar10", "ptb", "nmt")
+N_GRAPHS, N_TEST = 32, 8
+DEVICE_COUNTS = (2, 4, 8)
+SINGLE_DEVICE_EXPERT = ("inception_v3", "nasnet")  # the seeds' expert placement for these: one GPU
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSpec:
+    """One graph to build: `placeto.zoo.build_program(kind, **kwargs)`, grouped to about `target_groups`."""
+
+    name: str
+    kind: str
+    kwargs: dict[str, Any]
+    target_groups: int
+
+
+def _choice(rng: np.random.Generator, values: list) -> Any:
+    return values[int(rng.integers(len(values)))]
+
+
+def _cifar10(rng: np.random.Generator) -> dict[str, Any]:
+    return {"n_cells": _choice(rng, [1, 2]), "channels": _choice(rng, [8, 16, 32]),
+            "batch": _choice(rng, [16, 32, 64]), "n_nodes": _choice(rng, [4, 5])}
+
+
+def _ptb(rng: np.random.Generator) -> dict[str, Any]:
+    return {"steps": int(rng.integers(8, 25)), "hidden": _choice(rng, [64, 128, 256]),
+            "batch": _choice(rng, [16, 32, 64])}
+
+
+def _nmt(rng: np.random.Generator) -> dict[str, Any]:
+    length = int(rng.integers(5, 21))  # the "RNN length" varied by Placeto's nmt family
+    return {"layers": 2, "src_len": length, "tgt_len": length, "batch": _choice(rng, [16, 32, 64, 128])}
+
+
+SAMPLERS: dict[str, Callable[[np.random.Generator], dict[str, Any]]] = {
+    "cifar10": _cifar10, "ptb": _ptb, "nmt": _nmt}
+
+
+def family_specs(family: str, seed: int = 0) -> list[GraphSpec]:
+    """The N_GRAPHS graph specs of `family`, deterministic in `seed`."""
+    if family not in SAMPLERS:
+        raise InputError(f"unknown family {family!r} (known: {', '.join(FAMILIES)}, benchmarks)")
+    specs = []
+    for i in range(N_GRAPHS):
+        rng = np.random.default_rng([seed, FAMILIES.index(family), i])
+        kwargs = {"seed": int(rng.integers(2**31)), **SAMPLERS[family](rng)}
+        specs.append(GraphSpec(f"{family}_{i:03d}", family, kwargs, target_groups=int(rng.integers(100, 301))))
+    return specs
+
+
+def benchmark_specs() -> list[GraphSpec]:
+    """The seeds' benchmark models (placeto.zoo.list_benchmarks), grouped to 400-1000 groups by size."""
+    from placeto.zoo import list_benchmarks
+
+    targets = {"nmt_l8": 1000, "nmt_l4": 600, "rnnlm_l8": 600}
+    return [GraphSpec(s.name, s.kind, dict(s.kwargs), targets.get(s.name, 400)) for s in list_benchmarks()]
+
+
+def split_of(family: str, seed: int) -> list[str]:
+    """A fixed train/test split: N_TEST graphs of a seeded permutation are "test", the rest "train"."""
+    perm = np.random.default_rng([seed, FAMILIES.index(family), 10**6]).permutation(N_GRAPHS)
+    test = set(perm[:N_TEST].tolist())
+    return ["test" if i in test else "train" for i in range(N_GRAPHS)]
+
+
+# ---- building one graph ----------------------------------------------------------------------------------
+def trace_spec(spec: GraphSpec):
+    """(program, Traced op graph with analytic costs for ANALYTIC_KINDS) of `spec`."""
+    from placeto.zoo import build_program
+    from simulator.costs import annotate_costs
+    from simulator.trace import trace
+
+    program = build_program(spec.kind, **spec.kwargs)
+    traced = trace(program.step, program.params, program.opt_state, program.batch, name=spec.name)
+    op_graph = annotate_costs(traced.graph, ANALYTIC_KINDS)
+    return program, dataclasses.replace(traced, graph=op_graph)
+
+
+def expert_op_placement(op_graph: Graph, layer_groups: list[list[str]], n_devices: int) -> np.ndarray:
+    """The seeds' human expert placement on ops: layer group j on device j * D // G (one LSTM layer per GPU for
+    NMT/RNNLM, attention and softmax beside the last layer); ops outside every layer go with the last group."""
+    owner = {layer: j for j, layers in enumerate(layer_groups) for layer in layers}
+    n_groups = len(layer_groups)
+    device_of_group = [j * n_devices // n_groups if n_groups >= n_devices else j for j in range(n_groups)]
+    placement = np.full(op_graph.n_nodes, device_of_group[-1], dtype=np.int32)
+    for i, name in enumerate(op_graph.names):
+        stack = op_graph.attrs[i].get("name_stack", "")
+        for token in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", f"{stack} {name}"):
+            if token in owner:
+                placement[i] = device_of_group[owner[token]]
+                break
+    return placement
+
+
+def build_graph(spec: GraphSpec, family: str) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The grouped graph of `spec` (meta: program, family, grouping) and its expert placements per device count
+    (benchmarks only; empty for families)."""
+    from simulator.grouping import group, group_placement_from_ops
+
+    program, traced = trace_spec(spec)
+    grouping = group(traced.graph, spec.target_groups)
+    meta = {"family": family, "program": {"kind": spec.kind, "kwargs": spec.kwargs},
+            "ops": traced.graph.n_nodes, "op_edges": traced.graph.n_edges,
+            "layers": program.meta.get("layers", []), "model": program.meta.get("config", {}),
+            "grouping": {"target_groups": spec.target_groups, "op_to_group": grouping.op_to_group.tolist()}}
+    experts: dict[str, np.ndarray] = {}
+    if family == "benchmarks":
+        for d in DEVICE_COUNTS:
+            if spec.kind in SINGLE_DEVICE_EXPERT:
+                experts[str(d)] = np.zeros(grouping.graph.n_nodes, dtype=np.int32)
+            else:
+                ops = expert_op_placement(traced.graph, program.meta["layer_groups"], d)
+                experts[str(d)] = group_placement_from_ops(grouping, ops).astype(np.int32)
+        meta["expert_placement"] = {d: p.tolist() for d, p in experts.items()}
+    graph = dataclasses.replace(grouping.graph, name=spec.name, meta=meta)
+    return graph, experts
+
+
+def _build_and_write(args: tuple[GraphSpec, str, str]) -> dict[str, Any]:
+    spec, family, out_dir = args
+    graph, experts = build_graph(spec, family)
+    out = Path(out_dir)
+    if (out / f"{spec.name}.json.gz").exists():
+        graph = carry_measured(graph, load_graph(out / f"{spec.name}.json.gz"))
+    save_graph(graph, out / f"{spec.name}.json.gz")
+    for d, placement in experts.items():
+        save_placement(out / f"{spec.name}.expert_{d}dev.json", placement, [f"/gpu:{k}" for k in range(int(d))])
+    return graph_entry(graph, f"{spec.name}.json.gz")
+
+
+def carry_measured(graph: Graph, old: Graph) -> Graph:
+    """`graph` with the measured costs (the kinds in old.meta["profile"]) of an earlier build of the same graph, so
+    rebuilding keeps profiles, which are slow to take and noisy by nature. Dropped if the nodes differ."""
+    measured = old.meta.get("profile", {})
+    if not measured or old.names != graph.names:
+        return graph
+    graph = dataclasses.replace(graph, meta={**graph.meta, "profile": measured})
+    for kind in measured:
+        graph = graph.with_costs(kind, old.costs[kind])
+    return graph
+
+
+def graph_entry(graph: Graph, file: str) -> dict[str, Any]:
+    """Manifest entry: file and statistics (K80 costs) of a built graph."""
+    s = graph_stats(graph, "k80", DEVICE_COUNTS)
+    return {"file": file, "name": graph.name, "ops": graph.meta.get("ops"), "groups": graph.n_nodes,
+            "edges": graph.n_edges, "total_compute_us": round(s.total_compute_us, 3),
+            "critical_path_us": round(s.critical_path_us, 3),
+            "lower_bound_us": {str(d): round(v, 3) for d, v in s.lower_bound_us.items()},
+            "program": graph.meta.get("program")}
+
+
+# ---- building a family ------------------------------------------------------------------------------------
+def build(family: str, out_root: str | Path = "datasets", seed: int = 0, workers: int = 2,
+          only: list[str] | None = None, progress: bool = True) -> Path:
+    """Build `family` ("cifar10", "ptb", "nmt" or "benchmarks") under `out_root/<family>/` with its manifest.
+
+    `workers` processes trace in parallel (spawned, so JAX starts fresh in each); `only` restricts to the named
+    graphs (the manifest is then not rewritten). Returns the family folder.
+    """
+    import concurrent.futures
+    import multiprocessing
+
+    from tqdm import tqdm
+
+    specs = benchmark_specs() if family == "benchmarks" else family_specs(family, seed)
+    splits = ["test"] * len(specs) if family == "benchmarks" else split_of(family, seed)
+    out = Path(out_root) / family
+    todo = [s for s in specs if only is None or s.name in only]
+    jobs = [(s, family, str(out)) for s in todo]
+    bar = tqdm(total=len(jobs), desc=f"build {family}", unit="graph", disable=not progress)
+    entries: dict[str, dict] = {}
+    if workers > 1 and len(jobs) > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for entry in pool.map(_build_and_write, jobs):
+                entries[entry["name"]] = entry
+                bar.update()
+    else:
+        for job in jobs:
+            entry = _build_and_write(job)
+            entries[entry["name"]] = entry
+            bar.update()
+    bar.close()
+    if only is None:
+        graphs = [{**entries[s.name], "split": split} for s, split in zip(specs, splits)]
+        write_json(out / "manifest.json", {"family": family, "seed": seed, "cost_kinds": list(ANALYTIC_KINDS),
+                                           "graphs": graphs})
+    return out
+
+
+def load_manifest(family: str, root: str | Path = "datasets") -> dict[str, Any]:
+    """The manifest of a built family; a clear InputError if it is missing."""
+    path = Path(root) / family / "manifest.json"
+    if not path.exists():
+        raise InputError(f"family {family!r} is not built (no {path}); run `placeto datasets build --family {family}`")
+    return read_json(path)
+
+
+# ---- re-tracing and profiling built graphs ------------------------------------------------------------------
+def retrace(graph: Graph):
+    """(Traced op graph, op_to_group int32[N_ops] or None) of a graph built here or by `placeto import-jax`.
+
+    Family and benchmark graphs are rebuilt from meta["program"]; imported ones from meta["source"]. Raises an
+    InputError when the graph says neither (e.g. a hand-written JSON graph).
+    """
+    from simulator.trace import trace_import
+
+    meta = graph.meta
+    if "program" in meta:
+        spec = GraphSpec(graph.name, meta["program"]["kind"], meta["program"]["kwargs"], 0)
+        traced = trace_spec(spec)[1]
+    elif meta.get("source", {}).get("args_spec"):
+        traced = trace_import(meta["source"]["function"], meta["source"]["args_spec"], name=graph.name)
+    else:
+        raise InputError(f"graph {graph.name!r}: meta has no 'program' or 'source.args_spec' to re-trace it from")
+    op_to_group = meta.get("grouping", {}).get("op_to_group")
+    if op_to_group is not None:
+        op_to_group = np.asarray(op_to_group, dtype=np.int32)
+        if op_to_group.shape != (traced.graph.n_nodes,) or (op_to_group.size and op_to_group.max() >= graph.n_nodes):
+            raise InputError(f"graph {graph.name!r}: re-traced program has {traced.graph.n_nodes} ops, "
+                             f"not the {op_to_group.size} of meta['grouping'] (different JAX version?)")
+    elif traced.graph.n_nodes != graph.n_nodes:
+        raise InputError(f"graph {graph.name!r}: re-traced program has {traced.graph.n_nodes} ops, "
+                         f"the graph has {graph.n_nodes} nodes")
+    return traced, op_to_group
+
+
+def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int = 2) -> Graph:
+    """`graph` with measured costs under `kind`: every op of its re-traced program timed on the local JAX
+    backend (median of `repeats` after `warmup`, cached by signature), summed per group for grouped graphs."""
+    import jax
+
+    from simulator.profile import dispatch_overhead_us, profile_graph
+
+    traced, op_to_group = retrace(graph)
+    op_cost = profile_graph(traced, repeats, warmup)
+    cost = op_cost if op_to_group is None else np.bincount(op_to_group, weights=op_cost, minlength=graph.n_nodes)
+    meta = dict(graph.meta)
+    meta["profile"] = {**meta.get("profile", {}), kind: {
+        "device": jax.devices()[0].device_kind, "repeats": repeats, "warmup": warmup,
+        "dispatch_overhead_us": round(dispatch_overhead_us(), 3), "jax_version": jax.__version__}}
+    return dataclasses.replace(graph, meta=meta).with_costs(kind, np.round(cost, 3))

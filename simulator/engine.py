@@ -1,0 +1,476 @@
+"""The fast simulator: the reference event loop (simulator.reference) compiled with numba, bit-equal to it.
+
+The semantics are the reference's, to the last bit; only the bookkeeping differs:
+
+* The event queue is a small array kept sorted by (time, rank), the reference's heap key with the kind folded
+  into the rank: a release of parent p has rank p, a bus start of device d rank N + d, a device start rank
+  N + D + d. It holds a few events per device at a time, so insertion by shifting beats a heap.
+* A parent's releases at one time share one event that visits its children in ascending order, which is the
+  reference's (parent, child) order: nothing with a release's rank is created while releases are processed,
+  and two release groups of one parent never wait for the same time. Likewise one transfer's arrivals.
+* Each device and each bus has at most one pending event, at the time its head can start
+  (max(free time, ready time)); the reference's duplicate and no-op events change nothing but the clock, so
+  the runtime (time of the last event) is the largest device- or bus-free time.
+* Ready queues and bus queues are FIFO slices of one array, each device owning a slice sized by its nodes
+  (or outputs); every node (output) enters once, so no slice wraps.
+* Floats are computed with the reference's operations in its order; peak memory sorts the same
+  (time, +/-bytes) changes as the reference and sums them in that order.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+from typing import NamedTuple, Sequence
+
+import numba
+import numpy as np
+
+from simulator.cluster import Cluster
+from simulator.errors import InputError
+from simulator.graph import Graph
+from simulator.io import check_placement
+from simulator.result import SimResult, Transfers, lower_bound
+
+
+class Prepared(NamedTuple):
+    """Placement-independent arrays for one (graph, cluster); N nodes, O outputs, D devices."""
+
+    cost: np.ndarray  # float64[N, D] compute time of each node on each device, microseconds
+    xfer_time: np.ndarray  # float64[O] out_bytes / bandwidth, microseconds
+    out_off: np.ndarray  # int64[N + 1] outputs of node i are out_off[i]:out_off[i + 1]
+    out_node: np.ndarray  # int32[O] producer of each output
+    out_bytes: np.ndarray  # float64[O] bytes
+    cons_off: np.ndarray  # int64[O + 1] CSR into cons
+    cons: np.ndarray  # int32[C] distinct consumers of each output, ascending
+    child_off: np.ndarray  # int64[N + 1] CSR into child
+    child: np.ndarray  # int32[P] distinct children of each node, ascending
+    child_count: np.ndarray  # int32[P] distinct outputs of the parent the child consumes
+    pending0: np.ndarray  # int32[N] distinct (parent, output) inputs of each node
+    persistent: np.ndarray  # float64[N] bytes
+    delta1: float  # microseconds, device idle after a non-zero-cost op
+    delta2: float  # microseconds, bus busy after a transfer
+    max_changes: int  # upper bound on memory change records of any placement
+
+
+class BatchResult(NamedTuple):
+    """simulate_batch's answer with_memory=True."""
+
+    runtime: np.ndarray  # float64[B] microseconds
+    peak_memory: np.ndarray  # float64[B, D] bytes
+
+
+class _Work(NamedTuple):
+    """Per-simulation scratch, reused across simulations of one thread."""
+
+    start: np.ndarray  # float64[N]
+    end: np.ndarray  # float64[N]
+    pending: np.ndarray  # int32[N]
+    queue: np.ndarray  # int32[N] ready nodes, device d's FIFO at q_head[d]:q_tail[d]
+    bus: np.ndarray  # int32[O] outputs waiting to be sent, device d's FIFO at b_head[d]:b_tail[d]
+    arrival: np.ndarray  # float64[O] transfer arrival time, -1 if the output is not transferred
+    heads: np.ndarray  # int64[4, D] q_head, q_tail, b_head, b_tail
+    free: np.ndarray  # float64[2, D] device free time, bus free time
+    ev_t: np.ndarray  # float64[K] event times, sorted by descending (time, rank)
+    ev_rx: np.ndarray  # int64[K, 2] event rank; transferred output of a release event (-1: local release)
+    x_out: np.ndarray  # int32[O] transferred outputs in start order
+    x_start: np.ndarray  # float64[O] their bus start times
+    n_x: np.ndarray  # int64[1] number of transfers
+    n_remote: np.ndarray  # int64[O] consumers on other devices, compacted at remote[cons_off[o]:]
+    remote: np.ndarray  # int32[C]
+    n_local: np.ndarray  # int64[N] children on the own device, compacted at local[child_off[i]:]
+    local: np.ndarray  # int32[P]
+    local_count: np.ndarray  # int32[P]
+
+
+class _Schedule(NamedTuple):
+    runtime: float  # microseconds
+    done: int  # ops executed (N unless the graph has a cycle)
+    start: np.ndarray  # float64[N]
+    end: np.ndarray  # float64[N]
+    busy: np.ndarray  # float64[D]
+    peak: np.ndarray  # float64[D]
+    x_out: np.ndarray  # int32[T] transferred outputs in start order
+    x_start: np.ndarray  # float64[T]
+    arrival: np.ndarray  # float64[O]
+
+
+def prepare(graph: Graph, cluster: Cluster) -> Prepared:
+    """The placement-independent arrays of `graph` on `cluster`, memoised in graph.cache."""
+    key = ("engine.prepare", cluster)
+    if key not in graph.cache:
+        graph.cache[key] = _prepare(graph, cluster)
+    return graph.cache[key]
+
+
+def _prepare(graph: Graph, cluster: Cluster) -> Prepared:
+    n, n_dev, n1 = graph.n_nodes, cluster.n_devices, max(graph.n_nodes, 1)
+    out_off = np.ascontiguousarray(graph.out_offsets, dtype=np.int64)
+    n_out = int(out_off[-1])
+    out_node = np.repeat(np.arange(n, dtype=np.int32), np.diff(out_off))
+    # Distinct (output, consumer) pairs, sorted by output then consumer.
+    pair = np.unique((out_off[graph.edge_src] + graph.edge_out) * n1 + graph.edge_dst.astype(np.int64))
+    p_out, p_dst = pair // n1, (pair % n1).astype(np.int32)
+    cons_off = np.concatenate([[0], np.cumsum(np.bincount(p_out, minlength=n_out))]).astype(np.int64)
+    # Distinct (parent, child) pairs, with the number of distinct outputs of the parent the child consumes.
+    pc, pc_count = np.unique(out_node[p_out].astype(np.int64) * n1 + p_dst, return_counts=True)
+    child_off = np.concatenate([[0], np.cumsum(np.bincount(pc // n1, minlength=n))]).astype(np.int64)
+    receivers = np.minimum(n_dev - 1, np.diff(cons_off))  # devices an output can be sent to, at most
+    return Prepared(
+        cost=np.ascontiguousarray(graph.cost_matrix(cluster.kinds), dtype=np.float64),
+        xfer_time=graph.out_bytes.astype(np.float64) / cluster.bandwidth_bytes_per_us,  # as the reference
+        out_off=out_off, out_node=out_node, out_bytes=graph.out_bytes.astype(np.float64),
+        cons_off=cons_off, cons=p_dst,
+        child_off=child_off, child=(pc % n1).astype(np.int32), child_count=pc_count.astype(np.int32),
+        pending0=np.bincount(p_dst, minlength=n).astype(np.int32),
+        persistent=graph.persistent_bytes.astype(np.float64),
+        delta1=float(cluster.delta1_us), delta2=float(cluster.delta2_us),
+        max_changes=int(2 * n_out + 2 * receivers.sum()),
+    )
+
+
+# ---- the compiled event loop ---------------------------------------------------------------------------
+_jit = numba.njit(cache=True, nogil=True)
+
+
+@_jit
+def _new_work(n, n_out, n_dev, n_cons, n_child):
+    n_ev = 4 * n_dev + 4  # pending at once, per device: one release group, one arrival, one bus, one device
+    return _Work(np.empty(n), np.empty(n), np.empty(n, np.int32), np.empty(n, np.int32),
+                 np.empty(n_out, np.int32), np.empty(n_out), np.empty((4, n_dev), np.int64),
+                 np.empty((2, n_dev)), np.empty(n_ev), np.empty((n_ev, 2), np.int64),
+                 np.empty(n_out, np.int32), np.empty(n_out), np.empty(1, np.int64),
+                 np.empty(n_out, np.int64), np.empty(n_cons, np.int32), np.empty(n, np.int64),
+                 np.empty(n_child, np.int32), np.empty(n_child, np.int32))
+
+
+@_jit
+def _push(ev_t, ev_rx, n_ev, t, r, x):
+    """Insert event (t, r, x) into the n_ev events sorted by descending (t, r); returns the new count."""
+    if n_ev == len(ev_t):
+        raise AssertionError("event queue overflow")  # impossible: at most four events per device
+    j = n_ev
+    while j > 0 and (ev_t[j - 1] < t or (ev_t[j - 1] == t and ev_rx[j - 1, 0] < r)):
+        ev_t[j], ev_rx[j, 0], ev_rx[j, 1] = ev_t[j - 1], ev_rx[j - 1, 0], ev_rx[j - 1, 1]
+        j -= 1
+    ev_t[j], ev_rx[j, 0], ev_rx[j, 1] = t, r, x
+    return n_ev + 1
+
+
+@_jit
+def _reset(g, w, dev):
+    """Initial state: FIFOs sliced per device, sources queued, devices with work woken at 0; returns n_ev."""
+    n, n_dev = g.cost.shape
+    out_off, heads, pending, queue = g.out_off, w.heads, w.pending, w.queue
+    pending[:] = g.pending0
+    w.free[:] = 0.0
+    w.arrival[:] = -1.0
+    heads[:] = 0
+    for i in range(n):  # slice sizes: nodes and outputs per device
+        heads[1, dev[i]] += 1
+        heads[3, dev[i]] += out_off[i + 1] - out_off[i]
+    q, b = 0, 0
+    for d in range(n_dev):
+        q, heads[0, d], heads[1, d] = q + heads[1, d], q, q
+        b, heads[2, d], heads[3, d] = b + heads[3, d], b, b
+    for i in range(n):
+        if pending[i] == 0:
+            queue[heads[1, dev[i]]] = i
+            heads[1, dev[i]] += 1
+    _split_neighbours(g, w, dev)
+    n_ev = 0
+    for d in range(n_dev):
+        if heads[1, d] > heads[0, d]:
+            n_ev = _push(w.ev_t, w.ev_rx, n_ev, 0.0, n + n_dev + d, -1)
+    return n_ev
+
+
+@_jit
+def _split_neighbours(g, w, dev):
+    """Compact each output's consumers on other devices and each node's children on its own device.
+
+    Branch-free, so the event loop visits only the neighbours it releases (random placements make the
+    local/remote test unpredictable).
+    """
+    out_off, cons_off, cons, child_off, child, child_count = (g.out_off, g.cons_off, g.cons, g.child_off,
+                                                              g.child, g.child_count)
+    n_remote, remote, n_local, local, local_count = w.n_remote, w.remote, w.n_local, w.local, w.local_count
+    for i in range(len(dev)):
+        a = dev[i]
+        for o in range(out_off[i], out_off[i + 1]):
+            k = cons_off[o]
+            for j in range(cons_off[o], cons_off[o + 1]):
+                remote[k] = cons[j]
+                k += dev[cons[j]] != a
+            n_remote[o] = k - cons_off[o]
+        k = child_off[i]
+        for j in range(child_off[i], child_off[i + 1]):
+            local[k], local_count[k] = child[j], child_count[j]
+            k += dev[child[j]] == a
+        n_local[i] = k - child_off[i]
+
+
+@_jit
+def _run(g, w, dev):
+    """Simulate placement `dev` (int32[N]) into `w`; returns (runtime, number of ops executed).
+
+    One function with every array in a local on purpose: helpers reading namedtuple fields in the loop made
+    numba emit reference counting on every access, 25x slower.
+    """
+    n, n_dev = g.cost.shape
+    bus_rank, dev_rank = n, n + n_dev
+    cost, xfer, out_off, out_node, d1, d2 = g.cost, g.xfer_time, g.out_off, g.out_node, g.delta1, g.delta2
+    cons_off, child_off = g.cons_off, g.child_off
+    start, end, pending, queue, bus, arrival = w.start, w.end, w.pending, w.queue, w.bus, w.arrival
+    heads, free, ev_t, ev_rx, x_out, x_start = w.heads, w.free, w.ev_t, w.ev_rx, w.x_out, w.x_start
+    n_remote, remote, n_local, local, local_count = w.n_remote, w.remote, w.n_local, w.local, w.local_count
+    n_ev, n_x, done = _reset(g, w, dev), 0, 0
+    while n_ev > 0:
+        n_ev -= 1
+        t, r, x = ev_t[n_ev], ev_rx[n_ev, 0], ev_rx[n_ev, 1]
+        if r < bus_rank:  # parent r releases its local children (x < 0) or output x's remote consumers
+            is_local = x < 0
+            lo = child_off[r] if is_local else cons_off[x]
+            for j in range(lo, lo + (n_local[r] if is_local else n_remote[x])):
+                c = local[j] if is_local else remote[j]
+                pending[c] -= local_count[j] if is_local else 1
+                if pending[c] == 0:  # ready: join the FIFO, wake the device if the FIFO was empty
+                    d = dev[c]
+                    if heads[0, d] == heads[1, d]:
+                        n_ev = _push(ev_t, ev_rx, n_ev, max(t, free[0, d]), dev_rank + d, -1)
+                    queue[heads[1, d]] = c
+                    heads[1, d] += 1
+        elif r < dev_rank:  # bus d sends its head output
+            d = r - bus_rank
+            o = bus[heads[2, d]]
+            heads[2, d] += 1
+            arrival[o] = t + xfer[o]
+            free[1, d] = arrival[o] + d2
+            x_out[n_x], x_start[n_x] = o, t
+            n_x += 1
+            n_ev = _push(ev_t, ev_rx, n_ev, arrival[o], out_node[o], o)
+            if heads[2, d] < heads[3, d]:
+                ready = end[out_node[bus[heads[2, d]]]]
+                n_ev = _push(ev_t, ev_rx, n_ev, max(free[1, d], ready), bus_rank + d, -1)
+        else:  # device d starts the head of its FIFO
+            d = r - dev_rank
+            i = queue[heads[0, d]]
+            heads[0, d] += 1
+            done += 1
+            start[i], end[i] = t, t + cost[i, d]
+            free[0, d] = end[i] + d1 if cost[i, d] > 0 else end[i]
+            if heads[0, d] < heads[1, d]:
+                n_ev = _push(ev_t, ev_rx, n_ev, free[0, d], dev_rank + d, -1)
+            for o in range(out_off[i], out_off[i + 1]):  # outputs with a consumer elsewhere join the bus
+                if n_remote[o] > 0:
+                    if heads[2, d] == heads[3, d]:
+                        n_ev = _push(ev_t, ev_rx, n_ev, max(free[1, d], end[i]), bus_rank + d, -1)
+                    bus[heads[3, d]] = o
+                    heads[3, d] += 1
+            if n_local[i] > 0:  # one release event for all local children
+                n_ev = _push(ev_t, ev_rx, n_ev, end[i], i, -1)
+    w.n_x[0] = n_x
+    runtime = 0.0  # the last event is a device or a bus becoming free
+    for d in range(n_dev):
+        runtime = max(runtime, free[0, d], free[1, d])
+    return runtime, done
+
+
+@_jit
+def _peak_memory(g, w, dev, peak):
+    """Fill peak (float64[D]) with peak_memory_reference's numbers for the schedule in `w`."""
+    n, n_dev = g.cost.shape
+    out_off, out_bytes, cons_off, cons = g.out_off, g.out_bytes, g.cons_off, g.cons
+    start, end, arrival = w.start, w.end, w.arrival
+    m_t, m_v, m_d = np.empty(g.max_changes), np.empty(g.max_changes), np.empty(g.max_changes, np.int32)
+    free_d = np.empty(n_dev)  # per receiving device: when its consumers are done, -1 if none
+    m = 0
+    for p in range(n):
+        home = dev[p]
+        for o in range(out_off[p], out_off[p + 1]):
+            free_home = end[p]
+            free_d[:] = -1.0
+            for j in range(cons_off[o], cons_off[o + 1]):
+                c = cons[j]
+                if dev[c] == home:
+                    free_home = max(free_home, end[c])
+                else:
+                    free_d[dev[c]] = max(free_d[dev[c]], end[c])
+            if arrival[o] >= 0.0:
+                free_home = max(free_home, arrival[o])
+                for d in range(n_dev):
+                    if free_d[d] >= 0.0:
+                        m_t[m], m_v[m], m_d[m] = arrival[o], out_bytes[o], d
+                        m_t[m + 1], m_v[m + 1], m_d[m + 1] = free_d[d], -out_bytes[o], d
+                        m += 2
+            m_t[m], m_v[m], m_d[m] = start[p], out_bytes[o], home
+            m_t[m + 1], m_v[m + 1], m_d[m + 1] = free_home, -out_bytes[o], home
+            m += 2
+    _live_peak(m_t[:m], m_v[:m], m_d[:m], peak)
+    persistent = np.zeros(n_dev)
+    for i in range(n):
+        persistent[dev[i]] += g.persistent[i]
+    for d in range(n_dev):
+        peak[d] = persistent[d] + peak[d]
+
+
+@_jit
+def _live_peak(t, v, dev, peak):
+    """Fill peak[d] with the largest running sum of the changes (time t, bytes v) of device d, summed in the
+    reference's order: by (time, bytes), so at equal times frees come first.
+
+    A bucket sort on time (bucket floor(t * scale) is monotone in t) that moves the records themselves, then
+    each bucket sorted exactly: linear on the spread-out times of a schedule, n log n when they bunch up.
+    """
+    m = len(t)
+    scale = m / t.max() if m and t.max() > 0 else 0.0
+    scale = scale if scale < 1e300 else 0.0
+    first = np.zeros(m + 1, np.int64)  # bucket b holds records first[b]:first[b + 1]
+    for k in range(m):
+        first[min(int(t[k] * scale), m - 1) + 1] += 1
+    for b in range(m):
+        first[b + 1] += first[b]
+    fill = first[:-1].copy()
+    ts, vs, ds = np.empty(m), np.empty(m), np.empty(m, np.int32)
+    for k in range(m):
+        b = min(int(t[k] * scale), m - 1)
+        ts[fill[b]], vs[fill[b]], ds[fill[b]] = t[k], v[k], dev[k]
+        fill[b] += 1
+    for b in range(m):
+        if first[b + 1] - first[b] > 1:
+            _sort_records(ts, vs, ds, first[b], first[b + 1])
+    live = np.zeros(len(peak))
+    peak[:] = 0.0
+    for k in range(m):
+        live[ds[k]] += vs[k]
+        peak[ds[k]] = max(peak[ds[k]], live[ds[k]])
+
+
+@_jit
+def _sort_records(t, v, d, lo, hi):
+    """Sort records lo:hi by (t, v): insertion sort when short, else heapsort (no numba sort to compile)."""
+    if hi - lo <= 16:
+        for i in range(lo + 1, hi):
+            j = i
+            while j > lo and (t[j] < t[j - 1] or (t[j] == t[j - 1] and v[j] < v[j - 1])):
+                _swap(t, v, d, j, j - 1)
+                j -= 1
+        return
+    for root in range(lo + (hi - lo) // 2 - 1, lo - 1, -1):
+        _sift_down(t, v, d, lo, root, hi)
+    for last in range(hi - 1, lo, -1):
+        _swap(t, v, d, lo, last)
+        _sift_down(t, v, d, lo, lo, last)
+
+
+@_jit
+def _swap(t, v, d, a, b):
+    t[a], t[b] = t[b], t[a]
+    v[a], v[b] = v[b], v[a]
+    d[a], d[b] = d[b], d[a]
+
+
+@_jit
+def _sift_down(t, v, d, lo, root, hi):
+    """Restore the max-heap by (t, v) of records lo:hi below `root` (the children of r are 2r - lo + 1, + 2)."""
+    while 2 * root - lo + 1 < hi:
+        c = 2 * root - lo + 1
+        if c + 1 < hi and (t[c] < t[c + 1] or (t[c] == t[c + 1] and v[c] < v[c + 1])):
+            c += 1
+        if t[root] > t[c] or (t[root] == t[c] and v[root] >= v[c]):
+            return
+        _swap(t, v, d, root, c)
+        root = c
+
+
+@_jit
+def _simulate_one(g, dev):
+    """The full schedule of one placement."""
+    n, n_dev = g.cost.shape
+    w = _new_work(n, len(g.out_bytes), n_dev, len(g.cons), len(g.child))
+    runtime, done = _run(g, w, dev)
+    busy, peak = np.zeros(n_dev), np.empty(n_dev)
+    for i in range(n):  # node order, as the reference sums
+        busy[dev[i]] += g.cost[i, dev[i]]
+    if done == n:
+        _peak_memory(g, w, dev, peak)
+    n_x = w.n_x[0]
+    return _Schedule(runtime, done, w.start, w.end, busy, peak, w.x_out[:n_x], w.x_start[:n_x], w.arrival)
+
+
+@_jit
+def _simulate_rows(g, placements, lo, hi, runtime, peak, with_memory, done):
+    """Simulate rows lo:hi of placements (int32[B, N]) into runtime[B], peak[B, D], done[B]."""
+    n, n_dev = g.cost.shape
+    w = _new_work(n, len(g.out_bytes), n_dev, len(g.cons), len(g.child))
+    for b in range(lo, hi):
+        runtime[b], done[b] = _run(g, w, placements[b])
+        if with_memory and done[b] == n:
+            _peak_memory(g, w, placements[b], peak[b])
+
+
+# ---- public API ----------------------------------------------------------------------------------------
+def simulate(graph: Graph, placement: Sequence[int] | np.ndarray, cluster: Cluster) -> SimResult:
+    """Simulate one step of `graph` under `placement` (device index per node) on `cluster`.
+
+    Equal, float for float, to simulator.reference.simulate_reference. Raises InputError for a bad placement.
+    """
+    check_placement(placement, graph, cluster.n_devices)
+    dev = np.ascontiguousarray(np.asarray(placement).astype(np.int32, copy=False))
+    g = prepare(graph, cluster)
+    s = _simulate_one(g, dev)
+    if s.done != graph.n_nodes:
+        raise AssertionError("simulation ended with unexecuted nodes")  # impossible for a validated DAG
+    node = g.out_node[s.x_out]
+    transfers = Transfers(node, (s.x_out - g.out_off[node]).astype(np.int32), dev[node], s.x_start,
+                          s.arrival[s.x_out])
+    return SimResult(runtime=float(s.runtime), start=s.start, end=s.end, device=dev.copy(), busy=s.busy,
+                     peak_memory=s.peak, capacity=np.asarray(cluster.memory, dtype=np.float64),
+                     lower_bound=lower_bound(graph, cluster), transfers=transfers)
+
+
+def simulate_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, with_memory: bool = False,
+                   n_threads: int | None = None) -> np.ndarray | BatchResult:
+    """Simulate B placements (int[B, N]) on `n_threads` threads (default: numba's thread count).
+
+    Returns runtimes float64[B], or with_memory a BatchResult that adds peak bytes float64[B, D]. Each row
+    equals simulate(graph, row, cluster) exactly. Raises InputError naming the first bad row.
+    """
+    placements = _check_batch(graph, placements, cluster.n_devices)
+    g = prepare(graph, cluster)
+    n_rows = placements.shape[0]
+    runtime = np.empty(n_rows)
+    peak = np.empty((n_rows, cluster.n_devices) if with_memory else (n_rows, 0))
+    done = np.empty(n_rows, dtype=np.int64)
+    n_threads = max(1, min(n_threads or numba.config.NUMBA_NUM_THREADS, n_rows // 4))
+    bounds = np.linspace(0, n_rows, n_threads + 1).astype(np.int64)
+    chunks = [(g, placements, bounds[k], bounds[k + 1], runtime, peak, with_memory, done) for k in range(n_threads)]
+    if n_threads == 1:
+        _simulate_rows(*chunks[0])
+    else:  # the kernel releases the GIL; a numba prange over the chunks measured no faster
+        list(_pool(n_threads).map(lambda chunk: _simulate_rows(*chunk), chunks))
+    if np.any(done != graph.n_nodes):
+        raise AssertionError("simulation ended with unexecuted nodes")  # impossible for a validated DAG
+    return BatchResult(runtime, peak) if with_memory else runtime
+
+
+_POOLS: dict[int, concurrent.futures.ThreadPoolExecutor] = {}
+
+
+def _pool(n_threads: int) -> concurrent.futures.ThreadPoolExecutor:
+    if n_threads not in _POOLS:
+        _POOLS[n_threads] = concurrent.futures.ThreadPoolExecutor(n_threads, thread_name_prefix="simulate")
+    return _POOLS[n_threads]
+
+
+def _check_batch(graph: Graph, placements: np.ndarray, n_dev: int) -> np.ndarray:
+    """int32[B, N] C-contiguous placements; InputError naming the first bad row and node."""
+    a = np.asarray(placements)
+    if a.ndim != 2 or a.shape[1] != graph.n_nodes:
+        raise InputError(f"placements have shape {a.shape}, expected (batch, {graph.n_nodes})")
+    bad = np.flatnonzero(((a < 0) | (a >= n_dev)).any(axis=1)) if a.size else []
+    if len(bad):
+        try:
+            check_placement(a[bad[0]], graph, n_dev)
+        except InputError as e:
+            raise InputError(f"placement row {bad[0]}: {e}") from None
+    return np.ascontiguousarray(a.astype(np.int32, copy=False))

@@ -1,0 +1,51 @@
+"""Summary statistics of a graph: what `placeto graph info` prints and the datasets README tabulates."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from simulator.cluster import Cluster, Device
+from simulator.graph import DEFAULT_KIND, Graph
+from simulator.result import critical_path, lower_bound
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphStats:
+    """Sizes in nodes/edges/bytes, times in microseconds, for device kind `kind`."""
+
+    name: str
+    nodes: int
+    edges: int
+    kind: str
+    total_compute_us: float
+    critical_path_us: float
+    total_out_bytes: float
+    persistent_bytes: float
+    lower_bound_us: dict[int, float]  # device count -> lower bound
+
+
+def pick_kind(graph: Graph, preferred: str | None = None) -> str:
+    """`preferred` when the graph has costs for it (or plain-number costs), else the graph's first kind."""
+    if preferred and (preferred in graph.costs or DEFAULT_KIND in graph.costs):
+        return preferred
+    return next(iter(graph.costs), DEFAULT_KIND)
+
+
+def uniform_cluster(kind: str, n_devices: int) -> Cluster:
+    """n identical devices of `kind` with the Placeto interconnect (only used for bounds, not for simulation)."""
+    return Cluster(f"{kind}x{n_devices}", tuple(Device(f"/{kind}:{i}", kind, float("inf")) for i in range(n_devices)),
+                   5.7, 25.0, 7600.0)
+
+
+def graph_stats(graph: Graph, kind: str | None = None, device_counts: Sequence[int] = (1, 2, 4, 8)) -> GraphStats:
+    kind = pick_kind(graph, kind)
+    cost = graph.cost_for(kind)
+    return GraphStats(
+        name=graph.name, nodes=graph.n_nodes, edges=graph.n_edges, kind=kind,
+        total_compute_us=float(cost.sum()), critical_path_us=critical_path(graph, cost),
+        total_out_bytes=float(np.sum(graph.out_bytes)), persistent_bytes=float(np.sum(graph.persistent_bytes)),
+        lower_bound_us={d: lower_bound(graph, uniform_cluster(kind, d)) for d in device_counts},
+    )

@@ -1,0 +1,141 @@
+"""The comparison harness: rows and ratios, OOM and not-applicable rows, writers, plots, families, the CLI entry
+and the benchmark script."""
+
+import argparse
+import csv
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from placeto.baselines import get_method
+from placeto.compare import (add_compare_arguments, compare, load_family, markdown_table, plot_compare,
+                             run_compare, write_csv)
+from simulator import make_graph, save_graph
+from simulator.errors import InputError
+from simulator.generate import layered_dag
+
+ROOT = Path(__file__).resolve().parent.parent
+METHODS = ["single", "expert", "metis", "etf", "local-search"]
+
+
+def huge_params():
+    """Two 8 GB parameter nodes: OOM on one 12 GB K80, fine on two."""
+    nodes = [{"name": f"w{i}", "cost": 100.0, "out_bytes": [8], "persistent_bytes": 8 * 10**9} for i in range(2)]
+    return make_graph("huge", nodes, [(0, 1, 0)])
+
+
+@pytest.fixture(scope="module")
+def rows():
+    return compare([layered_dag(80, seed=0), huge_params()], [2, 4], METHODS, budget=16, progress=False)
+
+
+def test_rows_and_ratios(rows):
+    assert len(rows) == 2 * 2 * len(METHODS)
+    for key in {(r.graph, r.n_devices) for r in rows}:
+        group = [r for r in rows if (r.graph, r.n_devices) == key]
+        fits = [r for r in group if r.applies and not r.oom]
+        best = min(fits, key=lambda r: r.runtime_us)
+        assert best.ratio_to_best == 1.0
+        assert all(r.ratio_to_best >= 1.0 for r in fits)
+        assert all(r.ratio_to_lower_bound >= 1.0 for r in group if r.applies)
+    calls = {r.method: r.simulator_calls for r in rows if r.graph.startswith("layered")}
+    assert calls == {"single": 0, "expert": 0, "metis": 0, "etf": 0, "local-search": 16}
+
+
+def test_not_applicable_and_oom_rows(rows):
+    expert = [r for r in rows if r.method == "expert"]
+    assert all(not r.applies and math.isnan(r.ratio_to_best) and "no expert placement" in r.note for r in expert)
+    single = next(r for r in rows if r.graph == "huge" and r.method == "single" and r.n_devices == 2)
+    assert single.oom and single.ratio_to_best > 1.0
+    assert not next(r for r in rows if r.graph == "huge" and r.method == "etf" and r.n_devices == 2).oom
+
+
+def test_markdown_and_csv(rows, tmp_path):
+    table = markdown_table(rows)
+    header = table.splitlines()[0]
+    assert all(m in header for m in METHODS)
+    huge_line = next(line for line in table.splitlines() if line.startswith("| huge | 2 |"))
+    assert "OOM" in huge_line and "—" in huge_line and "**" in huge_line
+    assert "expert does not apply in 4 of 4 runs" in table
+    write_csv(rows, tmp_path / "c.csv")
+    with open(tmp_path / "c.csv") as f:
+        read = list(csv.DictReader(f))
+    assert len(read) == len(rows) and read[0].keys() >= {"graph", "n_devices", "method", "runtime_us", "oom"}
+    for r, d in zip(rows, read):
+        assert d["method"] == r.method and (d["runtime_us"] == "" if not r.applies else
+                                            float(d["runtime_us"]) == r.runtime_us)
+
+
+def test_plot(rows, tmp_path):
+    paths = plot_compare(rows, tmp_path)
+    assert sorted(p.name for p in paths) == ["huge.png", "layered_80_s0.png"]
+    assert all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_policy_rows():
+    graph = layered_dag(40, seed=1)
+
+    def policy(g, cluster, seed):
+        return get_method("etf")(g, cluster, seed), 5
+
+    rows = compare([graph], [2], ["single"], policy=policy, progress=False)
+    assert [r.method for r in rows] == ["single"]  # a policy is only added to "all" or when named
+    rows = compare([graph], [2], ["single", "placeto"], policy=policy, progress=False)
+    assert rows[1].method == "placeto" and rows[1].simulator_calls == 5 and rows[1].ratio_to_best == 1.0
+    with pytest.raises(InputError, match="needs a trained policy"):
+        compare([graph], [2], ["placeto"], progress=False)
+    with pytest.raises(InputError, match="unknown method"):
+        compare([graph], [2], "single,bogus", progress=False)
+
+
+def test_load_family(tmp_path):
+    with pytest.raises(InputError, match="no manifest"):
+        load_family("fam", root=tmp_path)
+    (tmp_path / "fam").mkdir()
+    entries = []
+    for i, split in enumerate(["train", "test", "test"]):
+        save_graph(layered_dag(10, seed=i), tmp_path / "fam" / f"g{i}.json.gz")
+        entries.append({"file": f"g{i}.json.gz", "split": split})
+    (tmp_path / "fam" / "manifest.json").write_text(json.dumps({"family": "fam", "graphs": entries}))
+    assert [g.name for g in load_family("fam", "test", tmp_path)] == ["layered_10_s1", "layered_10_s2"]
+    assert len(load_family("fam", None, tmp_path)) == 3
+    (tmp_path / "fam" / "manifest.json").write_text("{}")
+    with pytest.raises(InputError, match="malformed manifest"):
+        load_family("fam", "test", tmp_path)
+
+
+def _args(*argv):
+    p = argparse.ArgumentParser()
+    add_compare_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_run_compare(tmp_path, capsys):
+    save_graph(layered_dag(50, seed=0), tmp_path / "g.json.gz")
+    out = tmp_path / "out"
+    assert run_compare(_args(str(tmp_path / "g.json.gz"), "--devices", "2,4", "--methods", "single,etf,random",
+                             "--budget", "8", "--out", str(out), "--plot", "--quiet")) == 0
+    assert "| layered_50_s0 | 4 |" in capsys.readouterr().out
+    assert {p.name for p in out.iterdir()} == {"compare.csv", "compare.md", "layered_50_s0.png"}
+    with pytest.raises(InputError, match="graph files or --family"):
+        run_compare(_args("--quiet"))
+    with pytest.raises(InputError, match="--plot needs --out"):
+        run_compare(_args(str(tmp_path / "g.json.gz"), "--plot"))
+
+
+def test_benchmark_script(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    script = [sys.executable, str(ROOT / "experiments" / "compare_benchmarks.py")]
+    empty = subprocess.run(script + ["--benchmarks", str(tmp_path)], env=env, capture_output=True, text=True)
+    assert empty.returncode == 2 and "no benchmark graphs" in empty.stderr
+    save_graph(layered_dag(30, seed=0), tmp_path / "tiny.json.gz")
+    done = subprocess.run(script + ["--benchmarks", str(tmp_path), "--devices", "2", "--budget", "4",
+                                    "--out", str(tmp_path / "res")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "res" / "compare_benchmarks.csv").is_file()
+    assert "| layered_30_s0 | 2 |" in (tmp_path / "res" / "compare_benchmarks.md").read_text()

@@ -1,0 +1,148 @@
+"""simulator.grouping: acyclic contraction, output bookkeeping, placements back and forth."""
+
+import jax
+import jax.numpy as jnp
+import networkx as nx
+import numpy as np
+import optax
+import pytest
+
+from simulator.costs import annotate_costs
+from simulator.errors import InputError
+from simulator.generate import layered_dag
+from simulator.graph import make_graph
+from simulator.grouping import expand_placement, group, group_placement_from_ops
+from simulator.io import dumps_graph
+
+
+def check_grouping(graph, gr):
+    """Every invariant of a Grouping, checked the slow, obvious way."""
+    gg = gr.graph
+    assert gr.op_to_group.shape == (graph.n_nodes,) and gr.op_to_group.dtype == np.int32
+    assert sorted(np.concatenate(gr.members).tolist()) == list(range(graph.n_nodes))
+    for k, mem in enumerate(gr.members):
+        assert np.all(gr.op_to_group[mem] == k) and np.all(np.diff(mem) > 0)
+        names = {graph.colocation[i] for i in mem} - {None}
+        assert len(names) <= 1 and gg.colocation[k] == (names.pop() if names else None)
+    assert [int(m[0]) for m in gr.members] == sorted(int(m[0]) for m in gr.members)
+    quotient = nx.DiGraph()
+    quotient.add_nodes_from(range(gg.n_nodes))
+    g = gr.op_to_group
+    group_edges = set(zip(gg.edge_src.tolist(), gg.edge_dst.tolist(), gg.edge_out.tolist()))
+    for s, d, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
+        if g[s] != g[d]:
+            quotient.add_edge(int(g[s]), int(g[d]))
+            # the group edge carries exactly this op output
+            match = [e for e in group_edges if e[0] == g[s] and e[1] == g[d]
+                     and gg.out_bytes[gg.out_offsets[e[0]] + e[2]] == graph.out_bytes[graph.out_offsets[s] + o]]
+            assert match
+    assert nx.is_directed_acyclic_graph(quotient)
+    assert set(zip(gg.edge_src.tolist(), gg.edge_dst.tolist())) == set(quotient.edges)
+    assert not np.any(gg.edge_src == gg.edge_dst)
+    for kind in graph.costs:
+        assert gg.costs[kind].sum() == pytest.approx(graph.costs[kind].sum())
+        assert gg.costs[kind] == pytest.approx(np.bincount(g, graph.costs[kind], gg.n_nodes))
+    assert gg.persistent_bytes.sum() == pytest.approx(graph.persistent_bytes.sum())
+    assert gg.out_bytes.sum() <= graph.out_bytes.sum()
+
+
+@pytest.mark.parametrize("n,seed", [(30, 0), (200, 1), (500, 2), (1000, 3)])
+@pytest.mark.parametrize("target", [None, 1, 10, 100])
+def test_random_dags(n, seed, target):
+    graph = layered_dag(n, seed=seed, kinds=("k80", "cpu"), max_outputs=3)
+    gr = group(graph, target)
+    check_grouping(graph, gr)
+    if target is not None:
+        assert gr.graph.n_nodes <= target  # no colocation names here, so the fallback always gets there
+
+
+def test_without_fallback_stays_acyclic_above_target():
+    graph = layered_dag(300, seed=4)
+    gr = group(graph, 5, fallback=False)
+    check_grouping(graph, gr)
+    assert gr.graph.n_nodes >= 5
+
+
+def chain_with_colocated_ends():
+    """p -> a -> b -> u with p and u colocated (a variable and its update), plus a side input x -> a."""
+    nodes = [{"name": nm, "op": op, "cost": c, "out_bytes": [8], "colocation": col}
+             for nm, op, c, col in [("p", "param", 0, "w"), ("x", "input", 0, None), ("a", "dot", 5, None),
+                                    ("b", "add", 1, None), ("u", "sub", 1, "w")]]
+    return make_graph("toy", nodes, [(0, 2, 0), (1, 2, 0), (2, 3, 0), (3, 4, 0), (0, 4, 0)])
+
+
+def test_colocation_that_would_make_a_cycle_is_split():
+    graph = chain_with_colocated_ends()
+    gr = group(graph, None, single_consumer=False)
+    check_grouping(graph, gr)
+    assert gr.op_to_group[0] != gr.op_to_group[4]  # merging p and u would swallow a and b
+    assert gr.graph.colocation.count("w") == 2  # the constraint survives on both parts
+    full = group(graph, None)
+    check_grouping(graph, full)
+    # x -> a -> b -> u collapses (one consumer each) into u's part; then p's two consumers are one group
+    assert full.graph.n_nodes == 1 and full.graph.colocation == ("w",)
+
+
+def test_chain_collapses_and_single_consumer_merge():
+    nodes = [{"name": f"n{i}", "op": "op", "cost": 1.0, "out_bytes": [4]} for i in range(5)]
+    graph = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(4)])
+    gr = group(graph, None)
+    assert gr.graph.n_nodes == 1 and gr.graph.cost_for("default")[0] == 5.0
+    assert gr.graph.out_bytes.size == 0  # nothing leaves the group
+
+
+def test_cheapest_edge_first():
+    nodes = [{"name": nm, "op": "op", "cost": c, "out_bytes": [4]} for nm, c in
+             [("a", 1.0), ("b", 1.0), ("c", 10.0), ("d", 10.0), ("e", 5.0)]]
+    graph = make_graph("two_chains", nodes, [(0, 1, 0), (2, 3, 0), (2, 4, 0)])
+    gr = group(graph, 4, colocate=False, single_consumer=False)
+    assert [m.tolist() for m in gr.members] == [[0, 1], [2], [3], [4]]
+    gr = group(graph, 3, colocate=False, single_consumer=False)
+    assert [m.tolist() for m in gr.members] == [[0, 1], [2, 4], [3]]  # c->e (15) before c->d (20)
+
+
+def test_placements_round_trip():
+    graph = layered_dag(400, seed=5)
+    gr = group(graph, 40)
+    group_place = np.arange(gr.graph.n_nodes) % 3
+    ops = expand_placement(gr, group_place)
+    assert ops.shape == (graph.n_nodes,) and np.array_equal(ops, group_place[gr.op_to_group])
+    assert np.array_equal(group_placement_from_ops(gr, ops), group_place)
+    mixed = ops.copy()
+    mixed[gr.members[0][0]] = 7  # a minority vote does not move the group (if it has other members)
+    if len(gr.members[0]) > 2:
+        assert group_placement_from_ops(gr, mixed)[0] == group_place[0]
+    with pytest.raises(InputError):
+        expand_placement(gr, group_place[:-1])
+    with pytest.raises(InputError):
+        group_placement_from_ops(gr, ops[:-1])
+
+
+def test_deterministic():
+    graph = layered_dag(600, seed=6, kinds=("k80",))
+    assert dumps_graph(group(graph, 50).graph) == dumps_graph(group(graph, 50).graph)
+
+
+def test_traced_training_step():
+    params = {"l1": {"w": jnp.ones((10, 16)), "b": jnp.zeros(16)}, "l2": {"w": jnp.ones((16, 4)), "b": jnp.zeros(4)}}
+    tx = optax.adam(1e-3)
+
+    def step(p, s, x, y):
+        def loss(q):
+            h = jax.nn.relu(x @ q["l1"]["w"] + q["l1"]["b"])
+            return jnp.mean((h @ q["l2"]["w"] + q["l2"]["b"] - y) ** 2)
+        g = jax.grad(loss)(p)
+        u, s = tx.update(g, s, p)
+        return optax.apply_updates(p, u), s
+
+    from simulator.trace import trace
+    graph = annotate_costs(trace(step, params, tx.init(params), jnp.ones((8, 10)), jnp.ones((8, 4))).graph,
+                           ("k80",))
+    for target in (None, 12, 3):
+        gr = group(graph, target)
+        check_grouping(graph, gr)
+    coarse = group(graph, None)
+    assert coarse.graph.n_nodes < graph.n_nodes / 3
+    assert coarse.graph.meta["grouping"]["n_ops"] == graph.n_nodes
+    for name in {c for c in graph.colocation if c}:
+        assert 1 <= coarse.graph.colocation.count(name) <= 3
