@@ -78,21 +78,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_datasets_build(args: argparse.Namespace) -> int:
     import time
 
-    from placeto.families import FAMILIES, build, load_manifest
+    from placeto.families import DATASETS, FAMILIES, build, load_manifest, write_readme
 
     families = [*FAMILIES, "benchmarks"] if args.family == "all" else [args.family]
     for family in families:
         t0 = time.perf_counter()
-        out = build(family, args.out, seed=args.seed, workers=args.workers,
+        out = build(family, args.out or DATASETS, seed=args.seed, workers=args.workers,
                     only=args.only.split(",") if args.only else None, progress=not args.quiet)
         if args.only:
             print(f"{family}: rebuilt {args.only} in {out} ({time.perf_counter() - t0:.0f} s)")
             continue
-        graphs = load_manifest(family, args.out)["graphs"]
+        graphs = load_manifest(family, args.out or DATASETS)["graphs"]
         ops = [g["ops"] for g in graphs]
         groups = [g["groups"] for g in graphs]
         print(f"{family}: {len(graphs)} graphs in {out}, ops {min(ops)}-{max(ops)}, groups {min(groups)}-"
               f"{max(groups)} ({time.perf_counter() - t0:.0f} s)")
+    write_readme(args.out or DATASETS)
     return 0
 
 
@@ -168,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="datasets_command", required=True)
     build = datasets.add_parser("build", help="trace, cost and group the families and benchmarks")
     build.add_argument("--family", default="all", choices=["cifar10", "ptb", "nmt", "benchmarks", "all"])
-    build.add_argument("--out", default="datasets", help="root folder (default: datasets)")
+    build.add_argument("--out", default=None, help="root folder (default: the repository's datasets/)")
     build.add_argument("--seed", type=int, default=0)
     build.add_argument("--workers", type=int, default=2, help="tracing processes")
     build.add_argument("--only", help="comma list of graph names to rebuild (manifest left as is)")

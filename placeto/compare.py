@@ -24,21 +24,17 @@ import numpy as np
 from tqdm import tqdm
 
 from placeto.baselines import DEFAULT_BUDGET, METHODS, NotApplicable, run_method
+from placeto.families import SPLITS, load_family
 from simulator.cluster import PRESETS, Cluster, cluster_preset
 from simulator.errors import InputError
 from simulator.graph import Graph
 from simulator.io import PathLike, atomic_write_bytes, load_graph
 from simulator.result import lower_bound
 
-try:
-    from simulator import simulate
-except ImportError:  # TEMPORARY: until simulator/__init__ exports the engine; remove then
-    from simulator.engine import simulate
+from simulator import simulate
 
 Policy = Callable[[Graph, Cluster, int], tuple[np.ndarray, int]]  # (graph, cluster, seed) -> (placement, calls)
 POLICY_METHOD = "placeto"
-DATASETS = Path(__file__).resolve().parent.parent / "datasets"
-SPLITS = ("train", "test")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,29 +227,6 @@ def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
 
 
 # ---- families -------------------------------------------------------------------------------------------------
-def load_family(name: str, split: str | None = "test", root: PathLike = DATASETS) -> list[Graph]:
-    """The graphs of family `name` listed in `<root>/<name>/manifest.json`, those of `split` only (None: all).
-
-    Manifest: {"family": name, "graphs": [{"file": "x.json.gz", "split": "train" | "test", ...}, ...]}, files
-    relative to the manifest. Raises InputError if the manifest is missing or malformed or lists no such graph.
-    """
-    if split is not None and split not in SPLITS:
-        raise InputError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
-    path = Path(root) / name / "manifest.json"
-    if not path.is_file():
-        raise InputError(f"family {name!r}: no manifest at {path} (build the family first)")
-    try:
-        manifest = json.loads(path.read_text())
-        entries = manifest["graphs"]
-        files = [(str(e["file"]), e.get("split")) for e in entries]
-    except (ValueError, KeyError, TypeError) as e:
-        raise InputError(f"malformed manifest: {e}", str(path)) from None
-    chosen = [f for f, s in files if split is None or s == split]
-    if not chosen:
-        raise InputError(f"family {name!r} has no {split or ''} graphs".replace("  ", " "), str(path))
-    return [load_graph(path.parent / f) for f in chosen]
-
-
 # ---- CLI --------------------------------------------------------------------------------------------------------
 def _int_list(text: str) -> list[int]:
     try:

@@ -25,6 +25,8 @@ from simulator.graph import Graph
 from simulator.io import load_graph, read_json, save_graph, save_placement, write_json
 from simulator.stats import graph_stats
 
+DATASETS = Path(__file__).resolve().parent.parent / "datasets"  # the repository's shipped data
+SPLITS = ("train", "test")
 ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")
 FAMILIES = ("cifar10", "ptb", "nmt")
 N_GRAPHS, N_TEST = 32, 8
@@ -180,7 +182,7 @@ def graph_entry(graph: Graph, file: str) -> dict[str, Any]:
 
 
 # ---- building a family ------------------------------------------------------------------------------------
-def build(family: str, out_root: str | Path = "datasets", seed: int = 0, workers: int = 2,
+def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: int = 2,
           only: list[str] | None = None, progress: bool = True) -> Path:
     """Build `family` ("cifar10", "ptb", "nmt" or "benchmarks") under `out_root/<family>/` with its manifest.
 
@@ -218,12 +220,26 @@ def build(family: str, out_root: str | Path = "datasets", seed: int = 0, workers
     return out
 
 
-def load_manifest(family: str, root: str | Path = "datasets") -> dict[str, Any]:
-    """The manifest of a built family; a clear InputError if it is missing."""
+def load_manifest(family: str, root: str | Path = DATASETS) -> dict[str, Any]:
+    """The manifest of a built family; a clear InputError if it is missing or malformed."""
     path = Path(root) / family / "manifest.json"
-    if not path.exists():
-        raise InputError(f"family {family!r} is not built (no {path}); run `placeto datasets build --family {family}`")
-    return read_json(path)
+    if not path.is_file():
+        raise InputError(f"family {family!r}: no manifest at {path} (run `placeto datasets build --family {family}`)")
+    manifest = read_json(path)
+    entries = manifest.get("graphs") if isinstance(manifest, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "file" in e for e in entries):
+        raise InputError("malformed manifest: field 'graphs' must list objects with a 'file'", str(path))
+    return manifest
+
+
+def load_family(name: str, split: str | None = "test", root: str | Path = DATASETS) -> list[Graph]:
+    """The graphs of family `name` (files listed in its manifest), those of `split` only (None: all)."""
+    if split is not None and split not in SPLITS:
+        raise InputError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
+    chosen = [e["file"] for e in load_manifest(name, root)["graphs"] if split is None or e.get("split") == split]
+    if not chosen:
+        raise InputError(f"family {name!r} has no {split + ' ' if split else ''}graphs")
+    return [load_graph(Path(root) / name / f) for f in chosen]
 
 
 # ---- re-tracing and profiling built graphs ------------------------------------------------------------------
@@ -270,3 +286,62 @@ def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int
         "device": jax.devices()[0].device_kind, "repeats": repeats, "warmup": warmup,
         "dispatch_overhead_us": round(dispatch_overhead_us(), 3), "jax_version": jax.__version__}}
     return dataclasses.replace(graph, meta=meta).with_costs(kind, np.round(cost, 3))
+
+
+# ---- datasets/README.md ----------------------------------------------------------------------------------
+README_HEAD = """# Datasets
+
+Graph families in the style of Placeto's (ENAS cifar10 conv cells, ENAS ptb recurrent cells, nmt with varied
+length and batch; 32 graphs each with a fixed 24/8 train/test split) and the seeds' benchmark models, all traced
+from real JAX/Flax training steps (forward, backward, optimizer update) in `placeto/zoo/`, given analytic
+roofline costs for K80, V100, A100, H100 and a generic CPU (`simulator/costs.py`), and grouped
+(`simulator/grouping.py`). Each `<family>/manifest.json` lists the graph files, their split and statistics;
+each graph's meta says how to rebuild its op graph (`program`) and maps ops to groups (`grouping.op_to_group`).
+Benchmarks ship human expert placements (`<graph>.expert_<D>dev.json`, also in the graph's
+`meta.expert_placement`). Graphs profiled on the local CPU carry measured costs under the kind `local-cpu`.
+
+Rebuild (byte for byte; measured costs already in a file are kept):
+
+    placeto datasets build --family all        # or cifar10 | ptb | nmt | benchmarks
+    placeto profile datasets/benchmarks/*.json.gz    # measured local-cpu costs (noisy; a separate step)
+
+Widths are reduced against the papers' models to keep tracing and profiling fast on a laptop; the structure
+(layers, cells, unrolled time steps) is the real one. Times below are K80 analytic costs in milliseconds;
+lower bounds are max(critical path, total compute / D).
+"""
+
+
+def readme_table(root: str | Path = DATASETS) -> str:
+    """Markdown statistics tables of every built family under `root`."""
+    lines = ["| family | graphs | ops | groups | edges | compute ms | critical path ms | LB 2 | LB 4 | LB 8 |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    rows = []
+    for family in (*FAMILIES, "benchmarks"):
+        if not (Path(root) / family / "manifest.json").exists():
+            continue
+        graphs = load_manifest(family, root)["graphs"]
+        rows += [(g["name"], [g]) for g in graphs] if family == "benchmarks" else [(family, graphs)]
+    for label, gs in rows:
+        def span(key, scale=1.0, fmt="{:.0f}"):
+            lo, hi = min(g[key] for g in gs) * scale, max(g[key] for g in gs) * scale
+            return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
+        lbs = [span_lb(gs, d) for d in DEVICE_COUNTS]
+        lines.append(f"| {label} | {len(gs)} | {span('ops')} | {span('groups')} | {span('edges')} | "
+                     f"{span('total_compute_us', 1e-3, '{:.1f}')} | {span('critical_path_us', 1e-3, '{:.1f}')} | "
+                     + " | ".join(lbs) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def span_lb(graphs: list[dict], d: int) -> str:
+    values = [g["lower_bound_us"][str(d)] * 1e-3 for g in graphs]
+    lo, hi = min(values), max(values)
+    return f"{lo:.1f}" if lo == hi else f"{lo:.1f}–{hi:.1f}"
+
+
+def write_readme(root: str | Path = DATASETS) -> None:
+    """(Re)write `root/README.md` from the manifests."""
+    text = README_HEAD + "\n" + readme_table(root)
+    Path(root).mkdir(parents=True, exist_ok=True)
+    from simulator.io import atomic_write_bytes
+
+    atomic_write_bytes(Path(root) / "README.md", text.encode())

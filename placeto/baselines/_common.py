@@ -14,10 +14,7 @@ from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 
-try:
-    from simulator import simulate_batch
-except ImportError:  # TEMPORARY: until simulator/__init__ exports the engine; remove then
-    from simulator.engine import simulate_batch
+from simulator import simulate_batch
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
