@@ -1,6 +1,11 @@
 """Colocation and coarsening: an op graph -> a smaller graph of groups, and placements back and forth.
 
-`group(graph, target_groups)` contracts the op graph in three steps, every merge keeping the quotient acyclic:
+A group runs as one unit (`simulator.reference`): it starts when all its external inputs have arrived and runs
+its members back to back, so merging can destroy parallelism. Grouping therefore tracks the zero-communication
+ASAP schedule of the contracted graph, with node weights from `_op_weight` (a group weighs the sum of its
+members): per node its earliest start, its bottom (longest path from its start to the end, itself included) and
+the critical path cp. A merge only adds constraints, so starts, bottoms and cp never decrease. `group(graph,
+target_groups)` contracts in four steps, every merge keeping the quotient acyclic:
 
   (a) colocation: ops sharing a colocation name are merged as far as a local test proves acyclic: two nodes
       a, b may merge when there is no path of length >= 2 between them either way, which holds when
@@ -9,18 +14,31 @@
       forward and backward pass lie between them), so a colocation name may end up on a few group nodes (in
       practice two: the variable with its reads, and its update chain). They keep the name in
       `Graph.colocation`: placing them on one device is a constraint for whoever places the groups;
-  (b) Mirhoseini et al. (2017)'s heuristic: a node with exactly one consumer is merged into it (always acyclic:
-      the only path out of it is that edge), repeatedly, so chains collapse;
-  (c) while above `target_groups`: contract the cheapest edge (u, v) (smallest cost(u) + cost(v), ties by
-      index) among those where u's only child is v or v's only parent is u (both acyclic for the same reason).
-      When no such edge is left,
+  (b) contract, in topological order until nothing changes, every edge u -> v whose contraction delays
+      nothing: the group can start when u did (v's other inputs are ready by then, or u costs nothing), and
+      u's other consumers start after v ends anyway. No start changes, so the critical path is kept. This is
+      Mirhoseini et al. (2017)'s merge of a node into its only consumer, kept only where it costs no
+      parallelism (merging x into z otherwise makes x wait for z's other inputs), and extended to nodes with
+      several consumers;
+  (c) while above `target_groups`: contract the candidate pair whose merged group has the shortest longest
+      path through it, ties by summed weight, then index. After contracting a and b the critical path is
+      exactly max(cp, that path) (paths avoiding the group keep their length), so merges that keep the cp
+      come first, those with the most slack first, then the ones that lengthen it least. Candidates: every
+      edge (contracted only if no other path joins its ends: a depth labelling with depth[child] >
+      depth[parent] and a bounded search prove it) and siblings next to each other in start order among a
+      node's children or parents (joined by no path). A lazy greedy: keys only grow, so a popped key is
+      re-evaluated and pushed back if it grew; after each contraction starts and bottoms are raised in
+      waves of at most _WAVE nodes and recomputed from scratch after n_groups / _RESCHEDULE cut-short waves.
+      With a target, (b) and (c) first build no group heavier than `balance` x the mean group weight at the
+      target (balance for the placer); (c) drops that limit if it gets stuck. When no candidate is left,
   (d) (`fallback=True`) merges disjoint pairs of neighbours in a depth-first topological order of the
       quotient, edge-joined pairs first, then cheapest: a contiguous run of a topological order is convex, so
-      this is acyclic too, and it reaches the target unless colocation names forbid it. It may merge parallel
-      branches (losing parallelism), which (b) and (c) never do.
+      this is acyclic too, and it reaches the target unless colocation names forbid it. It ignores the
+      schedule; (c) leaves it work mainly when colocation names or a disconnected graph block the candidates.
 
-Nodes with different colocation names are never merged; an uncolocated node merged into a colocated one takes
-its name. The cost used for ordering (c) is the max over recorded device kinds (0 without costs); the grouped
+The grouped graph's critical path is never below the op graph's; after (a) and (b) only (target None) it is
+the op graph's under the grouping weight, unless colocation merges lengthened it. Nodes with different
+colocation names are never merged; an uncolocated node merged into a colocated one takes its name. The grouped
 graph gets, per kind, the sum of member costs (NaN if any member has none). Deterministic: ties break on op
 indices, never on set order.
 """
@@ -30,6 +48,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import heapq
+import math
 import re
 from typing import Sequence
 
@@ -37,6 +56,12 @@ import numpy as np
 
 from simulator.errors import InputError
 from simulator.graph import Graph, make_graph
+
+_WAVE = 64  # step (c): nodes whose labels one contraction raises each way before leaving the rest stale
+_RESCHEDULE = 8  # step (c): labels are recomputed after n_groups / _RESCHEDULE contractions left them stale
+_TOL = 0.002  # step (c): a popped key that grew by at most this times the cp is taken as it is
+_SEARCH_BUDGET = 64  # nodes visited by one acyclicity search before giving up (refusing the merge)
+_REL_TOL = 1e-9  # relative slack when comparing path lengths summed in different orders
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -55,7 +80,8 @@ class Grouping:
 
 
 class _Quotient:
-    """The contracted graph: union-find over ops plus distinct successor/predecessor sets per representative."""
+    """The contracted graph: union-find over ops, distinct successor/predecessor sets per representative, and
+    labels of the representatives: the zero-communication ASAP schedule (start, bottom, cp) and a depth."""
 
     def __init__(self, graph: Graph, weight: np.ndarray):
         n = graph.n_nodes
@@ -66,8 +92,13 @@ class _Quotient:
             self.succ[s].add(d)
             self.pred[d].add(s)
         self.coloc = list(graph.colocation)
-        self.weight = weight.tolist()
+        self.weight = weight.tolist()  # summed member weight per representative (units of `_op_weight`)
         self.n_groups = n
+        self.start = [0.0] * n  # earliest start with free communication (same units)
+        self.bottom = [0.0] * n  # longest path from the node's start to the end, own weight included
+        self.depth = [0] * n  # depth[child] > depth[parent] on every edge, always
+        self.cp = 0.0  # critical path: max(start + bottom)
+        self.stale = 0  # contractions whose label waves were cut short since the last `reschedule`
 
     def find(self, i: int) -> int:
         root = i
@@ -77,6 +108,9 @@ class _Quotient:
             self.parent[i], i = root, self.parent[i]
         return root
 
+    def reps(self) -> list[int]:
+        return [i for i, p in enumerate(self.parent) if p == i]
+
     def compatible(self, a: int, b: int) -> bool:
         return self.coloc[a] is None or self.coloc[b] is None or self.coloc[a] == self.coloc[b]
 
@@ -85,8 +119,60 @@ class _Quotient:
         sa, pb = self.succ[a], self.pred[b]
         return len(sa) == 0 or (len(sa) == 1 and b in sa) or len(pb) == 0 or (len(pb) == 1 and a in pb)
 
+    def reaches(self, sources, b: int) -> bool:
+        """True if some node of `sources` may reach b: a depth-first search skipping nodes at b's depth or deeper
+        (they cannot reach b); also True when it runs out of budget."""
+        db, succ, d = self.depth[b], self.succ, self.depth
+        stack = [x for x in sources if d[x] < db]
+        seen, budget = set(stack), _SEARCH_BUDGET
+        while stack:
+            x = stack.pop()
+            if b in succ[x]:
+                return True
+            budget -= 1
+            if budget < 0:
+                return True
+            for y in succ[x]:
+                if y not in seen and d[y] < db:
+                    seen.add(y)
+                    stack.append(y)
+        return False
+
+    def mergeable(self, a: int, b: int) -> bool:
+        """True if contracting a and b surely keeps the graph acyclic: no path between them other than an
+        edge (a path from a to b of two or more hops needs depth[b] >= depth[a] + 2)."""
+        if not self.compatible(a, b):
+            return False
+        if self.depth[a] > self.depth[b]:
+            a, b = b, a  # the only possible direction is a -> b
+        if self.depth[b] - self.depth[a] <= 1 or self.no_long_path(a, b):
+            return True
+        return not self.reaches([x for x in self.succ[a] if x != b], b)
+
+    def path_through(self, a: int, b: int) -> float:
+        """Length of the longest path through the group a + b if it were contracted now. Paths avoiding
+        the group keep their length, so the critical path after contracting is max(cp, this)."""
+        st, bl, w = self.start, self.bottom, self.weight
+        if a in self.succ[b]:
+            a, b = b, a
+        if b not in self.succ[a]:  # no edge: starts when both could, then runs both
+            return max(st[a], st[b]) + w[a] + w[b] + max(bl[a] - w[a], bl[b] - w[b])
+        # edge a -> b: starts with a, or when b's last other input is ready; ends before the longest tail of
+        # b's or a's other children. The O(1) shortcuts hold when a is not b's last input / b not a's longest
+        # child (with a margin: the values are sums in different orders); else scan.
+        margin = _REL_TOL * (st[b] + bl[a])
+        if st[b] > st[a] + w[a] + margin:
+            head = st[b]
+        else:
+            head = max([st[a]] + [st[p] + w[p] for p in self.pred[b] if p != a])
+        if bl[a] - w[a] > bl[b] + margin:
+            tail = bl[a] - w[a]
+        else:
+            tail = max([bl[b] - w[b]] + [bl[s] for s in self.succ[a] if s != b])
+        return head + w[a] + w[b] + tail
+
     def merge(self, a: int, b: int) -> int:
-        """Contract representatives a and b; returns the surviving representative."""
+        """Contract representatives a and b (adjacency only); returns the surviving representative."""
         if len(self.succ[a]) + len(self.pred[a]) < len(self.succ[b]) + len(self.pred[b]):
             a, b = b, a  # move the smaller adjacency
         keep, drop = a, b
@@ -108,6 +194,66 @@ class _Quotient:
         self.weight[keep] += self.weight[drop]
         self.n_groups -= 1
         return keep
+
+    def contract(self, a: int, b: int, wave: int | None = None) -> int:
+        """`merge`, then update the labels: depth exactly (the acyclicity test relies on it); start and bottom
+        only grow under contraction, so the new group's descendants (start) and ancestors (bottom) are raised,
+        exactly, or until `wave` nodes were raised each way (the rest stays low until `reschedule`)."""
+        m = self.merge(a, b)
+        st, bl, d, w = self.start, self.bottom, self.depth, self.weight
+        d[m] = max([d[p] + 1 for p in self.pred[m]], default=0)
+        stack = [m]
+        while stack:
+            x = stack.pop()
+            for s in self.succ[x]:
+                if d[s] <= d[x]:
+                    d[s] = d[x] + 1
+                    stack.append(s)
+        st[m] = max([st[p] + w[p] for p in self.pred[m]], default=0.0)
+        bl[m] = w[m] + max([bl[s] for s in self.succ[m]], default=0.0)
+        self.cp = max(self.cp, st[m] + bl[m])
+        if not (self._raise(m, self.succ, st, 1, wave) & self._raise(m, self.pred, bl, -1, wave)):
+            self.stale += 1
+        return m
+
+    def _raise(self, m: int, nbrs: list, val: list, sign: int, wave: int | None) -> bool:
+        """Propagate a raised start (sign +1, to successors) or bottom (-1, to predecessors) from m, in depth
+        order so each node is raised once; False if stopped by `wave`."""
+        st, bl, d, w = self.start, self.bottom, self.depth, self.weight
+        heap, queued, budget, cp = [(sign * d[m], m)], {m}, wave, self.cp
+        while heap and (budget is None or budget > 0):
+            _, x = heapq.heappop(heap)
+            queued.discard(x)
+            vx = val[x] + w[x] if sign > 0 else val[x]
+            for y in nbrs[x]:
+                new = vx if sign > 0 else vx + w[y]
+                if val[y] < new:
+                    val[y] = new
+                    cp = max(cp, st[y] + bl[y])
+                    if y not in queued:
+                        queued.add(y)
+                        heapq.heappush(heap, (sign * d[y], y))
+            budget = None if budget is None else budget - 1
+        self.cp = cp
+        return not heap
+
+    def reschedule(self, depth_valid: bool = True) -> None:
+        """Recompute start, bottom, depth (longest hop count) and cp from scratch. With `depth_valid`, sorting
+        by the current depth gives the topological order."""
+        order = sorted(self.reps(), key=self.depth.__getitem__) if depth_valid else _quotient_topo_order(self)
+        st, bl, d, w, pred, succ = self.start, self.bottom, self.depth, self.weight, self.pred, self.succ
+        finish = [0.0] * len(st)
+        for r in order:
+            if pred[r]:
+                st[r] = max(map(finish.__getitem__, pred[r]))
+                d[r] = 1 + max(map(d.__getitem__, pred[r]))
+            else:
+                st[r], d[r] = 0.0, 0
+            finish[r] = st[r] + w[r]
+        for r in reversed(order):
+            bl[r] = w[r] + max(map(bl.__getitem__, succ[r])) if succ[r] else w[r]
+        self.cp = max([st[r] + bl[r] for r in order], default=0.0)
+        self.stale = 0
 
 
 def _merge_colocated(q: _Quotient, graph: Graph) -> None:
@@ -136,56 +282,111 @@ def _merge_colocated(q: _Quotient, graph: Graph) -> None:
                 q.merge(others[0], p)
 
 
-def _merge_single_consumers(q: _Quotient, order: Sequence[int], target: int) -> None:
-    """Step (b): merge every node with exactly one consumer into that consumer, until nothing changes."""
+def _delays_nothing(q: _Quotient, u: int, v: int) -> bool:
+    """True if contracting the edge u -> v changes no node's earliest start (so neither the critical path):
+    the group can start when u did (v's other inputs are ready by then, or u costs nothing and v's inputs
+    are ready when v started) and every other consumer of u starts after v ends (and after v starts, which
+    also rules out a second path u -> c -> ... -> v)."""
+    st, w = q.start, q.weight
+    ready = max([st[p] + w[p] for p in q.pred[v] if p != u], default=0.0)
+    if ready <= st[u]:
+        begin = st[u]
+    elif w[u] == 0:
+        begin = ready
+    else:
+        return False
+    end = begin + w[u] + w[v]
+    return all(st[c] >= end and st[c] > st[v] for c in q.succ[u] if c != v)
+
+
+def _contract_free_edges(q: _Quotient, order: Sequence[int], target: int, cap: float) -> None:
+    """Step (b): contract edges u -> v that delay nothing (`_delays_nothing`), in topological order of u,
+    until nothing changes, never making a group heavier than `cap`. This includes Mirhoseini et al.'s merge
+    of a node into its only consumer when that consumer's other inputs are ready by the time the node
+    starts. Start times stay exact and the critical path unchanged; bottoms are left stale."""
+    st, w = q.start, q.weight
     changed = True
     while changed and q.n_groups > target:
         changed = False
         for i in order:
             u = q.find(i)
-            if len(q.succ[u]) == 1:
-                v = next(iter(q.succ[u]))
-                if q.compatible(u, v):
-                    q.merge(u, v)
+            for v in sorted(q.succ[u]):
+                if q.compatible(u, v) and w[u] + w[v] <= cap and _delays_nothing(q, u, v):
+                    begin = max([st[p] + w[p] for p in q.pred[u] | q.pred[v] if p != u], default=0.0)
+                    st[q.merge(u, v)] = begin
                     changed = True
                     if q.n_groups <= target:
                         return
+                    break
 
 
-def _contract_cheapest(q: _Quotient, n_ops: int, target: int) -> None:
-    """Step (c): contract safe edges, cheapest first, down to `target` groups."""
-    version = [0] * n_ops
-    heap: list = []
+def _nearest_siblings(q: _Quotient, m: int) -> set[tuple[int, int]]:
+    """Pairs of m with its siblings next to it in start order: among each parent's children and each child's
+    parents."""
+    key = (q.start[m], m)
+    pairs = set()
+    for nbrs in [q.succ[p] for p in q.pred[m]] + [q.pred[c] for c in q.succ[m]]:
+        below = [(q.start[x], x) for x in nbrs if (q.start[x], x) < key]
+        above = [(q.start[x], x) for x in nbrs if (q.start[x], x) > key]
+        pairs.update((m, k[1]) for k in (max(below, default=None), min(above, default=None)) if k is not None)
+    return pairs
 
-    def push(u: int, v: int) -> None:
-        if (len(q.succ[u]) == 1 or len(q.pred[v]) == 1) and q.compatible(u, v):
-            heapq.heappush(heap, (q.weight[u] + q.weight[v], min(u, v), max(u, v), u, v, version[u], version[v]))
 
-    def push_edges_of(m: int) -> None:
-        for p in sorted(q.pred[m]):
-            push(p, m)
-        for c in sorted(q.succ[m]):
-            push(m, c)
+def _pair_entry(q: _Quotient, a: int, b: int, version: list[int]) -> tuple:
+    """(path through a + b, weight, a, b, versions of a and b): a heap entry, dead once a or b changes."""
+    a, b = min(a, b), max(a, b)
+    return (q.path_through(a, b), q.weight[a] + q.weight[b], a, b, version[a], version[b])
 
-    for u in sorted({q.find(i) for i in range(n_ops)}):
-        for v in sorted(q.succ[u]):
-            push(u, v)
+
+def _all_candidates(q: _Quotient) -> set[tuple[int, int]]:
+    """Every edge, and siblings next to each other in start order among each node's children and parents."""
+    pairs = set()
+    for u in q.reps():
+        pairs.update((min(u, v), max(u, v)) for v in q.succ[u])
+        for nbrs in (q.succ[u], q.pred[u]):
+            ordered = sorted(nbrs, key=lambda x: (q.start[x], x))
+            pairs.update((min(x, y), max(x, y)) for x, y in zip(ordered, ordered[1:]))
+    return pairs
+
+
+def _contract_greedy(q: _Quotient, target: int, cap: float) -> None:
+    """Step (c): contract candidate pairs (`_all_candidates`, then the pairs each contraction creates),
+    smallest path through the merged pair first, down to `target` groups, never making a group heavier than
+    `cap`. Lazy greedy: keys only grow, so a popped key is re-evaluated and pushed back if it grew (by more
+    than _TOL of the critical path) past the runner-up. Labels are raised in bounded waves and recomputed
+    exactly after n_groups / _RESCHEDULE contractions whose waves were cut short."""
+    q.reschedule(depth_valid=False)
+    version = [0] * len(q.parent)
+
+    def ok(x: int, y: int) -> bool:
+        return q.compatible(x, y) and q.weight[x] + q.weight[y] <= cap
+
+    heap = sorted(_pair_entry(q, a, b, version) for a, b in _all_candidates(q) if ok(a, b))
     while heap and q.n_groups > target:
-        _, _, _, u, v, vu, vv = heapq.heappop(heap)
-        if q.find(u) != u or q.find(v) != v or version[u] != vu or version[v] != vv or v not in q.succ[u]:
+        if q.stale > max(4, q.n_groups // _RESCHEDULE):
+            q.reschedule()
+        entry = heap[0]
+        a, b = entry[2], entry[3]
+        if q.parent[a] != a or q.parent[b] != b or entry[4] != version[a] or entry[5] != version[b]:
+            heapq.heappop(heap)
             continue
-        if not (len(q.succ[u]) == 1 or len(q.pred[v]) == 1):
-            continue  # degrees changed since the push; re-pushed when they become eligible again
-        m = q.merge(u, v)
+        now = q.path_through(a, b)
+        if now > entry[0] + _TOL * q.cp and (now, *entry[1:4]) > min([e[:4] for e in heap[1:3]], default=(now,)):
+            heapq.heapreplace(heap, (now, *entry[1:]))
+            continue
+        heapq.heappop(heap)
+        if not q.mergeable(a, b):
+            continue  # stays so until a or b changes, which pushes new pairs
+        m = q.contract(a, b, _WAVE)
         version[m] += 1
-        # Other edges keep their weight, and neighbours' degrees only shrink, so the only edges that can
-        # become eligible are those of m: re-push just those.
-        push_edges_of(m)
+        for x, y in sorted({(p, m) for p in q.pred[m]} | {(m, c) for c in q.succ[m]} | _nearest_siblings(q, m)):
+            if ok(x, y):
+                heapq.heappush(heap, _pair_entry(q, x, y, version))
 
 
-def _quotient_topo_order(q: _Quotient, n_ops: int) -> list[int]:
+def _quotient_topo_order(q: _Quotient) -> list[int]:
     """Representatives in a depth-first-like topological order (Kahn with a stack, smallest id first)."""
-    reps = sorted({q.find(i) for i in range(n_ops)})
+    reps = q.reps()
     indeg = {r: len(q.pred[r]) for r in reps}
     stack = [r for r in reversed(reps) if indeg[r] == 0]
     order = []
@@ -199,12 +400,12 @@ def _quotient_topo_order(q: _Quotient, n_ops: int) -> list[int]:
     return order
 
 
-def _merge_topological_neighbours(q: _Quotient, n_ops: int, target: int) -> None:
+def _merge_topological_neighbours(q: _Quotient, target: int) -> None:
     """Step (d): merge disjoint pairs of neighbours in one topological order (a contiguous run of a
     topological order is convex, so contracting any set of disjoint runs keeps the graph acyclic); pairs joined
     by an edge first, then the cheapest. Repeats with a fresh order until `target` or nothing is mergeable."""
     while q.n_groups > target:
-        order = _quotient_topo_order(q, n_ops)
+        order = _quotient_topo_order(q)
         pairs = sorted((0 if b in q.succ[a] else 1, q.weight[a] + q.weight[b], k)
                        for k, (a, b) in enumerate(zip(order, order[1:])) if q.compatible(a, b))
         taken = np.zeros(len(order), dtype=bool)
@@ -220,17 +421,25 @@ def _merge_topological_neighbours(q: _Quotient, n_ops: int, target: int) -> None
             return
 
 
-def _op_weight(graph: Graph) -> np.ndarray:
-    if not graph.costs:
-        return np.zeros(graph.n_nodes)
+def _op_weight(graph: Graph, kind: str | None) -> np.ndarray:
+    """float64[N] the weight that drives grouping (NaN counts 0): `kind`'s costs; else the only kind's; else
+    each kind's costs as a share of that kind's total, max over kinds (a slow kind such as a CPU would
+    otherwise decide alone)."""
+    if kind is not None and kind not in graph.costs:
+        raise InputError(f"graph {graph.name!r} has no costs for device kind {kind!r}")
+    if kind is not None or len(graph.costs) <= 1:
+        cost = graph.costs.get(kind) if kind is not None else next(iter(graph.costs.values()), None)
+        return np.zeros(graph.n_nodes) if cost is None else np.nan_to_num(cost, nan=0.0)
     stacked = np.stack([np.nan_to_num(c, nan=0.0) for c in graph.costs.values()])
-    return stacked.max(axis=0)
+    totals = stacked.sum(axis=1, keepdims=True)
+    return (stacked / np.where(totals > 0, totals, 1.0)).max(axis=0)
 
 
 def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
-          single_consumer: bool = True, fallback: bool = True) -> Grouping:
-    """Group `graph` by colocation (a), single-consumer merging (b), cheapest-edge contraction (c) and, if
-    still above the target, merging neighbours in a topological order (d).
+          single_consumer: bool = True, fallback: bool = True, kind: str | None = None,
+          balance: float | None = 4.0) -> Grouping:
+    """Group `graph` by colocation (a), contracting edges that delay nothing (b), critical-path-greedy
+    contraction (c) and, if still above the target, merging neighbours in a topological order (d).
 
     Args:
       graph: the op graph.
@@ -238,22 +447,29 @@ def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
       colocate: run step (a).
       single_consumer: run step (b).
       fallback: run step (d) when (c) gets stuck above `target_groups`.
+      kind: the device kind whose costs weigh the ops (None: see `_op_weight`).
+      balance: with a target, steps (b) and (c) make no group heavier than `balance` times the mean group
+        weight at the target (None: no limit); (c) lifts the limit if it cannot reach the target otherwise.
     Returns:
       the Grouping (see the module docstring for what is guaranteed).
     """
     if target_groups is not None and target_groups < 1:
         raise InputError(f"target_groups must be >= 1, got {target_groups}")
-    weight = _op_weight(graph)
+    weight = _op_weight(graph, kind)
     q = _Quotient(graph, weight)
     target = target_groups if target_groups is not None else 0
     if colocate:
         _merge_colocated(q, graph)
+    cap = balance * float(weight.sum()) / target_groups if balance and target_groups else math.inf
     if single_consumer and q.n_groups > target:
-        _merge_single_consumers(q, graph.topo_order.tolist(), target)
-    if target_groups is not None and q.n_groups > target:
-        _contract_cheapest(q, graph.n_nodes, target)
+        q.reschedule(depth_valid=False)
+        _contract_free_edges(q, graph.topo_order.tolist(), target, cap)
+    if target_groups is not None:
+        for limit in dict.fromkeys([cap, math.inf]):
+            if q.n_groups > target:
+                _contract_greedy(q, target, limit)
     if target_groups is not None and fallback and q.n_groups > target:
-        _merge_topological_neighbours(q, graph.n_nodes, target)
+        _merge_topological_neighbours(q, target)
     roots = np.asarray([q.find(i) for i in range(graph.n_nodes)], dtype=np.int64)
     return _build(graph, roots, q.coloc, weight, target_groups)
 

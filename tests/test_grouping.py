@@ -146,3 +146,76 @@ def test_traced_training_step():
     assert coarse.graph.meta["grouping"]["n_ops"] == graph.n_nodes
     for name in {c for c in graph.colocation if c}:
         assert 1 <= coarse.graph.colocation.count(name) <= 3
+
+
+def critical_path_of(graph):
+    from simulator.result import critical_path
+
+    return critical_path(graph, graph.cost_for(graph.kinds[0]))
+
+
+def test_keeps_parallelism_that_single_consumer_merging_loses():
+    """c1 -> c2 -> c3 -> z <- x, costs 10 each and z 1: the critical path is 31 (x runs beside the chain).
+    Merging every node into its only consumer (Mirhoseini's rule, the old step (b)) gives one group, 41: a
+    group waits for all its inputs, so x would wait for the chain or the chain for x. Step (b) keeps x apart
+    and z apart from the chain's start (c1 starts before x is ready): three groups, still 31."""
+    nodes = [{"name": nm, "op": "op", "cost": c, "out_bytes": [4]} for nm, c in
+             [("c1", 10.0), ("c2", 10.0), ("c3", 10.0), ("x", 10.0), ("z", 1.0)]]
+    graph = make_graph("x_z_chain", nodes, [(0, 1, 0), (1, 2, 0), (2, 4, 0), (3, 4, 0)])
+    assert critical_path_of(graph) == 31.0
+    assert critical_path_of(group(graph, 1).graph) == 41.0  # what merging into only consumers gives
+    for target in (None, 3):
+        gr = group(graph, target)
+        check_grouping(graph, gr)
+        assert [m.tolist() for m in gr.members] == [[0, 1, 2], [3], [4]]
+        assert critical_path_of(gr.graph) == 31.0
+    assert critical_path_of(group(graph, 2).graph) == 41.0  # two groups cannot do better
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_grouped_critical_path_never_below_op_graph(seed):
+    graph = layered_dag(300 + 100 * seed, seed=seed, kinds=("k80",))
+    cp = critical_path_of(graph)
+    assert critical_path_of(group(graph, None).graph) == pytest.approx(cp, rel=1e-9)  # (b) delays nothing
+    for target in (200, 100, 30, 5, 1):
+        grouped = critical_path_of(group(graph, target).graph)
+        assert grouped >= cp * (1 - 1e-9)
+        assert target != 1 or grouped == pytest.approx(graph.cost_for("k80").sum())
+
+
+def test_balance_limits_group_weight():
+    nodes = [{"name": f"n{i}", "op": "op", "cost": 1.0, "out_bytes": [4]} for i in range(40)]
+    graph = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(39)])
+    gr = group(graph, 4, balance=1.0)
+    assert [len(m) for m in gr.members] == [10, 10, 10, 10]
+    assert group(graph, 4, balance=None).graph.n_nodes == 4
+    with pytest.raises(InputError):
+        group(graph, 4, kind="k80")  # no such costs
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_incremental_schedule_matches_recomputation(seed):
+    """The exact label update of a contraction equals recomputing from scratch, and the critical path after
+    contracting a and b is max(cp before, path_through(a, b))."""
+    from simulator.grouping import _op_weight, _Quotient
+
+    graph = layered_dag(150, seed=seed, kinds=("k80",))
+    q = _Quotient(graph, _op_weight(graph, None))
+    q.reschedule(depth_valid=False)
+    rng = np.random.default_rng(seed)
+    while q.n_groups > 10:
+        reps = q.reps()
+        a = int(rng.choice(reps))
+        nbrs = sorted(q.succ[a] | q.pred[a]) or [r for r in reps if r != a]
+        b = int(rng.choice(nbrs))
+        if not q.mergeable(a, b):
+            continue
+        expected = max(q.cp, q.path_through(a, b))
+        q.contract(a, b)
+        assert q.cp == pytest.approx(expected, rel=1e-12)
+        labels = (list(q.start), list(q.bottom), q.cp)
+        q.reschedule()
+        live = q.reps()
+        for got, want in zip(labels[:2], (q.start, q.bottom)):
+            assert [got[r] for r in live] == pytest.approx([want[r] for r in live], rel=1e-12)
+        assert labels[2] == pytest.approx(q.cp, rel=1e-12)
