@@ -139,6 +139,56 @@ def cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- training / placing --------------------------------------------------------------------------------------
+def cmd_train(args: argparse.Namespace) -> int:
+    from simulator.io import load_graph
+
+    from placeto.config import PRESETS
+    from placeto.families import load_family
+    from placeto.train import train
+
+    graphs = load_family(args.family, "train") if args.family else [load_graph(g) for g in args.graph]
+    changes = {k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
+                                 ("time_limit_minutes", args.minutes)) if v is not None}
+    config = PRESETS[args.config]().replace(**changes)
+    summary = train(config, graphs, cluster_from_args(args), args.out, resume=not args.fresh)
+    print(f"{args.out}: {summary.episodes} episodes ({summary.episodes - summary.start_episode} now, "
+          f"{summary.wall_seconds:.0f} s, {summary.episodes_per_second:.2f} episodes/s, "
+          f"{summary.sim_calls_per_second:.0f} simulator calls/s)")
+    for key, runtime in sorted(summary.best_runtime.items()):
+        print(f"  best {key}: {runtime / 1e3:.3f} ms -> {summary.best_placement_files.get(key, '')}")
+    return 0
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from simulator import simulate
+    from simulator.io import load_graph, save_placement
+
+    from placeto.place import place
+
+    graph = load_graph(args.graph)
+    cluster = cluster_from_args(args)
+    result = place(graph, cluster, args.checkpoint, samples=args.samples, seed=args.seed)
+    placed = simulate(graph, result.placement, cluster)
+    single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
+    save_placement(args.out, result.placement, cluster.device_names)
+    print(f"placed {graph.name} on {cluster.n_devices} devices ({result.sim_calls} simulator calls) -> {args.out}")
+    print(f"  placeto        {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
+    print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
+    print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
+    return 0
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from placeto.plots_train import plot_run
+
+    for path in plot_run(args.run):
+        print(path)
+    return 0
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     from placeto.compare import run_compare
 
@@ -194,6 +244,32 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--repeats", type=int, default=5)
     prof.add_argument("--warmup", type=int, default=2)
     prof.set_defaults(func=cmd_profile)
+
+    tr = sub.add_parser("train", help="train a Placeto policy on a family or on graphs (resumes after a kill)")
+    what = tr.add_mutually_exclusive_group(required=True)
+    what.add_argument("--family", help="train on the train split of datasets/<FAMILY>")
+    what.add_argument("--graph", nargs="+", help="graph files to train on")
+    add_cluster_arguments(tr, default_devices=4)
+    tr.add_argument("--out", required=True, help="run directory (checkpoints, metrics, best placements)")
+    tr.add_argument("--config", default="default", choices=["default", "tiny"], help="configuration preset")
+    tr.add_argument("--episodes", type=int, help="total episodes (default: the preset's)")
+    tr.add_argument("--minutes", type=float, help="stop (with a checkpoint) after this many minutes")
+    tr.add_argument("--seed", type=int)
+    tr.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out")
+    tr.set_defaults(func=cmd_train)
+
+    pl = sub.add_parser("place", help="zero-shot placement of a graph with a trained policy")
+    pl.add_argument("graph")
+    pl.add_argument("--checkpoint", required=True, help="run directory of `placeto train`")
+    add_cluster_arguments(pl, default_devices=4)
+    pl.add_argument("--samples", type=int, default=0, help="best of K sampled episodes (0: one greedy episode)")
+    pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--out", required=True, help="placement file to write")
+    pl.set_defaults(func=cmd_place)
+
+    plot = sub.add_parser("plot", help="training curves of a run as PNG")
+    plot.add_argument("run", help="run directory")
+    plot.set_defaults(func=cmd_plot)
 
     cmp = sub.add_parser("compare", help="run every placement method on graphs and device counts")
     add_compare_arguments(cmp)

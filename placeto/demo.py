@@ -48,6 +48,44 @@ def simulator_section(out: Path, seed: int) -> None:
     print(f"Gantt chart: {out / 'gantt_round_robin_4dev.png'}")
 
 
+def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: int = 4) -> None:
+    """A family's statistics, then the human expert and single-device placements of a benchmark model."""
+    from placeto.families import DATASETS, load_family, load_manifest
+
+    manifest = load_manifest(family)
+    print(f"\n== Dataset: family {family!r} ({len(manifest['graphs'])} graphs traced from JAX training steps) ==")
+    print(f"{'graph':<10} {'split':<5} {'ops':>6} {'groups':>6} {'compute ms':>10} {'LB 4 ms':>8}  program")
+    for e in manifest["graphs"][:8]:
+        kw = {k: v for k, v in e["program"]["kwargs"].items() if k != "seed"}
+        print(f"{e['name']:<10} {e['split']:<5} {e['ops']:>6} {e['groups']:>6} {e['total_compute_us'] / 1e3:>10.2f} "
+              f"{e['lower_bound_us']['4'] / 1e3:>8.2f}  {kw}")
+    print(f"... {len(manifest['graphs']) - 8} more (see {DATASETS / family / 'manifest.json'})")
+    graph = next(g for g in load_family("benchmarks", split=None) if g.name == benchmark)
+    cluster = cluster_preset("placeto-k80", n_devices)
+    print(f"\n== Benchmark {benchmark} ({graph.meta['ops']} ops, {graph.n_nodes} groups) on {n_devices} K80s ==")
+    for name, placement in (("single GPU", np.zeros(graph.n_nodes, dtype=np.int32)),
+                            ("human expert", np.asarray(graph.meta["expert_placement"][str(n_devices)]))):
+        r = simulate(graph, placement, cluster)
+        print(f"{name:<13} {r.runtime / 1e3:>9.3f} ms  ({r.ratio:.2f}x lower bound, peak memory "
+              f"{r.peak_memory.max() / 1e6:.0f} MB{', OOM' if r.any_oom else ''})")
+
+
+def compare_section(graph, out: Path, n_devices: int = 4, budget: int = 300, policy=None) -> list:
+    """Every baseline (and the trained policy, if given) on `graph`: the comparison table and a bar chart."""
+    from placeto.compare import compare, markdown_table, plot_compare, write_csv
+
+    methods = ["single", "random", "metis", "scotch", "mincut", "etf", "heft", "local-search"]
+    methods += ["placeto"] if policy is not None else []
+    print(f"\n== Comparison on unseen graph {graph.name} ({graph.n_nodes} groups), {n_devices} K80s, "
+          f"search budget {budget} simulations ==")
+    rows = compare([graph], [n_devices], methods, seed=0, budget=budget, policy=policy, progress=False)
+    print(markdown_table(rows))
+    write_csv(rows, out / "compare.csv")
+    plots = plot_compare(rows, out)
+    print(f"bar chart: {', '.join(str(p) for p in plots)}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="demo_out", help="folder for files and plots")
@@ -56,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     simulator_section(out, args.seed)
+    datasets_section()
     return 0
 
 

@@ -1,0 +1,118 @@
+"""Configuration of the Placeto agent: model, environment and REINFORCE training, with a `tiny` preset for tests.
+
+One frozen dataclass holds everything a run needs, so a run directory's `config.json` reproduces the run and
+`place.py` rebuilds the same policy from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any, Literal
+
+VisitOrder = Literal["topo", "reverse_topo", "random_fixed"]
+InitPlacement = Literal["single", "random"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlacetoConfig:
+    # ---- model --------------------------------------------------------------------------------------------
+    hidden: int = 32
+    """Width of node embeddings and of every hidden layer."""
+    rounds: int = 8
+    """Message-passing rounds (each aggregates from parents and from children, separate weights)."""
+    max_devices: int = 8
+    """Device axis padding: one trained policy places on any cluster of up to this many devices."""
+    device_onehot: bool = True
+    """Give nodes their device as a one-hot (Placeto). False keeps only "on the current node's device", which
+    makes the policy equivariant to relabelling identical devices (its embeddings then carry no device index)."""
+    group_agg: Literal["mean", "sum"] = "mean"
+    """How the ancestor / descendant / parallel groups of the current node are pooled before their MLPs."""
+
+    # ---- environment --------------------------------------------------------------------------------------
+    visit_order: VisitOrder = "topo"
+    """Order nodes are visited in: topological, reversed topological, or a random permutation fixed per graph."""
+    passes: int = 1
+    """Times each node is visited per episode (Placeto's n): an episode has passes * N steps."""
+    init_placement: InitPlacement = "single"
+    """Placement an episode starts from: every node on device 0, or uniformly random per node."""
+    memory_penalty_per_gb: float = 1.0
+    """Rewards use runtime + this * reward_scale * (GB above capacity, summed over devices); 0 disables."""
+
+    # ---- training -----------------------------------------------------------------------------------------
+    episodes: int = 2000
+    """Total training episodes (the budget; a resumed run continues up to it)."""
+    episodes_per_update: int = 8
+    """Episodes sampled in parallel on one graph per gradient update (the rollout batch B)."""
+    lr: float = 1e-3
+    """Initial Adam learning rate."""
+    lr_end: float = 1e-4
+    """Learning rate reached (exponentially) at the last update."""
+    entropy: float = 0.01
+    """Initial entropy bonus coefficient (on the mean per-step policy entropy)."""
+    entropy_end: float = 0.0
+    """Entropy coefficient at `entropy_decay_fraction` of training; linear in between, constant after."""
+    entropy_decay_fraction: float = 0.75
+    """Fraction of the episode budget over which the entropy coefficient decays."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    gamma: float = 1.0
+    """Discount of the per-step rewards (1: return-to-go = runtime now minus final runtime)."""
+    normalize_advantages: bool = True
+    """Divide each update's advantages by their standard deviation, so the entropy bonus and the learning rate
+    mean the same thing on graphs whose runtime improvements differ in scale."""
+    baseline_window: int = 32
+    """Recent episodes of the same graph whose mean return-to-go per step is the baseline."""
+    grad_steps: int = 64
+    """Steps per episode used for the gradient: a random subset (the same for the B episodes), the loss a mean
+    over them, so the gradient is unbiased; 0 = all steps. Backprop through the GNN costs ~8x a forward pass on
+    XLA:CPU, so this bounds an update's gradient cost independently of the graph size."""
+    grad_chunk_nodes: int = 16384
+    """Padded nodes per jitted gradient chunk (chunk steps = this // (B * padded N)): bounds memory."""
+    seed: int = 0
+    """Seed of parameters, episodes and the random_fixed visit order."""
+
+    time_limit_minutes: float = 0.0
+    """Stop (with a checkpoint) after this much wall time in one call; rerun to continue. 0 = no limit."""
+
+    # ---- bookkeeping --------------------------------------------------------------------------------------
+    checkpoint_seconds: float = 180.0
+    """Wall time between checkpoints (one is also written at the end)."""
+    log_every: int = 1
+    """Updates between metric rows (CSV + TensorBoard)."""
+    progress: bool = True
+    """Show a tqdm progress bar."""
+
+    def __post_init__(self):
+        checks = {"hidden": self.hidden >= 1, "rounds": self.rounds >= 0, "max_devices": self.max_devices >= 1,
+                  "passes": self.passes >= 1, "episodes_per_update": self.episodes_per_update >= 1,
+                  "episodes": self.episodes >= 0, "baseline_window": self.baseline_window >= 1,
+                  "gamma": 0.0 < self.gamma <= 1.0, "lr": self.lr > 0 and self.lr_end > 0,
+                  "group_agg": self.group_agg in ("mean", "sum"),
+                  "visit_order": self.visit_order in ("topo", "reverse_topo", "random_fixed"),
+                  "init_placement": self.init_placement in ("single", "random")}
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"PlacetoConfig: bad value for {', '.join(bad)}")
+
+    def replace(self, **changes: Any) -> "PlacetoConfig":
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), indent=1, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "PlacetoConfig":
+        """Build from a dict, ignoring unknown keys (configs written by newer versions still load)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def tiny(**changes: Any) -> PlacetoConfig:
+    """A CPU-friendly preset for tests: small model, a few short updates, no progress bar."""
+    base = PlacetoConfig(hidden=16, rounds=2, episodes=16, episodes_per_update=4, baseline_window=8,
+                         checkpoint_seconds=1e9, progress=False)
+    return base.replace(**changes)
+
+
+PRESETS = {"default": PlacetoConfig, "tiny": tiny}

@@ -1,0 +1,191 @@
+"""The placement MDP: B episodes on one graph, as pure functions over a typed state (jumanji style).
+
+An episode visits the nodes in a fixed order (`visit_sequence`), each node `passes` times; at every step the
+policy picks the device of the current node, the new placement is simulated once (host, outside jit), and the
+reward is the drop in (memory-penalised) runtime divided by a per-graph constant, so an episode's rewards sum
+to (initial - final runtime) / reward_scale.
+
+The B episodes of a batch share the graph and the visit order, hence the current node and step index; only
+placements differ. `reset` -> `step` ... until `done`; `observe` gives the policy's input.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import os
+from typing import NamedTuple
+
+import numpy as np
+
+from placeto.config import PlacetoConfig
+from placeto.features import GraphArrays, graph_arrays
+from simulator.cluster import GB, Cluster
+from simulator.graph import Graph
+from simulator.result import SimResult, lower_bound
+
+from simulator import simulate
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class EnvContext:
+    """Per-(graph, cluster) constants, built once by `make_context` (host side, not a pytree)."""
+
+    graph: Graph
+    cluster: Cluster
+    arrays: GraphArrays  # padded device arrays for the policy
+    visit_seq: np.ndarray  # int32[T] node visited at each step, T = passes * N
+    reward_scale: float  # microseconds: runtime with every node on device 0 (no penalty), > 0
+    memory_penalty_per_gb: float  # see PlacetoConfig
+    init_placement: str  # "single" | "random"
+    lower_bound: float  # microseconds
+
+    @property
+    def n_nodes(self) -> int:
+        return self.graph.n_nodes
+
+    @property
+    def n_pad(self) -> int:
+        return int(self.arrays.node_mask.shape[0])
+
+    @property
+    def n_steps(self) -> int:
+        return int(len(self.visit_seq))
+
+
+class EnvState(NamedTuple):
+    """B episodes on ctx.graph after `t` steps. N nodes, Np padded nodes, D devices."""
+
+    ctx: EnvContext
+    placement: np.ndarray  # int32[B, Np] device of every node (padding nodes: 0)
+    start: np.ndarray  # float32[B, Np] node start time / runtime of the current placement (padding: 0)
+    runtime: np.ndarray  # float64[B] memory-penalised runtime of the current placement, microseconds
+    t: int  # steps taken
+    best_runtime: np.ndarray  # float64[B] best penalised runtime seen in each episode, microseconds
+    best_placement: np.ndarray  # int32[B, N] placement achieving best_runtime
+    sim_calls: int  # simulator calls made by these episodes so far
+
+
+class Observation(NamedTuple):
+    """The policy's input at one step (a pytree; jit sees fixed shapes within a bucket)."""
+
+    placement: np.ndarray  # int32[B, Np]
+    start: np.ndarray  # float32[B, Np] normalised start times
+    node: np.ndarray  # int32[] node to place now
+    t: np.ndarray  # int32[] step index
+
+
+def visit_sequence(graph: Graph, order: str, passes: int, seed: int = 0) -> np.ndarray:
+    """int32[passes * N] nodes in visit order: "topo", "reverse_topo" or "random_fixed" (fixed by seed)."""
+    if order == "topo":
+        base = graph.topo_order
+    elif order == "reverse_topo":
+        base = graph.topo_order[::-1]
+    elif order == "random_fixed":
+        base = np.random.default_rng([seed, graph.n_nodes]).permutation(graph.n_nodes)
+    else:
+        raise ValueError(f"unknown visit order {order!r}")
+    return np.tile(np.asarray(base, dtype=np.int32), passes)
+
+
+def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvContext:
+    """Build the per-graph constants: visit sequence, padded arrays, reward scale."""
+    seq = visit_sequence(graph, config.visit_order, config.passes, config.seed)
+    arrays = graph_arrays(graph, cluster, seq, config.max_devices)
+    ctx = EnvContext(graph, cluster, arrays, seq, 1.0, config.memory_penalty_per_gb, config.init_placement,
+                     lower_bound(graph, cluster))
+    single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster).runtime
+    return dataclasses.replace(ctx, reward_scale=max(float(single), 1e-9))
+
+
+def penalised_runtime(ctx: EnvContext, result: SimResult) -> float:
+    """Runtime plus memory_penalty_per_gb * reward_scale per GB above capacity (summed over devices), us."""
+    over = np.maximum(result.peak_memory - result.capacity, 0.0).sum() / GB
+    return float(result.runtime + ctx.memory_penalty_per_gb * ctx.reward_scale * over)
+
+
+def _simulate_rows(ctx: EnvContext, placement: np.ndarray, rows: np.ndarray, runtime: np.ndarray,
+                   start: np.ndarray) -> None:
+    """Simulate `rows` of placement int32[B, Np] into runtime float64[B] (penalised), start f32[B, Np]."""
+    n = ctx.n_nodes
+
+    def one(b: int) -> None:
+        res = simulate(ctx.graph, placement[b, :n], ctx.cluster)
+        runtime[b] = penalised_runtime(ctx, res)
+        start[b, :n] = res.start / max(res.runtime, 1e-9)
+
+    rows = rows.tolist()
+    if len(rows) > 1 and SIM_THREADS > 1:  # the engine releases the GIL: episodes simulate in parallel
+        list(_pool().map(one, rows))
+    else:
+        for b in rows:
+            one(b)
+
+
+SIM_THREADS = max(1, min(4, os.cpu_count() or 1))
+_POOL: list[concurrent.futures.ThreadPoolExecutor] = []
+
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    if not _POOL:
+        _POOL.append(concurrent.futures.ThreadPoolExecutor(SIM_THREADS, thread_name_prefix="placeto-env"))
+    return _POOL[0]
+
+
+def reset(ctx: EnvContext, seed: int | np.random.Generator, batch: int = 1,
+          placement: np.ndarray | None = None) -> tuple[EnvState, Observation]:
+    """Start `batch` episodes: from `placement` (int[N] or int[B, N]) if given, else ctx.init_placement.
+
+    Deterministic in `seed`. One simulator call per episode.
+    """
+    n, d = ctx.n_nodes, ctx.cluster.n_devices
+    rng = np.random.default_rng(seed)
+    place = np.zeros((batch, ctx.n_pad), dtype=np.int32)
+    if placement is not None:
+        place[:, :n] = np.broadcast_to(np.asarray(placement, dtype=np.int32), (batch, n))
+    elif ctx.init_placement == "random":
+        place[:, :n] = rng.integers(0, d, size=(batch, n), dtype=np.int32)
+    if place.max(initial=0) >= d or place.min(initial=0) < 0:
+        raise ValueError(f"initial placement uses a device outside 0..{d - 1}")
+    runtime, start = np.empty(batch), np.zeros(place.shape, dtype=np.float32)
+    _simulate_rows(ctx, place, np.arange(batch), runtime, start)
+    state = EnvState(ctx, place, start, runtime, 0, runtime.copy(), place[:, :n].copy(), batch)
+    return state, observe(state)
+
+
+def observe(state: EnvState) -> Observation:
+    """The policy input for the current step (node = the one to place now)."""
+    seq = state.ctx.visit_seq
+    node = seq[min(state.t, len(seq) - 1)]
+    return Observation(state.placement, state.start, np.int32(node), np.int32(state.t))
+
+
+def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, bool]:
+    """Put the current node of each episode on device action[b]; returns (state, reward float64[B], done).
+
+    reward = (penalised runtime before - after) / reward_scale. One simulator call per episode whose placement
+    changed (an unchanged placement keeps its runtime and start times: reward exactly 0).
+    """
+    ctx = state.ctx
+    if state.t >= ctx.n_steps:
+        raise ValueError("step() after the episode ended")
+    action = np.asarray(action, dtype=np.int32).reshape(-1)
+    if action.min() < 0 or action.max() >= ctx.cluster.n_devices:
+        raise ValueError(f"action outside 0..{ctx.cluster.n_devices - 1}")
+    node = ctx.visit_seq[state.t]
+    changed = np.flatnonzero(state.placement[:, node] != action)
+    placement = state.placement.copy()
+    placement[:, node] = action
+    runtime, start = state.runtime.copy(), state.start.copy()
+    _simulate_rows(ctx, placement, changed, runtime, start)
+    reward = (state.runtime - runtime) / ctx.reward_scale
+    better = runtime < state.best_runtime
+    best_runtime, best_placement = state.best_runtime, state.best_placement
+    if better.any():
+        best_runtime = np.where(better, runtime, best_runtime)
+        best_placement = best_placement.copy()
+        best_placement[better] = placement[better, :ctx.n_nodes]
+    t = state.t + 1
+    new = EnvState(ctx, placement, start, runtime, t, best_runtime, best_placement,
+                   state.sim_calls + len(changed))
+    return new, reward, t == ctx.n_steps

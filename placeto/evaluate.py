@@ -1,0 +1,414 @@
+"""`placeto eval` and `placeto calibrate`: simulated against measured step times of placements.
+
+`evaluate` simulates each placement and, given a `HardwareRunner`, runs it on local JAX devices
+(`simulator.hardware`): graphs traced from JAX programs (family, benchmark and `import-jax` graphs) execute their
+real operations, one jitted function per node or group; graphs that only carry costs run synthetic kernels
+calibrated to take each node's cost. Units are dispatched in the order the simulator starts them, and the
+placements' steps are interleaved so a change in the machine's load hits them alike.
+
+For the comparison to mean anything the simulator must model these devices: use the cluster `calibrate` measures
+(device kind "local-<platform>", so the graph's measured costs from `placeto profile` are used) and profile the
+graph on this machine first; without measured costs the analytic "cpu" costs are used, with a warning. Op-level
+profiles count one dispatch per op, several times what a fused group costs: `--costs units` instead times every
+node/group as it is executed (`simulator.calibrate.profile_plan`) and simulates with that.
+
+This module does not import JAX at import time: the CLI must first set the host device count
+(`simulator.hardware.ensure_host_devices`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster, save_cluster
+from simulator.errors import InputError
+from simulator.graph import DEFAULT_KIND, Graph
+from simulator.io import PathLike, atomic_write_bytes, load_graph, load_placement, read_json
+
+MODES = ("auto", "program", "synthetic")
+
+
+class EvalRow(NamedTuple):
+    """One placement: simulated runtime and, if run, the measured step time."""
+
+    name: str
+    simulated_us: float
+    measured: Any = None  # simulator.hardware.Timing, or None when not run on hardware
+
+
+class Agreement(NamedTuple):
+    """How well simulated runtimes predict measured ones over a set of placements."""
+
+    median_ape: float  # median of |simulated - measured| / measured, in percent
+    mean_ape: float  # mean of the same, percent
+    spearman: float  # Spearman rank correlation of simulated and measured (NaN for < 3 placements)
+    n: int
+
+
+@dataclasses.dataclass
+class HardwareRunner:
+    """Turns placements of one graph into runnable plans on local devices."""
+
+    graph: Graph
+    cluster: Cluster  # the simulation cluster (its device count is the number of devices used)
+    mode: str  # "program" or "synthetic"
+    devices: list
+    make_plan: Callable[[np.ndarray, np.ndarray], Any]  # (placement int[N], dispatch order int[N]) -> Plan
+    threads: bool = True  # one dispatching host thread per device (simulator.hardware.run_plan)
+
+    def plan(self, placement: np.ndarray):
+        """The plan of `placement`, its units dispatched in simulated start order."""
+        return self.make_plan(placement, dispatch_order(self.graph, placement, self.cluster))
+
+    def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
+        """simulator.hardware.Timing of one step of each placement. The runs are interleaved (round r times
+        every placement once), so a change in the machine's load hits every placement alike."""
+        from simulator.hardware import timing_of, time_plan
+
+        plans = [self.plan(p) for p in placements]
+        for plan in plans:
+            time_plan(plan, repeats=1, warmup=max(1, warmup), threads=self.threads)  # compiles
+        times = [[] for _ in plans]
+        for _ in range(repeats):
+            for plan, t in zip(plans, times):
+                t.append(time_plan(plan, repeats=1, warmup=0, threads=self.threads).median_us)
+        return [timing_of(t) for t in times]
+
+    def unit_costs(self, repeats: int = 5) -> np.ndarray:
+        """float64[N] microseconds of every node (group) as executed, alone on device 0 (net of the dispatch
+        floor: simulator.calibrate.profile_plan); the recorded costs for synthetic execution."""
+        if self.mode == "synthetic":
+            return self.graph.cost_for(self.cluster.kinds[0])
+        from simulator.calibrate import profile_plan
+
+        one_device = np.zeros(self.graph.n_nodes, dtype=np.int32)
+        return profile_plan(self.make_plan(one_device, self.graph.topo_order), repeats)
+
+
+def simulation_cluster(graph: Graph, cluster: Cluster) -> tuple[Cluster, str | None]:
+    """(`cluster`, None) if the graph has costs for its device kinds, else the cluster with kind "cpu" and a
+    warning when the graph has analytic CPU costs; InputError if neither."""
+    if DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds):
+        return cluster, None
+    missing = next(k for k in cluster.kinds if k not in graph.costs)
+    if "cpu" not in graph.costs:
+        has = ", ".join(graph.kinds) or "none"
+        if not can_run_program(graph):
+            raise InputError(f"graph {graph.name!r} cannot be run here: no {missing!r} or 'cpu' costs (it has: "
+                             f"{has}) and no program in its meta to profile or execute")
+        raise InputError(f"graph {graph.name!r} has no {missing!r} costs (it has: {has}); run `placeto profile` "
+                         f"on it first")
+    devices = tuple(dataclasses.replace(d, kind="cpu") for d in cluster.devices)
+    return dataclasses.replace(cluster, devices=devices), (
+        f"warning: graph {graph.name!r} has no {missing!r} costs; simulating with analytic 'cpu' costs "
+        f"(run `placeto profile` on the graph for measured ones)")
+
+
+def dispatch_order(graph: Graph, placement: np.ndarray, cluster: Cluster) -> np.ndarray:
+    """int64[N] nodes by simulated start time, ties in topological order: the order units are dispatched in."""
+    from simulator import simulate
+
+    start = simulate(graph, np.asarray(placement, dtype=np.int32), cluster).start
+    rank = np.empty(graph.n_nodes, dtype=np.int64)
+    rank[graph.topo_order] = np.arange(graph.n_nodes)
+    return np.lexsort((rank, start))
+
+
+def can_run_program(graph: Graph) -> bool:
+    return "program" in graph.meta or bool(graph.meta.get("source", {}).get("args_spec"))
+
+
+def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: int = 0) -> HardwareRunner:
+    """A runner of `graph` on the first cluster.n_devices local devices.
+
+    mode "program" re-traces the graph's program (InputError if its meta does not say how), "synthetic" runs
+    calibrated kernels taking the simulation costs, "auto" picks "program" when possible.
+    """
+    from simulator.calibrate import calibrate_kernel
+    from simulator.hardware import leaf_values, local_devices, program_plan, synthetic_plan
+
+    if mode not in MODES:
+        raise InputError(f"unknown execution mode {mode!r} (known: {', '.join(MODES)})")
+    devices = local_devices(cluster.n_devices)
+    if mode == "synthetic" or (mode == "auto" and not can_run_program(graph)):
+        if not (DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds)):
+            raise InputError(f"graph {graph.name!r} cannot be run: its meta has no program to re-trace and it has "
+                             f"no {cluster.kinds[0]!r} costs for synthetic kernels")
+        cost = graph.cost_matrix(cluster.kinds)
+        kernel = calibrate_kernel(devices[0])
+
+        def make_synthetic(placement, order):
+            return synthetic_plan(graph, placement, cost[np.arange(graph.n_nodes), placement], devices, kernel,
+                                  order)
+
+        return HardwareRunner(graph, cluster, "synthetic", devices, make_synthetic)
+    traced, op_to_group, args = program_of(graph)
+    values = leaf_values(traced, args, seed)
+
+    def make_program(placement, order):
+        return program_plan(traced, values, placement, devices, op_to_group, order)
+
+    return HardwareRunner(graph, cluster, "program", devices, make_program)
+
+
+def program_of(graph: Graph) -> tuple[Any, np.ndarray | None, tuple]:
+    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark or imported graph."""
+    from placeto.families import retrace
+    from simulator.trace import parse_args_spec
+
+    if not can_run_program(graph):
+        raise InputError(f"graph {graph.name!r}: no program to run (its meta has no 'program' or "
+                         f"'source.args_spec'); use --mode synthetic to run kernels taking its costs")
+    traced, op_to_group = retrace(graph)
+    if "program" in graph.meta:
+        from placeto.zoo import build_program
+
+        program = build_program(graph.meta["program"]["kind"], **graph.meta["program"]["kwargs"])
+        args = (program.params, program.opt_state, program.batch)
+    else:
+        args = parse_args_spec(graph.meta["source"]["args_spec"])
+    return traced, op_to_group, args
+
+
+def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster: Cluster,
+             runner: HardwareRunner | None = None, repeats: int = 5, warmup: int = 2,
+             progress: Callable[[str], None] | None = None) -> list[EvalRow]:
+    """Simulate every (name, placement) on `cluster` and, with a `runner`, measure it on hardware."""
+    from simulator import simulate
+
+    arrays = [np.asarray(p, dtype=np.int32) for _, p in placements]
+    simulated = [float(simulate(graph, p, cluster).runtime) for p in arrays]
+    measured = runner.measure(arrays, repeats, warmup) if runner is not None else [None] * len(arrays)
+    rows = [EvalRow(name, sim, m) for (name, _), sim, m in zip(placements, simulated, measured)]
+    for row in rows if progress else ():
+        progress(format_row(row))
+    return rows
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (scipy.stats.spearmanr when installed); NaN for fewer than 3 points."""
+    if len(x) < 3:
+        return math.nan
+    try:
+        from scipy.stats import spearmanr
+    except ImportError:  # scipy is a dev dependency: the same statistic with average ranks
+        def ranks(v):
+            v = np.asarray(v, dtype=np.float64)
+            _, inv, counts = np.unique(v, return_inverse=True, return_counts=True)
+            return (np.cumsum(counts) - (counts - 1) / 2.0)[inv]
+
+        rx, ry = ranks(x), ranks(y)
+        if rx.std() == 0 or ry.std() == 0:
+            return math.nan
+        return float(np.corrcoef(rx, ry)[0, 1])
+    return float(spearmanr(x, y).statistic)
+
+
+def agreement(rows: Sequence[EvalRow]) -> Agreement:
+    """Errors and rank correlation of simulated against measured (median) times of the measured rows."""
+    pairs = [(r.simulated_us, r.measured.median_us) for r in rows if r.measured is not None]
+    if not pairs:
+        return Agreement(math.nan, math.nan, math.nan, 0)
+    sim, meas = np.asarray(pairs).T
+    ape = np.abs(sim - meas) / meas * 100
+    return Agreement(float(np.median(ape)), float(np.mean(ape)), spearman(sim, meas), len(pairs))
+
+
+def format_row(row: EvalRow, width: int = 28) -> str:
+    """One table line: placement (file name), simulated ms and, if measured, median [IQR, min] ms and error."""
+    name = Path(row.name).name
+    name = name if len(name) <= width else "..." + name[-(width - 3):]
+    text = f"{name:<{width}} {row.simulated_us / 1e3:>12.3f}"
+    if row.measured is None:
+        return text
+    m = row.measured
+    error = (row.simulated_us - m.median_us) / m.median_us * 100
+    return (f"{text} {m.median_us / 1e3:>12.3f}  [{m.q25_us / 1e3:.3f}-{m.q75_us / 1e3:.3f}, "
+            f"min {m.min_us / 1e3:.3f}]  {error:+7.1f}%")
+
+
+def plot_agreement(rows: Sequence[EvalRow], path: PathLike, title: str = "") -> None:
+    """Scatter of measured (median, IQR bars) against simulated step time with the y = x line, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    measured = [r for r in rows if r.measured is not None]
+    if not measured:
+        raise InputError("--plot needs --hardware (nothing was measured)")
+    sim = np.array([r.simulated_us for r in measured]) / 1e3
+    med = np.array([r.measured.median_us for r in measured]) / 1e3
+    err = np.array([[r.measured.median_us - r.measured.q25_us, r.measured.q75_us - r.measured.median_us]
+                    for r in measured]).T / 1e3
+    fig, ax = plt.subplots(figsize=(5.5, 5))
+    ax.errorbar(sim, med, yerr=err, fmt="o", capsize=3)
+    for r, x, y in zip(measured, sim, med):
+        ax.annotate(Path(r.name).stem, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    hi = max(sim.max(), med.max()) * 1.1
+    ax.plot([0, hi], [0, hi], "k--", lw=0.8, label="measured = simulated")
+    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="simulated step time (ms)", ylabel="measured step time (ms)",
+           title=title)
+    ax.legend(loc="upper left", fontsize=8)
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png", dpi=120)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+# ---- command line ------------------------------------------------------------------------------------------
+def add_eval_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("graph", help="graph file")
+    p.add_argument("--placement", nargs="+", required=True, help="placement JSON file(s) for this graph")
+    p.add_argument("--hardware", action="store_true", help="also run each placement on local JAX devices")
+    p.add_argument("--devices", type=int, default=None,
+                   help="number of devices (default: the cluster's, else the first placement file's, else 2)")
+    p.add_argument("--cluster", help="cluster JSON (default with --hardware: calibrate now; without: --preset)")
+    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
+                   help="cluster preset when simulating only and no --cluster is given")
+    p.add_argument("--mode", default="auto", choices=MODES,
+                   help="hardware execution: the graph's real program, or synthetic kernels taking its costs")
+    p.add_argument("--costs", default="graph", choices=("graph", "units"),
+                   help="simulate with the graph's costs for the cluster's device kind (measured 'local-cpu' from "
+                        "`placeto profile`), or with every node/group measured now as it is executed")
+    p.add_argument("--repeats", type=int, default=5, help="timed steps per placement (median reported)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (the first compiles)")
+    p.add_argument("--plot", help="write simulated vs measured to this PNG")
+    p.add_argument("--json", help="write the rows and the agreement to this JSON file")
+
+
+def _device_count(args: argparse.Namespace) -> int:
+    if args.devices is not None:
+        return args.devices
+    if args.cluster:
+        return load_cluster(args.cluster).n_devices
+    first = read_json(args.placement[0])
+    devices = first.get("devices") if isinstance(first, dict) else None
+    return len(devices) if devices else 2
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    n = _device_count(args)
+    if args.hardware:
+        from simulator.hardware import ensure_host_devices
+
+        ensure_host_devices(n)  # before anything imports jax
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be >= 1, got {args.repeats}")
+    if args.costs == "units" and not args.hardware:
+        raise InputError("--costs units measures the units on local devices: it needs --hardware")
+    graph = load_graph(args.graph)
+    placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
+    cluster = _eval_cluster(args, n)
+    runner = None
+    if args.costs == "units" and args.mode != "synthetic" and can_run_program(graph):
+        runner = hardware_runner(graph, cluster, args.mode)
+        print(f"measuring the {graph.n_nodes} units as executed (--costs units) ...", flush=True)
+        graph = graph.with_costs(cluster.kinds[0], runner.unit_costs(args.repeats))
+        runner = dataclasses.replace(runner, graph=graph)
+    else:
+        cluster, warning = simulation_cluster(graph, cluster)
+        if warning:
+            print(warning, file=sys.stderr)
+        if args.hardware:
+            runner = hardware_runner(graph, cluster, args.mode)
+    print(f"graph {graph.name} ({graph.n_nodes} nodes), {n}x {cluster.kinds[0]} ({cluster.name}: delta1 "
+          f"{cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, {cluster.bandwidth_bytes_per_us:g} B/us)")
+    if runner is not None:
+        print(f"hardware: {n} {runner.devices[0].platform} devices, {runner.mode} execution, median of "
+              f"{args.repeats} steps after {args.warmup} warm-up (the first compiles)")
+    print(f"{'placement':<28} {'simulated ms':>12}" + (f" {'measured ms':>12}  [IQR, min]  error" if runner else ""))
+    rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
+    summary = agreement(rows)
+    if runner is not None:
+        print(f"median |error| {summary.median_ape:.1f}%  mean |error| {summary.mean_ape:.1f}%  "
+              f"Spearman {summary.spearman:.3f}  ({summary.n} placements)")
+    if args.plot:
+        plot_agreement(rows, args.plot, f"{graph.name}, {n} devices: median |error| {summary.median_ape:.0f}%, "
+                                        f"Spearman {summary.spearman:.2f}")
+        print(f"plot             {args.plot}")
+    if args.json:
+        write_rows_json(args.json, graph, cluster, rows, summary)
+    return 0
+
+
+def _eval_cluster(args: argparse.Namespace, n: int) -> Cluster:
+    """--cluster, else (with --hardware) a calibration now, else --preset with n devices."""
+    if args.cluster:
+        cluster = load_cluster(args.cluster)
+        if cluster.n_devices != n:
+            raise InputError(f"--devices {n} but cluster {args.cluster} has {cluster.n_devices} devices")
+        return cluster
+    if args.hardware:
+        from simulator.calibrate import calibrate
+
+        print(f"calibrating {n} local devices (pass --cluster from `placeto calibrate` to skip) ...", flush=True)
+        cluster = calibrate(n)
+        check_parallelism(n)
+        return cluster
+    return cluster_preset(args.preset, n)
+
+
+def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequence[EvalRow],
+                    summary: Agreement) -> None:
+    def timing(m):
+        return None if m is None else {k: getattr(m, k) for k in ("median_us", "q25_us", "q75_us", "min_us",
+                                                                  "max_us")}
+
+    obj = {"graph": graph.name, "cluster": cluster.to_dict(), "agreement": summary._asdict(),
+           "rows": [{"placement": r.name, "simulated_us": r.simulated_us, "measured": timing(r.measured)}
+                    for r in rows]}
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, allow_nan=True) + "\n").encode())
+
+
+def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--devices", type=int, default=2, help="number of local devices to calibrate")
+    p.add_argument("--out", required=True, help="cluster JSON file to write")
+    p.add_argument("--repeats", type=int, default=7, help="trials per measurement (median)")
+    p.add_argument("--name", help="cluster name (default: local-<platform>-calibrated)")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from simulator.hardware import ensure_host_devices
+
+    ensure_host_devices(args.devices)  # before anything imports jax
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be >= 1, got {args.repeats}")
+    from simulator.calibrate import calibrate
+
+    cluster = calibrate(args.devices, args.repeats, args.name)
+    save_cluster(cluster, args.out)
+    print(f"{args.out}: {cluster.n_devices}x {cluster.kinds[0]}, delta1 {cluster.delta1_us:g} us, "
+          f"delta2 {cluster.delta2_us:g} us, bandwidth {cluster.bandwidth_bytes_per_us:g} B/us "
+          f"({cluster.bandwidth_bytes_per_us / 1e3:.2f} GB/s), memory {cluster.memory[0] / 1e9:.1f} GB per device")
+    check_parallelism(args.devices)
+    return 0
+
+
+def check_parallelism(n: int) -> float:
+    """Measure and print how concurrently n local devices run (simulator.calibrate.measure_parallelism), with a
+    warning when far below n: the simulator assumes devices run concurrently, and this machine then cannot."""
+    if n < 2:
+        return 1.0
+    from simulator.calibrate import measure_parallelism
+    from simulator.hardware import local_devices
+
+    speedup = measure_parallelism(local_devices(n))
+    cores = os.cpu_count() or 1
+    print(f"parallel speedup of {n} devices on independent work: {speedup:.2f} (ideal {min(n, cores)}; "
+          f"{cores} cores, load average {os.getloadavg()[0]:.1f})")
+    if speedup < 0.75 * min(n, cores):
+        print(f"warning: these {n} devices do not run concurrently (fewer or busy cores): measured step times "
+              f"will not show the parallelism the simulator assumes", file=sys.stderr)
+    return speedup

@@ -1,0 +1,128 @@
+"""Running a policy on a graph: rollouts (shared with training), and zero-shot placement with a trained policy
+(one greedy episode, or the best of K sampled episodes).
+
+Every step of an episode simulates its placement anyway, so the best placement seen during the episode(s) is
+returned, not only the last one; the simulator-call count is what that cost.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+from flax import serialization
+
+from placeto import env as E
+from placeto.config import PlacetoConfig
+from placeto.features import GraphArrays
+from placeto.policy import Policy, make_policy
+from simulator.cluster import Cluster
+from simulator.errors import InputError
+from simulator.graph import Graph
+
+
+CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
+
+
+class Rollout(NamedTuple):
+    """B episodes of T steps on one graph (Np padded nodes, N real)."""
+
+    placement: np.ndarray | None  # int8[T, B, Np] placement before each step (None unless recorded)
+    start: np.ndarray | None  # float32[T, B, Np] normalised start times before each step
+    nodes: np.ndarray  # int32[T] node placed at each step
+    actions: np.ndarray  # int32[T, B]
+    rewards: np.ndarray  # float64[T, B] (runtime before - after) / reward_scale
+    initial_runtime: np.ndarray  # float64[B] microseconds (penalised)
+    final_runtime: np.ndarray  # float64[B] microseconds (penalised)
+    best_runtime: np.ndarray  # float64[B] best seen during each episode, microseconds (penalised)
+    best_placement: np.ndarray  # int32[B, N]
+    final_placement: np.ndarray  # int32[B, N]
+    sim_calls: int
+
+
+# ---- rollouts ------------------------------------------------------------------------------------------
+def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array,
+                    batch: int, seed: int, greedy: bool = False, record: bool = True,
+                    placement: np.ndarray | None = None) -> Rollout:
+    """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph."""
+    state, obs = E.reset(ctx, seed, batch, placement)
+    t_max, n_pad = ctx.n_steps, ctx.n_pad
+    rec_place = np.empty((t_max, batch, n_pad), np.int8) if record else None
+    rec_start = np.empty((t_max, batch, n_pad), np.float32) if record else None
+    actions = np.empty((t_max, batch), np.int32)
+    rewards = np.empty((t_max, batch))
+    initial = state.runtime.copy()
+    done = False
+    while not done:
+        t = state.t
+        if record:
+            rec_place[t], rec_start[t] = state.placement, state.start
+        act, _ = policy.act(params, arrays, obs, key, greedy)
+        actions[t] = np.asarray(act)
+        state, rewards[t], done = E.step(state, actions[t])
+        obs = E.observe(state)
+    return Rollout(rec_place, rec_start, ctx.visit_seq.copy(), actions, rewards, initial, state.runtime.copy(),
+                   state.best_runtime, state.best_placement, state.placement[:, :ctx.n_nodes].copy(),
+                   state.sim_calls)
+
+
+# ---- placement -----------------------------------------------------------------------------------------
+def load_params(checkpoint_dir: str | Path, arrays: GraphArrays) -> tuple[PlacetoConfig, Any]:
+    """(config, params) of a run directory, for placement with a trained policy."""
+    d = Path(checkpoint_dir)
+    config = PlacetoConfig.from_dict(json.loads((d / "config.json").read_text()))
+    policy = make_policy(config)
+    params = policy.init(jax.random.key(0), arrays)
+    blob = serialization.msgpack_restore((d / CHECKPOINT).read_bytes())
+    return config, serialization.from_state_dict(params, blob["params"])
+
+
+class PlaceResult(NamedTuple):
+    placement: np.ndarray  # int32[N] best placement seen
+    runtime: float  # its memory-penalised runtime, microseconds
+    final_placement: np.ndarray  # int32[N] where the (first) episode ended
+    final_runtime: float  # microseconds (penalised)
+    sim_calls: int
+
+
+def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samples: int = 0, seed: int = 0,
+          initial: np.ndarray | None = None) -> PlaceResult:
+    """Run the policy of `checkpoint_dir` on `graph`: greedy when samples == 0, else K sampled episodes.
+
+    Episodes start from `initial` (int[N]) if given, else from the run's configured initial placement.
+    """
+    for needed in ("config.json", CHECKPOINT):
+        if not (Path(checkpoint_dir) / needed).is_file():
+            raise InputError(f"{checkpoint_dir}: not a training run directory (no {needed})")
+    config = PlacetoConfig.from_dict(json.loads((Path(checkpoint_dir) / "config.json").read_text()))
+    ctx = E.make_context(graph, cluster, config)
+    arrays = jax.device_put(ctx.arrays)
+    _, params = load_params(checkpoint_dir, arrays)
+    policy = make_policy(config)
+    key = jax.random.key(seed)
+    if samples <= 0:
+        ro = collect_rollout(policy, params, ctx, arrays, key, 1, seed, greedy=True, record=False,
+                             placement=initial)
+        rollouts = [ro]
+    else:
+        batch = config.episodes_per_update
+        rollouts = []
+        for i in range(0, samples, batch):
+            ro = collect_rollout(policy, params, ctx, arrays, jax.random.fold_in(key, i), min(batch, samples - i),
+                                 seed + i, record=False, placement=initial)
+            rollouts.append(ro)
+    best = min(((ro.best_runtime[b], ro.best_placement[b]) for ro in rollouts
+                for b in range(len(ro.best_runtime))), key=lambda x: x[0])
+    first = rollouts[0]
+    return PlaceResult(best[1].astype(np.int32), float(best[0]), first.final_placement[0].astype(np.int32),
+                       float(first.final_runtime[0]), sum(ro.sim_calls for ro in rollouts))
+
+
+def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samples: int = 0,
+                seed: int = 0) -> tuple[np.ndarray, int]:
+    """(best placement int32[N], simulator calls) of the trained policy in `checkpoint_dir` on `graph`."""
+    res = place(graph, cluster, checkpoint_dir, samples, seed)
+    return res.placement, res.sim_calls

@@ -1,0 +1,384 @@
+"""REINFORCE for the Placeto policy: rollouts, per-step baseline, chunked jitted gradients, checkpoints, logs.
+
+One update = B episodes sampled in parallel on one graph (graphs taken in turn), then one Adam step:
+
+    collect_rollout     B episodes; per step one jitted policy call for all B, then B simulator calls (host);
+                        records placements, start times, nodes and actions
+    advantages          return-to-go minus the baseline: the mean return-to-go at that step over the recent
+                        episodes of the same graph (a window of `baseline_window`, the current batch included)
+    policy_gradient     re-evaluates the recorded states in fixed-size chunks (one jitted function per padding
+                        bucket), optionally on a random subset of steps, and sums the gradients
+    apply               clip, Adam with an exponentially decaying learning rate (one compiled update for all runs)
+
+A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorBoard) and best/<graph>.json
+(best placement seen per training graph). Rerunning `train` on the same directory resumes.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import functools
+import io
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import serialization
+
+from placeto import env as E
+from placeto.config import PlacetoConfig
+from placeto.features import GraphArrays, bucket
+from placeto.place import CHECKPOINT, Rollout, collect_rollout
+from placeto.policy import TRACES, Policy, log_probs, make_policy
+from simulator.cluster import Cluster
+from simulator.graph import Graph
+from simulator.io import atomic_write_bytes, save_placement, write_json
+
+class TrainSummary(NamedTuple):
+    """What a `train` call did. Runtimes are memory-penalised microseconds."""
+
+    episodes: int  # episode counter at the end (includes episodes of resumed-from runs)
+    updates: int
+    start_episode: int  # episode counter when this call started (0 unless resumed)
+    sim_calls: int  # simulator calls of this call
+    wall_seconds: float  # of this call
+    episodes_per_second: float
+    sim_calls_per_second: float
+    best_runtime: dict[str, float]  # graph key -> best runtime seen
+    best_placement_files: dict[str, str]  # graph key -> placement file
+
+
+# ---- advantages ----------------------------------------------------------------------------------------
+def returns_to_go(rewards: np.ndarray, gamma: float) -> np.ndarray:
+    """float64[T, B]: G[t] = sum_k gamma^k r[t + k]."""
+    g = np.zeros_like(rewards)
+    acc = np.zeros(rewards.shape[1])
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        acc = rewards[t] + gamma * acc
+        g[t] = acc
+    return g
+
+
+class Baseline(NamedTuple):
+    """Recent returns-to-go of one graph: a ring buffer of `window` episodes."""
+
+    returns: np.ndarray  # float32[W, T]
+    count: np.ndarray  # int64[] episodes ever added
+
+
+def baseline_update(base: Baseline | None, returns: np.ndarray, window: int) -> tuple[Baseline, np.ndarray]:
+    """Add the batch's returns (float64[T, B]); return (new buffer, baseline float64[T] = mean of the window)."""
+    t_len, b = returns.shape
+    if base is None or base.returns.shape != (window, t_len):
+        base = Baseline(np.zeros((window, t_len), np.float32), np.zeros((), np.int64))
+    buf = base.returns.copy()
+    count = int(base.count)
+    for j in range(b):
+        buf[(count + j) % window] = returns[:, j]
+    count += b
+    return Baseline(buf, np.asarray(count, np.int64)), buf[:min(count, window)].astype(np.float64).mean(0)
+
+
+# ---- gradient --------------------------------------------------------------------------------------------
+class Chunk(NamedTuple):
+    """C recorded steps of B episodes (C fixed per bucket; padding steps have weight 0)."""
+
+    placement: jax.Array  # int8[C, B, Np]
+    start: jax.Array  # float32[C, B, Np]
+    nodes: jax.Array  # int32[C]
+    ts: jax.Array  # int32[C]
+    actions: jax.Array  # int32[C, B]
+    advantages: jax.Array  # float32[C, B]
+    weight: jax.Array  # float32[C] loss weight of each step (0 on padding)
+
+
+def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef):
+    """-(weighted advantage * log pi(action)) - ent_coef * weighted entropy, and (pg term, entropy)."""
+    c, b, n_pad = chunk.placement.shape
+    rep = lambda x: jnp.repeat(x, b)  # noqa: E731  per-step scalars -> per-state
+    logp = log_probs(net, params, arrays, chunk.placement.reshape(c * b, n_pad).astype(jnp.int32),
+                     chunk.start.reshape(c * b, n_pad), rep(chunk.nodes), rep(chunk.ts))
+    logp = logp.reshape(c, b, -1)
+    taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
+    entropy = -(jnp.exp(logp) * logp).sum(-1)
+    w = chunk.weight[:, None]
+    pg = -(w * chunk.advantages * taken).sum()
+    ent = (w * entropy).sum()
+    return pg - ent_coef * ent, (pg, ent)
+
+
+_GRAD_FNS: dict[int, Any] = {}
+
+
+def make_grad_fn(policy: Policy):
+    """Jitted (params, arrays, chunk, ent_coef) -> (grads, (loss, pg, entropy)); one trace per bucket.
+
+    Memoised per policy (policies are memoised per model config), so repeated `train` calls reuse compilations.
+    """
+    if id(policy) in _GRAD_FNS:
+        return _GRAD_FNS[id(policy)]
+
+    @jax.jit
+    def grad_fn(params, arrays, chunk, ent_coef):
+        TRACES["grad"] += 1
+        (loss, (pg, ent)), grads = jax.value_and_grad(
+            lambda p: chunk_loss(policy.net, p, arrays, chunk, ent_coef), has_aux=True)(params)
+        return grads, (loss, pg, ent)
+
+    _GRAD_FNS[id(policy)] = grad_fn
+    return grad_fn
+
+
+def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
+                    config: PlacetoConfig, rng: np.random.Generator, ent_coef: float):
+    """Summed gradient over the chosen steps (all, or `grad_steps` random ones) and (loss, pg, entropy)."""
+    t_len, b = adv.shape
+    steps = np.arange(t_len)
+    if 0 < config.grad_steps < t_len:
+        steps = np.sort(rng.choice(t_len, config.grad_steps, replace=False))
+    # Chunk length: fixed per (bucket, step count bucket) so a bucket compiles once or twice, not per graph.
+    n_chunk = min(max(1, config.grad_chunk_nodes // (b * ctx.n_pad)), bucket(len(steps), minimum=1))
+    weight = 1.0 / (len(steps) * b)  # mean over sampled (step, episode) pairs: unbiased for the full mean
+    grads, totals = None, np.zeros(3)
+    for lo in range(0, len(steps), n_chunk):
+        idx = steps[lo:lo + n_chunk]
+        pad = n_chunk - len(idx)
+        full = np.concatenate([idx, np.zeros(pad, idx.dtype)])
+        w = np.concatenate([np.full(len(idx), weight), np.zeros(pad)]).astype(np.float32)
+        chunk = Chunk(ro.placement[full], ro.start[full], ro.nodes[full], full.astype(np.int32),
+                      ro.actions[full], adv[full].astype(np.float32), w)
+        g, aux = grad_fn(params, arrays, chunk, np.float32(ent_coef))
+        grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+        totals += np.asarray(jax.device_get(aux), dtype=np.float64)
+    return grads, totals
+
+
+def make_optimizer(config: PlacetoConfig) -> optax.GradientTransformation:
+    """Clip by global norm, then Adam's scaling; the learning rate (`learning_rate`) is applied in `_apply`,
+    so one compiled update serves every run length."""
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip), optax.scale_by_adam())
+
+
+def learning_rate(config: PlacetoConfig, update: int) -> float:
+    """Exponential decay from lr (update 0) to lr_end (the last update of the episode budget)."""
+    n_updates = max(1, math.ceil(config.episodes / config.episodes_per_update) - 1)
+    return config.lr * (config.lr_end / config.lr) ** min(1.0, update / n_updates)
+
+
+def entropy_coef(config: PlacetoConfig, episode: int) -> float:
+    """Linear decay from `entropy` to `entropy_end` over entropy_decay_fraction of the budget."""
+    span = max(1.0, config.entropy_decay_fraction * config.episodes)
+    frac = min(1.0, episode / span)
+    return config.entropy + (config.entropy_end - config.entropy) * frac
+
+
+# ---- checkpoints -------------------------------------------------------------------------------------------
+@dataclasses.dataclass
+class TrainState:
+    """Everything a resumed run needs (mutable: the training loop owns it)."""
+
+    params: Any
+    opt_state: Any
+    baselines: dict[str, Baseline]
+    key: jax.Array
+    episode: int = 0
+    update: int = 0
+    sim_calls: int = 0  # over all calls
+    best_runtime: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def save_checkpoint(out_dir: Path, st: TrainState) -> None:
+    """flax.serialization bytes of the whole state, written atomically."""
+    blob = {"params": serialization.to_state_dict(st.params), "opt_state": serialization.to_state_dict(st.opt_state),
+            "baselines": {k: {"returns": b.returns, "count": b.count} for k, b in st.baselines.items()},
+            "key": np.asarray(jax.random.key_data(st.key)), "episode": st.episode, "update": st.update,
+            "sim_calls": st.sim_calls, "best_runtime": dict(st.best_runtime)}
+    atomic_write_bytes(out_dir / CHECKPOINT, serialization.msgpack_serialize(blob))
+
+
+def load_checkpoint(out_dir: Path, template: TrainState) -> TrainState | None:
+    """The checkpoint in out_dir restored into `template`'s structures, or None if there is none."""
+    path = Path(out_dir) / CHECKPOINT
+    if not path.exists():
+        return None
+    blob = serialization.msgpack_restore(path.read_bytes())
+    return TrainState(
+        params=serialization.from_state_dict(template.params, blob["params"]),
+        opt_state=serialization.from_state_dict(template.opt_state, blob["opt_state"]),
+        baselines={k: Baseline(np.asarray(v["returns"]), np.asarray(v["count"])) for k, v in
+                   blob["baselines"].items()},
+        key=jax.random.wrap_key_data(jnp.asarray(blob["key"])), episode=int(blob["episode"]),
+        update=int(blob["update"]), sim_calls=int(blob["sim_calls"]),
+        best_runtime={k: float(v) for k, v in blob["best_runtime"].items()})
+
+
+def graph_keys(graphs: Sequence[Graph]) -> list[str]:
+    """File-safe unique key per graph: its name, prefixed by its index if names repeat."""
+    safe = [re.sub(r"[^A-Za-z0-9_.-]+", "_", g.name) or "graph" for g in graphs]
+    if len(set(safe)) == len(safe):
+        return safe
+    return [f"{i:03d}_{s}" for i, s in enumerate(safe)]
+
+
+# ---- the loop -------------------------------------------------------------------------------------------
+class _Logger:
+    """metrics.csv (appended across resumes), TensorBoard scalars and a tqdm bar."""
+
+    def __init__(self, out_dir: Path, config: PlacetoConfig, start_episode: int, start_update: int):
+        from tensorboardX import SummaryWriter
+        from tqdm import tqdm
+
+        self.path = out_dir / "metrics.csv"
+        self.fields: list[str] | None = None
+        if self.path.exists() and self.path.stat().st_size:
+            with self.path.open() as f:
+                rows = list(csv.reader(f))
+            self.fields = rows[0]
+            # rows logged after the checkpoint we resume from are redone: drop them
+            keep = [r for r in rows[1:] if r and int(r[0]) <= start_update]
+            buf = io.StringIO()
+            csv.writer(buf).writerows([self.fields] + keep)
+            atomic_write_bytes(self.path, buf.getvalue().encode())
+        self.tb = SummaryWriter(str(out_dir / "tb"))
+        self.bar = tqdm(total=config.episodes, initial=start_episode, unit="ep", disable=not config.progress,
+                        dynamic_ncols=True)
+
+    def row(self, metrics: dict[str, Any], step: int) -> None:
+        new = self.fields is None
+        if new:
+            self.fields = list(metrics)
+        with self.path.open("a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
+            if new:
+                w.writeheader()
+            w.writerow(metrics)
+        for k, v in metrics.items():
+            if isinstance(v, (int, float)) and k != "episode":
+                self.tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        self.bar.close()
+        self.tb.close()
+
+
+def init_state(config: PlacetoConfig, policy: Policy, optimizer, arrays: GraphArrays) -> TrainState:
+    key = jax.random.key(config.seed)
+    key, k_init = jax.random.split(key)
+    params = policy.init(k_init, arrays)
+    return TrainState(params, optimizer.init(params), {}, key)
+
+
+def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster, out_dir: str | Path,
+          resume: bool = True) -> TrainSummary:
+    """Train one policy on `graphs` (in turn, one graph per update) on `cluster`; write the run to out_dir.
+
+    With resume and a checkpoint in out_dir, continues from it (same model config expected) up to
+    config.episodes; stops early (with a checkpoint) after config.time_limit_minutes. See the module docstring
+    for what out_dir holds.
+    """
+    if not graphs:
+        raise ValueError("train: no graphs")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "config.json", config.to_json().encode())
+    policy, optimizer = make_policy(config), make_optimizer(config)
+    contexts = [E.make_context(g, cluster, config) for g in graphs]
+    arrays = [jax.device_put(c.arrays) for c in contexts]
+    keys = graph_keys(graphs)
+    st = init_state(config, policy, optimizer, arrays[0])
+    restored = load_checkpoint(out, st) if resume else None
+    if restored is None:  # a fresh run: drop rows a killed or replaced earlier run left behind
+        (out / "metrics.csv").unlink(missing_ok=True)
+    st = restored or st
+    start_episode, start_calls, t0 = st.episode, st.sim_calls, time.time()
+    grad_fn = make_grad_fn(policy)
+    apply = _make_apply(float(config.grad_clip))
+    log = _Logger(out, config, start_episode, st.update)
+    last_ckpt = time.time()
+    try:
+        deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
+        while st.episode < config.episodes and time.time() < deadline:
+            i = st.update % len(graphs)
+            metrics = _update(config, policy, grad_fn, apply, st, contexts[i], arrays[i], keys[i])
+            _save_best(out, keys[i], st, metrics.pop("_best"), cluster)
+            elapsed = time.time() - t0
+            metrics.update(wall_s=round(elapsed, 3), eps_per_s=(st.episode - start_episode) / max(elapsed, 1e-9),
+                           sims_per_s=(st.sim_calls - start_calls) / max(elapsed, 1e-9))
+            if st.update % config.log_every == 0 or st.episode >= config.episodes:
+                log.row(metrics, st.episode)
+            log.bar.update(config.episodes_per_update)
+            log.bar.set_postfix(graph=keys[i][:16], rt=f"{metrics['final_runtime']:.0f}",
+                                best=f"{st.best_runtime[keys[i]]:.0f}", eps=f"{metrics['eps_per_s']:.2f}/s")
+            if time.time() - last_ckpt >= config.checkpoint_seconds:
+                save_checkpoint(out, st)
+                last_ckpt = time.time()
+        save_checkpoint(out, st)
+    finally:
+        log.close()
+    elapsed = time.time() - t0
+    files = {k: str(out / "best" / f"{k}.json") for k in keys if (out / "best" / f"{k}.json").exists()}
+    return TrainSummary(st.episode, st.update, start_episode, st.sim_calls - start_calls, elapsed,
+                        (st.episode - start_episode) / max(elapsed, 1e-9),
+                        (st.sim_calls - start_calls) / max(elapsed, 1e-9), dict(st.best_runtime), files)
+
+
+@functools.lru_cache(maxsize=None)
+def _make_apply(grad_clip: float):
+    """Jitted (grads, opt_state, params, lr) -> (params, opt_state, grad norm), memoised per clip value."""
+    optimizer = optax.chain(optax.clip_by_global_norm(grad_clip), optax.scale_by_adam())
+
+    @jax.jit
+    def apply(grads, opt_state, params, lr):
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        params = jax.tree.map(lambda p, u: p - lr * u, params, updates)
+        return params, opt_state, optax.tree.norm(grads)
+
+    return apply
+
+
+def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainState, ctx: E.EnvContext,
+            arrays: GraphArrays, key_name: str) -> dict[str, Any]:
+    """One REINFORCE update on one graph; mutates st and returns the metrics row."""
+    st.key, k_roll, k_seed = jax.random.split(st.key, 3)
+    seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
+    t_roll = time.time()
+    ro = collect_rollout(policy, st.params, ctx, arrays, k_roll, config.episodes_per_update, seed)
+    t_grad = time.time()
+    returns = returns_to_go(ro.rewards, config.gamma)
+    st.baselines[key_name], base = baseline_update(st.baselines.get(key_name), returns, config.baseline_window)
+    ent = entropy_coef(config, st.episode)
+    adv = returns - base[:, None]
+    if config.normalize_advantages:
+        adv = adv / max(float(adv.std()), 1e-8)
+    grads, (loss, pg, entropy) = policy_gradient(grad_fn, st.params, ctx, arrays, ro, adv, config,
+                                                 np.random.default_rng(seed), ent)
+    lr = learning_rate(config, st.update)
+    st.params, st.opt_state, gnorm = apply(grads, st.opt_state, st.params, np.float32(lr))
+    st.episode += config.episodes_per_update
+    st.update += 1
+    st.sim_calls += ro.sim_calls
+    b = int(np.argmin(ro.best_runtime))
+    prev = st.best_runtime.get(key_name, math.inf)
+    st.best_runtime[key_name] = min(prev, float(ro.best_runtime[b]))
+    return {"update": st.update, "episode": st.episode, "graph": key_name, "sim_calls": st.sim_calls,
+            "initial_runtime": float(ro.initial_runtime.mean()), "final_runtime": float(ro.final_runtime.mean()),
+            "best_in_batch": float(ro.best_runtime[b]), "best_runtime": st.best_runtime[key_name],
+            "lower_bound": ctx.lower_bound, "final_ratio": float(ro.final_runtime.mean()) / ctx.lower_bound,
+            "loss": float(loss), "pg": float(pg), "entropy": float(entropy), "grad_norm": float(gnorm),
+            "entropy_coef": ent, "lr": lr, "rollout_s": round(t_grad - t_roll, 3), "grad_s": round(time.time() - t_grad, 3),
+            "_best": (float(ro.best_runtime[b]), ro.best_placement[b], prev)}
+
+
+def _save_best(out: Path, key: str, st: TrainState, best, cluster: Cluster) -> None:
+    """Write best/<key>.json (and best/runtimes.json) when this update beat the graph's best."""
+    runtime, placement, prev = best
+    if runtime < prev:
+        save_placement(out / "best" / f"{key}.json", placement, cluster.device_names)
+        write_json(out / "best" / "runtimes.json", {"runtime_us": st.best_runtime})

@@ -1,0 +1,99 @@
+"""The placement MDP: telescoping rewards, determinism, memory penalty, visit orders, simulator agreement."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from placeto import env as E
+from placeto.config import tiny
+from simulator import cluster_preset, simulate_reference
+from simulator.cluster import GB, Cluster, Device
+from simulator.generate import layered_dag
+
+
+def _run(ctx, seed, batch=3, placement=None):
+    rng = np.random.default_rng(seed + 100)
+    state, obs = E.reset(ctx, seed, batch, placement)
+    rewards, done = [], False
+    while not done:
+        assert obs.node == ctx.visit_seq[state.t]
+        state, r, done = E.step(state, rng.integers(0, ctx.cluster.n_devices, batch))
+        obs = E.observe(state)
+        rewards.append(r)
+    return state, np.asarray(rewards)
+
+
+@pytest.mark.parametrize("init", ["single", "random"])
+def test_rewards_telescope(init):
+    g, cluster = layered_dag(40, seed=4), cluster_preset("placeto-k80", 4)
+    ctx = E.make_context(g, cluster, tiny(init_placement=init, passes=2))
+    state0, _ = E.reset(ctx, 7, 3)
+    state, rewards = _run(ctx, 7)
+    assert rewards.shape == (80, 3)
+    np.testing.assert_allclose(rewards.sum(0), (state0.runtime - state.runtime) / ctx.reward_scale,
+                               rtol=0, atol=1e-12)
+    assert (state.best_runtime <= np.minimum(state0.runtime, state.runtime)).all()
+
+
+def test_runtimes_match_the_reference_simulator():
+    g, cluster = layered_dag(30, seed=5), cluster_preset("placeto-k80", 3)
+    ctx = E.make_context(g, cluster, tiny(init_placement="random", memory_penalty_per_gb=0.0))
+    state, _ = _run(ctx, 1, batch=2)
+    for b in range(2):
+        ref = simulate_reference(g, state.placement[b, :30], cluster)
+        assert state.runtime[b] == ref.runtime
+        np.testing.assert_allclose(state.start[b, :30], ref.start / ref.runtime, rtol=1e-6)
+        p = state.best_placement[b]
+        assert simulate_reference(g, p, cluster).runtime == state.best_runtime[b]
+
+
+def test_deterministic_under_seed():
+    g, cluster = layered_dag(30, seed=6), cluster_preset("placeto-k80", 4)
+    ctx = E.make_context(g, cluster, tiny(init_placement="random"))
+    s1, r1 = _run(ctx, 3)
+    s2, r2 = _run(ctx, 3)
+    s3, _ = _run(ctx, 4)
+    np.testing.assert_array_equal(r1, r2)
+    np.testing.assert_array_equal(s1.placement, s2.placement)
+    assert not np.array_equal(E.reset(ctx, 3, 3)[0].placement, E.reset(ctx, 4, 3)[0].placement)
+
+
+def test_memory_penalty():
+    g = layered_dag(20, seed=7)
+    small = Cluster("small", tuple(Device(f"d{i}", "k80", 1e6) for i in range(2)), 5.7, 25.0, 7600.0)
+    ctx = E.make_context(g, small, tiny(memory_penalty_per_gb=2.0))
+    res = simulate_reference(g, np.zeros(20, int), small)
+    over = np.maximum(res.peak_memory - res.capacity, 0).sum() / GB
+    assert over > 0
+    assert ctx.reward_scale == res.runtime  # single-device runtime, no penalty
+    assert E.penalised_runtime(ctx, res) == pytest.approx(res.runtime + 2.0 * ctx.reward_scale * over)
+    ctx0 = dataclasses.replace(ctx, memory_penalty_per_gb=0.0)
+    assert E.penalised_runtime(ctx0, res) == res.runtime
+
+
+def test_visit_orders_and_given_placement():
+    g = layered_dag(25, seed=8)
+    topo = E.visit_sequence(g, "topo", 1)
+    pos = np.empty(25, int)
+    pos[topo] = np.arange(25)
+    assert all(pos[s] < pos[d] for s, d in zip(g.edge_src, g.edge_dst))
+    np.testing.assert_array_equal(E.visit_sequence(g, "reverse_topo", 1), topo[::-1])
+    r1, r2 = E.visit_sequence(g, "random_fixed", 3, seed=1), E.visit_sequence(g, "random_fixed", 3, seed=1)
+    np.testing.assert_array_equal(r1, r2)
+    assert len(r1) == 75 and sorted(r1[:25].tolist()) == list(range(25))
+    ctx = E.make_context(g, cluster_preset("placeto-k80", 2), tiny())
+    given = np.arange(25) % 2
+    state, _ = E.reset(ctx, 0, 2, given)
+    np.testing.assert_array_equal(state.placement[:, :25], np.stack([given, given]))
+    assert not state.placement[:, 25:].any()
+
+
+def test_unchanged_placement_costs_no_simulation():
+    g = layered_dag(20, seed=9)
+    ctx = E.make_context(g, cluster_preset("placeto-k80", 2), tiny())
+    state, _ = E.reset(ctx, 0, 2)
+    state, r, _ = E.step(state, np.array([0, 1]))  # single-device start: only episode 1 changes
+    assert state.sim_calls == 3 and r[0] == 0.0
+    with pytest.raises(ValueError):
+        E.step(state, np.array([0, 2]))

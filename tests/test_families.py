@@ -1,0 +1,98 @@
+"""Families and benchmarks: deterministic specs and splits, expert placements, and the shipped data itself."""
+
+import dataclasses
+import gzip
+
+import numpy as np
+import pytest
+
+from placeto.families import (DATASETS, DEVICE_COUNTS, FAMILIES, N_GRAPHS, N_TEST, benchmark_specs, build_graph,
+                              expert_op_placement, family_specs, load_family, load_manifest, split_of)
+from simulator import cluster_preset, load_graph, simulate
+from simulator.io import dumps_graph
+from simulator.stats import graph_stats
+
+ALL = (*FAMILIES, "benchmarks")
+
+
+def test_specs_and_splits_are_deterministic():
+    for family in FAMILIES:
+        a, b = family_specs(family, 0), family_specs(family, 0)
+        assert a == b and len(a) == N_GRAPHS
+        assert family_specs(family, 1) != a
+        split = split_of(family, 0)
+        assert split == split_of(family, 0) and split.count("test") == N_TEST
+
+
+def test_expert_placement_puts_layers_on_successive_devices():
+    from placeto.families import trace_spec, GraphSpec
+
+    spec = GraphSpec("t", "nmt", {"seed": 0, "layers": 4, "src_len": 2, "tgt_len": 2, "batch": 2, "hidden": 8,
+                                  "vocab": 16}, 0)
+    program, traced = trace_spec(spec)
+    groups = program.meta["layer_groups"]
+    for d in (2, 4):
+        p = expert_op_placement(traced.graph, groups, d)
+        assert set(np.unique(p)) == set(range(d))
+        for i, name in enumerate(traced.graph.names):
+            stack = traced.graph.attrs[i].get("name_stack", "")
+            if "encoder_lstm_0" in stack:
+                assert p[i] == 0
+            if "softmax" in stack.split("/"):
+                assert p[i] == d - 1
+
+
+def strip_measured(graph):
+    """The graph as `datasets build` writes it before `placeto profile` adds measured kinds."""
+    measured = graph.meta.get("profile", {})
+    costs = {k: v for k, v in graph.costs.items() if k not in measured}
+    meta = {k: v for k, v in graph.meta.items() if k != "profile"}
+    return dataclasses.replace(graph, costs=costs, meta=meta)
+
+
+@pytest.mark.parametrize("family", ALL)
+def test_shipped_graphs_validate_simulate_and_have_k80_costs(family):
+    manifest = load_manifest(family)
+    graphs = load_family(family, split=None)
+    assert len(graphs) == len(manifest["graphs"]) == (N_GRAPHS if family != "benchmarks" else len(benchmark_specs()))
+    for entry, graph in zip(manifest["graphs"], graphs):
+        assert graph.cost_for("k80").shape == (graph.n_nodes,)
+        stats = graph_stats(graph, "k80", DEVICE_COUNTS)
+        assert entry["groups"] == graph.n_nodes and entry["edges"] == graph.n_edges
+        assert entry["lower_bound_us"]["4"] == pytest.approx(stats.lower_bound_us[4], abs=1e-3)
+        result = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster_preset("placeto-k80", 2))
+        assert np.isfinite(result.runtime) and result.runtime >= stats.total_compute_us
+        assert 80 <= graph.n_nodes <= 2000, graph.name
+    if family != "benchmarks":
+        assert sum(e["split"] == "train" for e in manifest["graphs"]) == N_GRAPHS - N_TEST
+
+
+def test_measured_costs_where_promised():
+    for family in FAMILIES:
+        profiled = [g for g in load_family(family, split=None) if "local-cpu" in g.costs]
+        assert len(profiled) >= 2, family
+    for graph in load_family("benchmarks", split=None):
+        assert "local-cpu" in graph.costs, graph.name
+        assert np.all(graph.cost_for("local-cpu") >= 0) and graph.cost_for("local-cpu").sum() > 0
+        for d in DEVICE_COUNTS:
+            expert = np.asarray(graph.meta["expert_placement"][str(d)])
+            assert expert.shape == (graph.n_nodes,) and expert.max() < d
+
+
+def smallest(family):
+    entries = load_manifest(family)["graphs"]
+    return min(entries, key=lambda e: e["ops"])
+
+
+@pytest.mark.parametrize("family", ALL)
+def test_rebuild_reproduces_shipped_graph(family):
+    """Rebuild the smallest shipped graph of each family from its spec: identical text, byte-identical gzip."""
+    entry = smallest(family)
+    specs = benchmark_specs() if family == "benchmarks" else family_specs(family, load_manifest(family)["seed"])
+    spec = next(s for s in specs if s.name == entry["name"])
+    rebuilt, _ = build_graph(spec, family)
+    shipped = load_graph(DATASETS / family / entry["file"])
+    assert dumps_graph(rebuilt) == dumps_graph(strip_measured(shipped))
+    if "profile" not in shipped.meta:
+        data = gzip.compress(dumps_graph(rebuilt).encode(), compresslevel=9, mtime=0)
+        assert data == (DATASETS / family / entry["file"]).read_bytes()

@@ -1,0 +1,313 @@
+"""simulator.hardware / simulator.calibrate / placeto.evaluate: placed execution on real (host) devices.
+
+The hardware checks run in one subprocess started with XLA_FLAGS for 2 host devices (this process may have
+started JAX with one device already); it prints a JSON report the tests below assert on.
+"""
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from placeto.evaluate import (EvalRow, add_calibrate_arguments, add_eval_arguments, agreement, dispatch_order,
+                              run_eval, simulation_cluster, spearman)
+from simulator import make_graph, save_graph, save_placement
+from simulator.calibrate import theil_sen
+from simulator.cluster import Cluster, Device
+from simulator.errors import InputError
+from simulator.generate import layered_dag
+from simulator.hardware import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, Timing, _with_flags
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = textwrap.dedent('''
+    import contextlib, io, json, sys, time
+    from simulator.hardware import ensure_host_devices
+    ensure_host_devices(2)  # XLA_FLAGS already asks for 2: this adds the single-thread flags
+    import jax, jax.numpy as jnp, numpy as np, optax
+    from simulator import make_graph, save_graph, save_placement
+    from simulator import hardware as hw
+    from simulator.errors import InputError
+    from simulator.grouping import group
+    from simulator.trace import trace_import
+    from placeto.evaluate import (add_calibrate_arguments, add_eval_arguments, hardware_runner, run_calibrate,
+                                  run_eval)
+    import argparse
+
+    TX = optax.adam(1e-2)
+
+    def mlp_args():
+        k = jax.random.split(jax.random.key(0), 4)
+        params = {"w1": jax.random.normal(k[0], (8, 16)), "w2": jax.random.normal(k[1], (16, 16)),
+                  "w3": jax.random.normal(k[2], (16, 4))}
+        return params, TX.init(params), jax.random.normal(k[3], (4, 8))
+
+    def mlp_step(p, s, x):
+        def loss(q):
+            h = jnp.tanh(x @ q["w1"])
+            h = jnp.tanh(h @ q["w2"]) + h
+            return jnp.mean((h @ q["w3"]) ** 2)
+        value, grads = jax.value_and_grad(loss)(p)
+        updates, s = TX.update(grads, s, p)
+        return optax.apply_updates(p, updates), s, value
+
+    tmp = sys.argv[1]
+    report = {"n_devices": len(jax.devices()), "flags": __import__("os").environ["XLA_FLAGS"]}
+    args = mlp_args()
+    reference = jax.jit(mlp_step)(*args)
+    traced = trace_import("__main__:mlp_step", "__main__:mlp_args", name="mlp")
+    values = hw.leaf_values(traced, args)
+    devices = hw.local_devices(2)
+    grouping = group(traced.graph, 12)
+    rng = np.random.default_rng(0)
+    report["runs"] = []
+    for what, op_to_group in (("ops", None), ("groups", grouping.op_to_group)):
+        n_units = traced.graph.n_nodes if op_to_group is None else grouping.graph.n_nodes
+        for threads in (True, False):
+            placement = rng.integers(0, 2, n_units)
+            plan = hw.program_plan(traced, values, placement, devices, op_to_group)
+            flat, env = hw.run_plan(plan, threads=threads)
+            out = jax.tree_util.tree_unflatten(plan.out_tree, flat)
+            pairs = list(zip(jax.tree.leaves(out), jax.tree.leaves(reference)))
+            err = max(float(jnp.max(jnp.abs(a - b))) for a, b in pairs)
+            close = all(bool(np.allclose(a, b, rtol=1e-5, atol=1e-6)) for a, b in pairs)
+            wrong = sum(x.devices() != {devices[t.device]} for t in plan.tasks if t.fn is not None
+                        for x in (env[(s, t.device)] for s in t.outputs))
+            used = sorted({d.id for t in plan.tasks if t.fn is not None for s in t.outputs
+                           for d in env[(s, t.device)].devices()})
+            report["runs"].append({"units": what, "threads": threads, "n_units": n_units, "max_abs_err": err,
+                                   "allclose": close,
+                                   "misplaced": wrong, "devices_used": used,
+                                   "transfers": sum(len(v) for t in plan.tasks for _, v in t.sends)})
+
+    errors = {}
+    def expect_error(name, fn):
+        try:
+            fn()
+            errors[name] = None
+        except InputError as e:
+            errors[name] = str(e)
+    expect_error("too_many_devices", lambda: hw.local_devices(3))
+    expect_error("ensure_too_many", lambda: hw.ensure_host_devices(3))
+    expect_error("wrong_length", lambda: hw.program_plan(traced, values, np.zeros(5, int), devices))
+    expect_error("bad_device", lambda: hw.program_plan(traced, values, np.full(traced.graph.n_nodes, 2), devices))
+    report["errors"] = errors
+
+    # a cost-only chain: synthetic kernels should take about the recorded costs
+    from simulator.calibrate import profile_plan
+    from simulator.cluster import Cluster, Device
+    costs = [1000.0, 2000.0, 4000.0, 8000.0]
+    nodes = [{"name": f"n{i}", "cost": c, "out_bytes": [4096]} for i, c in enumerate(costs)]
+    chain = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(3)])
+    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 0.0, 0.0, 1e4)
+    runner = hardware_runner(chain, cluster)
+    t = runner.measure([np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)], repeats=5, warmup=1)
+    report["synthetic"] = {"mode": runner.mode, "one_device_min_us": t[0].min_us, "alternating_min_us": t[1].min_us,
+                           "alone_us": profile_plan(runner.plan(np.zeros(4, np.int32))).tolist()}
+
+    # the command line: calibrate, then eval --hardware on an imported grouped graph
+    meta = {**traced.graph.meta, "source": {"function": "__main__:mlp_step", "args_spec": "__main__:mlp_args"},
+            "grouping": {"target_groups": 12, "op_to_group": grouping.op_to_group.tolist()}}
+    import dataclasses
+    gpath = f"{tmp}/mlp.json"
+    save_graph(dataclasses.replace(grouping.graph, name="mlp", meta=meta), gpath)
+    n = grouping.graph.n_nodes
+    save_placement(f"{tmp}/one.json", np.zeros(n, int), ["/cpu:0", "/cpu:1"])
+    save_placement(f"{tmp}/rr.json", np.arange(n) % 2, ["/cpu:0", "/cpu:1"])
+    save_placement(f"{tmp}/short.json", np.zeros(n - 1, int), ["/cpu:0", "/cpu:1"])
+    def cli(add, run, argv):
+        p = argparse.ArgumentParser()
+        add(p)
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            try:
+                code = run(p.parse_args(argv))
+            except InputError as e:
+                return "error", str(e)
+        return code, out.getvalue()
+    t0 = time.perf_counter()
+    report["calibrate"] = cli(add_calibrate_arguments, run_calibrate,
+                              ["--devices", "2", "--out", f"{tmp}/cluster.json", "--repeats", "3"])
+    report["calibrate_s"] = time.perf_counter() - t0
+    report["eval"] = cli(add_eval_arguments, run_eval,
+                         [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json", "--hardware", "--costs",
+                          "units", "--cluster", f"{tmp}/cluster.json", "--repeats", "3", "--plot",
+                          f"{tmp}/plot.png", "--json", f"{tmp}/rows.json"])
+    report["eval_short"] = cli(add_eval_arguments, run_eval,
+                               [gpath, "--placement", f"{tmp}/short.json", "--hardware", "--cluster",
+                                f"{tmp}/cluster.json"])
+    report["eval_3dev"] = cli(add_eval_arguments, run_eval,
+                              [gpath, "--placement", f"{tmp}/one.json", "--hardware", "--devices", "3"])
+    print(json.dumps(report))
+''')
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("hardware")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "tmp": tmp}
+
+
+def test_subprocess_has_two_serial_host_devices(report):
+    assert report["n_devices"] == 2
+    assert all(f in report["flags"].split() for f in SERIAL_CPU_FLAGS)
+
+
+def test_placed_run_matches_unplaced_program(report):
+    assert {(r["units"], r["threads"]) for r in report["runs"]} == {(u, t) for u in ("ops", "groups")
+                                                                   for t in (True, False)}
+    for run in report["runs"]:
+        assert run["allclose"], run  # rtol 1e-5, atol 1e-6: only fusion boundaries differ from the one-jit step
+
+
+def test_placed_run_uses_both_devices(report):
+    for run in report["runs"]:
+        assert run["misplaced"] == 0, run  # every intermediate sits on its unit's device
+        assert run["devices_used"] == [0, 1] and run["transfers"] > 0, run
+
+
+def test_bad_inputs_are_clear_errors(report):
+    errors = report["errors"]
+    assert "3 devices requested but JAX has 2" in errors["too_many_devices"]
+    assert "3 devices requested" in errors["ensure_too_many"]
+    assert "placement has 5 entries" in errors["wrong_length"]
+    assert "uses device 2 but 2 devices" in errors["bad_device"]
+    assert report["eval_short"][0] == "error" and "entries but graph 'mlp'" in report["eval_short"][1]
+    assert report["eval_3dev"][0] == "error" and "3 devices requested but JAX has 2" in report["eval_3dev"][1]
+
+
+def test_synthetic_kernels_track_costs(report):
+    syn = report["synthetic"]  # a chain of 1, 2, 4 and 8 ms nodes; the machine may be shared and noisy
+    assert syn["mode"] == "synthetic"
+    assert 0.5 * 15000 < syn["one_device_min_us"] < 2.5 * 15000
+    assert 0.5 * 15000 < syn["alternating_min_us"] < 2.5 * 15000  # a chain stays a chain across devices
+    alone = np.array(syn["alone_us"])
+    assert np.all(alone > 0.4 * np.array([1000, 2000, 4000, 8000]))
+    assert np.all(alone < 2.5 * np.array([1000, 2000, 4000, 8000]))
+    assert 4 < alone[3] / alone[0] < 16
+
+
+def test_calibrate_and_eval_command_lines(report):
+    code, text = report["calibrate"]
+    assert code == 0 and "delta1" in text, text
+    cluster = json.loads((report["tmp"] / "cluster.json").read_text())
+    assert cluster["format"] == "placeto-cluster" and len(cluster["devices"]) == 2
+    assert {d["kind"] for d in cluster["devices"]} == {"local-cpu"}
+    assert cluster["delta1_us"] >= 0 and cluster["delta2_us"] >= 0 and cluster["bandwidth_bytes_per_us"] > 0
+    code, text = report["eval"]
+    assert code == 0, text
+    assert "one.json" in text and "rr.json" in text and "median |error|" in text
+    rows = json.loads((report["tmp"] / "rows.json").read_text())
+    assert [r["placement"].rsplit("/", 1)[-1] for r in rows["rows"]] == ["one.json", "rr.json"]
+    assert all(r["measured"]["median_us"] > 0 and r["simulated_us"] > 0 for r in rows["rows"])
+    assert (report["tmp"] / "plot.png").stat().st_size > 1000
+
+
+# ---- in-process: no devices needed ---------------------------------------------------------------------------
+def test_host_device_flags():
+    flags = _with_flags("--foo=1", 4, serial=True).split()
+    assert flags[0] == "--foo=1" and f"{HOST_DEVICE_FLAG}=4" in flags
+    assert all(f in flags for f in SERIAL_CPU_FLAGS)
+    assert f"{HOST_DEVICE_FLAG}=8" in _with_flags(f"{HOST_DEVICE_FLAG}=8", 2, serial=False).split()
+    kept = _with_flags("--xla_cpu_multi_thread_eigen=true", 2, serial=True).split()
+    assert kept.count("--xla_cpu_multi_thread_eigen=true") == 1 and "--xla_cpu_multi_thread_eigen=false" not in kept
+
+
+def test_agreement_and_spearman():
+    def row(sim, meas):
+        return EvalRow("p", sim, Timing(meas, meas, meas, meas, meas, np.array([meas])))
+
+    rows = [row(100, 100), row(220, 200), row(270, 300), row(500, 400)]
+    a = agreement(rows)
+    assert a.n == 4 and a.spearman == pytest.approx(1.0)
+    assert a.median_ape == pytest.approx(10.0) and a.mean_ape == pytest.approx((0 + 10 + 10 + 25) / 4)
+    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(spearman([1, 2], [1, 2]))
+    assert math.isnan(agreement([EvalRow("p", 1.0)]).median_ape)
+    slope, intercept = theil_sen(np.array([1.0, 2, 3, 4, 5]), np.array([12.0, 14, 16, 100, 20]))
+    assert slope == pytest.approx(2.0) and intercept == pytest.approx(10.0)  # the outlier is ignored
+
+
+def _cluster(kind: str, n: int = 2) -> Cluster:
+    return Cluster("c", tuple(Device(f"/cpu:{i}", kind, 1e12) for i in range(n)), 5.0, 40.0, 1e4)
+
+
+def test_simulation_cluster_falls_back_to_analytic_cpu():
+    g = make_graph("g", [{"name": "a", "cost": {"cpu": 10.0, "k80": 1.0}, "out_bytes": [4]}], [])
+    same, warning = simulation_cluster(g, _cluster("cpu"))
+    assert warning is None and same.kinds == ("cpu", "cpu")
+    fallback, warning = simulation_cluster(g, _cluster("local-cpu"))
+    assert fallback.kinds == ("cpu", "cpu") and "placeto profile" in warning
+    bare = make_graph("bare", [{"name": "a", "cost": {"k80": 1.0}, "out_bytes": [4]}], [])
+    with pytest.raises(InputError, match="cannot be run here: no 'local-cpu' or 'cpu' costs"):
+        simulation_cluster(bare, _cluster("local-cpu"))
+    traced_like = make_graph("t", [{"name": "a", "cost": {"k80": 1.0}}], [], meta={"program": {"kind": "nmt"}})
+    with pytest.raises(InputError, match="run `placeto profile`"):
+        simulation_cluster(traced_like, _cluster("local-cpu"))
+
+
+def test_dispatch_order_is_simulated_start_order():
+    g = layered_dag(60, seed=3)
+    cluster = _cluster("default")
+    placement = np.random.default_rng(0).integers(0, 2, g.n_nodes).astype(np.int32)
+    order = dispatch_order(g, placement, cluster)
+    assert sorted(order.tolist()) == list(range(g.n_nodes))
+    position = np.empty(g.n_nodes, dtype=np.int64)
+    position[order] = np.arange(g.n_nodes)
+    assert np.all(position[g.edge_src] < position[g.edge_dst])  # topological
+
+
+def _eval_args(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    add_eval_arguments(p)
+    return p.parse_args(list(argv))
+
+
+def test_eval_simulate_only(tmp_path, capsys):
+    g = layered_dag(40, seed=0)
+    save_graph(g, tmp_path / "g.json")
+    save_placement(tmp_path / "a.json", np.zeros(g.n_nodes, int), ["/gpu:0", "/gpu:1"])
+    save_placement(tmp_path / "b.json", np.arange(g.n_nodes) % 2, ["/gpu:0", "/gpu:1"])
+    assert run_eval(_eval_args(str(tmp_path / "g.json"), "--placement", str(tmp_path / "a.json"),
+                               str(tmp_path / "b.json"))) == 0
+    out = capsys.readouterr().out
+    assert "a.json" in out and "b.json" in out and "measured" not in out
+    save_placement(tmp_path / "short.json", np.zeros(3, int), ["/gpu:0", "/gpu:1"])
+    with pytest.raises(InputError, match="placement has 3 entries but graph"):
+        run_eval(_eval_args(str(tmp_path / "g.json"), "--placement", str(tmp_path / "short.json")))
+    with pytest.raises(InputError, match="needs --hardware"):
+        run_eval(_eval_args(str(tmp_path / "g.json"), "--placement", str(tmp_path / "a.json"), "--costs", "units"))
+    p = argparse.ArgumentParser()
+    add_calibrate_arguments(p)
+    assert p.parse_args(["--out", "c.json"]).devices == 2
+
+
+def test_ensure_host_devices_before_and_after_jax_starts():
+    code = textwrap.dedent('''
+        import jax  # imported, but no backend started yet
+        from simulator.errors import InputError
+        from simulator.hardware import ensure_host_devices
+        ensure_host_devices(3)
+        print(len(jax.devices()))
+        try:
+            ensure_host_devices(4)
+        except InputError as e:
+            print(e)
+    ''')
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu"),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "3" and "4 devices requested but JAX has 3" in lines[1]

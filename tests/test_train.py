@@ -1,0 +1,102 @@
+"""REINFORCE training: return/baseline arithmetic, a toy graph with a known optimum, kill-and-resume, outputs."""
+
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from placeto import train as T
+from placeto.config import tiny
+from placeto.place import load_params, place, place_graph
+from placeto.plots_train import plot_run
+from simulator import cluster_preset, load_placement, simulate_reference
+from simulator.generate import layered_dag
+from simulator.graph import make_graph
+
+
+def test_returns_to_go_matches_a_plain_loop():
+    r = np.random.default_rng(0).normal(size=(7, 3))
+    for gamma in (1.0, 0.9):
+        expect = np.array([[sum(gamma**k * r[t + k, b] for k in range(7 - t)) for b in range(3)] for t in range(7)])
+        np.testing.assert_allclose(T.returns_to_go(r, gamma), expect)
+
+
+def test_baseline_is_the_mean_over_a_window_of_recent_episodes():
+    base, mean = T.baseline_update(None, np.array([[1.0, 3.0], [0.0, 2.0]]), window=3)
+    np.testing.assert_allclose(mean, [2.0, 1.0])
+    base, mean = T.baseline_update(base, np.array([[5.0, 7.0], [4.0, 6.0]]), window=3)
+    np.testing.assert_allclose(mean, [(3 + 5 + 7) / 3, (2 + 4 + 6) / 3])  # the oldest episode dropped
+    assert int(base.count) == 4
+
+
+def two_chains(length=8):
+    """Two independent chains of heavy nodes (100 us) with tiny tensors: on 2 devices the optimum runs them in
+    parallel and halves the single-device runtime."""
+    nodes = [{"name": f"{c}{i}", "op": "op", "cost": 100.0, "out_bytes": [64]} for c in "ab" for i in range(length)]
+    edges = [(k * length + i, k * length + i + 1, 0) for k in range(2) for i in range(length - 1)]
+    return make_graph("two_chains", nodes, edges)
+
+
+def test_toy_optimum_is_learned(tmp_path):
+    g, cluster = two_chains(), cluster_preset("placeto-k80", 2)
+    optimum = simulate_reference(g, np.repeat([0, 1], 8), cluster).runtime
+    single = simulate_reference(g, np.zeros(16, int), cluster).runtime
+    assert optimum == pytest.approx(single / 2, rel=0.01)
+    config = tiny(episodes=480, episodes_per_update=8, lr=1e-2, lr_end=1e-3)
+    T.train(config, [g], cluster, tmp_path)
+    res = place(g, cluster, tmp_path)  # greedy
+    assert simulate_reference(g, res.final_placement, cluster).runtime <= 1.05 * optimum
+    assert res.runtime <= 1.05 * optimum
+
+
+def test_kill_and_resume(tmp_path, monkeypatch):
+    graphs, cluster = [layered_dag(24, seed=1), layered_dag(30, seed=2)], cluster_preset("placeto-k80", 3)
+    config = tiny(episodes=24, episodes_per_update=4, checkpoint_seconds=0.0)
+    real_update, calls = T._update, []
+
+    def crash_on_third(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # a kill between updates
+        return real_update(*args)
+
+    monkeypatch.setattr(T, "_update", crash_on_third)
+    with pytest.raises(KeyboardInterrupt):
+        T.train(config, graphs, cluster, tmp_path)
+    monkeypatch.setattr(T, "_update", real_update)
+    arrays = jax.device_put(T.E.make_context(graphs[0], cluster, config).arrays)
+    _, saved = load_params(tmp_path, arrays)
+
+    seen = {}
+
+    def spy(config_, policy, grad_fn, apply, st, *rest):
+        seen.setdefault("params", st.params)
+        seen.setdefault("episode", st.episode)
+        return real_update(config_, policy, grad_fn, apply, st, *rest)
+
+    monkeypatch.setattr(T, "_update", spy)
+    with (tmp_path / "metrics.csv").open("a") as f:  # a row logged after the checkpoint, before the kill
+        f.write("3,12,x" + ",0" * 20 + "\n")
+    summary = T.train(config, graphs, cluster, tmp_path)
+    assert seen["episode"] == 8 and summary.start_episode == 8 and summary.episodes == 24
+    jax.tree.map(np.testing.assert_array_equal, seen["params"], saved)
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + 6  # header + one row per update, across both runs
+    assert T.train(config, graphs, cluster, tmp_path).episodes == 24  # a finished run stays finished
+
+
+def test_outputs_place_and_plot(tmp_path):
+    g, cluster = layered_dag(40, seed=3), cluster_preset("placeto-k80", 2)
+    summary = T.train(tiny(episodes=8), [g], cluster, tmp_path)
+    assert summary.sim_calls > 0 and summary.episodes_per_second > 0
+    best = load_placement(summary.best_placement_files[g.name], g, 2)
+    assert simulate_reference(g, best.assignment, cluster).runtime == pytest.approx(summary.best_runtime[g.name])
+    assert json.loads((tmp_path / "config.json").read_text())["episodes"] == 8
+    assert (tmp_path / "tb").is_dir()
+    other = layered_dag(44, seed=4)  # unseen, same padding bucket, more devices
+    p, calls = place_graph(other, cluster_preset("placeto-k80", 4), tmp_path, samples=0)
+    assert p.shape == (44,) and p.max() < 4 and calls >= 1
+    p2, calls2 = place_graph(other, cluster_preset("placeto-k80", 4), tmp_path, samples=4, seed=1)
+    assert calls2 > calls
+    assert all(f.exists() for f in plot_run(tmp_path))
