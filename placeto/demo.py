@@ -70,6 +70,29 @@ def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: 
               f"{r.peak_memory.max() / 1e6:.0f} MB{', OOM' if r.any_oom else ''})")
 
 
+def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: int = 4, minutes: float = 2.0):
+    """Train a small Placeto policy on a few training graphs of `family`; return (test graph, policy callable)."""
+    from placeto.config import PlacetoConfig
+    from placeto.families import load_family
+    from placeto.place import place_graph
+    from placeto.plots_train import plot_run
+    from placeto.train import train
+
+    train_graphs = sorted(load_family(family, "train"), key=lambda g: g.n_nodes)[:n_train]
+    test_graph = min(load_family(family, "test"), key=lambda g: g.n_nodes)
+    cluster = cluster_preset("placeto-k80", n_devices)
+    run = out / "placeto_run"
+    print(f"\n== Placeto: training on {n_train} {family} training graphs "
+          f"({', '.join(g.name for g in train_graphs)}), {n_devices} K80s, {minutes:g} minutes ==")
+    config = PlacetoConfig(episodes=400, time_limit_minutes=minutes, seed=0)
+    summary = train(config, train_graphs, cluster, run, resume=False)
+    print(f"{summary.episodes} episodes, {summary.episodes_per_second:.2f} episodes/s, "
+          f"{summary.sim_calls_per_second:.0f} simulator calls/s; curves: "
+          f"{', '.join(str(p) for p in plot_run(run))}")
+    policy = lambda graph, cl, seed: place_graph(graph, cl, run, samples=0, seed=seed)  # noqa: E731
+    return test_graph, policy
+
+
 def compare_section(graph, out: Path, n_devices: int = 4, budget: int = 300, policy=None) -> list:
     """Every baseline (and the trained policy, if given) on `graph`: the comparison table and a bar chart."""
     from placeto.compare import compare, markdown_table, plot_compare, write_csv
@@ -90,11 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="demo_out", help="folder for files and plots")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-minutes", type=float, default=2.0, help="training time of the demo policy")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     simulator_section(out, args.seed)
     datasets_section()
+    test_graph, policy = policy_section(out, minutes=args.train_minutes)
+    compare_section(test_graph, out, policy=policy)
     return 0
 
 
