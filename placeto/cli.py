@@ -271,6 +271,15 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run", help="run directory")
     plot.set_defaults(func=cmd_plot)
 
+    from placeto.evaluate import add_calibrate_arguments, add_eval_arguments, run_calibrate, run_eval
+
+    ev = sub.add_parser("eval", help="simulate placements, and with --hardware run them on local JAX devices")
+    add_eval_arguments(ev)
+    ev.set_defaults(func=run_eval)
+    cal = sub.add_parser("calibrate", help="measure delta1, delta2 and bandwidth of local devices")
+    add_calibrate_arguments(cal)
+    cal.set_defaults(func=run_calibrate)
+
     cmp = sub.add_parser("compare", help="run every placement method on graphs and device counts")
     add_compare_arguments(cmp)
     cmp.set_defaults(func=cmd_compare)

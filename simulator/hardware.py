@@ -1,0 +1,538 @@
+"""Executing a placed graph on real JAX devices, and timing one step.
+
+A placed graph becomes a `Plan`: one `Task` per placed unit (a node, or a group of a grouped graph), in dispatch
+order. A task is one jitted function committed to its device (`out_shardings=SingleDeviceSharding(device)`, its
+inputs `device_put` there), so XLA runs it there:
+
+* traced programs (`program_plan`): a task binds its member equations in topological order, so a group is ONE
+  XLA computation; parameters, optimizer state, the batch and closed-over constants are resident on the device of
+  the node (or group) that holds them before the step starts;
+* cost-only graphs (`synthetic_plan`): a task is a `lax.fori_loop` of small matmuls whose trip count is set so
+  that it takes the node's cost on its device (`KernelModel`, measured by `simulator.calibrate.calibrate_kernel`),
+  then writes outputs of the recorded sizes.
+
+A tensor moves only when a consumer sits on another device: one `jax.device_put` per (producer, receiving
+device) carrying every value consumers there need, issued right after the producer is dispatched. Dispatch is
+asynchronous; by default each device's tasks are dispatched, in plan order, by its own host thread (which waits
+on an Event for inputs from other devices), else all from the calling thread (`run_plan(threads=False)`).
+`evaluate` orders the tasks by simulated start time.
+
+Three facts about JAX's CPU client shape this (measured with jax 0.10 on 2 cores):
+
+* the host "devices" of `--xla_force_host_platform_device_count` are labels over one shared thread pool:
+  independent executions overlap whatever their device. So every task takes and returns its device's *token*
+  (an int8 scalar) and cannot start before its device's previous task has finished, as the simulator assumes;
+* a computation of under 1000 flops runs inline in the dispatching thread, which first waits for its inputs; one
+  scalar task (a gradient-norm clip) would stall every device's dispatch. The token is therefore made by a 16x16
+  matmul, so no task is "cheap" and all are dispatched asynchronously (about 1 us of work each);
+* `jax.device_put` between CPU devices costs 30-90 us of host time in the calling thread whatever the size (the
+  copy itself is fast), so transfers are batched per receiving device.
+
+With XLA's intra-op threading switched off (`SERIAL_CPU_FLAGS`, set by `ensure_host_devices`) a task uses one
+core, so D host devices can behave like D single-core devices when D <= free cores; with more devices than free
+cores they share them and the measured times exceed the simulator's (`simulator.calibrate.measure_parallelism`
+says how concurrent the devices really are).
+
+`time_plan` runs the step `warmup` times (the first compiles every task), then `repeats` times, blocking on every
+value produced, and reports the median and the spread of the wall-clock times.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import weakref
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.graph import Graph
+
+if TYPE_CHECKING:  # this module must not import jax at import time (see ensure_host_devices)
+    from simulator.trace import Source, Traced
+
+HOST_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+SERIAL_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")  # one core per task
+Key = tuple[Any, int]  # a value on a device: (node output `Source`, or another name, device index)
+_KERNELS: dict = {}  # (output sizes, matrix side, device) -> jitted synthetic kernel
+_FUNCTIONS: "weakref.WeakKeyDictionary[Traced, dict]" = weakref.WeakKeyDictionary()  # jitted units per trace
+
+
+def ensure_host_devices(n: int, serial: bool = True) -> None:
+    """Make `n` local JAX devices available; call before anything imports jax.
+
+    If jax is not imported yet, sets XLA_FLAGS so the CPU backend has (at least) `n` host devices and, with
+    `serial`, single-threaded ops (`SERIAL_CPU_FLAGS`). If jax is already initialised, only checks: raises
+    InputError when it has fewer than `n` devices. (If jax is imported but no backend has started yet, the
+    device count is set through `jax_num_cpu_devices`; the threading flags may then come too late.)
+    """
+    if not isinstance(n, int) or n < 1:
+        raise InputError(f"device count must be a positive integer, got {n!r}")
+    if "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), n, serial)
+        return
+    import jax
+
+    try:
+        from jax._src import xla_bridge
+
+        started = xla_bridge.backends_are_initialized()
+    except (ImportError, AttributeError):
+        started = True
+    if not started:
+        os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), n, serial)
+        if jax.config.jax_num_cpu_devices < n:
+            jax.config.update("jax_num_cpu_devices", n)
+    local_devices(n)
+
+
+def _with_flags(flags: str, n: int, serial: bool) -> str:
+    words = flags.split()
+    count = [w for w in words if w.startswith(HOST_DEVICE_FLAG + "=")]
+    have = max((int(w.split("=", 1)[1]) for w in count if w.split("=", 1)[1].isdigit()), default=0)
+    words = [w for w in words if w not in count] + [f"{HOST_DEVICE_FLAG}={max(n, have)}"]
+    if serial:
+        words += [f for f in SERIAL_CPU_FLAGS if f.split("=")[0] not in {w.split("=")[0] for w in words}]
+    return " ".join(words)
+
+
+def local_devices(n: int) -> list:
+    """The first `n` devices of the default JAX backend; InputError if there are fewer."""
+    import jax
+
+    devices = jax.devices()
+    if n > len(devices):
+        raise InputError(f"{n} devices requested but JAX has {len(devices)} ({devices[0].platform}); on a CPU "
+                         f"set XLA_FLAGS={HOST_DEVICE_FLAG}={n} before JAX starts (the CLI does)")
+    return devices[:n]
+
+
+# ---- plans -------------------------------------------------------------------------------------------------
+class Task(NamedTuple):
+    """One placed unit of work. fn(token, *inputs) -> (token, *outputs), jitted onto `device`; None if the unit
+    only holds resident values (inputs, parameters)."""
+
+    unit: int  # node (or group) index in the placed graph
+    device: int
+    fn: Callable | None
+    inputs: tuple[Source, ...]  # values read, all on `device` by the time the task is dispatched
+    outputs: tuple[Source, ...]  # values fn returns, in order
+    sends: tuple[tuple[int, tuple[Source, ...]], ...]  # (device, values this unit owns that consumers there need)
+
+
+class Const(NamedTuple):
+    """A step output that is a literal, not a computed value."""
+
+    value: Any
+
+
+class Plan(NamedTuple):
+    """Everything needed to run one step of a placed graph."""
+
+    tasks: tuple[Task, ...]  # in dispatch order (a topological order of the units)
+    resident: dict  # Key -> array placed before the step: inputs, parameters, constants, trip counts
+    outputs: tuple[Any, ...]  # flat step outputs: a Key, or a Const
+    out_tree: Any  # pytree structure of the step outputs (None: a flat list)
+    devices: tuple[Any, ...]  # the jax devices, by device index
+
+
+class Timing(NamedTuple):
+    """Wall-clock step times after warm-up, microseconds."""
+
+    median_us: float
+    q25_us: float
+    q75_us: float
+    min_us: float
+    max_us: float
+    times_us: np.ndarray  # float64[R] every timed run
+
+
+def run_plan(plan: Plan, block: bool = True, threads: bool = True) -> tuple[list, dict]:
+    """Dispatch one step. Returns (flat outputs, every value by Key); with `block`, waits for all of them.
+
+    With `threads`, each device's tasks are dispatched by its own host thread (see `_dispatch_threaded`), else
+    all from the calling thread in plan order.
+    """
+    import jax
+
+    env = dict(plan.resident)
+    tokens = [env[("token", d)] for d in range(len(plan.devices))]
+    if threads and len(plan.devices) > 1:
+        _dispatch_threaded(plan, env, tokens)
+    else:
+        for t in plan.tasks:
+            _dispatch(t, env, tokens, plan.devices)
+    outputs = [k.value if isinstance(k, Const) else env[k] for k in plan.outputs]
+    if block:
+        jax.block_until_ready((list(env.values()), tokens))
+    return outputs, env
+
+
+def _dispatch(t: Task, env: dict, tokens: list, devices: Sequence, wait: Callable | None = None) -> None:
+    """Launch task `t` (reading its inputs from `env`, after `wait(key)` for each), then its sends."""
+    import jax
+
+    if t.fn is not None:
+        args = []
+        for s in t.inputs:
+            if wait is not None:
+                wait((s, t.device))
+            args.append(env[(s, t.device)])
+        tokens[t.device], *outs = t.fn(tokens[t.device], *args)
+        for s, x in zip(t.outputs, outs):
+            env[(s, t.device)] = x
+    for d, values in t.sends:  # one device_put per receiving device: its Python overhead dominates small copies
+        copies = jax.device_put([env[(s, t.device)] for s in values], devices[d])
+        env.update(((s, d), x) for s, x in zip(values, copies))
+
+
+def _dispatch_threaded(plan: Plan, env: dict, tokens: list) -> None:
+    """One host thread per device dispatches that device's tasks in plan order, waiting (on an Event) for each
+    input from another device to have been launched. Why: a device's dispatch then never waits behind another
+    device's (a `device_put` costs its sender tens of microseconds of host time); measured, this was as fast or
+    faster than dispatching from one thread, single-device placements included."""
+    import threading
+
+    events: dict = {}
+    for t in plan.tasks:
+        for d, values in t.sends:
+            events.update(((s, d), threading.Event()) for s in values)
+    errors: list[BaseException] = []
+
+    def wait(key):
+        event = events.get(key)
+        if event is not None and not event.wait(timeout=600):
+            raise RuntimeError(f"timed out waiting for {key}")
+
+    def worker(d: int) -> None:
+        try:
+            for t in plan.tasks:
+                if t.device == d:
+                    _dispatch(t, env, tokens, plan.devices, wait)
+                    for target, values in t.sends:
+                        for s in values:
+                            events[(s, target)].set()
+        except BaseException as e:  # noqa: BLE001 -- re-raised in the calling thread
+            errors.append(e)
+            for event in events.values():
+                event.set()
+
+    workers = [threading.Thread(target=worker, args=(d,), daemon=True) for d in range(len(plan.devices))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    if errors:
+        raise errors[0]
+
+
+def run_outputs(plan: Plan) -> Any:
+    """The step's outputs (pytree) after one run."""
+    import jax
+
+    flat, _ = run_plan(plan)
+    return flat if plan.out_tree is None else jax.tree_util.tree_unflatten(plan.out_tree, flat)
+
+
+def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool = True) -> Timing:
+    """Time `repeats` steps after `warmup` (the first run compiles every task); see Timing and run_plan."""
+    if repeats < 1:
+        raise InputError(f"repeats must be >= 1, got {repeats}")
+    for _ in range(warmup):
+        run_plan(plan, threads=threads)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        run_plan(plan, threads=threads)
+        times.append((time.perf_counter() - t0) * 1e6)
+    return timing_of(times)
+
+
+def timing_of(times_us: Sequence[float]) -> Timing:
+    """Timing summary of step times (microseconds)."""
+    t = np.asarray(times_us, dtype=np.float64)
+    q25, q75 = np.percentile(t, [25, 75])
+    return Timing(float(np.median(t)), float(q25), float(q75), float(t.min()), float(t.max()), t)
+
+
+def _placement_array(placement: Sequence[int], n_units: int, n_devices: int, what: str) -> np.ndarray:
+    p = np.asarray(placement, dtype=np.int64).reshape(-1)
+    if p.shape != (n_units,):
+        raise InputError(f"placement has {p.size} entries but the graph has {n_units} {what}")
+    if p.size and (p.min() < 0 or p.max() >= n_devices):
+        raise InputError(f"placement uses device {int(p.max() if p.max() >= n_devices else p.min())} but "
+                         f"{n_devices} devices are in use")
+    return p
+
+
+def _check_order(order: Sequence[int] | None, n_units: int) -> list[int]:
+    order = list(range(n_units)) if order is None else [int(x) for x in order]
+    if sorted(order) != list(range(n_units)):
+        raise InputError("dispatch order is not a permutation of the units")
+    return order
+
+
+def _compiled(body: Callable, device: Any) -> Callable:
+    """jit of fn(token, *xs) -> (new token, *body(*xs)), every output committed to `device`.
+
+    The new token comes from a 16x16 matmul (8 kflop, about a microsecond) because XLA's CPU client runs a
+    computation of under 1000 flops ("cheap") inline in the calling thread, first waiting for its inputs: one
+    scalar task would stall the dispatch of every device. With it, every task is dispatched asynchronously.
+    """
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import SingleDeviceSharding
+
+    def fn(token, *xs):
+        t = jnp.full((16, 16), token, jnp.float32)
+        return ((token + (t @ t)[0, 0].astype(jnp.int8)), *body(*xs))
+
+    return jax.jit(fn, out_shardings=SingleDeviceSharding(device))
+
+
+def _finish(tasks: list[Task], owner: dict[Source, int], resident: dict, devices: Sequence, outputs: tuple,
+            out_tree: Any) -> Plan:
+    """Add device tokens and each task's sends (from its consumers' devices); check the order is topological.
+
+    owner: value -> position in `tasks` of the unit that produces it or holds it resident.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    for d, dev in enumerate(devices):
+        resident[("token", d)] = jax.device_put(jnp.zeros((), jnp.int8), dev)
+    needed: dict[int, dict[int, dict[Source, None]]] = {}  # task -> receiving device -> values (ordered set)
+    for k, t in enumerate(tasks):
+        for s in t.inputs:
+            if (s, t.device) in resident:
+                continue
+            src = owner.get(s)
+            if src is None or src >= k:
+                raise InputError(f"unit {t.unit}: an input comes from a unit dispatched later (the dispatch order "
+                                 f"is not topological)")
+            if tasks[src].device != t.device:
+                needed.setdefault(src, {}).setdefault(t.device, {})[s] = None
+    tasks = [t._replace(sends=tuple((d, tuple(values)) for d, values in sorted(needed.get(k, {}).items())))
+             for k, t in enumerate(tasks)]
+    return Plan(tuple(tasks), resident, outputs, out_tree, tuple(devices))
+
+
+# ---- traced programs -----------------------------------------------------------------------------------------
+def _binder(eqn: Any) -> Callable[..., list]:
+    """f(*operands) -> list of outputs: the equation's primitive bound with its params (as simulator.profile)."""
+    bind_params = eqn.primitive.get_bind_params(eqn.params)
+    subfuns, params = bind_params if isinstance(bind_params, tuple) else ((), bind_params)
+    multiple = eqn.primitive.multiple_results
+
+    def apply(*operands):
+        with eqn.ctx.manager:
+            out = eqn.primitive.bind(*subfuns, *operands, **params)
+        return list(out) if multiple else [out]
+
+    return apply
+
+
+def _unit_body(traced: Traced, members: Sequence[int], inputs: Sequence[Source],
+               outputs: Sequence[Source]) -> Callable:
+    """f(*inputs) -> outputs: the member equations bound in node (= topological) order."""
+    import jax.extend.core as jcore
+
+    from simulator.trace import Source
+
+    steps = [(m, _binder(traced.equations[m]), traced.args[m]) for m in members if traced.equations[m] is not None]
+
+    def body(*xs):
+        env = dict(zip(inputs, xs))
+        for m, bind, args in steps:
+            outs = bind(*[a.val if isinstance(a, jcore.Literal) else env[a] for a in args])
+            env.update((Source(m, k), x) for k, x in enumerate(outs))
+        return tuple(env[s] for s in outputs)
+
+    return body
+
+
+def leaf_values(traced: Traced, args: Sequence[Any], seed: int = 0) -> list:
+    """[N] the value of every input/param/const node of `traced` (None elsewhere), from the example arguments
+    `args` (a tuple of pytrees as traced); ShapeDtypeStruct leaves become random arrays (floats standard normal,
+    integers zero, as simulator.profile does)."""
+    import jax
+
+    from simulator.profile import _random_operand
+
+    flat, tree = jax.tree_util.tree_flatten(tuple(args))
+    if tree != traced.in_tree:
+        raise InputError(f"graph {traced.graph.name!r}: the arguments do not match the traced structure")
+    rng = np.random.default_rng(seed)
+    flat = [_random_operand(x, rng) if isinstance(x, jax.ShapeDtypeStruct) else x for x in flat]
+    values = []
+    for i in range(traced.graph.n_nodes):
+        if traced.input_leaf[i] >= 0:
+            values.append(flat[traced.input_leaf[i]])
+        else:
+            values.append(traced.const_values[i])
+    return values
+
+
+def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int], devices: Sequence,
+                 op_to_group: np.ndarray | None = None, order: Sequence[int] | None = None) -> Plan:
+    """The plan of a traced program placed unit by unit (ops, or groups via `op_to_group` int32[N_ops]).
+
+    values: per op, the array of input/param/const nodes (see `leaf_values`). placement: int[U] device index per
+    unit. order: dispatch order of the units (default: topological, ties by unit index).
+    """
+    import jax
+
+    from simulator.trace import Source
+
+    n_ops = traced.graph.n_nodes
+    unit_of = np.arange(n_ops) if op_to_group is None else np.asarray(op_to_group, dtype=np.int64)
+    if unit_of.shape != (n_ops,):
+        raise InputError(f"op_to_group has {unit_of.size} entries, the program has {n_ops} ops")
+    n_units = int(unit_of.max()) + 1 if n_ops else 0
+    place = _placement_array(placement, n_units, len(devices), "groups" if op_to_group is not None else "nodes")
+    members = [[] for _ in range(n_units)]
+    for i, u in enumerate(unit_of.tolist()):
+        members[u].append(i)
+    is_eqn = [e is not None for e in traced.equations]
+    used_elsewhere = {a for a in traced.outputs if isinstance(a, Source)}
+    for j, args in enumerate(traced.args):
+        used_elsewhere.update(a for a in args if isinstance(a, Source) and unit_of[a.node] != unit_of[j])
+    order = _check_order(order if order is not None else _unit_order(traced, unit_of, n_units), n_units)
+    position = {u: k for k, u in enumerate(order)}
+    resident, owner, tasks = {}, {}, []
+    cache = _FUNCTIONS.setdefault(traced, {})  # shared by every plan of this trace: compile once per device
+    for u in order:
+        dev = int(place[u])
+        for i in members[u]:
+            if not is_eqn[i]:
+                resident[(Source(i, 0), dev)] = jax.device_put(values[i], devices[dev])
+                owner[Source(i, 0)] = position[u]
+        inputs = tuple(dict.fromkeys(a for i in members[u] if is_eqn[i] for a in traced.args[i]
+                                     if isinstance(a, Source) and not (is_eqn[a.node] and unit_of[a.node] == u)))
+        outputs = tuple(Source(i, k) for i in members[u] if is_eqn[i]
+                        for k in range(len(traced.equations[i].outvars)) if Source(i, k) in used_elsewhere)
+        fn = None
+        if any(is_eqn[i] for i in members[u]):
+            key = _unit_key(traced, members[u], inputs, outputs, dev)
+            if key not in cache:
+                cache[key] = _compiled(_unit_body(traced, members[u], inputs, outputs), devices[dev])
+            fn = cache[key]
+        owner.update((s, position[u]) for s in outputs)
+        tasks.append(Task(u, dev, fn, inputs, outputs, ()))
+    flat_out = tuple((a, int(place[unit_of[a.node]])) if isinstance(a, Source) else Const(a.val)
+                     for a in traced.outputs)
+    return _finish(tasks, owner, resident, devices, flat_out, traced.out_tree)
+
+
+def _unit_order(traced: Traced, unit_of: np.ndarray, n_units: int) -> list[int]:
+    """A topological order of the units (ties by unit index)."""
+    import heapq
+
+    from simulator.trace import Source
+
+    edges = {(int(unit_of[a.node]), int(unit_of[j])) for j, args in enumerate(traced.args) for a in args
+             if isinstance(a, Source) and unit_of[a.node] != unit_of[j]}
+    children: list[list[int]] = [[] for _ in range(n_units)]
+    indeg = [0] * n_units
+    for u, v in edges:
+        children[u].append(v)
+        indeg[v] += 1
+    ready = [u for u in range(n_units) if indeg[u] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        u = heapq.heappop(ready)
+        order.append(u)
+        for v in children[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(ready, v)
+    if len(order) != n_units:
+        raise InputError("the units (groups) of this program form a cycle")
+    return order
+
+
+def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tuple, device: int) -> Any:
+    """Units doing the same thing on the same device share one jitted function: single equations with the same
+    signature and operand pattern (the unrolled steps of an RNN); groups are keyed by identity."""
+    from simulator.profile import _signature
+    from simulator.trace import Source
+
+    if len(members) == 1 and traced.equations[members[0]] is not None:
+        m = members[0]
+        pattern = tuple(inputs.index(a) if isinstance(a, Source) else -1 for a in traced.args[m])
+        return ("eqn", _signature(traced.equations[m]), pattern, tuple(s.out for s in outputs), device)
+    return ("unit", tuple(members), device)
+
+
+# ---- cost-only graphs: synthetic kernels ---------------------------------------------------------------------
+class KernelModel(NamedTuple):
+    """How long the synthetic kernel takes on a device: iterations x iter_us + output bytes / fill rate."""
+
+    iter_us: float  # microseconds per loop iteration (one size x size float32 matmul and tanh)
+    fill_bytes_per_us: float  # rate at which outputs are written
+    size: int = 64  # matrix side
+
+    def iterations(self, cost_us: float, out_bytes: float) -> int:
+        """Trip count for a kernel that takes `cost_us` in all, writing `out_bytes` of outputs."""
+        return max(0, int(round((cost_us - out_bytes / self.fill_bytes_per_us) / self.iter_us)))
+
+
+def _kernel_body(out_bytes: tuple[int, ...], size: int) -> Callable:
+    """f(n_iter, *inputs) -> outputs of the given byte sizes (uint8), after n_iter matmuls seeded by the inputs
+    (so the kernel waits for them and nothing is constant-folded)."""
+    import jax
+    import jax.numpy as jnp
+
+    def body(n_iter, *xs):
+        seed = sum((x.reshape(-1)[0].astype(jnp.float32) for x in xs if x.size), jnp.float32(0))
+        m = jnp.full((size, size), 1.0 / size, jnp.float32) + seed * 1e-9  # tanh(m @ m) stays near 1: no denormals
+        m = jax.lax.fori_loop(0, n_iter, lambda _, a: jnp.tanh(a @ a), m)
+        v = (m[0, 0] * 0).astype(jnp.uint8)
+        return tuple(jnp.full((b,), v, jnp.uint8) for b in out_bytes)
+
+    return body
+
+
+def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, devices: Sequence,
+                   kernel: KernelModel, order: Sequence[int] | None = None) -> Plan:
+    """The plan of a cost-only graph: node i runs a synthetic kernel taking cost_us[i] (float64[N], its cost on
+    its device) and producing outputs of graph.out_bytes. Source nodes of zero cost hold their outputs resident.
+    The step's outputs are the outputs of the sink nodes."""
+    import jax
+    import jax.numpy as jnp
+
+    from simulator.trace import Source
+
+    n = graph.n_nodes
+    place = _placement_array(placement, n, len(devices), "nodes")
+    order = _check_order(order if order is not None else graph.topo_order, n)
+    par_off = graph.parents[0]
+    edges = sorted(set(zip(graph.edge_dst.tolist(), graph.edge_src.tolist(), graph.edge_out.tolist())))
+    inputs_of: list[list[Source]] = [[] for _ in range(n)]
+    for d, s, o in edges:
+        inputs_of[d].append(Source(s, o))
+    resident, owner, tasks = {}, {}, []
+    for k, i in enumerate(order):
+        dev = int(place[i])
+        sizes = tuple(int(b) for b in graph.out_bytes[graph.out_offsets[i]:graph.out_offsets[i + 1]])
+        outs = tuple(Source(i, j) for j in range(len(sizes)))
+        owner.update((s, k) for s in outs)
+        if cost_us[i] == 0 and par_off[i + 1] == par_off[i]:
+            for s, b in zip(outs, sizes):
+                resident[(s, dev)] = jax.device_put(jnp.zeros((b,), jnp.uint8), devices[dev])
+            tasks.append(Task(i, dev, None, (), (), ()))
+            continue
+        trips = ("iterations", i)
+        owner[trips] = k
+        resident[(trips, dev)] = jax.device_put(jnp.int32(kernel.iterations(cost_us[i], sum(sizes))), devices[dev])
+        key = (sizes, kernel.size, devices[dev])
+        if key not in _KERNELS:
+            _KERNELS[key] = _compiled(_kernel_body(sizes, kernel.size), devices[dev])
+        tasks.append(Task(i, dev, _KERNELS[key], (trips, *inputs_of[i]), outs, ()))
+    child_off = graph.children[0]
+    sinks = [i for i in range(n) if child_off[i + 1] == child_off[i]]
+    flat_out = tuple((Source(i, j), int(place[i])) for i in sinks for j in range(int(graph.n_outputs[i])))
+    return _finish(tasks, owner, resident, devices, flat_out, None)
