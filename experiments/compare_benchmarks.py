@@ -47,10 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     graphs = [load_graph(f) for f in files]
     methods, policy = list(METHODS), None
     if args.checkpoint:
-        from placeto.place import place_graph
+        from placeto.place import budgeted_policy
 
-        def policy(graph, cluster, seed):
-            return place_graph(graph, cluster, args.checkpoint, samples=args.budget, seed=seed)
+        policy = budgeted_policy(args.checkpoint, args.budget)
         methods.append("placeto")
     devices = [int(x) for x in args.devices.split(",")]
     rows = compare(graphs, devices, methods, args.preset, args.seed, args.budget, policy)

@@ -248,7 +248,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="all", help=f"'all' or a comma list of: {', '.join(METHODS)}, placeto")
     p.add_argument("--checkpoint", help="trained policy run directory; adds the 'placeto' method")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help="simulator calls of random/local-search and samples of the policy")
+                   help="simulator calls of random, local-search and the policy's sampled episodes")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="directory for compare.csv, compare.md (and plots with --plot)")
     p.add_argument("--plot", action="store_true", help="draw a bar chart per graph into --out")
@@ -268,10 +268,9 @@ def run_compare(args: argparse.Namespace) -> int:
               load_family(args.family, None if args.split == "all" else args.split))
     policy = None
     if args.checkpoint:
-        from placeto.place import place_graph  # the learned policy; imported only when asked for
+        from placeto.place import budgeted_policy  # the learned policy; imported only when asked for
 
-        def policy(graph: Graph, cluster: Cluster, seed: int) -> tuple[np.ndarray, int]:
-            return place_graph(graph, cluster, args.checkpoint, samples=args.budget, seed=seed)
+        policy = budgeted_policy(args.checkpoint, args.budget)
     rows = compare(graphs, args.devices, args.methods, args.preset, args.seed, args.budget, policy,
                    progress=not args.quiet)
     table = markdown_table(rows)

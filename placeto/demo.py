@@ -32,6 +32,7 @@ def simulator_section(out: Path, seed: int) -> None:
     graph = layered_dag(400, seed=seed)
     save_graph(graph, out / "demo_graph.json.gz")
     print(f"\n== Simulator: random layered graph {graph.name} ({graph.n_nodes} nodes, {graph.n_edges} edges) ==")
+    simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster_preset("placeto-k80", 2))  # load compiled code
     print(f"{'devices':>7} {'placement':<12} {'runtime ms':>11} {'x lower bd':>10} {'sim ms':>7}  oom")
     for n_dev in (2, 4, 8):
         cluster = cluster_preset("placeto-k80", n_dev)
@@ -70,11 +71,12 @@ def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: 
               f"{r.peak_memory.max() / 1e6:.0f} MB{', OOM' if r.any_oom else ''})")
 
 
-def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: int = 4, minutes: float = 2.0):
+def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: int = 4, minutes: float = 2.0,
+                   budget: int = 300):
     """Train a small Placeto policy on a few training graphs of `family`; return (test graph, policy callable)."""
     from placeto.config import PlacetoConfig
     from placeto.families import load_family
-    from placeto.place import place_graph
+    from placeto.place import budgeted_policy
     from placeto.plots_train import plot_run
     from placeto.train import train
 
@@ -89,8 +91,7 @@ def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: 
     print(f"{summary.episodes} episodes, {summary.episodes_per_second:.2f} episodes/s, "
           f"{summary.sim_calls_per_second:.0f} simulator calls/s; curves: "
           f"{', '.join(str(p) for p in plot_run(run))}")
-    policy = lambda graph, cl, seed: place_graph(graph, cl, run, samples=0, seed=seed)  # noqa: E731
-    return test_graph, policy
+    return test_graph, budgeted_policy(run, budget)
 
 
 def compare_section(graph, out: Path, n_devices: int = 4, budget: int = 300, policy=None) -> list:
@@ -109,6 +110,27 @@ def compare_section(graph, out: Path, n_devices: int = 4, budget: int = 300, pol
     return rows
 
 
+def hardware_section(graph, out: Path, budget: int = 300) -> None:
+    """The best 2-device placement local search finds and the single-device one, simulated and run for real on 2
+    local JAX devices (`placeto eval --hardware` in a subprocess, which sets XLA_FLAGS before JAX starts)."""
+    import subprocess
+
+    from placeto.baselines import run_method
+
+    cluster = cluster_preset("placeto-k80", 2)
+    graph_file = out / f"{graph.name}.json.gz"
+    save_graph(graph, graph_file)
+    files = []
+    for name, placement in (("single", np.zeros(graph.n_nodes, dtype=np.int32)),
+                            ("local-search", run_method("local-search", graph, cluster, 0, budget=budget).placement)):
+        files.append(out / f"{graph.name}.{name}_2dev.json")
+        save_placement(files[-1], placement, cluster.device_names)
+    print(f"\n== Hardware: {graph.name} executed on 2 local JAX devices (real ops, median of 5 steps) ==")
+    cmd = [sys.executable, "-m", "placeto.cli", "eval", str(graph_file), "--placement", *map(str, files),
+           "--hardware", "--devices", "2", "--plot", str(out / "sim_vs_hardware.png")]
+    subprocess.run(cmd, check=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="demo_out", help="folder for files and plots")
@@ -121,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     datasets_section()
     test_graph, policy = policy_section(out, minutes=args.train_minutes)
     compare_section(test_graph, out, policy=policy)
+    hardware_section(test_graph, out)
     return 0
 
 

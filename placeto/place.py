@@ -126,3 +126,15 @@ def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samp
     """(best placement int32[N], simulator calls) of the trained policy in `checkpoint_dir` on `graph`."""
     res = place(graph, cluster, checkpoint_dir, samples, seed)
     return res.placement, res.sim_calls
+
+
+def budgeted_policy(checkpoint_dir: str | Path, budget: int):
+    """The trained policy as a comparison method `(graph, cluster, seed) -> (placement, simulator calls)` that
+    spends about `budget` simulator calls: the best of budget // N sampled episodes (an episode simulates once
+    per step), or one greedy episode when fewer than two fit."""
+
+    def policy(graph: Graph, cluster: Cluster, seed: int) -> tuple[np.ndarray, int]:
+        samples = budget // max(graph.n_nodes, 1)
+        return place_graph(graph, cluster, checkpoint_dir, samples=samples if samples >= 2 else 0, seed=seed)
+
+    return policy
