@@ -274,18 +274,12 @@ def retrace(graph: Graph):
 def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int = 2) -> Graph:
     """`graph` with measured costs under `kind`: every op of its re-traced program timed on the local JAX
     backend (median of `repeats` after `warmup`, cached by signature), summed per group for grouped graphs."""
-    import jax
-
-    from simulator.profile import dispatch_overhead_us, profile_graph
+    from simulator.profile import profile_graph, with_measured
 
     traced, op_to_group = retrace(graph)
     op_cost = profile_graph(traced, repeats, warmup)
     cost = op_cost if op_to_group is None else np.bincount(op_to_group, weights=op_cost, minlength=graph.n_nodes)
-    meta = dict(graph.meta)
-    meta["profile"] = {**meta.get("profile", {}), kind: {
-        "device": jax.devices()[0].device_kind, "repeats": repeats, "warmup": warmup,
-        "dispatch_overhead_us": round(dispatch_overhead_us(), 3), "jax_version": jax.__version__}}
-    return dataclasses.replace(graph, meta=meta).with_costs(kind, np.round(cost, 3))
+    return with_measured(graph, kind, np.round(cost, 3), repeats, warmup)
 
 
 # ---- datasets/README.md ----------------------------------------------------------------------------------

@@ -111,6 +111,12 @@ def annotate_measured(graph: Graph, traced: Traced, kind: str | None = None, rep
         raise InputError(f"graph {graph.name!r} is not the graph of this trace ({traced.graph.name!r})")
     kind = kind or local_kind()
     cost = profile_graph(traced, repeats, warmup, seed)
+    return with_measured(graph, kind, cost, repeats, warmup)
+
+
+def with_measured(graph: Graph, kind: str, cost: np.ndarray, repeats: int, warmup: int) -> Graph:
+    """`graph` with measured costs (float64[N] microseconds) under `kind` and the conditions in
+    meta["profile"][kind] (which also marks the kind as measured, so rebuilds keep it)."""
     meta = dict(graph.meta)
     meta["profile"] = {**meta.get("profile", {}), kind: {
         "device": jax.devices()[0].device_kind, "repeats": repeats, "warmup": warmup,
