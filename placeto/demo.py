@@ -127,7 +127,7 @@ def hardware_section(graph, out: Path, budget: int = 300) -> None:
         save_placement(files[-1], placement, cluster.device_names)
     print(f"\n== Hardware: {graph.name} executed on 2 local JAX devices (real ops, median of 5 steps) ==")
     cmd = [sys.executable, "-m", "placeto.cli", "eval", str(graph_file), "--placement", *map(str, files),
-           "--hardware", "--devices", "2", "--plot", str(out / "sim_vs_hardware.png")]
+           "--hardware", "--devices", "2", "--costs", "units", "--plot", str(out / "sim_vs_hardware.png")]
     subprocess.run(cmd, check=True)
 
 
