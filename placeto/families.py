@@ -316,20 +316,17 @@ def readme_table(root: str | Path = DATASETS) -> str:
         graphs = load_manifest(family, root)["graphs"]
         rows += [(g["name"], [g]) for g in graphs] if family == "benchmarks" else [(family, graphs)]
     for label, gs in rows:
-        def span(key, scale=1.0, fmt="{:.0f}"):
-            lo, hi = min(g[key] for g in gs) * scale, max(g[key] for g in gs) * scale
-            return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
-        lbs = [span_lb(gs, d) for d in DEVICE_COUNTS]
-        lines.append(f"| {label} | {len(gs)} | {span('ops')} | {span('groups')} | {span('edges')} | "
-                     f"{span('total_compute_us', 1e-3, '{:.1f}')} | {span('critical_path_us', 1e-3, '{:.1f}')} | "
-                     + " | ".join(lbs) + " |")
+        spans = [_span([g[key] for g in gs]) for key in ("ops", "groups", "edges")]
+        spans += [_span([g[key] * 1e-3 for g in gs], "{:.1f}") for key in ("total_compute_us", "critical_path_us")]
+        spans += [_span([g["lower_bound_us"][str(d)] * 1e-3 for g in gs], "{:.1f}") for d in DEVICE_COUNTS]
+        lines.append(f"| {label} | {len(gs)} | " + " | ".join(spans) + " |")
     return "\n".join(lines) + "\n"
 
 
-def span_lb(graphs: list[dict], d: int) -> str:
-    values = [g["lower_bound_us"][str(d)] * 1e-3 for g in graphs]
+def _span(values: list[float], fmt: str = "{:.0f}") -> str:
+    """"lo–hi" of `values` in `fmt`, or one number when they are all equal."""
     lo, hi = min(values), max(values)
-    return f"{lo:.1f}" if lo == hi else f"{lo:.1f}–{hi:.1f}"
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
 
 
 def write_readme(root: str | Path = DATASETS) -> None:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 import numpy as np
 
-from simulator.cluster import Cluster, Device
+from simulator.cluster import Cluster, Device, cluster_preset
 from simulator.graph import DEFAULT_KIND, Graph
 from simulator.result import critical_path, lower_bound
 
@@ -35,9 +35,9 @@ def pick_kind(graph: Graph, preferred: str | None = None) -> str:
 
 
 def uniform_cluster(kind: str, n_devices: int) -> Cluster:
-    """n identical devices of `kind` with the Placeto interconnect (only used for bounds, not for simulation)."""
-    return Cluster(f"{kind}x{n_devices}", tuple(Device(f"/{kind}:{i}", kind, float("inf")) for i in range(n_devices)),
-                   5.7, 25.0, 7600.0)
+    """n identical devices of `kind` with the placeto-k80 interconnect (only used for bounds, not for simulation)."""
+    devices = tuple(Device(f"/{kind}:{i}", kind, float("inf")) for i in range(n_devices))
+    return dataclasses.replace(cluster_preset("placeto-k80", n_devices), name=f"{kind}x{n_devices}", devices=devices)
 
 
 def graph_stats(graph: Graph, kind: str | None = None, device_counts: Sequence[int] = (1, 2, 4, 8)) -> GraphStats:
