@@ -1,8 +1,9 @@
 """Placeto on graph families: train on a family's train split, place its test graphs zero-shot, compare.
 
 Per test graph: single device, random (best of as many samples as the zero-shot policy simulated), zero-shot
-(greedy episode of the family policy), from scratch (a policy trained on that graph alone), the lower bound,
-and simulator calls. Runtimes are simulated microseconds of the best placement each method found (an
+greedy (one greedy episode of the family policy), zero-shot (the best of that greedy episode and K sampled
+episodes), from scratch (best placement seen while training a policy on that graph alone), the lower bound, and
+simulator calls. Runtimes are simulated microseconds of the best placement each method found (an
 out-of-memory placement is marked *). The table is printed and written under experiments/results/.
 
     python experiments/placeto_family.py --family cifar10 --family ptb --family nmt
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from placeto.config import PRESETS  # noqa: E402
 from placeto.place import place  # noqa: E402
+from placeto.plots_train import plot_run  # noqa: E402
 from placeto.train import graph_keys, train  # noqa: E402
 from simulator import cluster_preset, load_graph, lower_bound  # noqa: E402
 from simulator.cluster import Cluster  # noqa: E402
@@ -38,8 +41,8 @@ try:
 except ImportError:  # until the fast engine is exported
     from simulator.engine import simulate, simulate_batch
 
-COLUMNS = ["graph", "nodes", "single_ms", "random_ms", "zero_shot_ms", "scratch_ms", "lower_bound_ms",
-           "zero_shot_sim_calls", "scratch_sim_calls", "zero_shot_s", "scratch_s"]
+COLUMNS = ["graph", "nodes", "single_ms", "random_ms", "zero_shot_greedy_ms", "zero_shot_ms", "scratch_ms",
+           "lower_bound_ms", "zero_shot_sim_calls", "scratch_sim_calls", "zero_shot_s", "scratch_s"]
 
 
 def load_family(name: str) -> tuple[list[Graph], list[Graph]]:
@@ -80,16 +83,19 @@ def fmt(graph: Graph, cluster: Cluster, placement: np.ndarray) -> tuple[float, s
 
 
 def run_family(name: str, train_graphs, test_graphs, cluster: Cluster, config, scratch_config,
-               runs: Path) -> list[dict]:
+               runs: Path, samples: int) -> tuple[list[dict], object, dict]:
+    """Train on the family, place every test graph zero-shot, train from scratch on each; rows + summaries."""
     t0 = time.time()
     summary = train(config, train_graphs, cluster, runs / name / "family")
     print(f"[{name}] trained on {len(train_graphs)} graphs: {summary.episodes} episodes, "
           f"{summary.wall_seconds / 60:.1f} min, {summary.episodes_per_second:.2f} ep/s, "
           f"{summary.sim_calls_per_second:.0f} sim calls/s", flush=True)
-    rows = []
+    rows, ratios = [], {"greedy": [], "zero_shot": [], "random": [], "scratch": [], "lower_bound": []}
     for key, g in zip(graph_keys(test_graphs), test_graphs):
         t1 = time.time()
-        zs = place(g, cluster, runs / name / "family")
+        greedy = place(g, cluster, runs / name / "family")
+        zs = place(g, cluster, runs / name / "family", samples=samples, seed=1)  # greedy + K sampled
+        zs_calls = zs.sim_calls
         t2 = time.time()
         scratch_dir = runs / name / "scratch" / key
         sc = train(scratch_config, [g], cluster, scratch_dir)
@@ -97,26 +103,47 @@ def run_family(name: str, train_graphs, test_graphs, cluster: Cluster, config, s
         scratch_p = load_placement(sc.best_placement_files[key], g, cluster.n_devices).assignment \
             if key in sc.best_placement_files else np.zeros(g.n_nodes, np.int32)
         single = fmt(g, cluster, np.zeros(g.n_nodes, np.int32))
-        rows.append({"graph": key, "nodes": g.n_nodes, "single_ms": single[1],
-                     "random_ms": f"{random_best(g, cluster, zs.sim_calls, 0) / 1e3:.2f}",
-                     "zero_shot_ms": fmt(g, cluster, zs.placement)[1], "scratch_ms": fmt(g, cluster, scratch_p)[1],
-                     "lower_bound_ms": f"{lower_bound(g, cluster) / 1e3:.2f}", "zero_shot_sim_calls": zs.sim_calls,
-                     "scratch_sim_calls": sc.sim_calls, "zero_shot_s": f"{t2 - t1:.1f}", "scratch_s": f"{t3 - t2:.1f}"})
+        rnd = random_best(g, cluster, zs_calls, 0)
+        lb = lower_bound(g, cluster)
+        cells = {"greedy": fmt(g, cluster, greedy.placement), "zero_shot": fmt(g, cluster, zs.placement),
+                 "scratch": fmt(g, cluster, scratch_p)}
+        for k, v in (("greedy", cells["greedy"][0]), ("zero_shot", cells["zero_shot"][0]), ("random", rnd),
+                     ("scratch", cells["scratch"][0]), ("lower_bound", lb)):
+            ratios[k].append(v / single[0])
+        rows.append({"graph": key, "nodes": g.n_nodes, "single_ms": single[1], "random_ms": f"{rnd / 1e3:.2f}",
+                     "zero_shot_greedy_ms": cells["greedy"][1], "zero_shot_ms": cells["zero_shot"][1],
+                     "scratch_ms": cells["scratch"][1], "lower_bound_ms": f"{lb / 1e3:.2f}",
+                     "zero_shot_sim_calls": zs_calls, "scratch_sim_calls": sc.sim_calls,
+                     "zero_shot_s": f"{t2 - t1:.1f}", "scratch_s": f"{t3 - t2:.1f}"})
         print("  " + "  ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     print(f"[{name}] done in {(time.time() - t0) / 60:.1f} min", flush=True)
-    return rows, summary
+    return rows, summary, {k: np.asarray(v) for k, v in ratios.items()}
 
 
-def write_table(rows: list[dict], path: Path, title: str) -> None:
+def summary_lines(ratios: dict[str, np.ndarray]) -> list[str]:
+    """Mean runtime / single-device runtime per method, and how often zero-shot beat single and random."""
+    zs = ratios["zero_shot"]
+    lines = ["| method | mean x single | worst x single |", "|---|--:|--:|"]
+    for k in ("random", "greedy", "zero_shot", "scratch", "lower_bound"):
+        lines.append(f"| {k} | {ratios[k].mean():.3f} | {ratios[k].max():.3f} |")
+    lines += ["", f"Zero-shot beats single device on {(zs < 1).sum()}/{len(zs)} test graphs and best-of-random on "
+              f"{(zs < ratios['random']).sum()}/{len(zs)}; it is {zs.mean() / ratios['lower_bound'].mean():.2f}x "
+              f"the lower bound and {zs.mean() / ratios['scratch'].mean():.2f}x from-scratch training on average."]
+    return lines
+
+
+def write_table(rows: list[dict], path: Path, title: str, extra: list[str] = ()) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.with_suffix(".csv").open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS)
         w.writeheader()
         w.writerows(rows)
     lines = [f"# {title}", "", "Runtimes in ms (simulated; * = out of memory). Random = best of as many random",
-             "placements as the zero-shot episode made simulator calls.", "",
+             "placements as the zero-shot episodes made simulator calls; zero-shot = best of one greedy and K",
+             "sampled episodes of the family policy (the greedy one alone in its own column).", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(str(r[c]) for c in COLUMNS) + " |" for r in rows]
+    lines += [""] + list(extra)
     path.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
@@ -135,6 +162,7 @@ def main(argv=None) -> int:
     p.add_argument("--grad-steps", type=int, help="override config.grad_steps")
     p.add_argument("--minutes", type=float, help="wall-time limit of the family training (rerun to continue)")
     p.add_argument("--scratch-minutes", type=float, help="wall-time limit of each from-scratch run")
+    p.add_argument("--samples", type=int, default=8, help="sampled zero-shot episodes besides the greedy one")
     p.add_argument("--runs", default=str(ROOT / "runs" / "placeto_family"))
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
@@ -151,14 +179,19 @@ def main(argv=None) -> int:
         else:
             tr, te = load_family(name)
         scratch = config.replace(episodes=args.scratch_episodes, time_limit_minutes=args.scratch_minutes or 0.0)
-        rows, summary = run_family(name, tr, te, cluster, config, scratch, Path(args.runs))
+        rows, summary, ratios = run_family(name, tr, te, cluster, config, scratch, Path(args.runs), args.samples)
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        curves = plot_run(Path(args.runs) / name / "family")
+        for src in curves:
+            shutil.copyfile(src, Path(args.out) / f"placeto_family_{name}_{src.name}")
         limits = f" (limit {args.minutes} min)" if args.minutes else ""
         scratch_limits = f" (limit {args.scratch_minutes} min each)" if args.scratch_minutes else ""
         write_table(rows, Path(args.out) / f"placeto_family_{name}",
                     f"Placeto on {name}: {len(tr)} train / {len(te)} test graphs, {args.devices} x K80, config "
                     f"{args.config}; family policy trained for {summary.episodes} episodes in "
-                    f"{summary.wall_seconds / 60:.1f} min{limits}; from scratch: up to {args.scratch_episodes} "
-                    f"episodes{scratch_limits}")
+                    f"{summary.wall_seconds / 60:.1f} min{limits} ({summary.episodes_per_second:.2f} episodes/s, "
+                    f"{summary.sim_calls_per_second:.0f} simulator calls/s); from scratch: up to "
+                    f"{args.scratch_episodes} episodes{scratch_limits}", summary_lines(ratios))
     return 0
 
 

@@ -3,7 +3,8 @@ does, and how far off are its runtimes?
 
 For one small traced graph per family (cifar10, ptb, nmt; built here, as `datasets/` need not exist) and 2 and 4
 host CPU devices: calibrate the cluster (`simulator.calibrate`), run a spread of placements (single, round-robin,
-contiguous, uniform random, and the baselines random-search, metis and etf) on the devices with
+contiguous, uniform random, the baselines random-search, metis and etf, and with --checkpoints a trained
+Placeto policy's zero-shot placement) on the devices with
 `simulator.hardware` (median of --repeats interleaved steps) and simulate each with two cost models:
 
 * op-profile: the graph's measured "local-cpu" costs as `placeto profile` records them (every op timed alone,
@@ -34,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from simulator.hardware import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
 
 SPECS = {  # small members of each family: (zoo kwargs, target groups)
     "cifar10": ({"seed": 0, "n_cells": 1, "channels": 8, "batch": 16, "n_nodes": 4}, 100),
@@ -54,6 +55,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-serial", action="store_true", help="keep XLA's intra-op threading (default: off)")
     p.add_argument("--single-thread-dispatch", action="store_true",
                    help="dispatch every device from one host thread (default: one thread per device)")
+    p.add_argument("--checkpoints", help="folder of family policies (<folder>/<family>/family, as "
+                   "experiments/placeto_family.py --runs writes them): adds each graph's zero-shot placement")
     p.add_argument("--render", help="only rewrite the .md and .png from this results JSON (no measuring)")
     return p.parse_args()
 
@@ -73,7 +76,9 @@ def build(family: str, work: Path):
     return graph
 
 
-def placements(graph, cluster, seed: int = 0) -> list[tuple[str, "np.ndarray"]]:
+def placements(graph, cluster, seed: int = 0, checkpoint: Path | None = None) -> list[tuple[str, "np.ndarray"]]:
+    """The spread of placements measured: fixed ones, the baselines, and a trained Placeto policy's zero-shot
+    placement (greedy) when `checkpoint` (a `placeto train` run directory) is given."""
     import numpy as np
 
     from placeto.baselines import run_method
@@ -86,6 +91,10 @@ def placements(graph, cluster, seed: int = 0) -> list[tuple[str, "np.ndarray"]]:
            ("uniform", np.random.default_rng(seed).integers(0, d, n).astype(np.int32))]
     out += [(m if m != "random" else "random-search", run_method(m, graph, cluster, seed).placement)
             for m in METHODS]
+    if checkpoint is not None:
+        from placeto.place import place
+
+        out.append(("placeto", place(graph, cluster, checkpoint).placement))
     return out
 
 
@@ -96,7 +105,7 @@ def with_latency(graph, cluster):
             dataclasses.replace(cluster, delta2_us=0.0))
 
 
-def run_one(graph, n_devices: int, cluster, repeats: int, threads: bool) -> dict:
+def run_one(graph, n_devices: int, cluster, repeats: int, threads: bool, checkpoint: Path | None = None) -> dict:
     """Rows (placement, transfers, simulated with every cost model, measured) and the agreement of each model."""
     from placeto.evaluate import EvalRow, agreement, hardware_runner
     from simulator import simulate
@@ -105,7 +114,7 @@ def run_one(graph, n_devices: int, cluster, repeats: int, threads: bool) -> dict
     runner = hardware_runner(graph, cluster)
     units = graph.with_costs("local-cpu", runner.unit_costs(repeats=5))
     runner = dataclasses.replace(runner, graph=units, threads=threads)  # dispatch in the units' simulated order
-    chosen = placements(graph, cluster)
+    chosen = placements(graph, cluster, checkpoint=checkpoint)
     measured = runner.measure([p for _, p in chosen], repeats=repeats, warmup=2)
     models = {"op-profile": (graph, cluster), "units": (units, cluster), "units+latency": with_latency(units, cluster)}
     rows = []
@@ -244,7 +253,7 @@ def main() -> int:
     import jax
 
     from simulator.calibrate import calibrate, measure_parallelism
-    from simulator.hardware import local_devices
+    from simulator.host_devices import local_devices
     from simulator.io import atomic_write_bytes
 
     work, out = Path(args.work), Path(args.out)
@@ -265,7 +274,9 @@ def main() -> int:
         print(f"{n} devices: delta1 {cluster.delta1_us} us, delta2 {cluster.delta2_us} us, "
               f"{cluster.bandwidth_bytes_per_us} B/us; parallel speedup {speedup:.2f}", flush=True)
         for graph in graphs:
-            result = run_one(graph, n, cluster, args.repeats, threads=not args.single_thread_dispatch)
+            ckpt = Path(args.checkpoints) / graph.name.rsplit("_", 1)[0] / "family" if args.checkpoints else None
+            result = run_one(graph, n, cluster, args.repeats, threads=not args.single_thread_dispatch,
+                             checkpoint=ckpt if ckpt is not None and (ckpt / "checkpoint.msgpack").exists() else None)
             result["cluster"] = cluster.to_dict()
             results.append(result)
             a = result["agreement"]

@@ -143,14 +143,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_train(args: argparse.Namespace) -> int:
     from simulator.io import load_graph
 
-    from placeto.config import PRESETS
+    from placeto.config import PRESETS, parse_overrides
     from placeto.families import load_family
     from placeto.train import train
 
+    try:
+        changes = parse_overrides(args.set)
+        changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
+                                          ("time_limit_minutes", args.minutes)) if v is not None})
+        config = PRESETS[args.config]().replace(**changes)
+    except ValueError as e:
+        raise InputError(str(e)) from None
     graphs = load_family(args.family, "train") if args.family else [load_graph(g) for g in args.graph]
-    changes = {k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
-                                 ("time_limit_minutes", args.minutes)) if v is not None}
-    config = PRESETS[args.config]().replace(**changes)
     summary = train(config, graphs, cluster_from_args(args), args.out, resume=not args.fresh)
     print(f"{args.out}: {summary.episodes} episodes ({summary.episodes - summary.start_episode} now, "
           f"{summary.wall_seconds:.0f} s, {summary.episodes_per_second:.2f} episodes/s, "
@@ -256,13 +260,15 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--minutes", type=float, help="stop (with a checkpoint) after this many minutes")
     tr.add_argument("--seed", type=int)
     tr.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out")
+    tr.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
+                    help="override PlacetoConfig fields, e.g. --set gamma=0.9 init_placement=random")
     tr.set_defaults(func=cmd_train)
 
     pl = sub.add_parser("place", help="zero-shot placement of a graph with a trained policy")
     pl.add_argument("graph")
     pl.add_argument("--checkpoint", required=True, help="run directory of `placeto train`")
     add_cluster_arguments(pl, default_devices=4)
-    pl.add_argument("--samples", type=int, default=0, help="best of K sampled episodes (0: one greedy episode)")
+    pl.add_argument("--samples", type=int, default=0, help="sampled episodes besides the greedy one (the best placement any visits is kept)")
     pl.add_argument("--seed", type=int, default=0)
     pl.add_argument("--out", required=True, help="placement file to write")
     pl.set_defaults(func=cmd_place)

@@ -56,8 +56,16 @@ class PlacetoConfig:
     """Fraction of the episode budget over which the entropy coefficient decays."""
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
-    gamma: float = 1.0
-    """Discount of the per-step rewards (1: return-to-go = runtime now minus final runtime)."""
+    gamma: float = 0.0
+    """Discount of the per-step rewards (1: return-to-go = runtime now minus final runtime; 0: each action is
+    credited with its own runtime change only). 0 by default: on the nmt family (6 minutes of training, 4 K80s)
+    gamma 0 placed the unseen test graphs at 0.81x the single-device runtime while gamma 0.9 collapsed to
+    "leave everything on device 0" (the sum of ~200 later rewards drowns each action's own effect)."""
+    counterfactual: bool = False
+    """Beyond Placeto: at every training step also simulate each device for the current node (D simulator calls
+    instead of 1) and put the exact expectation of the immediate reward into the gradient (sum over devices of
+    pi(d) * reward(d)); REINFORCE with the per-step baseline then estimates only the discounted rest of the
+    return. With gamma = 0 the gradient has no noise from the sampled actions (an all-action policy gradient)."""
     normalize_advantages: bool = True
     """Divide each update's advantages by their standard deviation, so the entropy bonus and the learning rate
     mean the same thing on graphs whose runtime improvements differ in scale."""
@@ -87,7 +95,7 @@ class PlacetoConfig:
         checks = {"hidden": self.hidden >= 1, "rounds": self.rounds >= 0, "max_devices": self.max_devices >= 1,
                   "passes": self.passes >= 1, "episodes_per_update": self.episodes_per_update >= 1,
                   "episodes": self.episodes >= 0, "baseline_window": self.baseline_window >= 1,
-                  "gamma": 0.0 < self.gamma <= 1.0, "lr": self.lr > 0 and self.lr_end > 0,
+                  "gamma": 0.0 <= self.gamma <= 1.0, "lr": self.lr > 0 and self.lr_end > 0,
                   "group_agg": self.group_agg in ("mean", "sum"),
                   "visit_order": self.visit_order in ("topo", "reverse_topo", "random_fixed"),
                   "init_placement": self.init_placement in ("single", "random")}
@@ -106,6 +114,27 @@ class PlacetoConfig:
         """Build from a dict, ignoring unknown keys (configs written by newer versions still load)."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """["gamma=0.5", "init_placement=random", ...] -> typed field values (ValueError names a bad item)."""
+    fields = {f.name: f for f in dataclasses.fields(PlacetoConfig)}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in fields:
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
+        kind = type(getattr(PlacetoConfig(), key))
+        try:
+            if kind is bool:
+                if text.lower() not in ("1", "0", "true", "false"):
+                    raise ValueError(text)
+                out[key] = text.lower() in ("1", "true")
+            else:
+                out[key] = kind(text)
+        except ValueError:
+            raise ValueError(f"--set {item!r}: {key} takes a value of type {kind.__name__}") from None
+    return out
 
 
 def tiny(**changes: Any) -> PlacetoConfig:

@@ -71,8 +71,11 @@ def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: 
               f"{r.peak_memory.max() / 1e6:.0f} MB{', OOM' if r.any_oom else ''})")
 
 
+SEARCH_BUDGET = 1500  # simulator calls of every search method on the test graph (~9 policy episodes on nmt_010)
+
+
 def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: int = 4, minutes: float = 2.0,
-                   budget: int = 300):
+                   budget: int = SEARCH_BUDGET):
     """Train a small Placeto policy on a few training graphs of `family`; return (test graph, policy callable)."""
     from placeto.config import PlacetoConfig
     from placeto.families import load_family
@@ -94,7 +97,7 @@ def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: 
     return test_graph, budgeted_policy(run, budget)
 
 
-def compare_section(graph, out: Path, n_devices: int = 4, budget: int = 300, policy=None) -> list:
+def compare_section(graph, out: Path, n_devices: int = 4, budget: int = SEARCH_BUDGET, policy=None) -> list:
     """Every baseline (and the trained policy, if given) on `graph`: the comparison table and a bar chart."""
     from placeto.compare import compare, markdown_table, plot_compare, write_csv
 

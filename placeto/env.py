@@ -24,7 +24,7 @@ from simulator.cluster import GB, Cluster
 from simulator.graph import Graph
 from simulator.result import SimResult, lower_bound
 
-from simulator import simulate
+from simulator import simulate, simulate_batch
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -158,6 +158,23 @@ def observe(state: EnvState) -> Observation:
     seq = state.ctx.visit_seq
     node = seq[min(state.t, len(seq) - 1)]
     return Observation(state.placement, state.start, np.int32(node), np.int32(state.t))
+
+
+def action_rewards(state: EnvState) -> np.ndarray:
+    """float64[B, D] the reward `step` would give for each device of the current node, in every episode.
+
+    Simulates all D alternatives (B * D simulator calls in one batch); entry [b, action[b]] equals the reward
+    `step(state, action)` returns, exactly. Used by the counterfactual gradient (see PlacetoConfig).
+    """
+    ctx = state.ctx
+    n, d, b = ctx.n_nodes, ctx.cluster.n_devices, state.placement.shape[0]
+    node = ctx.visit_seq[state.t]
+    cand = np.repeat(state.placement[:, None, :n], d, axis=1)  # [B, D, N]
+    cand[:, :, node] = np.arange(d, dtype=np.int32)
+    res = simulate_batch(ctx.graph, cand.reshape(b * d, n), ctx.cluster, with_memory=True)
+    over = np.maximum(res.peak_memory - np.asarray(ctx.cluster.memory, dtype=np.float64), 0.0).sum(1) / GB
+    runtime = (res.runtime + ctx.memory_penalty_per_gb * ctx.reward_scale * over).reshape(b, d)
+    return (state.runtime[:, None] - runtime) / ctx.reward_scale
 
 
 def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, bool]:

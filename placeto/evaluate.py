@@ -13,7 +13,7 @@ profiles count one dispatch per op, several times what a fused group costs: `--c
 node/group as it is executed (`simulator.calibrate.profile_plan`) and simulates with that.
 
 This module does not import JAX at import time: the CLI must first set the host device count
-(`simulator.hardware.ensure_host_devices`).
+(`simulator.host_devices.ensure_host_devices`).
 """
 
 from __future__ import annotations
@@ -135,7 +135,9 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     calibrated kernels taking the simulation costs, "auto" picks "program" when possible.
     """
     from simulator.calibrate import calibrate_kernel
-    from simulator.hardware import leaf_values, local_devices, program_plan, synthetic_plan
+    from simulator.hardware import leaf_values, program_plan
+    from simulator.host_devices import local_devices
+    from simulator.synthetic_kernels import synthetic_plan
 
     if mode not in MODES:
         raise InputError(f"unknown execution mode {mode!r} (known: {', '.join(MODES)})")
@@ -301,7 +303,7 @@ def _device_count(args: argparse.Namespace) -> int:
 def run_eval(args: argparse.Namespace) -> int:
     n = _device_count(args)
     if args.hardware:
-        from simulator.hardware import ensure_host_devices
+        from simulator.host_devices import ensure_host_devices
 
         ensure_host_devices(n)  # before anything imports jax
     if args.repeats < 1:
@@ -380,7 +382,7 @@ def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
-    from simulator.hardware import ensure_host_devices
+    from simulator.host_devices import ensure_host_devices
 
     ensure_host_devices(args.devices)  # before anything imports jax
     if args.repeats < 1:
@@ -402,7 +404,7 @@ def check_parallelism(n: int) -> float:
     if n < 2:
         return 1.0
     from simulator.calibrate import measure_parallelism
-    from simulator.hardware import local_devices
+    from simulator.host_devices import local_devices
 
     speedup = measure_parallelism(local_devices(n))
     cores = os.cpu_count() or 1

@@ -1,7 +1,8 @@
 """Flax modules: message passing in both directions, then Placeto's grouped view of the current node.
 
 `MessagePassing`: k rounds; in each, every node averages a transform of its parents' embeddings and, with
-separate weights, of its children's, and updates its embedding with a residual MLP. Weights are shared across
+separate weights, of its children's, and updates its embedding with a residual MLP followed by LayerNorm
+(without it the embeddings grow ~1.6x per round, and after 8 rounds a few Adam steps saturate the softmax). Weights are shared across
 rounds (one propagation operator applied k times, as in Placeto), so the receptive field grows with k while
 the parameter count does not.
 
@@ -37,12 +38,13 @@ class MessagePassing(nn.Module):
         h = nn.relu(nn.Dense(self.hidden, name="embed")(x)) * mask
         to_msg = nn.Dense(2 * self.hidden, name="messages")  # [from-parent | from-child] transforms
         update = nn.Dense(self.hidden, name="update")
+        norm = nn.LayerNorm(name="norm")  # keeps embeddings O(1) however many rounds (else ~1.6x per round)
         for _ in range(self.rounds):
             msg = to_msg(h)
             from_parents = jax.ops.segment_sum(msg[senders, :, :self.hidden], receivers, n)
             from_children = jax.ops.segment_sum(msg[receivers, :, self.hidden:], senders, n)
             agg = [from_parents * inv_in_deg[:, None, None], from_children * inv_out_deg[:, None, None]]
-            h = (h + nn.relu(update(jnp.concatenate([h] + agg, axis=-1)))) * mask
+            h = norm(h + nn.relu(update(jnp.concatenate([h] + agg, axis=-1)))) * mask
         return h
 
 

@@ -35,6 +35,7 @@ class Rollout(NamedTuple):
     nodes: np.ndarray  # int32[T] node placed at each step
     actions: np.ndarray  # int32[T, B]
     rewards: np.ndarray  # float64[T, B] (runtime before - after) / reward_scale
+    action_rewards: np.ndarray | None  # float64[T, B, D] reward of every device at each step (None unless asked)
     initial_runtime: np.ndarray  # float64[B] microseconds (penalised)
     final_runtime: np.ndarray  # float64[B] microseconds (penalised)
     best_runtime: np.ndarray  # float64[B] best seen during each episode, microseconds (penalised)
@@ -46,27 +47,34 @@ class Rollout(NamedTuple):
 # ---- rollouts ------------------------------------------------------------------------------------------
 def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array,
                     batch: int, seed: int, greedy: bool = False, record: bool = True,
-                    placement: np.ndarray | None = None) -> Rollout:
-    """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph."""
+                    placement: np.ndarray | None = None, counterfactual: bool = False) -> Rollout:
+    """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph.
+
+    counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step).
+    """
     state, obs = E.reset(ctx, seed, batch, placement)
     t_max, n_pad = ctx.n_steps, ctx.n_pad
     rec_place = np.empty((t_max, batch, n_pad), np.int8) if record else None
     rec_start = np.empty((t_max, batch, n_pad), np.float32) if record else None
     actions = np.empty((t_max, batch), np.int32)
     rewards = np.empty((t_max, batch))
+    all_rewards = np.empty((t_max, batch, ctx.cluster.n_devices)) if counterfactual else None
     initial = state.runtime.copy()
-    done = False
+    extra_calls, done = 0, False
     while not done:
         t = state.t
         if record:
             rec_place[t], rec_start[t] = state.placement, state.start
+        if counterfactual:
+            all_rewards[t] = E.action_rewards(state)
+            extra_calls += all_rewards[t].size
         act, _ = policy.act(params, arrays, obs, key, greedy)
         actions[t] = np.asarray(act)
         state, rewards[t], done = E.step(state, actions[t])
         obs = E.observe(state)
-    return Rollout(rec_place, rec_start, ctx.visit_seq.copy(), actions, rewards, initial, state.runtime.copy(),
-                   state.best_runtime, state.best_placement, state.placement[:, :ctx.n_nodes].copy(),
-                   state.sim_calls)
+    return Rollout(rec_place, rec_start, ctx.visit_seq.copy(), actions, rewards, all_rewards, initial,
+                   state.runtime.copy(), state.best_runtime, state.best_placement,
+                   state.placement[:, :ctx.n_nodes].copy(), state.sim_calls + extra_calls)
 
 
 # ---- placement -----------------------------------------------------------------------------------------
@@ -90,9 +98,10 @@ class PlaceResult(NamedTuple):
 
 def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samples: int = 0, seed: int = 0,
           initial: np.ndarray | None = None) -> PlaceResult:
-    """Run the policy of `checkpoint_dir` on `graph`: greedy when samples == 0, else K sampled episodes.
+    """Run the policy of `checkpoint_dir` on `graph`: one greedy episode, plus `samples` sampled episodes.
 
-    Episodes start from `initial` (int[N]) if given, else from the run's configured initial placement.
+    Returns the best placement any of them visited (the greedy episode's end in `final_placement`). Episodes
+    start from `initial` (int[N]) if given, else from the run's configured initial placement.
     """
     for needed in ("config.json", CHECKPOINT):
         if not (Path(checkpoint_dir) / needed).is_file():
@@ -103,17 +112,12 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samples: i
     _, params = load_params(checkpoint_dir, arrays)
     policy = make_policy(config)
     key = jax.random.key(seed)
-    if samples <= 0:
-        ro = collect_rollout(policy, params, ctx, arrays, key, 1, seed, greedy=True, record=False,
-                             placement=initial)
-        rollouts = [ro]
-    else:
-        batch = config.episodes_per_update
-        rollouts = []
-        for i in range(0, samples, batch):
-            ro = collect_rollout(policy, params, ctx, arrays, jax.random.fold_in(key, i), min(batch, samples - i),
-                                 seed + i, record=False, placement=initial)
-            rollouts.append(ro)
+    rollouts = [collect_rollout(policy, params, ctx, arrays, key, 1, seed, greedy=True, record=False,
+                                placement=initial)]
+    batch = config.episodes_per_update
+    for i in range(0, max(samples, 0), batch):
+        rollouts.append(collect_rollout(policy, params, ctx, arrays, jax.random.fold_in(key, i),
+                                        min(batch, samples - i), seed + i, record=False, placement=initial))
     best = min(((ro.best_runtime[b], ro.best_placement[b]) for ro in rollouts
                 for b in range(len(ro.best_runtime))), key=lambda x: x[0])
     first = rollouts[0]
@@ -130,11 +134,11 @@ def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samp
 
 def budgeted_policy(checkpoint_dir: str | Path, budget: int):
     """The trained policy as a comparison method `(graph, cluster, seed) -> (placement, simulator calls)` that
-    spends about `budget` simulator calls: the best of budget // N sampled episodes (an episode simulates once
-    per step), or one greedy episode when fewer than two fit."""
+    spends about `budget` simulator calls: one greedy episode and budget // N - 1 sampled ones (an episode
+    simulates at most once per step); at least the greedy episode."""
 
     def policy(graph: Graph, cluster: Cluster, seed: int) -> tuple[np.ndarray, int]:
-        samples = budget // max(graph.n_nodes, 1)
-        return place_graph(graph, cluster, checkpoint_dir, samples=samples if samples >= 2 else 0, seed=seed)
+        samples = budget // max(graph.n_nodes, 1) - 1
+        return place_graph(graph, cluster, checkpoint_dir, samples=max(samples, 0), seed=seed)
 
     return policy

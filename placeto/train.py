@@ -96,11 +96,13 @@ class Chunk(NamedTuple):
     ts: jax.Array  # int32[C]
     actions: jax.Array  # int32[C, B]
     advantages: jax.Array  # float32[C, B]
+    action_advantages: jax.Array  # float32[C, B, Dm] centred reward of every device (counterfactual; else 0)
     weight: jax.Array  # float32[C] loss weight of each step (0 on padding)
 
 
 def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef):
-    """-(weighted advantage * log pi(action)) - ent_coef * weighted entropy, and (pg term, entropy)."""
+    """-(weighted advantage * log pi(action)) - weighted sum_d pi(d) * action advantage(d) - ent_coef * weighted
+    entropy, and (pg term, entropy)."""
     c, b, n_pad = chunk.placement.shape
     rep = lambda x: jnp.repeat(x, b)  # noqa: E731  per-step scalars -> per-state
     logp = log_probs(net, params, arrays, chunk.placement.reshape(c * b, n_pad).astype(jnp.int32),
@@ -109,7 +111,8 @@ def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef):
     taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
     entropy = -(jnp.exp(logp) * logp).sum(-1)
     w = chunk.weight[:, None]
-    pg = -(w * chunk.advantages * taken).sum()
+    expected = (jnp.exp(logp) * chunk.action_advantages).sum(-1)  # [C, B] exact immediate term
+    pg = -(w * (chunk.advantages * taken + expected)).sum()
     ent = (w * entropy).sum()
     return pg - ent_coef * ent, (pg, ent)
 
@@ -137,8 +140,11 @@ def make_grad_fn(policy: Policy):
 
 
 def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
-                    config: PlacetoConfig, rng: np.random.Generator, ent_coef: float):
-    """Summed gradient over the chosen steps (all, or `grad_steps` random ones) and (loss, pg, entropy)."""
+                    action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float):
+    """Summed gradient over the chosen steps (all, or `grad_steps` random ones) and (loss, pg, entropy).
+
+    adv: float64[T, B] advantage of the sampled actions; action_adv: float[T, B, Dm] of every device.
+    """
     t_len, b = adv.shape
     steps = np.arange(t_len)
     if 0 < config.grad_steps < t_len:
@@ -153,7 +159,7 @@ def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro:
         full = np.concatenate([idx, np.zeros(pad, idx.dtype)])
         w = np.concatenate([np.full(len(idx), weight), np.zeros(pad)]).astype(np.float32)
         chunk = Chunk(ro.placement[full], ro.start[full], ro.nodes[full], full.astype(np.int32),
-                      ro.actions[full], adv[full].astype(np.float32), w)
+                      ro.actions[full], adv[full].astype(np.float32), action_adv[full].astype(np.float32), w)
         g, aux = grad_fn(params, arrays, chunk, np.float32(ent_coef))
         grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
         totals += np.asarray(jax.device_get(aux), dtype=np.float64)
@@ -343,21 +349,42 @@ def _make_apply(grad_clip: float):
     return apply
 
 
+def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """(float64[T, B] advantages of the sampled actions, float64[T, B, Dm] advantages of every device).
+
+    REINFORCE: return-to-go minus the per-step baseline; the second array is zero. Counterfactual: the sampled
+    action's advantage covers only the discounted future (return-to-go minus the step's own reward, minus its
+    baseline), and every device gets its immediate reward minus the mean over devices. Both are divided by one
+    common scale when normalize_advantages is set. Updates st.baselines[key_name].
+    """
+    returns = returns_to_go(ro.rewards, config.gamma)
+    target = returns - ro.rewards if config.counterfactual else returns
+    st.baselines[key_name], base = baseline_update(st.baselines.get(key_name), target, config.baseline_window)
+    adv = target - base[:, None]
+    t_len, b = adv.shape
+    action_adv = np.zeros((t_len, b, config.max_devices))
+    if config.counterfactual:
+        r = ro.action_rewards
+        action_adv[..., :r.shape[-1]] = r - r.mean(-1, keepdims=True)
+    if config.normalize_advantages:
+        d = ro.action_rewards.shape[-1] if config.counterfactual else 1
+        scale = math.sqrt(float((adv ** 2).mean()) + float((action_adv ** 2).sum(-1).mean()) / d)
+        adv, action_adv = adv / max(scale, 1e-8), action_adv / max(scale, 1e-8)
+    return adv, action_adv
+
+
 def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainState, ctx: E.EnvContext,
             arrays: GraphArrays, key_name: str) -> dict[str, Any]:
     """One REINFORCE update on one graph; mutates st and returns the metrics row."""
     st.key, k_roll, k_seed = jax.random.split(st.key, 3)
     seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
     t_roll = time.time()
-    ro = collect_rollout(policy, st.params, ctx, arrays, k_roll, config.episodes_per_update, seed)
+    ro = collect_rollout(policy, st.params, ctx, arrays, k_roll, config.episodes_per_update, seed,
+                         counterfactual=config.counterfactual)
     t_grad = time.time()
-    returns = returns_to_go(ro.rewards, config.gamma)
-    st.baselines[key_name], base = baseline_update(st.baselines.get(key_name), returns, config.baseline_window)
+    adv, action_adv = advantages(config, ro, st, key_name)
     ent = entropy_coef(config, st.episode)
-    adv = returns - base[:, None]
-    if config.normalize_advantages:
-        adv = adv / max(float(adv.std()), 1e-8)
-    grads, (loss, pg, entropy) = policy_gradient(grad_fn, st.params, ctx, arrays, ro, adv, config,
+    grads, (loss, pg, entropy) = policy_gradient(grad_fn, st.params, ctx, arrays, ro, adv, action_adv, config,
                                                  np.random.default_rng(seed), ent)
     lr = learning_rate(config, st.update)
     st.params, st.opt_state, gnorm = apply(grads, st.opt_state, st.params, np.float32(lr))

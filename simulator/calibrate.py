@@ -36,7 +36,9 @@ import numpy as np
 
 from simulator.cluster import Cluster, Device
 from simulator.errors import InputError
-from simulator.hardware import KernelModel, Plan, _compiled, _kernel_body, local_devices, run_plan
+from simulator.hardware import Plan, _compiled, run_plan
+from simulator.host_devices import local_devices
+from simulator.synthetic_kernels import KernelModel, _kernel_body
 
 CHAIN = 64  # tasks per delta1 chain
 HOPS = 24  # tasks per transfer chain
@@ -67,7 +69,8 @@ def _chain_us(devices: Sequence, placement: Sequence[int], nbytes: int, repeats:
     """Lower-quartile step time (us) of a chain of minimal synthetic tasks, each passing `nbytes` to the next,
     task k on devices[placement[k]], run by simulator.hardware exactly as a placed graph is."""
     from simulator.graph import make_graph
-    from simulator.hardware import synthetic_plan, time_plan
+    from simulator.hardware import time_plan
+    from simulator.synthetic_kernels import synthetic_plan
 
     k = len(placement)
     nodes = [{"name": f"n{i}", "cost": 1.0, "out_bytes": [nbytes]} for i in range(k)]
@@ -178,9 +181,9 @@ def profile_plan(plan: Plan, repeats: int = 5) -> np.ndarray:
 
 @functools.lru_cache(maxsize=None)
 def calibrate_kernel(device: Any, size: int = 64, repeats: int = 7) -> KernelModel:
-    """The synthetic kernel's speed on `device` (simulator.hardware.synthetic_plan), measured once per process:
-    time per loop iteration (chains of kernels of 0 and 1000 iterations) and output fill rate (an 8 MB output),
-    both in chains of 4 kernels so dispatch overlaps the previous kernel, as in a step."""
+    """The synthetic kernel's speed on `device` (simulator.synthetic_kernels.synthetic_plan), measured once per
+    process: time per loop iteration (chains of kernels of 0 and 1000 iterations) and output fill rate (an 8 MB
+    output), both in chains of 4 kernels so dispatch overlaps the previous kernel, as in a step."""
     import jax
     import jax.numpy as jnp
 

@@ -2,10 +2,10 @@
 
 A group runs as one unit (`simulator.reference`): it starts when all its external inputs have arrived and runs
 its members back to back, so merging can destroy parallelism. Grouping therefore tracks the zero-communication
-ASAP schedule of the contracted graph, with node weights from `_op_weight` (a group weighs the sum of its
-members): per node its earliest start, its bottom (longest path from its start to the end, itself included) and
-the critical path cp. A merge only adds constraints, so starts, bottoms and cp never decrease. `group(graph,
-target_groups)` contracts in four steps, every merge keeping the quotient acyclic:
+ASAP schedule of the contracted graph (`simulator.quotient.Quotient`), with node weights from `_op_weight` (a
+group weighs the sum of its members): per node its earliest start, its bottom (longest path from its start to
+the end, itself included) and the critical path cp. A merge only adds constraints, so starts, bottoms and cp
+never decrease. `group(graph, target_groups)` contracts in four steps, every merge keeping the quotient acyclic:
 
   (a) colocation: ops sharing a colocation name are merged as far as a local test proves acyclic: two nodes
       a, b may merge when there is no path of length >= 2 between them either way, which holds when
@@ -56,12 +56,11 @@ import numpy as np
 
 from simulator.errors import InputError
 from simulator.graph import Graph, make_graph
+from simulator.quotient import Quotient, quotient_topo_order
 
 _WAVE = 64  # step (c): nodes whose labels one contraction raises each way before leaving the rest stale
 _RESCHEDULE = 8  # step (c): labels are recomputed after n_groups / _RESCHEDULE contractions left them stale
 _TOL = 0.002  # step (c): a popped key that grew by at most this times the cp is taken as it is
-_SEARCH_BUDGET = 64  # nodes visited by one acyclicity search before giving up (refusing the merge)
-_REL_TOL = 1e-9  # relative slack when comparing path lengths summed in different orders
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -79,184 +78,7 @@ class Grouping:
     op_to_group: np.ndarray
 
 
-class _Quotient:
-    """The contracted graph: union-find over ops, distinct successor/predecessor sets per representative, and
-    labels of the representatives: the zero-communication ASAP schedule (start, bottom, cp) and a depth."""
-
-    def __init__(self, graph: Graph, weight: np.ndarray):
-        n = graph.n_nodes
-        self.parent = list(range(n))
-        self.succ = [set() for _ in range(n)]
-        self.pred = [set() for _ in range(n)]
-        for s, d in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
-            self.succ[s].add(d)
-            self.pred[d].add(s)
-        self.coloc = list(graph.colocation)
-        self.weight = weight.tolist()  # summed member weight per representative (units of `_op_weight`)
-        self.n_groups = n
-        self.start = [0.0] * n  # earliest start with free communication (same units)
-        self.bottom = [0.0] * n  # longest path from the node's start to the end, own weight included
-        self.depth = [0] * n  # depth[child] > depth[parent] on every edge, always
-        self.cp = 0.0  # critical path: max(start + bottom)
-        self.stale = 0  # contractions whose label waves were cut short since the last `reschedule`
-
-    def find(self, i: int) -> int:
-        root = i
-        while self.parent[root] != root:
-            root = self.parent[root]
-        while self.parent[i] != root:
-            self.parent[i], i = root, self.parent[i]
-        return root
-
-    def reps(self) -> list[int]:
-        return [i for i, p in enumerate(self.parent) if p == i]
-
-    def compatible(self, a: int, b: int) -> bool:
-        return self.coloc[a] is None or self.coloc[b] is None or self.coloc[a] == self.coloc[b]
-
-    def no_long_path(self, a: int, b: int) -> bool:
-        """True if there is surely no path a -> x -> ... -> b with x outside {a, b}."""
-        sa, pb = self.succ[a], self.pred[b]
-        return len(sa) == 0 or (len(sa) == 1 and b in sa) or len(pb) == 0 or (len(pb) == 1 and a in pb)
-
-    def reaches(self, sources, b: int) -> bool:
-        """True if some node of `sources` may reach b: a depth-first search skipping nodes at b's depth or deeper
-        (they cannot reach b); also True when it runs out of budget."""
-        db, succ, d = self.depth[b], self.succ, self.depth
-        stack = [x for x in sources if d[x] < db]
-        seen, budget = set(stack), _SEARCH_BUDGET
-        while stack:
-            x = stack.pop()
-            if b in succ[x]:
-                return True
-            budget -= 1
-            if budget < 0:
-                return True
-            for y in succ[x]:
-                if y not in seen and d[y] < db:
-                    seen.add(y)
-                    stack.append(y)
-        return False
-
-    def mergeable(self, a: int, b: int) -> bool:
-        """True if contracting a and b surely keeps the graph acyclic: no path between them other than an
-        edge (a path from a to b of two or more hops needs depth[b] >= depth[a] + 2)."""
-        if not self.compatible(a, b):
-            return False
-        if self.depth[a] > self.depth[b]:
-            a, b = b, a  # the only possible direction is a -> b
-        if self.depth[b] - self.depth[a] <= 1 or self.no_long_path(a, b):
-            return True
-        return not self.reaches([x for x in self.succ[a] if x != b], b)
-
-    def path_through(self, a: int, b: int) -> float:
-        """Length of the longest path through the group a + b if it were contracted now. Paths avoiding
-        the group keep their length, so the critical path after contracting is max(cp, this)."""
-        st, bl, w = self.start, self.bottom, self.weight
-        if a in self.succ[b]:
-            a, b = b, a
-        if b not in self.succ[a]:  # no edge: starts when both could, then runs both
-            return max(st[a], st[b]) + w[a] + w[b] + max(bl[a] - w[a], bl[b] - w[b])
-        # edge a -> b: starts with a, or when b's last other input is ready; ends before the longest tail of
-        # b's or a's other children. The O(1) shortcuts hold when a is not b's last input / b not a's longest
-        # child (with a margin: the values are sums in different orders); else scan.
-        margin = _REL_TOL * (st[b] + bl[a])
-        if st[b] > st[a] + w[a] + margin:
-            head = st[b]
-        else:
-            head = max([st[a]] + [st[p] + w[p] for p in self.pred[b] if p != a])
-        if bl[a] - w[a] > bl[b] + margin:
-            tail = bl[a] - w[a]
-        else:
-            tail = max([bl[b] - w[b]] + [bl[s] for s in self.succ[a] if s != b])
-        return head + w[a] + w[b] + tail
-
-    def merge(self, a: int, b: int) -> int:
-        """Contract representatives a and b (adjacency only); returns the surviving representative."""
-        if len(self.succ[a]) + len(self.pred[a]) < len(self.succ[b]) + len(self.pred[b]):
-            a, b = b, a  # move the smaller adjacency
-        keep, drop = a, b
-        self.parent[drop] = keep
-        for x in self.succ[drop]:
-            self.pred[x].discard(drop)
-            if x != keep:
-                self.pred[x].add(keep)
-                self.succ[keep].add(x)
-        for x in self.pred[drop]:
-            self.succ[x].discard(drop)
-            if x != keep:
-                self.succ[x].add(keep)
-                self.pred[keep].add(x)
-        self.succ[keep].discard(drop)
-        self.pred[keep].discard(drop)
-        self.succ[drop], self.pred[drop] = set(), set()
-        self.coloc[keep] = self.coloc[keep] if self.coloc[keep] is not None else self.coloc[drop]
-        self.weight[keep] += self.weight[drop]
-        self.n_groups -= 1
-        return keep
-
-    def contract(self, a: int, b: int, wave: int | None = None) -> int:
-        """`merge`, then update the labels: depth exactly (the acyclicity test relies on it); start and bottom
-        only grow under contraction, so the new group's descendants (start) and ancestors (bottom) are raised,
-        exactly, or until `wave` nodes were raised each way (the rest stays low until `reschedule`)."""
-        m = self.merge(a, b)
-        st, bl, d, w = self.start, self.bottom, self.depth, self.weight
-        d[m] = max([d[p] + 1 for p in self.pred[m]], default=0)
-        stack = [m]
-        while stack:
-            x = stack.pop()
-            for s in self.succ[x]:
-                if d[s] <= d[x]:
-                    d[s] = d[x] + 1
-                    stack.append(s)
-        st[m] = max([st[p] + w[p] for p in self.pred[m]], default=0.0)
-        bl[m] = w[m] + max([bl[s] for s in self.succ[m]], default=0.0)
-        self.cp = max(self.cp, st[m] + bl[m])
-        if not (self._raise(m, self.succ, st, 1, wave) & self._raise(m, self.pred, bl, -1, wave)):
-            self.stale += 1
-        return m
-
-    def _raise(self, m: int, nbrs: list, val: list, sign: int, wave: int | None) -> bool:
-        """Propagate a raised start (sign +1, to successors) or bottom (-1, to predecessors) from m, in depth
-        order so each node is raised once; False if stopped by `wave`."""
-        st, bl, d, w = self.start, self.bottom, self.depth, self.weight
-        heap, queued, budget, cp = [(sign * d[m], m)], {m}, wave, self.cp
-        while heap and (budget is None or budget > 0):
-            _, x = heapq.heappop(heap)
-            queued.discard(x)
-            vx = val[x] + w[x] if sign > 0 else val[x]
-            for y in nbrs[x]:
-                new = vx if sign > 0 else vx + w[y]
-                if val[y] < new:
-                    val[y] = new
-                    cp = max(cp, st[y] + bl[y])
-                    if y not in queued:
-                        queued.add(y)
-                        heapq.heappush(heap, (sign * d[y], y))
-            budget = None if budget is None else budget - 1
-        self.cp = cp
-        return not heap
-
-    def reschedule(self, depth_valid: bool = True) -> None:
-        """Recompute start, bottom, depth (longest hop count) and cp from scratch. With `depth_valid`, sorting
-        by the current depth gives the topological order."""
-        order = sorted(self.reps(), key=self.depth.__getitem__) if depth_valid else _quotient_topo_order(self)
-        st, bl, d, w, pred, succ = self.start, self.bottom, self.depth, self.weight, self.pred, self.succ
-        finish = [0.0] * len(st)
-        for r in order:
-            if pred[r]:
-                st[r] = max(map(finish.__getitem__, pred[r]))
-                d[r] = 1 + max(map(d.__getitem__, pred[r]))
-            else:
-                st[r], d[r] = 0.0, 0
-            finish[r] = st[r] + w[r]
-        for r in reversed(order):
-            bl[r] = w[r] + max(map(bl.__getitem__, succ[r])) if succ[r] else w[r]
-        self.cp = max([st[r] + bl[r] for r in order], default=0.0)
-        self.stale = 0
-
-
-def _merge_colocated(q: _Quotient, graph: Graph) -> None:
+def _merge_colocated(q: Quotient, graph: Graph) -> None:
     """Step (a): merge the ops of each colocation name where the local acyclicity test allows."""
     by_name: dict[str, list[int]] = {}
     for i, name in enumerate(graph.colocation):
@@ -282,7 +104,7 @@ def _merge_colocated(q: _Quotient, graph: Graph) -> None:
                 q.merge(others[0], p)
 
 
-def _delays_nothing(q: _Quotient, u: int, v: int) -> bool:
+def _delays_nothing(q: Quotient, u: int, v: int) -> bool:
     """True if contracting the edge u -> v changes no node's earliest start (so neither the critical path):
     the group can start when u did (v's other inputs are ready by then, or u costs nothing and v's inputs
     are ready when v started) and every other consumer of u starts after v ends (and after v starts, which
@@ -299,7 +121,7 @@ def _delays_nothing(q: _Quotient, u: int, v: int) -> bool:
     return all(st[c] >= end and st[c] > st[v] for c in q.succ[u] if c != v)
 
 
-def _contract_free_edges(q: _Quotient, order: Sequence[int], target: int, cap: float) -> None:
+def _contract_free_edges(q: Quotient, order: Sequence[int], target: int, cap: float) -> None:
     """Step (b): contract edges u -> v that delay nothing (`_delays_nothing`), in topological order of u,
     until nothing changes, never making a group heavier than `cap`. This includes Mirhoseini et al.'s merge
     of a node into its only consumer when that consumer's other inputs are ready by the time the node
@@ -320,7 +142,7 @@ def _contract_free_edges(q: _Quotient, order: Sequence[int], target: int, cap: f
                     break
 
 
-def _nearest_siblings(q: _Quotient, m: int) -> set[tuple[int, int]]:
+def _nearest_siblings(q: Quotient, m: int) -> set[tuple[int, int]]:
     """Pairs of m with its siblings next to it in start order: among each parent's children and each child's
     parents."""
     key = (q.start[m], m)
@@ -332,13 +154,13 @@ def _nearest_siblings(q: _Quotient, m: int) -> set[tuple[int, int]]:
     return pairs
 
 
-def _pair_entry(q: _Quotient, a: int, b: int, version: list[int]) -> tuple:
+def _pair_entry(q: Quotient, a: int, b: int, version: list[int]) -> tuple:
     """(path through a + b, weight, a, b, versions of a and b): a heap entry, dead once a or b changes."""
     a, b = min(a, b), max(a, b)
     return (q.path_through(a, b), q.weight[a] + q.weight[b], a, b, version[a], version[b])
 
 
-def _all_candidates(q: _Quotient) -> set[tuple[int, int]]:
+def _all_candidates(q: Quotient) -> set[tuple[int, int]]:
     """Every edge, and siblings next to each other in start order among each node's children and parents."""
     pairs = set()
     for u in q.reps():
@@ -349,7 +171,7 @@ def _all_candidates(q: _Quotient) -> set[tuple[int, int]]:
     return pairs
 
 
-def _contract_greedy(q: _Quotient, target: int, cap: float) -> None:
+def _contract_greedy(q: Quotient, target: int, cap: float) -> None:
     """Step (c): contract candidate pairs (`_all_candidates`, then the pairs each contraction creates),
     smallest path through the merged pair first, down to `target` groups, never making a group heavier than
     `cap`. Lazy greedy: keys only grow, so a popped key is re-evaluated and pushed back if it grew (by more
@@ -384,28 +206,14 @@ def _contract_greedy(q: _Quotient, target: int, cap: float) -> None:
                 heapq.heappush(heap, _pair_entry(q, x, y, version))
 
 
-def _quotient_topo_order(q: _Quotient) -> list[int]:
-    """Representatives in a depth-first-like topological order (Kahn with a stack, smallest id first)."""
-    reps = q.reps()
-    indeg = {r: len(q.pred[r]) for r in reps}
-    stack = [r for r in reversed(reps) if indeg[r] == 0]
-    order = []
-    while stack:
-        r = stack.pop()
-        order.append(r)
-        for c in sorted(q.succ[r], reverse=True):
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                stack.append(c)
-    return order
 
 
-def _merge_topological_neighbours(q: _Quotient, target: int) -> None:
+def _merge_topological_neighbours(q: Quotient, target: int) -> None:
     """Step (d): merge disjoint pairs of neighbours in one topological order (a contiguous run of a
     topological order is convex, so contracting any set of disjoint runs keeps the graph acyclic); pairs joined
     by an edge first, then the cheapest. Repeats with a fresh order until `target` or nothing is mergeable."""
     while q.n_groups > target:
-        order = _quotient_topo_order(q)
+        order = quotient_topo_order(q)
         pairs = sorted((0 if b in q.succ[a] else 1, q.weight[a] + q.weight[b], k)
                        for k, (a, b) in enumerate(zip(order, order[1:])) if q.compatible(a, b))
         taken = np.zeros(len(order), dtype=bool)
@@ -456,7 +264,7 @@ def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
     if target_groups is not None and target_groups < 1:
         raise InputError(f"target_groups must be >= 1, got {target_groups}")
     weight = _op_weight(graph, kind)
-    q = _Quotient(graph, weight)
+    q = Quotient(graph, weight)
     target = target_groups if target_groups is not None else 0
     if colocate:
         _merge_colocated(q, graph)

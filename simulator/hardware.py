@@ -7,9 +7,9 @@ inputs `device_put` there), so XLA runs it there:
 * traced programs (`program_plan`): a task binds its member equations in topological order, so a group is ONE
   XLA computation; parameters, optimizer state, the batch and closed-over constants are resident on the device of
   the node (or group) that holds them before the step starts;
-* cost-only graphs (`synthetic_plan`): a task is a `lax.fori_loop` of small matmuls whose trip count is set so
-  that it takes the node's cost on its device (`KernelModel`, measured by `simulator.calibrate.calibrate_kernel`),
-  then writes outputs of the recorded sizes.
+* cost-only graphs (`simulator.synthetic_kernels.synthetic_plan`): a task is a `lax.fori_loop` of small matmuls
+  whose trip count is set so that it takes the node's cost on its device (`KernelModel`, measured by
+  `simulator.calibrate.calibrate_kernel`), then writes outputs of the recorded sizes.
 
 A tensor moves only when a consumer sits on another device: one `jax.device_put` per (producer, receiving
 device) carrying every value consumers there need, issued right after the producer is dispatched. Dispatch is
@@ -28,10 +28,10 @@ Three facts about JAX's CPU client shape this (measured with jax 0.10 on 2 cores
 * `jax.device_put` between CPU devices costs 30-90 us of host time in the calling thread whatever the size (the
   copy itself is fast), so transfers are batched per receiving device.
 
-With XLA's intra-op threading switched off (`SERIAL_CPU_FLAGS`, set by `ensure_host_devices`) a task uses one
-core, so D host devices can behave like D single-core devices when D <= free cores; with more devices than free
-cores they share them and the measured times exceed the simulator's (`simulator.calibrate.measure_parallelism`
-says how concurrent the devices really are).
+With XLA's intra-op threading switched off (`SERIAL_CPU_FLAGS`, set by `ensure_host_devices`, both in
+`simulator.host_devices`) a task uses one core, so D host devices can behave like D single-core devices when
+D <= free cores; with more devices than free cores they share them and the measured times exceed the
+simulator's (`simulator.calibrate.measure_parallelism` says how concurrent the devices really are).
 
 `time_plan` runs the step `warmup` times (the first compiles every task), then `repeats` times, blocking on every
 value produced, and reports the median and the spread of the wall-clock times.
@@ -39,8 +39,6 @@ value produced, and reports the median and the spread of the wall-clock times.
 
 from __future__ import annotations
 
-import os
-import sys
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
@@ -48,65 +46,12 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from simulator.errors import InputError
-from simulator.graph import Graph
 
-if TYPE_CHECKING:  # this module must not import jax at import time (see ensure_host_devices)
+if TYPE_CHECKING:  # this module must not import jax at import time (see simulator.host_devices)
     from simulator.trace import Source, Traced
 
-HOST_DEVICE_FLAG = "--xla_force_host_platform_device_count"
-SERIAL_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")  # one core per task
 Key = tuple[Any, int]  # a value on a device: (node output `Source`, or another name, device index)
-_KERNELS: dict = {}  # (output sizes, matrix side, device) -> jitted synthetic kernel
 _FUNCTIONS: "weakref.WeakKeyDictionary[Traced, dict]" = weakref.WeakKeyDictionary()  # jitted units per trace
-
-
-def ensure_host_devices(n: int, serial: bool = True) -> None:
-    """Make `n` local JAX devices available; call before anything imports jax.
-
-    If jax is not imported yet, sets XLA_FLAGS so the CPU backend has (at least) `n` host devices and, with
-    `serial`, single-threaded ops (`SERIAL_CPU_FLAGS`). If jax is already initialised, only checks: raises
-    InputError when it has fewer than `n` devices. (If jax is imported but no backend has started yet, the
-    device count is set through `jax_num_cpu_devices`; the threading flags may then come too late.)
-    """
-    if not isinstance(n, int) or n < 1:
-        raise InputError(f"device count must be a positive integer, got {n!r}")
-    if "jax" not in sys.modules:
-        os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), n, serial)
-        return
-    import jax
-
-    try:
-        from jax._src import xla_bridge
-
-        started = xla_bridge.backends_are_initialized()
-    except (ImportError, AttributeError):
-        started = True
-    if not started:
-        os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), n, serial)
-        if jax.config.jax_num_cpu_devices < n:
-            jax.config.update("jax_num_cpu_devices", n)
-    local_devices(n)
-
-
-def _with_flags(flags: str, n: int, serial: bool) -> str:
-    words = flags.split()
-    count = [w for w in words if w.startswith(HOST_DEVICE_FLAG + "=")]
-    have = max((int(w.split("=", 1)[1]) for w in count if w.split("=", 1)[1].isdigit()), default=0)
-    words = [w for w in words if w not in count] + [f"{HOST_DEVICE_FLAG}={max(n, have)}"]
-    if serial:
-        words += [f for f in SERIAL_CPU_FLAGS if f.split("=")[0] not in {w.split("=")[0] for w in words}]
-    return " ".join(words)
-
-
-def local_devices(n: int) -> list:
-    """The first `n` devices of the default JAX backend; InputError if there are fewer."""
-    import jax
-
-    devices = jax.devices()
-    if n > len(devices):
-        raise InputError(f"{n} devices requested but JAX has {len(devices)} ({devices[0].platform}); on a CPU "
-                         f"set XLA_FLAGS={HOST_DEVICE_FLAG}={n} before JAX starts (the CLI does)")
-    return devices[:n]
 
 
 # ---- plans -------------------------------------------------------------------------------------------------
@@ -465,74 +410,3 @@ def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tu
         pattern = tuple(inputs.index(a) if isinstance(a, Source) else -1 for a in traced.args[m])
         return ("eqn", _signature(traced.equations[m]), pattern, tuple(s.out for s in outputs), device)
     return ("unit", tuple(members), device)
-
-
-# ---- cost-only graphs: synthetic kernels ---------------------------------------------------------------------
-class KernelModel(NamedTuple):
-    """How long the synthetic kernel takes on a device: iterations x iter_us + output bytes / fill rate."""
-
-    iter_us: float  # microseconds per loop iteration (one size x size float32 matmul and tanh)
-    fill_bytes_per_us: float  # rate at which outputs are written
-    size: int = 64  # matrix side
-
-    def iterations(self, cost_us: float, out_bytes: float) -> int:
-        """Trip count for a kernel that takes `cost_us` in all, writing `out_bytes` of outputs."""
-        return max(0, int(round((cost_us - out_bytes / self.fill_bytes_per_us) / self.iter_us)))
-
-
-def _kernel_body(out_bytes: tuple[int, ...], size: int) -> Callable:
-    """f(n_iter, *inputs) -> outputs of the given byte sizes (uint8), after n_iter matmuls seeded by the inputs
-    (so the kernel waits for them and nothing is constant-folded)."""
-    import jax
-    import jax.numpy as jnp
-
-    def body(n_iter, *xs):
-        seed = sum((x.reshape(-1)[0].astype(jnp.float32) for x in xs if x.size), jnp.float32(0))
-        m = jnp.full((size, size), 1.0 / size, jnp.float32) + seed * 1e-9  # tanh(m @ m) stays near 1: no denormals
-        m = jax.lax.fori_loop(0, n_iter, lambda _, a: jnp.tanh(a @ a), m)
-        v = (m[0, 0] * 0).astype(jnp.uint8)
-        return tuple(jnp.full((b,), v, jnp.uint8) for b in out_bytes)
-
-    return body
-
-
-def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, devices: Sequence,
-                   kernel: KernelModel, order: Sequence[int] | None = None) -> Plan:
-    """The plan of a cost-only graph: node i runs a synthetic kernel taking cost_us[i] (float64[N], its cost on
-    its device) and producing outputs of graph.out_bytes. Source nodes of zero cost hold their outputs resident.
-    The step's outputs are the outputs of the sink nodes."""
-    import jax
-    import jax.numpy as jnp
-
-    from simulator.trace import Source
-
-    n = graph.n_nodes
-    place = _placement_array(placement, n, len(devices), "nodes")
-    order = _check_order(order if order is not None else graph.topo_order, n)
-    par_off = graph.parents[0]
-    edges = sorted(set(zip(graph.edge_dst.tolist(), graph.edge_src.tolist(), graph.edge_out.tolist())))
-    inputs_of: list[list[Source]] = [[] for _ in range(n)]
-    for d, s, o in edges:
-        inputs_of[d].append(Source(s, o))
-    resident, owner, tasks = {}, {}, []
-    for k, i in enumerate(order):
-        dev = int(place[i])
-        sizes = tuple(int(b) for b in graph.out_bytes[graph.out_offsets[i]:graph.out_offsets[i + 1]])
-        outs = tuple(Source(i, j) for j in range(len(sizes)))
-        owner.update((s, k) for s in outs)
-        if cost_us[i] == 0 and par_off[i + 1] == par_off[i]:
-            for s, b in zip(outs, sizes):
-                resident[(s, dev)] = jax.device_put(jnp.zeros((b,), jnp.uint8), devices[dev])
-            tasks.append(Task(i, dev, None, (), (), ()))
-            continue
-        trips = ("iterations", i)
-        owner[trips] = k
-        resident[(trips, dev)] = jax.device_put(jnp.int32(kernel.iterations(cost_us[i], sum(sizes))), devices[dev])
-        key = (sizes, kernel.size, devices[dev])
-        if key not in _KERNELS:
-            _KERNELS[key] = _compiled(_kernel_body(sizes, kernel.size), devices[dev])
-        tasks.append(Task(i, dev, _KERNELS[key], (trips, *inputs_of[i]), outs, ()))
-    child_off = graph.children[0]
-    sinks = [i for i in range(n) if child_off[i + 1] == child_off[i]]
-    flat_out = tuple((Source(i, j), int(place[i])) for i in sinks for j in range(int(graph.n_outputs[i])))
-    return _finish(tasks, owner, resident, devices, flat_out, None)

@@ -1,4 +1,4 @@
-"""The CLI end to end on small inputs: import-jax, graph info, simulate (--json, --gantt)."""
+"""The CLI end to end on small inputs: import-jax, graph info, simulate (--json, --gantt), train --set."""
 
 import json
 
@@ -35,3 +35,21 @@ def test_graph_info_and_simulate(tmp_path, capsys):
     expected = simulate(graph, placement, cluster_preset("placeto-k80", 2))
     assert result["runtime_us"] == expected.runtime and len(result["nodes"]) == graph.n_nodes
     assert (tmp_path / "s.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_train_set_overrides_reach_the_config_and_bad_ones_exit_2(tmp_path, capsys):
+    from placeto.config import parse_overrides
+
+    assert parse_overrides(["gamma=0.5", "counterfactual=true", "rounds=3", "visit_order=reverse_topo"]) == {
+        "gamma": 0.5, "counterfactual": True, "rounds": 3, "visit_order": "reverse_topo"}
+    save_graph(layered_dag(12, seed=1), tmp_path / "g.json")
+    base = ["train", "--graph", str(tmp_path / "g.json"), "--devices", "2", "--config", "tiny"]
+    for bad, what in ((["nope=1"], "nope=1"), (["rounds=two"], "rounds takes a value of type int"),
+                      (["visit_order=sideways"], "visit_order")):
+        assert main(base + ["--out", str(tmp_path / "bad"), "--set", *bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and what in err
+    assert not (tmp_path / "bad").exists()  # nothing written for a bad configuration
+    assert main(base + ["--out", str(tmp_path / "run"), "--episodes", "4", "--set", "gamma=0.5", "hidden=8"]) == 0
+    config = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert config["gamma"] == 0.5 and config["hidden"] == 8 and config["episodes"] == 4

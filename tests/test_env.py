@@ -97,3 +97,18 @@ def test_unchanged_placement_costs_no_simulation():
     assert state.sim_calls == 3 and r[0] == 0.0
     with pytest.raises(ValueError):
         E.step(state, np.array([0, 2]))
+
+
+@pytest.mark.parametrize("penalty", [0.0, 2.0])
+def test_action_rewards_are_the_rewards_step_would_give(penalty):
+    g = layered_dag(30, seed=9)
+    small = Cluster("small", tuple(Device(f"d{i}", "k80", 3e5) for i in range(3)), 5.7, 25.0, 7600.0)
+    ctx = E.make_context(g, small, tiny(init_placement="random", memory_penalty_per_gb=penalty))
+    state, _ = E.reset(ctx, 2, 2)
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        every = E.action_rewards(state)
+        assert every.shape == (2, 3)
+        for d in range(3):  # each alternative, taken for real
+            assert np.array_equal(E.step(state, np.full(2, d))[1], every[:, d])
+        state, _, _ = E.step(state, rng.integers(0, 3, 2))

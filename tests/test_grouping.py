@@ -197,10 +197,11 @@ def test_balance_limits_group_weight():
 def test_incremental_schedule_matches_recomputation(seed):
     """The exact label update of a contraction equals recomputing from scratch, and the critical path after
     contracting a and b is max(cp before, path_through(a, b))."""
-    from simulator.grouping import _op_weight, _Quotient
+    from simulator.grouping import _op_weight
+    from simulator.quotient import Quotient
 
     graph = layered_dag(150, seed=seed, kinds=("k80",))
-    q = _Quotient(graph, _op_weight(graph, None))
+    q = Quotient(graph, _op_weight(graph, None))
     q.reschedule(depth_valid=False)
     rng = np.random.default_rng(seed)
     while q.n_groups > 10:

@@ -1,4 +1,5 @@
-"""simulator.hardware / simulator.calibrate / placeto.evaluate: placed execution on real (host) devices.
+"""simulator.hardware (and host_devices, synthetic_kernels) / simulator.calibrate / placeto.evaluate: placed
+execution on real (host) devices.
 
 The hardware checks run in one subprocess started with XLA_FLAGS for 2 host devices (this process may have
 started JAX with one device already); it prints a JSON report the tests below assert on.
@@ -23,17 +24,18 @@ from simulator.calibrate import theil_sen
 from simulator.cluster import Cluster, Device
 from simulator.errors import InputError
 from simulator.generate import layered_dag
-from simulator.hardware import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, Timing, _with_flags
+from simulator.hardware import Timing
+from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, _with_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 
 SCRIPT = textwrap.dedent('''
     import contextlib, io, json, sys, time
-    from simulator.hardware import ensure_host_devices
+    from simulator.host_devices import ensure_host_devices
     ensure_host_devices(2)  # XLA_FLAGS already asks for 2: this adds the single-thread flags
     import jax, jax.numpy as jnp, numpy as np, optax
     from simulator import make_graph, save_graph, save_placement
-    from simulator import hardware as hw
+    from simulator import hardware as hw, host_devices
     from simulator.errors import InputError
     from simulator.grouping import group
     from simulator.trace import trace_import
@@ -64,7 +66,7 @@ SCRIPT = textwrap.dedent('''
     reference = jax.jit(mlp_step)(*args)
     traced = trace_import("__main__:mlp_step", "__main__:mlp_args", name="mlp")
     values = hw.leaf_values(traced, args)
-    devices = hw.local_devices(2)
+    devices = host_devices.local_devices(2)
     grouping = group(traced.graph, 12)
     rng = np.random.default_rng(0)
     report["runs"] = []
@@ -94,8 +96,8 @@ SCRIPT = textwrap.dedent('''
             errors[name] = None
         except InputError as e:
             errors[name] = str(e)
-    expect_error("too_many_devices", lambda: hw.local_devices(3))
-    expect_error("ensure_too_many", lambda: hw.ensure_host_devices(3))
+    expect_error("too_many_devices", lambda: host_devices.local_devices(3))
+    expect_error("ensure_too_many", lambda: host_devices.ensure_host_devices(3))
     expect_error("wrong_length", lambda: hw.program_plan(traced, values, np.zeros(5, int), devices))
     expect_error("bad_device", lambda: hw.program_plan(traced, values, np.full(traced.graph.n_nodes, 2), devices))
     report["errors"] = errors
@@ -297,7 +299,7 @@ def test_ensure_host_devices_before_and_after_jax_starts():
     code = textwrap.dedent('''
         import jax  # imported, but no backend started yet
         from simulator.errors import InputError
-        from simulator.hardware import ensure_host_devices
+        from simulator.host_devices import ensure_host_devices
         ensure_host_devices(3)
         print(len(jax.devices()))
         try:

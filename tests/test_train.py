@@ -5,6 +5,7 @@ import json
 import jax
 import numpy as np
 import pytest
+from flax import serialization
 
 from placeto import train as T
 from placeto.config import tiny
@@ -43,7 +44,9 @@ def test_toy_optimum_is_learned(tmp_path):
     optimum = simulate_reference(g, np.repeat([0, 1], 8), cluster).runtime
     single = simulate_reference(g, np.zeros(16, int), cluster).runtime
     assert optimum == pytest.approx(single / 2, rel=0.01)
-    config = tiny(episodes=480, episodes_per_update=8, lr=1e-2, lr_end=1e-3)
+    # gamma 1: the optimum needs foresight (one-step rewards lead a policy to move both chains to the empty
+    # device, one node at a time); the default gamma 0 is tuned for the families, not for this toy.
+    config = tiny(episodes=480, episodes_per_update=8, lr=1e-2, lr_end=1e-3, gamma=1.0)
     T.train(config, [g], cluster, tmp_path)
     res = place(g, cluster, tmp_path)  # greedy
     assert simulate_reference(g, res.final_placement, cluster).runtime <= 1.05 * optimum
@@ -100,3 +103,61 @@ def test_outputs_place_and_plot(tmp_path):
     p2, calls2 = place_graph(other, cluster_preset("placeto-k80", 4), tmp_path, samples=4, seed=1)
     assert calls2 > calls
     assert all(f.exists() for f in plot_run(tmp_path))
+
+
+def test_sigkilled_cli_run_resumes_when_rerun(tmp_path):
+    """A real `placeto train` process killed with SIGKILL mid-run; the same command then resumes and finishes."""
+    import csv
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from simulator.io import save_graph
+
+    save_graph(layered_dag(24, seed=5), tmp_path / "g.json")
+    out = tmp_path / "run"
+    cmd = [sys.executable, "-m", "placeto.cli", "train", "--graph", str(tmp_path / "g.json"), "--devices", "2",
+           "--out", str(out), "--config", "tiny", "--episodes", "400", "--set", "checkpoint_seconds=0"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    metrics, deadline = out / "metrics.csv", time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if (out / "checkpoint.msgpack").exists() and metrics.exists() and len(metrics.read_text().splitlines()) >= 3:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = len(metrics.read_text().splitlines()) - 1
+    assert 2 <= done_before < 100
+    rerun = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr
+    now = int(rerun.stdout.split("episodes (")[1].split(" now")[0])
+    assert 0 < now < 400  # resumed: fewer episodes ran this time than the budget
+    with metrics.open() as f:
+        updates = [int(r["update"]) for r in csv.DictReader(f)]
+    assert updates == list(range(1, 101))  # every update logged once across the kill
+    blob = serialization.msgpack_restore((out / "checkpoint.msgpack").read_bytes())
+    assert int(blob["episode"]) == 400
+
+
+def test_counterfactual_advantages_and_training(tmp_path):
+    """Counterfactual: every device's immediate reward (centred) enters the gradient; REINFORCE keeps the rest."""
+    g, cluster = layered_dag(20, seed=8), cluster_preset("placeto-k80", 3)
+    config = tiny(counterfactual=True, gamma=0.5, normalize_advantages=False)
+    ctx = T.E.make_context(g, cluster, config)
+    policy = T.make_policy(config)
+    arrays = jax.device_put(ctx.arrays)
+    params = policy.init(jax.random.key(0), arrays)
+    ro = T.collect_rollout(policy, params, ctx, arrays, jax.random.key(1), 4, 0, counterfactual=True)
+    assert ro.action_rewards.shape == (20, 4, 3)
+    taken = np.take_along_axis(ro.action_rewards, ro.actions[..., None], axis=-1)[..., 0]
+    np.testing.assert_array_equal(taken, ro.rewards)  # the sampled device's entry is the reward step() gave
+    st = T.TrainState(params, None, {}, jax.random.key(0))
+    adv, action_adv = T.advantages(config, ro, st, "g")
+    future = T.returns_to_go(ro.rewards, 0.5) - ro.rewards
+    np.testing.assert_allclose(adv, future - future.mean(1, keepdims=True), atol=1e-6)  # baseline: batch mean
+    np.testing.assert_allclose(action_adv[..., :3], ro.action_rewards - ro.action_rewards.mean(-1, keepdims=True))
+    assert not action_adv[..., 3:].any()  # padded devices
+    summary = T.train(config.replace(episodes=8), [g], cluster, tmp_path)
+    assert summary.sim_calls >= 8 * 20 * 3  # every device simulated at every step
