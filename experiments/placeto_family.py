@@ -6,7 +6,8 @@ episodes), from scratch (best placement seen while training a policy on that gra
 simulator calls. Runtimes are simulated microseconds of the best placement each method found (an
 out-of-memory placement is marked *). The table is printed and written under experiments/results/.
 
-    python experiments/placeto_family.py --family cifar10 --family ptb --family nmt
+    python experiments/placeto_family.py --family nmt --episodes 2800 --minutes 40 --scratch-episodes 400 \
+        --scratch-minutes 2 --runs runs/pf       # the committed results: ptb 2400 episodes, cifar10 1400 / 55 min
     python experiments/placeto_family.py --synthetic              # layered_dag train/test sets
     python experiments/placeto_family.py --synthetic --config tiny --episodes 16 --scratch-episodes 8   # smoke
 """

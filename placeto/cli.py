@@ -268,7 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("graph")
     pl.add_argument("--checkpoint", required=True, help="run directory of `placeto train`")
     add_cluster_arguments(pl, default_devices=4)
-    pl.add_argument("--samples", type=int, default=0, help="sampled episodes besides the greedy one (the best placement any visits is kept)")
+    pl.add_argument("--samples", type=int, default=0,
+                    help="sampled episodes besides the greedy one (the best placement any visits is kept)")
     pl.add_argument("--seed", type=int, default=0)
     pl.add_argument("--out", required=True, help="placement file to write")
     pl.set_defaults(func=cmd_place)

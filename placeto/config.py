@@ -67,8 +67,9 @@ class PlacetoConfig:
     pi(d) * reward(d)); REINFORCE with the per-step baseline then estimates only the discounted rest of the
     return. With gamma = 0 the gradient has no noise from the sampled actions (an all-action policy gradient)."""
     normalize_advantages: bool = True
-    """Divide each update's advantages by their standard deviation, so the entropy bonus and the learning rate
-    mean the same thing on graphs whose runtime improvements differ in scale."""
+    """Divide each update's advantages by their root mean square (one scale for the sampled and, when
+    counterfactual, the per-device advantages), so the entropy bonus and the learning rate mean the same thing on
+    graphs whose runtime improvements differ in scale."""
     baseline_window: int = 32
     """Recent episodes of the same graph whose mean return-to-go per step is the baseline."""
     grad_steps: int = 64

@@ -75,7 +75,7 @@ SEARCH_BUDGET = 1500  # simulator calls of every search method on the test graph
 
 
 def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: int = 4, minutes: float = 2.0,
-                   budget: int = SEARCH_BUDGET):
+                   episodes: int = 400, budget: int = SEARCH_BUDGET):
     """Train a small Placeto policy on a few training graphs of `family`; return (test graph, policy callable)."""
     from placeto.config import PlacetoConfig
     from placeto.families import load_family
@@ -88,8 +88,9 @@ def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: 
     cluster = cluster_preset("placeto-k80", n_devices)
     run = out / "placeto_run"
     print(f"\n== Placeto: training on {n_train} {family} training graphs "
-          f"({', '.join(g.name for g in train_graphs)}), {n_devices} K80s, {minutes:g} minutes ==")
-    config = PlacetoConfig(episodes=400, time_limit_minutes=minutes, seed=0)
+          f"({', '.join(g.name for g in train_graphs)}), {n_devices} K80s, {episodes} episodes "
+          f"(at most {minutes:g} minutes) ==")
+    config = PlacetoConfig(episodes=episodes, time_limit_minutes=minutes, seed=0)
     summary = train(config, train_graphs, cluster, run, resume=False)
     print(f"{summary.episodes} episodes, {summary.episodes_per_second:.2f} episodes/s, "
           f"{summary.sim_calls_per_second:.0f} simulator calls/s; curves: "
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="demo_out", help="folder for files and plots")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-minutes", type=float, default=2.0, help="training time of the demo policy")
+    parser.add_argument("--train-minutes", type=float, default=2.0,
+                        help="time limit of the demo policy's training (its 400 episodes take about a minute)")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -2,9 +2,9 @@
 
 `MessagePassing`: k rounds; in each, every node averages a transform of its parents' embeddings and, with
 separate weights, of its children's, and updates its embedding with a residual MLP followed by LayerNorm
-(without it the embeddings grow ~1.6x per round, and after 8 rounds a few Adam steps saturate the softmax). Weights are shared across
-rounds (one propagation operator applied k times, as in Placeto), so the receptive field grows with k while
-the parameter count does not.
+(without it the embeddings grow ~1.6x per round, and after 8 rounds a few Adam steps saturate the softmax).
+Weights are shared across rounds (one propagation operator applied k times, as in Placeto), so the receptive
+field grows with k while the parameter count does not.
 
 `NodeContext`: for the current node v, three groups, each pooled (mean or sum) and passed through its own
 MLP: ancestors of v, descendants of v, and parallel nodes (neither, nor v); concatenated with v's embedding.

@@ -4,9 +4,9 @@ The network evaluates S states of one graph together (the B episodes of a rollou
 states in the gradient pass): node features (static + placement-dependent) -> `MessagePassing` ->
 `NodeContext` of each state's current node v. Each device d is then scored by ONE shared MLP from
 [context of v, mean embedding of the nodes on d, compute load and node count of d (1 = balanced), v's cost
-on d, share of v's parents / children on d, "d is v's device now"] -> one logit; padded devices are masked. Nothing in the head is tied to a device
-index, so a policy trained on 4 devices runs on 2 or 8 (the node features' device one-hot is padded to
-`max_devices`).
+on d, share of v's parents / children on d, "d is v's device now"] -> one logit; padded devices are masked.
+Nothing in the head is tied to a device index, so a policy trained on 4 devices runs on 2 or 8 (the node
+features' device one-hot is padded to `max_devices`).
 
 `make_policy(config)` returns jitted functions, memoised per config: graphs padded to the same bucket (see
 `features.bucket`) reuse one compilation. `TRACES` counts traces, for the no-recompile test.

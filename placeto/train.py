@@ -399,7 +399,8 @@ def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainStat
             "best_in_batch": float(ro.best_runtime[b]), "best_runtime": st.best_runtime[key_name],
             "lower_bound": ctx.lower_bound, "final_ratio": float(ro.final_runtime.mean()) / ctx.lower_bound,
             "loss": float(loss), "pg": float(pg), "entropy": float(entropy), "grad_norm": float(gnorm),
-            "entropy_coef": ent, "lr": lr, "rollout_s": round(t_grad - t_roll, 3), "grad_s": round(time.time() - t_grad, 3),
+            "entropy_coef": ent, "lr": lr, "rollout_s": round(t_grad - t_roll, 3),
+            "grad_s": round(time.time() - t_grad, 3),
             "_best": (float(ro.best_runtime[b]), ro.best_placement[b], prev)}
 
 
