@@ -96,7 +96,6 @@ def run_family(name: str, train_graphs, test_graphs, cluster: Cluster, config, s
         t1 = time.time()
         greedy = place(g, cluster, runs / name / "family")
         zs = place(g, cluster, runs / name / "family", samples=samples, seed=1)  # greedy + K sampled
-        zs_calls = zs.sim_calls
         t2 = time.time()
         scratch_dir = runs / name / "scratch" / key
         sc = train(scratch_config, [g], cluster, scratch_dir)
@@ -104,7 +103,7 @@ def run_family(name: str, train_graphs, test_graphs, cluster: Cluster, config, s
         scratch_p = load_placement(sc.best_placement_files[key], g, cluster.n_devices).assignment \
             if key in sc.best_placement_files else np.zeros(g.n_nodes, np.int32)
         single = fmt(g, cluster, np.zeros(g.n_nodes, np.int32))
-        rnd = random_best(g, cluster, zs_calls, 0)
+        rnd = random_best(g, cluster, zs.sim_calls, 0)
         lb = lower_bound(g, cluster)
         cells = {"greedy": fmt(g, cluster, greedy.placement), "zero_shot": fmt(g, cluster, zs.placement),
                  "scratch": fmt(g, cluster, scratch_p)}
@@ -114,7 +113,7 @@ def run_family(name: str, train_graphs, test_graphs, cluster: Cluster, config, s
         rows.append({"graph": key, "nodes": g.n_nodes, "single_ms": single[1], "random_ms": f"{rnd / 1e3:.2f}",
                      "zero_shot_greedy_ms": cells["greedy"][1], "zero_shot_ms": cells["zero_shot"][1],
                      "scratch_ms": cells["scratch"][1], "lower_bound_ms": f"{lb / 1e3:.2f}",
-                     "zero_shot_sim_calls": zs_calls, "scratch_sim_calls": sc.sim_calls,
+                     "zero_shot_sim_calls": zs.sim_calls, "scratch_sim_calls": sc.sim_calls,
                      "zero_shot_s": f"{t2 - t1:.1f}", "scratch_s": f"{t3 - t2:.1f}"})
         print("  " + "  ".join(f"{k}={v}" for k, v in rows[-1].items()), flush=True)
     print(f"[{name}] done in {(time.time() - t0) / 60:.1f} min", flush=True)

@@ -100,8 +100,13 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
 
 def penalised_runtime(ctx: EnvContext, result: SimResult) -> float:
     """Runtime plus memory_penalty_per_gb * reward_scale per GB above capacity (summed over devices), us."""
-    over = np.maximum(result.peak_memory - result.capacity, 0.0).sum() / GB
-    return float(result.runtime + ctx.memory_penalty_per_gb * ctx.reward_scale * over)
+    return float(_penalised(ctx, result.runtime, result.peak_memory, result.capacity))
+
+
+def _penalised(ctx: EnvContext, runtime, peak: np.ndarray, capacity: np.ndarray):
+    """runtime (us, scalar or [B]) + the memory penalty of peak bytes [..., D] against capacity bytes [D]."""
+    over = np.maximum(peak - capacity, 0.0).sum(-1) / GB
+    return runtime + ctx.memory_penalty_per_gb * ctx.reward_scale * over
 
 
 def _simulate_rows(ctx: EnvContext, placement: np.ndarray, rows: np.ndarray, runtime: np.ndarray,
@@ -172,8 +177,7 @@ def action_rewards(state: EnvState) -> np.ndarray:
     cand = np.repeat(state.placement[:, None, :n], d, axis=1)  # [B, D, N]
     cand[:, :, node] = np.arange(d, dtype=np.int32)
     res = simulate_batch(ctx.graph, cand.reshape(b * d, n), ctx.cluster, with_memory=True)
-    over = np.maximum(res.peak_memory - np.asarray(ctx.cluster.memory, dtype=np.float64), 0.0).sum(1) / GB
-    runtime = (res.runtime + ctx.memory_penalty_per_gb * ctx.reward_scale * over).reshape(b, d)
+    runtime = _penalised(ctx, res.runtime, res.peak_memory, np.asarray(ctx.cluster.memory, np.float64)).reshape(b, d)
     return (state.runtime[:, None] - runtime) / ctx.reward_scale
 
 
