@@ -27,7 +27,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--preset", default="placeto-k80")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="simulator calls of local-search / policy")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint", help="trained policy run directory; adds the 'placeto' column")
+    p.add_argument("--checkpoint", help="trained policy (run directory or shipped name); adds the 'placeto' and 'placeto-search' columns")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--plot", action="store_true")
     return p.parse_args(argv)
@@ -45,14 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     from simulator.io import atomic_write_bytes, load_graph
 
     graphs = [load_graph(f) for f in files]
-    methods, policy = list(METHODS), None
-    if args.checkpoint:
-        from placeto.place import budgeted_policy
-
-        policy = budgeted_policy(args.checkpoint, args.budget)
-        methods.append("placeto")
+    methods = list(METHODS) + (["placeto", "placeto-search"] if args.checkpoint else [])
     devices = [int(x) for x in args.devices.split(",")]
-    rows = compare(graphs, devices, methods, args.preset, args.seed, args.budget, policy)
+    rows = compare(graphs, devices, methods, args.preset, args.seed, args.budget, checkpoint=args.checkpoint)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "experiments/compare_benchmarks.py", *(argv if argv is not None else

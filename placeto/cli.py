@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Callable, Sequence
 
+from placeto.arguments import COUNT, DEVICES, MINUTES, POSITIVE, SEED, WORKERS, OneLineParser
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
+from simulator.io import check_output_path
 
 Command = Callable[[argparse.Namespace], int]
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser, default_devices: int | None = 2) -> None:
     """--devices N / --preset NAME / --cluster FILE, shared by every command that simulates."""
-    p.add_argument("--devices", type=int, default=default_devices, help="number of devices of the preset")
+    p.add_argument("--devices", type=DEVICES, default=default_devices, help="number of devices of the preset")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
     p.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
 
@@ -52,6 +55,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import simulate
     from simulator.io import load_graph, load_placement
 
+    if args.gantt:
+        check_output_path(args.gantt)
     graph = load_graph(args.file)
     cluster = cluster_from_args(args)
     placement = load_placement(args.placement, graph, cluster.n_devices)
@@ -61,7 +66,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
         gantt(result, cluster, args.gantt, title=f"{graph.name} on {cluster.n_devices}x {cluster.name}")
     if args.json:
-        print(json.dumps(result.to_dict(graph, cluster)))
+        print(json.dumps(result.to_dict(graph, cluster), allow_nan=False))  # strict JSON: no bare NaN
         return 0
     print(f"runtime          {result.runtime / 1e3:.3f} ms  ({result.ratio:.3f}x the lower bound "
           f"{result.lower_bound / 1e3:.3f} ms)")
@@ -80,6 +85,7 @@ def cmd_datasets_build(args: argparse.Namespace) -> int:
 
     from placeto.families import DATASETS, FAMILIES, build, load_manifest, write_readme
 
+    check_output_path(args.out or DATASETS, directory=True)
     families = [*FAMILIES, "benchmarks"] if args.family == "all" else [args.family]
     for family in families:
         t0 = time.perf_counter()
@@ -107,6 +113,9 @@ def cmd_import_jax(args: argparse.Namespace) -> int:
 
     from placeto.families import ANALYTIC_KINDS
 
+    for path in (args.out, args.grouped_out):
+        if path:
+            check_output_path(path)
     traced = trace_import(args.function, args.args_spec, name=args.name)
     meta = {**traced.graph.meta, "source": {**traced.graph.meta["source"], "function": args.function,
                                            "args_spec": args.args_spec}}
@@ -128,9 +137,16 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from placeto.families import profile
 
+    if args.out and len(args.files) != 1:
+        raise InputError(f"--out takes one input file, got {len(args.files)}")
+    for out in [args.out] if args.out else args.files:
+        check_output_path(out)
+    if args.program:
+        print(f"importing {args.program} (named by --program) to re-trace the graph's program", flush=True)
     t0 = time.perf_counter()
     for file in args.files:
-        graph = profile(load_graph(file), kind=args.kind, repeats=args.repeats, warmup=args.warmup)
+        graph = profile(load_graph(file), kind=args.kind, repeats=args.repeats, warmup=args.warmup,
+                        program=args.program, args_spec=args.args_spec)
         out = args.out if args.out and len(args.files) == 1 else file
         save_graph(graph, out)
         cost = graph.costs[args.kind]
@@ -144,24 +160,53 @@ def cmd_train(args: argparse.Namespace) -> int:
     from simulator.io import load_graph
 
     from placeto.config import PRESETS, parse_overrides
-    from placeto.families import load_family
+    from placeto.families import FAMILIES, load_family
     from placeto.train import train
 
     try:
         changes = parse_overrides(args.set)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
                                           ("time_limit_minutes", args.minutes)) if v is not None})
+        if args.init_from:
+            changes["init_from"] = args.init_from
         config = PRESETS[args.config]().replace(**changes)
     except ValueError as e:
         raise InputError(str(e)) from None
-    graphs = load_family(args.family, "train") if args.family else [load_graph(g) for g in args.graph]
-    summary = train(config, graphs, cluster_from_args(args), args.out, resume=not args.fresh)
+    from placeto.policies import load_policy_params
+
+    if args.family:
+        names = FAMILIES if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
+        graphs = [g for name in names for g in load_family(name, "train")]
+    else:
+        graphs = [load_graph(g) for g in args.graph]
+    if args.cluster:
+        clusters = [load_cluster(args.cluster)]
+    else:
+        clusters = [cluster_preset(args.preset, d) for d in _device_list(args.devices)]
+    init = None
+    if args.init_from:
+        init_config, init = load_policy_params(args.init_from)
+        if init_config.model_fields() != config.model_fields():
+            raise InputError(f"--init-from {args.init_from}: its model config differs from this run's "
+                             f"({init_config.model_fields()} vs {config.model_fields()})")
+    summary = train(config, graphs, clusters, args.out, resume=not args.fresh, init_params=init)
     print(f"{args.out}: {summary.episodes} episodes ({summary.episodes - summary.start_episode} now, "
           f"{summary.wall_seconds:.0f} s, {summary.episodes_per_second:.2f} episodes/s, "
           f"{summary.sim_calls_per_second:.0f} simulator calls/s)")
     for key, runtime in sorted(summary.best_runtime.items()):
         print(f"  best {key}: {runtime / 1e3:.3f} ms -> {summary.best_placement_files.get(key, '')}")
     return 0
+
+
+def _device_list(text: str) -> list[int]:
+    """"4" or "2,4,8" -> [4] or [2, 4, 8] (InputError otherwise)."""
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1 or max(values) > 1024:
+        raise InputError(f"--devices: expected device counts like 4 or 2,4,8 (1..1024), got {text!r}")
+    return list(dict.fromkeys(values))
 
 
 def cmd_place(args: argparse.Namespace) -> int:
@@ -172,16 +217,49 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     from placeto.place import place
 
+    check_output_path(args.out)
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)
-    result = place(graph, cluster, args.checkpoint, samples=args.samples, seed=args.seed)
-    placed = simulate(graph, result.placement, cluster)
+    budgeted = args.seconds is not None or args.budget is not None or args.finetune_episodes > 0
+    method = args.method or ("placeto-search" if args.seconds is not None or args.budget is not None else "placeto")
+    if method != "placeto" and not budgeted:
+        raise InputError(f"--method {method} searches: give --seconds S or --budget N")
+    if args.seconds is not None and not 0 < args.seconds <= 86400:
+        raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
+    if budgeted or method != "placeto":
+        from placeto.compare import run_learned
+
+        budget = args.budget if args.budget is not None else (None if args.seconds is not None else 10**9)
+        run, compile_s = run_learned(method, graph, cluster, args.seed, budget, args.seconds, args.checkpoint,
+                                     args.finetune_episodes)
+        placement, calls = run.placement, run.simulator_calls
+        how = f"{method}, {run.seconds:.2f} s + {compile_s:.1f} s compilation"
+    else:
+        result = place(graph, cluster, args.checkpoint, samples=args.samples, seed=args.seed)
+        placement, calls, how = result.placement, result.sim_calls, "placeto"
+    placed = simulate(graph, placement, cluster)
     single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
-    save_placement(args.out, result.placement, cluster.device_names)
-    print(f"placed {graph.name} on {cluster.n_devices} devices ({result.sim_calls} simulator calls) -> {args.out}")
-    print(f"  placeto        {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
+    save_placement(args.out, placement, cluster.device_names)
+    print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator calls) -> {args.out}")
+    print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
     print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
+    return 0
+
+
+def cmd_policies(args: argparse.Namespace) -> int:
+    from placeto.policies import DEFAULT_POLICY, shipped_policies
+
+    found = shipped_policies()
+    if not found:
+        print("no shipped policies")
+    for p in found:
+        prov = p.provenance
+        default = " (default)" if p.name == DEFAULT_POLICY else ""
+        print(f"{p.name}{default}: {prov.get('summary', '')}")
+        print(f"  trained: {prov.get('command', '?')}")
+        print(f"  seed {prov.get('seed', '?')}, commit {str(prov.get('commit', '?'))[:12]}, "
+              f"{prov.get('train_minutes', '?')} min, {prov.get('episodes', '?')} episodes; {p.path}")
     return 0
 
 
@@ -195,12 +273,22 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from placeto.compare import run_compare
+    from simulator.limits import MAX_DEVICES, MAX_SEED
 
+    bad = next((d for d in args.devices if d > MAX_DEVICES), None)
+    if bad is not None:
+        raise InputError(f"--devices: {bad} devices, more than {MAX_DEVICES}")
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise InputError(f"--seed: expected an integer in [0, {MAX_SEED}]")
+    if args.budget is not None and not 1 <= args.budget <= 10**9:
+        raise InputError(f"--budget: expected an integer in [1, {10**9}]")
+    if args.out:
+        check_output_path(args.out, directory=True)
     return run_compare(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="placeto", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="placeto", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     graph = sub.add_parser("graph", help="inspect graph files").add_subparsers(dest="graph_command", required=True)
@@ -218,14 +306,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.set_defaults(func=cmd_simulate)
 
     from placeto.compare import add_compare_arguments
+    from placeto.evaluate import add_program_arguments
 
     datasets = sub.add_parser("datasets", help="graph families and benchmark models").add_subparsers(
         dest="datasets_command", required=True)
     build = datasets.add_parser("build", help="trace, cost and group the families and benchmarks")
     build.add_argument("--family", default="all", choices=["cifar10", "ptb", "nmt", "benchmarks", "all"])
     build.add_argument("--out", default=None, help="root folder (default: the repository's datasets/)")
-    build.add_argument("--seed", type=int, default=0)
-    build.add_argument("--workers", type=int, default=2, help="tracing processes")
+    build.add_argument("--seed", type=SEED, default=0)
+    build.add_argument("--workers", type=WORKERS, default=2, help="tracing processes")
     build.add_argument("--only", help="comma list of graph names to rebuild (manifest left as is)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
     build.set_defaults(func=cmd_datasets_build)
@@ -238,47 +327,64 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--out", required=True, help="op graph file (.json or .json.gz)")
     imp.add_argument("--name", help="graph name (default: the function name)")
     imp.add_argument("--grouped-out", help="also write the grouped graph here")
-    imp.add_argument("--groups", type=int, default=None, help="target number of groups for --grouped-out")
+    imp.add_argument("--groups", type=POSITIVE, default=None, help="target number of groups for --grouped-out")
     imp.set_defaults(func=cmd_import_jax)
 
     prof = sub.add_parser("profile", help="measure every node's cost on the local JAX backend")
     prof.add_argument("files", nargs="+", help="graph files built by `datasets build` or `import-jax`")
     prof.add_argument("--out", help="output file (one input only; default: update the input in place)")
     prof.add_argument("--kind", default="local-cpu", help="device kind to record the costs under")
-    prof.add_argument("--repeats", type=int, default=5)
-    prof.add_argument("--warmup", type=int, default=2)
+    prof.add_argument("--repeats", type=POSITIVE, default=5)
+    prof.add_argument("--warmup", type=COUNT, default=2)
+    add_program_arguments(prof)
     prof.set_defaults(func=cmd_profile)
 
     tr = sub.add_parser("train", help="train a Placeto policy on a family or on graphs (resumes after a kill)")
     what = tr.add_mutually_exclusive_group(required=True)
-    what.add_argument("--family", help="train on the train split of datasets/<FAMILY>")
+    what.add_argument("--family", help="train on the train split of datasets/<FAMILY> (a comma list, or 'all')")
     what.add_argument("--graph", nargs="+", help="graph files to train on")
-    add_cluster_arguments(tr, default_devices=4)
+    tr.add_argument("--devices", default="4", help="device counts of the preset, e.g. 4 or 2,4,8 (mixed)")
+    tr.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
+    tr.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
+    tr.add_argument("--init-from", help="start from this trained policy (a shipped name or a run directory)")
     tr.add_argument("--out", required=True, help="run directory (checkpoints, metrics, best placements)")
     tr.add_argument("--config", default="default", choices=["default", "tiny"], help="configuration preset")
-    tr.add_argument("--episodes", type=int, help="total episodes (default: the preset's)")
-    tr.add_argument("--minutes", type=float, help="stop (with a checkpoint) after this many minutes")
-    tr.add_argument("--seed", type=int)
+    tr.add_argument("--episodes", type=COUNT, help="total episodes (default: the preset's)")
+    tr.add_argument("--minutes", type=MINUTES, help="stop (with a checkpoint) after this many minutes")
+    tr.add_argument("--seed", type=SEED)
     tr.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out")
     tr.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                     help="override PlacetoConfig fields, e.g. --set gamma=0.9 init_placement=random")
     tr.set_defaults(func=cmd_train)
 
-    pl = sub.add_parser("place", help="zero-shot placement of a graph with a trained policy")
+    pl = sub.add_parser("place", help="place a graph with a trained policy (zero-shot, fine-tuned, or guiding search)")
     pl.add_argument("graph")
-    pl.add_argument("--checkpoint", required=True, help="run directory of `placeto train`")
+    pl.add_argument("--checkpoint", default=None,
+                    help="a shipped policy's name (see `placeto policies`) or a run directory of `placeto train` "
+                         "(default: the shipped general policy)")
     add_cluster_arguments(pl, default_devices=4)
-    pl.add_argument("--samples", type=int, default=0,
-                    help="sampled episodes besides the greedy one (the best placement any visits is kept)")
-    pl.add_argument("--seed", type=int, default=0)
+    pl.add_argument("--method", choices=["placeto", "placeto-search"], default=None,
+                    help="placeto: greedy + sampled episodes; placeto-search: policy-guided search (the default "
+                         "when a budget is given)")
+    pl.add_argument("--seconds", type=float, default=None, help="wall-clock budget (compilation excluded)")
+    pl.add_argument("--budget", type=COUNT, default=None, help="simulator-call budget")
+    pl.add_argument("--finetune-episodes", type=COUNT, default=0,
+                    help="train a copy of the policy on this graph for this many episodes first (inside the budget)")
+    pl.add_argument("--samples", type=COUNT, default=0,
+                    help="sampled episodes besides the greedy one, without a budget (the best placement is kept)")
+    pl.add_argument("--seed", type=SEED, default=0)
     pl.add_argument("--out", required=True, help="placement file to write")
     pl.set_defaults(func=cmd_place)
+
+    pol = sub.add_parser("policies", help="list the trained policies shipped with the package")
+    pol.set_defaults(func=cmd_policies)
 
     plot = sub.add_parser("plot", help="training curves of a run as PNG")
     plot.add_argument("run", help="run directory")
     plot.set_defaults(func=cmd_plot)
 
-    from placeto.evaluate import add_calibrate_arguments, add_eval_arguments, run_calibrate, run_eval
+    from placeto.evaluate import (add_calibrate_arguments, add_eval_arguments, add_program_arguments,
+                                  run_calibrate, run_eval)
 
     ev = sub.add_parser("eval", help="simulate placements, and with --hardware run them on local JAX devices")
     add_eval_arguments(ev)
@@ -296,13 +402,31 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below
+        return code
     except InputError as e:
         print(f"placeto: error: {e}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `placeto graph info G | head`: the reader is gone; say nothing more
+        _silence_stdout()
+        return 141
+    except OSError as e:  # the environment refused (a full disk, a vanished directory): one line, not a traceback
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"placeto: error: {where}{e.strerror or e}".replace("\n", " "), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("placeto: interrupted", file=sys.stderr)
         return 130
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's final flush of a closed pipe raises nothing."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

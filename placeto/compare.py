@@ -13,17 +13,16 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import math
 import re
-import time
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
-from placeto.baselines import DEFAULT_BUDGET, METHODS, NotApplicable, run_method
+from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
+from placeto.objective import metered
 from placeto.families import SPLITS, load_family
 from simulator.cluster import PRESETS, Cluster, cluster_preset
 from simulator.errors import InputError
@@ -33,8 +32,8 @@ from simulator.result import lower_bound
 
 from simulator import simulate
 
-Policy = Callable[[Graph, Cluster, int], tuple[np.ndarray, int]]  # (graph, cluster, seed) -> (placement, calls)
-POLICY_METHOD = "placeto"
+LEARNED = ("placeto", "placeto-search")  # need a trained policy: --checkpoint, else the default shipped one
+POLICY_METHOD = LEARNED[0]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,9 +48,11 @@ class Row:
     ratio_to_lower_bound: float  # runtime / lower_bound_us
     lower_bound_us: float  # max(critical path, total compute / devices) on this cluster (simulator.lower_bound)
     oom: bool  # the placement exceeds some device's memory
-    place_seconds: float  # wall time the method took to produce the placement
+    place_seconds: float  # wall time the method took to produce the placement (compilation excluded)
     simulator_calls: int  # placements the method simulated while searching (the final evaluation excluded)
     note: str = ""  # why the method does not apply, else ""
+    compile_seconds: float = 0.0  # one-time cost of learned methods: loading the policy, jit compilation
+    trace: tuple = dataclasses.field(default=(), repr=False, compare=False)  # ((s, calls, best objective), ...)
 
     @property
     def applies(self) -> bool:
@@ -59,29 +60,33 @@ class Row:
 
 
 def resolve_methods(methods: str | Sequence[str], with_policy: bool) -> list[str]:
-    """Method names from "all", "a,b" or a list; "placeto" is added to "all" when a policy is given."""
+    """Method names from "all", "a,b" or a list; the learned ones are added to "all" when a policy is given."""
     if isinstance(methods, str):
-        methods = list(METHODS) + ([POLICY_METHOD] if with_policy else []) if methods == "all" else \
+        methods = list(METHODS) + (list(LEARNED) if with_policy else []) if methods == "all" else \
             [m.strip() for m in methods.split(",") if m.strip()]
-    known = set(METHODS) | {POLICY_METHOD}
+    known = set(METHODS) | set(LEARNED)
     for m in methods:
         if m not in known:
-            raise InputError(f"unknown method {m!r} (known: {', '.join(METHODS)}, {POLICY_METHOD})")
-    if POLICY_METHOD in methods and not with_policy:
-        raise InputError(f"method {POLICY_METHOD!r} needs a trained policy (--checkpoint runs/NAME)")
+            raise InputError(f"unknown method {m!r} (known: {', '.join([*METHODS, *LEARNED])})")
     if not methods:
         raise InputError("no methods given")
     return list(dict.fromkeys(methods))
 
 
 def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str | Sequence[str] = "all",
-            cluster_name: str = "placeto-k80", seed: int = 0, budget: int = DEFAULT_BUDGET,
-            policy: Policy | None = None, progress: bool = True) -> list[Row]:
+            cluster_name: str = "placeto-k80", seed: int = 0, budget: float | None = DEFAULT_BUDGET,
+            seconds: float | None = None, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
+            progress: bool = True) -> list[Row]:
     """Run `methods` on every graph for every device count of preset `cluster_name`; one Row per triple.
 
-    `budget` is the searching methods' simulator-call budget (and what a policy is expected to use).
+    Budget of every method that searches or samples, per graph: `budget` simulator calls (None: unlimited)
+    and/or `seconds` of wall time, inference and fine-tuning included, jit compilation excluded (reported in
+    `compile_seconds`). Learned methods use the policy `checkpoint` (a run directory or shipped name; None: the
+    default shipped policy), fine-tuned `finetune_episodes` episodes on each graph first.
     """
-    names = resolve_methods(methods, policy is not None)
+    names = resolve_methods(methods, checkpoint is not None)
+    policy = dict(checkpoint=checkpoint, finetune_episodes=finetune_episodes)
+    warm_up([n for n in names if n not in LEARNED], cluster_name)
     device_counts = list(device_counts)
     rows: list[Row] = []
     with tqdm(total=len(graphs) * len(device_counts) * len(names), disable=not progress, unit="run") as bar:
@@ -91,29 +96,63 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
                 raw = []
                 for name in names:
                     bar.set_postfix_str(f"{graph.name} {n_dev}d {name}", refresh=False)
-                    raw.append(_run_one(name, graph, cluster, seed, budget, policy))
+                    raw.append(_run_one(name, graph, cluster, seed, budget, seconds, policy))
                     bar.update()
                 rows += _with_ratios(raw)
     return rows
 
 
-def _run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: int, policy: Policy | None) -> Row:
+def warm_up(names: Sequence[str], cluster_name: str = "placeto-k80") -> None:
+    """Run each method once on a tiny graph so that numba's one-time compilation (or cache loading) is not
+    charged to the first graph's timed run."""
+    from simulator.generate import layered_dag
+
+    graph, cluster = layered_dag(12, seed=0), cluster_preset(cluster_name, 2)
+    for name in names:
+        try:
+            run_method(name, graph, cluster, 0, budget=32)
+        except InputError:  # not applicable on the tiny graph (no expert placement, no CPU): nothing to compile
+            pass
+
+
+def _run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float | None, seconds: float | None,
+             policy: dict) -> Row:
     """A Row with ratio_to_best still unset (NaN)."""
     base = dict(graph=graph.name, n_devices=cluster.n_devices, method=name, ratio_to_best=math.nan,
                 lower_bound_us=lower_bound(graph, cluster))
     try:
-        if name == POLICY_METHOD:
-            t0 = time.perf_counter()
-            placement, calls = policy(graph, cluster, seed)
-            seconds = time.perf_counter() - t0
+        if name in LEARNED:
+            run, compile_s = run_learned(name, graph, cluster, seed, budget, seconds, **policy)
         else:
-            placement, calls, seconds = run_method(name, graph, cluster, seed, budget=budget)
+            run, compile_s = run_method(name, graph, cluster, seed, budget=budget, seconds=seconds), 0.0
     except NotApplicable as e:
         return Row(**base, runtime_us=math.nan, ratio_to_lower_bound=math.nan, oom=False, place_seconds=0.0,
                    simulator_calls=0, note=str(e))
-    result = simulate(graph, np.asarray(placement, dtype=np.int32), cluster)
+    result = simulate(graph, run.placement, cluster)
     return Row(**base, runtime_us=float(result.runtime), ratio_to_lower_bound=float(result.ratio),
-               oom=bool(result.any_oom), place_seconds=seconds, simulator_calls=int(calls))
+               oom=bool(result.any_oom), place_seconds=run.seconds, simulator_calls=int(run.simulator_calls),
+               compile_seconds=compile_s, trace=run.trace)
+
+
+def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
+                seconds: float | None = None, checkpoint: str | Path | None = None,
+                finetune_episodes: int = 0) -> tuple[MethodRun, float]:
+    """(MethodRun, compile seconds) of learned method `name` ("placeto": greedy + sampled episodes;
+    "placeto-search": policy-guided search), fine-tuned first if asked, inside one meter (see `compare`)."""
+    from placeto.search import guided
+
+    prep = guided.prepare(checkpoint, graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
+                          finetuning=finetune_episodes > 0)
+    calls = math.inf if budget is None else budget
+    with metered(max_calls=calls, seconds=seconds) as m:
+        tuned = guided.finetune(prep, finetune_episodes, seed)
+        left = calls - m.calls
+        if name == "placeto":
+            placement = guided.policy_place(tuned, seed, left)
+        else:
+            placement = guided.guided_search(tuned, seed, left)
+        elapsed = m.elapsed()
+    return MethodRun(np.asarray(placement, np.int32), m.calls, elapsed, tuple(m.trace)), prep.compile_seconds
 
 
 def _with_ratios(rows: list[Row]) -> list[Row]:
@@ -128,12 +167,12 @@ def write_csv(rows: Sequence[Row], path: PathLike) -> None:
     """One line per row, the Row fields as columns (NaN written as empty)."""
     import io
 
-    fields = [f.name for f in dataclasses.fields(Row)]
+    fields = [f.name for f in dataclasses.fields(Row) if f.name != "trace"]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     writer.writeheader()
     for r in rows:
-        d = dataclasses.asdict(r)
+        d = {k: v for k, v in dataclasses.asdict(r).items() if k != "trace"}
         writer.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()})
     atomic_write_bytes(path, buf.getvalue().encode())
 
@@ -164,16 +203,17 @@ def markdown_table(rows: Sequence[Row]) -> str:
         cells = [_cell(r, r is not None and r.applies and not r.oom and r.ratio_to_best == 1.0) for r in group]
         lines.append(f"| {g} | {n} | {lb / 1e3:.2f} | " + " | ".join(cells) + " |")
     lines += ["", "Runtimes in ms (simulated); OOM: out of memory; —: does not apply.", "",
-              "| method | mean x best | mean x lower bound | mean place s | mean simulator calls | runs |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "| method | mean x best | mean x lower bound | mean place s | mean compile s | mean simulator calls "
+              "| runs |", "|---|---:|---:|---:|---:|---:|---:|"]
     for m in methods:
         ok = [r for r in rows if r.method == m and r.applies]
         if not ok:
-            lines.append(f"| {m} | — | — | — | — | 0 |")
+            lines.append(f"| {m} | — | — | — | — | — | 0 |")
             continue
         lines.append(f"| {m} | {np.mean([r.ratio_to_best for r in ok]):.3f} | "
                      f"{np.mean([r.ratio_to_lower_bound for r in ok]):.3f} | "
                      f"{np.mean([r.place_seconds for r in ok]):.2f} | "
+                     f"{np.mean([r.compile_seconds for r in ok]):.2f} | "
                      f"{np.mean([r.simulator_calls for r in ok]):.0f} | {len(ok)} |")
     notes = []
     for m in methods:
@@ -245,10 +285,18 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--split", default="test", choices=[*SPLITS, "all"], help="family split (default: test)")
     p.add_argument("--devices", type=_int_list, default=[2, 4, 8], help="device counts, e.g. 2,4,8")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
-    p.add_argument("--methods", default="all", help=f"'all' or a comma list of: {', '.join(METHODS)}, placeto")
-    p.add_argument("--checkpoint", help="trained policy run directory; adds the 'placeto' method")
-    p.add_argument("--budget", type=int, default=DEFAULT_BUDGET,
-                   help="simulator calls of random, local-search and the policy's sampled episodes")
+    p.add_argument("--methods", default="all",
+                   help=f"'all' or a comma list of: {', '.join([*METHODS, *LEARNED])}")
+    p.add_argument("--checkpoint", help="trained policy (shipped name or run directory); adds the learned methods "
+                                        "to 'all' (named explicitly, they use the default shipped policy)")
+    p.add_argument("--budget", type=int, default=None,
+                   help=f"simulator calls of every searching or sampling method per graph (default {DEFAULT_BUDGET}"
+                        ", or unlimited with --seconds)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="wall-clock budget per graph of every searching or sampling method, its inference and "
+                        "fine-tuning included (jit compilation excluded, reported apart)")
+    p.add_argument("--finetune-episodes", type=int, default=0,
+                   help="fine-tune the policy on each graph for this many episodes first (inside the budget)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="directory for compare.csv, compare.md (and plots with --plot)")
     p.add_argument("--plot", action="store_true", help="draw a bar chart per graph into --out")
@@ -262,17 +310,17 @@ def run_compare(args: argparse.Namespace) -> int:
                          "give graph files or --family FAMILY")
     if args.plot and not args.out:
         raise InputError("--plot needs --out DIR")
-    if args.budget < 1:
+    if args.budget is not None and args.budget < 1:
         raise InputError(f"--budget must be >= 1, got {args.budget}")
+    if args.seconds is not None and not 0 < args.seconds <= 86400:
+        raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
+    if args.finetune_episodes < 0:
+        raise InputError(f"--finetune-episodes must be >= 0, got {args.finetune_episodes}")
+    budget = args.budget if args.budget is not None or args.seconds is not None else DEFAULT_BUDGET
     graphs = ([load_graph(f) for f in args.graphs] if args.graphs else
               load_family(args.family, None if args.split == "all" else args.split))
-    policy = None
-    if args.checkpoint:
-        from placeto.place import budgeted_policy  # the learned policy; imported only when asked for
-
-        policy = budgeted_policy(args.checkpoint, args.budget)
-    rows = compare(graphs, args.devices, args.methods, args.preset, args.seed, args.budget, policy,
-                   progress=not args.quiet)
+    rows = compare(graphs, args.devices, args.methods, args.preset, args.seed, budget, args.seconds,
+                   args.checkpoint, args.finetune_episodes, progress=not args.quiet)
     table = markdown_table(rows)
     print(table, end="")
     if args.out:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any, Literal
 
 VisitOrder = Literal["topo", "reverse_topo", "random_fixed"]
@@ -81,18 +82,22 @@ class PlacetoConfig:
     seed: int = 0
     """Seed of parameters, episodes and the random_fixed visit order."""
 
+    init_from: str = ""
+    """Provenance only: the trained policy (shipped name or run directory) a fine-tuning run started from."""
+
     time_limit_minutes: float = 0.0
     """Stop (with a checkpoint) after this much wall time in one call; rerun to continue. 0 = no limit."""
 
     # ---- bookkeeping --------------------------------------------------------------------------------------
-    checkpoint_seconds: float = 180.0
-    """Wall time between checkpoints (one is also written at the end)."""
+    checkpoint_seconds: float = 60.0
+    """Wall time between checkpoints (one is also written after the first update and at the end)."""
     log_every: int = 1
     """Updates between metric rows (CSV + TensorBoard)."""
     progress: bool = True
     """Show a tqdm progress bar."""
 
     def __post_init__(self):
+        _check_types_and_ranges(self)
         checks = {"hidden": self.hidden >= 1, "rounds": self.rounds >= 0, "max_devices": self.max_devices >= 1,
                   "passes": self.passes >= 1, "episodes_per_update": self.episodes_per_update >= 1,
                   "episodes": self.episodes >= 0, "baseline_window": self.baseline_window >= 1,
@@ -103,6 +108,10 @@ class PlacetoConfig:
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"PlacetoConfig: bad value for {', '.join(bad)}")
+
+    def model_fields(self) -> tuple:
+        """The fields that fix the network's parameters and function: equal tuples load each other's params."""
+        return (self.hidden, self.rounds, self.max_devices, self.group_agg, self.device_onehot)
 
     def replace(self, **changes: Any) -> "PlacetoConfig":
         return dataclasses.replace(self, **changes)
@@ -115,6 +124,36 @@ class PlacetoConfig:
         """Build from a dict, ignoring unknown keys (configs written by newer versions still load)."""
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in known})
+
+
+# Allowed ranges of the numeric fields (inclusive; "lr" and friends must also be > 0, checked above). They keep
+# every value finite and every integer within what its array or seed takes (placements are recorded as int8).
+RANGES: dict[str, tuple[float, float]] = {
+    "hidden": (1, 4096), "rounds": (0, 64), "max_devices": (1, 127), "passes": (1, 100),
+    "memory_penalty_per_gb": (0, 1e9), "episodes": (0, 10**9), "episodes_per_update": (1, 4096),
+    "lr": (0, 1e3), "lr_end": (0, 1e3), "entropy": (0, 1e3), "entropy_end": (0, 1e3),
+    "entropy_decay_fraction": (0, 1), "grad_clip": (0, 1e9), "gamma": (0, 1), "baseline_window": (1, 10**6),
+    "grad_steps": (0, 10**6), "grad_chunk_nodes": (1, 10**9), "seed": (0, 2**32 - 1),
+    "time_limit_minutes": (0, 1e9), "checkpoint_seconds": (0, 1e9), "log_every": (1, 10**9),
+}
+
+
+def _check_types_and_ranges(config: PlacetoConfig) -> None:
+    """ValueError naming the field unless every field has its default's type (an int where a float is due is
+    taken) and lies in RANGES; NaN and infinities are out of every range."""
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), type(f.default)
+        ok = type(value) is kind or (kind is float and type(value) is int)
+        if not ok:
+            shown = "a huge integer" if type(value) is int and abs(value) > 10**30 else repr(value)[:40]
+            raise ValueError(f"PlacetoConfig: field {f.name!r}: {shown} is not of type {kind.__name__}")
+        if kind is float:
+            object.__setattr__(config, f.name, value := float(value))
+        if f.name in RANGES:
+            lo, hi = RANGES[f.name]
+            if not (lo <= value <= hi and (kind is int or math.isfinite(value))):  # no float() of a huge int
+                shown = "a huge integer" if type(value) is int and abs(value) > 10**30 else repr(value)
+                raise ValueError(f"PlacetoConfig: field {f.name!r}: {shown} is out of range [{lo:.10g}, {hi:.10g}]")
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:

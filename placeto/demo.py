@@ -71,42 +71,40 @@ def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: 
               f"{r.peak_memory.max() / 1e6:.0f} MB{', OOM' if r.any_oom else ''})")
 
 
-SEARCH_BUDGET = 1500  # simulator calls of every search method on the test graph (~9 policy episodes on nmt_010)
+SEARCH_SECONDS = 1.0  # wall-clock budget per method on the test graph (compilation excluded)
 
 
-def policy_section(out: Path, family: str = "nmt", n_train: int = 4, n_devices: int = 4, minutes: float = 2.0,
-                   episodes: int = 400, budget: int = SEARCH_BUDGET):
-    """Train a small Placeto policy on a few training graphs of `family`; return (test graph, policy callable)."""
-    from placeto.config import PlacetoConfig
+def policy_section(family: str = "nmt", n_devices: int = 4):
+    """Zero-shot placement of an unseen test graph with the shipped general policy (no training here)."""
     from placeto.families import load_family
-    from placeto.place import budgeted_policy
-    from placeto.plots_train import plot_run
-    from placeto.train import train
-
-    train_graphs = sorted(load_family(family, "train"), key=lambda g: g.n_nodes)[:n_train]
-    test_graph = min(load_family(family, "test"), key=lambda g: g.n_nodes)
+    from placeto.policies import DEFAULT_POLICY, shipped_policies
+    from placeto.search import guided
+    graph = min(load_family(family, "test"), key=lambda g: g.n_nodes)
     cluster = cluster_preset("placeto-k80", n_devices)
-    run = out / "placeto_run"
-    print(f"\n== Placeto: training on {n_train} {family} training graphs "
-          f"({', '.join(g.name for g in train_graphs)}), {n_devices} K80s, {episodes} episodes "
-          f"(at most {minutes:g} minutes) ==")
-    config = PlacetoConfig(episodes=episodes, time_limit_minutes=minutes, seed=0)
-    summary = train(config, train_graphs, cluster, run, resume=False)
-    print(f"{summary.episodes} episodes, {summary.episodes_per_second:.2f} episodes/s, "
-          f"{summary.sim_calls_per_second:.0f} simulator calls/s; curves: "
-          f"{', '.join(str(p) for p in plot_run(run))}")
-    return test_graph, budgeted_policy(run, budget)
+    print(f"\n== Placeto: the shipped '{DEFAULT_POLICY}' policy places the unseen {graph.name} ({graph.n_nodes} "
+          f"groups) zero-shot on {n_devices} K80s ==")
+    for p in shipped_policies():
+        print(f"shipped policy {p.name:<10} {p.provenance.get('summary', '')}")
+    prep = guided.prepare(DEFAULT_POLICY, graph, cluster, sampling=False)
+    t0 = time.perf_counter()
+    placement, _, _ = guided.greedy_with_prior(prep)
+    seconds = time.perf_counter() - t0
+    res = simulate(graph, placement, cluster)
+    single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster)
+    print(f"greedy zero-shot: {res.runtime / 1e3:.3f} ms in {seconds:.2f} s (compilation {prep.compile_seconds:.1f} s,"
+          f" apart); single device {single.runtime / 1e3:.3f} ms; lower bound {res.lower_bound / 1e3:.3f} ms")
+    return graph
 
 
-def compare_section(graph, out: Path, n_devices: int = 4, budget: int = SEARCH_BUDGET, policy=None) -> list:
-    """Every baseline (and the trained policy, if given) on `graph`: the comparison table and a bar chart."""
+def compare_section(graph, out: Path, n_devices: int = 4, seconds: float = SEARCH_SECONDS) -> list:
+    """Every baseline and the learned methods on `graph`, the searching ones with the same wall seconds."""
     from placeto.compare import compare, markdown_table, plot_compare, write_csv
 
-    methods = ["single", "random", "metis", "scotch", "mincut", "etf", "heft", "local-search"]
-    methods += ["placeto"] if policy is not None else []
+    methods = ["single", "metis", "scotch", "etf", "heft", "random", "local-search", "sa", "placeto",
+               "placeto-search"]
     print(f"\n== Comparison on unseen graph {graph.name} ({graph.n_nodes} groups), {n_devices} K80s, "
-          f"search budget {budget} simulations ==")
-    rows = compare([graph], [n_devices], methods, seed=0, budget=budget, policy=policy, progress=False)
+          f"{seconds:g} s of wall time for every method that searches or samples ==")
+    rows = compare([graph], [n_devices], methods, seed=0, budget=None, seconds=seconds, progress=False)
     print(markdown_table(rows))
     write_csv(rows, out / "compare.csv")
     plots = plot_compare(rows, out)
@@ -139,15 +137,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="demo_out", help="folder for files and plots")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--train-minutes", type=float, default=2.0,
-                        help="time limit of the demo policy's training (its 400 episodes take about a minute)")
+    parser.add_argument("--seconds", type=float, default=SEARCH_SECONDS,
+                        help="wall-clock budget of each searching method in the comparison")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     simulator_section(out, args.seed)
     datasets_section()
-    test_graph, policy = policy_section(out, minutes=args.train_minutes)
-    compare_section(test_graph, out, policy=policy)
+    test_graph = policy_section()
+    compare_section(test_graph, out, seconds=args.seconds)
     hardware_section(test_graph, out)
     return 0
 

@@ -18,9 +18,10 @@ from typing import NamedTuple
 
 import numpy as np
 
+from placeto import objective
 from placeto.config import PlacetoConfig
 from placeto.features import GraphArrays, graph_arrays
-from simulator.cluster import GB, Cluster
+from simulator.cluster import Cluster
 from simulator.graph import Graph
 from simulator.result import SimResult, lower_bound
 
@@ -94,19 +95,18 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
     arrays = graph_arrays(graph, cluster, seq, config.max_devices)
     ctx = EnvContext(graph, cluster, arrays, seq, 1.0, config.memory_penalty_per_gb, config.init_placement,
                      lower_bound(graph, cluster))
-    single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster).runtime
-    return dataclasses.replace(ctx, reward_scale=max(float(single), 1e-9))
+    return dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
 
 
 def penalised_runtime(ctx: EnvContext, result: SimResult) -> float:
-    """Runtime plus memory_penalty_per_gb * reward_scale per GB above capacity (summed over devices), us."""
+    """The objective (`placeto.objective.penalised`): runtime plus memory_penalty_per_gb * reward_scale per GB
+    above capacity (summed over devices), us."""
     return float(_penalised(ctx, result.runtime, result.peak_memory, result.capacity))
 
 
 def _penalised(ctx: EnvContext, runtime, peak: np.ndarray, capacity: np.ndarray):
     """runtime (us, scalar or [B]) + the memory penalty of peak bytes [..., D] against capacity bytes [D]."""
-    over = np.maximum(peak - capacity, 0.0).sum(-1) / GB
-    return runtime + ctx.memory_penalty_per_gb * ctx.reward_scale * over
+    return objective.penalised(runtime, peak, capacity, ctx.reward_scale, ctx.memory_penalty_per_gb)
 
 
 def _simulate_rows(ctx: EnvContext, placement: np.ndarray, rows: np.ndarray, runtime: np.ndarray,
@@ -125,6 +125,7 @@ def _simulate_rows(ctx: EnvContext, placement: np.ndarray, rows: np.ndarray, run
     else:
         for b in rows:
             one(b)
+    objective.record(runtime[rows])
 
 
 SIM_THREADS = max(1, min(4, os.cpu_count() or 1))
@@ -178,6 +179,7 @@ def action_rewards(state: EnvState) -> np.ndarray:
     cand[:, :, node] = np.arange(d, dtype=np.int32)
     res = simulate_batch(ctx.graph, cand.reshape(b * d, n), ctx.cluster, with_memory=True)
     runtime = _penalised(ctx, res.runtime, res.peak_memory, np.asarray(ctx.cluster.memory, np.float64)).reshape(b, d)
+    objective.record(runtime.reshape(-1))
     return (state.runtime[:, None] - runtime) / ctx.reward_scale
 
 

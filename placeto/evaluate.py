@@ -30,10 +30,11 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from placeto.arguments import COUNT, DEVICES, POSITIVE
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster, save_cluster
 from simulator.errors import InputError
 from simulator.graph import DEFAULT_KIND, Graph
-from simulator.io import PathLike, atomic_write_bytes, load_graph, load_placement, read_json
+from simulator.io import PathLike, atomic_write_bytes, check_output_path, load_graph, load_placement, read_json
 
 MODES = ("auto", "program", "synthetic")
 
@@ -124,15 +125,19 @@ def dispatch_order(graph: Graph, placement: np.ndarray, cluster: Cluster) -> np.
     return np.lexsort((rank, start))
 
 
-def can_run_program(graph: Graph) -> bool:
-    return "program" in graph.meta or bool(graph.meta.get("source", {}).get("args_spec"))
+def can_run_program(graph: Graph, program: str | None = None) -> bool:
+    """Whether `graph`'s program can be re-traced: a zoo program in its meta, or one the user named (--program).
+    A program named by the graph file's meta.source is never imported on the file's word."""
+    return "program" in graph.meta or program is not None
 
 
-def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: int = 0) -> HardwareRunner:
+def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: int = 0, program: str | None = None,
+                    args_spec: str | None = None) -> HardwareRunner:
     """A runner of `graph` on the first cluster.n_devices local devices.
 
-    mode "program" re-traces the graph's program (InputError if its meta does not say how), "synthetic" runs
-    calibrated kernels taking the simulation costs, "auto" picks "program" when possible.
+    mode "program" re-traces the graph's program (see placeto.families.retrace: a zoo program of its meta, or
+    `program` named on the command line; InputError otherwise), "synthetic" runs calibrated kernels taking the
+    simulation costs, "auto" picks "program" when possible.
     """
     from simulator.calibrate import calibrate_kernel
     from simulator.hardware import leaf_values, program_plan
@@ -142,7 +147,7 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     if mode not in MODES:
         raise InputError(f"unknown execution mode {mode!r} (known: {', '.join(MODES)})")
     devices = local_devices(cluster.n_devices)
-    if mode == "synthetic" or (mode == "auto" and not can_run_program(graph)):
+    if mode == "synthetic" or (mode == "auto" and not can_run_program(graph, program)):
         if not (DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds)):
             raise InputError(f"graph {graph.name!r} cannot be run: its meta has no program to re-trace and it has "
                              f"no {cluster.kinds[0]!r} costs for synthetic kernels")
@@ -154,7 +159,7 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
                                   order)
 
         return HardwareRunner(graph, cluster, "synthetic", devices, make_synthetic)
-    traced, op_to_group, args = program_of(graph)
+    traced, op_to_group, args = program_of(graph, program, args_spec)
     values = leaf_values(traced, args, seed)
 
     def make_program(placement, order):
@@ -163,22 +168,23 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     return HardwareRunner(graph, cluster, "program", devices, make_program)
 
 
-def program_of(graph: Graph) -> tuple[Any, np.ndarray | None, tuple]:
-    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark or imported graph."""
+def program_of(graph: Graph, program: str | None = None,
+               args_spec: str | None = None) -> tuple[Any, np.ndarray | None, tuple]:
+    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark graph, or of the
+    `program` ("module:function") the user named for an imported graph (placeto.families.retrace)."""
     from placeto.families import retrace
     from simulator.trace import parse_args_spec
 
-    if not can_run_program(graph):
-        raise InputError(f"graph {graph.name!r}: no program to run (its meta has no 'program' or "
-                         f"'source.args_spec'); use --mode synthetic to run kernels taking its costs")
-    traced, op_to_group = retrace(graph)
-    if "program" in graph.meta:
-        from placeto.zoo import build_program
+    traced, op_to_group = retrace(graph, program, args_spec)  # InputError naming --program when it is needed
+    if program is None:
+        from placeto.zoo.registry import build_program_from_data
 
-        program = build_program(graph.meta["program"]["kind"], **graph.meta["program"]["kwargs"])
-        args = (program.params, program.opt_state, program.batch)
+        built = build_program_from_data(graph.meta["program"]["kind"], graph.meta["program"].get("kwargs", {}))
+        args = (built.params, built.opt_state, built.batch)
+    elif args_spec is not None:
+        args = parse_args_spec(args_spec)
     else:
-        args = parse_args_spec(graph.meta["source"]["args_spec"])
+        args = parse_args_spec(graph.meta["source"]["args_spec"], f"{graph.source or graph.name}: meta.source")
     return traced, op_to_group, args
 
 
@@ -274,20 +280,30 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("graph", help="graph file")
     p.add_argument("--placement", nargs="+", required=True, help="placement JSON file(s) for this graph")
     p.add_argument("--hardware", action="store_true", help="also run each placement on local JAX devices")
-    p.add_argument("--devices", type=int, default=None,
+    p.add_argument("--devices", type=DEVICES, default=None,
                    help="number of devices (default: the cluster's, else the first placement file's, else 2)")
     p.add_argument("--cluster", help="cluster JSON (default with --hardware: calibrate now; without: --preset)")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
                    help="cluster preset when simulating only and no --cluster is given")
     p.add_argument("--mode", default="auto", choices=MODES,
                    help="hardware execution: the graph's real program, or synthetic kernels taking its costs")
+    add_program_arguments(p)
     p.add_argument("--costs", default="graph", choices=("graph", "units"),
                    help="simulate with the graph's costs for the cluster's device kind (measured 'local-cpu' from "
                         "`placeto profile`), or with every node/group measured now as it is executed")
-    p.add_argument("--repeats", type=int, default=5, help="timed steps per placement (median reported)")
-    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (the first compiles)")
+    p.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps per placement (median reported)")
+    p.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
     p.add_argument("--plot", help="write simulated vs measured to this PNG")
     p.add_argument("--json", help="write the rows and the agreement to this JSON file")
+
+
+def add_program_arguments(p: argparse.ArgumentParser) -> None:
+    """--program / --args-spec: the code that re-traces an imported graph, named by the user (a graph file's
+    meta.source is never imported on the file's word)."""
+    p.add_argument("--program", metavar="MODULE:FUNCTION",
+                   help="import and re-trace this function for a graph from `import-jax` (zoo graphs need none)")
+    p.add_argument("--args-spec", help="its example arguments (as for import-jax; default: the graph's inline "
+                                       "JSON meta.source.args_spec)")
 
 
 def _device_count(args: argparse.Namespace) -> int:
@@ -297,10 +313,13 @@ def _device_count(args: argparse.Namespace) -> int:
         return load_cluster(args.cluster).n_devices
     first = read_json(args.placement[0])
     devices = first.get("devices") if isinstance(first, dict) else None
-    return len(devices) if devices else 2
+    return len(devices) if isinstance(devices, list) and devices else 2  # a malformed file fails when loaded
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    for path in (args.plot, args.json):
+        if path:
+            check_output_path(path)
     n = _device_count(args)
     if args.hardware:
         from simulator.host_devices import ensure_host_devices
@@ -314,8 +333,13 @@ def run_eval(args: argparse.Namespace) -> int:
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
     cluster = _eval_cluster(args, n)
     runner = None
-    if args.costs == "units" and args.mode != "synthetic" and can_run_program(graph):
-        runner = hardware_runner(graph, cluster, args.mode)
+    if args.program:
+        print(f"importing {args.program} (named by --program) to re-trace the graph's program", flush=True)
+    elif args.hardware and args.mode == "auto" and not can_run_program(graph) and graph.meta.get("source"):
+        print("note: the graph's meta.source program is not imported on a data file's word; running synthetic "
+              "kernels (pass --program MODULE:FUNCTION to run the real program)")
+    if args.costs == "units" and args.mode != "synthetic" and can_run_program(graph, args.program):
+        runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec)
         print(f"measuring the {graph.n_nodes} units as executed (--costs units) ...", flush=True)
         graph = graph.with_costs(cluster.kinds[0], runner.unit_costs(args.repeats))
         runner = dataclasses.replace(runner, graph=graph)
@@ -324,7 +348,7 @@ def run_eval(args: argparse.Namespace) -> int:
         if warning:
             print(warning, file=sys.stderr)
         if args.hardware:
-            runner = hardware_runner(graph, cluster, args.mode)
+            runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec)
     print(f"graph {graph.name} ({graph.n_nodes} nodes), {n}x {cluster.kinds[0]} ({cluster.name}: delta1 "
           f"{cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, {cluster.bandwidth_bytes_per_us:g} B/us)")
     if runner is not None:
@@ -368,22 +392,25 @@ def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequen
         return None if m is None else {k: getattr(m, k) for k in ("median_us", "q25_us", "q75_us", "min_us",
                                                                   "max_us")}
 
-    obj = {"graph": graph.name, "cluster": cluster.to_dict(), "agreement": summary._asdict(),
+    finite = lambda x: None if isinstance(x, float) and not math.isfinite(x) else x  # noqa: E731  NaN: null
+    obj = {"graph": graph.name, "cluster": cluster.to_dict(),
+           "agreement": {k: finite(v) for k, v in summary._asdict().items()},
            "rows": [{"placement": r.name, "simulated_us": r.simulated_us, "measured": timing(r.measured)}
                     for r in rows]}
-    atomic_write_bytes(path, (json.dumps(obj, indent=1, allow_nan=True) + "\n").encode())
+    atomic_write_bytes(path, (json.dumps(obj, indent=1, allow_nan=False) + "\n").encode())
 
 
 def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--devices", type=int, default=2, help="number of local devices to calibrate")
+    p.add_argument("--devices", type=DEVICES, default=2, help="number of local devices to calibrate")
     p.add_argument("--out", required=True, help="cluster JSON file to write")
-    p.add_argument("--repeats", type=int, default=7, help="trials per measurement (median)")
+    p.add_argument("--repeats", type=POSITIVE, default=7, help="trials per measurement (median)")
     p.add_argument("--name", help="cluster name (default: local-<platform>-calibrated)")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
     from simulator.host_devices import ensure_host_devices
 
+    check_output_path(args.out)
     ensure_host_devices(args.devices)  # before anything imports jax
     if args.repeats < 1:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")

@@ -243,22 +243,36 @@ def load_family(name: str, split: str | None = "test", root: str | Path = DATASE
 
 
 # ---- re-tracing and profiling built graphs ------------------------------------------------------------------
-def retrace(graph: Graph):
+def retrace(graph: Graph, program: str | None = None, args_spec: str | None = None):
     """(Traced op graph, op_to_group int32[N_ops] or None) of a graph built here or by `placeto import-jax`.
 
-    Family and benchmark graphs are rebuilt from meta["program"]; imported ones from meta["source"]. Raises an
-    InputError when the graph says neither (e.g. a hand-written JSON graph).
+    A graph file never names code that runs: family and benchmark graphs are rebuilt from meta["program"], a
+    kind of the package's own zoo with validated arguments (placeto.zoo.registry.check_program_args); any
+    other program is imported only when the user names it (`program`, "module:function", from --program), its
+    example arguments from `args_spec` (--args-spec) or else from the inline JSON of meta["source"]["args_spec"].
+    InputError when none applies, naming the --program to pass.
     """
+    from placeto.zoo.registry import check_program_args
     from simulator.trace import trace_import
 
-    meta = graph.meta
-    if "program" in meta:
-        spec = GraphSpec(graph.name, meta["program"]["kind"], meta["program"]["kwargs"], 0)
+    meta, where = graph.meta, graph.source or f"graph {graph.name!r}"
+    if program is not None:
+        spec = args_spec if args_spec is not None else (meta.get("source") or {}).get("args_spec")
+        if spec is None:
+            raise InputError(f"--program {program}: the graph's meta has no 'source.args_spec': pass --args-spec",
+                             where)
+        from_data = None if args_spec is not None else f"{where}: meta.source.args_spec"
+        traced = trace_import(program, spec, name=graph.name, from_data=from_data)
+    elif "program" in meta:
+        check_program_args(meta["program"]["kind"], meta["program"].get("kwargs", {}), f"{where}: meta.program")
+        spec = GraphSpec(graph.name, meta["program"]["kind"], meta["program"].get("kwargs", {}), 0)
         traced = trace_spec(spec)[1]
-    elif meta.get("source", {}).get("args_spec"):
-        traced = trace_import(meta["source"]["function"], meta["source"]["args_spec"], name=graph.name)
+    elif (meta.get("source") or {}).get("function"):
+        raise InputError(f"meta.source names the program {meta['source']['function'][:80]!r}, which placeto does "
+                         f"not import because a data file says so: pass --program MODULE:FUNCTION to re-trace it",
+                         where)
     else:
-        raise InputError(f"graph {graph.name!r}: meta has no 'program' or 'source.args_spec' to re-trace it from")
+        raise InputError(f"graph {graph.name!r}: meta has no 'program' to re-trace it from (pass --program)", where)
     op_to_group = meta.get("grouping", {}).get("op_to_group")
     if op_to_group is not None:
         op_to_group = np.asarray(op_to_group, dtype=np.int32)
@@ -271,12 +285,14 @@ def retrace(graph: Graph):
     return traced, op_to_group
 
 
-def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int = 2) -> Graph:
-    """`graph` with measured costs under `kind`: every op of its re-traced program timed on the local JAX
-    backend (median of `repeats` after `warmup`, cached by signature), summed per group for grouped graphs."""
+def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int = 2, program: str | None = None,
+            args_spec: str | None = None) -> Graph:
+    """`graph` with measured costs under `kind`: every op of its re-traced program (see `retrace`: `program`
+    and `args_spec` as given on the command line) timed on the local JAX backend (median of `repeats` after
+    `warmup`, cached by signature), summed per group for grouped graphs."""
     from simulator.profile import profile_graph, with_measured
 
-    traced, op_to_group = retrace(graph)
+    traced, op_to_group = retrace(graph, program, args_spec)
     op_cost = profile_graph(traced, repeats, warmup)
     cost = op_cost if op_to_group is None else np.bincount(op_to_group, weights=op_cost, minlength=graph.n_nodes)
     return with_measured(graph, kind, np.round(cost, 3), repeats, warmup)

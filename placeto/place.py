@@ -7,20 +7,18 @@ returned, not only the last one; the simulator-call count is what that cost.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
-from flax import serialization
 
 from placeto import env as E
+from placeto.checkpoint_io import check_devices, read_blob, read_config, restore
 from placeto.config import PlacetoConfig
 from placeto.features import GraphArrays
 from placeto.policy import Policy, make_policy
 from simulator.cluster import Cluster
-from simulator.errors import InputError
 from simulator.graph import Graph
 
 
@@ -81,11 +79,10 @@ def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArra
 def load_params(checkpoint_dir: str | Path, arrays: GraphArrays) -> tuple[PlacetoConfig, Any]:
     """(config, params) of a run directory, for placement with a trained policy."""
     d = Path(checkpoint_dir)
-    config = PlacetoConfig.from_dict(json.loads((d / "config.json").read_text()))
+    config = read_config(d)
     policy = make_policy(config)
     params = policy.init(jax.random.key(0), arrays)
-    blob = serialization.msgpack_restore((d / CHECKPOINT).read_bytes())
-    return config, serialization.from_state_dict(params, blob["params"])
+    return config, restore(params, read_blob(d / CHECKPOINT)["params"], "params", d / CHECKPOINT)
 
 
 class PlaceResult(NamedTuple):
@@ -96,17 +93,20 @@ class PlaceResult(NamedTuple):
     sim_calls: int
 
 
-def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samples: int = 0, seed: int = 0,
-          initial: np.ndarray | None = None) -> PlaceResult:
-    """Run the policy of `checkpoint_dir` on `graph`: one greedy episode, plus `samples` sampled episodes.
+def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = None, samples: int = 0,
+          seed: int = 0, initial: np.ndarray | None = None) -> PlaceResult:
+    """Run the policy of `checkpoint_dir` (a run directory, a shipped policy's name, or None: the default shipped
+    policy) on `graph`: one greedy episode, plus `samples` sampled episodes.
 
     Returns the best placement any of them visited (the greedy episode's end in `final_placement`). Episodes
     start from `initial` (int[N]) if given, else from the run's configured initial placement.
     """
-    for needed in ("config.json", CHECKPOINT):
-        if not (Path(checkpoint_dir) / needed).is_file():
-            raise InputError(f"{checkpoint_dir}: not a training run directory (no {needed})")
-    config = PlacetoConfig.from_dict(json.loads((Path(checkpoint_dir) / "config.json").read_text()))
+    from placeto.policies import resolve_checkpoint
+
+    checkpoint_dir = resolve_checkpoint(checkpoint_dir)
+    config = read_config(checkpoint_dir)
+    check_devices(config, cluster.n_devices, checkpoint_dir)
+    read_blob(Path(checkpoint_dir) / CHECKPOINT)  # a corrupt checkpoint fails before the model is built
     ctx = E.make_context(graph, cluster, config)
     arrays = jax.device_put(ctx.arrays)
     _, params = load_params(checkpoint_dir, arrays)
@@ -131,14 +131,3 @@ def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samp
     res = place(graph, cluster, checkpoint_dir, samples, seed)
     return res.placement, res.sim_calls
 
-
-def budgeted_policy(checkpoint_dir: str | Path, budget: int):
-    """The trained policy as a comparison method `(graph, cluster, seed) -> (placement, simulator calls)` that
-    spends about `budget` simulator calls: one greedy episode and budget // N - 1 sampled ones (an episode
-    simulates at most once per step); at least the greedy episode."""
-
-    def policy(graph: Graph, cluster: Cluster, seed: int) -> tuple[np.ndarray, int]:
-        samples = budget // max(graph.n_nodes, 1) - 1
-        return place_graph(graph, cluster, checkpoint_dir, samples=max(samples, 0), seed=seed)
-
-    return policy

@@ -42,8 +42,12 @@ class PlacetoNet(nn.Module):
     device_onehot: bool = True
 
     @nn.compact
-    def __call__(self, a: GraphArrays, placement, start, nodes, ts):
-        """Args: a: graph arrays; placement: int[S, Np]; start: float32[S, Np]; nodes, ts: int32[S]."""
+    def __call__(self, a: GraphArrays, placement, start, nodes, ts, embeddings=None, return_embeddings=False):
+        """Args: a: graph arrays; placement: int[S, Np]; start: float32[S, Np]; nodes, ts: int32[S].
+
+        embeddings: float32[Np, S, H] message-passing output to use instead of computing it (a stale one from an
+        earlier step: `fast greedy`); return_embeddings: return that output instead of the logits.
+        """
         dm, n_pad, s = self.max_devices, placement.shape[1], placement.shape[0]
         placement, start = placement.T, start.T  # node-major [Np, S]
         onehot = jax.nn.one_hot(placement, dm) * a.node_mask[:, None, None]  # [Np, S, Dm]
@@ -54,8 +58,13 @@ class PlacetoNet(nn.Module):
         device_in = onehot if self.device_onehot else jnp.zeros_like(onehot)  # same width: same param shapes
         x = jnp.concatenate([static, device_in, dynamic.astype(jnp.float32)], axis=-1)
         g = a.graph
-        h = MessagePassing(self.hidden, self.rounds)(x, g.senders, g.receivers, a.node_mask, a.inv_in_deg,
-                                                     a.inv_out_deg)
+        if embeddings is None:
+            h = MessagePassing(self.hidden, self.rounds)(x, g.senders, g.receivers, a.node_mask, a.inv_in_deg,
+                                                         a.inv_out_deg)
+        else:  # the message-passing module is not called: its parameters are simply unused
+            h = embeddings
+        if return_embeddings:
+            return h
         ctx = NodeContext(self.hidden, self.group_agg)(h, a.reach, nodes, a.node_mask)
         return _score_devices(self.hidden, a, onehot, h, ctx, placement, nodes)
 
@@ -93,6 +102,8 @@ class Policy(NamedTuple):
     init: Callable[[jax.Array, GraphArrays], Params]
     act: Callable[..., tuple[jax.Array, jax.Array]]  # (params, arrays, obs, key, greedy) -> (int32[B], f32[B])
     log_probs: Callable[..., jax.Array]  # (params, arrays, placement[S, Np], start, nodes[S], ts[S]) -> [S, Dm]
+    embed: Callable[..., jax.Array]  # same arguments -> float32[Np, S, H] message-passing embeddings
+    head_log_probs: Callable[..., jax.Array]  # same arguments + embeddings [Np, S, H] -> [S, Dm]
 
 
 def log_probs(net: PlacetoNet, params, arrays: GraphArrays, placement, start, nodes, ts):
@@ -133,4 +144,15 @@ def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, dev
         TRACES["log_probs"] += 1
         return log_probs(net, params, arrays, placement, start, nodes, ts)
 
-    return Policy(net, init, act, jitted_log_probs)
+    @jax.jit
+    def embed(params, arrays: GraphArrays, placement, start, nodes, ts):
+        TRACES["embed"] += 1
+        return net.apply(params, arrays, placement, start, nodes, ts, return_embeddings=True)
+
+    @jax.jit
+    def head_log_probs(params, arrays: GraphArrays, placement, start, nodes, ts, embeddings):
+        TRACES["head"] += 1
+        logits = net.apply(params, arrays, placement, start, nodes, ts, embeddings=embeddings)
+        return jax.nn.log_softmax(logits, axis=-1)
+
+    return Policy(net, init, act, jitted_log_probs, embed, head_log_probs)

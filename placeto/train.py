@@ -11,7 +11,9 @@ One update = B episodes sampled in parallel on one graph (graphs taken in turn),
     apply               clip, Adam with an exponentially decaying learning rate (one compiled update for all runs)
 
 A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorBoard) and best/<graph>.json
-(best placement seen per training graph). Rerunning `train` on the same directory resumes.
+(best placement seen per training graph). Rerunning `train` on the same directory resumes. While a `train` runs, it
+holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is written after the first update, every
+`checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping the last checkpoint.
 """
 
 from __future__ import annotations
@@ -33,13 +35,15 @@ import optax
 from flax import serialization
 
 from placeto import env as E
+from placeto.checkpoint_io import RunLock, check_devices, check_finite, check_same_model, read_blob, restore
 from placeto.config import PlacetoConfig
 from placeto.features import GraphArrays, bucket
 from placeto.place import CHECKPOINT, Rollout, collect_rollout
 from placeto.policy import TRACES, Policy, log_probs, make_policy
 from simulator.cluster import Cluster
+from simulator.errors import InputError
 from simulator.graph import Graph
-from simulator.io import atomic_write_bytes, save_placement, write_json
+from simulator.io import atomic_write_bytes, check_output_path, save_placement, write_json
 
 class TrainSummary(NamedTuple):
     """What a `train` call did. Runtimes are memory-penalised microseconds."""
@@ -209,20 +213,34 @@ def save_checkpoint(out_dir: Path, st: TrainState) -> None:
     atomic_write_bytes(out_dir / CHECKPOINT, serialization.msgpack_serialize(blob))
 
 
+CHECKPOINT_FIELDS = ("params", "opt_state", "baselines", "key", "episode", "update", "sim_calls", "best_runtime")
+
+
 def load_checkpoint(out_dir: Path, template: TrainState) -> TrainState | None:
-    """The checkpoint in out_dir restored into `template`'s structures, or None if there is none."""
+    """The checkpoint in out_dir restored into `template`'s structures, or None if there is none.
+
+    InputError (naming the file and the field) for a truncated or corrupt checkpoint, or one whose shapes are
+    not those of `template` (a checkpoint of another model config): see placeto.checkpoint_io.
+    """
     path = Path(out_dir) / CHECKPOINT
     if not path.exists():
         return None
-    blob = serialization.msgpack_restore(path.read_bytes())
-    return TrainState(
-        params=serialization.from_state_dict(template.params, blob["params"]),
-        opt_state=serialization.from_state_dict(template.opt_state, blob["opt_state"]),
-        baselines={k: Baseline(np.asarray(v["returns"]), np.asarray(v["count"])) for k, v in
-                   blob["baselines"].items()},
-        key=jax.random.wrap_key_data(jnp.asarray(blob["key"])), episode=int(blob["episode"]),
-        update=int(blob["update"]), sim_calls=int(blob["sim_calls"]),
-        best_runtime={k: float(v) for k, v in blob["best_runtime"].items()})
+    blob = read_blob(path, CHECKPOINT_FIELDS)
+    key_data = np.asarray(jax.random.key_data(template.key))
+    try:
+        baselines = {k: Baseline(np.asarray(v["returns"], np.float32), np.asarray(v["count"], np.int64))
+                     for k, v in blob["baselines"].items()}
+        counters = {k: int(blob[k]) for k in ("episode", "update", "sim_calls")}
+        best = {k: float(v) for k, v in blob["best_runtime"].items()}
+        key = np.asarray(blob["key"], key_data.dtype)
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:
+        raise InputError(f"malformed training state ({type(e).__name__}: {e})", str(path)) from None
+    if key.shape != key_data.shape or min(counters.values()) < 0:
+        raise InputError("malformed training state (random key or counters)", str(path))
+    return TrainState(params=restore(template.params, blob["params"], "params", path),
+                      opt_state=restore(template.opt_state, blob["opt_state"], "opt_state", path),
+                      baselines=baselines, key=jax.random.wrap_key_data(jnp.asarray(key)), best_runtime=best,
+                      **counters)
 
 
 def graph_keys(graphs: Sequence[Graph]) -> list[str]:
@@ -281,25 +299,65 @@ def init_state(config: PlacetoConfig, policy: Policy, optimizer, arrays: GraphAr
     return TrainState(params, optimizer.init(params), {}, key)
 
 
-def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster, out_dir: str | Path,
-          resume: bool = True) -> TrainSummary:
-    """Train one policy on `graphs` (in turn, one graph per update) on `cluster`; write the run to out_dir.
+class Task(NamedTuple):
+    """One (graph, cluster) pair the policy trains on; `key` names it in metrics and best/ files."""
+
+    graph: Graph
+    cluster: Cluster
+    key: str
+
+
+def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], seed: int) -> list[Task]:
+    """Every graph on every cluster. One cluster: the graphs in turn, keyed by graph name. Several (mixed
+    device counts): keys `<graph>@<D>d`, in a seeded permutation so that consecutive updates mix graphs and
+    device counts (the order is a function of the seed: a resumed run continues the same sequence)."""
+    clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
+    keys = graph_keys(graphs)
+    if len(clusters) == 1:
+        return [Task(g, clusters[0], k) for g, k in zip(graphs, keys)]
+    tasks = [Task(g, c, f"{k}@{c.n_devices}d") for g, k in zip(graphs, keys) for c in clusters]
+    order = np.random.default_rng([seed, len(tasks)]).permutation(len(tasks))
+    return [tasks[i] for i in order]
+
+
+def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster],
+          out_dir: str | Path, resume: bool = True, init_params: Any = None) -> TrainSummary:
+    """Train one policy on `graphs` on `cluster` (or on every cluster of a list: mixed device counts), one
+    (graph, cluster) task per update in turn; write the run to out_dir.
 
     With resume and a checkpoint in out_dir, continues from it (same model config expected) up to
-    config.episodes; stops early (with a checkpoint) after config.time_limit_minutes. See the module docstring
-    for what out_dir holds.
+    config.episodes; stops early (with a checkpoint) after config.time_limit_minutes. A fresh run starts from
+    `init_params` when given (fine-tuning a trained policy: same model config; a new optimizer). See the module
+    docstring for what out_dir holds.
     """
     if not graphs:
         raise ValueError("train: no graphs")
     out = Path(out_dir)
+    check_output_path(out, directory=True)
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / "config.json", config.to_json().encode())
+    with RunLock(out):  # one writer per run directory: a second `train` on it is an InputError naming our pid
+        return _train_locked(config, graphs, cluster, out, resume, init_params)
+
+
+def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster],
+                  out: Path, resume: bool, init_params: Any) -> TrainSummary:
+    """`train` once it holds the run directory's lock. Nothing is written before the configuration is known to
+    fit the checkpoint it resumes from."""
+    for c in [cluster] if isinstance(cluster, Cluster) else cluster:
+        check_devices(config, c.n_devices, out)
+    if resume and (out / CHECKPOINT).exists():  # fail fast: before any model is built or any file written
+        check_same_model(out, config)
+        read_blob(out / CHECKPOINT, CHECKPOINT_FIELDS)
     policy, optimizer = make_policy(config), make_optimizer(config)
-    contexts = [E.make_context(g, cluster, config) for g in graphs]
+    tasks = make_tasks(graphs, cluster, config.seed)
+    contexts = [E.make_context(t.graph, t.cluster, config) for t in tasks]
     arrays = [jax.device_put(c.arrays) for c in contexts]
-    keys = graph_keys(graphs)
+    keys = [t.key for t in tasks]
     st = init_state(config, policy, optimizer, arrays[0])
-    restored = load_checkpoint(out, st) if resume else None
+    if init_params is not None:
+        st = TrainState(init_params, optimizer.init(init_params), {}, st.key)
+    restored = load_checkpoint(out, st) if resume else None  # InputError (nothing written) if it does not fit
+    atomic_write_bytes(out / "config.json", config.to_json().encode())
     if restored is None:  # a fresh run: drop rows a killed or replaced earlier run left behind
         (out / "metrics.csv").unlink(missing_ok=True)
     st = restored or st
@@ -307,13 +365,14 @@ def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster, out_
     grad_fn = make_grad_fn(policy)
     apply = _make_apply(float(config.grad_clip))
     log = _Logger(out, config, start_episode, st.update)
-    last_ckpt = time.time()
+    last_ckpt, start_update, saved_update = time.time(), st.update, (st.update if restored else None)
     try:
         deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
         while st.episode < config.episodes and time.time() < deadline:
-            i = st.update % len(graphs)
+            i = st.update % len(tasks)
             metrics = _update(config, policy, grad_fn, apply, st, contexts[i], arrays[i], keys[i])
-            _save_best(out, keys[i], st, metrics.pop("_best"), cluster)
+            check_finite(st.params, metrics["loss"], out, st.update, saved_update)
+            _save_best(out, keys[i], st, metrics.pop("_best"), tasks[i].cluster)
             elapsed = time.time() - t0
             metrics.update(wall_s=round(elapsed, 3), eps_per_s=(st.episode - start_episode) / max(elapsed, 1e-9),
                            sims_per_s=(st.sim_calls - start_calls) / max(elapsed, 1e-9))
@@ -322,9 +381,9 @@ def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster, out_
             log.bar.update(config.episodes_per_update)
             log.bar.set_postfix(graph=keys[i][:16], rt=f"{metrics['final_runtime']:.0f}",
                                 best=f"{st.best_runtime[keys[i]]:.0f}", eps=f"{metrics['eps_per_s']:.2f}/s")
-            if time.time() - last_ckpt >= config.checkpoint_seconds:
-                save_checkpoint(out, st)
-                last_ckpt = time.time()
+            if st.update == start_update + 1 or time.time() - last_ckpt >= config.checkpoint_seconds:
+                save_checkpoint(out, st)  # also right after the first update: an early kill keeps the run
+                last_ckpt, saved_update = time.time(), st.update
         save_checkpoint(out, st)
     finally:
         log.close()
@@ -410,3 +469,28 @@ def _save_best(out: Path, key: str, st: TrainState, best, cluster: Cluster) -> N
     if runtime < prev:
         save_placement(out / "best" / f"{key}.json", placement, cluster.device_names)
         write_json(out / "best" / "runtimes.json", {"runtime_us": st.best_runtime})
+
+
+def finetune_params(config: PlacetoConfig, params: Any, graph: Graph, cluster: Cluster, episodes: int,
+                    seed: int = 0) -> tuple[Any, np.ndarray, float]:
+    """Train a copy of `params` for `episodes` episodes on one graph, in memory (no run directory): Placeto's and
+    GDP's per-graph fine-tuning. Schedules (learning rate, entropy) span the fine-tuning budget; stops early
+    when the current meter (`placeto.objective`) is spent.
+
+    Returns (params, best placement int32[N] any episode visited, its objective in microseconds).
+    """
+    from placeto.objective import meter
+
+    cfg = config.replace(episodes=episodes, seed=seed)
+    policy, optimizer = make_policy(cfg), make_optimizer(cfg)
+    ctx = E.make_context(graph, cluster, cfg)
+    arrays = jax.device_put(ctx.arrays)
+    st = TrainState(params, optimizer.init(params), {}, jax.random.key(seed))
+    grad_fn, apply = make_grad_fn(policy), _make_apply(float(cfg.grad_clip))
+    best, best_score, m = np.zeros(graph.n_nodes, np.int32), math.inf, meter()
+    while st.episode < episodes and not m.exhausted():
+        row = _update(cfg, policy, grad_fn, apply, st, ctx, arrays, graph.name)
+        runtime, placement, _ = row["_best"]
+        if runtime < best_score:
+            best, best_score = placement.astype(np.int32), runtime
+    return st.params, best, best_score

@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from simulator.errors import InputError
 from simulator.io import PathLike, read_json, write_json
+from simulator.limits import MAX_BANDWIDTH, MAX_BYTES, MAX_DELTA_US, MAX_DEVICES, MIN_BANDWIDTH, number
 
 FORMAT = "placeto-cluster"
 VERSION = 1
@@ -28,6 +29,13 @@ class Device:
     kind: str
     memory_bytes: float  # capacity; placements above it are reported out of memory
 
+    def __post_init__(self):
+        for field in ("name", "kind"):
+            if not isinstance(getattr(self, field), str):
+                raise InputError(f"device {self.name!r}: field {field!r} must be a string")
+        object.__setattr__(self, "memory_bytes", number(self.memory_bytes, f"device {self.name!r}: field "
+                                                                           f"'memory_bytes'", 0.0, MAX_BYTES, "bytes"))
+
 
 @dataclasses.dataclass(frozen=True)
 class Cluster:
@@ -37,6 +45,10 @@ class Cluster:
       delta1_us: idle time of a device after each op of non-zero cost (dispatch overhead), microseconds.
       delta2_us: time the sending bus stays busy after each transfer, microseconds.
       bandwidth_bytes_per_us: transfer bandwidth of each device's outgoing bus, bytes per microsecond.
+      source: the file the cluster was read from, for error messages (None for presets).
+
+    Limits (simulator.limits): delta1 and delta2 in [0, 1e9] us, bandwidth in [1e-3, 1e15] bytes/us,
+    memory in [0, 1e18] bytes, 1 to 1024 devices.
     """
 
     name: str
@@ -44,14 +56,18 @@ class Cluster:
     delta1_us: float
     delta2_us: float
     bandwidth_bytes_per_us: float
+    source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
         if not self.devices:
             raise InputError(f"cluster {self.name!r}: field 'devices': no devices")
-        for field in ("delta1_us", "delta2_us", "bandwidth_bytes_per_us"):
-            value = getattr(self, field)
-            if not (value >= 0 and value < float("inf")) or (field.startswith("bandwidth") and value <= 0):
-                raise InputError(f"cluster {self.name!r}: field {field!r}: bad value {value!r}")
+        if len(self.devices) > MAX_DEVICES:
+            raise InputError(f"cluster {self.name!r}: field 'devices': {len(self.devices)} devices, more than "
+                             f"{MAX_DEVICES}")
+        for field, lo, hi, unit in (("delta1_us", 0.0, MAX_DELTA_US, "us"), ("delta2_us", 0.0, MAX_DELTA_US, "us"),
+                                    ("bandwidth_bytes_per_us", MIN_BANDWIDTH, MAX_BANDWIDTH, "bytes/us")):
+            object.__setattr__(self, field, number(getattr(self, field), f"cluster {self.name!r}: field {field!r}",
+                                                   lo, hi, unit))
         names = [d.name for d in self.devices]
         if len(set(names)) != len(names):
             raise InputError(f"cluster {self.name!r}: field 'devices': duplicate device names")
@@ -102,8 +118,9 @@ def cluster_preset(name: str, n_devices: int) -> Cluster:
     """A named preset with `n_devices` devices (e.g. cluster_preset("placeto-k80", 4))."""
     if name not in PRESETS:
         raise InputError(f"unknown cluster preset {name!r} (known: {', '.join(PRESETS)})")
-    if not isinstance(n_devices, int) or n_devices < 1:
-        raise InputError(f"cluster preset {name!r}: device count must be a positive integer, got {n_devices!r}")
+    if isinstance(n_devices, bool) or not isinstance(n_devices, int) or not 1 <= n_devices <= MAX_DEVICES:
+        raise InputError(f"cluster preset {name!r}: device count must be an integer in [1, {MAX_DEVICES}], "
+                         f"got {n_devices!r}")
     return PRESETS[name](n_devices)
 
 
@@ -117,18 +134,22 @@ def cluster_from_dict(d: Any, source: str | None = None) -> Cluster:
         for field in ("name", "devices", "delta1_us", "delta2_us", "bandwidth_bytes_per_us"):
             if field not in d:
                 raise InputError(f"missing field {field!r}")
+        if not isinstance(d["name"], str):
+            raise InputError("field 'name' must be a string")
+        if not isinstance(d["devices"], list):
+            raise InputError("field 'devices' must be a list")
         devices = []
         for i, dev in enumerate(d["devices"]):
-            try:
-                devices.append(Device(str(dev["name"]), str(dev["kind"]), float(dev["memory_bytes"])))
-            except (KeyError, TypeError, ValueError) as e:
-                raise InputError(f"device #{i}: missing or bad field {e}") from None
-        return Cluster(str(d["name"]), tuple(devices), *(float(d[f]) for f in
-                                                          ("delta1_us", "delta2_us", "bandwidth_bytes_per_us")))
-    except (TypeError, ValueError) as e:
-        if isinstance(e, InputError):
-            raise e.with_source(source) if source else e
-        raise InputError(f"bad value: {e}", source) from None
+            if not isinstance(dev, dict):
+                raise InputError(f"device #{i}: expected an object")
+            for field in ("name", "kind", "memory_bytes"):
+                if field not in dev:
+                    raise InputError(f"device #{i}: missing field {field!r}")
+            devices.append(Device(dev["name"], dev["kind"], dev["memory_bytes"]))
+        return Cluster(d["name"], tuple(devices), d["delta1_us"], d["delta2_us"], d["bandwidth_bytes_per_us"],
+                       source=source)
+    except InputError as e:
+        raise e.with_source(source) if source else e
 
 
 def load_cluster(path: PathLike) -> Cluster:

@@ -29,6 +29,7 @@ from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
 from simulator.io import check_placement
+from simulator.limits import check_graph_on_cluster
 from simulator.result import SimResult, Transfers, lower_bound
 
 
@@ -104,6 +105,8 @@ def prepare(graph: Graph, cluster: Cluster) -> Prepared:
 
 def _prepare(graph: Graph, cluster: Cluster) -> Prepared:
     n, n_dev, n1 = graph.n_nodes, cluster.n_devices, max(graph.n_nodes, 1)
+    cost = np.ascontiguousarray(graph.cost_matrix(cluster.kinds), dtype=np.float64)
+    check_graph_on_cluster(graph, cluster, cost)  # every simulated time finite: the kernel's index math needs it
     out_off = np.ascontiguousarray(graph.out_offsets, dtype=np.int64)
     n_out = int(out_off[-1])
     out_node = np.repeat(np.arange(n, dtype=np.int32), np.diff(out_off))
@@ -116,7 +119,7 @@ def _prepare(graph: Graph, cluster: Cluster) -> Prepared:
     child_off = np.concatenate([[0], np.cumsum(np.bincount(pc // n1, minlength=n))]).astype(np.int64)
     receivers = np.minimum(n_dev - 1, np.diff(cons_off))  # devices an output can be sent to, at most
     return Prepared(
-        cost=np.ascontiguousarray(graph.cost_matrix(cluster.kinds), dtype=np.float64),
+        cost=cost,
         xfer_time=graph.out_bytes.astype(np.float64) / cluster.bandwidth_bytes_per_us,  # as the reference
         out_off=out_off, out_node=out_node, out_bytes=graph.out_bytes.astype(np.float64),
         cons_off=cons_off, cons=p_dst,
@@ -158,8 +161,14 @@ def _push(ev_t, ev_rx, n_ev, t, r, x):
 
 @_jit
 def _reset(g, w, dev):
-    """Initial state: FIFOs sliced per device, sources queued, devices with work woken at 0; returns n_ev."""
+    """Initial state: FIFOs sliced per device, sources queued, devices with work woken at 0; returns n_ev,
+    or -1 (nothing written) if `dev` is not a placement of the n nodes on the n_dev devices."""
     n, n_dev = g.cost.shape
+    if len(dev) != n:
+        return -1
+    for i in range(n):  # a guard for callers that skipped check_placement: every index below trusts dev
+        if dev[i] < 0 or dev[i] >= n_dev:
+            return -1
     out_off, heads, pending, queue = g.out_off, w.heads, w.pending, w.queue
     pending[:] = g.pending0
     w.free[:] = 0.0
@@ -224,6 +233,9 @@ def _run(g, w, dev):
     heads, free, ev_t, ev_rx, x_out, x_start = w.heads, w.free, w.ev_t, w.ev_rx, w.x_out, w.x_start
     n_remote, remote, n_local, local, local_count = w.n_remote, w.remote, w.n_local, w.local, w.local_count
     n_ev, n_x, done = _reset(g, w, dev), 0, 0
+    if n_ev < 0:
+        w.n_x[0] = 0
+        return np.nan, -1
     while n_ev > 0:
         n_ev -= 1
         t, r, x = ev_t[n_ev], ev_rx[n_ev, 0], ev_rx[n_ev, 1]
@@ -326,13 +338,13 @@ def _live_peak(t, v, dev, peak):
     scale = scale if scale < 1e300 else 0.0
     first = np.zeros(m + 1, np.int64)  # bucket b holds records first[b]:first[b + 1]
     for k in range(m):
-        first[min(int(t[k] * scale), m - 1) + 1] += 1
+        first[_bucket(t[k], scale, m) + 1] += 1
     for b in range(m):
         first[b + 1] += first[b]
     fill = first[:-1].copy()
     ts, vs, ds = np.empty(m), np.empty(m), np.empty(m, np.int32)
     for k in range(m):
-        b = min(int(t[k] * scale), m - 1)
+        b = _bucket(t[k], scale, m)
         ts[fill[b]], vs[fill[b]], ds[fill[b]] = t[k], v[k], dev[k]
         fill[b] += 1
     for b in range(m):
@@ -343,6 +355,16 @@ def _live_peak(t, v, dev, peak):
     for k in range(m):
         live[ds[k]] += vs[k]
         peak[ds[k]] = max(peak[ds[k]], live[ds[k]])
+
+
+@_jit
+def _bucket(t, scale, m):
+    """min(floor(t * scale), m - 1), and in [0, m) whatever t is: a NaN or infinite time (which validated
+    inputs never produce) must not become an index outside the array (int(NaN) is undefined)."""
+    x = t * scale
+    if x >= 0.0 and x < m - 1:
+        return int(x)
+    return m - 1 if x >= m - 1 else 0
 
 
 @_jit
@@ -388,8 +410,8 @@ def _simulate_one(g, dev):
     n, n_dev = g.cost.shape
     w = _new_work(n, len(g.out_bytes), n_dev, len(g.cons), len(g.child))
     runtime, done = _run(g, w, dev)
-    busy, peak = np.zeros(n_dev), np.empty(n_dev)
-    for i in range(n):  # node order, as the reference sums
+    busy, peak = np.zeros(n_dev), np.zeros(n_dev)
+    for i in range(n if done >= 0 else 0):  # node order, as the reference sums
         busy[dev[i]] += g.cost[i, dev[i]]
     if done == n:
         _peak_memory(g, w, dev, peak)
@@ -418,6 +440,8 @@ def simulate(graph: Graph, placement: Sequence[int] | np.ndarray, cluster: Clust
     dev = np.ascontiguousarray(np.asarray(placement).astype(np.int32, copy=False))
     g = prepare(graph, cluster)
     s = _simulate_one(g, dev)
+    if s.done < 0:
+        raise InputError(f"graph {graph.name!r}: placement does not fit {cluster.n_devices} devices")
     if s.done != graph.n_nodes:
         raise AssertionError("simulation ended with unexecuted nodes")  # impossible for a validated DAG
     node = g.out_node[s.x_out]
@@ -448,6 +472,9 @@ def simulate_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, with_
         _simulate_rows(*chunks[0])
     else:  # the kernel releases the GIL; a numba prange over the chunks measured no faster
         list(_pool(n_threads).map(lambda chunk: _simulate_rows(*chunk), chunks))
+    if np.any(done < 0):
+        raise InputError(f"graph {graph.name!r}: placement row {int(np.argmax(done < 0))} does not fit "
+                         f"{cluster.n_devices} devices")
     if np.any(done != graph.n_nodes):
         raise AssertionError("simulation ended with unexecuted nodes")  # impossible for a validated DAG
     return BatchResult(runtime, peak) if with_memory else runtime

@@ -11,10 +11,16 @@ class InputError(ValueError):
     """Bad user input (a graph, placement or cluster file, or an argument)."""
 
     def __init__(self, message: str, source: str | None = None):
-        self.source = source
+        message = _one_line(str(message))
+        self.source = _one_line(str(source)) if source else source
         self.detail = message
-        super().__init__(f"{source}: {message}" if source else message)
+        super().__init__(f"{self.source}: {message}" if self.source else message)
 
     def with_source(self, source: str) -> "InputError":
         """The same error, attributed to `source` if it names none yet."""
         return self if self.source else InputError(self.detail, source)
+
+
+def _one_line(text: str) -> str:
+    """Line breaks escaped, so a message naming a file or node with a newline in its name stays one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from simulator.errors import InputError
+from simulator.limits import MAX_BYTES, MAX_COST_US, MAX_INDEX, integer, number
 
 DEFAULT_KIND = "default"  # cost key used when a node's cost is a plain number (applies to every device kind)
 
@@ -38,6 +38,7 @@ class Graph:
       colocation: [N] colocation group name or None.
       attrs: [N] free-form JSON-serialisable attributes per node.
       meta: free-form JSON-serialisable graph attributes (family, source program, ...).
+      source: the file the graph was read from, for error messages (None when built in memory).
     """
 
     name: str
@@ -53,6 +54,7 @@ class Graph:
     colocation: tuple[str | None, ...]
     attrs: tuple[dict, ...]
     meta: dict
+    source: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
         _validate(self)
@@ -182,12 +184,14 @@ def _kahn(n: int, ch_off: np.ndarray, ch: np.ndarray, par_off: np.ndarray) -> li
 
 
 def _bad_number(x: np.ndarray) -> np.ndarray:
-    return ~np.isfinite(x) | (x < 0)
+    return ~np.isfinite(x) | (x < 0) | (x > MAX_BYTES)
 
 
 def _validate(g: Graph) -> None:
     """Raise InputError (one line, naming the node or field) if the graph is malformed."""
     n = len(g.names)
+    if n > MAX_INDEX:
+        raise InputError(f"nodes: {n} nodes, more than {MAX_INDEX}")
     if len(g.ops) != n or len(g.colocation) != n or len(g.attrs) != n:
         raise InputError("nodes: names, ops, colocation and attrs differ in length")
     seen: dict[str, int] = {}
@@ -198,10 +202,10 @@ def _validate(g: Graph) -> None:
     for kind, cost in g.costs.items():
         if cost.shape != (n,):
             raise InputError(f"costs for kind {kind!r} have shape {cost.shape}, expected ({n},)")
-        bad = np.flatnonzero((cost < 0) | np.isinf(cost))
+        bad = np.flatnonzero((cost < 0) | (cost > MAX_COST_US))  # NaN: no cost for this kind
         if bad.size:
-            raise InputError(f"node {g.names[bad[0]]!r}: field 'cost': {cost[bad[0]]!r} is not a finite "
-                             f"non-negative number of microseconds")
+            raise InputError(f"node {g.names[bad[0]]!r}: field 'cost': {float(cost[bad[0]])!r} is out of range "
+                             f"[0, {MAX_COST_US:g}] microseconds")
     if g.out_offsets.shape != (n + 1,) or g.out_offsets[0] != 0 or np.any(np.diff(g.out_offsets) < 0):
         raise InputError("out_offsets is not a valid CSR offset array")
     node_of_output = np.repeat(np.arange(n), np.diff(g.out_offsets))
@@ -209,8 +213,8 @@ def _validate(g: Graph) -> None:
                                  ("persistent_bytes", g.persistent_bytes, np.arange(n))):
         bad = np.flatnonzero(_bad_number(values))
         if bad.size:
-            raise InputError(f"node {g.names[owner[bad[0]]]!r}: field {field!r}: {values[bad[0]]!r} is not a "
-                             f"finite non-negative number of bytes")
+            raise InputError(f"node {g.names[owner[bad[0]]]!r}: field {field!r}: {float(values[bad[0]])!r} is "
+                             f"out of range [0, {MAX_BYTES:g}] bytes")
     for i, (s, d, o) in enumerate(zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_out.tolist())):
         if not (0 <= s < n and 0 <= d < n):
             raise InputError(f"edge {i}: node index out of range")
@@ -238,13 +242,14 @@ def _check_acyclic(g: Graph) -> None:
 
 
 def make_graph(name: str, nodes: Sequence[Mapping[str, Any]], edges: Sequence[tuple[int, int, int]],
-               meta: Mapping[str, Any] | None = None) -> Graph:
+               meta: Mapping[str, Any] | None = None, source: str | None = None) -> Graph:
     """Build a Graph from node dicts (keys: name, op, cost, out_bytes, persistent_bytes, colocation, attrs).
 
     `cost` is a number (any device kind) or a mapping kind -> microseconds. `edges` are (src, dst, out) index
     triples. Meant for programs (tracers, generators, tests); files go through simulator.io.
     """
     n = len(nodes)
+    edges = [_edge(i, e, n) for i, e in enumerate(edges)]  # range-checked before the int32 cast
     kinds: dict[str, np.ndarray] = {}
     for i, node in enumerate(nodes):
         cost = node.get("cost", 0.0)
@@ -271,13 +276,21 @@ def make_graph(name: str, nodes: Sequence[Mapping[str, Any]], edges: Sequence[tu
         colocation=tuple(node.get("colocation") for node in nodes),
         attrs=tuple(dict(node.get("attrs") or {}) for node in nodes),
         meta=dict(meta or {}),
+        source=source,
     )
 
 
 def _as_float(value: Any, node: str, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InputError(f"node {node!r}: field {field!r}: {value!r} is not a number")
-    value = float(value)
-    if not math.isfinite(value) or value < 0:
-        raise InputError(f"node {node!r}: field {field!r}: {value!r} is not a finite non-negative number")
-    return value
+    """A cost (microseconds, at most MAX_COST_US) or a size (bytes, at most MAX_BYTES), checked."""
+    hi, unit = (MAX_COST_US, "microseconds") if field == "cost" else (MAX_BYTES, "bytes")
+    return number(value, f"node {node!r}: field {field!r}", 0.0, hi, unit)
+
+
+def _edge(i: int, edge: Any, n: int) -> tuple[int, int, int]:
+    """(src, dst, out) of edge i: node indices in [0, n), an output index in [0, MAX_INDEX]."""
+    if not isinstance(edge, (tuple, list, np.ndarray)) or len(edge) != 3:
+        raise InputError(f"edge {i}: expected a (src, dst, out) triple, got {edge!r}")
+    src, dst, out = edge
+    return (integer(src, f"edge {i}: field 'src'", 0, max(n - 1, 0)),
+            integer(dst, f"edge {i}: field 'dst'", 0, max(n - 1, 0)),
+            integer(out, f"edge {i}: field 'out'", 0, MAX_INDEX))

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -30,6 +31,7 @@ import numpy as np
 
 from simulator.errors import InputError
 from simulator.graph import DEFAULT_KIND, Graph, make_graph
+from simulator.limits import MAX_INDEX, integer
 
 FORMAT = "placeto-graph"
 VERSION = 1
@@ -40,10 +42,19 @@ os.umask(_UMASK)
 
 # ---- bytes on disk ---------------------------------------------------------------------------------------
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same folder and a rename: readers never see half."""
+    """Write `data` to `path` via a temporary file in the same folder and a rename: readers never see half.
+
+    An OSError (a directory in the way, a read-only or special file system, a full disk) becomes a one-line
+    InputError naming `path`; the file at `path`, if any, is then unchanged.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir():
+        raise InputError("cannot write: it is a directory", str(path))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise InputError(f"cannot write: {e.strerror or e}", str(path)) from None
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600; give the file the usual permissions
         with os.fdopen(fd, "wb") as f:
@@ -51,9 +62,39 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise InputError(f"cannot write: {e.strerror or e}", str(path)) from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def check_output_path(path: PathLike, directory: bool = False) -> None:
+    """InputError naming `path` unless a file (or with `directory`, a directory) can be written there.
+
+    Checked before any work, so a bad --out fails at once: `path` must not be a directory (a file) or a
+    non-directory (a directory), its nearest existing ancestor must be a directory, and a probe file must be
+    creatable there (this catches /proc, read-only mounts, missing permissions). Nothing is left behind.
+    """
+    p = Path(path)
+    if not str(path):
+        raise InputError("empty output path")
+    if directory and p.exists() and not p.is_dir():
+        raise InputError("not a directory", str(path))
+    if not directory and p.is_dir():
+        raise InputError("cannot write: it is a directory", str(path))
+    probe_dir = p if directory and p.is_dir() else p.parent
+    while not probe_dir.exists() and probe_dir != probe_dir.parent:
+        probe_dir = probe_dir.parent
+    if not probe_dir.is_dir():
+        raise InputError(f"cannot write: {probe_dir} is not a directory", str(path))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=probe_dir, prefix=".placeto-probe.", suffix=".tmp")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as e:
+        raise InputError(f"cannot write in {probe_dir}: {e.strerror or e}", str(path)) from None
 
 
 def write_json(path: PathLike, obj: Any, text: str | None = None) -> None:
@@ -73,10 +114,14 @@ def read_json(path: PathLike) -> Any:
         return json.loads(raw)
     except FileNotFoundError:
         raise InputError("no such file", str(path)) from None
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError; a corrupt stream a zlib.error
         raise InputError(f"cannot read: {e}", str(path)) from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except RecursionError:
+        raise InputError("not valid JSON: nested too deeply", str(path)) from None
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError, an integer of more than 4300 digits
         raise InputError(f"not valid JSON: {e}", str(path)) from None
+    except MemoryError:
+        raise InputError("cannot read: out of memory", str(path)) from None
 
 
 # ---- graphs ----------------------------------------------------------------------------------------------
@@ -97,12 +142,12 @@ def _field(obj: Mapping, key: str, where: str, types: type | tuple[type, ...], d
 def graph_from_dict(d: Any, source: str | None = None) -> Graph:
     """Parse and validate the file-format dictionary; errors name `source` and the node or field."""
     try:
-        return _graph_from_dict(d)
+        return _graph_from_dict(d, source)
     except InputError as e:
         raise e.with_source(source) if source else e
 
 
-def _graph_from_dict(d: Any) -> Graph:
+def _graph_from_dict(d: Any, source: str | None) -> Graph:
     if not isinstance(d, Mapping):
         raise InputError("top level: expected a JSON object")
     fmt = d.get("format")
@@ -112,6 +157,7 @@ def _graph_from_dict(d: Any) -> Graph:
         raise InputError(f"field 'version': unsupported version {d.get('version')!r} (this reads {VERSION})")
     name = _field(d, "name", "top level", str)
     meta = _field(d, "meta", "top level", dict, {})
+    check_meta(meta)
     raw_nodes = _field(d, "nodes", "top level", list)
     raw_edges = _field(d, "edges", "top level", list)
     nodes = []
@@ -134,12 +180,45 @@ def _graph_from_dict(d: Any) -> Graph:
     for i, e in enumerate(raw_edges):
         where = f"edge #{i}"
         src, dst = _field(e, "src", where, str), _field(e, "dst", where, str)
-        out = _field(e, "out", where, int, 0)
+        out = integer(_field(e, "out", where, int, 0), f"edge #{i} ({src!r} -> {dst!r}): field 'out'", 0, MAX_INDEX)
         for role, nm in (("src", src), ("dst", dst)):
             if nm not in index:
                 raise InputError(f"edge #{i} ({src!r} -> {dst!r}): field {role!r}: unknown node {nm!r}")
         edges.append((index[src], index[dst], out))
-    return make_graph(name, nodes, edges, meta)
+    return make_graph(name, nodes, edges, meta, source=source)
+
+
+def check_meta(meta: Mapping[str, Any]) -> None:
+    """InputError unless the meta keys other modules read have the documented shape.
+
+    program: {"kind": str, "kwargs": object} (a zoo program; placeto.zoo validates the values); source:
+    {"function": str | null, "args_spec": str | null} (data only: never imported, see simulator.trace);
+    grouping.op_to_group: [int]; expert_placement: {"<devices>": [int]}. Other keys are free-form.
+    """
+    program = meta.get("program")
+    if program is not None:
+        _field(program, "kind", "meta.program", str)
+        _field(program, "kwargs", "meta.program", dict, {})
+    source = meta.get("source")
+    if source is not None:
+        _field(source, "function", "meta.source", (str, type(None)), None)
+        _field(source, "args_spec", "meta.source", (str, type(None)), None)
+    grouping = meta.get("grouping")
+    if grouping is not None:
+        _int_list(_field(grouping, "op_to_group", "meta.grouping", list, []), "meta.grouping.op_to_group")
+    expert = meta.get("expert_placement")
+    if expert is not None:
+        if not isinstance(expert, Mapping):
+            raise InputError("meta.expert_placement: expected an object {\"<devices>\": [device per node]}")
+        for k, v in expert.items():
+            if not isinstance(v, list):
+                raise InputError(f"meta.expert_placement[{k!r}]: expected a list of device indices")
+            _int_list(v, f"meta.expert_placement[{k!r}]")
+
+
+def _int_list(values: list, where: str) -> None:
+    for i, v in enumerate(values):
+        integer(v, f"{where}[{i}]", 0, MAX_INDEX)
 
 
 def _number(x: float) -> int | float:
@@ -257,9 +336,15 @@ def _placement_from_dict(d: Any, graph: Graph | None, n_devices: int | None) -> 
         if missing is not None:
             raise InputError(f"field 'placement': node {missing!r} has no device")
         raw = [raw[nm] for nm in graph.names]
+    for i, dev in enumerate(devices):
+        if not isinstance(dev, str):
+            raise InputError(f"field 'devices': entry {i} is {dev!r}, not a device name")
     for i, v in enumerate(raw):
         if isinstance(v, bool) or not isinstance(v, int):
             raise InputError(f"field 'placement': entry {i} is {v!r}, not a device index")
+        if not -MAX_INDEX <= v <= MAX_INDEX:  # before the int64 cast; check_placement names the node
+            raise InputError(f"field 'placement': entry {i}: device index {v if abs(v) < 10**30 else '(huge)'} "
+                             f"is out of range")
     assignment = np.asarray(raw, dtype=np.int64).reshape(-1)
     check_placement(assignment, graph, n_devices or (len(devices) or None))
     return Placement(devices, assignment.astype(np.int32))

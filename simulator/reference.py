@@ -30,6 +30,7 @@ import numpy as np
 from simulator.cluster import Cluster
 from simulator.graph import Graph
 from simulator.io import check_placement
+from simulator.limits import check_graph_on_cluster
 from simulator.result import SimResult, Transfers, lower_bound
 
 RELEASE, BUS, DEVICE = 0, 1, 2  # event kinds, in tie-break order
@@ -49,6 +50,7 @@ def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster)
     check_placement(placement, graph, n_dev)
     dev = [int(x) for x in placement]
     cost_matrix = graph.cost_matrix(cluster.kinds)
+    check_graph_on_cluster(graph, cluster, cost_matrix)  # the same contract as the fast engine
     cost = [float(cost_matrix[i, dev[i]]) for i in range(n)]
     out_off = graph.out_offsets.tolist()
     xfer_time = [b / cluster.bandwidth_bytes_per_us for b in graph.out_bytes.tolist()]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -67,7 +68,7 @@ class SimResult:
     def to_dict(self, graph: Graph | None = None, cluster: Cluster | None = None) -> dict[str, Any]:
         """JSON-serialisable summary plus the per-node schedule."""
         d = {
-            "runtime_us": self.runtime, "lower_bound_us": self.lower_bound, "ratio_to_lower_bound": self.ratio,
+            "runtime_us": self.runtime, "lower_bound_us": self.lower_bound, "ratio_to_lower_bound": self.ratio if math.isfinite(self.ratio) else None,
             "devices": [{"name": cluster.devices[k].name if cluster else k, "busy_us": float(self.busy[k]),
                          "peak_memory_bytes": float(self.peak_memory[k]),
                          "capacity_bytes": float(self.capacity[k]), "oom": bool(self.oom[k])}

@@ -9,6 +9,7 @@ import numpy as np
 
 from simulator.cluster import Cluster, Device, cluster_preset
 from simulator.graph import DEFAULT_KIND, Graph
+from simulator.limits import MAX_BYTES
 from simulator.result import critical_path, lower_bound
 
 
@@ -36,7 +37,7 @@ def pick_kind(graph: Graph, preferred: str | None = None) -> str:
 
 def uniform_cluster(kind: str, n_devices: int) -> Cluster:
     """n identical devices of `kind` with the placeto-k80 interconnect (only used for bounds, not for simulation)."""
-    devices = tuple(Device(f"/{kind}:{i}", kind, float("inf")) for i in range(n_devices))
+    devices = tuple(Device(f"/{kind}:{i}", kind, MAX_BYTES) for i in range(n_devices))  # memory: no limit
     return dataclasses.replace(cluster_preset("placeto-k80", n_devices), name=f"{kind}x{n_devices}", devices=devices)
 
 

@@ -38,6 +38,7 @@ import dataclasses
 import functools
 import importlib
 import json
+import math
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -345,17 +346,23 @@ def resolve(spec: str) -> Any:
     return obj
 
 
+# dtypes an args spec may name, and the largest leaf (elements): data, not a way to allocate the machine away
+SPEC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
+               "bfloat16", "float32", "float64", "complex64", "complex128")
+MAX_LEAF_ELEMENTS = 2**31
+
+
 def _leaf_specs(x: Any, where: str) -> Any:
     """JSON args spec -> pytree of jax.ShapeDtypeStruct (leaves are objects with a "shape" key)."""
     if isinstance(x, dict) and "shape" in x:
         shape, dtype = x["shape"], x.get("dtype", "float32")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
-                                                  for d in shape):
+        if not isinstance(shape, list) or not all(type(d) is int and 0 <= d <= MAX_LEAF_ELEMENTS for d in shape):
             raise InputError(f"args spec {where}: 'shape' must be a list of non-negative integers")
-        try:
-            return jax.ShapeDtypeStruct(tuple(shape), jax.numpy.dtype(dtype))
-        except TypeError:
-            raise InputError(f"args spec {where}: unknown dtype {dtype!r}") from None
+        if math.prod(shape) > MAX_LEAF_ELEMENTS:
+            raise InputError(f"args spec {where}: shape {shape} has more than {MAX_LEAF_ELEMENTS} elements")
+        if dtype not in SPEC_DTYPES:
+            raise InputError(f"args spec {where}: unknown dtype {str(dtype)[:40]!r} (known: {', '.join(SPEC_DTYPES)})")
+        return jax.ShapeDtypeStruct(tuple(shape), jax.numpy.dtype(dtype))
     if isinstance(x, dict):
         return {k: _leaf_specs(v, f"{where}[{k!r}]") for k, v in x.items()}
     if isinstance(x, list):
@@ -363,22 +370,38 @@ def _leaf_specs(x: Any, where: str) -> Any:
     raise InputError(f"args spec {where}: expected an object with 'shape', an object or a list, got {x!r}")
 
 
-def parse_args_spec(args_spec: str) -> tuple[Any, ...]:
-    """Example arguments from an args spec (see `trace_import`)."""
+def parse_args_spec(args_spec: str, from_data: str | None = None) -> tuple[Any, ...]:
+    """Example arguments from an args spec (see `trace_import`).
+
+    from_data: where the spec was read from when it comes from a data file (e.g. "g.json: meta.source.args_spec")
+    rather than the command line. Such a spec may only be inline JSON: "@file" and "module:factory" are refused
+    with an InputError naming it, so a data file never makes us read another file or import or call code.
+    """
     text = args_spec.strip()
+    if from_data is not None and not text.startswith(("[", "{")):
+        raise InputError(f"{text[:60]!r} is not an inline JSON args spec; a data file cannot name a file or code "
+                         f"(pass --args-spec on the command line)", from_data)
     if text.startswith("@"):
         try:
             text = Path(text[1:]).read_text()
-        except OSError as e:
+        except (OSError, ValueError) as e:
             raise InputError(f"args spec: cannot read {text[1:]!r}: {e}") from None
     if text.startswith(("[", "{")):
         try:
             spec = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise InputError(f"args spec: not valid JSON: {e}") from None
+        except ValueError as e:  # JSONDecodeError, or an integer of more than 4300 digits
+            raise InputError(f"args spec: not valid JSON: {e}", from_data) from None
+        except RecursionError:
+            raise InputError("args spec: nested too deeply", from_data) from None
         if not isinstance(spec, list):
-            raise InputError("args spec: the top level must be a list (one entry per positional argument)")
-        return tuple(_leaf_specs(a, f"[{i}]") for i, a in enumerate(spec))
+            raise InputError("args spec: the top level must be a list (one entry per positional argument)",
+                             from_data)
+        try:
+            return tuple(_leaf_specs(a, f"[{i}]") for i, a in enumerate(spec))
+        except InputError as e:
+            raise e.with_source(from_data) if from_data else e
+        except RecursionError:
+            raise InputError("args spec: nested too deeply", from_data) from None
     args = resolve(text)()
     if not isinstance(args, (tuple, list)):
         raise InputError(f"args spec {text!r}: the factory must return a tuple of positional arguments")
@@ -386,19 +409,22 @@ def parse_args_spec(args_spec: str) -> tuple[Any, ...]:
 
 
 def trace_import(spec: str, args_spec: str, name: str | None = None,
-                 persistent_argnums: Sequence[int] = (0, 1)) -> Traced:
+                 persistent_argnums: Sequence[int] = (0, 1), from_data: str | None = None) -> Traced:
     """Trace the function named by `spec` ("module:function") on the example arguments of `args_spec`.
 
     `args_spec` is one of:
       * a JSON list with one pytree per positional argument; a leaf is an object with a "shape" key,
-        `{"shape": [64, 784], "dtype": "float32"}` (dtype defaults to float32), other objects are dicts and
-        lists are lists. Leaves become `jax.ShapeDtypeStruct`s, so the function is traced, never run;
+        `{"shape": [64, 784], "dtype": "float32"}` (dtype one of SPEC_DTYPES, default float32), other objects
+        are dicts and lists are lists. Leaves become `jax.ShapeDtypeStruct`s, so the function is traced, never run;
       * `@path/to/file.json`: the same JSON read from a file;
       * "module:factory": a zero-argument callable returning the tuple of example arguments (arrays,
         ShapeDtypeStructs or pytrees of them), e.g. `(params, opt_state, batch)`.
+
+    `spec` and `args_spec` must come from the user (the command line), never from a data file: `from_data`
+    (see `parse_args_spec`) marks an args spec read from one, which may then only be inline JSON.
     """
     fn = resolve(spec)
     if not callable(fn):
         raise InputError(f"{spec!r} is not callable")
-    return trace(fn, *parse_args_spec(args_spec), name=name or spec.partition(":")[2],
+    return trace(fn, *parse_args_spec(args_spec, from_data), name=name or spec.partition(":")[2],
                  persistent_argnums=persistent_argnums)

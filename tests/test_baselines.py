@@ -11,6 +11,7 @@ from placeto.baselines.etf import etf, etf_schedule
 from placeto.baselines.heft import heft_schedule
 from placeto.baselines.local_search import local_search
 from simulator import Cluster, Device, cluster_preset, make_graph, save_placement
+from simulator.cluster import GB
 from simulator.engine import simulate
 from simulator.errors import InputError
 from simulator.generate import layered_dag
@@ -127,7 +128,7 @@ def heavy_chain():
     return graph, cluster
 
 
-@pytest.mark.parametrize("name", ["etf", "heft", "mincut", "local-search", "random"])
+@pytest.mark.parametrize("name", ["etf", "m-sct", "heft", "mincut", "local-search", "random"])
 def test_memory_aware_methods_avoid_oom(name):
     graph, cluster = heavy_chain()
     assert simulate(graph, get_method("single")(graph, cluster, 0), cluster).any_oom
@@ -141,7 +142,9 @@ def test_evaluate_penalises_oom_and_counts_calls():
         scores = evaluate(graph, np.array([[0, 0, 0, 0], [0, 0, 1, 1]]), cluster)
         evaluate(graph, np.array([0, 1, 0, 1]), cluster)
     assert counter.calls == 3
-    assert scores[0] > 2 * simulate(graph, np.zeros(4, np.int32), cluster).runtime
+    single = simulate(graph, np.zeros(4, np.int32), cluster)
+    over = np.maximum(single.peak_memory - single.capacity, 0).sum() / GB
+    assert over > 0 and scores[0] == pytest.approx(single.runtime * (1 + over))  # penalty unit: single runtime
     assert scores[1] == simulate(graph, np.array([0, 0, 1, 1]), cluster).runtime
 
 

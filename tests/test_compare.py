@@ -15,7 +15,7 @@ import pytest
 from placeto.baselines import get_method
 from placeto.compare import (add_compare_arguments, compare, load_family, markdown_table, plot_compare,
                              run_compare, write_csv)
-from simulator import make_graph, save_graph
+from simulator import cluster_preset, make_graph, save_graph
 from simulator.errors import InputError
 from simulator.generate import layered_dag
 
@@ -77,18 +77,31 @@ def test_plot(rows, tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
-def test_policy_rows():
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from placeto.config import tiny
+    from placeto.train import train
+
+    run = tmp_path_factory.mktemp("run")
+    train(tiny(episodes=4), [layered_dag(30, seed=3)], cluster_preset("placeto-k80", 2), run)
+    return run
+
+
+def test_learned_rows_share_the_budget(tiny_run):
     graph = layered_dag(40, seed=1)
-
-    def policy(g, cluster, seed):
-        return get_method("etf")(g, cluster, seed), 5
-
-    rows = compare([graph], [2], ["single"], policy=policy, progress=False)
-    assert [r.method for r in rows] == ["single"]  # a policy is only added to "all" or when named
-    rows = compare([graph], [2], ["single", "placeto"], policy=policy, progress=False)
-    assert rows[1].method == "placeto" and rows[1].simulator_calls == 5 and rows[1].ratio_to_best == 1.0
-    with pytest.raises(InputError, match="needs a trained policy"):
-        compare([graph], [2], ["placeto"], progress=False)
+    rows = compare([graph], [2], ["single"], checkpoint=tiny_run, progress=False)
+    assert [r.method for r in rows] == ["single"]  # learned methods are only added to "all" or when named
+    rows = compare([graph], [2], ["single", "placeto", "placeto-search", "sa"], checkpoint=tiny_run, budget=200,
+                   progress=False)
+    by = {r.method: r for r in rows}
+    assert 40 <= by["placeto"].simulator_calls <= 200  # the greedy episode, then sampled batches that fit
+    assert by["placeto-search"].simulator_calls == by["sa"].simulator_calls == 200  # counted by the one meter
+    assert by["placeto-search"].compile_seconds > 0 or by["placeto"].compile_seconds > 0
+    assert by["placeto-search"].trace and by["placeto-search"].trace[-1][2] <= by["placeto-search"].trace[0][2]
+    timed = compare([graph], [2], ["placeto-search", "local-search"], checkpoint=tiny_run, budget=None,
+                    seconds=0.3, progress=False)
+    for r in timed:
+        assert 0.25 <= r.place_seconds < 0.6 and r.simulator_calls > 40
     with pytest.raises(InputError, match="unknown method"):
         compare([graph], [2], "single,bogus", progress=False)
 

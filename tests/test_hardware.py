@@ -115,6 +115,7 @@ SCRIPT = textwrap.dedent('''
                            "alone_us": profile_plan(runner.plan(np.zeros(4, np.int32))).tolist()}
 
     # the command line: calibrate, then eval --hardware on an imported grouped graph
+    # the graph's meta names the program, but only --program (the user) makes eval import it
     meta = {**traced.graph.meta, "source": {"function": "__main__:mlp_step", "args_spec": "__main__:mlp_args"},
             "grouping": {"target_groups": 12, "op_to_group": grouping.op_to_group.tolist()}}
     import dataclasses
@@ -141,7 +142,8 @@ SCRIPT = textwrap.dedent('''
     report["eval"] = cli(add_eval_arguments, run_eval,
                          [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json", "--hardware", "--costs",
                           "units", "--cluster", f"{tmp}/cluster.json", "--repeats", "3", "--plot",
-                          f"{tmp}/plot.png", "--json", f"{tmp}/rows.json"])
+                          f"{tmp}/plot.png", "--json", f"{tmp}/rows.json", "--program", "__main__:mlp_step",
+                          "--args-spec", "__main__:mlp_args"])
     report["eval_short"] = cli(add_eval_arguments, run_eval,
                                [gpath, "--placement", f"{tmp}/short.json", "--hardware", "--cluster",
                                 f"{tmp}/cluster.json"])

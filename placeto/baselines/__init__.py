@@ -9,31 +9,37 @@
 | `metis` | METIS k-way min byte cut, compute-balanced, all devices | 0 |
 | `scotch` | Scotch min byte cut, compute-balanced, all devices (Mirhoseini et al.) | 0 |
 | `mincut` | Scotch min byte cut over the GPUs only, memory-balanced (Mirhoseini et al. 2018) | 0 |
-| `etf` | m-ETF list scheduling: earliest start, memory-aware | 0 |
+| `etf` | Baechi's m-ETF list scheduling: earliest start, transfers booked on device channels, memory-aware | 0 |
+| `m-sct` | Baechi's m-SCT: m-ETF that keeps LP-chosen favourite children on their parent's device | 0 |
+| `m-topo` | Baechi's m-TOPO: topological order, each device filled up to an equal memory share | 0 |
 | `heft` | HEFT list scheduling: upward-rank order, earliest finish, memory-aware | 0 |
-| `local-search` | simulated annealing over single-node moves from the better of single/etf | budget |
+| `local-search` | hill climbing (a little annealing) over single-node moves from the best list schedule | budget |
+| `sa` | simulated annealing: calibrated geometric schedule, restarts from the best (`placeto.search.sa`) | budget |
 
 Methods that do not apply (no expert placement, no CPU) raise `NotApplicable`.
 """
 
 from __future__ import annotations
 
-import time
+import math
 from typing import NamedTuple
 
 import numpy as np
 
-from placeto.baselines._common import (DEFAULT_BUDGET, Method, NotApplicable, as_placement,
-                                       count_simulator_calls)
+from placeto.baselines._common import DEFAULT_BUDGET, Method, NotApplicable, as_placement
+from placeto.objective import metered
 from placeto.baselines.etf import etf
 from placeto.baselines.expert import expert
 from placeto.baselines.heft import heft
 from placeto.baselines.local_search import local_search
+from placeto.baselines.m_sct import m_sct
+from placeto.baselines.m_topo import m_topo
 from placeto.baselines.metis import metis
 from placeto.baselines.mincut import mincut
 from placeto.baselines.random_search import random_search
 from placeto.baselines.scotch import scotch
 from placeto.baselines.single import cpu_only, single
+from placeto.search.sa import sa
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -47,10 +53,13 @@ METHODS: dict[str, Method] = {
     "scotch": scotch,
     "mincut": mincut,
     "etf": etf,
+    "m-sct": m_sct,
+    "m-topo": m_topo,
     "heft": heft,
     "local-search": local_search,
+    "sa": sa,
 }
-BUDGETED = frozenset({"random", "local-search"})  # methods that take `budget` (simulator calls)
+BUDGETED = frozenset({"random", "local-search", "sa"})  # methods that take `budget` (simulator calls)
 
 
 class MethodRun(NamedTuple):
@@ -59,6 +68,7 @@ class MethodRun(NamedTuple):
     placement: np.ndarray
     simulator_calls: int
     seconds: float
+    trace: tuple = ()  # ((seconds, calls, best objective so far), ...) at each improvement: the anytime curve
 
 
 def get_method(name: str) -> Method:
@@ -68,20 +78,23 @@ def get_method(name: str) -> Method:
     return METHODS[name]
 
 
-def run_method(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: int = DEFAULT_BUDGET,
-               **options) -> MethodRun:
-    """Run method `name`, timing it and counting its simulator calls; `budget` goes to the searching methods.
+def run_method(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
+               seconds: float | None = None, **options) -> MethodRun:
+    """Run method `name` inside a meter (`placeto.objective.metered`) that counts its simulations, traces its
+    best objective and holds its budget: `budget` simulator calls (None: unlimited) and/or `seconds` of wall
+    time, which the searching methods spend (the others ignore it).
 
     Raises NotApplicable (an InputError) if the method does not apply to this graph or cluster.
     """
     method = get_method(name)
     if name in BUDGETED:
-        options["budget"] = budget
-    t0 = time.perf_counter()
-    with count_simulator_calls() as counter:
+        if budget is None and seconds is None:
+            raise InputError(f"method {name!r} needs a budget of simulator calls or seconds")
+        options["budget"] = math.inf if budget is None else budget
+    with metered(seconds=seconds) as m:
         placement = method(graph, cluster, seed, **options)
-    seconds = time.perf_counter() - t0
-    return MethodRun(as_placement(placement, graph, cluster), counter.calls, seconds)
+        elapsed = m.elapsed()
+    return MethodRun(as_placement(placement, graph, cluster), m.calls, elapsed, tuple(m.trace))
 
 
 __all__ = ["BUDGETED", "DEFAULT_BUDGET", "METHODS", "Method", "MethodRun", "NotApplicable", "get_method",

@@ -1,20 +1,17 @@
 """What the baselines share: the method type, the simulator-call counter, device choice and the weighted graph.
 
 Every method is a function `(graph, cluster, seed, **options) -> int32[N]` (device index per node). Methods that
-search (random, local-search) score placements with `evaluate`, which calls the fast simulator in batches and
-counts the calls, so the comparison harness can report how many each method used.
+search (random, local-search, sa) score placements with `evaluate` (`placeto.objective.score_batch`: the one
+objective, counted by the one meter), so the comparison harness charges every method the same way.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import dataclasses
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
-from simulator import simulate_batch
+from placeto.objective import metered, meter, score_batch
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -23,53 +20,33 @@ Method = Callable[..., np.ndarray]  # (graph, cluster, seed, **options) -> int32
 
 CPU_KIND = "cpu"
 DEFAULT_BUDGET = 1000  # simulator calls of the searching baselines; the learned policy gets the same (compare)
-EVAL_CHUNK = 64  # placements per simulate_batch call
-OOM_PENALTY = 2.0  # an out-of-memory placement scores runtime * (OOM_PENALTY + overflow fraction)
 
 
 class NotApplicable(InputError):
     """The method does not apply to this graph or cluster (no shipped expert placement, no CPU device, ...)."""
 
 
-@dataclasses.dataclass
-class CallCounter:
-    """Simulated placements since the counter was opened (one placement of a batch is one call)."""
-
-    calls: int = 0
-
-
-_COUNTER: contextvars.ContextVar[CallCounter | None] = contextvars.ContextVar("simulator_calls", default=None)
-
-
-@contextlib.contextmanager
-def count_simulator_calls() -> Iterator[CallCounter]:
-    """Count the placements `evaluate` simulates inside the `with` block."""
-    counter = CallCounter()
-    token = _COUNTER.set(counter)
-    try:
-        yield counter
-    finally:
-        _COUNTER.reset(token)
+def count_simulator_calls():
+    """Count the simulations inside the `with` block (`placeto.objective.metered`; the meter has `.calls`)."""
+    return metered()
 
 
 def evaluate(graph: Graph, placements: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """float64[B] search objective of placements int[B, N]: simulated runtime (us), penalised when out of memory.
+    """float64[B] search objective of placements int[B, N]: `placeto.objective.score_batch` (runtime plus the
+    memory penalty, us), counted by the current meter."""
+    return score_batch(graph, placements, cluster)
 
-    A placement whose peak memory exceeds some device's capacity scores
-    runtime * (OOM_PENALTY + the largest overflow as a fraction of capacity), so any placement that fits beats
-    any that does not unless it is more than twice as slow. Counted by `count_simulator_calls`.
-    """
-    placements = np.ascontiguousarray(np.atleast_2d(placements), dtype=np.int32)
-    cap = np.asarray(cluster.memory, dtype=np.float64)
-    scores = []
-    for i in range(0, placements.shape[0], EVAL_CHUNK):
-        res = simulate_batch(graph, placements[i:i + EVAL_CHUNK], cluster, with_memory=True)
-        over = np.maximum(0.0, (res.peak_memory - cap) / cap).max(axis=1)
-        scores.append(np.where(over > 0, res.runtime * (OOM_PENALTY + over), res.runtime))
-    counter = _COUNTER.get()
-    if counter is not None:
-        counter.calls += placements.shape[0]
-    return np.concatenate(scores)
+
+def batch_size(want: int, limit: float) -> int:
+    """Proposals to score now: at most `want`, at most `limit` - calls so far, at most the meter's calls left."""
+    m = meter()
+    return int(max(0, min(want, limit - m.calls, m.max_calls - m.calls)))
+
+
+def budget_left(budget: float) -> bool:
+    """The search may simulate more: fewer than `budget` calls and the meter's calls and seconds not spent."""
+    m = meter()
+    return m.calls < budget and not m.exhausted()
 
 
 # ---- devices ----------------------------------------------------------------------------------------------

@@ -4,24 +4,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from placeto.baselines._common import DEFAULT_BUDGET, EVAL_CHUNK, evaluate
+from placeto.baselines._common import DEFAULT_BUDGET, batch_size, budget_left, evaluate
+from placeto.objective import EVAL_CHUNK, meter
 from simulator.cluster import Cluster
 from simulator.graph import Graph
 
 
-def random_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: int = DEFAULT_BUDGET) -> np.ndarray:
+def random_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET) -> np.ndarray:
     """int32[N] the best of `budget` placements drawn uniformly over all devices (ties: the first drawn).
 
-    Uses exactly `budget` simulator calls; placements are drawn and scored in chunks so memory stays
-    O(EVAL_CHUNK * N) for any budget.
+    Uses exactly `budget` simulator calls (or fewer if the meter's deadline comes first); placements are drawn
+    and scored in chunks so memory stays O(EVAL_CHUNK * N) for any budget.
     """
     if budget < 1:
         raise ValueError(f"random: budget must be >= 1, got {budget}")
     rng = np.random.default_rng(seed)
     best, best_score = None, np.inf
-    for start in range(0, budget, EVAL_CHUNK):
-        batch = rng.integers(0, cluster.n_devices, (min(EVAL_CHUNK, budget - start), graph.n_nodes),
-                             dtype=np.int32)
+    calls0 = meter().calls
+    while best is None or budget_left(calls0 + budget):
+        size = max(1, batch_size(EVAL_CHUNK, calls0 + budget))
+        batch = rng.integers(0, cluster.n_devices, (size, graph.n_nodes), dtype=np.int32)
         score = evaluate(graph, batch, cluster)
         i = int(np.argmin(score))
         if score[i] < best_score:

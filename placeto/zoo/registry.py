@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping
 
 from placeto.zoo.common import Program
-from placeto.zoo.enas_cifar10 import build_cifar10
-from placeto.zoo.enas_ptb import build_ptb
-from placeto.zoo.inception_v3 import build_inception_v3
-from placeto.zoo.nasnet import build_nasnet
-from placeto.zoo.nmt import build_nmt
-from placeto.zoo.rnnlm import build_rnnlm
+from placeto.zoo.enas_cifar10 import Cifar10Config, build_cifar10
+from placeto.zoo.enas_ptb import PTBConfig, build_ptb
+from placeto.zoo.inception_v3 import InceptionConfig, build_inception_v3
+from placeto.zoo.nasnet import NASNetConfig, build_nasnet
+from placeto.zoo.nmt import NMTConfig, build_nmt
+from placeto.zoo.rnnlm import RNNLMConfig, build_rnnlm
+from simulator.errors import InputError
+from simulator.limits import MAX_SEED, short_repr
 
 PROGRAMS: dict[str, Callable[..., Program]] = {
     "cifar10": build_cifar10,
@@ -21,6 +24,51 @@ PROGRAMS: dict[str, Callable[..., Program]] = {
     "inception_v3": build_inception_v3,
     "nasnet": build_nasnet,
 }
+
+
+CONFIGS: dict[str, type] = {"cifar10": Cifar10Config, "ptb": PTBConfig, "nmt": NMTConfig, "rnnlm": RNNLMConfig,
+                            "inception_v3": InceptionConfig, "nasnet": NASNetConfig}
+MAX_SIZE = 65536  # largest integer config field (a width, length, batch or count) accepted from a graph file
+
+
+def build_program_from_data(kind: Any, kwargs: Any, where: str = "meta.program") -> Program:
+    """`build_program(kind, **kwargs)` for a kind and arguments read from a data file (a graph's meta), after
+    `check_program_args`; a builder's TypeError or ValueError becomes an InputError too."""
+    check_program_args(kind, kwargs, where)
+    try:
+        return build_program(kind, **kwargs)
+    except (TypeError, ValueError, ZeroDivisionError) as e:  # a combination the builder cannot make
+        raise InputError(f"{where}: the {kind!r} program cannot be built with these arguments: {e}") from None
+
+
+def check_program_args(kind: Any, kwargs: Any, where: str = "meta.program") -> None:
+    """InputError naming `where` unless (kind, kwargs) names one of the zoo's own programs, sensibly sized.
+
+    Only the zoo's own builders can run: `kind` must be a key of PROGRAMS, and `kwargs` may hold `seed` (an
+    integer in [0, 2^32)) and scalar fields of the kind's config dataclass, each of the field's type
+    (integers in [1, MAX_SIZE], floats in (0, MAX_SIZE], booleans).
+    """
+    if not isinstance(kind, str) or kind not in PROGRAMS:
+        raise InputError(f"{where}.kind: unknown program kind {short_repr(kind)} (known: {', '.join(PROGRAMS)})")
+    if not isinstance(kwargs, Mapping):
+        raise InputError(f"{where}.kwargs: expected an object")
+    fields = {f.name: f for f in dataclasses.fields(CONFIGS[kind])}
+    for key, value in kwargs.items():
+        at = f"{where}.kwargs.{key}"
+        default = 0 if key == "seed" else fields[key].default if key in fields else None
+        if key == "seed":
+            ok = type(value) is int and 0 <= value <= MAX_SEED
+        elif type(default) is int:
+            ok = type(value) is int and 1 <= value <= MAX_SIZE
+        elif type(default) is float:
+            ok = type(value) in (int, float) and math.isfinite(value) and 0 < value <= MAX_SIZE
+        elif type(default) is bool:
+            ok = type(value) is bool
+        else:
+            raise InputError(f"{at}: not an argument of the {kind!r} program (allowed: seed, "
+                             f"{', '.join(k for k, f in fields.items() if type(f.default) in (int, float, bool))})")
+        if not ok:
+            raise InputError(f"{at}: bad value {short_repr(value)} for a field of type {type(default).__name__}")
 
 
 def build_program(kind: str, **kwargs: Any) -> Program:

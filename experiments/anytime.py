@@ -1,0 +1,202 @@
+"""Anytime comparison: the best simulated runtime each method reaches at equal wall-clock budgets per graph.
+
+For every graph of a family's test split (or the benchmark models) and every device count, each method runs
+once per budget S (`placeto compare --seconds S`: the same wall seconds for every method that searches or
+samples, its inference included, jit compilation excluded and reported apart; one objective and one
+simulator-call meter for all, `placeto.objective`). The tables give the runtime at each budget; the curves
+(best objective so far vs wall seconds and vs simulator calls) come from each method's run at the largest
+budget, normalised per graph by the best runtime any method found, averaged over the graphs.
+
+    PYTHONPATH=. python experiments/anytime.py --family nmt --devices 4 --seconds 0.1,1,10
+    PYTHONPATH=. python experiments/anytime.py --benchmarks --devices 2,4,8 --seconds 0.1,1,10
+
+Writes experiments/results/anytime_<family>.md (+ .csv, _curves.png); rerunning with other --devices adds to
+the same files (rows of other device counts are kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from placeto.compare import Row, compare  # noqa: E402
+from placeto.families import load_family  # noqa: E402
+from simulator.errors import InputError  # noqa: E402
+from simulator.io import atomic_write_bytes, load_graph  # noqa: E402
+
+METHODS = ["etf", "local-search", "sa", "placeto", "placeto-search"]
+CLASSICAL = ["etf", "local-search", "sa"]  # placeto-search is judged against the best of these
+FIELDS = ["graph", "n_devices", "seconds", "method", "runtime_us", "place_seconds", "compile_seconds",
+          "simulator_calls", "oom"]
+
+
+def run(graphs, devices: list[int], budgets: list[float], methods: list[str], checkpoint: str | None,
+        finetune: int) -> tuple[list[dict], dict]:
+    """(rows as dicts, traces {(graph, devices, method): ((s, calls, best), ...)} of the largest budget)."""
+    rows, traces = [], {}
+    for d in devices:
+        for s in budgets:
+            print(f"-- {d} devices, {s:g} s per graph and method", flush=True)
+            res: list[Row] = compare(graphs, [d], methods, seed=0, budget=None, seconds=s, checkpoint=checkpoint,
+                                     finetune_episodes=finetune, progress=True)
+            for r in res:
+                rows.append({"graph": r.graph, "n_devices": d, "seconds": s, "method": r.method,
+                             "runtime_us": r.runtime_us, "place_seconds": round(r.place_seconds, 3),
+                             "compile_seconds": round(r.compile_seconds, 3), "simulator_calls": r.simulator_calls,
+                             "oom": r.oom})
+                if s == max(budgets):
+                    traces[(r.graph, d, r.method)] = r.trace
+    return rows, traces
+
+
+def merge(old_csv: Path, rows: list[dict]) -> list[dict]:
+    """Rows already in the CSV for device counts not rerun now, then the new rows."""
+    if not old_csv.exists():
+        return rows
+    redone = {(r["n_devices"], r["seconds"]) for r in rows}
+    with old_csv.open() as f:
+        old = [dict(r, n_devices=int(r["n_devices"]), seconds=float(r["seconds"]),
+                    runtime_us=float(r["runtime_us"] or "nan"), simulator_calls=int(r["simulator_calls"]),
+                    place_seconds=float(r["place_seconds"]), compile_seconds=float(r["compile_seconds"]),
+                    oom=r["oom"] == "True") for r in csv.DictReader(f)]
+    return [r for r in old if (r["n_devices"], r["seconds"]) not in redone] + rows
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """Markdown: per (devices, budget) a table of runtimes and placeto-search's standing vs the classical best."""
+    lines = []
+    for d in sorted({r["n_devices"] for r in rows}):
+        for s in sorted({r["seconds"] for r in rows if r["n_devices"] == d}):
+            sel = [r for r in rows if r["n_devices"] == d and r["seconds"] == s]
+            methods = list(dict.fromkeys(r["method"] for r in sel))
+            graphs = list(dict.fromkeys(r["graph"] for r in sel))
+            by = {(r["graph"], r["method"]): r for r in sel}
+            lines += [f"### {d} devices, {s:g} s per graph", "",
+                      "| graph | " + " | ".join(methods) + " | search / best classical |",
+                      "|---|" + "---:|" * (len(methods) + 1)]
+            ratios = []
+            for g in graphs:
+                vals = {m: by[(g, m)]["runtime_us"] for m in methods if (g, m) in by}
+                best = min(v for v in vals.values() if not math.isnan(v))
+                cells = [("**%.2f**" if vals[m] == best else "%.2f") % (vals[m] / 1e3) if m in vals else "—"
+                         for m in methods]
+                classical = [vals[m] for m in CLASSICAL if m in vals]
+                ratio = vals["placeto-search"] / min(classical) if classical and "placeto-search" in vals else math.nan
+                ratios.append(ratio)
+                lines.append(f"| {g} | " + " | ".join(cells) + f" | {ratio:.3f} |")
+            lines.append("")
+            mean_ratio = {m: np.mean([by[(g, m)]["runtime_us"] / min(by[(g, k)]["runtime_us"] for k in methods
+                                                                     if (g, k) in by)
+                                      for g in graphs if (g, m) in by]) for m in methods}
+            calls = {m: np.mean([by[(g, m)]["simulator_calls"] for g in graphs if (g, m) in by]) for m in methods}
+            comp = {m: np.mean([by[(g, m)]["compile_seconds"] for g in graphs if (g, m) in by]) for m in methods}
+            lines += ["| method | mean x best | mean simulator calls | mean compile s (excluded) |",
+                      "|---|---:|---:|---:|"]
+            lines += [f"| {m} | {mean_ratio[m]:.3f} | {calls[m]:.0f} | {comp[m]:.2f} |" for m in methods]
+            ok = [x for x in ratios if not math.isnan(x)]
+            if ok:
+                wins = sum(x <= 1.0 for x in ok)
+                lines += ["", f"placeto-search at least as good as the best of {', '.join(CLASSICAL)} on {wins} of "
+                              f"{len(ok)} graphs ({100 * wins / len(ok):.0f}%); mean ratio {np.mean(ok):.3f} "
+                              f"({100 * (1 - np.mean(ok)):+.1f}% better)."]
+            lines.append("")
+    return lines
+
+
+def plot_curves(traces: dict, rows: list[dict], path: Path, title: str) -> None:
+    """Mean over graphs of best-so-far / best-of-all vs wall seconds (log) and vs simulator calls (log)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    devices = sorted({k[1] for k in traces})
+    fig, axes = plt.subplots(len(devices), 2, figsize=(11, 3.6 * len(devices)), squeeze=False)
+    best = {}
+    for r in rows:
+        key = (r["graph"], r["n_devices"])
+        if not math.isnan(r["runtime_us"]):
+            best[key] = min(best.get(key, math.inf), r["runtime_us"])
+    grid_s = np.logspace(-2, math.log10(max(r["seconds"] for r in rows)), 60)
+    grid_c = np.logspace(0, 6, 60)
+    for i, d in enumerate(devices):
+        methods = list(dict.fromkeys(k[2] for k in traces if k[1] == d))
+        for m in methods:
+            keys = [k for k in traces if k[1] == d and k[2] == m and traces[k]]
+            for j, (grid, col) in enumerate(((grid_s, 0), (grid_c, 1))):
+                curves = []
+                for k in keys:
+                    tr = np.asarray(traces[k], dtype=np.float64)
+                    idx = np.searchsorted(tr[:, col], grid, side="right") - 1
+                    vals = np.where(idx >= 0, tr[np.maximum(idx, 0), 2], np.nan) / best[(k[0], d)]
+                    curves.append(vals)
+                if curves:
+                    axes[i, j].plot(grid, np.nanmean(np.asarray(curves), axis=0), label=m)
+        for j, xlabel in enumerate(("wall seconds per graph", "simulator calls")):
+            ax = axes[i, j]
+            ax.set_xscale("log")
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("best objective / best found")
+            ax.set_title(f"{title}, {d} devices")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--family", help="a family's test split")
+    what.add_argument("--benchmarks", action="store_true", help="the benchmark models")
+    p.add_argument("--devices", default="4", help="device counts, e.g. 2,4,8")
+    p.add_argument("--seconds", default="0.1,1,10", help="wall-clock budgets per graph, e.g. 0.1,1,10,60")
+    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--checkpoint", default=None, help="policy (shipped name or run dir; default: the general one)")
+    p.add_argument("--finetune-episodes", type=int, default=0)
+    p.add_argument("--graphs", type=int, default=0, help="only the first N graphs (0: all)")
+    p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    args = p.parse_args(argv)
+    try:
+        graphs = (sorted((load_graph(f) for f in (ROOT / "datasets" / "benchmarks").glob("*.json.gz")),
+                         key=lambda g: g.name) if args.benchmarks else load_family(args.family, "test"))
+    except InputError as e:
+        print(f"anytime: error: {e}", file=sys.stderr)
+        return 2
+    graphs = graphs[:args.graphs] if args.graphs else graphs
+    devices = [int(x) for x in args.devices.split(",")]
+    budgets = [float(x) for x in args.seconds.split(",")]
+    name = "benchmarks" if args.benchmarks else args.family
+    rows, traces = run(graphs, devices, budgets, args.methods.split(","), args.checkpoint, args.finetune_episodes)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    rows = merge(out / f"anytime_{name}.csv", rows)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_bytes(out / f"anytime_{name}.csv", buf.getvalue().encode())
+    cmd = "PYTHONPATH=. python experiments/anytime.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    text = [f"# Anytime comparison: {name}", "", f"Command (last run): `{cmd}`", "",
+            "Runtimes in ms (simulated, placeto-k80 preset). Every method gets the same wall seconds per graph "
+            "(inference and fine-tuning included, jit compilation excluded: its own column); etf does not search "
+            "and takes what it takes. Policy: " + (args.checkpoint or "the shipped general policy") + ".",
+            "", *summary(rows), f"Curves: `anytime_{name}_curves.png` (runs at {max(budgets):g} s)."]
+    atomic_write_bytes(out / f"anytime_{name}.md", ("\n".join(text) + "\n").encode())
+    plot_curves(traces, rows, out / f"anytime_{name}_curves.png", name)
+    print("\n".join(summary(rows)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""Train, evaluate and ship the package's policies: one general policy and one per family.
+
+    PYTHONPATH=. python experiments/train_policies.py general            # ~60-70 min on this 2-core machine
+    PYTHONPATH=. python experiments/train_policies.py nmt ptb cifar10    # fine-tuned from the shipped general one
+
+Each policy is trained by the `placeto train` command in SPECS (rerun this script to resume a killed run: the
+run directories live in runs/), evaluated zero-shot (one greedy episode, no search) on every family's test
+split at 4 devices, and copied with its parameters only into placeto/shipped/<name>/ with provenance.json: the
+command, seed, commit, training time and episodes, and the evaluation.
+"""
+
+from __future__ import annotations
+
+import csv
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from placeto import cli  # noqa: E402
+from placeto.families import FAMILIES, load_family  # noqa: E402
+from placeto.policies import ship  # noqa: E402
+from simulator import cluster_preset, simulate  # noqa: E402
+
+SPECS = {
+    "general": "placeto train --family all --devices 2,4,8 --out runs/general --episodes 5000 --seed 0 "
+               "--minutes 90",
+    "nmt": "placeto train --family nmt --devices 4 --init-from general --out runs/nmt --episodes 800 --seed 0 "
+           "--minutes 30 --set lr=3e-4 entropy=0.003",
+    "ptb": "placeto train --family ptb --devices 4 --init-from general --out runs/ptb --episodes 800 --seed 0 "
+           "--minutes 30 --set lr=3e-4 entropy=0.003",
+    "cifar10": "placeto train --family cifar10 --devices 4 --init-from general --out runs/cifar10 --episodes 400 "
+               "--seed 0 --minutes 30 --set lr=3e-4 entropy=0.003",
+}
+SUMMARY = {"general": "all three families (72 training graphs) at 2, 4 and 8 devices",
+           "nmt": "the nmt family at 4 devices, fine-tuned from general",
+           "ptb": "the ptb family at 4 devices, fine-tuned from general",
+           "cifar10": "the cifar10 family at 4 devices, fine-tuned from general"}
+
+
+def train_minutes(run: Path) -> tuple[float, int]:
+    """(wall minutes over all resumed calls, episodes) from a run's metrics.csv (wall_s restarts per call)."""
+    with (run / "metrics.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    total, last = 0.0, 0.0
+    for r in rows:
+        w = float(r["wall_s"])
+        if w < last:
+            total += last
+        last = w
+    return round((total + last) / 60, 1), int(rows[-1]["episode"]) if rows else 0
+
+
+def zero_shot(run: Path, n_devices: int = 4) -> dict:
+    """Greedy zero-shot (no search) on each family's test split: mean ratio to single device, seconds per graph."""
+    from placeto.objective import metered
+    from placeto.search import guided
+
+    out = {}
+    for fam in FAMILIES:
+        ratios, secs, runtimes = [], [], {}
+        for g in load_family(fam, "test"):
+            cluster = cluster_preset("placeto-k80", n_devices)
+            prep = guided.prepare(str(run), g, cluster, sampling=False)
+            t0 = time.perf_counter()
+            with metered():
+                placement, _, _ = guided.greedy_with_prior(prep)
+            secs.append(time.perf_counter() - t0)
+            rt = simulate(g, placement, cluster).runtime
+            runtimes[g.name] = round(float(rt), 3)
+            ratios.append(rt / simulate(g, np.zeros(g.n_nodes, np.int32), cluster).runtime)
+        out[fam] = {"greedy_x_single": round(float(np.mean(ratios)), 4),
+                    "greedy_seconds": round(float(np.mean(secs)), 3), "runtime_us": runtimes}
+    return out
+
+
+def main(names: list[str]) -> int:
+    for name in names or ["general"]:
+        command = SPECS[name]
+        argv = shlex.split(command)[1:]
+        code = cli.main(argv)
+        if code != 0:
+            return code
+        run = ROOT / argv[argv.index("--out") + 1]
+        minutes, episodes = train_minutes(run)
+        if episodes < int(argv[argv.index("--episodes") + 1]):
+            print(f"{name}: {episodes} episodes so far (time limit); rerun to continue", flush=True)
+            return 0
+        metrics = zero_shot(run)
+        dest = ship(run, name, {"summary": SUMMARY[name], "command": command, "train_minutes": minutes,
+                                "episodes": episodes, "zero_shot_4_devices": metrics,
+                                "machine": "2 cores, no GPU (JAX on CPU)"})
+        print(f"shipped {name} -> {dest}: " + ", ".join(f"{f} {m['greedy_x_single']:.3f}x single"
+                                                        for f, m in metrics.items()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

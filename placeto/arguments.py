@@ -1,0 +1,64 @@
+"""Command-line argument types with ranges, and a parser whose errors are one line.
+
+Every number the CLI takes is range-checked when parsed (so `--seed 99999999999999999999999` is a usage error,
+not an OverflowError deep in JAX), and argparse's usage errors print one line, `placeto train: error: ...`, with
+exit status 2 like every other bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Callable
+
+from simulator.limits import MAX_DEVICES, MAX_SEED
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a single line on stderr (no usage block), exit status 2."""
+
+    def error(self, message: str):  # noqa: D102  (argparse's hook)
+        text = " ".join(message.split())
+        sys.stderr.write(f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi], checked on the digits (no huge int is built)."""
+
+    def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-")
+        if not digits.isdigit() or len(digits) > 30:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text[:40]!r}")
+        value = int(text)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float, hi: float) -> Callable[[str], float]:
+    """An argparse type: a finite float in [lo, hi]."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in [{lo:g}, {hi:g}], got {text[:40]!r}") from None
+        if not (math.isfinite(value) and lo <= value <= hi):
+            raise argparse.ArgumentTypeError(f"expected a number in [{lo:g}, {hi:g}], got {text[:40]!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+DEVICES = int_in(1, MAX_DEVICES)
+SEED = int_in(0, MAX_SEED)
+COUNT = int_in(0, 10**9)  # episodes, samples, warm-up runs
+POSITIVE = int_in(1, 10**9)  # repeats, groups, budgets
+WORKERS = int_in(1, 1024)
+MINUTES = float_in(0.0, 1e7)

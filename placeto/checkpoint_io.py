@@ -1,0 +1,185 @@
+"""Reading a run directory's config.json and checkpoint.msgpack, validated: every problem is one InputError.
+
+A run directory (of `placeto train`, or a shipped policy) is data like a graph file: it may be truncated by a
+kill, edited by hand, or written by a run with another model config. Whoever reads one goes through here:
+
+    read_config(run_dir)                    config.json -> PlacetoConfig (types and ranges checked)
+    read_blob(run_dir / CHECKPOINT, keys)   msgpack -> dict holding `keys`
+    restore(template, state, where, src)    a state dict into `template`'s pytree: same keys, shapes, dtype
+                                            kinds, finite floats; else an InputError naming the leaf
+    check_devices(config, n, src)           a policy of config.max_devices can place on n devices
+    with RunLock(run_dir): ...              one writer per run directory (a second gets an InputError)
+"""
+
+from __future__ import annotations
+
+import fcntl
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import serialization
+
+from placeto.config import PlacetoConfig
+from simulator.errors import InputError
+from simulator.io import PathLike, read_json
+
+CONFIG = "config.json"
+CHECKPOINT = "checkpoint.msgpack"
+
+
+def read_config(run_dir: PathLike) -> PlacetoConfig:
+    """The PlacetoConfig in `run_dir`/config.json; InputError naming the file and the field if it is not one."""
+    path = Path(run_dir) / CONFIG
+    d = read_json(path)
+    if not isinstance(d, dict):
+        raise InputError("expected a JSON object of PlacetoConfig fields", str(path))
+    try:
+        return PlacetoConfig.from_dict(d)
+    except (TypeError, ValueError) as e:
+        raise InputError(str(e).removeprefix("PlacetoConfig: "), str(path)) from None
+
+
+def read_blob(path: PathLike, keys: Iterable[str] = ("params",)) -> dict[str, Any]:
+    """The msgpack dictionary at `path`, which must hold `keys`; InputError if missing, truncated or corrupt."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise InputError("no such file", str(path)) from None
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror or e}", str(path)) from None
+    if not data:
+        raise InputError("empty checkpoint (was the run killed while it was written?)", str(path))
+    try:
+        blob = serialization.msgpack_restore(data)
+    except (ValueError, TypeError, KeyError, IndexError, OverflowError, RecursionError) as e:
+        raise InputError(f"not a readable checkpoint (truncated or corrupt: {e})", str(path)) from None
+    if not isinstance(blob, dict):
+        raise InputError("not a checkpoint: expected a msgpack map", str(path))
+    missing = [k for k in keys if k not in blob]
+    if missing:
+        raise InputError(f"checkpoint has no {', '.join(repr(k) for k in missing)}", str(path))
+    return blob
+
+
+def restore(template: Any, state: Any, where: str, source: PathLike) -> Any:
+    """`state` (a flax state dict read from `source`) restored into `template`'s pytree.
+
+    InputError naming `where` and the leaf path unless the keys match and every leaf has the template's shape
+    and dtype kind (float / int / bool) with finite floats: flax's from_state_dict checks none of that, so a
+    checkpoint of a wider model would load and fail later, deep in a jitted function.
+    """
+    expected = serialization.to_state_dict(template)
+    _check_tree(expected, state, where, str(source))
+    return serialization.from_state_dict(template, state)
+
+
+def _check_tree(expected: Any, got: Any, where: str, source: str) -> None:
+    if isinstance(expected, Mapping):
+        if not isinstance(got, Mapping):
+            raise InputError(f"{where}: expected a map, got {type(got).__name__}", source)
+        if set(expected) != set(got):
+            extra, missing = sorted(set(got) - set(expected)), sorted(set(expected) - set(got))
+            raise InputError(f"{where}: keys differ from this model's (missing {missing[:3]}, unexpected "
+                             f"{extra[:3]}): a checkpoint of another model config?", source)
+        for k in expected:
+            _check_tree(expected[k], got[k], f"{where}/{k}", source)
+        return
+    if expected is None:
+        return
+    e, g = np.asarray(expected), got
+    if not isinstance(g, (np.ndarray, np.generic, int, float, bool)):
+        raise InputError(f"{where}: expected an array, got {type(g).__name__}", source)
+    g = np.asarray(g)
+    if e.shape != g.shape:
+        raise InputError(f"{where}: shape {g.shape} but this model config has {e.shape} (a checkpoint of another "
+                         f"model config?)", source)
+    if _kind(e.dtype) != _kind(g.dtype):
+        raise InputError(f"{where}: dtype {g.dtype}, expected {e.dtype}", source)
+    if g.dtype.kind == "f" and not np.all(np.isfinite(g)):
+        raise InputError(f"{where}: holds NaN or infinite values", source)
+
+
+def _kind(dtype: np.dtype) -> str:
+    return {"f": "float", "c": "complex", "b": "bool", "i": "int", "u": "int", "V": "key"}.get(dtype.kind, "other")
+
+
+def check_devices(config: PlacetoConfig, n_devices: int, source: PathLike) -> None:
+    """InputError unless a policy trained with `config` can place on `n_devices` devices."""
+    if n_devices > config.max_devices:
+        raise InputError(f"the policy places on at most {config.max_devices} devices (max_devices), not "
+                         f"{n_devices}", str(source))
+
+
+# ---- training-time checks -----------------------------------------------------------------------------------------
+def check_same_model(out: Path, config: PlacetoConfig) -> None:
+    """InputError unless the run's config.json (if any) has the model fields of `config`: resuming with
+    another model would mix parameters of two networks."""
+    if not (out / "config.json").exists():
+        return
+    old = read_config(out)
+    if old.model_fields() != config.model_fields():
+        raise InputError(f"the checkpoint was trained with model fields (hidden, rounds, max_devices, group_agg, "
+                         f"device_onehot) = {old.model_fields()}, not {config.model_fields()}: resume with the "
+                         f"same model config, or pass --fresh", str(out / "config.json"))
+
+
+def check_finite(params: Any, loss: float, out: Path, update: int, saved_update: int | None) -> None:
+    """InputError (training stops) if the loss or a parameter is NaN or infinite; the last good checkpoint, of
+    update `saved_update`, is left as it is."""
+    if math.isfinite(loss) and bool(_all_finite(params)):
+        return
+    kept = f"kept the checkpoint of update {saved_update}" if saved_update is not None else "no checkpoint saved"
+    raise InputError(f"training diverged at update {update} (loss {loss:g}, non-finite parameters?): stopped, "
+                     f"{kept}; lower lr or grad_clip", str(out))
+
+
+@jax.jit
+def _all_finite(tree: Any) -> jax.Array:
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+# ---- the run directory lock -------------------------------------------------------------------------------------
+LOCK = ".lock"
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held while one `train` writes it.
+
+    `run_dir/.lock` holds the holder's pid and is flock'ed by it: the kernel drops the flock when the holder
+    dies, however it dies, so a lock file left by a dead pid is simply taken over. The file is emptied, not
+    removed, on release (removing it would let two later runs lock two different files).
+    """
+
+    def __init__(self, run_dir: PathLike):
+        self.path = Path(run_dir) / LOCK
+        self.fd: int | None = None
+
+    def __enter__(self) -> "RunLock":
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise InputError(f"cannot create the run lock: {e.strerror or e}", str(self.path)) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise InputError(f"the run directory is in use by another `placeto train` (pid {holder}, lock "
+                             f"{self.path}); wait for it or use another --out", str(self.path.parent)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            os.ftruncate(self.fd, 0)
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+            self.fd = None

@@ -1,0 +1,134 @@
+"""The one objective every method optimises and is charged by, and the one simulator-call meter.
+
+Objective (microseconds): simulated runtime + `penalty_per_gb` * scale * (GB above capacity, summed over
+devices), where scale = the graph's single-device runtime on the cluster (no penalty). The Placeto environment
+rewards drops of exactly this number, the searching methods minimise it, and `compare` ranks by it.
+
+Meter: every simulation a method makes (`score_batch`, `score_one`, or the environment's steps, which call
+`record`) is counted by the innermost open `metered()` block, which also keeps the best objective seen and its
+trace over wall time and calls (the anytime curve), and carries the block's budget: at most `max_calls`
+simulations and/or a wall-clock deadline. Searching methods ask `meter().exhausted()`; the harness reads
+the count from the meter, never from what a method reports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import math
+import time
+from typing import Iterator
+
+import numpy as np
+
+from simulator import simulate, simulate_batch
+from simulator.cluster import GB, Cluster
+from simulator.graph import Graph
+from simulator.result import SimResult
+
+PENALTY_PER_GB = 1.0  # default memory penalty, in single-device runtimes per GB above capacity
+EVAL_CHUNK = 64  # placements per simulate_batch call
+
+
+def objective_scale(graph: Graph, cluster: Cluster) -> float:
+    """Single-device runtime (us, > 0) of `graph` on `cluster`: the unit of the memory penalty (cached)."""
+    key = ("objective_scale", cluster.kinds[0], cluster.delta1_us, cluster.delta2_us,
+           cluster.bandwidth_bytes_per_us)
+    if key not in graph.cache:
+        single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster).runtime
+        graph.cache[key] = max(float(single), 1e-9)
+    return graph.cache[key]
+
+
+def penalised(runtime, peak, capacity, scale: float, per_gb: float = PENALTY_PER_GB):
+    """runtime (us, scalar or float[B]) + per_gb * scale * (bytes above capacity summed over devices) / GB.
+
+    peak: bytes [..., D]; capacity: bytes [D].
+    """
+    over = np.maximum(np.asarray(peak, np.float64) - np.asarray(capacity, np.float64), 0.0).sum(-1) / GB
+    return runtime + per_gb * scale * over
+
+
+@dataclasses.dataclass
+class Meter:
+    """Simulations counted since `start` (perf_counter seconds), the best objective and its trace, a budget."""
+
+    max_calls: float = math.inf
+    deadline: float = math.inf  # perf_counter time after which the budget is spent
+    start: float = dataclasses.field(default_factory=time.perf_counter)
+    calls: int = 0
+    best: float = math.inf
+    trace: list[tuple[float, int, float]] = dataclasses.field(default_factory=list)  # (seconds, calls, best)
+
+    def record(self, scores: np.ndarray) -> None:
+        """Count len(scores) simulations and note an improvement of the best objective."""
+        scores = np.atleast_1d(np.asarray(scores, np.float64))
+        self.calls += scores.size
+        low = float(scores.min(initial=math.inf))
+        if low < self.best:
+            self.best = low
+            self.trace.append((time.perf_counter() - self.start, self.calls, low))
+
+    def exhausted(self) -> bool:
+        """The call budget or the deadline is spent."""
+        return self.calls >= self.max_calls or time.perf_counter() >= self.deadline
+
+    def calls_left(self) -> float:
+        return self.max_calls - self.calls
+
+    def seconds_left(self) -> float:
+        return self.deadline - time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+
+_METER: contextvars.ContextVar[Meter | None] = contextvars.ContextVar("placeto_meter", default=None)
+_UNMETERED = Meter()  # counts simulations made outside any metered() block (never exhausted)
+
+
+@contextlib.contextmanager
+def metered(max_calls: float | None = None, seconds: float | None = None) -> Iterator[Meter]:
+    """Count and trace the simulations inside the block; give them a budget of calls and/or wall seconds."""
+    now = time.perf_counter()
+    m = Meter(max_calls=math.inf if max_calls is None else max_calls,
+              deadline=math.inf if seconds is None else now + seconds, start=now)
+    token = _METER.set(m)
+    try:
+        yield m
+    finally:
+        _METER.reset(token)
+
+
+def meter() -> Meter:
+    """The innermost open meter (an unlimited one outside any `metered` block)."""
+    return _METER.get() or _UNMETERED
+
+
+def record(scores: np.ndarray) -> None:
+    """Report simulations made by other code paths (the environment) to the current meter."""
+    meter().record(scores)
+
+
+def score_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, per_gb: float = PENALTY_PER_GB) -> np.ndarray:
+    """float64[B] objective of placements int[B, N] (batched, on all cores); counted by the meter."""
+    placements = np.ascontiguousarray(np.atleast_2d(placements), dtype=np.int32)
+    cap = np.asarray(cluster.memory, dtype=np.float64)
+    scale = objective_scale(graph, cluster)
+    out = []
+    for i in range(0, placements.shape[0], EVAL_CHUNK):
+        res = simulate_batch(graph, placements[i:i + EVAL_CHUNK], cluster, with_memory=True)
+        out.append(penalised(res.runtime, res.peak_memory, cap, scale, per_gb))
+    scores = np.concatenate(out) if out else np.zeros(0)
+    record(scores)
+    return scores
+
+
+def score_one(graph: Graph, placement: np.ndarray, cluster: Cluster,
+              per_gb: float = PENALTY_PER_GB) -> tuple[float, SimResult]:
+    """(objective, full result) of one placement int[N]; counted by the meter."""
+    res = simulate(graph, np.asarray(placement, np.int32), cluster)
+    score = float(penalised(res.runtime, res.peak_memory, res.capacity, objective_scale(graph, cluster), per_gb))
+    record(np.asarray([score]))
+    return score, res

@@ -1,0 +1,204 @@
+"""A trained Placeto policy as a placer under a budget: zero-shot episodes, fine-tuning, policy-guided search.
+
+Everything here runs inside the caller's meter (`placeto.objective.metered`): simulations are counted there and
+the searches stop when its calls or wall seconds are spent. One-time costs (loading the parameters, jit
+compilation of the policy for the graph's padding bucket) happen in `prepare`, which reports them apart.
+
+`placeto-search` (`guided_search`), beyond Placeto (compare REGAL's learned prior for a genetic search):
+  1. one greedy episode of the policy; at each step the policy's device distribution for the node it places is
+     kept as that node's prior (float[N, D]);
+  2. the best of that episode's placements and the list schedulers' (etf, heft, single) starts the search; the
+     prior is relabelled to the start's device names (the device permutation that best matches the greedy
+     placement, by linear assignment), since identical devices may be named differently;
+  3. simulated annealing (`sa.anneal`, node and block moves as in `sa`) whose moves take their target device
+     from the prior with probability `prior_prob` (a neighbour's device or another one otherwise), and whose
+     nodes are drawn more often where the policy is unsure (weight x (0.5 + normalised entropy of the prior)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from placeto import env as E
+from placeto.config import PlacetoConfig
+from placeto.objective import meter
+from placeto.policies import load_policy_params, resolve_checkpoint
+from placeto.policy import Policy, make_policy
+from placeto.search import moves
+from placeto.search.sa import anneal
+from simulator.cluster import Cluster
+from simulator.graph import Graph
+
+
+REFRESH = 4  # embeddings recomputed every 4 steps in the greedy episode: 1.3-1.7x faster, within 1% (fast_greedy.md)
+
+
+@dataclasses.dataclass
+class Prepared:
+    """A policy ready to run on one (graph, cluster): compiled for the graph's padding bucket."""
+
+    config: PlacetoConfig
+    params: Any
+    policy: Policy
+    graph: Graph
+    cluster: Cluster
+    compile_seconds: float  # parameter loading + jit compilation (excluded from the method's budget)
+    seen: tuple[np.ndarray, float] | None = None  # best (placement, objective) visited while fine-tuning
+
+
+@functools.lru_cache(maxsize=16)
+def _load(checkpoint: str) -> tuple[PlacetoConfig, Any]:
+    return load_policy_params(checkpoint)
+
+
+def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampling: bool = True,
+            finetuning: bool = False) -> Prepared:
+    """Load the policy (a shipped name, a run directory, or None: the default shipped policy) and compile what
+    the methods run for `graph`'s padding bucket: the batch-1 log-probabilities of the greedy episode and, with
+    `sampling`, the sampling step at the config's episodes_per_update; with `finetuning`, the gradient and
+    update functions (by one throw-away update of a copy, outside any budget)."""
+    t0 = time.perf_counter()
+    config, params = _load(str(resolve_checkpoint(checkpoint)))
+    if cluster.n_devices > config.max_devices:
+        from simulator.errors import InputError
+
+        raise InputError(f"{checkpoint or 'the default policy'}: places on at most {config.max_devices} devices, "
+                         f"the cluster has {cluster.n_devices}")
+    policy = make_policy(config)
+    ctx = E.make_context(graph, cluster, config)
+    arrays = jax.device_put(ctx.arrays)
+    zeros = np.zeros((1, ctx.n_pad), np.int32)
+    one = (params, arrays, zeros, zeros.astype(np.float32), np.zeros(1, np.int32), np.zeros(1, np.int32))
+    jax.block_until_ready(policy.log_probs(*one))
+    jax.block_until_ready(policy.head_log_probs(*one, policy.embed(*one)))
+    if sampling:
+        _, obs = E.reset(ctx, 0, config.episodes_per_update)
+        jax.block_until_ready(policy.act(params, arrays, obs, jax.random.key(0), False))
+    if finetuning:
+        from placeto.objective import metered
+        from placeto.train import finetune_params
+
+        with metered():  # its simulations are not charged to anyone
+            finetune_params(config, params, graph, cluster, config.episodes_per_update, 0)
+    return Prepared(config, params, policy, graph, cluster, time.perf_counter() - t0)
+
+
+def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None,
+                      refresh: int | None = None) -> tuple[np.ndarray, float, np.ndarray]:
+    """One greedy episode: (best placement int32[N], its objective, prior float64[N, D] device distributions).
+
+    The prior of a node is the policy's distribution at its last visit; nodes never reached before the meter ran
+    out keep a uniform prior. refresh (default `REFRESH`): recompute the message-passing embeddings every
+    `refresh` steps and reuse them in between (the scoring head always sees the current placement); 1 is the
+    exact policy, larger is faster (see `experiments/results/fast_greedy.md`).
+    """
+    ctx = ctx or E.make_context(prep.graph, prep.cluster, prep.config)
+    arrays = jax.device_put(ctx.arrays)
+    refresh = REFRESH if refresh is None else refresh
+    d, pol = prep.cluster.n_devices, prep.policy
+    prior = np.full((ctx.n_nodes, d), 1.0 / d)
+    state, obs = E.reset(ctx, 0, 1)
+    m, done, h = meter(), ctx.n_steps == 0, None
+    while not done and not m.exhausted():
+        args = (prep.params, arrays, obs.placement, obs.start, np.asarray([obs.node]), np.asarray([obs.t]))
+        if refresh <= 1:
+            logp = pol.log_probs(*args)
+        else:
+            if h is None or state.t % refresh == 0:
+                h = pol.embed(*args)
+            logp = pol.head_log_probs(*args, h)
+        logp = np.asarray(logp)[0, :d]
+        p = np.exp(logp - logp.max())
+        prior[int(obs.node)] = p / p.sum()
+        state, _, done = E.step(state, np.asarray([int(np.argmax(logp))], np.int32))
+        obs = E.observe(state)
+    return state.best_placement[0].astype(np.int32), float(state.best_runtime[0]), prior
+
+
+def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.ndarray:
+    """The `placeto` method: one greedy episode, then batches of sampled episodes while the budget lasts (calls
+    in `budget` and the meter's); the best placement any episode visited."""
+    from placeto.place import collect_rollout
+
+    ctx = E.make_context(prep.graph, prep.cluster, prep.config)
+    arrays = jax.device_put(ctx.arrays)
+    m, calls0 = meter(), meter().calls
+    best, best_score, _ = greedy_with_prior(prep, ctx)
+    if prep.seen is not None and prep.seen[1] < best_score:
+        best, best_score = prep.seen
+    key, i = jax.random.key(seed), 0
+    batch = prep.config.episodes_per_update
+    # another batch only if it fits in the call budget (an episode simulates at most once per step)
+    while not m.exhausted() and m.calls - calls0 + batch * ctx.n_steps <= budget:
+        ro = collect_rollout(prep.policy, prep.params, ctx, arrays, jax.random.fold_in(key, i), batch, seed + i,
+                             record=False)
+        i += 1
+        b = int(np.argmin(ro.best_runtime))
+        if ro.best_runtime[b] < best_score:
+            best, best_score = ro.best_placement[b].astype(np.int32), float(ro.best_runtime[b])
+    return best
+
+
+def relabel_prior(prior: np.ndarray, greedy: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The prior with its device axis permuted so that device names agree with `start`'s: the permutation
+    maximising the nodes on which start and the relabelled greedy placement agree (linear assignment)."""
+    from scipy.optimize import linear_sum_assignment
+
+    d = prior.shape[1]
+    agree = np.zeros((d, d))
+    np.add.at(agree, (greedy, start), 1.0)  # agree[g, s]: nodes the greedy put on g and start on s
+    rows, cols = linear_sum_assignment(-agree)
+    out = np.empty_like(prior)
+    out[:, cols] = prior[:, rows]
+    return out
+
+
+def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_prob: float = 0.3,
+                  neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5) -> np.ndarray:
+    """The `placeto-search` method (see the module docstring); int32[N] the best placement found."""
+    graph, cluster = prep.graph, prep.cluster
+    m, calls0 = meter(), meter().calls
+    greedy, greedy_score, prior = greedy_with_prior(prep)
+    if m.exhausted():
+        return greedy
+    start, score = moves.best_start(graph, cluster, None)
+    if prep.seen is not None and prep.seen[1] < score:
+        start, score = prep.seen
+    if greedy_score <= score:
+        start, score = greedy, greedy_score
+    else:
+        prior = relabel_prior(prior, greedy, start)
+    n_dev = cluster.n_devices
+    nb_off, nb = moves.neighbours(graph)
+    cdf = np.cumsum(prior, axis=1)
+
+    def propose(rng, nodes, cur):
+        devs = moves.targets(rng, nodes, cur, nb_off, nb, n_dev, neighbour_prob)
+        from_prior = np.minimum((cdf[nodes] < rng.random((len(nodes), 1))).sum(1), n_dev - 1)
+        use = (rng.random(len(nodes)) < prior_prob) & (from_prior != cur[nodes])
+        return np.where(use, from_prior, devs).astype(np.int32)
+
+    entropy = -(prior * np.log(np.maximum(prior, 1e-12))).sum(1) / np.log(max(n_dev, 2))
+    weight = moves.node_weights(graph, cluster) * (0.5 + entropy)
+    left = budget - (m.calls - calls0)
+    return anneal(graph, cluster, start, score, propose, np.random.default_rng(seed), left, batch,
+                  weight=weight / weight.sum(), block_prob=block_prob)
+
+
+def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
+    """A copy of the policy trained `episodes` more episodes on prep's graph alone (REINFORCE, the config's
+    settings, a fresh optimizer; stops early when the meter is spent). Its simulations count in the meter."""
+    from placeto.train import finetune_params
+
+    if episodes <= 0:
+        return prep
+    params, best, score = finetune_params(prep.config, prep.params, prep.graph, prep.cluster, episodes, seed)
+    return dataclasses.replace(prep, params=params, seen=(best, score))
+

@@ -1,0 +1,337 @@
+"""Every class of bad input (issue 11) through the CLI: exit status 2, exactly one line on stderr, no traceback,
+no pre-existing file changed, and no code imported because a data file named it.
+
+The cases run in one driver process (tests/cli_driver.py) that forks a child per command line, so the imports
+are paid once; `test_the_driver_matches_the_real_entry_point` runs a few of them as plain `python -m placeto.cli`
+subprocesses to show the two agree. Files are tiny (a 4-node graph), train cases use the `tiny` preset.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+BIG = "9" * 5000  # a 5,000-digit integer
+GRAPH = {"format": "placeto-graph", "version": 1, "name": "g", "meta": {},
+         "nodes": [{"name": "a", "op": "x", "cost": 10, "out_bytes": [1000]},
+                   {"name": "b", "op": "x", "cost": 20, "out_bytes": [2000]},
+                   {"name": "c", "op": "x", "cost": 5, "out_bytes": [500]},
+                   {"name": "d", "op": "x", "cost": 1, "out_bytes": []}],
+         "edges": [{"src": "a", "dst": "b"}, {"src": "a", "dst": "c"}, {"src": "b", "dst": "d"},
+                   {"src": "c", "dst": "d"}]}
+CLUSTER = {"format": "placeto-cluster", "version": 1, "name": "c", "delta1_us": 5.7, "delta2_us": 25.0,
+           "bandwidth_bytes_per_us": 7600.0,
+           "devices": [{"name": f"/gpu:{i}", "kind": "k80", "memory_bytes": 12e9} for i in range(2)]}
+PLACEMENT = {"devices": ["/gpu:0", "/gpu:1"], "placement": [0, 1, 0, 1]}
+
+
+def _graph(node=None, edge=None, **top):
+    """GRAPH with node 'a' updated by `node`, edge 0 by `edge`, and top-level fields replaced by `top`."""
+    g = json.loads(json.dumps(GRAPH))
+    g["nodes"][0].update(node or {})
+    g["edges"][0].update(edge or {})
+    g.update(top)
+    return g
+
+
+def _cluster(device=None, **top):
+    c = json.loads(json.dumps(CLUSTER))
+    c["devices"][0].update(device or {})
+    c.update(top)
+    return c
+
+
+# name -> JSON object (or raw bytes): every file the cases read
+JSON_FILES = {
+    "g.json": GRAPH, "p.json": PLACEMENT, "c.json": CLUSTER,
+    "cost_1e308.json": _graph({"cost": 1e308}), "cost_inf.json": _graph({"cost": float("inf")}),
+    "cost_nan.json": _graph({"cost": float("nan")}), "cost_neg.json": _graph({"cost": -1}),
+    "cost_str.json": _graph({"cost": "10"}), "cost_kind_huge.json": _graph({"cost": {"k80": 1e13}}),
+    "bytes_huge.json": _graph({"out_bytes": [1e19]}), "persistent_neg.json": _graph({"persistent_bytes": -5}),
+    "out_2_63.json": _graph(edge={"out": 2**63}), "out_2_32.json": _graph(edge={"out": 2**32}),
+    "out_neg.json": _graph(edge={"out": -1}), "out_str.json": _graph(edge={"out": "0"}),
+    "toplist.json": [], "format.json": _graph(format="other"), "version.json": _graph(version=99),
+    "nodes_obj.json": _graph(nodes={}), "node_int.json": _graph(nodes=[5]),
+    "cycle.json": _graph(edges=GRAPH["edges"] + [{"src": "d", "dst": "a"}]),
+    "dupname.json": _graph(nodes=GRAPH["nodes"] + [GRAPH["nodes"][0]]),
+    "unknown_edge.json": _graph(edge={"src": "zz"}),
+    "grouping_bad.json": _graph(meta={"grouping": {"op_to_group": ["x"]}}),
+    "bound.json": _graph({"out_bytes": [1e18]}),
+    "meta_kind.json": _graph(meta={"program": {"kind": "nope", "kwargs": {}}}),
+    "meta_kwargs.json": _graph(meta={"program": {"kind": "nmt", "kwargs": {"layers": 10**9}}}),
+    "meta_kwargs_code.json": _graph(meta={"program": {"kind": "nmt", "kwargs": {"optimizer": "os:fork"}}}),
+    "meta_code.json": _graph(meta={"source": {"function": "evil:step", "args_spec": "evil:example_args"}}),
+    "meta_atfile.json": _graph(meta={"source": {"function": "evil:step", "args_spec": "@/etc/hostname"}}),
+    "expert_int.json": _graph(meta={"expert_placement": 5}),
+    "expert_str.json": _graph(meta={"expert_placement": "12"}),
+    "expert_list.json": _graph(meta={"expert_placement": [[0, 1, 0, 1]]}),
+    "expert_entry.json": _graph(meta={"expert_placement": {"2": 7}}),
+    "p_devices_int.json": {"devices": 5, "placement": [0, 1, 0, 1]},
+    "p_huge.json": {"devices": [], "placement": [0, 2**70, 0, 1]},
+    "p_str.json": {"placement": [0, "1", 0, 1]}, "p_short.json": {"placement": [0, 1]},
+    "p_range.json": {"placement": [0, 5, 0, 1]}, "p_neg.json": {"placement": [0, -1, 0, 1]},
+    "p_unknown.json": {"placement": {"zz": 0}}, "p_devname.json": {"devices": [1, 2], "placement": [0, 1, 0, 1]},
+    "c_mem_neg.json": _cluster({"memory_bytes": -1}), "c_mem_nan.json": _cluster({"memory_bytes": float("nan")}),
+    "c_mem_str.json": _cluster({"memory_bytes": "12"}), "c_mem_huge.json": _cluster({"memory_bytes": 1e300}),
+    "c_d1_huge.json": _cluster(delta1_us=1e308), "c_d2_inf.json": _cluster(delta2_us=float("inf")),
+    "c_bw_tiny.json": _cluster(bandwidth_bytes_per_us=1e-320), "c_bw_zero.json": _cluster(bandwidth_bytes_per_us=0),
+    "c_nodev.json": _cluster(devices=[]), "c_devs_int.json": _cluster(devices=3),
+    "c_dev_nokind.json": _cluster(devices=[{"name": "/gpu:0", "memory_bytes": 1e9}]),
+    "c_many.json": _cluster(devices=[{"name": f"/d:{i}", "kind": "k80", "memory_bytes": 1e9} for i in range(2000)]),
+    "c_name_int.json": _cluster(name=7), "c_dupdev.json": _cluster({"name": "/gpu:1"}),
+    "c_slow.json": _cluster(bandwidth_bytes_per_us=1e-3),
+}
+RAW_FILES = {
+    "cost_digits.json": json.dumps(_graph({"cost": 1})).replace('"cost": 1,', f'"cost": {BIG},', 1).encode(),
+    "corrupt.json.gz": gzip.compress(json.dumps(GRAPH).encode())[:30] + b"\x00garbage" * 8,
+    "truncated.json.gz": gzip.compress(json.dumps(GRAPH).encode())[:-20],
+    "nested.json": b"[" * 100_000 + b"]" * 100_000, "notjson.json": b'{"format": ', "empty.json": b"",
+    "binary.json": bytes(range(256)) * 4, "p_nested.json": b"{" * 50_000,
+    "evil/evil.py": b"import pathlib\npathlib.Path(__file__).with_name('IMPORTED').write_text('x')\n"
+                    b"def step(x):\n    return x\ndef example_args():\n    return ([1.0],)\n",
+}
+
+
+def _build(root: Path) -> None:
+    for name, obj in JSON_FILES.items():
+        (root / name).write_text(json.dumps(obj))
+    for name, data in RAW_FILES.items():
+        (root / name).parent.mkdir(exist_ok=True)
+        (root / name).write_bytes(data)
+    (root / "adir").mkdir()
+    _build_runs(root)
+
+
+def _build_runs(root: Path) -> None:
+    """Run directories: run_ok (tiny config, max_devices 8, its initial parameters) and broken copies."""
+    import jax
+    import numpy as np
+    from flax import serialization
+
+    from placeto.config import tiny
+    from placeto.features import graph_arrays
+    from placeto.policy import make_policy
+    from simulator.cluster import cluster_preset
+    from simulator.generate import layered_dag
+
+    config = tiny(max_devices=8)
+    g = layered_dag(8, seed=0)
+    arrays = graph_arrays(g, cluster_preset("placeto-k80", 2), np.zeros(g.n_nodes, np.int32), config.max_devices)
+    params = make_policy(config).init(jax.random.key(0), arrays)
+    blob = serialization.msgpack_serialize({"params": serialization.to_state_dict(params)})
+    cfg = json.loads(config.to_json())
+    runs = {"run_ok": (cfg, blob), "run_lock": (cfg, blob), "run_empty": (cfg, b""),
+            "run_trunc": (cfg, blob[:len(blob) // 2]), "run_garbage": (cfg, b"\xc1" * 64),
+            "run_noparams": (cfg, serialization.msgpack_serialize({"x": 1})),
+            "run_shape": ({**cfg, "hidden": 32}, blob), "run_cfg_type": ({**cfg, "hidden": "16"}, blob),
+            "run_cfg_nan": ({**cfg, "lr": float("nan")}, blob), "run_cfg_list": ([1, 2], blob),
+            "run_cfg_text": ("{hidden: 16", blob), "run_nockpt": (cfg, None)}
+    for name, (c, ckpt) in runs.items():
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(c if isinstance(c, str) else json.dumps(c))
+        if ckpt is not None:
+            (root / name / "checkpoint.msgpack").write_bytes(ckpt)
+
+
+SIM = "simulate g.json --placement p.json"
+TRAIN = "train --graph g.json --config tiny --devices 2"
+PLACE = "place g.json --devices 2"
+EVAL = "eval g.json --placement p.json"
+# (case id, command line, directory whose .lock the driver holds while the case runs)
+CASES: list[tuple[str, str, str | None]] = [
+    # graph files: numbers (once a SIGSEGV in the numba event loop, or a wrong answer) and malformed files
+    *[(f"graph-{n}", f"simulate {n}.json --placement p.json", None) for n in (
+        "cost_1e308", "cost_inf", "cost_nan", "cost_neg", "cost_str", "cost_kind_huge", "cost_digits",
+        "bytes_huge", "persistent_neg", "out_2_63", "out_2_32", "out_neg", "out_str")],
+    *[(f"graph-{n}", f"graph info {n}", None) for n in (
+        "corrupt.json.gz", "truncated.json.gz", "nested.json", "notjson.json", "empty.json", "binary.json",
+        "toplist.json", "format.json", "version.json", "nodes_obj.json", "node_int.json", "cycle.json",
+        "dupname.json", "unknown_edge.json", "grouping_bad.json", "adir", "missing.json")],
+    ("graph-time-bound", "simulate bound.json --placement p.json --cluster c_slow.json", None),
+    ("graph-eval-cost-1e308", "eval cost_1e308.json --placement p.json", None),
+    # placements
+    *[(f"placement-{n}", f"simulate g.json --placement {n}.json", None) for n in (
+        "p_devices_int", "p_huge", "p_str", "p_short", "p_range", "p_neg", "p_unknown", "p_devname", "p_nested")],
+    ("placement-eval-devices-int", "eval g.json --placement p_devices_int.json", None),
+    ("placement-eval-huge", "eval g.json --placement p_huge.json", None),
+    # clusters
+    *[(f"cluster-{n}", f"{SIM} --cluster {n}.json", None) for n in (
+        "c_mem_neg", "c_mem_nan", "c_mem_str", "c_mem_huge", "c_d1_huge", "c_d2_inf", "c_bw_tiny", "c_bw_zero",
+        "c_nodev", "c_devs_int", "c_dev_nokind", "c_many", "c_name_int", "c_dupdev")],
+    ("cluster-json-mem-nan", f"{SIM} --cluster c_mem_nan.json --json", None),
+    ("cluster-eval-bw-tiny", f"{EVAL} --cluster c_bw_tiny.json", None),
+    # expert placements in a graph's meta (compare: once TypeErrors)
+    *[(f"expert-{n}", f"compare {n}.json --methods expert --devices 2 --quiet", None) for n in (
+        "expert_int", "expert_str", "expert_list", "expert_entry")],
+    # command-line numbers
+    *[(f"number-{i}", cmd, None) for i, cmd in enumerate([
+        f"{SIM} --devices 0", f"{SIM} --devices 99999999999999999999999", f"{SIM} --devices two",
+        f"{SIM} --devices 2000", f"{TRAIN} --out newrun --seed 99999999999999999999999",
+        f"{TRAIN} --out newrun --episodes -1", f"{TRAIN} --out newrun --minutes inf",
+        f"{TRAIN} --out newrun --minutes nan", f"{TRAIN} --out newrun --set lr=inf",
+        f"{TRAIN} --out newrun --set lr=nan", f"{TRAIN} --out newrun --set seed=99999999999999999999999",
+        f"{TRAIN} --out newrun --set hidden=0", f"{TRAIN} --out newrun --set max_devices=500",
+        f"{TRAIN} --out newrun --set episodes=1e3", f"{TRAIN} --out newrun --devices 9 --set max_devices=8",
+        f"{PLACE} --checkpoint run_ok --out new.json --samples -1",
+        f"{PLACE} --checkpoint run_ok --out new.json --seed -1", f"{EVAL} --repeats 0", f"{EVAL} --devices 0",
+        "compare g.json --methods single --seed 99999999999999999999999", "compare g.json --budget 0",
+        "compare g.json --methods single --devices 5000", "profile g.json --repeats 0"])],
+    # output paths: a directory, under a regular file, in /proc
+    *[(f"output-{i}", cmd, None) for i, cmd in enumerate([
+        f"{SIM} --gantt adir", f"{SIM} --gantt g.json/x.png", f"{SIM} --gantt /proc/x.png",
+        f"{PLACE} --checkpoint run_ok --out adir", f"{PLACE} --checkpoint run_ok --out g.json/x.json",
+        f"{PLACE} --checkpoint run_ok --out /proc/p.json", f"{EVAL} --json adir", f"{EVAL} --json /proc/x.json",
+        f"{EVAL} --plot g.json/x.png", "compare g.json --methods single --devices 2 --out g.json",
+        "compare g.json --methods single --devices 2 --out /proc/cmp", f"{TRAIN} --out g.json",
+        f"{TRAIN} --out g.json/run", f"{TRAIN} --out /proc/run", "profile meta_kind.json --out adir",
+        "calibrate --out adir"])],
+    # run directories and checkpoints
+    *[(f"checkpoint-{n}", f"{PLACE} --checkpoint {n} --out new.json", None) for n in (
+        "run_empty", "run_trunc", "run_garbage", "run_noparams", "run_shape", "run_cfg_type", "run_cfg_nan",
+        "run_cfg_list", "run_cfg_text", "run_nockpt", "missing_run")],
+    ("checkpoint-place-9-devices", "place g.json --checkpoint run_ok --devices 9 --out new.json", None),
+    ("checkpoint-resume-other-model", f"{TRAIN} --out run_ok --set hidden=64", None),
+    ("checkpoint-resume-truncated", f"{TRAIN} --out run_trunc", None),
+    ("checkpoint-resume-cfg-type", f"{TRAIN} --out run_cfg_type", None),
+    ("run-locked", f"{TRAIN} --out run_lock", "run_lock/.lock"),
+    # programs named by data files: never imported (evil.py would write IMPORTED)
+    ("code-profile-source", "profile meta_code.json", None),
+    ("code-eval-hardware-source", "eval meta_code.json --placement p.json --hardware --mode program "
+                                  "--cluster c.json", None),
+    ("code-profile-atfile", "profile meta_atfile.json --program jax.numpy:matmul", None),
+    ("code-profile-unknown-kind", "profile meta_kind.json", None),
+    ("code-profile-kwargs-range", "profile meta_kwargs.json", None),
+    ("code-profile-kwargs-name", "profile meta_kwargs_code.json", None),
+]
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("bad_inputs")
+    _build(root)
+    return root
+
+
+def _env(root: Path) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(root / "evil"), "JAX_PLATFORMS": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def results(root) -> dict[str, dict]:
+    cases = [{"id": cid, "argv": shlex.split(cmd), "lock": str(root / lock) if lock else None}
+             for cid, cmd, lock in CASES]
+    proc = subprocess.run([sys.executable, str(HERE / "cli_driver.py"), str(root)], input=json.dumps(cases),
+                          capture_output=True, text=True, cwd=root, env=_env(root), timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {r["id"]: r for r in json.loads(proc.stdout)}
+
+
+@pytest.mark.parametrize("case", [c[0] for c in CASES])
+def test_bad_input_is_one_line_exit_2(results, case):
+    r = results[case]
+    lines = r["stderr"].splitlines()
+    assert "Traceback" not in r["stderr"], r["stderr"][-2000:]
+    assert r["code"] == 2, (r["code"], r["stderr"][-2000:])
+    assert len(lines) == 1 and lines[0].startswith("placeto"), r["stderr"]
+    assert r["changed"] == [], r["changed"]
+
+
+def test_the_messages_name_the_file_and_the_field(results):
+    expect = {"graph-cost_1e308": ("cost_1e308.json", "node 'a': field 'cost'"),
+              "graph-out_2_32": ("out_2_32.json", "field 'out'"),
+              "graph-corrupt.json.gz": ("corrupt.json.gz", "cannot read"),
+              "graph-nested.json": ("nested.json", "nested too deeply"),
+              "graph-time-bound": ("bound.json and c_slow.json", "simulated times could reach"),
+              "cluster-c_mem_nan": ("c_mem_nan.json", "'memory_bytes'"),
+              "cluster-c_bw_tiny": ("c_bw_tiny.json", "'bandwidth_bytes_per_us'"),
+              "placement-p_huge": ("p_huge.json", "entry 1"),
+              "expert-expert_int": ("expert_int.json", "meta.expert_placement"),
+              "checkpoint-run_trunc": ("checkpoint.msgpack", "truncated or corrupt"),
+              "checkpoint-run_shape": ("checkpoint.msgpack", "shape"),
+              "checkpoint-run_cfg_type": ("config.json", "'hidden'"),
+              "checkpoint-place-9-devices": ("run_ok", "at most 8 devices"),
+              "checkpoint-resume-other-model": ("config.json", "model fields"),
+              "run-locked": ("run_lock", "pid "),
+              "code-profile-source": ("meta_code.json", "--program"),
+              "code-profile-unknown-kind": ("meta_kind.json", "unknown program kind 'nope'"),
+              "output-2": ("/proc/x.png", "cannot write")}
+    for case, words in expect.items():
+        for word in words:
+            assert word in results[case]["stderr"], (case, word, results[case]["stderr"])
+
+
+def test_no_data_file_made_us_import_code(root, results):
+    assert results["code-profile-source"]["code"] == 2
+    assert not (root / "evil" / "IMPORTED").exists()
+
+
+@pytest.mark.parametrize("cmd", ["graph info corrupt.json.gz", f"{SIM} --cluster c_bw_tiny.json",
+                                 f"{TRAIN} --out newrun --seed 99999999999999999999999"])
+def test_the_driver_matches_the_real_entry_point(root, results, cmd):
+    proc = subprocess.run([sys.executable, "-m", "placeto.cli", *shlex.split(cmd)], capture_output=True, text=True,
+                          cwd=root, env=_env(root), timeout=120)
+    case = next(cid for cid, c, _ in CASES if c == cmd)
+    assert (proc.returncode, proc.stderr) == (results[case]["code"], results[case]["stderr"])
+
+
+def test_simulate_json_is_strict_json_when_the_lower_bound_is_zero(root):
+    """All costs zero: the ratio to the lower bound is undefined, printed as null (never a bare NaN/Infinity)."""
+    (root / "zero.json").write_text(json.dumps(_graph(nodes=[{**n, "cost": 0} for n in GRAPH["nodes"]])))
+    proc = subprocess.run([sys.executable, "-m", "placeto.cli", "simulate", "zero.json", "--placement", "p.json",
+                           "--json"], capture_output=True, text=True, cwd=root, env=_env(root), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert result["ratio_to_lower_bound"] is None
+
+
+def test_a_closed_pipe_ends_quietly(root):
+    """`placeto graph info G | head`: once a BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "placeto.cli", "graph", "info", "g.json"], cwd=root,
+                            env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    proc.wait(timeout=60)
+    assert err == "" and proc.returncode == 141
+
+
+def test_a_diverging_run_stops_and_its_run_directory_survives(tmp_path, monkeypatch):
+    """Library level (a NaN cannot be reached from the command line any more): a stale lock of a dead pid is
+    taken over, the first checkpoint is written after the first update, a non-finite parameter at update 2
+    stops training with an InputError that keeps that checkpoint, and the run then resumes from it."""
+    import jax
+    import jax.numpy as jnp
+
+    from placeto import train as T
+    from placeto.checkpoint_io import read_blob
+    from placeto.config import tiny
+    from simulator import InputError, cluster_preset
+    from simulator.generate import layered_dag
+
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / ".lock").write_text("999999999\n")  # left by a dead process: nobody holds its flock
+    real_update = T._update
+
+    def poisoned(config, policy, grad_fn, apply, st, *rest):
+        row = real_update(config, policy, grad_fn, apply, st, *rest)
+        if st.update == 2:
+            st.params = jax.tree.map(lambda x: x * jnp.nan, st.params)
+        return row
+
+    monkeypatch.setattr(T, "_update", poisoned)
+    graph, cluster = layered_dag(6, seed=0), cluster_preset("placeto-k80", 2)
+    with pytest.raises(InputError, match=r"diverged at update 2.*kept the checkpoint of update 1"):
+        T.train(tiny(episodes=16), [graph], cluster, out)
+    assert read_blob(out / "checkpoint.msgpack", T.CHECKPOINT_FIELDS)["update"] == 1
+    assert (out / ".lock").read_text() == ""  # released
+    monkeypatch.setattr(T, "_update", real_update)
+    summary = T.train(tiny(episodes=12), [graph], cluster, out)
+    assert (summary.start_episode, summary.episodes) == (4, 12)

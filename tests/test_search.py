@@ -1,0 +1,179 @@
+"""The one objective and meter, simulated annealing, block moves, policy-guided search, fine-tuning, shipped
+policies and mixed-device-count training."""
+
+import math
+import time
+
+import numpy as np
+import pytest
+
+from placeto import objective as O
+from placeto import train as T
+from placeto.baselines import run_method
+from placeto.config import tiny
+from placeto.policies import load_policy_params, resolve_checkpoint, ship, shipped_policies
+from placeto.search import guided, moves
+from placeto.search.sa import sa
+from simulator import Cluster, Device, cluster_preset, simulate
+from simulator.cluster import GB
+from simulator.errors import InputError
+from simulator.generate import layered_dag
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("run")
+    T.train(tiny(episodes=8), [layered_dag(30, seed=3)], cluster_preset("placeto-k80", 2), d)
+    return d
+
+
+# ---- objective and meter ---------------------------------------------------------------------------------
+def test_objective_is_runtime_plus_penalty_in_single_device_runtimes():
+    g = layered_dag(20, seed=7)
+    small = Cluster("small", tuple(Device(f"d{i}", "k80", 1e6) for i in range(2)), 5.7, 25.0, 7600.0)
+    p = np.zeros(20, np.int32)
+    res = simulate(g, p, small)
+    over = np.maximum(res.peak_memory - res.capacity, 0).sum() / GB
+    assert over > 0 and O.objective_scale(g, small) == res.runtime
+    with O.metered() as m:
+        score, _ = O.score_one(g, p, small)
+        batch = O.score_batch(g, np.stack([p, p]), small)
+    assert score == pytest.approx(res.runtime * (1 + over)) and np.allclose(batch, score)
+    assert m.calls == 3 and m.trace and m.trace[0][1] == 1  # improvement noted at the first call
+
+
+def test_meter_budget_nesting_and_environment_counting(run):
+    from placeto import env as E
+
+    g, cluster = layered_dag(25, seed=1), cluster_preset("placeto-k80", 2)
+    ctx = E.make_context(g, cluster, tiny())
+    with O.metered(max_calls=3) as outer:
+        state, _ = E.reset(ctx, 0, batch=2)
+        E.step(state, np.asarray([1, 1], np.int32))
+        with O.metered() as inner:
+            O.score_batch(g, np.zeros((4, 25), np.int32), cluster)
+        assert inner.calls == 4 and outer.calls == 4 and outer.exhausted()  # the inner block is not charged out
+    with O.metered(seconds=0.05) as timed:
+        assert not timed.exhausted()
+        time.sleep(0.06)
+        assert timed.exhausted()
+
+
+# ---- sa and moves -----------------------------------------------------------------------------------------
+def test_blocks_are_connected_and_on_one_device():
+    g = layered_dag(60, seed=2)
+    cur = np.random.default_rng(0).integers(0, 2, 60).astype(np.int32)
+    nb_off, nb = moves.neighbours(g)
+    rng = np.random.default_rng(1)
+    for v, block in zip(range(60), moves.blocks(rng, np.arange(60), cur, nb_off, nb, 6)):
+        assert block[0] == v and 1 <= len(block) <= 6 and len(set(block.tolist())) == len(block)
+        assert (cur[block] == cur[v]).all()
+        for w in block[1:]:  # each member touches an earlier one
+            assert any(u in nb[nb_off[w]:nb_off[w + 1]] for u in block[:list(block).index(w)])
+
+
+def test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start():
+    g, cluster = layered_dag(80, seed=4), cluster_preset("placeto-k80", 4)
+    a = run_method("sa", g, cluster, 3, budget=300)
+    b = run_method("sa", g, cluster, 3, budget=300)
+    assert a.simulator_calls == 300 and np.array_equal(a.placement, b.placement)
+    with O.metered():
+        start, start_score = moves.best_start(g, cluster, None)
+        score = O.score_one(g, a.placement, cluster)[0]
+    assert score <= start_score
+    timed = run_method("sa", g, cluster, 3, budget=None, seconds=0.2)
+    assert 0.2 <= timed.seconds < 0.5 and timed.simulator_calls > 300
+
+
+def test_sa_finds_the_two_chain_optimum():
+    nodes = [{"name": f"{c}{i}", "op": "op", "cost": 100.0, "out_bytes": [64]} for c in "ab" for i in range(6)]
+    edges = [(k * 6 + i, k * 6 + i + 1, 0) for k in range(2) for i in range(5)]
+    from simulator.graph import make_graph
+
+    g, cluster = make_graph("two_chains", nodes, edges), cluster_preset("placeto-k80", 2)
+    p = sa(g, cluster, 0, budget=400)
+    assert len(set(p[:6].tolist())) == 1 and len(set(p[6:].tolist())) == 1 and p[0] != p[6]
+
+
+# ---- policy-guided search and fine-tuning -----------------------------------------------------------------
+def test_relabel_prior_follows_the_best_device_permutation():
+    prior = np.array([[0.9, 0.1, 0.0], [0.2, 0.7, 0.1], [0.0, 0.1, 0.9]])
+    greedy, start = np.array([0, 1, 2]), np.array([2, 0, 1])  # start names greedy's device k as (k + 2) % 3
+    out = guided.relabel_prior(prior, greedy, start)
+    np.testing.assert_allclose(out[:, [2, 0, 1]], prior)
+
+
+def test_guided_search_and_policy_place(run):
+    g, cluster = layered_dag(40, seed=5), cluster_preset("placeto-k80", 2)
+    prep = guided.prepare(run, g, cluster)
+    assert prep.compile_seconds > 0
+    with O.metered(max_calls=250) as m:
+        a = guided.guided_search(prep, seed=1)
+    with O.metered(max_calls=250):
+        b = guided.guided_search(prep, seed=1)
+    assert m.calls == 250 and np.array_equal(a, b)
+    with O.metered():
+        greedy, greedy_score, prior = guided.greedy_with_prior(prep, refresh=1)
+        assert O.score_one(g, a, cluster)[0] <= greedy_score
+    assert prior.shape == (40, 2) and np.allclose(prior.sum(1), 1.0)
+    with O.metered(max_calls=200) as m:
+        placed = guided.policy_place(prep, seed=0, budget=200)
+    assert placed.shape == (40,) and 40 <= m.calls <= 200
+
+
+def test_finetune_changes_the_policy_and_stops_with_the_meter(run):
+    g, cluster = layered_dag(30, seed=6), cluster_preset("placeto-k80", 2)
+    prep = guided.prepare(run, g, cluster, finetuning=True)
+    with O.metered() as m:
+        tuned = guided.finetune(prep, episodes=8, seed=0)
+    assert m.calls > 0 and tuned.seen is not None and tuned.seen[0].shape == (30,)
+    import jax
+
+    diff = jax.tree.map(lambda x, y: float(np.abs(np.asarray(x) - np.asarray(y)).max()), prep.params, tuned.params)
+    assert max(jax.tree.leaves(diff)) > 0
+    with O.metered(max_calls=0):  # a spent meter: no update happens
+        same = guided.finetune(prep, episodes=8, seed=0)
+    assert math.isinf(same.seen[1])
+
+
+# ---- shipped policies and training on mixed device counts ------------------------------------------------
+def test_ship_resolve_and_load(run, tmp_path, monkeypatch):
+    import placeto.policies as P
+
+    dest = ship(run, "mine", {"command": "placeto train ...", "summary": "test"}, root=tmp_path)
+    assert (dest / "checkpoint.msgpack").stat().st_size < (run / "checkpoint.msgpack").stat().st_size
+    monkeypatch.setattr(P, "SHIPPED", tmp_path)
+    assert [p.name for p in P.shipped_policies()] == ["mine"]
+    assert P.resolve_checkpoint("mine") == dest and P.resolve_checkpoint(str(run)) == run
+    config, params = load_policy_params("mine")
+    _, original = load_policy_params(run)
+    import jax
+
+    assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(original)))
+    with pytest.raises(InputError, match="neither a shipped policy"):
+        P.resolve_checkpoint("no-such-policy")
+
+
+@pytest.mark.parametrize("shipped", [p.name for p in shipped_policies()])
+def test_each_shipped_policy_places_a_test_graph(shipped):
+    from placeto.families import load_family
+
+    g = min(load_family("nmt", "test"), key=lambda x: x.n_nodes)
+    cluster = cluster_preset("placeto-k80", 4)
+    prep = guided.prepare(shipped, g, cluster, sampling=False)
+    with O.metered():
+        placement, score, _ = guided.greedy_with_prior(prep)
+    single = simulate(g, np.zeros(g.n_nodes, np.int32), cluster).runtime
+    assert placement.shape == (g.n_nodes,) and score < single  # a trained policy beats one device
+    assert resolve_checkpoint(shipped).is_dir()
+
+
+def test_mixed_device_counts_and_init_from(run, tmp_path):
+    graphs = [layered_dag(20, seed=s) for s in (0, 1)]
+    clusters = [cluster_preset("placeto-k80", d) for d in (2, 4)]
+    tasks = T.make_tasks(graphs, clusters, seed=0)
+    assert sorted(t.key for t in tasks) == sorted(f"{g.name}@{d}d" for g in graphs for d in (2, 4))
+    assert [t.key for t in tasks] == [t.key for t in T.make_tasks(graphs, clusters, seed=0)]
+    _, init = load_policy_params(run)
+    summary = T.train(tiny(episodes=16), graphs, clusters, tmp_path / "mixed", init_params=init)
+    assert summary.episodes == 16 and len(summary.best_runtime) == 4
