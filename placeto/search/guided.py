@@ -7,9 +7,10 @@ compilation of the policy for the graph's padding bucket) happen in `prepare`, w
 `placeto-search` (`guided_search`), beyond Placeto (compare REGAL's learned prior for a genetic search):
   1. one greedy episode of the policy; at each step the policy's device distribution for the node it places is
      kept as that node's prior (float[N, D]);
-  2. the best of that episode's placements and the list schedulers' (etf, heft, single) starts the search; the
-     prior is relabelled to the start's device names (the device permutation that best matches the greedy
-     placement, by linear assignment), since identical devices may be named differently;
+  2. the best of that episode's placements, of `samples` placements drawn from the prior (one batch of
+     simulations, no policy calls) and of the list schedulers' (etf, heft, single) starts the search; when a
+     list scheduler's wins, the prior is relabelled to its device names (the device permutation that best
+     matches the greedy placement, by linear assignment), since identical devices may be named differently;
   3. simulated annealing (`sa.anneal`, node and block moves as in `sa`) whose moves take their target device
      from the prior with probability `prior_prob` (a neighbour's device or another one otherwise), and whose
      nodes are drawn more often where the policy is unsure (weight x (0.5 + normalised entropy of the prior)).
@@ -28,6 +29,7 @@ import numpy as np
 
 from placeto import env as E
 from placeto.config import PlacetoConfig
+from placeto.baselines._common import batch_size, evaluate
 from placeto.objective import meter
 from placeto.policies import load_policy_params, resolve_checkpoint
 from placeto.policy import Policy, make_policy
@@ -161,23 +163,35 @@ def relabel_prior(prior: np.ndarray, greedy: np.ndarray, start: np.ndarray) -> n
 
 
 def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_prob: float = 0.3,
-                  neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5) -> np.ndarray:
-    """The `placeto-search` method (see the module docstring); int32[N] the best placement found."""
+                  neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5,
+                  samples: int = 32) -> np.ndarray:
+    """The `placeto-search` method (see the module docstring); int32[N] the best placement found.
+
+    samples: placements drawn node by node from the prior (no policy calls) and scored in one batch; the best
+    of them competes with the greedy episode's and the list schedulers' placements for the start.
+    """
     graph, cluster = prep.graph, prep.cluster
     m, calls0 = meter(), meter().calls
+    rng = np.random.default_rng(seed)
     greedy, greedy_score, prior = greedy_with_prior(prep)
     if m.exhausted():
         return greedy
-    start, score = moves.best_start(graph, cluster, None)
-    if prep.seen is not None and prep.seen[1] < score:
-        start, score = prep.seen
-    if greedy_score <= score:
-        start, score = greedy, greedy_score
-    else:
-        prior = relabel_prior(prior, greedy, start)
-    n_dev = cluster.n_devices
-    nb_off, nb = moves.neighbours(graph)
     cdf = np.cumsum(prior, axis=1)
+    n_dev = cluster.n_devices
+    cands = [(greedy, greedy_score)]
+    if samples > 0 and batch_size(samples, calls0 + budget) == samples:
+        drawn = np.minimum((cdf[None] < rng.random((samples, graph.n_nodes, 1))).sum(2), n_dev - 1).astype(np.int32)
+        scores = evaluate(graph, drawn, cluster)
+        cands.append((drawn[int(np.argmin(scores))], float(scores.min())))
+    if prep.seen is not None:
+        cands.append(prep.seen)
+    start, score = min(cands, key=lambda c: c[1])
+    if not m.exhausted():
+        classic, classic_score = moves.best_start(graph, cluster, None)
+        if classic_score < score:  # identical devices may be named differently: relabel the prior to the start
+            start, score, prior = classic, classic_score, relabel_prior(prior, greedy, classic)
+            cdf = np.cumsum(prior, axis=1)
+    nb_off, nb = moves.neighbours(graph)
 
     def propose(rng, nodes, cur):
         devs = moves.targets(rng, nodes, cur, nb_off, nb, n_dev, neighbour_prob)
@@ -188,8 +202,8 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
     entropy = -(prior * np.log(np.maximum(prior, 1e-12))).sum(1) / np.log(max(n_dev, 2))
     weight = moves.node_weights(graph, cluster) * (0.5 + entropy)
     left = budget - (m.calls - calls0)
-    return anneal(graph, cluster, start, score, propose, np.random.default_rng(seed), left, batch,
-                  weight=weight / weight.sum(), block_prob=block_prob)
+    return anneal(graph, cluster, start, score, propose, rng, left, batch, weight=weight / weight.sum(),
+                  block_prob=block_prob)
 
 
 def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
