@@ -10,8 +10,8 @@ budget, normalised per graph by the best runtime any method found, averaged over
     PYTHONPATH=. python experiments/anytime.py --family nmt --devices 4 --seconds 0.1,1,10
     PYTHONPATH=. python experiments/anytime.py --benchmarks --devices 2,4,8 --seconds 0.1,1,10
 
-Writes experiments/results/anytime_<family>.md (+ .csv, _curves.png); rerunning with other --devices adds to
-the same files (rows of other device counts are kept).
+Writes experiments/results/anytime_<family>.md (+ .csv, _curves_<devices>dev.png); rerunning with other --devices
+or --seconds adds to the same files (rows of other (device count, budget) pairs are kept).
 """
 
 from __future__ import annotations
@@ -191,9 +191,10 @@ def main(argv=None) -> int:
             "Runtimes in ms (simulated, placeto-k80 preset). Every method gets the same wall seconds per graph "
             "(inference and fine-tuning included, jit compilation excluded: its own column); etf does not search "
             "and takes what it takes. Policy: " + (args.checkpoint or "the shipped general policy") + ".",
-            "", *summary(rows), f"Curves: `anytime_{name}_curves.png` (runs at {max(budgets):g} s)."]
+            "", *summary(rows), f"Curves: `anytime_{name}_curves_<devices>dev.png` (from the runs at the largest "
+            "budget of each command)."]
     atomic_write_bytes(out / f"anytime_{name}.md", ("\n".join(text) + "\n").encode())
-    plot_curves(traces, rows, out / f"anytime_{name}_curves.png", name)
+    plot_curves(traces, rows, out / f"anytime_{name}_curves_{'_'.join(map(str, devices))}dev.png", name)
     print("\n".join(summary(rows)))
     return 0
 

@@ -27,7 +27,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--preset", default="placeto-k80")
     p.add_argument("--budget", type=int, default=DEFAULT_BUDGET, help="simulator calls of local-search / policy")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--checkpoint", help="trained policy (run directory or shipped name); adds the 'placeto' and 'placeto-search' columns")
+    p.add_argument("--checkpoint",
+                   help="trained policy (run directory or shipped name); adds 'placeto' and 'placeto-search' columns")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--plot", action="store_true")
     return p.parse_args(argv)

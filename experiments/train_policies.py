@@ -30,11 +30,11 @@ from simulator import cluster_preset, simulate  # noqa: E402
 SPECS = {
     "general": "placeto train --family all --devices 2,4,8 --out runs/general --episodes 5000 --seed 0 "
                "--minutes 90",
-    "nmt": "placeto train --family nmt --devices 4 --init-from general --out runs/nmt --episodes 800 --seed 0 "
+    "nmt": "placeto train --family nmt --devices 4 --init-from general --out runs/nmt --episodes 480 --seed 0 "
            "--minutes 30 --set lr=3e-4 entropy=0.003",
-    "ptb": "placeto train --family ptb --devices 4 --init-from general --out runs/ptb --episodes 800 --seed 0 "
+    "ptb": "placeto train --family ptb --devices 4 --init-from general --out runs/ptb --episodes 480 --seed 0 "
            "--minutes 30 --set lr=3e-4 entropy=0.003",
-    "cifar10": "placeto train --family cifar10 --devices 4 --init-from general --out runs/cifar10 --episodes 400 "
+    "cifar10": "placeto train --family cifar10 --devices 4 --init-from general --out runs/cifar10 --episodes 240 "
                "--seed 0 --minutes 30 --set lr=3e-4 entropy=0.003",
 }
 SUMMARY = {"general": "all three families (72 training graphs) at 2, 4 and 8 devices",

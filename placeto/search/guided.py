@@ -5,8 +5,8 @@ the searches stop when its calls or wall seconds are spent. One-time costs (load
 compilation of the policy for the graph's padding bucket) happen in `prepare`, which reports them apart.
 
 `placeto-search` (`guided_search`), beyond Placeto (compare REGAL's learned prior for a genetic search):
-  1. one greedy episode of the policy; at each step the policy's device distribution for the node it places is
-     kept as that node's prior (float[N, D]);
+  1. one greedy episode of the policy (cut short after POLICY_SHARE of a wall-clock budget); at each step the
+     policy's device distribution for the node it places is kept as that node's prior (float[N, D]);
   2. the best of that episode's placements, of `samples` placements drawn from the prior (one batch of
      simulations, no policy calls) and of the list schedulers' (etf, heft, single) starts the search; when a
      list scheduler's wins, the prior is relabelled to its device names (the device permutation that best
@@ -40,6 +40,9 @@ from simulator.graph import Graph
 
 
 REFRESH = 4  # embeddings recomputed every 4 steps in the greedy episode: 1.3-1.7x faster, within 1% (fast_greedy.md)
+
+
+POLICY_SHARE = 0.4  # largest share of a wall-clock budget placeto-search spends in the policy's greedy episode
 
 
 @dataclasses.dataclass
@@ -92,14 +95,14 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
     return Prepared(config, params, policy, graph, cluster, time.perf_counter() - t0)
 
 
-def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None,
-                      refresh: int | None = None) -> tuple[np.ndarray, float, np.ndarray]:
+def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: int | None = None,
+                      deadline: float = np.inf) -> tuple[np.ndarray, float, np.ndarray]:
     """One greedy episode: (best placement int32[N], its objective, prior float64[N, D] device distributions).
 
     The prior of a node is the policy's distribution at its last visit; nodes never reached before the meter ran
-    out keep a uniform prior. refresh (default `REFRESH`): recompute the message-passing embeddings every
-    `refresh` steps and reuse them in between (the scoring head always sees the current placement); 1 is the
-    exact policy, larger is faster (see `experiments/results/fast_greedy.md`).
+    out (or before `deadline`, a perf_counter time) keep a uniform prior. refresh (default `REFRESH`): recompute
+    the message-passing embeddings every `refresh` steps and reuse them in between (the scoring head always sees
+    the current placement); 1 is the exact policy, larger is faster (`experiments/results/fast_greedy.md`).
     """
     ctx = ctx or E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
@@ -108,7 +111,7 @@ def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None,
     prior = np.full((ctx.n_nodes, d), 1.0 / d)
     state, obs = E.reset(ctx, 0, 1)
     m, done, h = meter(), ctx.n_steps == 0, None
-    while not done and not m.exhausted():
+    while not done and not m.exhausted() and time.perf_counter() < deadline:
         args = (prep.params, arrays, obs.placement, obs.start, np.asarray([obs.node]), np.asarray([obs.t]))
         if refresh <= 1:
             logp = pol.log_probs(*args)
@@ -173,7 +176,8 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
     graph, cluster = prep.graph, prep.cluster
     m, calls0 = meter(), meter().calls
     rng = np.random.default_rng(seed)
-    greedy, greedy_score, prior = greedy_with_prior(prep)
+    # the policy's episode gets at most POLICY_SHARE of a wall-clock budget: large graphs still get searched
+    greedy, greedy_score, prior = greedy_with_prior(prep, deadline=m.start + POLICY_SHARE * (m.deadline - m.start))
     if m.exhausted():
         return greedy
     cdf = np.cumsum(prior, axis=1)

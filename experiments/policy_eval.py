@@ -1,0 +1,76 @@
+"""The shipped policies alone (one greedy episode, no search) on every family's test split at 4 devices, next to
+single device and local search with 1,000 simulator calls; and the greedy episode's wall time.
+
+    PYTHONPATH=. python experiments/policy_eval.py
+
+Writes experiments/results/shipped_policies.md: per family, mean runtime ratios (policy greedy / local search,
+general / the family's own policy), greedy seconds after compilation, compilation seconds; and the greedy time
+of every test graph of 250-350 groups.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from placeto.baselines import run_method  # noqa: E402
+from placeto.families import FAMILIES, load_family  # noqa: E402
+from placeto.objective import metered  # noqa: E402
+from placeto.policies import shipped_policies  # noqa: E402
+from placeto.search import guided  # noqa: E402
+from simulator import cluster_preset, simulate  # noqa: E402
+from simulator.io import atomic_write_bytes  # noqa: E402
+
+
+def greedy(name: str, graph, cluster) -> tuple[float, float, float]:
+    """(runtime us, greedy seconds after compilation, compile seconds) of policy `name` on graph."""
+    prep = guided.prepare(name, graph, cluster, sampling=False)
+    with metered():
+        t0 = time.perf_counter()
+        placement, _, _ = guided.greedy_with_prior(prep)
+        seconds = time.perf_counter() - t0
+    return float(simulate(graph, placement, cluster).runtime), seconds, prep.compile_seconds
+
+
+def main() -> int:
+    cluster = cluster_preset("placeto-k80", 4)
+    names = [p.name for p in shipped_policies()]
+    if "general" not in names:
+        print("policy_eval: no shipped general policy (run experiments/train_policies.py first)", file=sys.stderr)
+        return 2
+    lines = ["# Shipped policies alone: greedy zero-shot on the test splits (4 K80s)", "",
+             "`PYTHONPATH=. python experiments/policy_eval.py`: one greedy episode per graph (no search, no "
+             "sampling), runtimes as a ratio; mean over the 8 test graphs of each family.", "",
+             "| family | general x single | general x local-search (1,000 calls) | own policy x local-search | "
+             "general x own policy | greedy s (general) | compile s |", "|---|---:|---:|---:|---:|---:|---:|"]
+    timing = []
+    for fam in FAMILIES:
+        rows = []
+        for g in load_family(fam, "test"):
+            single = simulate(g, np.zeros(g.n_nodes, np.int32), cluster).runtime
+            ls = simulate(g, run_method("local-search", g, cluster, 0, budget=1000).placement, cluster).runtime
+            gen, secs, comp = greedy("general", g, cluster)
+            own = greedy(fam, g, cluster)[0] if fam in names else np.nan
+            rows.append((gen / single, gen / ls, own / ls, gen / own, secs, comp))
+            if 250 <= g.n_nodes <= 350:
+                timing.append((g.name, g.n_nodes, secs, comp))
+        m = np.nanmean(np.asarray(rows), axis=0)
+        lines.append(f"| {fam} | {m[0]:.3f} | {m[1]:.3f} | {m[2]:.3f} | {m[3]:.3f} | {m[4]:.2f} | {m[5]:.1f} |")
+        print(lines[-1], flush=True)
+    lines += ["", "Greedy zero-shot time of the general policy on the test graphs of 250-350 groups (after "
+                  "compilation; compilation apart):", "", "| graph | groups | greedy s | compile s |",
+              "|---|---:|---:|---:|"]
+    lines += [f"| {n} | {k} | {s:.2f} | {c:.1f} |" for n, k, s, c in timing]
+    atomic_write_bytes(ROOT / "experiments" / "results" / "shipped_policies.md", ("\n".join(lines) + "\n").encode())
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
