@@ -34,7 +34,7 @@ SPECS = {
            "--minutes 30 --set lr=3e-4 entropy=0.003",
     "ptb": "placeto train --family ptb --devices 4 --init-from general --out runs/ptb --episodes 480 --seed 0 "
            "--minutes 30 --set lr=3e-4 entropy=0.003",
-    "cifar10": "placeto train --family cifar10 --devices 4 --init-from general --out runs/cifar10 --episodes 240 "
+    "cifar10": "placeto train --family cifar10 --devices 4 --init-from general --out runs/cifar10 --episodes 120 "
                "--seed 0 --minutes 30 --set lr=3e-4 entropy=0.003",
 }
 SUMMARY = {"general": "all three families (72 training graphs) at 2, 4 and 8 devices",
