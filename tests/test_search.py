@@ -177,3 +177,20 @@ def test_mixed_device_counts_and_init_from(run, tmp_path):
     _, init = load_policy_params(run)
     summary = T.train(tiny(episodes=16), graphs, clusters, tmp_path / "mixed", init_params=init)
     assert summary.episodes == 16 and len(summary.best_runtime) == 4
+
+
+@pytest.mark.skipif("general" not in [p.name for p in shipped_policies()], reason="no shipped general policy")
+def test_cli_policies_and_place_with_the_default_policy(tmp_path, capsys):
+    from placeto.cli import main
+    from placeto.families import load_family
+    from simulator import save_graph
+
+    assert main(["policies"]) == 0
+    assert "general (default)" in capsys.readouterr().out
+    g = min(load_family("ptb", "test"), key=lambda x: x.n_nodes)
+    save_graph(g, tmp_path / "g.json.gz")
+    assert main(["place", str(tmp_path / "g.json.gz"), "--devices", "4", "--out", str(tmp_path / "p.json")]) == 0
+    assert "placeto" in capsys.readouterr().out and (tmp_path / "p.json").is_file()
+    assert main(["place", str(tmp_path / "g.json.gz"), "--devices", "2", "--budget", "400",
+                 "--out", str(tmp_path / "q.json")]) == 0
+    assert "placeto-search" in capsys.readouterr().out
