@@ -105,9 +105,10 @@ def summary(rows: list[dict]) -> list[str]:
             ok = [x for x in ratios if not math.isnan(x)]
             if ok:
                 wins = sum(x <= 1.0 for x in ok)
+                gain = 100 * (1 - np.mean(ok))
                 lines += ["", f"placeto-search at least as good as the best of {', '.join(CLASSICAL)} on {wins} of "
                               f"{len(ok)} graphs ({100 * wins / len(ok):.0f}%); mean ratio {np.mean(ok):.3f} "
-                              f"({100 * (1 - np.mean(ok)):+.1f}% better)."]
+                              f"({abs(gain):.1f}% {'better' if gain >= 0 else 'worse'})."]
             lines.append("")
     return lines
 

@@ -163,6 +163,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     from placeto.families import FAMILIES, load_family
     from placeto.train import train
 
+    if getattr(args, "method", "placeto") == "gdp":
+        from placeto.methods.gdp.cli import train_from_args
+
+        return train_from_args(args, *_train_inputs(args))
     try:
         changes = parse_overrides(args.set)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
@@ -198,6 +202,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
+    """(graphs, clusters) the train command's --family/--graph and --cluster/--preset/--devices name."""
+    from simulator.io import load_graph
+
+    from placeto.families import FAMILIES, load_family
+
+    if args.family:
+        names = FAMILIES if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
+        graphs = [g for name in names for g in load_family(name, "train")]
+    else:
+        graphs = [load_graph(g) for g in args.graph]
+    if args.cluster:
+        return graphs, [load_cluster(args.cluster)]
+    return graphs, [cluster_preset(args.preset, d) for d in _device_list(args.devices)]
+
+
 def _device_list(text: str) -> list[int]:
     """"4" or "2,4,8" -> [4] or [2, 4, 8] (InputError otherwise)."""
     try:
@@ -220,6 +240,12 @@ def cmd_place(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)
+    from placeto.methods.gdp.place import is_gdp_checkpoint
+
+    if args.method is None and is_gdp_checkpoint(args.checkpoint):
+        args.method = "gdp"  # a gdp run directory: its config.json says "method": "gdp"
+    if args.method == "gdp" and args.budget is None and args.seconds is None:
+        args.budget = 1 + args.samples + args.finetune_episodes  # greedy + samples (+ fine-tuning)
     budgeted = args.seconds is not None or args.budget is not None or args.finetune_episodes > 0
     method = args.method or ("placeto-search" if args.seconds is not None or args.budget is not None else "placeto")
     if method != "placeto" and not budgeted:
@@ -346,6 +372,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--devices", default="4", help="device counts of the preset, e.g. 4 or 2,4,8 (mixed)")
     tr.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
     tr.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
+    tr.add_argument("--method", choices=["placeto", "gdp"], default="placeto",
+                    help="placeto (default) or gdp (single-shot GNN + segment attention, PPO)")
     tr.add_argument("--init-from", help="start from this trained policy (a shipped name or a run directory)")
     tr.add_argument("--out", required=True, help="run directory (checkpoints, metrics, best placements)")
     tr.add_argument("--config", default="default", choices=["default", "tiny"], help="configuration preset")
@@ -363,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a shipped policy's name (see `placeto policies`) or a run directory of `placeto train` "
                          "(default: the shipped general policy)")
     add_cluster_arguments(pl, default_devices=4)
-    pl.add_argument("--method", choices=["placeto", "placeto-search"], default=None,
+    pl.add_argument("--method", choices=["placeto", "placeto-search", "gdp"], default=None,
                     help="placeto: greedy + sampled episodes; placeto-search: policy-guided search (the default "
                          "when a budget is given)")
     pl.add_argument("--seconds", type=float, default=None, help="wall-clock budget (compilation excluded)")

@@ -32,7 +32,7 @@ from simulator.result import lower_bound
 
 from simulator import simulate
 
-LEARNED = ("placeto", "placeto-search")  # need a trained policy: --checkpoint, else the default shipped one
+LEARNED = ("placeto", "placeto-search", "gdp")  # need a trained policy: --checkpoint, else the default shipped one
 POLICY_METHOD = LEARNED[0]
 
 
@@ -139,8 +139,13 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
                 finetune_episodes: int = 0) -> tuple[MethodRun, float]:
     """(MethodRun, compile seconds) of learned method `name` ("placeto": greedy + sampled episodes;
     "placeto-search": policy-guided search), fine-tuned first if asked, inside one meter (see `compare`)."""
+    from placeto.methods.gdp.place import is_gdp_checkpoint, run_gdp
     from placeto.search import guided
 
+    if (name == "gdp") != is_gdp_checkpoint(checkpoint):  # each learned method needs its own kind of policy
+        raise NotApplicable(f"{name} needs a {'gdp' if name == 'gdp' else 'placeto'} policy (--checkpoint)")
+    if name == "gdp":
+        return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes)
     prep = guided.prepare(checkpoint, graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
                           finetuning=finetune_episodes > 0)
     calls = math.inf if budget is None else budget

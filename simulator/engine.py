@@ -30,6 +30,7 @@ from simulator.errors import InputError
 from simulator.graph import Graph
 from simulator.io import check_placement
 from simulator.limits import check_graph_on_cluster
+from simulator.peak_memory import _peak
 from simulator.result import SimResult, Transfers, lower_bound
 
 
@@ -51,6 +52,7 @@ class Prepared(NamedTuple):
     delta1: float  # microseconds, device idle after a non-zero-cost op
     delta2: float  # microseconds, bus busy after a transfer
     max_changes: int  # upper bound on memory change records of any placement
+    exact_memory: bool  # every partial sum of memory changes is exact: the sweep may skip the (time, bytes) sort
 
 
 class BatchResult(NamedTuple):
@@ -81,6 +83,7 @@ class _Work(NamedTuple):
     n_local: np.ndarray  # int64[N] children on the own device, compacted at local[child_off[i]:]
     local: np.ndarray  # int32[P]
     local_count: np.ndarray  # int32[P]
+    x_arr: np.ndarray  # int32[O] transferred outputs in arrival order (the order their release events ran)
 
 
 class _Schedule(NamedTuple):
@@ -118,6 +121,11 @@ def _prepare(graph: Graph, cluster: Cluster) -> Prepared:
     pc, pc_count = np.unique(out_node[p_out].astype(np.int64) * n1 + p_dst, return_counts=True)
     child_off = np.concatenate([[0], np.cumsum(np.bincount(pc // n1, minlength=n))]).astype(np.int64)
     receivers = np.minimum(n_dev - 1, np.diff(cons_off))  # devices an output can be sent to, at most
+    out_bytes = graph.out_bytes.astype(np.float64)
+    # Whole bytes whose change records sum below 2**53 in absolute value: every running sum is exact, so the
+    # order of the sum within one time cannot change the peak (see _peak_memory_exact).
+    exact = bool(np.all(out_bytes == np.floor(out_bytes))
+                 and 2.0 * float(np.sum(out_bytes * (1.0 + receivers))) < 2.0**53)
     return Prepared(
         cost=cost,
         xfer_time=graph.out_bytes.astype(np.float64) / cluster.bandwidth_bytes_per_us,  # as the reference
@@ -127,7 +135,7 @@ def _prepare(graph: Graph, cluster: Cluster) -> Prepared:
         pending0=np.bincount(p_dst, minlength=n).astype(np.int32),
         persistent=graph.persistent_bytes.astype(np.float64),
         delta1=float(cluster.delta1_us), delta2=float(cluster.delta2_us),
-        max_changes=int(2 * n_out + 2 * receivers.sum()),
+        max_changes=int(2 * n_out + 2 * receivers.sum()), exact_memory=exact,
     )
 
 
@@ -143,7 +151,7 @@ def _new_work(n, n_out, n_dev, n_cons, n_child):
                  np.empty((2, n_dev)), np.empty(n_ev), np.empty((n_ev, 2), np.int64),
                  np.empty(n_out, np.int32), np.empty(n_out), np.empty(1, np.int64),
                  np.empty(n_out, np.int64), np.empty(n_cons, np.int32), np.empty(n, np.int64),
-                 np.empty(n_child, np.int32), np.empty(n_child, np.int32))
+                 np.empty(n_child, np.int32), np.empty(n_child, np.int32), np.empty(n_out, np.int32))
 
 
 @_jit
@@ -232,6 +240,7 @@ def _run(g, w, dev):
     start, end, pending, queue, bus, arrival = w.start, w.end, w.pending, w.queue, w.bus, w.arrival
     heads, free, ev_t, ev_rx, x_out, x_start = w.heads, w.free, w.ev_t, w.ev_rx, w.x_out, w.x_start
     n_remote, remote, n_local, local, local_count = w.n_remote, w.remote, w.n_local, w.local, w.local_count
+    x_arr, n_arr = w.x_arr, 0
     n_ev, n_x, done = _reset(g, w, dev), 0, 0
     if n_ev < 0:
         w.n_x[0] = 0
@@ -241,6 +250,9 @@ def _run(g, w, dev):
         t, r, x = ev_t[n_ev], ev_rx[n_ev, 0], ev_rx[n_ev, 1]
         if r < bus_rank:  # parent r releases its local children (x < 0) or output x's remote consumers
             is_local = x < 0
+            if not is_local:
+                x_arr[n_arr] = x
+                n_arr += 1
             lo = child_off[r] if is_local else cons_off[x]
             for j in range(lo, lo + (n_local[r] if is_local else n_remote[x])):
                 c = local[j] if is_local else remote[j]
@@ -288,123 +300,6 @@ def _run(g, w, dev):
 
 
 @_jit
-def _peak_memory(g, w, dev, peak):
-    """Fill peak (float64[D]) with peak_memory_reference's numbers for the schedule in `w`."""
-    n, n_dev = g.cost.shape
-    out_off, out_bytes, cons_off, cons = g.out_off, g.out_bytes, g.cons_off, g.cons
-    start, end, arrival = w.start, w.end, w.arrival
-    m_t, m_v, m_d = np.empty(g.max_changes), np.empty(g.max_changes), np.empty(g.max_changes, np.int32)
-    free_d = np.empty(n_dev)  # per receiving device: when its consumers are done, -1 if none
-    m = 0
-    for p in range(n):
-        home = dev[p]
-        for o in range(out_off[p], out_off[p + 1]):
-            free_home = end[p]
-            free_d[:] = -1.0
-            for j in range(cons_off[o], cons_off[o + 1]):
-                c = cons[j]
-                if dev[c] == home:
-                    free_home = max(free_home, end[c])
-                else:
-                    free_d[dev[c]] = max(free_d[dev[c]], end[c])
-            if arrival[o] >= 0.0:
-                free_home = max(free_home, arrival[o])
-                for d in range(n_dev):
-                    if free_d[d] >= 0.0:
-                        m_t[m], m_v[m], m_d[m] = arrival[o], out_bytes[o], d
-                        m_t[m + 1], m_v[m + 1], m_d[m + 1] = free_d[d], -out_bytes[o], d
-                        m += 2
-            m_t[m], m_v[m], m_d[m] = start[p], out_bytes[o], home
-            m_t[m + 1], m_v[m + 1], m_d[m + 1] = free_home, -out_bytes[o], home
-            m += 2
-    _live_peak(m_t[:m], m_v[:m], m_d[:m], peak)
-    persistent = np.zeros(n_dev)
-    for i in range(n):
-        persistent[dev[i]] += g.persistent[i]
-    for d in range(n_dev):
-        peak[d] = persistent[d] + peak[d]
-
-
-@_jit
-def _live_peak(t, v, dev, peak):
-    """Fill peak[d] with the largest running sum of the changes (time t, bytes v) of device d, summed in the
-    reference's order: by (time, bytes), so at equal times frees come first.
-
-    A bucket sort on time (bucket floor(t * scale) is monotone in t) that moves the records themselves, then
-    each bucket sorted exactly: linear on the spread-out times of a schedule, n log n when they bunch up.
-    """
-    m = len(t)
-    scale = m / t.max() if m and t.max() > 0 else 0.0
-    scale = scale if scale < 1e300 else 0.0
-    first = np.zeros(m + 1, np.int64)  # bucket b holds records first[b]:first[b + 1]
-    for k in range(m):
-        first[_bucket(t[k], scale, m) + 1] += 1
-    for b in range(m):
-        first[b + 1] += first[b]
-    fill = first[:-1].copy()
-    ts, vs, ds = np.empty(m), np.empty(m), np.empty(m, np.int32)
-    for k in range(m):
-        b = _bucket(t[k], scale, m)
-        ts[fill[b]], vs[fill[b]], ds[fill[b]] = t[k], v[k], dev[k]
-        fill[b] += 1
-    for b in range(m):
-        if first[b + 1] - first[b] > 1:
-            _sort_records(ts, vs, ds, first[b], first[b + 1])
-    live = np.zeros(len(peak))
-    peak[:] = 0.0
-    for k in range(m):
-        live[ds[k]] += vs[k]
-        peak[ds[k]] = max(peak[ds[k]], live[ds[k]])
-
-
-@_jit
-def _bucket(t, scale, m):
-    """min(floor(t * scale), m - 1), and in [0, m) whatever t is: a NaN or infinite time (which validated
-    inputs never produce) must not become an index outside the array (int(NaN) is undefined)."""
-    x = t * scale
-    if x >= 0.0 and x < m - 1:
-        return int(x)
-    return m - 1 if x >= m - 1 else 0
-
-
-@_jit
-def _sort_records(t, v, d, lo, hi):
-    """Sort records lo:hi by (t, v): insertion sort when short, else heapsort (no numba sort to compile)."""
-    if hi - lo <= 16:
-        for i in range(lo + 1, hi):
-            j = i
-            while j > lo and (t[j] < t[j - 1] or (t[j] == t[j - 1] and v[j] < v[j - 1])):
-                _swap(t, v, d, j, j - 1)
-                j -= 1
-        return
-    for root in range(lo + (hi - lo) // 2 - 1, lo - 1, -1):
-        _sift_down(t, v, d, lo, root, hi)
-    for last in range(hi - 1, lo, -1):
-        _swap(t, v, d, lo, last)
-        _sift_down(t, v, d, lo, lo, last)
-
-
-@_jit
-def _swap(t, v, d, a, b):
-    t[a], t[b] = t[b], t[a]
-    v[a], v[b] = v[b], v[a]
-    d[a], d[b] = d[b], d[a]
-
-
-@_jit
-def _sift_down(t, v, d, lo, root, hi):
-    """Restore the max-heap by (t, v) of records lo:hi below `root` (the children of r are 2r - lo + 1, + 2)."""
-    while 2 * root - lo + 1 < hi:
-        c = 2 * root - lo + 1
-        if c + 1 < hi and (t[c] < t[c + 1] or (t[c] == t[c + 1] and v[c] < v[c + 1])):
-            c += 1
-        if t[root] > t[c] or (t[root] == t[c] and v[root] >= v[c]):
-            return
-        _swap(t, v, d, root, c)
-        root = c
-
-
-@_jit
 def _simulate_one(g, dev):
     """The full schedule of one placement."""
     n, n_dev = g.cost.shape
@@ -414,7 +309,7 @@ def _simulate_one(g, dev):
     for i in range(n if done >= 0 else 0):  # node order, as the reference sums
         busy[dev[i]] += g.cost[i, dev[i]]
     if done == n:
-        _peak_memory(g, w, dev, peak)
+        _peak(g, w, dev, peak)
     n_x = w.n_x[0]
     return _Schedule(runtime, done, w.start, w.end, busy, peak, w.x_out[:n_x], w.x_start[:n_x], w.arrival)
 
@@ -427,7 +322,7 @@ def _simulate_rows(g, placements, lo, hi, runtime, peak, with_memory, done):
     for b in range(lo, hi):
         runtime[b], done[b] = _run(g, w, placements[b])
         if with_memory and done[b] == n:
-            _peak_memory(g, w, placements[b], peak[b])
+            _peak(g, w, placements[b], peak[b])
 
 
 # ---- public API ----------------------------------------------------------------------------------------

@@ -1,0 +1,42 @@
+"""`placeto train --method gdp`: the library call behind the CLI flag (the CLI module stays thin)."""
+
+from __future__ import annotations
+
+import argparse
+
+from placeto.methods.gdp.config import PRESETS
+from simulator.errors import InputError
+
+
+def config_from_args(args: argparse.Namespace):
+    """GdpConfig from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes."""
+    from placeto.config import parse_overrides
+
+    try:
+        changes = parse_overrides(args.set)
+        changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
+                                          ("time_limit_minutes", args.minutes)) if v is not None})
+        return PRESETS[args.config]().replace(**changes)
+    except (TypeError, ValueError) as e:
+        raise InputError(str(e)) from None
+
+
+def train_from_args(args: argparse.Namespace, graphs, clusters) -> int:
+    """Train (or resume) a gdp run on `graphs` x `clusters` as the train command's arguments say; prints a
+    summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy)."""
+    from placeto.methods.gdp.place import load_run
+    from placeto.methods.gdp.train import train
+
+    config = config_from_args(args)
+    init = None
+    if args.init_from:
+        init_config, init = load_run(args.init_from)
+        if init_config.model_fields() != config.model_fields():
+            raise InputError(f"--init-from {args.init_from}: its model config differs from this run's "
+                             f"({init_config.model_fields()} vs {config.model_fields()})")
+    s = train(config, graphs, clusters, args.out, resume=not args.fresh, init=init)
+    print(f"{args.out}: gdp, {s.updates} updates, {s.samples} placements ({s.updates - s.start_update} updates "
+          f"now, {s.wall_seconds:.0f} s, {s.sim_calls_per_second:.0f} simulator calls/s)")
+    for key, objective in sorted(s.best_objective.items()):
+        print(f"  best {key}: {objective / 1e3:.3f} ms")
+    return 0

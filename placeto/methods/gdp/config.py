@@ -1,0 +1,113 @@
+"""GDP's configuration: model, PPO and budget in one frozen dataclass (config.json of a run), `tiny` for tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from placeto.methods.gdp import METHOD
+
+
+@dataclasses.dataclass(frozen=True)
+class GdpConfig:
+    # ---- model ------------------------------------------------------------------------------------------
+    hidden: int = 64
+    """Width of node embeddings, attention and the device-scoring MLP."""
+    sage_rounds: int = 4
+    """GraphSAGE rounds (mean over parents and over children, separate weights, shared across rounds)."""
+    segment: int = 128
+    """Nodes per attention segment; each segment attends to itself and to the previous one (memory)."""
+    attn_layers: int = 2
+    """Segment-recurrent attention layers."""
+    heads: int = 4
+    """Attention heads."""
+    max_devices: int = 8
+    """Device axis padding: the policy places on any cluster of up to this many devices."""
+
+    # ---- PPO ----------------------------------------------------------------------------------------------
+    episodes: int = 20000
+    """Training budget: total placements sampled (and simulated), over all tasks."""
+    samples_per_update: int = 32
+    """Placements sampled from the current policy per update (on one task)."""
+    ppo_epochs: int = 4
+    """Gradient steps on each batch of placements."""
+    clip: float = 0.2
+    """PPO ratio clip (per node decision: the ratio of a whole placement is a product over N nodes)."""
+    lr: float = 1e-3
+    """Adam learning rate."""
+    entropy: float = 0.01
+    """Entropy bonus coefficient (mean per-node entropy, nats)."""
+    grad_clip: float = 1.0
+    """Global gradient-norm clip."""
+    memory_penalty_per_gb: float = 1.0
+    """Objective's memory penalty (placeto.objective), in single-device runtimes per GB above capacity."""
+
+    # ---- run --------------------------------------------------------------------------------------------
+    seed: int = 0
+    """Seeds initialisation and sampling: equal seeds give equal checkpoints."""
+    time_limit_minutes: float = math.inf
+    """Stop (with a checkpoint) after this much wall time; a rerun resumes."""
+    checkpoint_seconds: float = 60.0
+    """Checkpoint at most this often (plus after the first update and at the end)."""
+
+    def __post_init__(self):
+        for name in ("hidden", "sage_rounds", "segment", "attn_layers", "heads", "max_devices", "episodes",
+                     "samples_per_update", "ppo_epochs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "sage_rounds" else 1):
+                raise ValueError(f"GdpConfig: {name} must be a positive integer, got {v!r}")
+        if self.hidden % self.heads:
+            raise ValueError(f"GdpConfig: hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        for name in ("clip", "lr", "entropy", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
+                     "time_limit_minutes"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isnan(v):
+                raise ValueError(f"GdpConfig: {name} must be a non-negative number, got {v!r}")
+
+    @property
+    def updates(self) -> int:
+        """Number of PPO updates the budget allows."""
+        return max(1, self.episodes // self.samples_per_update)
+
+    def replace(self, **changes: Any) -> "GdpConfig":
+        return dataclasses.replace(self, **changes)
+
+    def model_fields(self) -> tuple:
+        """The fields that fix the parameter shapes."""
+        return (self.hidden, self.sage_rounds, self.attn_layers, self.heads, self.max_devices)
+
+    def model_config(self) -> "GdpConfig":
+        """This config with every non-model field at its default: what the network is built from, so that runs
+        differing only in budget, seed or PPO settings share compiled functions."""
+        return GdpConfig(hidden=self.hidden, sage_rounds=self.sage_rounds, segment=self.segment,
+                         attn_layers=self.attn_layers, heads=self.heads, max_devices=self.max_devices)
+
+    def to_json(self) -> str:
+        d = {"method": METHOD, **dataclasses.asdict(self)}
+        d = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
+        return json.dumps(d, indent=1) + "\n"
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "GdpConfig":
+        """Inverse of to_json; ValueError on a wrong method, unknown field or bad value."""
+        d = dict(d)
+        if d.pop("method", None) != METHOD:
+            raise ValueError(f"GdpConfig: config.json's \"method\" is not {METHOD!r}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"GdpConfig: unknown fields {unknown}")
+        if d.get("time_limit_minutes", 0) is None:
+            d["time_limit_minutes"] = math.inf
+        return cls(**d)
+
+
+def tiny(**changes: Any) -> GdpConfig:
+    """A CPU-friendly config for tests: small widths, short segments, a small budget."""
+    return GdpConfig(hidden=16, sage_rounds=2, segment=16, attn_layers=1, heads=2, max_devices=4, episodes=256,
+                     samples_per_update=16, ppo_epochs=3, lr=3e-3, checkpoint_seconds=0.0).replace(**changes)
+
+
+PRESETS = {"default": GdpConfig, "tiny": tiny}

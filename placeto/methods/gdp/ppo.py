@@ -1,0 +1,144 @@
+"""GDP's PPO step on one task, shared by family training and per-graph fine-tuning.
+
+One step = one forward pass that samples B whole placements (each node's device drawn from its own
+distribution), B simulations through placeto.objective.score_batch (counted by the meter), then `ppo_epochs`
+clipped updates on that batch in one jitted call. Reward = -objective / single-device objective; the
+advantage is the reward minus the batch mean, divided by the batch standard deviation.
+
+The ratio is taken per node decision, every node of a placement sharing its placement's advantage: the ratio
+of a whole placement is a product of N per-node ratios, which leaves [1 - clip, 1 + clip] after the first
+tiny step when N is in the thousands, so PPO's clip would stop all learning.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from placeto.methods.gdp.config import GdpConfig
+from placeto.methods.gdp.inputs import GdpInputs, gdp_inputs
+from placeto.methods.gdp.model import GdpNet, log_policy, make_net
+from placeto.objective import objective_scale, score_batch
+from simulator.cluster import Cluster
+from simulator.graph import Graph
+
+
+class Task(NamedTuple):
+    """One (graph, cluster) to train on."""
+
+    key: str  # "<graph name>@<devices>d"
+    graph: Graph
+    cluster: Cluster
+    inputs: GdpInputs
+    scale: float  # single-device runtime, microseconds: rewards are -objective / scale
+
+
+class StepResult(NamedTuple):
+    """What one PPO step did on its task. Objectives in microseconds (memory-penalised runtime)."""
+
+    params: Any
+    opt_state: Any
+    loss: float
+    entropy: float  # mean per-node entropy, nats
+    mean_objective: float
+    best_objective: float  # best of the batch
+    best_placement: np.ndarray  # int32[N]
+
+
+def make_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> Task:
+    inputs = gdp_inputs(graph, cluster, config.max_devices, config.segment)
+    return Task(f"{graph.name}@{cluster.n_devices}d", graph, cluster, inputs, objective_scale(graph, cluster))
+
+
+def make_optimizer(config: GdpConfig) -> optax.GradientTransformation:
+    """Clipped Adam; one object per (grad_clip, lr), so that jitted updates taking it compile once."""
+    return _optimizer(config.grad_clip, config.lr)
+
+
+@functools.lru_cache(maxsize=None)
+def _optimizer(grad_clip: float, lr: float) -> optax.GradientTransformation:
+    return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(lr))
+
+
+class PpoSettings(NamedTuple):
+    """The PPO fields of GdpConfig the compiled update depends on (a static, hashable argument)."""
+
+    clip: float
+    entropy: float
+    epochs: int
+
+    @classmethod
+    def of(cls, config: GdpConfig) -> "PpoSettings":
+        return cls(float(config.clip), float(config.entropy), int(config.ppo_epochs))
+
+
+@functools.partial(jax.jit, static_argnames=("net", "batch"))
+def sample_batch(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int):
+    """(placements int32[B, Np], their per-node log-probabilities float32[B, Np]) from one forward pass."""
+    logp = log_policy(net, params, x)
+    acts = jax.random.categorical(key, logp[None], axis=-1, shape=(batch, logp.shape[0])).astype(jnp.int32)
+    return acts, logp[jnp.arange(logp.shape[0])[None, :], acts]
+
+
+def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old_logp, adv):
+    """Clipped surrogate (per node, see the module docstring) minus the entropy bonus; (loss, entropy).
+
+    acts: int32[B, Np]; old_logp: float32[B, Np]; adv: float32[B]. Padding nodes are masked out.
+    """
+    logp_all = log_policy(net, params, x)  # [Np, Dm]
+    logp = logp_all[jnp.arange(logp_all.shape[0])[None, :], acts]  # [B, Np]
+    mask = x.node_mask.astype(jnp.float32)
+    ratio = jnp.exp(logp - old_logp)
+    a = adv[:, None]
+    surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - config.clip, 1 + config.clip) * a)
+    n_real = jnp.maximum(mask.sum(), 1.0)
+    pg = -(surrogate * mask).sum() / (acts.shape[0] * n_real)
+    entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)
+    entropy = (entropy * mask).sum() / n_real
+    return pg - config.entropy * entropy, entropy
+
+
+@functools.partial(jax.jit, static_argnames=("net", "config", "optimizer"))
+def ppo_update(net: GdpNet, config: PpoSettings, optimizer, params, opt_state, x: GdpInputs, acts, old_logp, adv):
+    """`config.epochs` Adam steps on one batch, in one compiled scan; returns (params, opt_state, loss, entropy)."""
+    grad_fn = jax.value_and_grad(lambda p: ppo_loss(net, config, p, x, acts, old_logp, adv), has_aux=True)
+
+    def epoch(carry, _):
+        p, s = carry
+        (loss, ent), g = grad_fn(p)
+        updates, s = optimizer.update(g, s, p)
+        return (optax.apply_updates(p, updates), s), (loss, ent)
+
+    (params, opt_state), (loss, ent) = jax.lax.scan(epoch, (params, opt_state), None, length=config.epochs)
+    return params, opt_state, loss[0], ent[0]
+
+
+def advantages(objective: np.ndarray, scale: float) -> np.ndarray:
+    """float32[B]: reward (-objective / scale) minus the batch mean, over the batch standard deviation."""
+    r = -np.asarray(objective, np.float64) / scale
+    a = r - r.mean()
+    return (a / (a.std() + 1e-8)).astype(np.float32)
+
+
+def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task: Task, key: jax.Array) -> StepResult:
+    """Sample config.samples_per_update placements of `task`, score them, update; see the module docstring."""
+    acts, old_logp = sample_batch(net, params, task.inputs, key, config.samples_per_update)
+    n = task.graph.n_nodes
+    placements = np.asarray(acts)[:, :n]
+    obj = score_batch(task.graph, placements, task.cluster, config.memory_penalty_per_gb)
+    adv = advantages(obj, task.scale)
+    params, opt_state, loss, ent = ppo_update(net, PpoSettings.of(config), optimizer, params, opt_state, task.inputs, acts,
+                                              old_logp, jnp.asarray(adv))
+    b = int(np.argmin(obj))
+    return StepResult(params, opt_state, float(loss), float(ent), float(obj.mean()), float(obj[b]),
+                      placements[b].copy())
+
+
+def init_params(config: GdpConfig, task: Task) -> Any:
+    """Fresh parameters from config.seed (their shapes do not depend on the graph)."""
+    return make_net(config).init(jax.random.key(config.seed), task.inputs)

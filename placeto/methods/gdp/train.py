@@ -1,0 +1,177 @@
+"""GDP training: PPO over a family of tasks (graphs x device counts), in a run directory that survives a kill.
+
+One update = one PPO step (placeto.methods.gdp.ppo) on task `update % T` (tasks in a fixed order). Its
+sampling key is fold_in(key(seed), update), so a run resumed from a checkpoint continues exactly as an
+uninterrupted run would: equal seeds give equal checkpoints, killed or not.
+
+Run directory (like Placeto's): config.json (GdpConfig with "method": "gdp"), checkpoint.msgpack (params,
+optimizer state, counters, best objective per task; written atomically), metrics.csv (one row per update;
+rows after the checkpoint are dropped on resume), best/<task>.json (best placement seen per task). A `train`
+holds the directory's .lock (placeto.checkpoint_io.RunLock) while it writes it.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import re
+import time
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import jax
+import numpy as np
+from flax import serialization
+
+from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
+from placeto.methods.gdp.config import GdpConfig
+from placeto.methods.gdp.model import make_net
+from placeto.methods.gdp.ppo import Task, init_params, make_optimizer, make_task, ppo_step
+from placeto.objective import metered
+from simulator.cluster import Cluster
+from simulator.errors import InputError
+from simulator.graph import Graph
+from simulator.io import atomic_write_bytes, read_json, save_placement
+
+METRICS = "metrics.csv"
+FIELDS = ("update", "samples", "seconds", "task", "loss", "entropy", "mean_objective_us", "batch_best_us",
+          "best_us", "sim_calls_per_s")
+
+
+class TrainSummary(NamedTuple):
+    """What a `train` call did. Objectives are memory-penalised runtimes in microseconds."""
+
+    updates: int  # update counter at the end (resumed runs included)
+    samples: int  # placements sampled and simulated, resumed runs included
+    start_update: int  # update counter when this call started
+    sim_calls: int  # simulator calls of this call
+    wall_seconds: float  # of this call, compilation included
+    sim_calls_per_second: float
+    best_objective: dict[str, float]  # task key -> best objective seen
+
+
+class RunState(NamedTuple):
+    """Everything a checkpoint holds."""
+
+    params: Any
+    opt_state: Any
+    update: int
+    samples: int
+    best: dict[str, float]  # task key -> best objective, microseconds
+
+
+def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], config: GdpConfig) -> list[Task]:
+    """Every graph on every cluster, graph-major."""
+    clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
+    if not graphs or not clusters:
+        raise InputError("gdp training needs at least one graph and one cluster")
+    for c in clusters:
+        if c.n_devices > config.max_devices:
+            raise InputError(f"cluster {c.name!r} has {c.n_devices} devices; max_devices is {config.max_devices}")
+    return [make_task(g, c, config) for g in graphs for c in clusters]
+
+
+def _save(out: Path, st: RunState) -> None:
+    blob = {"params": serialization.to_state_dict(st.params), "opt_state": serialization.to_state_dict(st.opt_state),
+            "update": st.update, "samples": st.samples, "best": {k: float(v) for k, v in st.best.items()}}
+    atomic_write_bytes(out / CHECKPOINT, serialization.msgpack_serialize(blob))
+
+
+def _load(out: Path, template: RunState) -> RunState | None:
+    path = out / CHECKPOINT
+    if not path.exists():
+        return None
+    blob = read_blob(path, ("params", "opt_state", "update", "samples", "best"))
+    params = restore(template.params, blob["params"], "params", path)
+    opt_state = restore(template.opt_state, blob["opt_state"], "opt_state", path)
+    best = {str(k): float(v) for k, v in dict(blob["best"]).items()}
+    return RunState(params, opt_state, int(blob["update"]), int(blob["samples"]), best)
+
+
+def _check_config(out: Path, config: GdpConfig) -> None:
+    """InputError unless an existing config.json is a gdp config with the same model fields."""
+    if not (out / CONFIG).exists():
+        return
+    d = read_json(out / CONFIG)
+    try:
+        old = GdpConfig.from_dict(d if isinstance(d, dict) else {})
+    except (TypeError, ValueError) as e:
+        raise InputError(f"not a gdp run directory ({e}); pass --fresh or another --out", str(out / CONFIG)) from None
+    if old.model_fields() != config.model_fields():
+        raise InputError(f"the run was trained with model fields {old.model_fields()}, not {config.model_fields()}: "
+                         f"resume with the same model config, or pass --fresh", str(out / CONFIG))
+
+
+def _metrics_writer(out: Path, keep_until: int):
+    """metrics.csv opened for appending, rows of updates >= keep_until dropped (written after the checkpoint)."""
+    path = out / METRICS
+    rows = []
+    if path.exists() and keep_until > 0:
+        rows = [r for r in csv.DictReader(io.StringIO(path.read_text())) if r.get("update", "").isdigit()
+                and int(r["update"]) < keep_until]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    f = open(path, "a", newline="")
+    return f, csv.DictWriter(f, FIELDS)
+
+
+def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], out: str | Path,
+          resume: bool = True, init: Any = None, log=None) -> TrainSummary:
+    """Train (or resume) a gdp policy into run directory `out`; see the module docstring.
+
+    Args:
+      init: parameters to start from instead of a fresh initialisation (fine-tuning a family policy).
+      log: optional callable(str) for one progress line per checkpoint.
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    with RunLock(out):
+        return _train_locked(config, make_tasks(graphs, clusters, config), out, resume, init, log)
+
+
+def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool, init: Any, log) -> TrainSummary:
+    t0 = time.perf_counter()
+    if resume:
+        _check_config(out, config)
+    net, optimizer = make_net(config), make_optimizer(config)
+    params = init if init is not None else init_params(config, tasks[0])
+    st = RunState(params, optimizer.init(params), 0, 0, {})
+    loaded = _load(out, st) if resume else None
+    st = loaded or st
+    atomic_write_bytes(out / CONFIG, config.to_json().encode())
+    (out / "best").mkdir(exist_ok=True)
+    start_update, saved, last_save = st.update, None, -math.inf
+    f, writer = _metrics_writer(out, st.update)
+    root = jax.random.key(config.seed)
+    with f, metered() as m:
+        while st.update < config.updates and time.perf_counter() - t0 < 60 * config.time_limit_minutes:
+            task = tasks[st.update % len(tasks)]
+            r = ppo_step(net, config, optimizer, st.params, st.opt_state, task, jax.random.fold_in(root, st.update))
+            check_finite(r.params, r.loss, out, st.update, saved)
+            best = dict(st.best)
+            if r.best_objective < best.get(task.key, math.inf):
+                best[task.key] = r.best_objective
+                save_placement(out / "best" / f"{_safe(task.key)}.json", r.best_placement, task.cluster.device_names)
+            st = RunState(r.params, r.opt_state, st.update + 1, st.samples + config.samples_per_update, best)
+            writer.writerow({"update": st.update - 1, "samples": st.samples, "seconds": f"{time.perf_counter() - t0:.2f}",
+                             "task": task.key, "loss": f"{r.loss:.6g}", "entropy": f"{r.entropy:.4f}",
+                             "mean_objective_us": f"{r.mean_objective:.3f}", "batch_best_us": f"{r.best_objective:.3f}",
+                             "best_us": f"{best[task.key]:.3f}", "sim_calls_per_s": f"{m.calls / m.elapsed():.1f}"})
+            if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
+                f.flush()
+                _save(out, st)
+                saved, last_save = st.update, time.perf_counter()
+                if log:
+                    log(f"update {st.update}/{config.updates} {task.key}: best {best[task.key] / 1e3:.3f} ms")
+        if saved != st.update:
+            f.flush()
+            _save(out, st)
+    wall = time.perf_counter() - t0
+    return TrainSummary(st.update, st.samples, start_update, m.calls, wall, m.calls / max(wall, 1e-9), dict(st.best))
+
+
+def _safe(key: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.@-]", "_", key)

@@ -1,0 +1,119 @@
+"""GDP (placeto.methods.gdp): shapes without N x N arrays, valid samples, PPO on toys with known optima,
+determinism in the seed, resume, and the CLI (train / place / compare) end to end. Tiny configs only."""
+
+import jax
+import numpy as np
+import pytest
+
+from placeto.cli import main
+from placeto.methods.gdp.config import GdpConfig, tiny
+from placeto.methods.gdp.model import make_net
+from placeto.methods.gdp.place import _sample, greedy_placement, is_gdp_run, load_run
+from placeto.methods.gdp.ppo import init_params, make_task
+from placeto.methods.gdp.train import train
+from simulator import cluster_preset, save_graph, simulate
+from simulator.generate import layered_dag
+from simulator.graph import make_graph
+
+CONFIG = tiny()
+
+
+def chains(length=4, cost=1000.0, kinds=False, out_bytes=8):
+    """Two independent chains a0 -> a1 -> ... and b0 -> b1 -> ... of equal cost per node."""
+    c = {"k80": cost / 10, "cpu": cost} if kinds else cost
+    nodes = [{"name": f"{x}{i}", "cost": c, "out_bytes": [out_bytes]} for x in "ab" for i in range(length)]
+    edges = [(k * length + i, k * length + i + 1, 0) for k in range(2) for i in range(length - 1)]
+    return make_graph("two_chains", nodes, edges)
+
+
+@pytest.mark.parametrize("n_nodes, n_dev", [(100, 2), (300, 3)])  # Np > every feature width
+def test_model_runs_on_any_size_and_device_count_without_n_by_n_arrays(n_nodes, n_dev):
+    graph, cluster = layered_dag(n_nodes, seed=n_dev), cluster_preset("placeto-k80", n_dev)
+    task = make_task(graph, cluster, CONFIG)
+    net, params = make_net(CONFIG), init_params(CONFIG, task)
+    n_pad = task.inputs.nodes.shape[0]
+    jaxpr = jax.make_jaxpr(lambda p: net.apply(p, task.inputs))(params)
+    shapes = [v.aval.shape for eqn in jaxpr.eqns for v in eqn.outvars]
+    assert not [s for s in shapes if sum(d >= n_pad for d in s) >= 2], "an N x N intermediate"
+    assert jax.eval_shape(net.apply, params, task.inputs).shape == (n_pad, CONFIG.max_devices)
+    draws, greedy = _sample(net, params, task.inputs, jax.random.key(0), 64)
+    real = np.asarray(draws)[:, :n_nodes]
+    assert real.min() >= 0 and real.max() < n_dev, "a padded device was sampled"
+    assert set(np.unique(real)) == set(range(n_dev))
+    assert np.asarray(greedy)[:n_nodes].max() < n_dev
+
+
+def test_ppo_finds_the_two_chains_optimum():
+    """Two equal heavy chains on 2 devices: the optimum runs them on different devices, 4 x 1000 us + 3 x
+    delta1; the best placement PPO samples within 12 updates is it."""
+    graph, cluster = chains(), cluster_preset("placeto-k80", 2)
+    optimum = simulate(graph, [0] * 4 + [1] * 4, cluster).runtime
+    assert optimum == pytest.approx(4000 + 3 * 5.7 + 25.0 + 8 / 7600, abs=30)
+    s = train(CONFIG.replace(episodes=12 * 16), [graph], cluster, _tmp("chains"))
+    assert s.best_objective["two_chains@2d"] == pytest.approx(optimum)
+
+
+def test_ppo_learns_to_avoid_the_slow_device():
+    """CPU (10x slower) + GPU: the greedy policy after 12 updates puts every node on the GPU (the optimum)."""
+    graph, cluster = chains(kinds=True), cluster_preset("placeto-k80-cpu", 2)
+    out = _tmp("cpu")
+    train(CONFIG.replace(episodes=12 * 16), [graph], cluster, out)
+    config, params = load_run(out)
+    assert greedy_placement(config, params, graph, cluster).tolist() == [1] * 8
+
+
+def test_same_seed_same_checkpoint_and_resume_equals_uninterrupted(tmp_path):
+    graphs = [layered_dag(40, 0), layered_dag(25, 1)]
+    clusters = [cluster_preset("placeto-k80", 2), cluster_preset("placeto-k80", 3)]
+    config = CONFIG.replace(episodes=6 * 16)
+    train(config, graphs, clusters, tmp_path / "a")
+    train(config, graphs, clusters, tmp_path / "b")
+    # interrupted after 3 updates (as a kill after the third checkpoint leaves it), then resumed
+    train(config.replace(episodes=3 * 16), graphs, clusters, tmp_path / "c")
+    s = train(config, graphs, clusters, tmp_path / "c")
+    assert s.start_update == 3 and s.updates == 6
+    blob = (tmp_path / "a" / "checkpoint.msgpack").read_bytes()
+    assert blob == (tmp_path / "b" / "checkpoint.msgpack").read_bytes()
+    assert blob == (tmp_path / "c" / "checkpoint.msgpack").read_bytes()
+    rows = (tmp_path / "c" / "metrics.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == [str(u) for u in range(6)]
+    train(config.replace(seed=1), graphs, clusters, tmp_path / "d")
+    assert blob != (tmp_path / "d" / "checkpoint.msgpack").read_bytes()
+
+
+def test_config_round_trip_and_method_field():
+    c = CONFIG.replace(time_limit_minutes=float("inf"))
+    import json
+
+    d = json.loads(c.to_json())
+    assert d["method"] == "gdp" and GdpConfig.from_dict(d) == c
+    with pytest.raises(ValueError):
+        GdpConfig.from_dict({**d, "method": "placeto"})
+
+
+def test_cli_train_place_compare(tmp_path, capsys):
+    graph = layered_dag(40, seed=5)
+    save_graph(graph, tmp_path / "g.json")
+    run = tmp_path / "run"
+    assert main(["train", "--method", "gdp", "--graph", str(tmp_path / "g.json"), "--devices", "2,3",
+                 "--config", "tiny", "--episodes", "64", "--out", str(run)]) == 0
+    assert is_gdp_run(run) and (run / "metrics.csv").is_file()
+    assert main(["place", str(tmp_path / "g.json"), "--checkpoint", str(run), "--devices", "3",
+                 "--samples", "15", "--out", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "gdp" in out and "16 simulator calls" in out
+    assert main(["compare", str(tmp_path / "g.json"), "--methods", "gdp,single", "--checkpoint", str(run),
+                 "--devices", "2", "--budget", "32", "--quiet", "--out", str(tmp_path / "cmp")]) == 0
+    csv = (tmp_path / "cmp" / "compare.csv").read_text()
+    assert ",gdp," in csv
+
+
+_TMP = {}
+
+
+def _tmp(name):
+    import tempfile
+    from pathlib import Path
+
+    _TMP.setdefault("root", tempfile.TemporaryDirectory())
+    return Path(_TMP["root"].name) / name
