@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python experiments/train_policies.py general            # ~60-70 min on this 2-core machine
     PYTHONPATH=. python experiments/train_policies.py nmt ptb cifar10    # fine-tuned from the shipped general one
+    PYTHONPATH=. python experiments/train_policies.py --reevaluate       # recompute the shipped zero-shot metrics
 
 Each policy is trained by the `placeto train` command in SPECS (rerun this script to resume a killed run: the
 run directories live in runs/), evaluated zero-shot (one greedy episode, no search) on every family's test
@@ -79,7 +80,26 @@ def zero_shot(run: Path, n_devices: int = 4) -> dict:
     return out
 
 
+def reevaluate(names: list[str]) -> int:
+    """Recompute the zero-shot metrics of shipped policies (e.g. after a change of the greedy episode) in place."""
+    import json
+
+    from placeto.policies import SHIPPED
+    from simulator.io import write_json
+
+    for name in names:
+        path = SHIPPED / name / "provenance.json"
+        prov = json.loads(path.read_text())
+        prov["zero_shot_4_devices"] = zero_shot(SHIPPED / name)
+        write_json(path, prov)
+        print(f"{name}: " + ", ".join(f"{f} {m['greedy_x_single']:.3f}x single"
+                                      for f, m in prov["zero_shot_4_devices"].items()), flush=True)
+    return 0
+
+
 def main(names: list[str]) -> int:
+    if names[:1] == ["--reevaluate"]:
+        return reevaluate(names[1:] or ["general", "nmt", "ptb", "cifar10"])
     for name in names or ["general"]:
         command = SPECS[name]
         argv = shlex.split(command)[1:]
