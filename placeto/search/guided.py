@@ -135,15 +135,21 @@ def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.nd
     ctx = E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
     m, calls0 = meter(), meter().calls
+    t0 = time.perf_counter()
     best, best_score, _ = greedy_with_prior(prep, ctx)
     if prep.seen is not None and prep.seen[1] < best_score:
         best, best_score = prep.seen
     key, i = jax.random.key(seed), 0
     batch = prep.config.episodes_per_update
-    # another batch only if it fits in the call budget (an episode simulates at most once per step)
-    while not m.exhausted() and m.calls - calls0 + batch * ctx.n_steps <= budget:
+    last = 2.0 * (time.perf_counter() - t0)  # a sampled batch takes ~2 greedy episodes (measured: 1.5-3x)
+    # another batch only if it fits in the call budget (an episode simulates at most once per step) and,
+    # as far as the last batch's duration tells, in the time left
+    while (not m.exhausted() and m.calls - calls0 + batch * ctx.n_steps <= budget
+           and m.seconds_left() > last):
+        t0 = time.perf_counter()
         ro = collect_rollout(prep.policy, prep.params, ctx, arrays, jax.random.fold_in(key, i), batch, seed + i,
                              record=False)
+        last = time.perf_counter() - t0
         i += 1
         b = int(np.argmin(ro.best_runtime))
         if ro.best_runtime[b] < best_score:
