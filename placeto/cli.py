@@ -157,10 +157,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 # ---- training / placing --------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
-    from simulator.io import load_graph
-
     from placeto.config import PRESETS, parse_overrides
-    from placeto.families import FAMILIES, load_family
     from placeto.train import train
 
     if getattr(args, "method", "placeto") == "gdp":
@@ -178,15 +175,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise InputError(str(e)) from None
     from placeto.policies import load_policy_params
 
-    if args.family:
-        names = FAMILIES if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
-        graphs = [g for name in names for g in load_family(name, "train")]
-    else:
-        graphs = [load_graph(g) for g in args.graph]
-    if args.cluster:
-        clusters = [load_cluster(args.cluster)]
-    else:
-        clusters = [cluster_preset(args.preset, d) for d in _device_list(args.devices)]
+    graphs, clusters = _train_inputs(args)
     init = None
     if args.init_from:
         init_config, init = load_policy_params(args.init_from)
