@@ -183,7 +183,18 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{PLACE} --checkpoint run_ok --out new.json --samples -1",
         f"{PLACE} --checkpoint run_ok --out new.json --seed -1", f"{EVAL} --repeats 0", f"{EVAL} --devices 0",
         "compare g.json --methods single --seed 99999999999999999999999", "compare g.json --budget 0",
-        "compare g.json --methods single --devices 5000", "profile g.json --repeats 0"])],
+        "compare g.json --methods single --devices 5000", "profile g.json --repeats 0",
+        # flags of the anytime comparison, policy-guided search, fine-tuning and mixed training
+        "compare g.json --methods single --seconds 0", "compare g.json --methods single --seconds nan",
+        "compare g.json --methods sa --seconds -1", "compare g.json --methods single --finetune-episodes -1",
+        f"{PLACE} --checkpoint run_ok --out new.json --seconds 0",
+        f"{PLACE} --checkpoint run_ok --out new.json --seconds inf",
+        f"{PLACE} --checkpoint run_ok --out new.json --budget -5",
+        f"{PLACE} --checkpoint run_ok --out new.json --finetune-episodes -1",
+        f"{PLACE} --checkpoint run_ok --out new.json --method placeto-search",
+        f"{PLACE} --checkpoint no_such_policy --out new.json",
+        f"{TRAIN} --out newrun --devices 2,x", f"{TRAIN} --out newrun --devices 2,0",
+        f"{TRAIN} --out newrun --init-from no_such_policy", f"{TRAIN} --out newrun --init-from run_garbage"])],
     # output paths: a directory, under a regular file, in /proc
     *[(f"output-{i}", cmd, None) for i, cmd in enumerate([
         f"{SIM} --gantt adir", f"{SIM} --gantt g.json/x.png", f"{SIM} --gantt /proc/x.png",
