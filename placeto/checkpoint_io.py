@@ -183,3 +183,11 @@ class RunLock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
             self.fd = None
+
+
+def check_init_model(init_config: Any, config: Any, source: str) -> None:
+    """`--init-from source`: the trained policy's model fields must be this run's (any config with
+    `model_fields()`, Placeto's or gdp's); else an InputError."""
+    if init_config.model_fields() != config.model_fields():
+        raise InputError(f"--init-from {source}: its model config differs from this run's "
+                         f"({init_config.model_fields()} vs {config.model_fields()})")

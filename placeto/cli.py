@@ -173,15 +173,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         config = PRESETS[args.config]().replace(**changes)
     except ValueError as e:
         raise InputError(str(e)) from None
+    from placeto.checkpoint_io import check_init_model
     from placeto.policies import load_policy_params
 
     graphs, clusters = _train_inputs(args)
     init = None
     if args.init_from:
         init_config, init = load_policy_params(args.init_from)
-        if init_config.model_fields() != config.model_fields():
-            raise InputError(f"--init-from {args.init_from}: its model config differs from this run's "
-                             f"({init_config.model_fields()} vs {config.model_fields()})")
+        check_init_model(init_config, config, args.init_from)
     summary = train(config, graphs, clusters, args.out, resume=not args.fresh, init_params=init)
     print(f"{args.out}: {summary.episodes} episodes ({summary.episodes - summary.start_episode} now, "
           f"{summary.wall_seconds:.0f} s, {summary.episodes_per_second:.2f} episodes/s, "

@@ -58,6 +58,13 @@ def _peak_memory(g, w, dev, peak):
             m_t[m + 1], m_v[m + 1], m_d[m + 1] = free_home, -out_bytes[o], home
             m += 2
     _live_peak(m_t[:m], m_v[:m], m_d[:m], peak)
+    _add_persistent(g, dev, peak)
+
+
+@_jit
+def _add_persistent(g, dev, peak):
+    """peak[d] += the persistent bytes of the nodes on device d (summed in node order, as the reference does)."""
+    n, n_dev = g.cost.shape
     persistent = np.zeros(n_dev)
     for i in range(n):
         persistent[dev[i]] += g.persistent[i]
@@ -184,11 +191,7 @@ def _peak_memory_exact(g, w, dev, peak):
             top = max(top, live)
         peak[d] = top
         q_lo = q_hi
-    persistent = np.zeros(n_dev)
-    for i in range(n):
-        persistent[dev[i]] += g.persistent[i]
-    for d in range(n_dev):
-        peak[d] = persistent[d] + peak[d]
+    _add_persistent(g, dev, peak)
 
 
 @_jit

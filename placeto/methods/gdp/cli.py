@@ -24,6 +24,7 @@ def config_from_args(args: argparse.Namespace):
 def train_from_args(args: argparse.Namespace, graphs, clusters) -> int:
     """Train (or resume) a gdp run on `graphs` x `clusters` as the train command's arguments say; prints a
     summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy)."""
+    from placeto.checkpoint_io import check_init_model
     from placeto.methods.gdp.place import load_run
     from placeto.methods.gdp.train import train
 
@@ -31,9 +32,7 @@ def train_from_args(args: argparse.Namespace, graphs, clusters) -> int:
     init = None
     if args.init_from:
         init_config, init = load_run(args.init_from)
-        if init_config.model_fields() != config.model_fields():
-            raise InputError(f"--init-from {args.init_from}: its model config differs from this run's "
-                             f"({init_config.model_fields()} vs {config.model_fields()})")
+        check_init_model(init_config, config, args.init_from)
     s = train(config, graphs, clusters, args.out, resume=not args.fresh, init=init)
     print(f"{args.out}: gdp, {s.updates} updates, {s.samples} placements ({s.updates - s.start_update} updates "
           f"now, {s.wall_seconds:.0f} s, {s.sim_calls_per_second:.0f} simulator calls/s)")
