@@ -33,8 +33,9 @@ from placeto.families import load_family  # noqa: E402
 from simulator.errors import InputError  # noqa: E402
 from simulator.io import atomic_write_bytes, load_graph  # noqa: E402
 
-METHODS = ["etf", "local-search", "sa", "placeto", "placeto-search"]
-CLASSICAL = ["etf", "local-search", "sa"]  # placeto-search is judged against the best of these
+METHODS = ["etf", "local-search", "sa", "placeto", "placeto-search", "gdp", "gdp-search"]
+CLASSICAL = ["etf", "local-search", "sa"]  # the learned searches are judged against the best of these
+SEARCHES = ["placeto-search", "gdp-search"]  # policy-guided searches
 FIELDS = ["graph", "n_devices", "seconds", "method", "runtime_us", "place_seconds", "compile_seconds",
           "simulator_calls", "oom"]
 
@@ -72,7 +73,8 @@ def merge(old_csv: Path, rows: list[dict]) -> list[dict]:
 
 
 def summary(rows: list[dict]) -> list[str]:
-    """Markdown: per (devices, budget) a table of runtimes and placeto-search's standing vs the classical best."""
+    """Markdown: per (devices, budget) a table of runtimes and each learned search's standing vs the classical
+    best."""
     lines = []
     for d in sorted({r["n_devices"] for r in rows}):
         for s in sorted({r["seconds"] for r in rows if r["n_devices"] == d}):
@@ -80,19 +82,21 @@ def summary(rows: list[dict]) -> list[str]:
             methods = list(dict.fromkeys(r["method"] for r in sel))
             graphs = list(dict.fromkeys(r["graph"] for r in sel))
             by = {(r["graph"], r["method"]): r for r in sel}
+            searches = [m for m in SEARCHES if m in methods]
             lines += [f"### {d} devices, {s:g} s per graph", "",
-                      "| graph | " + " | ".join(methods) + " | search / best classical |",
-                      "|---|" + "---:|" * (len(methods) + 1)]
-            ratios = []
+                      "| graph | " + " | ".join(methods) + "".join(f" | {m} / best classical" for m in searches) +
+                      " |", "|---|" + "---:|" * (len(methods) + len(searches))]
+            ratios = {m: [] for m in searches}
             for g in graphs:
                 vals = {m: by[(g, m)]["runtime_us"] for m in methods if (g, m) in by}
                 best = min(v for v in vals.values() if not math.isnan(v))
                 cells = [("**%.2f**" if vals[m] == best else "%.2f") % (vals[m] / 1e3) if m in vals else "—"
                          for m in methods]
                 classical = [vals[m] for m in CLASSICAL if m in vals]
-                ratio = vals["placeto-search"] / min(classical) if classical and "placeto-search" in vals else math.nan
-                ratios.append(ratio)
-                lines.append(f"| {g} | " + " | ".join(cells) + f" | {ratio:.3f} |")
+                for m in searches:
+                    ratios[m].append(vals[m] / min(classical) if classical and m in vals else math.nan)
+                lines.append(f"| {g} | " + " | ".join(cells) + "".join(f" | {ratios[m][-1]:.3f}" for m in searches)
+                             + " |")
             lines.append("")
             mean_ratio = {m: np.mean([by[(g, m)]["runtime_us"] / min(by[(g, k)]["runtime_us"] for k in methods
                                                                      if (g, k) in by)
@@ -102,13 +106,15 @@ def summary(rows: list[dict]) -> list[str]:
             lines += ["| method | mean x best | mean simulator calls | mean compile s (excluded) |",
                       "|---|---:|---:|---:|"]
             lines += [f"| {m} | {mean_ratio[m]:.3f} | {calls[m]:.0f} | {comp[m]:.2f} |" for m in methods]
-            ok = [x for x in ratios if not math.isnan(x)]
-            if ok:
-                wins = sum(x <= 1.0 for x in ok)
-                gain = 100 * (1 - np.mean(ok))
-                lines += ["", f"placeto-search at least as good as the best of {', '.join(CLASSICAL)} on {wins} of "
-                              f"{len(ok)} graphs ({100 * wins / len(ok):.0f}%); mean ratio {np.mean(ok):.3f} "
-                              f"({abs(gain):.1f}% {'better' if gain >= 0 else 'worse'})."]
+            lines.append("")
+            for m in searches:
+                ok = [x for x in ratios[m] if not math.isnan(x)]
+                if ok:
+                    wins = sum(x <= 1.0 for x in ok)
+                    gain = 100 * (1 - np.mean(ok))
+                    lines.append(f"{m} at least as good as the best of {', '.join(CLASSICAL)} on {wins} of {len(ok)} "
+                                 f"graphs ({100 * wins / len(ok):.0f}%); mean ratio {np.mean(ok):.3f} "
+                                 f"({abs(gain):.1f}% {'better' if gain >= 0 else 'worse'}).  ")
             lines.append("")
     return lines
 
@@ -191,7 +197,9 @@ def main(argv=None) -> int:
     text = [f"# Anytime comparison: {name}", "", f"Command (last run): `{cmd}`", "",
             "Runtimes in ms (simulated, placeto-k80 preset). Every method gets the same wall seconds per graph "
             "(inference and fine-tuning included, jit compilation excluded: its own column); etf does not search "
-            "and takes what it takes. Policy: " + (args.checkpoint or "the shipped general policy") + ".",
+            "and takes what it takes. Policies: " + (f"{args.checkpoint} (methods of its kind), else " if
+                                                     args.checkpoint else "") +
+            "the shipped defaults: `general` for placeto and placeto-search, `gdp-general` for gdp and gdp-search.",
             "", *summary(rows), f"Curves: `anytime_{name}_curves_<devices>dev.png` (from the runs at the largest "
             "budget of each command)."]
     atomic_write_bytes(out / f"anytime_{name}.md", ("\n".join(text) + "\n").encode())

@@ -2,9 +2,11 @@
 
 Run as `python -m experiments.bench_simulator [--quick]`. Prints markdown tables and writes them to
 experiments/results/bench_simulator.md. Per placement: the reference, the full `simulate` call (SimResult with
-memory, transfers and lower bound) and the bare event loop (compiled kernel on preallocated scratch), each the
-median over random placements measured in turn after warm-up, and simulate's time over the event loop's (the
-per-call overhead); then `simulate_batch` throughput.
+transfers and lower bound), the same plus reading its peak memory (computed on first read), and the bare event
+loop (compiled kernel on preallocated scratch), the last three timed side by side on the same random placements
+after warm-up (medians of thread CPU time, and the wall-clock ratios), and their times over the event loop's
+(the per-call overhead); then `simulate_batch` throughput (wall clock). The speed-up is the reference's time over
+simulate's with memory.
 """
 
 from __future__ import annotations
@@ -38,24 +40,47 @@ def first_call() -> float:
                             simulate_batch(graph, np.zeros((8, 20), np.int32), cluster)))
 
 
-def single_row(n_nodes: int, n_dev: int, repeats: int, seed: int) -> str:
-    """One table row: median reference, simulate and event-loop milliseconds over `repeats` placements."""
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall seconds, this thread's CPU seconds) of one fn() call."""
+    w0, c0 = time.perf_counter(), time.thread_time()
+    fn()
+    return time.perf_counter() - w0, time.thread_time() - c0
+
+
+def single_row(n_nodes: int, n_dev: int, repeats: int, ref_repeats: int, seed: int) -> str:
+    """One table row: median milliseconds of the reference (over `ref_repeats` placements) and, over `repeats`
+    other placements each timed once per call in a rotating order, of simulate(), simulate() plus reading its
+    peak memory, and the bare event loop (compiled kernel on preallocated scratch). Times are thread CPU time;
+    the wall-clock ratios are given beside."""
     graph, cluster = layered_dag(n_nodes, seed), cluster_preset("placeto-k80", n_dev)
     rng = np.random.default_rng(seed)
     g = engine.prepare(graph, cluster)
-    work = engine._new_work(graph.n_nodes, len(g.out_bytes), n_dev, len(g.cons), len(g.child))
+    work = engine._new_work(g)
     warm = rng.integers(0, n_dev, graph.n_nodes).astype(np.int32)
-    simulate(graph, warm, cluster), engine._run(g, work, warm)
-    ref, fast, loop = [], [], []
-    for _ in range(repeats):
+    simulate(graph, warm, cluster).peak_memory, engine._run(g, work, warm)
+    calls = {"simulate": lambda p: simulate(graph, p, cluster),
+             "memory": lambda p: simulate(graph, p, cluster).peak_memory,
+             "loop": lambda p: engine._run(g, work, p)}
+    wall: dict[str, list[float]] = {k: [] for k in calls}
+    cpu: dict[str, list[float]] = {k: [] for k in calls}
+    for r in range(repeats):  # side by side: each placement timed by every call, the order rotating
         placement = rng.integers(0, n_dev, graph.n_nodes).astype(np.int32)
-        ref.append(seconds(lambda: simulate_reference(graph, placement, cluster)))
-        fast.append(seconds(lambda: simulate(graph, placement, cluster)))
-        loop.append(seconds(lambda: engine._run(g, work, placement)))
+        names = list(calls)
+        for name in names[r % 3:] + names[:r % 3]:
+            w, c = timed(lambda: calls[name](placement))
+            wall[name].append(w)
+            cpu[name].append(c)
+    ref = []
+    for _ in range(ref_repeats):
+        placement = rng.integers(0, n_dev, graph.n_nodes).astype(np.int32)
+        ref.append(timed(lambda: simulate_reference(graph, placement, cluster))[1])
         assert engine._run(g, work, placement)[0] == simulate_reference(graph, placement, cluster).runtime
-    r, f, k = (1e3 * float(np.median(x)) for x in (ref, fast, loop))
-    return (f"| {n_nodes:>6} | {n_dev:>7} | {repeats:>7} | {r:>12.1f} | {f:>11.3f} | {r / f:>8.0f}x | "
-            f"{k:>13.3f} | {r / k:>8.0f}x | {f / k:>15.2f} |")
+    med = {k: 1e3 * float(np.median(v)) for k, v in cpu.items()}
+    wmed = {k: 1e3 * float(np.median(v)) for k, v in wall.items()}
+    r, f, m, k = 1e3 * float(np.median(ref)), med["simulate"], med["memory"], med["loop"]
+    return (f"| {n_nodes:>6} | {n_dev:>7} | {repeats:>7} | {r:>12.1f} | {f:>11.3f} | {m:>11.3f} | {k:>13.3f} | "
+            f"{f / k:>15.2f} | {m / k:>26.2f} | {wmed['simulate'] / wmed['loop']:>16.2f} | "
+            f"{wmed['memory'] / wmed['loop']:>20.2f} | {r / m:>8.0f}x |")
 
 
 def batch_row(n_nodes: int, n_dev: int, batch: int, repeats: int, seed: int) -> str:
@@ -78,21 +103,27 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
 
     compile_s = first_call()
-    sizes = ((1000, 5), (10000, 3)) if args.quick else ((1000, 7), (10000, 5), (50000, 2))
+    # (nodes, placements timed side by side, placements for the reference)
+    sizes = ((1000, 21, 3), (10000, 11, 2)) if args.quick else ((1000, 41, 7), (10000, 21, 5), (50000, 7, 2))
     lines = [f"# Simulator benchmark{' (--quick)' if args.quick else ''}", "",
              f"layered_dag graphs, placeto-k80 clusters, uniformly random placements; {os.cpu_count()} cores, "
              f"load average {os.getloadavg()[0]:.1f} at start; first call (compile or cache load) {compile_s:.1f} s.",
              "", "## One placement (median ms)", "",
-             "simulate ms is the whole public call (SimResult with peak memory, transfers, lower bound); event loop "
-             "ms the bare kernel; their ratio is the per-call overhead (issue 12: at most 1.3 at 10,000 nodes).", "",
-             "|  nodes | devices | repeats | reference ms | simulate ms | speed-up | event loop ms | speed-up | "
-             "simulate / loop |",
-             "|-------:|--------:|--------:|-------------:|------------:|---------:|--------------:|---------:|"
-             "----------------:|"]
+             "*simulate* is the whole public call: validation, the schedule, transfers, lower bound; the result "
+             "computes its peak memory when first read (`SimResult.peak_memory`), which *+ memory* includes. "
+             "*event loop* is the bare kernel on preallocated scratch. The three are timed side by side on the same "
+             "placements (each placement once per call, in a rotating order); the reference on other placements. "
+             "Times are medians of this thread's CPU time (`time.thread_time`: what the call costs, which other "
+             "processes' load does not inflate); the wall-clock ratios beside them (equal on a quiet machine). "
+             "Issue 12: simulate at most 1.3x the event loop at 10,000 nodes.", "",
+             "|  nodes | devices | repeats | reference ms | simulate ms | + memory ms | event loop ms | "
+             "simulate / loop | (simulate + memory) / loop | wall: sim / loop | wall: (+ mem) / loop | speed-up |",
+             "|-------:|--------:|--------:|-------------:|------------:|------------:|--------------:|"
+             "----------------:|---------------------------:|-----------------:|---------------------:|---------:|"]
     print("\n".join(lines), flush=True)
-    for n_nodes, repeats in sizes:
+    for n_nodes, repeats, ref_repeats in sizes:
         for n_dev in (2, 4, 8):
-            lines.append(single_row(n_nodes, n_dev, repeats, seed=n_dev))
+            lines.append(single_row(n_nodes, n_dev, repeats, ref_repeats, seed=n_dev))
             print(lines[-1], flush=True)
     head = ["", f"## simulate_batch (placements/s; {numba.config.NUMBA_NUM_THREADS} threads)", "",
             "|  nodes | devices |  batch | 1 thread, runtime | all threads, runtime | all threads, with memory |",

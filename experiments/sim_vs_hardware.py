@@ -1,25 +1,31 @@
 """Simulated against measured step times on local host devices: does the simulator rank placements as a machine
-does, and how far off are its runtimes?
+does, how far off are its runtimes, and how repeatable is the measurement itself?
 
-For one small traced graph per family (cifar10, ptb, nmt; built here, as `datasets/` need not exist) and 2 and 4
-host CPU devices: calibrate the cluster (`simulator.calibrate`), run a spread of placements (single, round-robin,
-contiguous, uniform random, the baselines random-search, metis and etf, and with --checkpoints a trained
-Placeto policy's zero-shot placement) on the devices with
-`simulator.hardware` (median of --repeats interleaved steps) and simulate each with two cost models:
+For one small traced graph per family (cifar10, ptb, nmt; built here, as `datasets/` need not exist) and two
+benchmark models (nmt_l2, rnnlm_l2), on host CPU devices:
 
-* op-profile: the graph's measured "local-cpu" costs as `placeto profile` records them (every op timed alone,
-  summed per group);
-* units: every group timed alone as it is executed (one fused XLA computation), net of the dispatch floor;
-* units+latency: the same, with the calibrated per-transfer overhead charged as latency (the transfer arrives
-  delta2 + bytes / bandwidth after it starts) instead of sender-bus time after it. The simulator has no latency
-  term; it is emulated by adding delta2 x bandwidth bytes to every output and setting delta2 to 0 (runtimes only:
-  this changes the memory figures).
+1. calibrate the cluster: the calibration graphs' steps measured and the cluster model fitted by least squares
+   (`simulator.calibrate.calibrate_fit`: delta1, delta2, bandwidth, per-transfer latency, and the host time of
+   dispatch and of transfers shared by the devices; the fit's R^2 is reported);
+2. time every group as it is executed (`HardwareRunner.unit_costs`, the costs `placeto eval --hardware` uses);
+3. place the graph at least 10 ways spanning the range: single device, round-robin, contiguous, uniform
+   random, random search, the partitioners metis and scotch, the list schedulers etf and heft, local search,
+   simulated annealing, the shipped Placeto policies (general, and the family's own), the human expert
+   (benchmarks), and with --checkpoints a trained policy; the searching methods optimise the fitted model;
+4. run every placement (`simulator.hardware`, interleaved steps) twice, as two separate measurement runs, and
+   simulate it with three models: *op*: the op-level profile (`placeto profile`: every op alone, summed per
+   group) on the fitted cluster; *flat*: the units on the fitted cluster without latency and hosts (the
+   published simulator's form of the model); *units*: the units on the full fitted cluster.
 
-Writes experiments/results/sim_vs_hardware.{md,json,png}. XLA_FLAGS must be set before JAX is imported, so the
-device count is fixed first thing (the largest of --devices).
+Reported per graph: median |error| against the pooled measurement, Spearman rank correlation, and pairwise
+concordance where pairs whose measured IQRs overlap count as ties; beside them the same for run 2 against run 1
+(how well the machine agrees with itself). Writes sim_vs_hardware.{md,json,png} to --out.
 
-    python experiments/sim_vs_hardware.py                   # about 10 minutes on 2 cores
-    python experiments/sim_vs_hardware.py --devices 2 --graphs nmt --repeats 5
+    python experiments/sim_vs_hardware.py                      # the full measurement: about an hour, 2 cores
+    python experiments/sim_vs_hardware.py --tiny --out /tmp/svh   # a few minutes: one tiny graph, 2 devices
+
+XLA_FLAGS must be set before JAX is imported, so the device count is fixed first thing (the largest of
+--devices). Run it on a quiet machine (load average <= 1.5): the header records the load before and after.
 """
 
 from __future__ import annotations
@@ -42,14 +48,22 @@ SPECS = {  # small members of each family: (zoo kwargs, target groups)
     "ptb": ({"seed": 0, "steps": 8, "hidden": 64, "batch": 16}, 100),
     "nmt": ({"seed": 0, "layers": 2, "src_len": 5, "tgt_len": 5, "batch": 16}, 100),
 }
-METHODS = ("random", "metis", "etf")  # baselines (run on the op-profile costs), besides the fixed placements
+TINY = {"nmt": ({"seed": 0, "layers": 1, "src_len": 3, "tgt_len": 3, "batch": 4}, 24)}
+BENCHMARKS = ("nmt_l2", "rnnlm_l2")  # the two smallest benchmark models, 400 groups each
+FIXED_METHODS = ("metis", "scotch", "etf", "heft")  # baselines without a budget
+SEARCH_METHODS = {"random-search": "random", "local-search": "local-search", "sa": "sa"}  # name -> method
+MODELS = ("op", "flat", "units")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--devices", default="2,4", help="comma list of device counts")
-    p.add_argument("--graphs", default="cifar10,ptb,nmt", help="comma list of families")
-    p.add_argument("--repeats", type=int, default=9, help="timed steps per placement (interleaved)")
+    p.add_argument("--devices", default="2", help="comma list of device counts")
+    p.add_argument("--graphs", default=",".join([*SPECS, *BENCHMARKS]),
+                   help="comma list of families (small members) and benchmark models")
+    p.add_argument("--repeats", type=int, default=9, help="timed steps per placement and measurement run")
+    p.add_argument("--budget", type=int, default=500, help="simulator calls of each searching method")
+    p.add_argument("--tiny", action="store_true",
+                   help="one tiny nmt graph, 2 devices, 3 repeats, budget 50: shows the script works")
     p.add_argument("--work", default="/tmp/placeto_sim_vs_hw", help="where built and profiled graphs are cached")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"), help="results folder")
     p.add_argument("--no-serial", action="store_true", help="keep XLA's intra-op threading (default: off)")
@@ -58,161 +72,194 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--checkpoints", help="folder of family policies (<folder>/<family>/family, as "
                    "experiments/placeto_family.py --runs writes them): adds each graph's zero-shot placement")
     p.add_argument("--render", help="only rewrite the .md and .png from this results JSON (no measuring)")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.tiny:
+        args.devices, args.graphs, args.repeats, args.budget = "2", "nmt", 3, 50
+        args.work = args.work.rstrip("/") + "_tiny"
+    return args
 
 
-def build(family: str, work: Path):
-    """The grouped graph of `family`'s small spec with op-profile "local-cpu" costs (cached in `work`)."""
-    from placeto.families import GraphSpec, build_graph, profile
+def build(name: str, work: Path, tiny: bool = False):
+    """The grouped graph `name` (a family's small member, or a benchmark model) with op-profile "local-cpu"
+    costs (cached in `work`)."""
+    from placeto.families import GraphSpec, benchmark_specs, build_graph, profile
     from simulator.io import load_graph, save_graph
 
-    path = work / f"{family}_small.json.gz"
+    path = work / f"{name}{'_tiny' if tiny else ''}.json.gz"
     if path.exists():
         return load_graph(path)
-    kwargs, target = SPECS[family]
-    graph, _ = build_graph(GraphSpec(f"{family}_small", family, kwargs, target), family)
+    if name in SPECS:
+        kwargs, target = (TINY if tiny else SPECS)[name]
+        graph, _ = build_graph(GraphSpec(f"{name}_{'tiny' if tiny else 'small'}", name, kwargs, target), name)
+    else:
+        spec = next((s for s in benchmark_specs() if s.name == name), None)
+        if spec is None:
+            raise SystemExit(f"unknown graph {name!r}: a family ({', '.join(SPECS)}) or a benchmark model")
+        graph, _ = build_graph(spec, "benchmarks")
     graph = profile(graph, "local-cpu", repeats=5, warmup=2)
     save_graph(graph, path)
     return graph
 
 
-def placements(graph, cluster, seed: int = 0, checkpoint: Path | None = None) -> list[tuple[str, "np.ndarray"]]:
-    """The spread of placements measured: fixed ones, the baselines, and a trained Placeto policy's zero-shot
-    placement (greedy) when `checkpoint` (a `placeto train` run directory) is given."""
+def placements(graph, cluster, budget: int, seed: int = 0, checkpoint: Path | None = None) -> list[tuple]:
+    """(name, int32[N]) placements spanning the range; searches optimise `graph` on `cluster` (the units costs
+    and the fitted model). Methods that do not apply are left out."""
     import numpy as np
 
     from placeto.baselines import run_method
+    from placeto.place import place
+    from placeto.policies import shipped_policies
+    from simulator.errors import InputError
 
     n, d = graph.n_nodes, cluster.n_devices
-    contiguous = np.empty(n, dtype=np.int32)
-    contiguous[graph.topo_order] = np.arange(n) * d // n
-    out = [("single", np.zeros(n, dtype=np.int32)), ("round-robin", (np.arange(n) % d).astype(np.int32)),
-           ("contiguous", contiguous),
+    by_topo = np.empty(n, dtype=np.int32)
+    by_topo[graph.topo_order] = np.arange(n, dtype=np.int32)
+    out = [("single", np.zeros(n, dtype=np.int32)), ("round-robin", by_topo % d),
+           ("contiguous", (by_topo.astype(np.int64) * d // n).astype(np.int32)),
            ("uniform", np.random.default_rng(seed).integers(0, d, n).astype(np.int32))]
-    out += [(m if m != "random" else "random-search", run_method(m, graph, cluster, seed).placement)
-            for m in METHODS]
+    expert = graph.meta.get("expert_placement", {}).get(str(d))
+    if expert is not None:
+        out.append(("expert", np.asarray(expert, dtype=np.int32)))
+    for name in FIXED_METHODS:
+        try:
+            out.append((name, run_method(name, graph, cluster, seed).placement))
+        except InputError as e:
+            print(f"  {name}: not applicable ({e})", flush=True)
+    for name, method in SEARCH_METHODS.items():
+        out.append((name, run_method(method, graph, cluster, seed, budget=budget).placement))
+    kind = graph.meta.get("program", {}).get("kind")
+    for policy in shipped_policies():
+        if policy.name == "general" or policy.name == kind:
+            out.append((f"policy-{policy.name}", place(graph, cluster, policy.name).placement))
     if checkpoint is not None:
-        from placeto.place import place
-
-        out.append(("placeto", place(graph, cluster, checkpoint).placement))
-    return out
+        out.append(("trained", place(graph, cluster, checkpoint).placement))
+    return [(name, np.asarray(p, dtype=np.int32)) for name, p in out]
 
 
-def with_latency(graph, cluster):
-    """(graph, cluster) simulating each transfer as taking delta2 + bytes / bandwidth for its consumers too."""
-    extra = cluster.delta2_us * cluster.bandwidth_bytes_per_us
-    return (dataclasses.replace(graph, out_bytes=graph.out_bytes + extra),
-            dataclasses.replace(cluster, delta2_us=0.0))
+def flat(cluster):
+    """The cluster without latency and hosts: the published simulator's form of the model."""
+    devices = tuple(dataclasses.replace(d, host=None) for d in cluster.devices)
+    return dataclasses.replace(cluster, devices=devices, latency_us=0.0, hosts=())
 
 
-def run_one(graph, n_devices: int, cluster, repeats: int, threads: bool, checkpoint: Path | None = None) -> dict:
-    """Rows (placement, transfers, simulated with every cost model, measured) and the agreement of each model."""
-    from placeto.evaluate import EvalRow, agreement, hardware_runner
+def run_one(graph, fit, repeats: int, budget: int, threads: bool, checkpoint: Path | None = None) -> dict:
+    """Rows (placement, transfers, both measurement runs, simulated with every model) and the agreements."""
+    from placeto.evaluate import hardware_runner
     from simulator import simulate
 
     t0 = time.perf_counter()
+    cluster = fit.cluster
     runner = hardware_runner(graph, cluster)
     units = graph.with_costs("local-cpu", runner.unit_costs(repeats=5))
     runner = dataclasses.replace(runner, graph=units, threads=threads)  # dispatch in the units' simulated order
-    chosen = placements(graph, cluster, checkpoint=checkpoint)
-    measured = runner.measure([p for _, p in chosen], repeats=repeats, warmup=2)
-    models = {"op-profile": (graph, cluster), "units": (units, cluster), "units+latency": with_latency(units, cluster)}
+    chosen = placements(units, cluster, budget, checkpoint=checkpoint)
+    print(f"  {len(chosen)} placements ({time.perf_counter() - t0:.0f} s)", flush=True)
+    runs = [runner.measure([p for _, p in chosen], repeats=repeats, warmup=2) for _ in range(2)]
+    models = {"op": (graph, cluster), "flat": (units, flat(cluster)), "units": (units, cluster)}
     rows = []
-    for (name, p), m in zip(chosen, measured):
-        sim = {k: float(simulate(g, p, c).runtime) for k, (g, c) in models.items()}
-        transfers = len(simulate(units, p, cluster).transfers.node)
-        timing = {k: getattr(m, k) for k in ("median_us", "q25_us", "q75_us", "min_us", "max_us")}
-        rows.append({"placement": name, "transfers": transfers, "simulated_us": sim, "measured": timing,
-                     "assignment": p.tolist()})
-    summary = {k: agreement([EvalRow(r["placement"], r["simulated_us"][k], m) for r, m in zip(rows, measured)])
-               ._asdict() for k in models}
-    return {"graph": graph.name, "groups": graph.n_nodes, "ops": graph.meta.get("ops"), "devices": n_devices,
-            "rows": rows, "agreement": summary, "seconds": time.perf_counter() - t0,
+    for k, (name, p) in enumerate(chosen):
+        rows.append({"placement": name, "assignment": p.tolist(),
+                     "transfers": len(simulate(units, p, cluster).transfers.node),
+                     "simulated_us": {m: float(simulate(g, p, c).runtime) for m, (g, c) in models.items()},
+                     "runs": [[float(t) for t in run[k].times_us] for run in runs]})
+    return {"graph": graph.name, "groups": graph.n_nodes, "ops": graph.meta.get("ops"),
+            "devices": cluster.n_devices, "rows": rows, "seconds": time.perf_counter() - t0,
             "unit_cost_total_us": float(units.cost_for("local-cpu").sum()),
             "op_cost_total_us": float(graph.cost_for("local-cpu").sum())}
 
 
-MODELS = ("op-profile", "units", "units+latency")
+def summarise(result: dict) -> dict:
+    """Per model: errors and Spearman against the pooled measurement and the tie-aware concordance; and the
+    same statistics of run 2 against run 1 (repeatability)."""
+    from placeto.agreement import agreement, concordance, spearman
+    from placeto.evaluate import EvalRow
+    from simulator.hardware import timing_of
+
+    run1 = [timing_of(r["runs"][0]) for r in result["rows"]]
+    run2 = [timing_of(r["runs"][1]) for r in result["rows"]]
+    pooled = [timing_of(r["runs"][0] + r["runs"][1]) for r in result["rows"]]
+    out = {}
+    for m in MODELS:
+        sim = [r["simulated_us"][m] for r in result["rows"]]
+        a = agreement([EvalRow(r["placement"], s, t) for r, s, t in zip(result["rows"], sim, pooled)])
+        c = concordance(sim, pooled)
+        out[m] = {**a._asdict(), "concordance": c.fraction, "ties": c.ties, "pairs": c.pairs}
+    rep = concordance([t.median_us for t in run2], run1, also_tied=run2)
+    out["repeat"] = {"spearman": spearman([t.median_us for t in run1], [t.median_us for t in run2]),
+                     "concordance": rep.fraction, "ties": rep.ties, "pairs": rep.pairs}
+    return {k: {f: None if isinstance(v, float) and v != v else v for f, v in d.items()}  # NaN: null (strict JSON)
+            for k, d in out.items()}
+
+
+def _num(x: float, fmt: str) -> str:
+    return "n/a" if x is None or x != x else format(x, fmt)
 
 
 def markdown(results: list[dict], env: dict) -> str:
     speedups = ", ".join(f"{k.rsplit('_', 1)[1]} devices {v}" for k, v in env.items()
                          if k.startswith("parallel_speedup_"))
     lines = ["# Simulated vs measured step time on local host devices", "",
-             "Generated by `python experiments/sim_vs_hardware.py` "
-             f"(`--devices {env['devices']} --repeats {env['repeats']}`). "
-             f"Machine: {env['cores']} cores, load average {env['load_before']} before and {env['load_after']} "
-             f"after; JAX {env['jax']}; XLA_FLAGS `{env['xla_flags']}`; "
-             f"dispatch: {env['dispatch']}. Parallel speedup of the devices on independent ~1 ms kernels "
-             f"(`simulator.calibrate.measure_parallelism`, ideal min(devices, cores)): {speedups}.", "",
-             "Step times in ms. *measured*: median of interleaved steps [IQR]. Simulated with the calibrated "
-             "cluster and three cost models: *op*: the graph's op-level profile (`placeto profile`: every op "
-             "alone, summed per group); *units*: every group timed alone as executed; *lat*: units, with the "
-             "per-transfer overhead charged as latency. Errors are (simulated - measured) / measured; "
-             "err = median absolute error, rho = Spearman.", "",
-             "## Agreement", "",
-             "| graph | groups (ops) | devices | delta1 / delta2 us, GB/s | us per transfer in steps | err op "
-             "| rho op | err units | rho units | err lat | rho lat |",
-             "|---|---|--:|---|--:|--:|--:|--:|--:|--:|--:|"]
+             f"Generated by `python experiments/sim_vs_hardware.py {env['argv']}`. Machine: {env['cores']} cores, "
+             f"load average {env['load_before']} before and {env['load_after']} after; JAX {env['jax']}; "
+             f"XLA_FLAGS `{env['xla_flags']}`; dispatch: {env['dispatch']}. Parallel speedup of the devices on "
+             f"independent ~1 ms kernels (`simulator.calibrate.measure_parallelism`, ideal min(devices, cores)): "
+             f"{speedups}.", "", "## Calibration (least-squares fit of the cluster model)", ""]
+    for n, f in env["fits"].items():
+        p = f["params"]
+        lines.append(f"* {n} devices: delta1 {p['delta1_us']:.1f} us, dispatch {p['dispatch_us']:.1f} us (shared), "
+                     f"delta2 {p['delta2_us']:.1f} us, {1e3 / p['us_per_mb']:.2f} GB/s, latency "
+                     f"{p['latency_us']:.1f} us, transfer {p['transfer_us']:.1f} us (shared); R^2 "
+                     f"{_num(f['r2'], '.3f')}, "
+                     f"RMS relative error {f['rms_relative'] * 100:.1f}% over {len(f['probes'])} probes.")
+    lines += ["", "Step times in ms. Each placement is measured in two separate runs of interleaved steps; "
+              "*err* is the median |simulated - measured| / measured against both runs pooled, *rho* the "
+              "Spearman rank correlation, *conc* the fraction of placement pairs ordered alike, pairs whose "
+              "measured IQRs overlap counted as ties (not counted; *ties* of *pairs*). *repeat*: run 2 against "
+              "run 1, the machine's own agreement (a pair tied in either run is a tie). Models: *op* op-level "
+              "profile on the fitted cluster; *flat* units as executed on the fitted cluster without latency and "
+              "hosts; *units* units on the full fitted cluster.", "", "## Agreement", "",
+              "| graph | groups (ops) | devices | placements | repeat rho | repeat conc (ties) | err op | rho op "
+              "| err flat | rho flat | err units | rho units | conc units (ties) |",
+              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in results:
-        c = r["cluster"]
-        cells = " | ".join(f"{r['agreement'][k]['median_ape']:.0f}% | {r['agreement'][k]['spearman']:.2f}"
-                           for k in MODELS)
-        lines.append(f"| {r['graph']} | {r['groups']} ({r['ops']}) | {r['devices']} | {c['delta1_us']:.1f} / "
-                     f"{c['delta2_us']:.1f}, {c['bandwidth_bytes_per_us'] / 1e3:.1f} | "
-                     f"{per_transfer_us(r):.0f} | {cells} |")
-    lines += ["", "*us per transfer in steps*: slope of the measured step time against the number of transfers "
-              "of the placements (least squares): what one more cross-device tensor costs the step.", ""]
-    lines += LIMITS
+        s = r["summary"]
+        cells = " | ".join(f"{_num(s[m]['median_ape'], '.0f')}% | {_num(s[m]['spearman'], '.2f')}" for m in MODELS)
+        lines.append(f"| {r['graph']} | {r['groups']} ({r['ops']}) | {r['devices']} | {len(r['rows'])} | "
+                     f"{_num(s['repeat']['spearman'], '.2f')} | {_num(s['repeat']['concordance'], '.2f')} "
+                     f"({s['repeat']['ties']}/{s['repeat']['pairs']}) | {cells} | "
+                     f"{_num(s['units']['concordance'], '.2f')} ({s['units']['ties']}/{s['units']['pairs']}) |")
     for r in results:
         lines += ["", f"## {r['graph']}, {r['devices']} devices", "",
                   f"Compute summed over groups: op profile {r['op_cost_total_us'] / 1e3:.1f} ms, units "
-                  f"{r['unit_cost_total_us'] / 1e3:.1f} ms.", "",
-                  "| placement | transfers | measured | sim op | err | sim units | err | sim lat | err |",
-                  "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
+                  f"{r['unit_cost_total_us'] / 1e3:.1f} ms. Measured time per extra transfer (least-squares slope "
+                  f"over the placements): {_num(per_transfer_us(r), '.0f')} us.", "",
+                  "| placement | transfers | run 1 | run 2 | sim op | err | sim flat | err | sim units | err |",
+                  "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
         for row in r["rows"]:
-            m, s = row["measured"], row["simulated_us"]
-            cells = " | ".join(f"{s[k] / 1e3:.2f} | {(s[k] - m['median_us']) / m['median_us'] * 100:+.0f}%"
-                               for k in MODELS)
-            lines.append(f"| {row['placement']} | {row['transfers']} | {m['median_us'] / 1e3:.2f} "
-                         f"[{m['q25_us'] / 1e3:.2f}-{m['q75_us'] / 1e3:.2f}] | {cells} |")
+            runs = [_median_iqr(t) for t in row["runs"]]
+            pooled = _median_iqr(row["runs"][0] + row["runs"][1])[0]
+            s = row["simulated_us"]
+            cells = " | ".join(f"{s[m] / 1e3:.2f} | {(s[m] - pooled) / pooled * 100:+.0f}%" for m in MODELS)
+            lines.append(f"| {row['placement']} | {row['transfers']} | "
+                         + " | ".join(f"{m / 1e3:.2f} [{a / 1e3:.2f}-{b / 1e3:.2f}]" for m, a, b in runs)
+                         + f" | {cells} |")
     return "\n".join(lines) + "\n"
 
 
+def _median_iqr(times: list[float]) -> tuple[float, float, float]:
+    import numpy as np
+
+    q25, med, q75 = np.percentile(times, [25, 50, 75])
+    return float(med), float(q25), float(q75)
+
+
 def per_transfer_us(result: dict) -> float:
-    """Least-squares slope of measured median step time (us) against transfers over the placements."""
+    """Least-squares slope of the pooled median step time (us) against transfers over the placements."""
     import numpy as np
 
     x = np.array([row["transfers"] for row in result["rows"]], dtype=np.float64)
-    y = np.array([row["measured"]["median_us"] for row in result["rows"]])
+    y = np.array([_median_iqr(row["runs"][0] + row["runs"][1])[0] for row in result["rows"]])
     return float(np.polyfit(x, y, 1)[0]) if np.ptp(x) > 0 else float("nan")
-
-
-LIMITS = [  # about the committed run (quiet machine, load ~1); rerun and reread before trusting it elsewhere
-    "## What limits the agreement", "",
-    "* **Partial concurrency.** The simulator assumes devices run fully in parallel. Here two host devices ran "
-    "independent ~1 ms kernels 1.74x faster than one, and four devices on the 2 cores 1.78x (see the header), "
-    "so 4-device placements get at most half the parallelism the simulator credits them with; with dependencies "
-    "and transfers in the step, even 2 devices overlap less than that. The executor keeps each device to one "
-    "core and one op at a time (`SERIAL_CPU_FLAGS` plus a token chain), so this is the machine, not XLA threads. "
-    "A run on a loaded machine (session 1: speedup ~1.0) ranked much worse.",
-    "* **Transfers are host work.** Moving a tensor between host devices costs tens of microseconds of host time "
-    "(`jax.device_put` plus the receiving thread's wake-up) whatever its size, and these costs serialise on the "
-    "shared cores: measured step times grow linearly with the number of transfers (*us per transfer* column), "
-    "which is why the single-device placement is measured fastest in five of the six cases. The simulator "
-    "charges the calibrated delta2 as sender-bus occupancy, overlapped with compute and with other buses, and "
-    "latency as bytes / bandwidth only; *lat* (delta2 charged as latency, emulated) fits better on ptb and nmt. "
-    "A latency term and a shared host-time resource for transfers in the cluster model would be the next step.",
-    "* **Op-level profiles do not describe what runs.** `placeto profile` times every op alone, each including a "
-    "dispatch: summed per group that is 5-12x the time the fused group takes for ptb and nmt (see \"Compute "
-    "summed over groups\"), so *op* overestimates single-device steps several-fold and ranks placements no "
-    "better than chance. *units* (every group timed as executed; `placeto eval --costs units`) underestimates "
-    "single-device steps by 6-40%: a step spends more per group than the calibrated delta1 (~10 us, from chains "
-    "of minimal tasks) accounts for.",
-    "* **Spreads within noise.** On cifar10 with 2 devices all placements measure 217-247 ms, about the "
-    "interquartile range of one of them, so the measured ranking there is noise (rho 0.05) while the simulator "
-    "spreads them from 116 to 187 ms. nmt, where placements differ by 2-3x, reaches rho 0.90 at 2 and 4 devices "
-    "with median errors of 22% and 13% (*lat*); ptb 0.56-0.61 and 21-27%.", ""]
 
 
 def plot(results: list[dict], path: Path) -> None:
@@ -230,12 +277,12 @@ def plot(results: list[dict], path: Path) -> None:
         lo, hi = float("inf"), 0.0
         for r in results:
             sim = [row["simulated_us"][model] / 1e3 for row in r["rows"]]
-            meas = [row["measured"]["median_us"] / 1e3 for row in r["rows"]]
+            meas = [_median_iqr(row["runs"][0] + row["runs"][1])[0] / 1e3 for row in r["rows"]]
             ax.plot(sim, meas, "o" if r["devices"] == 2 else "^", label=f"{r['graph']} {r['devices']}d")
             lo, hi = min(lo, *sim, *meas), max(hi, *sim, *meas)
         ax.plot([lo / 1.2, hi * 1.2], [lo / 1.2, hi * 1.2], "k--", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel=f"simulated ms ({model} costs)", ylabel="measured ms",
-               title=f"costs: {model}")
+        ax.set(xscale="log", yscale="log", xlabel=f"simulated ms ({model})", ylabel="measured ms (both runs)",
+               title=f"model: {model}")
         ax.legend(fontsize=7)
     fig.tight_layout()
     buf = io.BytesIO()
@@ -252,40 +299,47 @@ def main() -> int:
     ensure_host_devices(max(counts), serial=not args.no_serial)  # before anything imports jax
     import jax
 
-    from simulator.calibrate import calibrate, measure_parallelism
+    from simulator.calibrate import calibrate_fit, measure_parallelism
     from simulator.host_devices import local_devices
     from simulator.io import atomic_write_bytes
 
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
-    env = {"devices": args.devices, "repeats": args.repeats, "cores": os.cpu_count(), "jax": jax.__version__,
+    out.mkdir(parents=True, exist_ok=True)
+    env = {"argv": " ".join(sys.argv[1:]), "cores": os.cpu_count(), "jax": jax.__version__,
            "xla_flags": os.environ.get("XLA_FLAGS", ""), "load_before": "%.1f" % os.getloadavg()[0],
-           "dispatch": "one host thread" if args.single_thread_dispatch else "one host thread per device"}
+           "dispatch": "one host thread" if args.single_thread_dispatch else "one host thread per device",
+           "fits": {}}
     graphs = []
-    for family in args.graphs.split(","):
+    for name in args.graphs.split(","):
         t0 = time.perf_counter()
-        graphs.append(build(family, work))
-        print(f"{family}: {graphs[-1].n_nodes} groups ({time.perf_counter() - t0:.0f} s)", flush=True)
+        graphs.append(build(name, work, args.tiny))
+        print(f"{name}: {graphs[-1].n_nodes} groups ({time.perf_counter() - t0:.0f} s)", flush=True)
     results = []
     for n in counts:
-        cluster = calibrate(n)
+        fit = calibrate_fit(n, repeats=max(args.repeats, 5))
         speedup = measure_parallelism(local_devices(n))
         env[f"parallel_speedup_{n}"] = round(speedup, 2)
-        print(f"{n} devices: delta1 {cluster.delta1_us} us, delta2 {cluster.delta2_us} us, "
-              f"{cluster.bandwidth_bytes_per_us} B/us; parallel speedup {speedup:.2f}", flush=True)
+        env["fits"][str(n)] = {"params": fit.params, "r2": fit.r2 if fit.r2 == fit.r2 else None,
+                               "rms_relative": fit.rms_relative,
+                               "probes": {k: [float(m), float(s)] for k, m, s in
+                                          zip(fit.names, fit.measured_us, fit.simulated_us)}}
+        print(f"{n} devices: fit R^2 {fit.r2:.3f} ({fit.params}); parallel speedup {speedup:.2f}", flush=True)
         for graph in graphs:
-            ckpt = Path(args.checkpoints) / graph.name.rsplit("_", 1)[0] / "family" if args.checkpoints else None
-            result = run_one(graph, n, cluster, args.repeats, threads=not args.single_thread_dispatch,
+            family = graph.meta.get("family", "")
+            ckpt = Path(args.checkpoints) / family / "family" if args.checkpoints else None
+            result = run_one(graph, fit, args.repeats, args.budget, threads=not args.single_thread_dispatch,
                              checkpoint=ckpt if ckpt is not None and (ckpt / "checkpoint.msgpack").exists() else None)
-            result["cluster"] = cluster.to_dict()
+            result["cluster"] = fit.cluster.to_dict()
+            result["summary"] = summarise(result)
             results.append(result)
-            a = result["agreement"]
-            print(f"  {graph.name} {n}d: " + " | ".join(
-                f"{k} err {a[k]['median_ape']:.0f}% rho {a[k]['spearman']:.2f}" for k in MODELS)
+            s = result["summary"]
+            print(f"  {graph.name} {n}d: repeat rho {_num(s['repeat']['spearman'], '.2f')} | " + " | ".join(
+                f"{m} err {_num(s[m]['median_ape'], '.0f')}% rho {_num(s[m]['spearman'], '.2f')}" for m in MODELS)
                 + f" ({result['seconds']:.0f} s)", flush=True)
     env["load_after"] = "%.1f" % os.getloadavg()[0]
-    atomic_write_bytes(out / "sim_vs_hardware.json", (json.dumps({"env": env, "results": results}, indent=1)
-                                                      + "\n").encode())
+    atomic_write_bytes(out / "sim_vs_hardware.json", (json.dumps({"env": env, "results": results}, indent=1,
+                                                                 allow_nan=False) + "\n").encode())
     return render({"env": env, "results": results}, out)
 
 

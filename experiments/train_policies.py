@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python experiments/train_policies.py general            # ~60-70 min on this 2-core machine
     PYTHONPATH=. python experiments/train_policies.py nmt ptb cifar10    # fine-tuned from the shipped general one
+    PYTHONPATH=. python experiments/train_policies.py gdp-nmt gdp-ptb gdp-cifar10 gdp-general  # gdp policies
     PYTHONPATH=. python experiments/train_policies.py --reevaluate       # recompute the shipped zero-shot metrics
 
 Each policy is trained by the `placeto train` command in SPECS (rerun this script to resume a killed run: the
@@ -37,40 +38,62 @@ SPECS = {
            "--minutes 30 --set lr=3e-4 entropy=0.003",
     "cifar10": "placeto train --family cifar10 --devices 4 --init-from general --out runs/cifar10 --episodes 120 "
                "--seed 0 --minutes 30 --set lr=3e-4 entropy=0.003",
+    # gdp budgets are whole updates of 512 placements (samples_per_update)
+    "gdp-nmt": "placeto train --method gdp --family nmt --devices 4 --out runs/gdp-nmt --episodes 1536000 "
+               "--seed 0 --minutes 30",
+    "gdp-ptb": "placeto train --method gdp --family ptb --devices 4 --out runs/gdp-ptb --episodes 768000 "
+               "--seed 0 --minutes 30",
+    "gdp-cifar10": "placeto train --method gdp --family cifar10 --devices 4 --out runs/gdp-cifar10 "
+                   "--episodes 768000 --seed 0 --minutes 30",
+    "gdp-general": "placeto train --method gdp --family all --devices 2,4,8 --out runs/gdp-general "
+                   "--episodes 1024000 --seed 0 --minutes 60",
 }
 SUMMARY = {"general": "all three families (72 training graphs) at 2, 4 and 8 devices",
            "nmt": "the nmt family at 4 devices, fine-tuned from general",
            "ptb": "the ptb family at 4 devices, fine-tuned from general",
-           "cifar10": "the cifar10 family at 4 devices, fine-tuned from general"}
+           "cifar10": "the cifar10 family at 4 devices, fine-tuned from general",
+           "gdp-nmt": "gdp (single-shot GNN + segment attention, PPO) on the nmt family at 4 devices",
+           "gdp-ptb": "gdp on the ptb family at 4 devices",
+           "gdp-cifar10": "gdp on the cifar10 family at 4 devices",
+           "gdp-general": "gdp on all three families (72 training graphs) at 2, 4 and 8 devices"}
 
 
 def train_minutes(run: Path) -> tuple[float, int]:
-    """(wall minutes over all resumed calls, episodes) from a run's metrics.csv (wall_s restarts per call)."""
+    """(wall minutes over all resumed calls, episodes) from a run's metrics.csv (wall seconds restart per call;
+    a Placeto run logs wall_s and episode, a gdp run seconds and samples)."""
     with (run / "metrics.csv").open() as f:
         rows = list(csv.DictReader(f))
+    wall, count = ("wall_s", "episode") if rows and "wall_s" in rows[0] else ("seconds", "samples")
     total, last = 0.0, 0.0
     for r in rows:
-        w = float(r["wall_s"])
+        w = float(r[wall])
         if w < last:
             total += last
         last = w
-    return round((total + last) / 60, 1), int(rows[-1]["episode"]) if rows else 0
+    return round((total + last) / 60, 1), int(rows[-1][count]) if rows else 0
 
 
 def zero_shot(run: Path, n_devices: int = 4) -> dict:
     """Greedy zero-shot (no search) on each family's test split: mean ratio to single device, seconds per graph."""
+    from placeto.methods.gdp.place import greedy_placement, is_gdp_run, load_run
     from placeto.objective import metered
     from placeto.search import guided
 
+    gdp = load_run(run) if is_gdp_run(run) else None
     out = {}
     for fam in FAMILIES:
         ratios, secs, runtimes = [], [], {}
         for g in load_family(fam, "test"):
             cluster = cluster_preset("placeto-k80", n_devices)
-            prep = guided.prepare(str(run), g, cluster, sampling=False)
-            t0 = time.perf_counter()
-            with metered():
-                placement, _, _ = guided.greedy_with_prior(prep)
+            if gdp is not None:  # one forward pass (compiled by a first call outside the timing)
+                greedy_placement(*gdp, g, cluster)
+                t0 = time.perf_counter()
+                placement = greedy_placement(*gdp, g, cluster)
+            else:
+                prep = guided.prepare(str(run), g, cluster, sampling=False)
+                t0 = time.perf_counter()
+                with metered():
+                    placement, _, _ = guided.greedy_with_prior(prep)
             secs.append(time.perf_counter() - t0)
             rt = simulate(g, placement, cluster).runtime
             runtimes[g.name] = round(float(rt), 3)

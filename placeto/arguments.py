@@ -62,3 +62,4 @@ COUNT = int_in(0, 10**9)  # episodes, samples, warm-up runs
 POSITIVE = int_in(1, 10**9)  # repeats, groups, budgets
 WORKERS = int_in(1, 1024)
 MINUTES = float_in(0.0, 1e7)
+PERCENT = float_in(0.0, 1e6)  # a bound in percent (--max-cp-growth)

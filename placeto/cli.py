@@ -12,7 +12,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from placeto.arguments import COUNT, DEVICES, MINUTES, POSITIVE, SEED, WORKERS, OneLineParser
+from placeto.arguments import COUNT, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS, OneLineParser
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.io import check_output_path
@@ -104,29 +104,38 @@ def cmd_datasets_build(args: argparse.Namespace) -> int:
 
 
 def cmd_import_jax(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from simulator.costs import annotate_costs
-    from simulator.grouping import group
+    from simulator.export import describe, export_path, export_program
+    from simulator.importer import describe_state, import_step
     from simulator.io import save_graph
-    from simulator.trace import trace_import
+    from simulator.result import critical_path
 
     from placeto.families import ANALYTIC_KINDS
 
-    for path in (args.out, args.grouped_out):
-        if path:
-            check_output_path(path)
-    traced = trace_import(args.function, args.args_spec, name=args.name)
-    meta = {**traced.graph.meta, "source": {**traced.graph.meta["source"], "function": args.function,
-                                           "args_spec": args.args_spec}}
-    graph = annotate_costs(dataclasses.replace(traced.graph, meta=meta), ANALYTIC_KINDS)
+    if args.groups is not None and not args.grouped_out:
+        raise InputError("--groups is the target of --grouped-out: give --grouped-out FILE")
+    written = [p for p in (args.out, args.grouped_out) if p]
+    for path in written + ([str(export_path(p)) for p in written] if args.export else []):
+        check_output_path(path)
+    imported = import_step(args.function, args.args_spec, ANALYTIC_KINDS, args.name, args.params, args.opt_state,
+                           grouped=bool(args.grouped_out), groups=args.groups,
+                           max_cp_growth=args.max_cp_growth / 100)
+    graph, grouping = imported.graph, imported.grouping
+    print(f"traced {args.function} in {imported.seconds:.1f} s: {graph.n_nodes} ops, {graph.n_edges} edges")
+    print(describe_state(imported.traced))
     save_graph(graph, args.out)
-    print(f"{args.out}: {graph.n_nodes} ops, {graph.n_edges} edges, costs for {', '.join(ANALYTIC_KINDS)}")
-    if args.grouped_out:
-        grouping = group(graph, args.groups)
-        gmeta = {**meta, "grouping": {"target_groups": args.groups, "op_to_group": grouping.op_to_group.tolist()}}
-        save_graph(dataclasses.replace(grouping.graph, name=graph.name, meta=gmeta), args.grouped_out)
-        print(f"{args.grouped_out}: {grouping.graph.n_nodes} groups")
+    print(f"{args.out}: {graph.n_nodes} ops, costs for {', '.join(ANALYTIC_KINDS)}")
+    if grouping is not None:
+        save_graph(grouping.graph, args.grouped_out)
+        kind = ANALYTIC_KINDS[0]
+        cp = [critical_path(g, g.cost_for(kind)) / 1e3 for g in (graph, grouping.graph)]
+        print(f"{args.grouped_out}: {grouping.report.describe()} [{kind}: critical path {cp[0]:.2f} -> "
+              f"{cp[1]:.2f} ms]")
+    if args.export:
+        for path, g, op_to_group in ((args.out, graph, None), (args.grouped_out, grouping and grouping.graph,
+                                                               grouping and grouping.op_to_group)):
+            if path:
+                manifest = export_program(imported.traced, g, export_path(path), op_to_group)
+                print(describe(manifest, export_path(path)))
     return 0
 
 
@@ -139,6 +148,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     if args.out and len(args.files) != 1:
         raise InputError(f"--out takes one input file, got {len(args.files)}")
+    if args.exported and len(args.files) != 1:
+        raise InputError(f"--exported belongs to one graph file, got {len(args.files)}")
     for out in [args.out] if args.out else args.files:
         check_output_path(out)
     if args.program:
@@ -146,12 +157,14 @@ def cmd_profile(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     for file in args.files:
         graph = profile(load_graph(file), kind=args.kind, repeats=args.repeats, warmup=args.warmup,
-                        program=args.program, args_spec=args.args_spec)
+                        program=args.program, args_spec=args.args_spec, exported=args.exported)
         out = args.out if args.out and len(args.files) == 1 else file
         save_graph(graph, out)
         cost = graph.costs[args.kind]
+        how = graph.meta["profile"][args.kind]
+        source = f", each unit as executed from {how['exported']}" if how.get("method") == "exported units" else ""
         print(f"{out}: {args.kind} costs for {graph.n_nodes} nodes, total {cost.sum() / 1e3:.3f} ms "
-              f"({time.perf_counter() - t0:.0f} s so far)")
+              f"({time.perf_counter() - t0:.0f} s so far{source})")
     return 0
 
 
@@ -164,6 +177,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         from placeto.methods.gdp.cli import train_from_args
 
         return train_from_args(args, *_train_inputs(args))
+    if getattr(args, "method", "placeto") in ("rnn", "hierarchical"):
+        from placeto.methods.pergraph_cli import train_from_args as train_per_graph
+
+        return train_per_graph(args.method, args, *_train_inputs(args))
     try:
         changes = parse_overrides(args.set)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
@@ -228,12 +245,29 @@ def cmd_place(args: argparse.Namespace) -> int:
     check_output_path(args.out)
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)
+    from placeto.baselines import METHODS as BASELINES
+
+    if args.method in BASELINES:
+        return _place_with_baseline(args, graph, cluster)
     from placeto.methods.gdp.place import is_gdp_checkpoint
 
     if args.method is None and is_gdp_checkpoint(args.checkpoint):
         args.method = "gdp"  # a gdp run directory: its config.json says "method": "gdp"
+    from placeto.methods.rundir import run_method
+
+    if args.method is None:
+        args.method = run_method(args.checkpoint)  # "rnn" / "hierarchical" from a per-graph run's config.json
+    if args.method in ("rnn", "hierarchical"):
+        if args.finetune_episodes:
+            raise InputError(f"--finetune-episodes: {args.method} policies are per graph (train longer instead)")
+        if args.checkpoint is not None and args.budget is None and args.seconds is None:
+            args.budget = 2 + args.samples  # the run's best placement, the greedy decode and the samples
     if args.method == "gdp" and args.budget is None and args.seconds is None:
         args.budget = 1 + args.samples + args.finetune_episodes  # greedy + samples (+ fine-tuning)
+    if args.checkpoint is not None and args.method in ("placeto", "placeto-search", "gdp", "gdp-search") and \
+            args.method.startswith("gdp") != is_gdp_checkpoint(args.checkpoint):
+        kind = "a gdp" if args.method.startswith("gdp") else "a Placeto"
+        raise InputError(f"--method {args.method} needs {kind} policy; {args.checkpoint} is not one")
     budgeted = args.seconds is not None or args.budget is not None or args.finetune_episodes > 0
     method = args.method or ("placeto-search" if args.seconds is not None or args.budget is not None else "placeto")
     if method != "placeto" and not budgeted:
@@ -255,7 +289,40 @@ def cmd_place(args: argparse.Namespace) -> int:
     single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
     save_placement(args.out, placement, cluster.device_names)
     print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator calls) -> {args.out}")
+    from placeto import coarsen
+
+    if method != "gdp" and graph.n_nodes > coarsen.MAX_POLICY_NODES:
+        print(f"  ({graph.n_nodes} nodes: placed as {coarsen.COARSE_GROUPS} groups by the policy, then expanded)")
     print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
+    print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
+    print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
+    return 0
+
+
+def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> int:
+    """`place --method NAME` for a baseline of placeto.baselines: its placement, written like any other."""
+    import numpy as np
+
+    from simulator import simulate
+    from simulator.io import save_placement
+
+    from placeto.baselines import BUDGETED, DEFAULT_BUDGET, run_method
+
+    given = [flag for flag, on in (("--checkpoint", args.checkpoint is not None), ("--samples", args.samples > 0),
+                                   ("--finetune-episodes", args.finetune_episodes > 0)) if on]
+    if given:
+        raise InputError(f"{given[0]} is for learned methods, not the baseline {args.method!r}")
+    if args.seconds is not None and not 0 < args.seconds <= 86400:
+        raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
+    budget = args.budget if args.budget is not None else (None if args.seconds is not None else DEFAULT_BUDGET)
+    run = run_method(args.method, graph, cluster, args.seed, budget=budget, seconds=args.seconds)
+    placed = simulate(graph, run.placement, cluster)
+    single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
+    save_placement(args.out, run.placement, cluster.device_names)
+    spent = f", budget {budget if budget is not None else 'unlimited'}" if args.method in BUDGETED else ""
+    print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "
+          f"{run.simulator_calls} simulator calls) -> {args.out}")
+    print(f"  {args.method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
     print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
     return 0
@@ -341,7 +408,22 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--out", required=True, help="op graph file (.json or .json.gz)")
     imp.add_argument("--name", help="graph name (default: the function name)")
     imp.add_argument("--grouped-out", help="also write the grouped graph here")
-    imp.add_argument("--groups", type=POSITIVE, default=None, help="target number of groups for --grouped-out")
+    imp.add_argument("--groups", type=POSITIVE, default=None,
+                     help="at most this many groups in --grouped-out, as far as --max-cp-growth allows (the report "
+                          "says how many it made and why)")
+    imp.add_argument("--max-cp-growth", type=PERCENT, default=5.0, metavar="PERCENT",
+                     help="grouping lengthens the critical path (K80 costs, free communication) by at most this "
+                          "many percent (default 5)")
+    imp.add_argument("--params", metavar="PATH",
+                     help="key path of the parameters in the arguments, as jax.tree_util.keystr prints it, e.g. "
+                          "'[0].params' (default: found from the structure: flax TrainState, optax, nnx, equinox, "
+                          "keras variable lists; else argument 0)")
+    imp.add_argument("--opt-state", metavar="PATH",
+                     help="key path of the optimizer state, e.g. '[0].opt_state' (default: found from the "
+                          "structure; else argument 1)")
+    imp.add_argument("--export", action="store_true",
+                     help="also write each graph's program (jax.export, per op / per group) beside it as "
+                          "<graph>.export.zip, so `eval --hardware` and `profile` need no import of your module")
     imp.set_defaults(func=cmd_import_jax)
 
     prof = sub.add_parser("profile", help="measure every node's cost on the local JAX backend")
@@ -360,8 +442,10 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--devices", default="4", help="device counts of the preset, e.g. 4 or 2,4,8 (mixed)")
     tr.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
     tr.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
-    tr.add_argument("--method", choices=["placeto", "gdp"], default="placeto",
-                    help="placeto (default) or gdp (single-shot GNN + segment attention, PPO)")
+    tr.add_argument("--method", choices=["placeto", "gdp", "rnn", "hierarchical"], default="placeto",
+                    help="placeto (default), gdp (single-shot GNN + segment attention, PPO), rnn (the 2017 "
+                         "seq2seq placer) or hierarchical (the 2018 grouper + placer); rnn and hierarchical train "
+                         "per graph: one --graph, one --devices count")
     tr.add_argument("--init-from", help="start from this trained policy (a shipped name or a run directory)")
     tr.add_argument("--out", required=True, help="run directory (checkpoints, metrics, best placements)")
     tr.add_argument("--config", default="default", choices=["default", "tiny"], help="configuration preset")
@@ -370,7 +454,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--seed", type=SEED)
     tr.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out")
     tr.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
-                    help="override PlacetoConfig fields, e.g. --set gamma=0.9 init_placement=random")
+                    help="override the method's config fields (PlacetoConfig; GdpConfig, RnnConfig, HierarchicalConfig "
+                         "with --method gdp, rnn, hierarchical), e.g. "
+                         "--set gamma=0.9 init_placement=random")
     tr.set_defaults(func=cmd_train)
 
     pl = sub.add_parser("place", help="place a graph with a trained policy (zero-shot, fine-tuned, or guiding search)")
@@ -379,9 +465,17 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a shipped policy's name (see `placeto policies`) or a run directory of `placeto train` "
                          "(default: the shipped general policy)")
     add_cluster_arguments(pl, default_devices=4)
-    pl.add_argument("--method", choices=["placeto", "placeto-search", "gdp"], default=None,
+    from placeto.baselines import METHODS as BASELINES
+
+    pl.add_argument("--method", choices=["placeto", "placeto-search", "gdp", "gdp-search", "rnn", "hierarchical",
+                                         *BASELINES],
+                    default=None,
                     help="placeto: greedy + sampled episodes; placeto-search: policy-guided search (the default "
-                         "when a budget is given)")
+                         "when a budget is given); gdp: one forward pass + sampled placements; gdp-search: the "
+                         "search guided by a gdp policy (default policy: gdp-general); rnn / hierarchical: from "
+                         "their run directory (--checkpoint), or trained from scratch on the graph within --budget "
+                         "/ --seconds; or any baseline of "
+                         "`placeto compare` (random, local-search and sa spend --budget, default 1000, or --seconds)")
     pl.add_argument("--seconds", type=float, default=None, help="wall-clock budget (compilation excluded)")
     pl.add_argument("--budget", type=COUNT, default=None, help="simulator-call budget")
     pl.add_argument("--finetune-episodes", type=COUNT, default=0,

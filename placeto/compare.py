@@ -16,13 +16,14 @@ import dataclasses
 import math
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 from tqdm import tqdm
 
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
 from placeto.objective import metered
+from placeto.policies import DEFAULT_GDP, resolve_checkpoint
 from placeto.families import SPLITS, load_family
 from simulator.cluster import PRESETS, Cluster, cluster_preset
 from simulator.errors import InputError
@@ -32,8 +33,12 @@ from simulator.result import lower_bound
 
 from simulator import simulate
 
-LEARNED = ("placeto", "placeto-search", "gdp")  # need a trained policy: --checkpoint, else the default shipped one
+LEARNED = ("placeto", "placeto-search", "gdp", "gdp-search")  # need a trained policy: --checkpoint if it is of
+# their kind (Placeto or gdp), else their kind's default shipped one (placeto.policies.DEFAULT_POLICY / DEFAULT_GDP)
 POLICY_METHOD = LEARNED[0]
+# trained from scratch on each graph inside the method's budget (the seeds' RNN placer and hierarchical planner);
+# not in "all" (training is slow): name them
+PER_GRAPH = ("rnn", "hierarchical")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +69,10 @@ def resolve_methods(methods: str | Sequence[str], with_policy: bool) -> list[str
     if isinstance(methods, str):
         methods = list(METHODS) + (list(LEARNED) if with_policy else []) if methods == "all" else \
             [m.strip() for m in methods.split(",") if m.strip()]
-    known = set(METHODS) | set(LEARNED)
+    known = set(METHODS) | set(LEARNED) | set(PER_GRAPH)
     for m in methods:
         if m not in known:
-            raise InputError(f"unknown method {m!r} (known: {', '.join([*METHODS, *LEARNED])})")
+            raise InputError(f"unknown method {m!r} (known: {', '.join([*METHODS, *LEARNED, *PER_GRAPH])})")
     if not methods:
         raise InputError("no methods given")
     return list(dict.fromkeys(methods))
@@ -76,8 +81,9 @@ def resolve_methods(methods: str | Sequence[str], with_policy: bool) -> list[str
 def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str | Sequence[str] = "all",
             cluster_name: str = "placeto-k80", seed: int = 0, budget: float | None = DEFAULT_BUDGET,
             seconds: float | None = None, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
-            progress: bool = True) -> list[Row]:
+            progress: bool = True, save_placements: str | Path | None = None) -> list[Row]:
     """Run `methods` on every graph for every device count of preset `cluster_name`; one Row per triple.
+    With `save_placements`, every placement made is written there (`placement_files`), atomically, as it is made.
 
     Budget of every method that searches or samples, per graph: `budget` simulator calls (None: unlimited)
     and/or `seconds` of wall time, inference and fine-tuning included, jit compilation excluded (reported in
@@ -86,8 +92,9 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
     """
     names = resolve_methods(methods, checkpoint is not None)
     policy = dict(checkpoint=checkpoint, finetune_episodes=finetune_episodes)
-    warm_up([n for n in names if n not in LEARNED], cluster_name)
+    warm_up([n for n in names if n not in LEARNED and n not in PER_GRAPH], cluster_name)
     device_counts = list(device_counts)
+    files = placement_files(graphs, save_placements) if save_placements is not None else None
     rows: list[Row] = []
     with tqdm(total=len(graphs) * len(device_counts) * len(names), disable=not progress, unit="run") as bar:
         for graph in graphs:
@@ -96,7 +103,8 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
                 raw = []
                 for name in names:
                     bar.set_postfix_str(f"{graph.name} {n_dev}d {name}", refresh=False)
-                    raw.append(_run_one(name, graph, cluster, seed, budget, seconds, policy))
+                    save = files[id(graph)](cluster, name) if files else None
+                    raw.append(_run_one(name, graph, cluster, seed, budget, seconds, policy, save))
                     bar.update()
                 rows += _with_ratios(raw)
     return rows
@@ -115,13 +123,38 @@ def warm_up(names: Sequence[str], cluster_name: str = "placeto-k80") -> None:
             pass
 
 
+def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
+    """{id(graph): f(cluster, method) -> f(placement)} writing `<out_dir>/<graph>.<D>dev.<method>.json` in the
+    placement file format (simulator.io.save_placement, atomic): one file per graph x device count x method.
+    Graph names are made file-safe, and numbered (`name-2`) when two graphs share one."""
+    from simulator.io import save_placement
+
+    out, used, files = Path(out_dir), set(), {}
+    for graph in graphs:
+        stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", graph.name).strip(".") or "graph"
+        k, unique = 1, stem
+        while unique in used:
+            k += 1
+            unique = f"{stem}-{k}"
+        used.add(unique)
+
+        def for_run(cluster: Cluster, method: str, stem: str = unique):
+            path = out / f"{stem}.{cluster.n_devices}dev.{method}.json"
+            return lambda placement: save_placement(path, placement, cluster.device_names)
+
+        files[id(graph)] = for_run
+    return files
+
+
 def _run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float | None, seconds: float | None,
-             policy: dict) -> Row:
-    """A Row with ratio_to_best still unset (NaN)."""
+             policy: dict, save: Callable[[np.ndarray], None] | None = None) -> Row:
+    """A Row with ratio_to_best still unset (NaN); `save(placement)` when the method placed the graph."""
     base = dict(graph=graph.name, n_devices=cluster.n_devices, method=name, ratio_to_best=math.nan,
                 lower_bound_us=lower_bound(graph, cluster))
     try:
-        if name in LEARNED:
+        if name in PER_GRAPH:  # trained from scratch on this graph inside the budget, whatever --checkpoint says
+            run, compile_s = run_learned(name, graph, cluster, seed, budget, seconds)
+        elif name in LEARNED:
             run, compile_s = run_learned(name, graph, cluster, seed, budget, seconds, **policy)
         else:
             run, compile_s = run_method(name, graph, cluster, seed, budget=budget, seconds=seconds), 0.0
@@ -129,6 +162,8 @@ def _run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float
         return Row(**base, runtime_us=math.nan, ratio_to_lower_bound=math.nan, oom=False, place_seconds=0.0,
                    simulator_calls=0, note=str(e))
     result = simulate(graph, run.placement, cluster)
+    if save is not None:
+        save(run.placement)
     return Row(**base, runtime_us=float(result.runtime), ratio_to_lower_bound=float(result.ratio),
                oom=bool(result.any_oom), place_seconds=run.seconds, simulator_calls=int(run.simulator_calls),
                compile_seconds=compile_s, trace=run.trace)
@@ -138,14 +173,36 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
                 seconds: float | None = None, checkpoint: str | Path | None = None,
                 finetune_episodes: int = 0) -> tuple[MethodRun, float]:
     """(MethodRun, compile seconds) of learned method `name` ("placeto": greedy + sampled episodes;
-    "placeto-search": policy-guided search), fine-tuned first if asked, inside one meter (see `compare`)."""
+    "placeto-search": policy-guided search), fine-tuned first if asked, inside one meter (see `compare`).
+    "rnn" / "hierarchical": placed from their run directory `checkpoint`, or trained from scratch on the graph
+    within the budget without one (placeto.methods.pergraph_place; `finetune_episodes` does not apply).
+
+    The Placeto methods place a graph of more than `coarsen.MAX_POLICY_NODES` nodes as groups
+    (`placeto.coarsen`): the grouping's seconds are charged to the run, the trace is the grouped graph's."""
+    from placeto import coarsen
     from placeto.methods.gdp.place import is_gdp_checkpoint, run_gdp
+    from placeto.methods.pergraph_place import run_pergraph
+    from placeto.methods.rundir import run_method
     from placeto.search import guided
 
-    if (name == "gdp") != is_gdp_checkpoint(checkpoint):  # each learned method needs its own kind of policy
-        raise NotApplicable(f"{name} needs a {'gdp' if name == 'gdp' else 'placeto'} policy (--checkpoint)")
-    if name == "gdp":
-        return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes)
+    if name in PER_GRAPH:  # from its run directory, or trained from scratch inside the budget
+        return run_pergraph(name, graph, cluster, seed, budget, seconds, checkpoint)
+    if run_method(checkpoint) is not None:
+        raise NotApplicable(f"{name} cannot use a per-graph {run_method(checkpoint)} run (--checkpoint)")
+    gdp = name.startswith("gdp")
+    if checkpoint is not None:
+        resolve_checkpoint(checkpoint)  # InputError on a name that is neither shipped nor a run directory
+    if gdp != is_gdp_checkpoint(checkpoint):  # each kind of learned method its own kind of policy
+        checkpoint = DEFAULT_GDP if gdp else None
+    if gdp:
+        return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, name == "gdp-search")
+    coarse = coarsen.for_policy(graph)
+    if coarse.grouping is not None:
+        left = None if seconds is None else max(seconds - coarse.seconds, 1e-3)
+        run, compile_s = run_learned(name, coarse.graph, cluster, seed, budget, left, checkpoint, finetune_episodes)
+        trace = tuple((t + coarse.seconds, c, b) for t, c, b in run.trace)
+        return MethodRun(coarse.expand(run.placement), run.simulator_calls, run.seconds + coarse.seconds,
+                         trace), compile_s
     prep = guided.prepare(checkpoint, graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
                           finetuning=finetune_episodes > 0)
     calls = math.inf if budget is None else budget
@@ -291,9 +348,11 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", type=_int_list, default=[2, 4, 8], help="device counts, e.g. 2,4,8")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
     p.add_argument("--methods", default="all",
-                   help=f"'all' or a comma list of: {', '.join([*METHODS, *LEARNED])}")
+                   help=f"'all' or a comma list of: {', '.join([*METHODS, *LEARNED, *PER_GRAPH])} (rnn and "
+                        f"hierarchical, trained from scratch on each graph within the budget, only when named)")
     p.add_argument("--checkpoint", help="trained policy (shipped name or run directory); adds the learned methods "
-                                        "to 'all' (named explicitly, they use the default shipped policy)")
+                                        "to 'all'. Methods of the other kind (Placeto / gdp), and all of them "
+                                        "without --checkpoint, use their kind's default shipped policy")
     p.add_argument("--budget", type=int, default=None,
                    help=f"simulator calls of every searching or sampling method per graph (default {DEFAULT_BUDGET}"
                         ", or unlimited with --seconds)")
@@ -304,6 +363,9 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
                    help="fine-tune the policy on each graph for this many episodes first (inside the budget)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="directory for compare.csv, compare.md (and plots with --plot)")
+    p.add_argument("--save-placements", metavar="DIR",
+                   help="write every placement made here, one placement file per graph x devices x method: "
+                        "<graph>.<D>dev.<method>.json (for `placeto simulate` / `eval --hardware`)")
     p.add_argument("--plot", action="store_true", help="draw a bar chart per graph into --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -322,10 +384,15 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.finetune_episodes < 0:
         raise InputError(f"--finetune-episodes must be >= 0, got {args.finetune_episodes}")
     budget = args.budget if args.budget is not None or args.seconds is not None else DEFAULT_BUDGET
+    if args.save_placements is not None:
+        from simulator.io import check_output_path
+
+        check_output_path(args.save_placements, directory=True)
     graphs = ([load_graph(f) for f in args.graphs] if args.graphs else
               load_family(args.family, None if args.split == "all" else args.split))
     rows = compare(graphs, args.devices, args.methods, args.preset, args.seed, budget, args.seconds,
-                   args.checkpoint, args.finetune_episodes, progress=not args.quiet)
+                   args.checkpoint, args.finetune_episodes, progress=not args.quiet,
+                   save_placements=args.save_placements)
     table = markdown_table(rows)
     print(table, end="")
     if args.out:
@@ -335,4 +402,7 @@ def run_compare(args: argparse.Namespace) -> int:
         atomic_write_bytes(out / "compare.md", table.encode())
         written = [out / "compare.csv", out / "compare.md"] + (plot_compare(rows, out) if args.plot else [])
         print(f"wrote {', '.join(str(p) for p in written)}")
+    if args.save_placements is not None:
+        n = sum(r.applies for r in rows)
+        print(f"wrote {n} placement files to {args.save_placements} (<graph>.<D>dev.<method>.json)")
     return 0

@@ -138,33 +138,37 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 
 
-def _check_types_and_ranges(config: PlacetoConfig) -> None:
-    """ValueError naming the field unless every field has its default's type (an int where a float is due is
-    taken) and lies in RANGES; NaN and infinities are out of every range."""
+def _check_types_and_ranges(config: Any, ranges: dict[str, tuple[float, float]] | None = None) -> None:
+    """ValueError naming the field unless every field of the frozen dataclass `config` has its default's type
+    (an int where a float is due is taken) and lies in `ranges` (default: PlacetoConfig's RANGES); NaN and
+    infinities are out of every range. Shared by the other methods' configs (placeto.methods.pergraph)."""
+    ranges = RANGES if ranges is None else ranges
+    name = type(config).__name__
     for f in dataclasses.fields(config):
         value, kind = getattr(config, f.name), type(f.default)
         ok = type(value) is kind or (kind is float and type(value) is int)
         if not ok:
             shown = "a huge integer" if type(value) is int and abs(value) > 10**30 else repr(value)[:40]
-            raise ValueError(f"PlacetoConfig: field {f.name!r}: {shown} is not of type {kind.__name__}")
+            raise ValueError(f"{name}: field {f.name!r}: {shown} is not of type {kind.__name__}")
         if kind is float:
             object.__setattr__(config, f.name, value := float(value))
-        if f.name in RANGES:
-            lo, hi = RANGES[f.name]
+        if f.name in ranges:
+            lo, hi = ranges[f.name]
             if not (lo <= value <= hi and (kind is int or math.isfinite(value))):  # no float() of a huge int
                 shown = "a huge integer" if type(value) is int and abs(value) > 10**30 else repr(value)
-                raise ValueError(f"PlacetoConfig: field {f.name!r}: {shown} is out of range [{lo:.10g}, {hi:.10g}]")
+                raise ValueError(f"{name}: field {f.name!r}: {shown} is out of range [{lo:.10g}, {hi:.10g}]")
 
 
-def parse_overrides(items: list[str]) -> dict[str, Any]:
-    """["gamma=0.5", "init_placement=random", ...] -> typed field values (ValueError names a bad item)."""
-    fields = {f.name: f for f in dataclasses.fields(PlacetoConfig)}
+def parse_overrides(items: list[str], cls: type = PlacetoConfig) -> dict[str, Any]:
+    """["gamma=0.5", "init_placement=random", ...] -> typed values of `cls`'s fields (ValueError names a bad
+    item)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
     out: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or key not in fields:
             raise ValueError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
-        kind = type(getattr(PlacetoConfig(), key))
+        kind = type(getattr(cls(), key))
         try:
             if kind is bool:
                 if text.lower() not in ("1", "0", "true", "false"):

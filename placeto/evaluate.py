@@ -9,8 +9,12 @@ placements' steps are interleaved so a change in the machine's load hits them al
 For the comparison to mean anything the simulator must model these devices: use the cluster `calibrate` measures
 (device kind "local-<platform>", so the graph's measured costs from `placeto profile` are used) and profile the
 graph on this machine first; without measured costs the analytic "cpu" costs are used, with a warning. Op-level
-profiles count one dispatch per op, several times what a fused group costs: `--costs units` instead times every
-node/group as it is executed (`simulator.calibrate.profile_plan`) and simulates with that.
+profiles count one dispatch per op, several times what a fused group costs: with --hardware the default
+(`--costs units`) therefore times every node/group as it is executed (`simulator.calibrate.profile_plan`) and
+simulates with that; `--costs graph` simulates the graph's recorded costs.
+
+The summary reports the median error and the Spearman rank correlation of simulated against measured times;
+a correlation needs at least MIN_RANKED (3) placements and is printed "n/a (reason)" otherwise, never "nan".
 
 This module does not import JAX at import time: the CLI must first set the host device count
 (`simulator.host_devices.ensure_host_devices`).
@@ -30,6 +34,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from placeto.agreement import (MIN_RANKED, Agreement, Concordance, agreement, concordance,  # noqa: F401
+                               format_agreement, spearman, spearman_note)  # (re-exported: eval's statistics)
 from placeto.arguments import COUNT, DEVICES, POSITIVE
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster, save_cluster
 from simulator.errors import InputError
@@ -45,15 +51,6 @@ class EvalRow(NamedTuple):
     name: str
     simulated_us: float
     measured: Any = None  # simulator.hardware.Timing, or None when not run on hardware
-
-
-class Agreement(NamedTuple):
-    """How well simulated runtimes predict measured ones over a set of placements."""
-
-    median_ape: float  # median of |simulated - measured| / measured, in percent
-    mean_ape: float  # mean of the same, percent
-    spearman: float  # Spearman rank correlation of simulated and measured (NaN for < 3 placements)
-    n: int
 
 
 @dataclasses.dataclass
@@ -125,19 +122,23 @@ def dispatch_order(graph: Graph, placement: np.ndarray, cluster: Cluster) -> np.
     return np.lexsort((rank, start))
 
 
-def can_run_program(graph: Graph, program: str | None = None) -> bool:
-    """Whether `graph`'s program can be re-traced: a zoo program in its meta, or one the user named (--program).
-    A program named by the graph file's meta.source is never imported on the file's word."""
-    return "program" in graph.meta or program is not None
+def can_run_program(graph: Graph, program: str | None = None, exported: str | None = None) -> bool:
+    """Whether `graph`'s program can run: a zoo program in its meta, one the user named (--program), or its
+    exported program (simulator.export: --exported, or `<graph>.export.zip` beside the graph file). A program
+    named by the graph file's meta.source is never imported on the file's word."""
+    from simulator.export import find_export
+
+    return "program" in graph.meta or program is not None or find_export(graph, exported) is not None
 
 
 def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: int = 0, program: str | None = None,
-                    args_spec: str | None = None) -> HardwareRunner:
+                    args_spec: str | None = None, exported: str | None = None) -> HardwareRunner:
     """A runner of `graph` on the first cluster.n_devices local devices.
 
-    mode "program" re-traces the graph's program (see placeto.families.retrace: a zoo program of its meta, or
-    `program` named on the command line; InputError otherwise), "synthetic" runs calibrated kernels taking the
-    simulation costs, "auto" picks "program" when possible.
+    mode "program" runs the graph's program: re-traced when `program` is named on the command line, else its
+    exported program (simulator.export.find_export: `exported`, or the file beside the graph), else re-traced
+    from a zoo program of its meta (placeto.families.retrace; InputError otherwise); "synthetic" runs calibrated
+    kernels taking the simulation costs; "auto" picks "program" when possible.
     """
     from simulator.calibrate import calibrate_kernel
     from simulator.hardware import leaf_values, program_plan
@@ -147,7 +148,7 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     if mode not in MODES:
         raise InputError(f"unknown execution mode {mode!r} (known: {', '.join(MODES)})")
     devices = local_devices(cluster.n_devices)
-    if mode == "synthetic" or (mode == "auto" and not can_run_program(graph, program)):
+    if mode == "synthetic" or (mode == "auto" and not can_run_program(graph, program, exported)):
         if not (DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds)):
             raise InputError(f"graph {graph.name!r} cannot be run: its meta has no program to re-trace and it has "
                              f"no {cluster.kinds[0]!r} costs for synthetic kernels")
@@ -159,6 +160,16 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
                                   order)
 
         return HardwareRunner(graph, cluster, "synthetic", devices, make_synthetic)
+    from simulator import export
+
+    bundle = export.find_export(graph, exported) if program is None else None
+    if bundle is not None:
+        vals = export.values(bundle, seed)
+
+        def make_exported(placement, order):
+            return export.bundle_plan(bundle, vals, placement, devices, order)
+
+        return HardwareRunner(graph, cluster, "exported-program", devices, make_exported)
     traced, op_to_group, args = program_of(graph, program, args_spec)
     values = leaf_values(traced, args, seed)
 
@@ -201,35 +212,6 @@ def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster
     for row in rows if progress else ():
         progress(format_row(row))
     return rows
-
-
-def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman rank correlation (scipy.stats.spearmanr when installed); NaN for fewer than 3 points."""
-    if len(x) < 3:
-        return math.nan
-    try:
-        from scipy.stats import spearmanr
-    except ImportError:  # scipy is a dev dependency: the same statistic with average ranks
-        def ranks(v):
-            v = np.asarray(v, dtype=np.float64)
-            _, inv, counts = np.unique(v, return_inverse=True, return_counts=True)
-            return (np.cumsum(counts) - (counts - 1) / 2.0)[inv]
-
-        rx, ry = ranks(x), ranks(y)
-        if rx.std() == 0 or ry.std() == 0:
-            return math.nan
-        return float(np.corrcoef(rx, ry)[0, 1])
-    return float(spearmanr(x, y).statistic)
-
-
-def agreement(rows: Sequence[EvalRow]) -> Agreement:
-    """Errors and rank correlation of simulated against measured (median) times of the measured rows."""
-    pairs = [(r.simulated_us, r.measured.median_us) for r in rows if r.measured is not None]
-    if not pairs:
-        return Agreement(math.nan, math.nan, math.nan, 0)
-    sim, meas = np.asarray(pairs).T
-    ape = np.abs(sim - meas) / meas * 100
-    return Agreement(float(np.median(ape)), float(np.mean(ape)), spearman(sim, meas), len(pairs))
 
 
 def format_row(row: EvalRow, width: int = 28) -> str:
@@ -288,9 +270,10 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="auto", choices=MODES,
                    help="hardware execution: the graph's real program, or synthetic kernels taking its costs")
     add_program_arguments(p)
-    p.add_argument("--costs", default="graph", choices=("graph", "units"),
+    p.add_argument("--costs", default=None, choices=("graph", "units"),
                    help="simulate with the graph's costs for the cluster's device kind (measured 'local-cpu' from "
-                        "`placeto profile`), or with every node/group measured now as it is executed")
+                        "`placeto profile`), or with every node/group measured now as it is executed (default: "
+                        "units with --hardware, graph without)")
     p.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps per placement (median reported)")
     p.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
     p.add_argument("--plot", help="write simulated vs measured to this PNG")
@@ -304,6 +287,9 @@ def add_program_arguments(p: argparse.ArgumentParser) -> None:
                    help="import and re-trace this function for a graph from `import-jax` (zoo graphs need none)")
     p.add_argument("--args-spec", help="its example arguments (as for import-jax; default: the graph's inline "
                                        "JSON meta.source.args_spec)")
+    p.add_argument("--exported", metavar="FILE",
+                   help="the graph's exported program from `import-jax --export` (default: <graph>.export.zip "
+                        "beside the graph file, when there): runs without importing any module")
 
 
 def _device_count(args: argparse.Namespace) -> int:
@@ -329,18 +315,24 @@ def run_eval(args: argparse.Namespace) -> int:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
     if args.costs == "units" and not args.hardware:
         raise InputError("--costs units measures the units on local devices: it needs --hardware")
+    costs = args.costs or ("units" if args.hardware else "graph")  # on hardware: the units as executed
     graph = load_graph(args.graph)
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
     cluster = _eval_cluster(args, n)
     runner = None
     if args.program:
         print(f"importing {args.program} (named by --program) to re-trace the graph's program", flush=True)
-    elif args.hardware and args.mode == "auto" and not can_run_program(graph) and graph.meta.get("source"):
+    elif args.hardware and args.mode == "auto" and not can_run_program(graph, None, args.exported) \
+            and graph.meta.get("source"):
         print("note: the graph's meta.source program is not imported on a data file's word; running synthetic "
-              "kernels (pass --program MODULE:FUNCTION to run the real program)")
-    if args.costs == "units" and args.mode != "synthetic" and can_run_program(graph, args.program):
-        runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec)
-        print(f"measuring the {graph.n_nodes} units as executed (--costs units) ...", flush=True)
+              "kernels (pass --program MODULE:FUNCTION, or export it with `import-jax --export`, to run the real "
+              "program)")
+    if costs == "units" and args.mode != "synthetic" and can_run_program(graph, args.program, args.exported):
+        runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
+                                 exported=args.exported)
+        missing = "" if cluster.kinds[0] in graph.costs else f"the graph has no {cluster.kinds[0]!r} costs: "
+        print(f"{missing}measuring the {graph.n_nodes} units as executed (--costs units, the default with "
+              f"--hardware; --costs graph simulates the graph's recorded costs) ...", flush=True)
         graph = graph.with_costs(cluster.kinds[0], runner.unit_costs(args.repeats))
         runner = dataclasses.replace(runner, graph=graph)
     else:
@@ -348,9 +340,10 @@ def run_eval(args: argparse.Namespace) -> int:
         if warning:
             print(warning, file=sys.stderr)
         if args.hardware:
-            runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec)
-    print(f"graph {graph.name} ({graph.n_nodes} nodes), {n}x {cluster.kinds[0]} ({cluster.name}: delta1 "
-          f"{cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, {cluster.bandwidth_bytes_per_us:g} B/us)")
+            runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
+                                     exported=args.exported)
+    print(f"graph {graph.name} ({graph.n_nodes} nodes), {n}x {cluster.kinds[0]} ({cluster.name}: "
+          f"{cluster_summary(cluster)})")
     if runner is not None:
         print(f"hardware: {n} {runner.devices[0].platform} devices, {runner.mode} execution, median of "
               f"{args.repeats} steps after {args.warmup} warm-up (the first compiles)")
@@ -358,11 +351,11 @@ def run_eval(args: argparse.Namespace) -> int:
     rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
     summary = agreement(rows)
     if runner is not None:
-        print(f"median |error| {summary.median_ape:.1f}%  mean |error| {summary.mean_ape:.1f}%  "
-              f"Spearman {summary.spearman:.3f}  ({summary.n} placements)")
+        print(format_agreement(summary))
     if args.plot:
+        rho = f"{summary.spearman:.2f}" if not summary.spearman_note else "n/a"
         plot_agreement(rows, args.plot, f"{graph.name}, {n} devices: median |error| {summary.median_ape:.0f}%, "
-                                        f"Spearman {summary.spearman:.2f}")
+                                        f"Spearman {rho}")
         print(f"plot             {args.plot}")
     if args.json:
         write_rows_json(args.json, graph, cluster, rows, summary)
@@ -377,12 +370,14 @@ def _eval_cluster(args: argparse.Namespace, n: int) -> Cluster:
             raise InputError(f"--devices {n} but cluster {args.cluster} has {cluster.n_devices} devices")
         return cluster
     if args.hardware:
-        from simulator.calibrate import calibrate
+        from simulator.calibrate import calibrate_fit
 
         print(f"calibrating {n} local devices (pass --cluster from `placeto calibrate` to skip) ...", flush=True)
-        cluster = calibrate(n)
+        fit = calibrate_fit(n)
+        print(f"calibration fit: R^2 {fit.r2:.3f}, RMS relative error {fit.rms_relative * 100:.1f}% over "
+              f"{len(fit.names)} probes (`placeto calibrate` prints them)")
         check_parallelism(n)
-        return cluster
+        return fit.cluster
     return cluster_preset(args.preset, n)
 
 
@@ -394,7 +389,7 @@ def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequen
 
     finite = lambda x: None if isinstance(x, float) and not math.isfinite(x) else x  # noqa: E731  NaN: null
     obj = {"graph": graph.name, "cluster": cluster.to_dict(),
-           "agreement": {k: finite(v) for k, v in summary._asdict().items()},
+           "agreement": {k: finite(v) for k, v in summary._asdict().items()},  # spearman_note: why null
            "rows": [{"placement": r.name, "simulated_us": r.simulated_us, "measured": timing(r.measured)}
                     for r in rows]}
     atomic_write_bytes(path, (json.dumps(obj, indent=1, allow_nan=False) + "\n").encode())
@@ -414,15 +409,30 @@ def run_calibrate(args: argparse.Namespace) -> int:
     ensure_host_devices(args.devices)  # before anything imports jax
     if args.repeats < 1:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
-    from simulator.calibrate import calibrate
+    from simulator.calibrate import calibrate_fit
+    from simulator.fit import format_fit
 
-    cluster = calibrate(args.devices, args.repeats, args.name)
+    print(f"measuring the calibration graphs on {args.devices} local devices, {args.repeats} steps each ...",
+          flush=True)
+    fit = calibrate_fit(args.devices, args.repeats, args.name)
+    cluster = fit.cluster
     save_cluster(cluster, args.out)
-    print(f"{args.out}: {cluster.n_devices}x {cluster.kinds[0]}, delta1 {cluster.delta1_us:g} us, "
-          f"delta2 {cluster.delta2_us:g} us, bandwidth {cluster.bandwidth_bytes_per_us:g} B/us "
-          f"({cluster.bandwidth_bytes_per_us / 1e3:.2f} GB/s), memory {cluster.memory[0] / 1e9:.1f} GB per device")
+    print(format_fit(fit))
+    print(f"{args.out}: {cluster.n_devices}x {cluster.kinds[0]}, {cluster_summary(cluster)}, memory "
+          f"{cluster.memory[0] / 1e9:.1f} GB per device")
     check_parallelism(args.devices)
     return 0
+
+
+def cluster_summary(cluster: Cluster) -> str:
+    """delta1, delta2, bandwidth and, when set, latency and host times, on one line."""
+    text = (f"delta1 {cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, bandwidth "
+            f"{cluster.bandwidth_bytes_per_us:g} B/us ({cluster.bandwidth_bytes_per_us / 1e3:.2f} GB/s)")
+    if cluster.latency_us:
+        text += f", latency {cluster.latency_us:g} us"
+    for h in cluster.hosts:
+        text += f", host {h.name!r}: dispatch {h.dispatch_us:g} us, transfer {h.transfer_us:g} us"
+    return text
 
 
 def check_parallelism(n: int) -> float:

@@ -286,12 +286,22 @@ def retrace(graph: Graph, program: str | None = None, args_spec: str | None = No
 
 
 def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int = 2, program: str | None = None,
-            args_spec: str | None = None) -> Graph:
+            args_spec: str | None = None, exported: str | None = None) -> Graph:
     """`graph` with measured costs under `kind`: every op of its re-traced program (see `retrace`: `program`
     and `args_spec` as given on the command line) timed on the local JAX backend (median of `repeats` after
-    `warmup`, cached by signature), summed per group for grouped graphs."""
+    `warmup`, cached by signature), summed per group for grouped graphs. Without `program`, a graph with an
+    exported program (simulator.export.find_export: `exported`, or the file beside the graph) has each of its
+    units (ops or groups) timed as executed instead, nothing imported (meta.profile[kind].method says so)."""
+    from simulator.export import find_export, measure_units
     from simulator.profile import profile_graph, with_measured
 
+    bundle = find_export(graph, exported) if program is None else None
+    if bundle is not None:
+        measured = with_measured(graph, kind, np.round(measure_units(bundle, repeats), 3), repeats, warmup)
+        meta = dict(measured.meta)
+        meta["profile"] = {**meta["profile"], kind: {**meta["profile"][kind], "method": "exported units",
+                                                     "exported": Path(bundle.path).name}}
+        return dataclasses.replace(measured, meta=meta)
     traced, op_to_group = retrace(graph, program, args_spec)
     op_cost = profile_graph(traced, repeats, warmup)
     cost = op_cost if op_to_group is None else np.bincount(op_to_group, weights=op_cost, minlength=graph.n_nodes)

@@ -18,7 +18,7 @@ import contextvars
 import dataclasses
 import math
 import time
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import numpy as np
 
@@ -34,7 +34,7 @@ EVAL_CHUNK = 64  # placements per simulate_batch call
 def objective_scale(graph: Graph, cluster: Cluster) -> float:
     """Single-device runtime (us, > 0) of `graph` on `cluster`: the unit of the memory penalty (cached)."""
     key = ("objective_scale", cluster.kinds[0], cluster.delta1_us, cluster.delta2_us,
-           cluster.bandwidth_bytes_per_us)
+           cluster.bandwidth_bytes_per_us, float(cluster.host_model.dispatch_us[0]))  # device 0's host, if any
     if key not in graph.cache:
         single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster).runtime
         graph.cache[key] = max(float(single), 1e-9)
@@ -46,8 +46,13 @@ def penalised(runtime, peak, capacity, scale: float, per_gb: float = PENALTY_PER
 
     peak: bytes [..., D]; capacity: bytes [D].
     """
-    over = np.maximum(np.asarray(peak, np.float64) - np.asarray(capacity, np.float64), 0.0).sum(-1) / GB
-    return runtime + per_gb * scale * over
+    return runtime + per_gb * scale * over_capacity_gb(peak, capacity)
+
+
+def over_capacity_gb(peak, capacity) -> np.ndarray:
+    """float64[...] GB above capacity summed over devices (0: the placement fits). peak: bytes [..., D];
+    capacity: bytes [D]. The one notion of out-of-memory every method's reward or objective uses."""
+    return np.maximum(np.asarray(peak, np.float64) - np.asarray(capacity, np.float64), 0.0).sum(-1) / GB
 
 
 @dataclasses.dataclass
@@ -111,18 +116,36 @@ def record(scores: np.ndarray) -> None:
     meter().record(scores)
 
 
+class Scores(NamedTuple):
+    """A batch of placements scored: the objective and its two parts."""
+
+    objective: np.ndarray  # float64[B] memory-penalised runtime, microseconds (what the meter records)
+    runtime: np.ndarray  # float64[B] simulated runtime, microseconds
+    over_gb: np.ndarray  # float64[B] GB above capacity summed over devices (0: fits in memory)
+
+
 def score_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, per_gb: float = PENALTY_PER_GB) -> np.ndarray:
     """float64[B] objective of placements int[B, N] (batched, on all cores); counted by the meter."""
+    return score_batch_parts(graph, placements, cluster, per_gb).objective
+
+
+def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster,
+                      per_gb: float = PENALTY_PER_GB) -> Scores:
+    """`score_batch` with the runtime and the over-capacity apart (for rewards that treat memory their own way,
+    e.g. the RNN placer's fixed out-of-memory penalty); counted by the meter once, by the objective."""
     placements = np.ascontiguousarray(np.atleast_2d(placements), dtype=np.int32)
     cap = np.asarray(cluster.memory, dtype=np.float64)
     scale = objective_scale(graph, cluster)
-    out = []
+    runtime, over = [], []
     for i in range(0, placements.shape[0], EVAL_CHUNK):
         res = simulate_batch(graph, placements[i:i + EVAL_CHUNK], cluster, with_memory=True)
-        out.append(penalised(res.runtime, res.peak_memory, cap, scale, per_gb))
-    scores = np.concatenate(out) if out else np.zeros(0)
+        runtime.append(np.asarray(res.runtime, np.float64))
+        over.append(over_capacity_gb(res.peak_memory, cap))
+    runtime = np.concatenate(runtime) if runtime else np.zeros(0)
+    over = np.concatenate(over) if over else np.zeros(0)
+    scores = runtime + per_gb * scale * over
     record(scores)
-    return scores
+    return Scores(scores, runtime, over)
 
 
 def score_one(graph: Graph, placement: np.ndarray, cluster: Cluster,

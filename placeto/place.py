@@ -99,9 +99,21 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = No
     policy) on `graph`: one greedy episode, plus `samples` sampled episodes.
 
     Returns the best placement any of them visited (the greedy episode's end in `final_placement`). Episodes
-    start from `initial` (int[N]) if given, else from the run's configured initial placement.
+    start from `initial` (int[N]) if given, else from the run's configured initial placement. A graph of more
+    than `coarsen.MAX_POLICY_NODES` nodes (and no `initial`) is placed as groups and expanded
+    (`placeto.coarsen`); the runtimes are then re-simulated on `graph`.
     """
+    from placeto import coarsen
+    from placeto.objective import score_batch
     from placeto.policies import resolve_checkpoint
+
+    coarse = coarsen.for_policy(graph) if initial is None else coarsen.Coarse(graph, None, 0.0)
+    if coarse.grouping is not None:
+        res = place(coarse.graph, cluster, checkpoint_dir, samples, seed)
+        best, final = coarse.expand(res.placement), coarse.expand(res.final_placement)
+        penalty = read_config(resolve_checkpoint(checkpoint_dir)).memory_penalty_per_gb
+        runtimes = score_batch(graph, np.stack([best, final]), cluster, penalty)
+        return PlaceResult(best, float(runtimes[0]), final, float(runtimes[1]), res.sim_calls + 2)
 
     checkpoint_dir = resolve_checkpoint(checkpoint_dir)
     config = read_config(checkpoint_dir)

@@ -1,10 +1,11 @@
 """Shipped trained policies: a registry of small run directories inside the package, and checkpoint resolution.
 
-A shipped policy is a folder `placeto/shipped/<name>/` with `config.json` (the PlacetoConfig it was trained
-with), `checkpoint.msgpack` (the parameters only: no optimizer state, a few hundred kB) and `provenance.json`
-(the command that reproduces it, seed, commit, training time and zero-shot metrics). Wherever a checkpoint is
-asked for (`placeto place --checkpoint`, `compare --checkpoint`, `train --init-from`) a shipped name or a
-run directory of `placeto train` is accepted; `placeto place` without one uses `DEFAULT_POLICY`.
+A shipped policy is a folder `placeto/shipped/<name>/` with `config.json` (the PlacetoConfig or, for names
+containing "gdp", the GdpConfig it was trained with), `checkpoint.msgpack` (the parameters only: no optimizer
+state, a few hundred kB) and `provenance.json` (the command that reproduces it, seed, commit, training time and
+zero-shot metrics). Wherever a checkpoint is asked for (`placeto place --checkpoint`, `compare --checkpoint`,
+`train --init-from`) a shipped name or a run directory of `placeto train` is accepted; `placeto place` without
+one uses `DEFAULT_POLICY`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from simulator.io import PathLike, atomic_write_bytes, write_json
 SHIPPED = Path(__file__).resolve().parent / "shipped"
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
 DEFAULT_POLICY = "general"  # trained on all three families at 2, 4 and 8 devices
+DEFAULT_GDP = "gdp-general"  # the gdp methods' default: gdp on all three families at 2, 4 and 8 devices
 
 
 class ShippedPolicy(NamedTuple):
@@ -94,8 +96,11 @@ def git_commit() -> str:
 
 
 def ship(run_dir: PathLike, name: str, provenance: dict[str, Any], root: PathLike = SHIPPED) -> Path:
-    """Copy a run's config and parameters (not its optimizer state) to `<root>/<name>/` with provenance.json."""
-    config, params = load_policy_params(run_dir)
+    """Copy a run's config and parameters (not its optimizer state) to `<root>/<name>/` with provenance.json.
+    Placeto and gdp runs alike (a gdp run's config.json says "method": "gdp" and stays so)."""
+    from placeto.methods.gdp.place import is_gdp_run, load_run
+
+    config, params = load_run(run_dir) if is_gdp_run(run_dir) else load_policy_params(run_dir)
     dest = Path(root) / name
     dest.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(dest / "config.json", config.to_json().encode())

@@ -1,19 +1,20 @@
 """Calibrating the simulator's cluster model on the local JAX devices, and measuring executed units.
 
-`calibrate(n)` measures, by running small synthetic graphs with `simulator.hardware` exactly as placed graphs
-are run (a token chain per device, one dispatching thread per device):
+`calibrate(n)` (`placeto calibrate`) runs the calibration graphs of `simulator.fit.calibration_probes` with
+`simulator.hardware` exactly as placed graphs are run (synthetic kernels, a token chain per device, one
+dispatching thread per device), each step timed `repeats` times, interleaved, and fits the cluster model's six
+timing parameters to the lower-quartile step times by least squares (`simulator.fit.fit_cluster`): delta1,
+delta2, bandwidth, a per-transfer latency, and the host time of each op's dispatch and each transfer, shared by
+all local devices (one process: its dispatching threads take turns on the interpreter lock). `calibrate_fit`
+also returns the fit report (every probe's residual, R^2).
 
-* delta1 (per-op overhead): a chain of 64 minimal tasks on one device, time per task: what a device loses per op
-  beyond the op's own work (dispatch, the hand-over to the CPU client's thread pool, the next task's start);
-* delta2 and bandwidth (per-transfer overhead, transfer rate): a chain of 24 minimal tasks alternating between
-  devices 0 and 1, each passing b bytes to the next, against the same chain on device 0; the extra time per hop,
-  for b from 4 KB to 4 MB, is fitted as delta2 + b / bandwidth (Theil-Sen: the median pairwise slope). It is
-  dominated by host work (`jax.device_put` of a CPU array costs tens of microseconds in the sending thread,
-  whatever its size) and the receiving thread's wake-up. The simulator charges b / bandwidth as the transfer's
-  latency and delta2 as time the sender's bus stays busy after it (its model has no latency intercept), so in a
-  dependent chain it sees a transfer as about delta2 cheaper than the machine does.
+What the probes see (jax 0.10, 2 cores): a device loses tens of microseconds per op beyond the op's own work
+(dispatch, the hand-over to the CPU client's thread pool, the next task's start), and a transfer costs tens of
+microseconds of host work (`jax.device_put` of a CPU array in the sending thread, whatever its size) plus the
+receiving thread's wake-up: the fit splits these into delta1 and dispatch, and into transfer host time,
+latency and wire time, by how they overlap across devices (simulator.fit).
 
-Chain times are lower quartiles of `repeats` steps (the machine may be shared, and load only adds). The
+Probe times are lower quartiles of `repeats` steps (the machine may be shared, and load only adds). The
 cluster's devices have kind "local-<platform>" (the kind `placeto profile` records measured costs under) and
 each the machine's physical memory: host devices share it.
 `measure_parallelism` says whether the devices really run concurrently (the simulator assumes they do).
@@ -27,6 +28,7 @@ run cost-only graphs.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import time
@@ -35,14 +37,12 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from simulator.cluster import Cluster, Device
-from simulator.errors import InputError
+from simulator.fit import Fit, Probe, calibration_probes, cluster_with, fit_cluster
+from simulator.graph import DEFAULT_KIND
 from simulator.hardware import Plan, _compiled, run_plan
 from simulator.host_devices import local_devices
 from simulator.synthetic_kernels import KernelModel, _kernel_body
 
-CHAIN = 64  # tasks per delta1 chain
-HOPS = 24  # tasks per transfer chain
-SIZES = (4 * 2**10, 64 * 2**10, 256 * 2**10, 2**20, 4 * 2**20)  # transfer sizes, bytes
 DEFAULT_MEMORY = 64 * 10**9  # bytes, when the machine does not say
 
 
@@ -63,51 +63,6 @@ def _median_us(run: Callable[[], Any], repeats: int, q: float = 0.5) -> float:
         run()
         times.append((time.perf_counter() - t0) * 1e6)
     return float(np.quantile(times, q))
-
-
-def _chain_us(devices: Sequence, placement: Sequence[int], nbytes: int, repeats: int) -> float:
-    """Lower-quartile step time (us) of a chain of minimal synthetic tasks, each passing `nbytes` to the next,
-    task k on devices[placement[k]], run by simulator.hardware exactly as a placed graph is."""
-    from simulator.graph import make_graph
-    from simulator.hardware import time_plan
-    from simulator.synthetic_kernels import synthetic_plan
-
-    k = len(placement)
-    nodes = [{"name": f"n{i}", "cost": 1.0, "out_bytes": [nbytes]} for i in range(k)]
-    chain = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(k - 1)])
-    plan = synthetic_plan(chain, placement, np.ones(k), devices, calibrate_kernel(devices[0]))
-    return float(np.quantile(time_plan(plan, repeats, warmup=2).times_us, 0.25))
-
-
-def measure_delta1(devices: Sequence, repeats: int = 15) -> float:
-    """Per-task overhead (us) in a chain of minimal tasks on one device."""
-    return _chain_us(devices[:1], [0] * CHAIN, 4, repeats) / CHAIN
-
-
-def measure_transfers(devices: Sequence, repeats: int = 15,
-                      sizes: Sequence[int] = SIZES) -> tuple[float, float, np.ndarray]:
-    """(delta2_us, bandwidth_bytes_per_us, float64[S] extra us per hop at each size): a chain of minimal tasks
-    alternating between devices 0 and 1 against the same chain on device 0, extra time per hop fitted as
-    delta2 + b / bandwidth."""
-    if len(devices) < 2:
-        raise InputError("measuring transfers needs at least 2 devices")
-    extra = []
-    for b in sizes:
-        same = _chain_us(devices[:2], [0] * HOPS, b, repeats)
-        alternating = _chain_us(devices[:2], [k % 2 for k in range(HOPS)], b, repeats)
-        extra.append((alternating - same) / (HOPS - 1))
-    extra = np.maximum(np.asarray(extra), 0.0)
-    slope, intercept = theil_sen(np.asarray(sizes, dtype=np.float64), extra)
-    bandwidth = 1.0 / slope if slope > 0 else float(sizes[-1]) / max(extra[-1], 1e-3)
-    return max(intercept, 0.0), float(bandwidth), extra
-
-
-def theil_sen(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """(slope, intercept) of the Theil-Sen line: the median pairwise slope, robust to a noisy point."""
-    i, j = np.triu_indices(len(x), 1)
-    keep = x[j] != x[i]
-    slope = float(np.median((y[j] - y[i])[keep] / (x[j] - x[i])[keep]))
-    return slope, float(np.median(y - slope * x))
 
 
 def measure_parallelism(devices: Sequence, kernel_us: float = 1000.0, per_device: int = 8,
@@ -135,19 +90,54 @@ def measure_parallelism(devices: Sequence, kernel_us: float = 1000.0, per_device
 
 
 def calibrate(n_devices: int, repeats: int = 7, name: str | None = None) -> Cluster:
-    """A Cluster of the first `n_devices` local JAX devices with measured delta1, delta2 and bandwidth."""
+    """A Cluster of the first `n_devices` local JAX devices with the fitted timing parameters (`calibrate_fit`)."""
+    return calibrate_fit(n_devices, repeats, name).cluster
+
+
+def calibrate_fit(n_devices: int, repeats: int = 7, name: str | None = None) -> Fit:
+    """Measure the calibration graphs on the first `n_devices` local devices (devices 0 and 1 when there are
+    several) and fit the cluster model to them: the fitted Cluster and the fit report (simulator.fit.Fit).
+
+    With one device only delta1 is fitted (dispatch, a per-op cost too, cannot be told apart from it without a
+    second device sharing the host); there is nothing to transfer.
+    """
     devices = local_devices(n_devices)
     kind = f"local-{devices[0].platform}"
-    delta1 = measure_delta1(devices, repeats)
-    if n_devices > 1:
-        delta2, bandwidth, _ = measure_transfers(devices, repeats)
-    else:
-        delta2, bandwidth = 0.0, 1e9  # nothing to transfer between
     memory = machine_memory_bytes()
-    return Cluster(name=name or f"{kind}-calibrated",
+    base = Cluster(name=name or f"{kind}-calibrated",
                    devices=tuple(Device(f"/{devices[0].platform}:{i}", kind, memory) for i in range(n_devices)),
-                   delta1_us=round(delta1, 3), delta2_us=round(delta2, 3),
-                   bandwidth_bytes_per_us=round(bandwidth, 3))
+                   delta1_us=0.0, delta2_us=0.0, bandwidth_bytes_per_us=1e9)
+    kernel = calibrate_kernel(devices[0])
+    probes = measure_probes(devices[:2], calibration_probes(n_devices, kernel_task_us(kernel)), repeats)
+    if n_devices == 1:
+        fit = fit_cluster(probes, base, free=("delta1_us",), fixed={"us_per_mb": 1e-3})
+    else:
+        fit = fit_cluster(probes, base)
+    params = {k: round(v, 3) for k, v in fit.params.items()}  # a readable cluster file
+    cluster = cluster_with(base, params)
+    return fit._replace(cluster=dataclasses.replace(cluster, bandwidth_bytes_per_us=round(
+        cluster.bandwidth_bytes_per_us, 3)), params=params)
+
+
+def kernel_task_us(kernel: KernelModel) -> Callable[[int], float]:
+    """task_us(out_bytes): microseconds a minimal synthetic task writing out_bytes takes (at least 1 us)."""
+    return lambda out_bytes: max(1.0, out_bytes / kernel.fill_bytes_per_us)
+
+
+def measure_probes(devices: Sequence, probes: Sequence[Probe], repeats: int = 7, warmup: int = 2) -> list[Probe]:
+    """The probes with measured_us: the lower quartile of `repeats` steps each, run by simulator.hardware as
+    placed graphs are (synthetic kernels taking each node's cost), the probes interleaved round by round so a
+    change in the machine's load hits them alike. Lower quartile: on a shared machine load only adds."""
+    from simulator.hardware import time_plan
+    from simulator.synthetic_kernels import synthetic_plan
+
+    kernel = calibrate_kernel(devices[0])
+    plans = [synthetic_plan(p.graph, p.placement, p.graph.cost_for(DEFAULT_KIND), devices, kernel)
+             for p in probes]
+    for plan in plans:
+        time_plan(plan, repeats=1, warmup=max(1, warmup))  # compiles
+    times = [[time_plan(plan, repeats=1, warmup=0).median_us for plan in plans] for _ in range(repeats)]
+    return [p._replace(measured_us=float(np.quantile([t[k] for t in times], 0.25))) for k, p in enumerate(probes)]
 
 
 def dispatch_floor_us(device: Any, repeats: int = 21, q: float = 0.5) -> float:

@@ -5,16 +5,30 @@ Cluster file::
     {"format": "placeto-cluster", "version": 1, "name": "placeto-k80",
      "devices": [{"name": "/gpu:0", "kind": "k80", "memory_bytes": 12000000000}, ...],
      "delta1_us": 5.7, "delta2_us": 25.0, "bandwidth_bytes_per_us": 7600.0}
+
+Optional (absent: zero, the published Placeto simulator's model)::
+
+     "latency_us": 20.0,                        # every transfer arrives this long after it leaves the bus
+     "hosts": [{"name": "host0", "dispatch_us": 15.0, "transfer_us": 40.0}],
+     "devices": [{..., "host": "host0"}, ...]   # with "hosts": every device names its host
+
+A host is the CPU time its devices' dispatch threads share (on one machine, one Python process: they take turns
+on the interpreter lock): each op of a device costs its host `dispatch_us` and each transfer a device sends
+`transfer_us`, served one job at a time in the order asked (see simulator.reference for the exact rules).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+import functools
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
 
 from simulator.errors import InputError
 from simulator.io import PathLike, read_json, write_json
-from simulator.limits import MAX_BANDWIDTH, MAX_BYTES, MAX_DELTA_US, MAX_DEVICES, MIN_BANDWIDTH, number
+from simulator.limits import (MAX_BANDWIDTH, MAX_BYTES, MAX_DELTA_US, MAX_DEVICES, MIN_BANDWIDTH, number,
+                              short_repr)
 
 FORMAT = "placeto-cluster"
 VERSION = 1
@@ -28,13 +42,39 @@ class Device:
     name: str
     kind: str
     memory_bytes: float  # capacity; placements above it are reported out of memory
+    host: str | None = None  # name of the cluster's Host whose time this device's dispatch and sends take
 
     def __post_init__(self):
         for field in ("name", "kind"):
             if not isinstance(getattr(self, field), str):
                 raise InputError(f"device {self.name!r}: field {field!r} must be a string")
+        if self.host is not None and not isinstance(self.host, str):
+            raise InputError(f"device {self.name!r}: field 'host' must be a string")
         object.__setattr__(self, "memory_bytes", number(self.memory_bytes, f"device {self.name!r}: field "
                                                                            f"'memory_bytes'", 0.0, MAX_BYTES, "bytes"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """CPU time shared by the devices that name this host: their dispatch threads take turns on it.
+
+    Attributes:
+      name: referred to by Device.host.
+      dispatch_us: host time to dispatch each op of its devices, microseconds (the op starts after it).
+      transfer_us: host time to start each transfer its devices send, microseconds (the transfer leaves the
+        sending bus after it).
+    """
+
+    name: str
+    dispatch_us: float = 0.0
+    transfer_us: float = 0.0
+
+    def __post_init__(self):
+        if not isinstance(self.name, str):
+            raise InputError(f"host {short_repr(self.name)}: field 'name' must be a string")
+        for field in ("dispatch_us", "transfer_us"):
+            object.__setattr__(self, field, number(getattr(self, field), f"host {self.name!r}: field {field!r}",
+                                                   0.0, MAX_DELTA_US, "us"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,10 +85,12 @@ class Cluster:
       delta1_us: idle time of a device after each op of non-zero cost (dispatch overhead), microseconds.
       delta2_us: time the sending bus stays busy after each transfer, microseconds.
       bandwidth_bytes_per_us: transfer bandwidth of each device's outgoing bus, bytes per microsecond.
+      latency_us: time from a transfer leaving the sending bus to its arrival, microseconds (not bus time).
+      hosts: the CPU-time resources the devices' dispatch and sends share (empty: none, no host costs).
       source: the file the cluster was read from, for error messages (None for presets).
 
-    Limits (simulator.limits): delta1 and delta2 in [0, 1e9] us, bandwidth in [1e-3, 1e15] bytes/us,
-    memory in [0, 1e18] bytes, 1 to 1024 devices.
+    Limits (simulator.limits): delta1, delta2, latency and host times in [0, 1e9] us, bandwidth in
+    [1e-3, 1e15] bytes/us, memory in [0, 1e18] bytes, 1 to 1024 devices.
     """
 
     name: str
@@ -56,6 +98,8 @@ class Cluster:
     delta1_us: float
     delta2_us: float
     bandwidth_bytes_per_us: float
+    latency_us: float = 0.0
+    hosts: tuple[Host, ...] = ()
     source: str | None = dataclasses.field(default=None, compare=False, repr=False)
 
     def __post_init__(self):
@@ -65,12 +109,15 @@ class Cluster:
             raise InputError(f"cluster {self.name!r}: field 'devices': {len(self.devices)} devices, more than "
                              f"{MAX_DEVICES}")
         for field, lo, hi, unit in (("delta1_us", 0.0, MAX_DELTA_US, "us"), ("delta2_us", 0.0, MAX_DELTA_US, "us"),
-                                    ("bandwidth_bytes_per_us", MIN_BANDWIDTH, MAX_BANDWIDTH, "bytes/us")):
+                                    ("bandwidth_bytes_per_us", MIN_BANDWIDTH, MAX_BANDWIDTH, "bytes/us"),
+                                    ("latency_us", 0.0, MAX_DELTA_US, "us")):
             object.__setattr__(self, field, number(getattr(self, field), f"cluster {self.name!r}: field {field!r}",
                                                    lo, hi, unit))
         names = [d.name for d in self.devices]
         if len(set(names)) != len(names):
             raise InputError(f"cluster {self.name!r}: field 'devices': duplicate device names")
+        object.__setattr__(self, "hosts", tuple(self.hosts))
+        _check_hosts(self)
 
     @property
     def n_devices(self) -> int:
@@ -88,11 +135,63 @@ class Cluster:
     def memory(self) -> tuple[float, ...]:
         return tuple(d.memory_bytes for d in self.devices)
 
+    @functools.cached_property
+    def capacity(self) -> np.ndarray:
+        """float64[D] memory capacity per device, bytes (read-only: one array shared by every result)."""
+        a = np.asarray(self.memory, dtype=np.float64)
+        a.flags.writeable = False
+        return a
+
+    @functools.cached_property
+    def host_model(self) -> HostModel:
+        """The hosts as per-device arrays for the simulators."""
+        if not self.hosts:  # every device its own host, at no cost
+            zeros = np.zeros(self.n_devices)
+            return HostModel(np.arange(self.n_devices, dtype=np.int64), zeros, zeros, self.n_devices)
+        index = {h.name: k for k, h in enumerate(self.hosts)}
+        of = np.array([index[d.host] for d in self.devices], dtype=np.int64)
+        return HostModel(of, np.array([self.hosts[k].dispatch_us for k in of]),
+                         np.array([self.hosts[k].transfer_us for k in of]), len(self.hosts))
+
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT, "version": VERSION, "name": self.name,
-                "devices": [dataclasses.asdict(d) for d in self.devices],
-                "delta1_us": self.delta1_us, "delta2_us": self.delta2_us,
-                "bandwidth_bytes_per_us": self.bandwidth_bytes_per_us}
+        """The cluster file's dictionary; the optional fields only when set (a preset's file is unchanged)."""
+        d = {"format": FORMAT, "version": VERSION, "name": self.name,
+             "devices": [{k: v for k, v in dataclasses.asdict(dev).items() if k != "host" or v is not None}
+                         for dev in self.devices],
+             "delta1_us": self.delta1_us, "delta2_us": self.delta2_us,
+             "bandwidth_bytes_per_us": self.bandwidth_bytes_per_us}
+        if self.latency_us:
+            d["latency_us"] = self.latency_us
+        if self.hosts:
+            d["hosts"] = [dataclasses.asdict(h) for h in self.hosts]
+        return d
+
+
+class HostModel(NamedTuple):
+    """A cluster's hosts per device (D devices, H hosts); without hosts each device is its own, at no cost."""
+
+    host: np.ndarray  # int64[D] host index of each device, in [0, H)
+    dispatch_us: np.ndarray  # float64[D] host time per op dispatched on the device, microseconds
+    transfer_us: np.ndarray  # float64[D] host time per transfer the device sends, microseconds
+    n_hosts: int  # H
+
+
+def _check_hosts(cluster: Cluster) -> None:
+    """InputError unless the hosts have unique names and, when there are any, every device names one of them."""
+    where = f"cluster {cluster.name!r}"
+    for h in cluster.hosts:
+        if not isinstance(h, Host):
+            raise InputError(f"{where}: field 'hosts': expected Host objects, got {short_repr(h)}")
+    names = [h.name for h in cluster.hosts]
+    if len(set(names)) != len(names):
+        raise InputError(f"{where}: field 'hosts': duplicate host names")
+    for dev in cluster.devices:
+        if dev.host is None and names:
+            raise InputError(f"{where}: device {dev.name!r}: missing field 'host' (the cluster has hosts: "
+                             f"{', '.join(names)})")
+        if dev.host is not None and dev.host not in names:
+            raise InputError(f"{where}: device {dev.name!r}: field 'host': {dev.host!r} is not a host of the "
+                             f"cluster ({', '.join(names) or 'it has none'})")
 
 
 def _k80(n: int) -> Cluster:
@@ -145,11 +244,28 @@ def cluster_from_dict(d: Any, source: str | None = None) -> Cluster:
             for field in ("name", "kind", "memory_bytes"):
                 if field not in dev:
                     raise InputError(f"device #{i}: missing field {field!r}")
-            devices.append(Device(dev["name"], dev["kind"], dev["memory_bytes"]))
+            devices.append(Device(dev["name"], dev["kind"], dev["memory_bytes"], dev.get("host")))
         return Cluster(d["name"], tuple(devices), d["delta1_us"], d["delta2_us"], d["bandwidth_bytes_per_us"],
-                       source=source)
+                       d.get("latency_us", 0.0), _hosts_from_list(d.get("hosts", [])), source=source)
     except InputError as e:
         raise e.with_source(source) if source else e
+
+
+def _hosts_from_list(hosts: Any) -> tuple[Host, ...]:
+    """The "hosts" field of a cluster file: a list of {"name", "dispatch_us", "transfer_us"} objects."""
+    if not isinstance(hosts, list):
+        raise InputError("field 'hosts' must be a list")
+    out = []
+    for i, h in enumerate(hosts):
+        if not isinstance(h, dict):
+            raise InputError(f"host #{i}: expected an object")
+        if "name" not in h:
+            raise InputError(f"host #{i}: missing field 'name'")
+        unknown = sorted(set(h) - {"name", "dispatch_us", "transfer_us"})
+        if unknown:
+            raise InputError(f"host {short_repr(h['name'])}: unknown field {unknown[0]!r}")
+        out.append(Host(h["name"], h.get("dispatch_us", 0.0), h.get("transfer_us", 0.0)))
+    return tuple(out)
 
 
 def load_cluster(path: PathLike) -> Cluster:

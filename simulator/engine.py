@@ -2,12 +2,16 @@
 
 The semantics are the reference's, to the last bit; only the bookkeeping differs:
 
-* The event queue is a small array kept sorted by (time, rank), the reference's heap key with the kind folded
-  into the rank: a release of parent p has rank p, a bus start of device d rank N + d, a device start rank
-  N + D + d. It holds a few events per device at a time, so insertion by shifting beats a heap.
-* A parent's releases at one time share one event that visits its children in ascending order, which is the
-  reference's (parent, child) order: nothing with a release's rank is created while releases are processed,
-  and two release groups of one parent never wait for the same time. Likewise one transfer's arrivals.
+* The event queue is a small array kept sorted by (time, rank, output), the reference's heap key with the kind
+  folded into the rank: a release of parent p has rank p (and the output sent, -1 for local releases), a bus
+  start of device d rank N + d, a device start rank N + D + d. It holds a few events per device at a time
+  (plus the transfers in flight when there is a latency), so insertion by shifting beats a heap.
+* A parent's local releases at one time share one event that visits its children in ascending order, which is
+  the reference's (parent, output, child) order: nothing with a release's rank is created while releases are
+  processed. Likewise one transfer's arrivals; two transfers of one parent arriving at one time are two events,
+  ordered by output as in the reference.
+* Host jobs are booked when the bus or device event that asks for them runs: events run in the reference's
+  order, so the jobs are served in its order.
 * Each device and each bus has at most one pending event, at the time its head can start
   (max(free time, ready time)); the reference's duplicate and no-op events change nothing but the clock, so
   the runtime (time of the last event) is the largest device- or bus-free time.
@@ -20,6 +24,7 @@ The semantics are the reference's, to the last bit; only the bookkeeping differs
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 from typing import NamedTuple, Sequence
 
 import numba
@@ -29,30 +34,9 @@ from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
 from simulator.io import check_placement
-from simulator.limits import check_graph_on_cluster
 from simulator.peak_memory import _peak
+from simulator.prepared import Prepared, _prepare, prepare  # noqa: F401  (_prepare: for tests and benchmarks)
 from simulator.result import SimResult, Transfers, lower_bound
-
-
-class Prepared(NamedTuple):
-    """Placement-independent arrays for one (graph, cluster); N nodes, O outputs, D devices."""
-
-    cost: np.ndarray  # float64[N, D] compute time of each node on each device, microseconds
-    xfer_time: np.ndarray  # float64[O] out_bytes / bandwidth, microseconds
-    out_off: np.ndarray  # int64[N + 1] outputs of node i are out_off[i]:out_off[i + 1]
-    out_node: np.ndarray  # int32[O] producer of each output
-    out_bytes: np.ndarray  # float64[O] bytes
-    cons_off: np.ndarray  # int64[O + 1] CSR into cons
-    cons: np.ndarray  # int32[C] distinct consumers of each output, ascending
-    child_off: np.ndarray  # int64[N + 1] CSR into child
-    child: np.ndarray  # int32[P] distinct children of each node, ascending
-    child_count: np.ndarray  # int32[P] distinct outputs of the parent the child consumes
-    pending0: np.ndarray  # int32[N] distinct (parent, output) inputs of each node
-    persistent: np.ndarray  # float64[N] bytes
-    delta1: float  # microseconds, device idle after a non-zero-cost op
-    delta2: float  # microseconds, bus busy after a transfer
-    max_changes: int  # upper bound on memory change records of any placement
-    exact_memory: bool  # every partial sum of memory changes is exact: the sweep may skip the (time, bytes) sort
 
 
 class BatchResult(NamedTuple):
@@ -73,6 +57,7 @@ class _Work(NamedTuple):
     arrival: np.ndarray  # float64[O] transfer arrival time, -1 if the output is not transferred
     heads: np.ndarray  # int64[4, D] q_head, q_tail, b_head, b_tail
     free: np.ndarray  # float64[2, D] device free time, bus free time
+    host_free: np.ndarray  # float64[H] time each host finishes its last job
     ev_t: np.ndarray  # float64[K] event times, sorted by descending (time, rank)
     ev_rx: np.ndarray  # int64[K, 2] event rank; transferred output of a release event (-1: local release)
     x_out: np.ndarray  # int32[O] transferred outputs in start order
@@ -88,55 +73,13 @@ class _Work(NamedTuple):
 
 class _Schedule(NamedTuple):
     runtime: float  # microseconds
-    done: int  # ops executed (N unless the graph has a cycle)
-    start: np.ndarray  # float64[N]
-    end: np.ndarray  # float64[N]
-    busy: np.ndarray  # float64[D]
-    peak: np.ndarray  # float64[D]
-    x_out: np.ndarray  # int32[T] transferred outputs in start order
-    x_start: np.ndarray  # float64[T]
-    arrival: np.ndarray  # float64[O]
-
-
-def prepare(graph: Graph, cluster: Cluster) -> Prepared:
-    """The placement-independent arrays of `graph` on `cluster`, memoised in graph.cache."""
-    key = ("engine.prepare", cluster)
-    if key not in graph.cache:
-        graph.cache[key] = _prepare(graph, cluster)
-    return graph.cache[key]
-
-
-def _prepare(graph: Graph, cluster: Cluster) -> Prepared:
-    n, n_dev, n1 = graph.n_nodes, cluster.n_devices, max(graph.n_nodes, 1)
-    cost = np.ascontiguousarray(graph.cost_matrix(cluster.kinds), dtype=np.float64)
-    check_graph_on_cluster(graph, cluster, cost)  # every simulated time finite: the kernel's index math needs it
-    out_off = np.ascontiguousarray(graph.out_offsets, dtype=np.int64)
-    n_out = int(out_off[-1])
-    out_node = np.repeat(np.arange(n, dtype=np.int32), np.diff(out_off))
-    # Distinct (output, consumer) pairs, sorted by output then consumer.
-    pair = np.unique((out_off[graph.edge_src] + graph.edge_out) * n1 + graph.edge_dst.astype(np.int64))
-    p_out, p_dst = pair // n1, (pair % n1).astype(np.int32)
-    cons_off = np.concatenate([[0], np.cumsum(np.bincount(p_out, minlength=n_out))]).astype(np.int64)
-    # Distinct (parent, child) pairs, with the number of distinct outputs of the parent the child consumes.
-    pc, pc_count = np.unique(out_node[p_out].astype(np.int64) * n1 + p_dst, return_counts=True)
-    child_off = np.concatenate([[0], np.cumsum(np.bincount(pc // n1, minlength=n))]).astype(np.int64)
-    receivers = np.minimum(n_dev - 1, np.diff(cons_off))  # devices an output can be sent to, at most
-    out_bytes = graph.out_bytes.astype(np.float64)
-    # Whole bytes whose change records sum below 2**53 in absolute value: every running sum is exact, so the
-    # order of the sum within one time cannot change the peak (see _peak_memory_exact).
-    exact = bool(np.all(out_bytes == np.floor(out_bytes))
-                 and 2.0 * float(np.sum(out_bytes * (1.0 + receivers))) < 2.0**53)
-    return Prepared(
-        cost=cost,
-        xfer_time=graph.out_bytes.astype(np.float64) / cluster.bandwidth_bytes_per_us,  # as the reference
-        out_off=out_off, out_node=out_node, out_bytes=graph.out_bytes.astype(np.float64),
-        cons_off=cons_off, cons=p_dst,
-        child_off=child_off, child=(pc % n1).astype(np.int32), child_count=pc_count.astype(np.int32),
-        pending0=np.bincount(p_dst, minlength=n).astype(np.int32),
-        persistent=graph.persistent_bytes.astype(np.float64),
-        delta1=float(cluster.delta1_us), delta2=float(cluster.delta2_us),
-        max_changes=int(2 * n_out + 2 * receivers.sum()), exact_memory=exact,
-    )
+    done: int  # ops executed (N unless the graph has a cycle), -1 for a placement that does not fit
+    busy: np.ndarray  # float64[D] microseconds
+    x_node: np.ndarray  # int32[T] producer of each transfer, in start order
+    x_out: np.ndarray  # int32[T] its output index
+    x_dev: np.ndarray  # int32[T] sending device
+    x_end: np.ndarray  # float64[T] arrival, microseconds (the starts are work.x_start[:T])
+    work: _Work  # the schedule (start, end, x_start) and what _peak reads
 
 
 # ---- the compiled event loop ---------------------------------------------------------------------------
@@ -144,11 +87,17 @@ _jit = numba.njit(cache=True, nogil=True)
 
 
 @_jit
-def _new_work(n, n_out, n_dev, n_cons, n_child):
-    n_ev = 4 * n_dev + 4  # pending at once, per device: one release group, one arrival, one bus, one device
+def _new_work(g):
+    """Scratch for simulating placements of the prepared graph `g`."""
+    n, n_dev = g.cost.shape
+    n_out, n_cons, n_child = len(g.out_bytes), len(g.cons), len(g.child)
+    # Pending at once, per device: one release group, one arrival, one bus and one device event; with a latency
+    # a bus may send its next transfer before the previous one arrives: any number in flight, at most one per
+    # output. (Not `latency > 0`: a NaN from a caller that skipped validation must not overflow the queue.)
+    n_ev = 4 * n_dev + 4 + (n_out if g.latency != 0.0 else 0)
     return _Work(np.empty(n), np.empty(n), np.empty(n, np.int32), np.empty(n, np.int32),
                  np.empty(n_out, np.int32), np.empty(n_out), np.empty((4, n_dev), np.int64),
-                 np.empty((2, n_dev)), np.empty(n_ev), np.empty((n_ev, 2), np.int64),
+                 np.empty((2, n_dev)), np.empty(max(g.n_hosts, 1)), np.empty(n_ev), np.empty((n_ev, 2), np.int64),
                  np.empty(n_out, np.int32), np.empty(n_out), np.empty(1, np.int64),
                  np.empty(n_out, np.int64), np.empty(n_cons, np.int32), np.empty(n, np.int64),
                  np.empty(n_child, np.int32), np.empty(n_child, np.int32), np.empty(n_out, np.int32))
@@ -156,11 +105,14 @@ def _new_work(n, n_out, n_dev, n_cons, n_child):
 
 @_jit
 def _push(ev_t, ev_rx, n_ev, t, r, x):
-    """Insert event (t, r, x) into the n_ev events sorted by descending (t, r); returns the new count."""
+    """Insert event (t, r, x) into the n_ev events sorted by descending (t, r, x); returns the new count.
+
+    x breaks ties of one parent's release groups at one time: local (-1) first, then transfers by output."""
     if n_ev == len(ev_t):
-        raise AssertionError("event queue overflow")  # impossible: at most four events per device
+        raise AssertionError("event queue overflow")  # impossible: sized for the most events pending at once
     j = n_ev
-    while j > 0 and (ev_t[j - 1] < t or (ev_t[j - 1] == t and ev_rx[j - 1, 0] < r)):
+    while j > 0 and (ev_t[j - 1] < t or (ev_t[j - 1] == t and (ev_rx[j - 1, 0] < r or (
+            ev_rx[j - 1, 0] == r and ev_rx[j - 1, 1] < x)))):
         ev_t[j], ev_rx[j, 0], ev_rx[j, 1] = ev_t[j - 1], ev_rx[j - 1, 0], ev_rx[j - 1, 1]
         j -= 1
     ev_t[j], ev_rx[j, 0], ev_rx[j, 1] = t, r, x
@@ -180,6 +132,7 @@ def _reset(g, w, dev):
     out_off, heads, pending, queue = g.out_off, w.heads, w.pending, w.queue
     pending[:] = g.pending0
     w.free[:] = 0.0
+    w.host_free[:] = 0.0
     w.arrival[:] = -1.0
     heads[:] = 0
     for i in range(n):  # slice sizes: nodes and outputs per device
@@ -236,6 +189,7 @@ def _run(g, w, dev):
     n, n_dev = g.cost.shape
     bus_rank, dev_rank = n, n + n_dev
     cost, xfer, out_off, out_node, d1, d2 = g.cost, g.xfer_time, g.out_off, g.out_node, g.delta1, g.delta2
+    latency, host, dispatch, send, host_free = g.latency, g.host, g.dispatch, g.send, w.host_free
     cons_off, child_off = g.cons_off, g.child_off
     start, end, pending, queue, bus, arrival = w.start, w.end, w.pending, w.queue, w.bus, w.arrival
     heads, free, ev_t, ev_rx, x_out, x_start = w.heads, w.free, w.ev_t, w.ev_rx, w.x_out, w.x_start
@@ -267,8 +221,13 @@ def _run(g, w, dev):
             d = r - bus_rank
             o = bus[heads[2, d]]
             heads[2, d] += 1
-            arrival[o] = t + xfer[o]
-            free[1, d] = arrival[o] + d2
+            leave = t
+            if send[d] > 0:  # the host's job first
+                leave = max(t, host_free[host[d]]) + send[d]
+                host_free[host[d]] = leave
+            sent = leave + xfer[o]
+            arrival[o] = sent + latency
+            free[1, d] = sent + d2
             x_out[n_x], x_start[n_x] = o, t
             n_x += 1
             n_ev = _push(ev_t, ev_rx, n_ev, arrival[o], out_node[o], o)
@@ -280,7 +239,11 @@ def _run(g, w, dev):
             i = queue[heads[0, d]]
             heads[0, d] += 1
             done += 1
-            start[i], end[i] = t, t + cost[i, d]
+            begin = t
+            if dispatch[d] > 0:  # the host's job first
+                begin = max(t, host_free[host[d]]) + dispatch[d]
+                host_free[host[d]] = begin
+            start[i], end[i] = begin, begin + cost[i, d]
             free[0, d] = end[i] + d1 if cost[i, d] > 0 else end[i]
             if heads[0, d] < heads[1, d]:
                 n_ev = _push(ev_t, ev_rx, n_ev, free[0, d], dev_rank + d, -1)
@@ -301,24 +264,56 @@ def _run(g, w, dev):
 
 @_jit
 def _simulate_one(g, dev):
-    """The full schedule of one placement."""
+    """The full schedule of one placement, peak memory aside (`_LazyPeak` computes it from the work)."""
     n, n_dev = g.cost.shape
-    w = _new_work(n, len(g.out_bytes), n_dev, len(g.cons), len(g.child))
+    w = _new_work(g)
     runtime, done = _run(g, w, dev)
-    busy, peak = np.zeros(n_dev), np.zeros(n_dev)
+    busy = np.zeros(n_dev)
     for i in range(n if done >= 0 else 0):  # node order, as the reference sums
         busy[dev[i]] += g.cost[i, dev[i]]
-    if done == n:
-        _peak(g, w, dev, peak)
     n_x = w.n_x[0]
-    return _Schedule(runtime, done, w.start, w.end, busy, peak, w.x_out[:n_x], w.x_start[:n_x], w.arrival)
+    x_node, x_out, x_dev, x_end = (np.empty(n_x, np.int32), np.empty(n_x, np.int32), np.empty(n_x, np.int32),
+                                   np.empty(n_x))
+    for k in range(n_x):
+        o = w.x_out[k]
+        x_node[k] = g.out_node[o]
+        x_out[k] = o - g.out_off[x_node[k]]
+        x_dev[k] = dev[x_node[k]]
+        x_end[k] = w.arrival[o]
+    return _Schedule(runtime, done, busy, x_node, x_out, x_dev, x_end, w)
+
+
+class _LazyPeak:
+    """() -> float64[D] peak bytes of one finished `simulate` schedule, computed on the first call (thread-safe);
+    the schedule's scratch arrays are released then."""
+
+    __slots__ = ("_args", "_peak", "_lock")
+
+    def __init__(self, g: Prepared, w: _Work, dev: np.ndarray):
+        self._args, self._peak, self._lock = (g, w, dev), None, threading.Lock()
+
+    def __call__(self) -> np.ndarray:
+        if self._peak is None:
+            with self._lock:
+                if self._peak is None:
+                    g, w, dev = self._args
+                    peak = np.zeros(g.cost.shape[1])
+                    _peak(g, w, dev, peak)
+                    self._peak, self._args = peak, None
+        return self._peak
+
+    def __getstate__(self) -> np.ndarray:  # pickled (e.g. sent to another process) as the computed peak
+        return self()
+
+    def __setstate__(self, peak: np.ndarray) -> None:
+        self._args, self._peak, self._lock = None, peak, threading.Lock()
 
 
 @_jit
 def _simulate_rows(g, placements, lo, hi, runtime, peak, with_memory, done):
     """Simulate rows lo:hi of placements (int32[B, N]) into runtime[B], peak[B, D], done[B]."""
-    n, n_dev = g.cost.shape
-    w = _new_work(n, len(g.out_bytes), n_dev, len(g.cons), len(g.child))
+    n = g.cost.shape[0]
+    w = _new_work(g)
     for b in range(lo, hi):
         runtime[b], done[b] = _run(g, w, placements[b])
         if with_memory and done[b] == n:
@@ -332,19 +327,27 @@ def simulate(graph: Graph, placement: Sequence[int] | np.ndarray, cluster: Clust
     Equal, float for float, to simulator.reference.simulate_reference. Raises InputError for a bad placement.
     """
     check_placement(placement, graph, cluster.n_devices)
-    dev = np.ascontiguousarray(np.asarray(placement).astype(np.int32, copy=False))
+    dev = np.array(placement, dtype=np.int32)  # a copy: the lazy peak memory reads it later
     g = prepare(graph, cluster)
     s = _simulate_one(g, dev)
     if s.done < 0:
         raise InputError(f"graph {graph.name!r}: placement does not fit {cluster.n_devices} devices")
     if s.done != graph.n_nodes:
         raise AssertionError("simulation ended with unexecuted nodes")  # impossible for a validated DAG
-    node = g.out_node[s.x_out]
-    transfers = Transfers(node, (s.x_out - g.out_off[node]).astype(np.int32), dev[node], s.x_start,
-                          s.arrival[s.x_out])
-    return SimResult(runtime=float(s.runtime), start=s.start, end=s.end, device=dev.copy(), busy=s.busy,
-                     peak_memory=s.peak, capacity=np.asarray(cluster.memory, dtype=np.float64),
-                     lower_bound=lower_bound(graph, cluster), transfers=transfers)
+    w = s.work
+    transfers = Transfers(s.x_node, s.x_out, s.x_dev, _read_only(w.x_start[:len(s.x_node)]), s.x_end)
+    # start, end and device are views of what the memory sweep reads later: read-only, so they stay its input
+    return SimResult(runtime=float(s.runtime), start=_read_only(w.start), end=_read_only(w.end),
+                     device=_read_only(dev), busy=s.busy, capacity=cluster.capacity,
+                     lower_bound=lower_bound(graph, cluster), transfers=transfers,
+                     compute_peak_memory=_LazyPeak(g, w, dev))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of `a` (its owner keeps writing rights, the holder of the view does not)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 def simulate_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, with_memory: bool = False,

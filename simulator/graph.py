@@ -1,7 +1,8 @@
 """The computation graph: typed arrays, validated on construction.
 
 A `Graph` is what every other module consumes: the simulator, the feature builder, the baselines. It is a frozen
-dataclass of numpy arrays (node-indexed, in file order) plus derived CSR adjacency computed once on demand.
+dataclass of read-only numpy arrays (node-indexed, in file order) plus derived values (CSR adjacency, the
+simulator's prepared arrays per cluster) computed once on demand and cached on it.
 
 Units: compute costs in microseconds, sizes in bytes.
 """
@@ -57,6 +58,7 @@ class Graph:
     source: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
+        _freeze_arrays(self)
         _validate(self)
 
     # ---- sizes -------------------------------------------------------------------------------------------
@@ -183,6 +185,31 @@ def _kahn(n: int, ch_off: np.ndarray, ch: np.ndarray, par_off: np.ndarray) -> li
     return order
 
 
+ARRAY_FIELDS = ("out_offsets", "out_bytes", "persistent_bytes", "edge_src", "edge_dst", "edge_out")
+
+
+def _frozen(a: Any) -> np.ndarray:
+    """`a` as a read-only array: itself if already read-only, else a read-only copy (so the caller's own handle
+    cannot change it either)."""
+    a = np.asarray(a)
+    if a.flags.writeable:
+        a = a.copy()
+        a.flags.writeable = False
+    return a
+
+
+def _freeze_arrays(g: Graph) -> None:
+    """Make the graph's arrays (and its costs dict) read-only copies. Derived values are cached on the graph
+    (`Graph.cache`, the cached properties, the simulator's prepared arrays per cluster), keyed on the graph object:
+    they stay valid because the arrays cannot change in place. A changed graph is a new Graph
+    (`dataclasses.replace`, `with_costs`), with empty caches."""
+    for field in ARRAY_FIELDS:
+        object.__setattr__(g, field, _frozen(getattr(g, field)))
+    if not isinstance(g.costs, Mapping):
+        raise InputError("costs must map device kinds to arrays")
+    object.__setattr__(g, "costs", {kind: _frozen(cost) for kind, cost in g.costs.items()})
+
+
 def _bad_number(x: np.ndarray) -> np.ndarray:
     return ~np.isfinite(x) | (x < 0) | (x > MAX_BYTES)
 
@@ -194,11 +221,12 @@ def _validate(g: Graph) -> None:
         raise InputError(f"nodes: {n} nodes, more than {MAX_INDEX}")
     if len(g.ops) != n or len(g.colocation) != n or len(g.attrs) != n:
         raise InputError("nodes: names, ops, colocation and attrs differ in length")
-    seen: dict[str, int] = {}
-    for i, name in enumerate(g.names):
-        if name in seen:
-            raise InputError(f"node {name!r}: duplicate name (nodes {seen[name]} and {i})")
-        seen[name] = i
+    if len(set(g.names)) != n:
+        seen: dict[str, int] = {}
+        for i, name in enumerate(g.names):
+            if name in seen:
+                raise InputError(f"node {name!r}: duplicate name (nodes {seen[name]} and {i})")
+            seen[name] = i
     for kind, cost in g.costs.items():
         if cost.shape != (n,):
             raise InputError(f"costs for kind {kind!r} have shape {cost.shape}, expected ({n},)")
@@ -215,15 +243,29 @@ def _validate(g: Graph) -> None:
         if bad.size:
             raise InputError(f"node {g.names[owner[bad[0]]]!r}: field {field!r}: {float(values[bad[0]])!r} is "
                              f"out of range [0, {MAX_BYTES:g}] bytes")
-    for i, (s, d, o) in enumerate(zip(g.edge_src.tolist(), g.edge_dst.tolist(), g.edge_out.tolist())):
-        if not (0 <= s < n and 0 <= d < n):
-            raise InputError(f"edge {i}: node index out of range")
-        if s == d:
-            raise InputError(f"edge {i}: node {g.names[s]!r} feeds itself (a cycle)")
-        if not 0 <= o < g.out_offsets[s + 1] - g.out_offsets[s]:
-            raise InputError(f"edge {i} ({g.names[s]!r} -> {g.names[d]!r}): output index {o} but "
-                             f"{g.names[s]!r} has {g.out_offsets[s + 1] - g.out_offsets[s]} output(s)")
+    _check_edges(g)
     _check_acyclic(g)
+
+
+def _check_edges(g: Graph) -> None:
+    """InputError naming the first edge with a node index out of range, a self loop or a bad output index."""
+    n = len(g.names)
+    if not g.edge_src.shape == g.edge_dst.shape == g.edge_out.shape or g.edge_src.ndim != 1:
+        raise InputError("edges: edge_src, edge_dst and edge_out differ in shape")
+    src, dst, out = (a.astype(np.int64) for a in (g.edge_src, g.edge_dst, g.edge_out))
+    in_range = (src >= 0) & (src < n) & (dst >= 0) & (dst < n)
+    n_out = np.diff(g.out_offsets)[np.where(in_range, src, 0)] if n else np.zeros(len(src), np.int64)
+    bad = ~in_range | (src == dst) | (out < 0) | (out >= n_out)
+    if not bad.any():
+        return
+    i = int(np.argmax(bad))
+    s, d, o = int(src[i]), int(dst[i]), int(out[i])
+    if not in_range[i]:
+        raise InputError(f"edge {i}: node index out of range")
+    if s == d:
+        raise InputError(f"edge {i}: node {g.names[s]!r} feeds itself (a cycle)")
+    raise InputError(f"edge {i} ({g.names[s]!r} -> {g.names[d]!r}): output index {o} but "
+                     f"{g.names[s]!r} has {int(n_out[i])} output(s)")
 
 
 def _check_acyclic(g: Graph) -> None:

@@ -36,6 +36,13 @@ never decrease. `group(graph, target_groups)` contracts in four steps, every mer
       this is acyclic too, and it reaches the target unless colocation names forbid it. It ignores the
       schedule; (c) leaves it work mainly when colocation names or a disconnected graph block the candidates.
 
+With `max_cp_growth` (what `placeto import-jax` uses; the families do not) the critical path is bounded: (a) makes
+only colocation merges that lengthen it not at all (the parts left apart keep their name), (c) none past
+(1 + max_cp_growth) x the op graph's (labels kept exact so the bound holds), (d) is skipped, and the GroupingReport
+says when the bound, not the target, stopped the merging. With `join_names`, (c) may merge groups of different
+colocation names, the names becoming one (one device for both), so names alone never keep a graph above its
+target (MobileNetV2 asked for 300 groups stopped at 421 without it, most holding a different variable's name).
+
 The grouped graph's critical path is never below the op graph's; after (a) and (b) only (target None) it is
 the op graph's under the grouping weight, unless colocation merges lengthened it. Nodes with different
 colocation names are never merged; an uncolocated node merged into a colocated one takes its name. The grouped
@@ -50,7 +57,7 @@ import dataclasses
 import heapq
 import math
 import re
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -63,6 +70,43 @@ _RESCHEDULE = 8  # step (c): labels are recomputed after n_groups / _RESCHEDULE 
 _TOL = 0.002  # step (c): a popped key that grew by at most this times the cp is taken as it is
 
 
+class GroupingReport(NamedTuple):
+    """What grouping achieved against what was asked. Critical paths in the units of the grouping weight
+    (`_op_weight`): zero-communication longest paths of the op graph and of the grouped graph."""
+
+    n_groups: int
+    target_groups: int | None
+    cp_ops: float
+    cp_groups: float
+    max_cp_growth: float | None  # the bound asked for (0.05: +5%), None: unbounded
+    stopped: str | None  # why n_groups > target_groups: "critical path", "colocation" or "structure" (no
+    # acyclic merge left); None if the target was reached
+
+    @property
+    def cp_growth(self) -> float:
+        """Relative growth of the critical path (0.04: +4%)."""
+        return self.cp_groups / self.cp_ops - 1.0 if self.cp_ops > 0 else 0.0
+
+    def describe(self) -> str:
+        """One line: groups made, critical-path growth, and why the target was not reached."""
+        text = f"{self.n_groups} groups"
+        if self.target_groups is not None:
+            text += f" (target {self.target_groups})"
+        text += f", critical path {self.cp_growth * 100:+.1f}%"
+        if self.max_cp_growth is not None:
+            text += f" (bound {self.max_cp_growth * 100:+.1f}%)"
+        if self.stopped == "critical path":
+            text += (f"; not {self.target_groups} groups: every further merge would lengthen the critical path "
+                     f"beyond the bound (raise --max-cp-growth to trade it for fewer groups)")
+        elif self.stopped == "structure":
+            text += (f"; not {self.target_groups} groups: no two remaining groups can merge without making a "
+                     f"cycle")
+        elif self.stopped == "colocation":
+            text += (f"; not {self.target_groups} groups: the remaining groups hold different colocation names "
+                     f"(variables), which this grouping keeps apart")
+        return text
+
+
 @dataclasses.dataclass(frozen=True, eq=False)
 class Grouping:
     """A grouped graph and its map to the op graph.
@@ -71,15 +115,25 @@ class Grouping:
       graph: the graph of G groups (valid and acyclic); group k is node k.
       members: [G] int32 op indices of each group, ascending; groups are ordered by their first op.
       op_to_group: int32[N] group of every op.
+      report: groups made against the target, and the critical path's growth (GroupingReport).
     """
 
     graph: Graph
     members: tuple[np.ndarray, ...]
     op_to_group: np.ndarray
+    report: GroupingReport | None = None
 
 
-def _merge_colocated(q: Quotient, graph: Graph) -> None:
-    """Step (a): merge the ops of each colocation name where the local acyclicity test allows."""
+def _merge_colocated(q: Quotient, graph: Graph, bound: float = math.inf) -> None:
+    """Step (a): merge the ops of each colocation name where the local acyclicity test allows (and, with a
+    finite `bound`, where the longest path through the merged pair stays within it: labels kept exact)."""
+    exact = bound < math.inf
+
+    def merge(a: int, b: int) -> int | None:
+        if exact and q.path_through(a, b) > bound:
+            return None
+        return q.contract(a, b) if exact else q.merge(a, b)
+
     by_name: dict[str, list[int]] = {}
     for i, name in enumerate(graph.colocation):
         if name is not None:
@@ -92,7 +146,9 @@ def _merge_colocated(q: Quotient, graph: Graph) -> None:
                 continue
             for b in sorted(q.succ[a] | q.pred[a]):
                 if q.coloc[b] == name and q.no_long_path(a, b) and q.no_long_path(b, a):
-                    m = q.merge(a, b)
+                    m = merge(a, b)
+                    if m is None:
+                        continue
                     queue.extend(sorted(x for x in q.succ[m] | q.pred[m] if q.coloc[x] == name))
                     queue.append(m)
                     break
@@ -101,7 +157,7 @@ def _merge_colocated(q: Quotient, graph: Graph) -> None:
         for p in isolated:  # no edges at all: merging it anywhere is safe
             others = [x for x in parts if x != p and q.find(x) == x]
             if others:
-                q.merge(others[0], p)
+                merge(others[0], p)
 
 
 def _delays_nothing(q: Quotient, u: int, v: int) -> bool:
@@ -171,12 +227,13 @@ def _all_candidates(q: Quotient) -> set[tuple[int, int]]:
     return pairs
 
 
-def _contract_greedy(q: Quotient, target: int, cap: float) -> None:
+def _contract_greedy(q: Quotient, target: int, cap: float, bound: float = math.inf) -> bool:
     """Step (c): contract candidate pairs (`_all_candidates`, then the pairs each contraction creates),
     smallest path through the merged pair first, down to `target` groups, never making a group heavier than
     `cap`. Lazy greedy: keys only grow, so a popped key is re-evaluated and pushed back if it grew (by more
     than _TOL of the critical path) past the runner-up. Labels are raised in bounded waves and recomputed
-    exactly after n_groups / _RESCHEDULE contractions whose waves were cut short."""
+    exactly after n_groups / _RESCHEDULE contractions whose waves were cut short. No contraction whose path
+    through the merged pair exceeds `bound` is made; returns True if that bound stopped it above `target`."""
     q.reschedule(depth_valid=False)
     version = [0] * len(q.parent)
 
@@ -193,18 +250,23 @@ def _contract_greedy(q: Quotient, target: int, cap: float) -> None:
             heapq.heappop(heap)
             continue
         now = q.path_through(a, b)
+        if now > bound:  # keys only grow: once the smallest is past the bound, every candidate is
+            if entry[0] > bound:
+                return True
+            heapq.heapreplace(heap, (now, *entry[1:]))
+            continue
         if now > entry[0] + _TOL * q.cp and (now, *entry[1:4]) > min([e[:4] for e in heap[1:3]], default=(now,)):
             heapq.heapreplace(heap, (now, *entry[1:]))
             continue
         heapq.heappop(heap)
         if not q.mergeable(a, b):
             continue  # stays so until a or b changes, which pushes new pairs
-        m = q.contract(a, b, _WAVE)
+        m = q.contract(a, b, _WAVE if bound == math.inf else None)  # a bound needs exact labels
         version[m] += 1
         for x, y in sorted({(p, m) for p in q.pred[m]} | {(m, c) for c in q.succ[m]} | _nearest_siblings(q, m)):
             if ok(x, y):
                 heapq.heappush(heap, _pair_entry(q, x, y, version))
-
+    return False
 
 
 
@@ -245,7 +307,7 @@ def _op_weight(graph: Graph, kind: str | None) -> np.ndarray:
 
 def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
           single_consumer: bool = True, fallback: bool = True, kind: str | None = None,
-          balance: float | None = 4.0) -> Grouping:
+          balance: float | None = 4.0, max_cp_growth: float | None = None, join_names: bool = False) -> Grouping:
     """Group `graph` by colocation (a), contracting edges that delay nothing (b), critical-path-greedy
     contraction (c) and, if still above the target, merging neighbours in a topological order (d).
 
@@ -254,32 +316,52 @@ def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
       target_groups: stop merging at this many groups (None: steps (a) and (b) only, no step (c)).
       colocate: run step (a).
       single_consumer: run step (b).
-      fallback: run step (d) when (c) gets stuck above `target_groups`.
+      fallback: run step (d) when (c) gets stuck above `target_groups` (not with `max_cp_growth`: (d)
+        ignores the schedule).
       kind: the device kind whose costs weigh the ops (None: see `_op_weight`).
       balance: with a target, steps (b) and (c) make no group heavier than `balance` times the mean group
         weight at the target (None: no limit); (c) lifts the limit if it cannot reach the target otherwise.
+      max_cp_growth: step (c) makes no merge that would lengthen the critical path (under the grouping weight)
+        beyond (1 + max_cp_growth) times the op graph's, and stops there, above the target if need be (the
+        report says so); None: no bound.
+      join_names: steps (c) and (d) may merge groups of different colocation names (the names then become one:
+        one device for both), so that colocation alone never keeps the graph above the target.
     Returns:
-      the Grouping (see the module docstring for what is guaranteed).
+      the Grouping, with its GroupingReport (see the module docstring for what is guaranteed).
     """
     if target_groups is not None and target_groups < 1:
         raise InputError(f"target_groups must be >= 1, got {target_groups}")
+    if max_cp_growth is not None and not 0 <= max_cp_growth < math.inf:
+        raise InputError(f"max_cp_growth must be a number >= 0, got {max_cp_growth}")
     weight = _op_weight(graph, kind)
     q = Quotient(graph, weight)
+    q.reschedule(depth_valid=False)
+    cp_ops = q.cp
+    bound = cp_ops * (1 + max_cp_growth) * (1 + 1e-9) if max_cp_growth is not None else math.inf
     target = target_groups if target_groups is not None else 0
-    if colocate:
-        _merge_colocated(q, graph)
+    if colocate:  # with a bound, colocation merges may not lengthen the critical path at all: the parts of a
+        # name left apart keep the name (one device), and step (c) gets the whole bound (measured on GPT-2: merging
+        # its tied embedding's transpose and weight decay lengthened it 4.3%)
+        _merge_colocated(q, graph, cp_ops * (1 + 1e-9) if max_cp_growth is not None else math.inf)
     cap = balance * float(weight.sum()) / target_groups if balance and target_groups else math.inf
     if single_consumer and q.n_groups > target:
         q.reschedule(depth_valid=False)
         _contract_free_edges(q, graph.topo_order.tolist(), target, cap)
+    q.join_names = join_names
+    stopped = None
     if target_groups is not None:
         for limit in dict.fromkeys([cap, math.inf]):
             if q.n_groups > target:
-                _contract_greedy(q, target, limit)
-    if target_groups is not None and fallback and q.n_groups > target:
+                stopped = "critical path" if _contract_greedy(q, target, limit, bound) else None
+    if target_groups is not None and fallback and q.n_groups > target and max_cp_growth is None:
         _merge_topological_neighbours(q, target)
+    q.reschedule(depth_valid=False)
+    if q.n_groups > target and target_groups is not None and stopped is None:
+        stopped = "structure" if join_names else "colocation"
     roots = np.asarray([q.find(i) for i in range(graph.n_nodes)], dtype=np.int64)
-    return _build(graph, roots, q.coloc, weight, target_groups)
+    grouping = _build(graph, roots, [q.name(i) for i in range(graph.n_nodes)], weight, target_groups)
+    report = GroupingReport(grouping.graph.n_nodes, target_groups, cp_ops, q.cp, max_cp_growth, stopped)
+    return dataclasses.replace(grouping, report=report)
 
 
 def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, target: int | None) -> Grouping:

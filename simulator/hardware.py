@@ -178,7 +178,9 @@ def run_outputs(plan: Plan) -> Any:
     import jax
 
     flat, _ = run_plan(plan)
-    return flat if plan.out_tree is None else jax.tree_util.tree_unflatten(plan.out_tree, flat)
+    if plan.out_tree is None:
+        return flat
+    return jax.tree_util.tree_unflatten(plan.out_tree, flat[:plan.out_tree.num_leaves])  # then in-place updates
 
 
 def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool = True) -> Timing:
@@ -320,15 +322,19 @@ def leaf_values(traced: Traced, args: Sequence[Any], seed: int = 0) -> list:
     return values
 
 
-def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int], devices: Sequence,
-                 op_to_group: np.ndarray | None = None, order: Sequence[int] | None = None) -> Plan:
-    """The plan of a traced program placed unit by unit (ops, or groups via `op_to_group` int32[N_ops]).
+class UnitProgram(NamedTuple):
+    """What one unit (node or group) of a placed program does, whatever it comes from (a trace, or an exported
+    file: simulator.export). Values are named by the op graph's `Source(node, out)`."""
 
-    values: per op, the array of input/param/const nodes (see `leaf_values`). placement: int[U] device index per
-    unit. order: dispatch order of the units (default: topological, ties by unit index).
-    """
-    import jax
+    values: tuple[int, ...]  # op nodes whose values this unit holds resident (inputs, parameters, constants)
+    inputs: tuple[Any, ...]  # Sources the unit reads, computed by other units or held resident
+    outputs: tuple[Any, ...]  # Sources it computes that other units or the step's outputs need, in order
+    body: Callable | None  # f(*inputs) -> tuple of outputs; None for a unit that only holds values
+    key: Any  # units with equal keys share one jitted function per device
 
+
+def unit_programs(traced: Traced, op_to_group: np.ndarray | None = None) -> list[UnitProgram]:
+    """[U] the units of a traced program: ops, or groups via `op_to_group` (int32[N_ops])."""
     from simulator.trace import Source
 
     n_ops = traced.graph.n_nodes
@@ -336,49 +342,83 @@ def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int]
     if unit_of.shape != (n_ops,):
         raise InputError(f"op_to_group has {unit_of.size} entries, the program has {n_ops} ops")
     n_units = int(unit_of.max()) + 1 if n_ops else 0
-    place = _placement_array(placement, n_units, len(devices), "groups" if op_to_group is not None else "nodes")
     members = [[] for _ in range(n_units)]
     for i, u in enumerate(unit_of.tolist()):
         members[u].append(i)
     is_eqn = [e is not None for e in traced.equations]
-    used_elsewhere = {a for a in traced.outputs if isinstance(a, Source)}
+    used_elsewhere = {a for a in traced.program_outputs if isinstance(a, Source)}
     for j, args in enumerate(traced.args):
         used_elsewhere.update(a for a in args if isinstance(a, Source) and unit_of[a.node] != unit_of[j])
-    order = _check_order(order if order is not None else _unit_order(traced, unit_of, n_units), n_units)
-    position = {u: k for k, u in enumerate(order)}
-    resident, owner, tasks = {}, {}, []
-    cache = _FUNCTIONS.setdefault(traced, {})  # shared by every plan of this trace: compile once per device
-    for u in order:
-        dev = int(place[u])
-        for i in members[u]:
-            if not is_eqn[i]:
-                resident[(Source(i, 0), dev)] = jax.device_put(values[i], devices[dev])
-                owner[Source(i, 0)] = position[u]
+    units = []
+    for u in range(n_units):
         inputs = tuple(dict.fromkeys(a for i in members[u] if is_eqn[i] for a in traced.args[i]
                                      if isinstance(a, Source) and not (is_eqn[a.node] and unit_of[a.node] == u)))
         outputs = tuple(Source(i, k) for i in members[u] if is_eqn[i]
                         for k in range(len(traced.equations[i].outvars)) if Source(i, k) in used_elsewhere)
+        body = _unit_body(traced, members[u], inputs, outputs) if any(is_eqn[i] for i in members[u]) else None
+        units.append(UnitProgram(tuple(i for i in members[u] if not is_eqn[i]), inputs, outputs, body,
+                                 _unit_key(traced, members[u], inputs, outputs)))
+    return units
+
+
+def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int], devices: Sequence,
+                 op_to_group: np.ndarray | None = None, order: Sequence[int] | None = None) -> Plan:
+    """The plan of a traced program placed unit by unit (ops, or groups via `op_to_group` int32[N_ops]).
+
+    values: per op, the array of input/param/const nodes (see `leaf_values`). placement: int[U] device index per
+    unit. order: dispatch order of the units (default: topological, ties by unit index).
+    """
+    units = unit_programs(traced, op_to_group)
+    what = "groups" if op_to_group is not None else "nodes"
+    outputs = tuple(traced.outputs) + tuple(a for _, a in traced.updates)  # Static leaves become Consts
+    return units_plan(units, values, placement, devices, outputs, traced.out_tree,
+                      _FUNCTIONS.setdefault(traced, {}), order, what)
+
+
+def units_plan(units: Sequence[UnitProgram], values: Sequence[Any], placement: Sequence[int], devices: Sequence,
+               outputs: Sequence[Any], out_tree: Any, cache: dict, order: Sequence[int] | None = None,
+               what: str = "units") -> Plan:
+    """The plan of units placed one device each (placement: int[U]); values: per op node, the array it holds
+    (inputs, parameters, constants; None elsewhere); outputs: the step's flat outputs (Sources, or literals with
+    `.val`), the first out_tree.num_leaves of them unflattened by `run_outputs`; cache: key -> jitted function,
+    shared by every plan of the same program, so each unit compiles once per device."""
+    import jax
+
+    from simulator.trace import Source
+
+    place = _placement_array(placement, len(units), len(devices), what)
+    order = _check_order(order if order is not None else _unit_order(units), len(units))
+    position = {u: k for k, u in enumerate(order)}
+    unit_of_value = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
+    unit_of_value.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
+    resident, owner, tasks = {}, {}, []
+    for u in order:
+        unit, dev = units[u], int(place[u])
+        for i in unit.values:
+            resident[(Source(i, 0), dev)] = jax.device_put(values[i], devices[dev])
+            owner[Source(i, 0)] = position[u]
         fn = None
-        if any(is_eqn[i] for i in members[u]):
-            key = _unit_key(traced, members[u], inputs, outputs, dev)
+        if unit.body is not None:
+            key = (unit.key, dev)
             if key not in cache:
-                cache[key] = _compiled(_unit_body(traced, members[u], inputs, outputs), devices[dev])
+                cache[key] = _compiled(unit.body, devices[dev])
             fn = cache[key]
-        owner.update((s, position[u]) for s in outputs)
-        tasks.append(Task(u, dev, fn, inputs, outputs, ()))
-    flat_out = tuple((a, int(place[unit_of[a.node]])) if isinstance(a, Source) else Const(a.val)
-                     for a in traced.outputs)
-    return _finish(tasks, owner, resident, devices, flat_out, traced.out_tree)
+        owner.update((s, position[u]) for s in unit.outputs)
+        tasks.append(Task(u, dev, fn, unit.inputs, unit.outputs, ()))
+    flat_out = tuple((a, int(place[unit_of_value[a]])) if isinstance(a, Source) else Const(a.val) for a in outputs)
+    return _finish(tasks, owner, resident, devices, flat_out, out_tree)
 
 
-def _unit_order(traced: Traced, unit_of: np.ndarray, n_units: int) -> list[int]:
+def _unit_order(units: Sequence[UnitProgram]) -> list[int]:
     """A topological order of the units (ties by unit index)."""
     import heapq
 
     from simulator.trace import Source
 
-    edges = {(int(unit_of[a.node]), int(unit_of[j])) for j, args in enumerate(traced.args) for a in args
-             if isinstance(a, Source) and unit_of[a.node] != unit_of[j]}
+    made = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
+    made.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
+    n_units = len(units)
+    edges = {(made[s], v) for v, unit in enumerate(units) for s in unit.inputs if s in made and made[s] != v}
     children: list[list[int]] = [[] for _ in range(n_units)]
     indeg = [0] * n_units
     for u, v in edges:
@@ -399,8 +439,8 @@ def _unit_order(traced: Traced, unit_of: np.ndarray, n_units: int) -> list[int]:
     return order
 
 
-def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tuple, device: int) -> Any:
-    """Units doing the same thing on the same device share one jitted function: single equations with the same
+def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tuple) -> Any:
+    """Units doing the same thing share one jitted function per device: single equations with the same
     signature and operand pattern (the unrolled steps of an RNN); groups are keyed by identity."""
     from simulator.profile import _signature
     from simulator.trace import Source
@@ -408,5 +448,5 @@ def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tu
     if len(members) == 1 and traced.equations[members[0]] is not None:
         m = members[0]
         pattern = tuple(inputs.index(a) if isinstance(a, Source) else -1 for a in traced.args[m])
-        return ("eqn", _signature(traced.equations[m]), pattern, tuple(s.out for s in outputs), device)
-    return ("unit", tuple(members), device)
+        return ("eqn", _signature(traced.equations[m]), pattern, tuple(s.out for s in outputs))
+    return ("unit", tuple(members))

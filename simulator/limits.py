@@ -1,15 +1,18 @@
 """Numeric limits of every input, chosen so that every simulated time is finite, and their checks.
 
 Why these numbers. In the simulator (simulator.reference) every event happens while some device runs an op or
-idles its delta1 after one, or some bus sends a tensor or idles its delta2 after one: nothing else creates
-events. So the runtime, and every start, end, arrival and free time, is at most
+idles its delta1 after one, or some bus sends a tensor or idles its delta2 after one, or a transfer is in flight
+for its latency, or a host runs a dispatch or transfer job (a device or bus waiting for its host means the host
+is busy): nothing else creates events. So the runtime, and every start, end, arrival and free time, is at most
 
-    sum_i max_d cost[i, d] + N * delta1 + sum_o out_bytes[o] / bandwidth + O * delta2     (microseconds)
+    sum_i max_d cost[i, d] + N * (delta1 + dispatch) + sum_o out_bytes[o] / bandwidth
+        + O * (delta2 + latency + transfer)                                                (microseconds)
 
-(each op runs once, each output is sent at most once). `check_simulable` requires that sum to stay below
-MAX_TIME_US, which keeps every time finite with room to spare (float64 overflows near 1.8e308 only). The
-per-value limits below reject absurd values at the file boundary with a message naming the field; the sum
-check catches the combinations (many large costs, or a slow bus and large tensors).
+(each op runs once, each output is sent at most once; dispatch and transfer the largest host times).
+`check_simulable` requires that sum to stay below MAX_TIME_US, which keeps every time finite with room to spare
+(float64 overflows near 1.8e308 only). The per-value limits below reject absurd values at the file boundary with
+a message naming the field; the sum check catches the combinations (many large costs, or a slow bus and large
+tensors).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from simulator.errors import InputError
 MAX_TIME_US = 1e15  # bound on every simulated time: about 31.7 years
 MAX_COST_US = 1e12  # one op's compute time: about 11.6 days
 MAX_BYTES = 1e18  # one tensor, one node's persistent bytes, one device's memory: 1 EB
-MAX_DELTA_US = 1e9  # delta1 / delta2: 1000 seconds
+MAX_DELTA_US = 1e9  # delta1, delta2, latency and host times: 1000 seconds
 MIN_BANDWIDTH = 1e-3  # bytes per microsecond (1 KB/s)
 MAX_BANDWIDTH = 1e15  # bytes per microsecond
 MAX_DEVICES = 1024  # devices of one cluster
@@ -72,31 +75,34 @@ def short_repr(value: Any, width: int = 40) -> str:
 
 
 def time_bound_us(cost: np.ndarray, out_bytes: np.ndarray, delta1: float, delta2: float,
-                  bandwidth: float) -> float:
+                  bandwidth: float, latency: float = 0.0, dispatch: float = 0.0, transfer: float = 0.0) -> float:
     """The bound on every simulated time (see the module docstring), microseconds.
 
-    cost: float64[N, D] microseconds; out_bytes: float64[O] bytes; bandwidth in bytes per microsecond.
+    cost: float64[N, D] microseconds; out_bytes: float64[O] bytes; bandwidth in bytes per microsecond; delta1,
+    delta2, latency and the largest host dispatch and transfer times in microseconds.
     """
     n, o = cost.shape[0], out_bytes.shape[0]
     compute = float(cost.max(axis=1).sum()) if cost.size else 0.0
-    transfer = float(out_bytes.sum()) / bandwidth if o else 0.0
-    return compute + n * delta1 + transfer + o * delta2
+    transfer_time = float(out_bytes.sum()) / bandwidth if o else 0.0
+    return compute + n * (delta1 + dispatch) + transfer_time + o * (delta2 + latency + transfer)
 
 
 def check_simulable(cost: np.ndarray, out_bytes: np.ndarray, delta1: float, delta2: float, bandwidth: float,
-                    what: str, source: str | None = None) -> None:
+                    what: str, source: str | None = None, latency: float = 0.0, dispatch: float = 0.0,
+                    transfer: float = 0.0) -> None:
     """InputError (naming `what`, e.g. the graph and cluster, and `source`) unless every value is finite and
     the time bound stays below MAX_TIME_US."""
     if not (np.all(np.isfinite(cost)) and np.all(cost >= 0) and np.all(np.isfinite(out_bytes))
             and np.all(out_bytes >= 0)):
         raise InputError(f"{what}: costs and output bytes must be finite and non-negative", source)
-    for name, v in (("delta1_us", delta1), ("delta2_us", delta2)):
+    for name, v in (("delta1_us", delta1), ("delta2_us", delta2), ("latency_us", latency),
+                    ("dispatch_us", dispatch), ("transfer_us", transfer)):
         if not 0 <= v <= MAX_DELTA_US:
             raise InputError(f"{what}: field {name!r}: {v!r} is out of range [0, {MAX_DELTA_US:g}] us", source)
     if not MIN_BANDWIDTH <= bandwidth <= MAX_BANDWIDTH:
         raise InputError(f"{what}: field 'bandwidth_bytes_per_us': {bandwidth!r} is out of range "
                          f"[{MIN_BANDWIDTH:g}, {MAX_BANDWIDTH:g}]", source)
-    bound = time_bound_us(cost, out_bytes, delta1, delta2, bandwidth)
+    bound = time_bound_us(cost, out_bytes, delta1, delta2, bandwidth, latency, dispatch, transfer)
     if not bound < MAX_TIME_US:
         raise InputError(f"{what}: simulated times could reach {bound:.3g} us (sum of the largest costs, "
                          f"transfer times and delays), above the limit {MAX_TIME_US:g} us", source)
@@ -106,5 +112,7 @@ def check_graph_on_cluster(graph: Any, cluster: Any, cost: np.ndarray) -> None:
     """check_simulable for a simulator.Graph on a simulator.Cluster, cost float64[N, D] its cost matrix; the
     error names both and the files they came from."""
     sources = [s for s in (getattr(graph, "source", None), getattr(cluster, "source", None)) if s]
+    hosts = cluster.host_model
     check_simulable(cost, graph.out_bytes, cluster.delta1_us, cluster.delta2_us, cluster.bandwidth_bytes_per_us,
-                    f"graph {graph.name!r} on cluster {cluster.name!r}", " and ".join(sources) or None)
+                    f"graph {graph.name!r} on cluster {cluster.name!r}", " and ".join(sources) or None,
+                    cluster.latency_us, float(hosts.dispatch_us.max()), float(hosts.transfer_us.max()))

@@ -39,6 +39,8 @@ class Quotient:
             self.succ[s].add(d)
             self.pred[d].add(s)
         self.coloc = list(graph.colocation)
+        self.join_names = False  # True: groups of different colocation names may merge, the names becoming one
+        self._alias: dict[str, str] = {}  # colocation name -> the name it was joined into
         self.weight = weight.tolist()  # summed member weight per representative (units of `grouping._op_weight`)
         self.n_groups = n
         self.start = [0.0] * n  # earliest start with free communication (same units)
@@ -58,8 +60,18 @@ class Quotient:
     def reps(self) -> list[int]:
         return [i for i, p in enumerate(self.parent) if p == i]
 
+    def name(self, a: int) -> str | None:
+        """The colocation name of representative a, after the joins so far."""
+        name = self.coloc[a]
+        while name is not None and name in self._alias:
+            name = self._alias[name]
+        return name
+
     def compatible(self, a: int, b: int) -> bool:
-        return self.coloc[a] is None or self.coloc[b] is None or self.coloc[a] == self.coloc[b]
+        if self.join_names:
+            return True
+        na, nb = self.name(a), self.name(b)
+        return na is None or nb is None or na == nb
 
     def no_long_path(self, a: int, b: int) -> bool:
         """True if there is surely no path a -> x -> ... -> b with x outside {a, b}."""
@@ -137,7 +149,11 @@ class Quotient:
         self.succ[keep].discard(drop)
         self.pred[keep].discard(drop)
         self.succ[drop], self.pred[drop] = set(), set()
-        self.coloc[keep] = self.coloc[keep] if self.coloc[keep] is not None else self.coloc[drop]
+        nk, nd = self.name(keep), self.name(drop)
+        if nk is not None and nd is not None and nk != nd:  # join_names: one device for both names from now on
+            nk, nd = min(nk, nd), max(nk, nd)
+            self._alias[nd] = nk
+        self.coloc[keep] = nk if nk is not None else nd
         self.weight[keep] += self.weight[drop]
         self.n_groups -= 1
         return keep

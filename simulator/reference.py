@@ -7,12 +7,19 @@ Semantics (those of the published Placeto simulator, made exact):
 * An op that starts at t ends at t + cost; its device may start its next op at (t + cost) + delta1 (no delta1
   after a zero-cost op). Its children on the same device are released at t + cost.
 * For each output index, the children on other devices share one transfer. Transfers wait in the sending
-  device's outgoing bus queue (FIFO by producer end time, then output index); a transfer starting at s
-  releases its children at s + bytes / bandwidth and keeps the bus busy until (s + bytes / bandwidth) + delta2.
-  There is no receive-side contention.
+  device's outgoing bus queue (FIFO by producer end time, then output index); a transfer the bus takes at s
+  leaves at w = s, goes over the wire until e = w + bytes / bandwidth, releases its children at e + latency and
+  keeps the bus busy until e + delta2. There is no receive-side contention.
+* Hosts (optional; Cluster.hosts): each device belongs to one host, a server of one job at a time. An op a device
+  takes at t (as above) asks its host for dispatch_us > 0: the job runs from h = max(t, host free time), and the
+  op starts at h + dispatch_us instead of t; a transfer the bus takes at s asks for transfer_us > 0 and leaves at
+  w = max(s, host free time) + transfer_us. Jobs are served in the order asked (the order of the events below);
+  a zero host time asks for nothing. Without hosts and latency this is the published model, float for float.
 * A child is ready when every distinct (parent, output) it consumes has been released to it.
-* Events at equal times: releases first (by parent, then child), then bus starts (by device), then device
-  starts (by device). Runtime is the time of the last event.
+* Events at equal times: releases first (by parent, then output, then child; a parent's local releases before
+  its transfers'), then bus starts (by device), then device starts (by device). Runtime is the time of the last
+  event. (Two releases of one parent at one time come only from two transfers in flight at once, which needs a
+  latency: without one, a bus takes its next transfer no earlier than the previous one's arrival.)
 * Memory: an output tensor occupies its producer's device from the producer's start until its producer, its
   consumers on that device and its transfer have all finished; a transferred copy occupies each receiving
   device from its arrival until its consumers there have finished. Persistent bytes count for the whole run.
@@ -22,6 +29,7 @@ Semantics (those of the published Placeto simulator, made exact):
 from __future__ import annotations
 
 import collections
+import functools
 import heapq
 from typing import Sequence
 
@@ -55,7 +63,10 @@ def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster)
     out_off = graph.out_offsets.tolist()
     xfer_time = [b / cluster.bandwidth_bytes_per_us for b in graph.out_bytes.tolist()]
     cons = consumers_by_output(graph)
-    d1, d2 = cluster.delta1_us, cluster.delta2_us
+    d1, d2, latency = cluster.delta1_us, cluster.delta2_us, cluster.latency_us
+    hosts = cluster.host_model
+    host_of, dispatch, send = hosts.host.tolist(), hosts.dispatch_us.tolist(), hosts.transfer_us.tolist()
+    host_free = [0.0] * hosts.n_hosts
 
     pending = [0] * n  # distinct (parent, output) inputs not yet released
     for node in cons:
@@ -72,40 +83,47 @@ def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster)
         if pending[i] == 0:
             queue[dev[i]].append(i)
     for d in range(n_dev):
-        heapq.heappush(events, (0.0, DEVICE, d, 0, 0))
+        heapq.heappush(events, (0.0, DEVICE, d, 0, 0, 0))
     now = 0.0
-    while events:
-        now, kind, a, b, count = heapq.heappop(events)
+    while events:  # (time, kind, device or parent, output (-1: local release), child, count)
+        now, kind, a, k, b, count = heapq.heappop(events)
         if kind == RELEASE:  # parent a releases `count` inputs of child b
             pending[b] -= count
             if pending[b] == 0:
                 queue[dev[b]].append(b)
-                heapq.heappush(events, (now, DEVICE, dev[b], 0, 0))
+                heapq.heappush(events, (now, DEVICE, dev[b], 0, 0, 0))
         elif kind == BUS:
             if bus_free[a] <= now and bus[a] and bus[a][0][0] <= now:
                 _, p, k = bus[a].popleft()
-                arrival = now + xfer_time[out_off[p] + k]
-                bus_free[a] = arrival + d2
+                leave = now
+                if send[a] > 0:  # the host's job first
+                    leave = host_free[host_of[a]] = max(now, host_free[host_of[a]]) + send[a]
+                sent = leave + xfer_time[out_off[p] + k]
+                arrival = sent + latency
+                bus_free[a] = sent + d2
                 xfers.append((p, k, a, now, arrival))
                 for c in cons[p][k]:
                     if dev[c] != a:
-                        heapq.heappush(events, (arrival, RELEASE, p, c, 1))
-                heapq.heappush(events, (bus_free[a], BUS, a, 0, 0))
+                        heapq.heappush(events, (arrival, RELEASE, p, k, c, 1))
+                heapq.heappush(events, (bus_free[a], BUS, a, 0, 0, 0))
         elif dev_free[a] <= now and queue[a]:  # DEVICE
             i = queue[a].popleft()
-            start[i], end[i] = now, now + cost[i]
+            begin = now
+            if dispatch[a] > 0:  # the host's job first
+                begin = host_free[host_of[a]] = max(now, host_free[host_of[a]]) + dispatch[a]
+            start[i], end[i] = begin, begin + cost[i]
             dev_free[a] = end[i] + d1 if cost[i] > 0 else end[i]
-            heapq.heappush(events, (dev_free[a], DEVICE, a, 0, 0))
+            heapq.heappush(events, (dev_free[a], DEVICE, a, 0, 0, 0))
             local: dict[int, int] = {}
             for k, c_list in enumerate(cons[i]):
                 if any(dev[c] != a for c in c_list):
                     bus[a].append((end[i], i, k))
-                    heapq.heappush(events, (end[i], BUS, a, 0, 0))
+                    heapq.heappush(events, (end[i], BUS, a, 0, 0, 0))
                 for c in c_list:
                     if dev[c] == a:
                         local[c] = local.get(c, 0) + 1
             for c in sorted(local):
-                heapq.heappush(events, (end[i], RELEASE, i, c, local[c]))
+                heapq.heappush(events, (end[i], RELEASE, i, -1, c, local[c]))
     if any(np.isnan(s) for s in start):
         raise AssertionError("simulation ended with unexecuted nodes")  # impossible for a validated DAG
     t = list(zip(*xfers)) if xfers else [[]] * 5
@@ -117,9 +135,9 @@ def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster)
         busy[dev[i]] += cost[i]
     return SimResult(
         runtime=now, start=start_a, end=end_a, device=dev_a, busy=np.asarray(busy),
-        peak_memory=peak_memory_reference(graph, dev, start, end, transfers, cons, n_dev),
         capacity=np.asarray(cluster.memory, dtype=np.float64), lower_bound=lower_bound(graph, cluster),
         transfers=transfers,
+        compute_peak_memory=functools.partial(peak_memory_reference, graph, dev, start, end, transfers, cons, n_dev),
     )
 
 

@@ -1,8 +1,10 @@
 """A JAX function -> op graph, via `jax.make_jaxpr`, keeping what is needed to execute each node later.
 
 Nodes, in this order (which is topological):
-  * one per flattened input leaf: op "param" for leaves of `persistent_argnums` (parameters and optimizer state;
-    their size goes to `persistent_bytes` and to their one output), op "input" for the others;
+  * one per array leaf of the arguments (`simulator.roles` says which): op "param" for parameters, optimizer
+    slots and other training state (their size goes to `persistent_bytes` and to their one output), op "input"
+    for data. Non-array leaves (Python numbers, functions in an equinox module) are static, as with
+    `equinox.filter_jit`: baked into the trace, no node;
   * one "const" node per distinct array closed over by the jaxpr or an inlined body (held for the whole step, so
     also persistent). Literals (scalars written into the jaxpr) are folded into their consumer: no node, no edge;
   * one node per primitive equation, op = primitive name. Calls are inlined, recursively: `jit`/`pjit`,
@@ -17,15 +19,17 @@ name stack being the Flax/JAX scope (`transpose(jvp(Model))/Dense_0`) so a node 
 for control flow `bytes_accessed` and `kernels` (see simulator.costs). The graph has no costs yet (add them with
 simulator.costs.annotate_costs or simulator.profile.annotate_measured). Graph meta: `source.function`
 ("module:qualname"), `n_equations` (after inlining, before dead-code removal), `n_dead_equations`,
-`persistent_argnums`, `jax_version`. Tracing the same function twice gives byte-identical graph files.
+`persistent_argnums` (the arguments holding state), `state` (where parameters and optimizer state were found and
+how many leaves have each role), `jax_version`. Tracing the same function twice gives byte-identical graph files.
+A step that updates its arguments in place (flax nnx) has those new values as extra outputs (`Traced.updates`).
 
 Colocation (what TensorFlow would pin to a variable's device), kept simple:
-  1. a param leaf's group is its pytree path (`keystr`, e.g. `[0]['params']['Dense_0']['kernel']`); a leaf of a
-     later persistent argument with the same shape whose path contains (as a subsequence) the path of a leaf of
-     the first persistent argument joins that leaf's group (Adam's `[1]['Dense_0'][0].mu['kernel']` sits with
-     `[0]['Dense_0']['kernel']`, as TF colocates optimizer slots with their variable);
-  2. the equation producing the output leaf with the same path (the new value) joins the group: the step must
-     return a tuple mirroring its persistent arguments first, e.g. `(params, opt_state, metrics)`;
+  1. a parameter's group is its pytree path (`keystr`, e.g. `[0].params['Dense_0']['kernel']`); an optimizer
+     slot joins its parameter's group (Adam's `[0].opt_state[0].mu['Dense_0']['kernel']` sits with
+     `[0].params['Dense_0']['kernel']`, as TF colocates optimizer slots with their variable); other state has its
+     own group (simulator.roles);
+  2. the equation producing a persistent leaf's new value (simulator.roles.new_values: the part of the result
+     with the same key names and shapes, or the in-place update) joins the group;
   3. forward: a layout op (reshape, transpose, convert, broadcast, ...) whose inputs all come from one group
      joins it (the transposes/casts of a parameter);
   4. backward: an elementwise/layout/reduction op whose consumers all lie in one group (and that is not a step
@@ -36,19 +40,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import json
-import math
-from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import jax.extend.core as jcore
 import numpy as np
-from jax.tree_util import SequenceKey, keystr, tree_flatten_with_path
+from jax.tree_util import keystr, tree_flatten_with_path
 
 from simulator import costs
-from simulator.errors import InputError
 from simulator.graph import Graph, make_graph
 
 INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
@@ -64,6 +63,12 @@ class Source(NamedTuple):
 
     node: int
     out: int
+
+
+class Static(NamedTuple):
+    """A non-array leaf of the step's result (a Python number, a function of an equinox module): no node."""
+
+    val: Any
 
 
 Arg = Source | jcore.Literal  # an equation operand: a node output or a literal folded into the equation
@@ -82,8 +87,11 @@ class Traced:
       args: [N] per node, one Arg per equation operand, in operand order (edges are de-duplicated, this is not).
       input_leaf: int32[N] flat argument index of input/param nodes, -1 elsewhere.
       const_values: [N] the array of const nodes, None elsewhere.
-      outputs: the flat outputs of the function, as Args.
+      outputs: the flat leaves of the function's result: Args, or Static for non-array leaves.
       in_tree, out_tree: pytree structures of the arguments (as a tuple) and of the result.
+      updates: (flat argument index, Arg) of every argument leaf the function replaced in place (flax nnx
+        updates its variables so); their new values are outputs of the traced program too.
+      roles: the simulator.roles.Roles of the argument leaves (parameters, slots, state, inputs).
     """
 
     graph: Graph
@@ -93,9 +101,16 @@ class Traced:
     args: tuple[tuple[Arg, ...], ...]
     input_leaf: np.ndarray
     const_values: tuple[Any, ...]
-    outputs: tuple[Arg, ...]
+    outputs: tuple[Arg | Static, ...]
     in_tree: Any
     out_tree: Any
+    updates: tuple[tuple[int, Arg], ...] = ()
+    roles: Any = None
+
+    @property
+    def program_outputs(self) -> tuple[Arg, ...]:
+        """Every value the traced program produces: the result's array leaves, then the in-place updates."""
+        return tuple(a for a in self.outputs if not isinstance(a, Static)) + tuple(a for _, a in self.updates)
 
 
 def inline_body(eqn: jcore.JaxprEqn) -> tuple[jcore.Jaxpr, Sequence[Any]] | None:
@@ -228,43 +243,18 @@ def _remap(a: Arg, new_index: np.ndarray) -> Arg:
     return Source(int(new_index[a.node]), a.out) if isinstance(a, Source) else a
 
 
-def _is_subsequence(short: tuple, long: tuple) -> bool:
-    it = iter(long)
-    return all(any(k == x for x in it) for k in short)
-
-
-def _param_groups(params: list[int], leaf_paths: list, out_shapes: list) -> dict[int, str]:
-    """Step 1: a param's group is its path, or that of the first-argument leaf it shadows: same shape, and the
-    leaf's path below the argument is a subsequence of its own (so `[1]['dense'][0].mu['kernel']` shadows
-    `[0]['dense']['kernel']`; the longest such path wins)."""
-    rel = {i: tuple(keystr((k,)) for k in leaf_paths[i][1:]) for i in params}
-    first = min((leaf_paths[i][0].idx for i in params), default=None)
-    index: dict[tuple, list[int]] = {}
-    for i in params:
-        if leaf_paths[i][0].idx == first and rel[i]:
-            index.setdefault((rel[i][-1], tuple(out_shapes[i][0])), []).append(i)
-    groups = {}
-    for i in params:
-        candidates = index.get((rel[i][-1], tuple(out_shapes[i][0])), []) if rel[i] else []
-        matches = [j for j in candidates if _is_subsequence(rel[j], rel[i])]
-        best = max(matches, key=lambda j: (len(rel[j]), -j), default=i)
-        groups[i] = keystr(leaf_paths[best])
-    return groups
-
-
-def _colocation(ops: list[str], args: Sequence[Sequence[Arg]], outputs: Sequence[Arg], leaf_paths: list,
-                out_shapes: list, out_paths: list) -> list[str | None]:
-    """Colocation group per node (steps 1-4 of the module doc)."""
+def _colocation(ops: list[str], args: Sequence[Sequence[Arg]], outputs: Sequence[Arg], leaf_group: list,
+                new_value: list, out_shapes: list) -> list[str | None]:
+    """Colocation group per node (steps 1-4 of the module doc). leaf_group: [N] the group of each input node
+    (simulator.roles), None elsewhere; new_value: [N] index into `outputs` of an input node's new value, -1 if
+    none."""
     n = len(ops)
-    group: list[str | None] = [None] * n
-    params = [i for i in range(n) if ops[i] == "param"]
-    for i, name in _param_groups(params, leaf_paths, out_shapes).items():  # 1
-        group[i] = name
-    by_path = {keystr(leaf_paths[i]): i for i in params}
-    for path, a in zip(out_paths, outputs):  # 2: the equation producing a param's new value
-        i = by_path.get(keystr(path))
-        if i is not None and isinstance(a, Source) and ops[a.node] not in INPUT_OPS and group[a.node] is None \
-                and out_shapes[a.node][a.out] == out_shapes[i][0]:
+    group: list[str | None] = list(leaf_group)  # 1
+    for i in range(n):  # 2: the equation producing a persistent leaf's new value
+        k = new_value[i]
+        a = outputs[k] if k >= 0 else None
+        if group[i] is not None and isinstance(a, Source) and ops[a.node] not in INPUT_OPS \
+                and group[a.node] is None and out_shapes[a.node][a.out] == out_shapes[i][0]:
             group[a.node] = group[i]
     for i in range(n):  # 3: layout ops of one group's values (node order is topological)
         if group[i] is None and ops[i] in FORWARD_COLOCATED:
@@ -285,146 +275,111 @@ def _colocation(ops: list[str], args: Sequence[Sequence[Arg]], outputs: Sequence
     return group
 
 
-def trace(fn: Callable, *example_args: Any, name: str | None = None,
-          persistent_argnums: Sequence[int] = (0, 1)) -> Traced:
-    """Trace `fn(*example_args)` (arrays or jax.ShapeDtypeStruct leaves) into an op graph; see the module doc."""
-    closed, out_shape = jax.make_jaxpr(fn, return_shape=True)(*example_args)
+class _Flat(NamedTuple):
+    """The step as a function of its array leaves (what `jax.make_jaxpr` traces), filled in while tracing."""
+
+    result: list  # [1] (paths, treedef) of the step's result
+    updated: list  # flat input indices of leaves the step replaced in place (flax nnx), in order
+
+
+def _flat_step(fn: Callable, leaves: list, in_tree: Any, dynamic: list[int]) -> tuple[Callable, _Flat]:
+    """f(*array leaves) -> [array leaves of the result] + [leaves of the arguments updated in place]; static
+    (non-array) leaves are closed over, as equinox.filter_jit does."""
+    from simulator.roles import is_array
+
+    info = _Flat([], [])
+
+    def flat(*dyn):
+        full = list(leaves)
+        for i, x in zip(dynamic, dyn):
+            full[i] = x
+        call_args = jax.tree_util.tree_unflatten(in_tree, full)
+        result = fn(*call_args)
+        path_leaves, out_tree = tree_flatten_with_path(result)
+        after = jax.tree_util.tree_leaves(call_args)
+        changed = [i for i, x in zip(dynamic, dyn) if len(after) == len(full) and after[i] is not x]
+        info.result[:] = [(path_leaves, out_tree)]
+        info.updated[:] = changed
+        return [x for _, x in path_leaves if is_array(x)] + [after[i] for i in changed]
+
+    return flat, info
+
+
+def trace(fn: Callable, *example_args: Any, name: str | None = None, params: str | None = None,
+          opt_state: str | None = None, persistent_argnums: Sequence[int] | None = None) -> Traced:
+    """Trace `fn(*example_args)` (pytrees of arrays or jax.ShapeDtypeStruct leaves; other leaves are static)
+    into an op graph; see the module doc. Parameters, optimizer slots and state are found by
+    `simulator.roles` (from the pytree structure, or the key paths `params` / `opt_state`);
+    `persistent_argnums` (legacy) instead makes these arguments persistent, the first the parameters."""
+    from simulator import roles as R
+
     path_leaves, in_tree = tree_flatten_with_path(example_args)
-    paths = [p for p, _ in path_leaves]
-    out_paths, out_tree = tree_flatten_with_path(out_shape)
-    if not isinstance(out_shape, (tuple, list)):  # a bare result mirrors the first argument
-        out_paths = [((SequenceKey(0),) + p, x) for p, x in out_paths]
+    paths, leaves = [p for p, _ in path_leaves], [x for _, x in path_leaves]
+    dynamic = [i for i, x in enumerate(leaves) if R.is_array(x)]
+    flat, info = _flat_step(fn, leaves, in_tree, dynamic)
+    closed = jax.make_jaxpr(flat)(*[leaves[i] for i in dynamic])
+    (result_paths, out_tree), = info.result
+    array_out = [k for k, (_, x) in enumerate(result_paths) if R.is_array(x)]
+    avals = [v.aval for v in closed.jaxpr.outvars]
+    out_names = [tuple(R.key_name(k) for k in result_paths[k][0]) for k in array_out]
+    roles = R.assign(example_args, out_names, [tuple(a.shape) for a in avals[:len(array_out)]],
+                     {i: len(array_out) + j for j, i in enumerate(info.updated)}, params, opt_state,
+                     persistent_argnums)
     b = _Builder()
     in_args = []
-    for k, (path, var) in enumerate(zip(paths, closed.jaxpr.invars)):
-        persistent = path[0].idx in persistent_argnums
+    for i, var in zip(dynamic, closed.jaxpr.invars):
+        persistent = roles.kind[i] != "input"
         op = "param" if persistent else "input"
         attrs = {"out_shapes": [list(var.aval.shape)], "out_dtypes": [_dtype_name(var.aval)]}
-        node = b.add(op, op + keystr(path), [var.aval], attrs, leaf=k,
+        node = b.add(op, op + keystr(paths[i]), [var.aval], attrs, leaf=i,
                      persistent=costs.aval_bytes(var.aval) if persistent else 0)
         in_args.append(Source(node, 0))
-    outputs = b.walk(closed.jaxpr, [b.const(c) for c in closed.consts], in_args, None, ())
+    flat_outs = b.walk(closed.jaxpr, [b.const(c) for c in closed.consts], in_args, None, ())
     n_equations = sum(e is not None for e in b.eqns)
-    keep = _live_nodes(b, outputs)
+    keep = _live_nodes(b, flat_outs)
     new_index = np.cumsum(keep) - 1
     kept = np.flatnonzero(keep).tolist()
     names = [f"{j:05d}:{b.labels[i]}" for j, i in enumerate(kept)]
     args = tuple(tuple(_remap(a, new_index) for a in b.args[i]) for i in kept)
-    outputs = tuple(_remap(a, new_index) for a in outputs)
+    flat_outs = [_remap(a, new_index) for a in flat_outs]
     edges = list(dict.fromkeys((a.node, j, a.out) for j, node_args in enumerate(args)
                                for a in node_args if isinstance(a, Source)))
     ops = [b.ops[i] for i in kept]
-    colocation = _colocation(ops, args, outputs, [paths[b.leaf[i]] if b.leaf[i] >= 0 else None for i in kept],
-                             [b.attrs[i]["out_shapes"] for i in kept], [p for p, _ in out_paths])
+    leaf_of = [b.leaf[i] for i in kept]
+    colocation = _colocation(ops, args, flat_outs, [roles.group[k] if k >= 0 else None for k in leaf_of],
+                             [roles.new_value[k] if k >= 0 else -1 for k in leaf_of],
+                             [b.attrs[i]["out_shapes"] for i in kept])
     nodes = [{"name": names[j], "op": ops[j], "cost": {}, "out_bytes": b.out_bytes[i],
               "persistent_bytes": b.persistent[i], "colocation": colocation[j], "attrs": b.attrs[i]}
              for j, i in enumerate(kept)]
     qualname, module = getattr(fn, "__qualname__", None), getattr(fn, "__module__", None)
     meta = {"source": {"function": f"{module}:{qualname}" if qualname and module else None},
             "n_equations": n_equations, "n_dead_equations": n_equations - sum(b.eqns[i] is not None for i in kept),
-            "persistent_argnums": sorted(persistent_argnums), "jax_version": jax.__version__}
+            "persistent_argnums": list(roles.persistent_args), "jax_version": jax.__version__,
+            "state": state_summary(roles)}
     graph = make_graph(name or getattr(fn, "__name__", "traced"), nodes, edges, meta)
+    dyn_out = iter(flat_outs)
+    outputs = tuple(next(dyn_out) if R.is_array(x) else Static(x) for _, x in result_paths)
+    updates = tuple(zip(info.updated, flat_outs[len(array_out):]))
     return Traced(graph, closed, tuple(b.paths[i] for i in kept), tuple(b.eqns[i] for i in kept), args,
-                  np.asarray([b.leaf[i] for i in kept], dtype=np.int32), tuple(b.consts[i] for i in kept),
-                  outputs, in_tree, out_tree)
+                  np.asarray(leaf_of, dtype=np.int32), tuple(b.consts[i] for i in kept), outputs, in_tree, out_tree,
+                  updates, roles)
 
 
-# ---- `placeto import-jax module:function --args-spec ...` ----------------------------------------------------
-def resolve(spec: str) -> Any:
-    """The object named by "package.module:qualified.name"."""
-    module_name, sep, qualname = spec.partition(":")
-    if not sep or not module_name or not qualname:
-        raise InputError(f"{spec!r}: expected 'module:function'")
-    try:
-        obj = importlib.import_module(module_name)
-    except ImportError as e:
-        raise InputError(f"{spec!r}: cannot import {module_name!r}: {e}") from None
-    for part in qualname.split("."):
-        if not hasattr(obj, part):
-            raise InputError(f"{spec!r}: {module_name!r} has no attribute {qualname!r}")
-        obj = getattr(obj, part)
-    return obj
+def state_summary(roles: Any) -> dict:
+    """meta["state"]: where the parameters and optimizer state were found, and how many leaves of each role."""
+    return {"how": roles.how, "params": roles.params_path, "opt_state": roles.opt_path,
+            **{f"n_{k}": roles.count(k) for k in ("param", "slot", "state", "input")}}
 
 
-# dtypes an args spec may name, and the largest leaf (elements): data, not a way to allocate the machine away
-SPEC_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
-               "bfloat16", "float32", "float64", "complex64", "complex128")
-MAX_LEAF_ELEMENTS = 2**31
+_MOVED = ("MAX_LEAF_ELEMENTS", "SPEC_DTYPES", "parse_args_spec", "resolve", "trace_import")
 
 
-def _leaf_specs(x: Any, where: str) -> Any:
-    """JSON args spec -> pytree of jax.ShapeDtypeStruct (leaves are objects with a "shape" key)."""
-    if isinstance(x, dict) and "shape" in x:
-        shape, dtype = x["shape"], x.get("dtype", "float32")
-        if not isinstance(shape, list) or not all(type(d) is int and 0 <= d <= MAX_LEAF_ELEMENTS for d in shape):
-            raise InputError(f"args spec {where}: 'shape' must be a list of non-negative integers")
-        if math.prod(shape) > MAX_LEAF_ELEMENTS:
-            raise InputError(f"args spec {where}: shape {shape} has more than {MAX_LEAF_ELEMENTS} elements")
-        if dtype not in SPEC_DTYPES:
-            raise InputError(f"args spec {where}: unknown dtype {str(dtype)[:40]!r} (known: {', '.join(SPEC_DTYPES)})")
-        return jax.ShapeDtypeStruct(tuple(shape), jax.numpy.dtype(dtype))
-    if isinstance(x, dict):
-        return {k: _leaf_specs(v, f"{where}[{k!r}]") for k, v in x.items()}
-    if isinstance(x, list):
-        return [_leaf_specs(v, f"{where}[{i}]") for i, v in enumerate(x)]
-    raise InputError(f"args spec {where}: expected an object with 'shape', an object or a list, got {x!r}")
+def __getattr__(name: str) -> Any:
+    """`placeto import-jax`'s side (naming a function, example arguments) lives in simulator.importer; its names
+    are still found here for callers of the earlier layout."""
+    if name in _MOVED:
+        from simulator import importer
 
-
-def parse_args_spec(args_spec: str, from_data: str | None = None) -> tuple[Any, ...]:
-    """Example arguments from an args spec (see `trace_import`).
-
-    from_data: where the spec was read from when it comes from a data file (e.g. "g.json: meta.source.args_spec")
-    rather than the command line. Such a spec may only be inline JSON: "@file" and "module:factory" are refused
-    with an InputError naming it, so a data file never makes us read another file or import or call code.
-    """
-    text = args_spec.strip()
-    if from_data is not None and not text.startswith(("[", "{")):
-        raise InputError(f"{text[:60]!r} is not an inline JSON args spec; a data file cannot name a file or code "
-                         f"(pass --args-spec on the command line)", from_data)
-    if text.startswith("@"):
-        try:
-            text = Path(text[1:]).read_text()
-        except (OSError, ValueError) as e:
-            raise InputError(f"args spec: cannot read {text[1:]!r}: {e}") from None
-    if text.startswith(("[", "{")):
-        try:
-            spec = json.loads(text)
-        except ValueError as e:  # JSONDecodeError, or an integer of more than 4300 digits
-            raise InputError(f"args spec: not valid JSON: {e}", from_data) from None
-        except RecursionError:
-            raise InputError("args spec: nested too deeply", from_data) from None
-        if not isinstance(spec, list):
-            raise InputError("args spec: the top level must be a list (one entry per positional argument)",
-                             from_data)
-        try:
-            return tuple(_leaf_specs(a, f"[{i}]") for i, a in enumerate(spec))
-        except InputError as e:
-            raise e.with_source(from_data) if from_data else e
-        except RecursionError:
-            raise InputError("args spec: nested too deeply", from_data) from None
-    args = resolve(text)()
-    if not isinstance(args, (tuple, list)):
-        raise InputError(f"args spec {text!r}: the factory must return a tuple of positional arguments")
-    return tuple(args)
-
-
-def trace_import(spec: str, args_spec: str, name: str | None = None,
-                 persistent_argnums: Sequence[int] = (0, 1), from_data: str | None = None) -> Traced:
-    """Trace the function named by `spec` ("module:function") on the example arguments of `args_spec`.
-
-    `args_spec` is one of:
-      * a JSON list with one pytree per positional argument; a leaf is an object with a "shape" key,
-        `{"shape": [64, 784], "dtype": "float32"}` (dtype one of SPEC_DTYPES, default float32), other objects
-        are dicts and lists are lists. Leaves become `jax.ShapeDtypeStruct`s, so the function is traced, never run;
-      * `@path/to/file.json`: the same JSON read from a file;
-      * "module:factory": a zero-argument callable returning the tuple of example arguments (arrays,
-        ShapeDtypeStructs or pytrees of them), e.g. `(params, opt_state, batch)`.
-
-    `spec` and `args_spec` must come from the user (the command line), never from a data file: `from_data`
-    (see `parse_args_spec`) marks an args spec read from one, which may then only be inline JSON.
-    """
-    fn = resolve(spec)
-    if not callable(fn):
-        raise InputError(f"{spec!r} is not callable")
-    return trace(fn, *parse_args_spec(args_spec, from_data), name=name or spec.partition(":")[2],
-                 persistent_argnums=persistent_argnums)
+        return getattr(importer, name)
+    raise AttributeError(f"module 'simulator.trace' has no attribute {name!r}")

@@ -88,6 +88,12 @@ JSON_FILES = {
     "c_many.json": _cluster(devices=[{"name": f"/d:{i}", "kind": "k80", "memory_bytes": 1e9} for i in range(2000)]),
     "c_name_int.json": _cluster(name=7), "c_dupdev.json": _cluster({"name": "/gpu:1"}),
     "c_slow.json": _cluster(bandwidth_bytes_per_us=1e-3),
+    # the optional latency and hosts (simulator.cluster)
+    "c_lat_neg.json": _cluster(latency_us=-5), "c_lat_inf.json": _cluster(latency_us=float("inf")),
+    "c_hosts_obj.json": _cluster(hosts={"h": 1}),
+    "c_host_nan.json": _cluster({"host": "h"}, hosts=[{"name": "h", "dispatch_us": float("nan")}]),
+    "c_host_unknown.json": _cluster({"host": "zz"}, hosts=[{"name": "h"}]),
+    "c_host_missing.json": _cluster({"host": "h"}, hosts=[{"name": "h", "transfer_us": 40}]),
 }
 RAW_FILES = {
     "cost_digits.json": json.dumps(_graph({"cost": 1})).replace('"cost": 1,', f'"cost": {BIG},', 1).encode(),
@@ -108,6 +114,40 @@ def _build(root: Path) -> None:
         (root / name).write_bytes(data)
     (root / "adir").mkdir()
     _build_runs(root)
+    _build_pergraph_runs(root)
+    _build_exports(root)
+
+
+def _build_exports(root: Path) -> None:
+    """Damaged exported programs of g.json (simulator.export), and a directory where an export would go."""
+    import io
+    import zipfile
+
+    import numpy as np
+
+    from simulator.export import FORMAT, VERSION, fingerprint
+    from simulator.io import load_graph
+
+    units = [{"fn": None, "inputs": [], "outputs": [], "values": []} for _ in GRAPH["nodes"]]
+    manifest = {"format": FORMAT, "version": VERSION, "graph": "g", "fingerprint": fingerprint(load_graph(
+        root / "g.json")), "n_ops": 4, "platforms": ["cpu"], "functions": 0, "units": units, "values": [],
+        "outputs": []}
+    pickled = io.BytesIO()
+    np.save(pickled, np.array([{"code": "x"}], dtype=object), allow_pickle=True)
+    bundles = {
+        "x_other.zip": {"manifest.json": {**manifest, "fingerprint": "0" * 64}},
+        "x_fn.zip": {"manifest.json": {**manifest, "functions": 1, "units": [{**units[0], "fn": 0}] + units[1:]},
+                     "fn/0.bin": b"\x00garbage" * 16},
+        "x_pickle.zip": {"manifest.json": {**manifest, "units": [{**units[0], "values": [0]}] + units[1:],
+                                           "values": [{"op": 0, "kind": "const", "shape": [1], "dtype": "float32"}]},
+                         "const/0.npy": pickled.getvalue()},
+    }
+    for name, members in bundles.items():
+        with zipfile.ZipFile(root / name, "w") as z:
+            for member, data in members.items():
+                z.writestr(member, json.dumps(data) if isinstance(data, dict) else data)
+    (root / "x_garbage.zip").write_bytes(b"PK\x03\x04 not really a zip")
+    (root / "blocked.export.zip").mkdir()
 
 
 def _build_runs(root: Path) -> None:
@@ -141,7 +181,36 @@ def _build_runs(root: Path) -> None:
             (root / name / "checkpoint.msgpack").write_bytes(ckpt)
 
 
+def _build_pergraph_runs(root: Path) -> None:
+    """rnn run directories (placeto.methods.rundir): run_rnn_ok (zero parameters of the tiny config, trained on
+    g.json at 2 devices), one with a garbage checkpoint, one with a mistyped config field. Nothing is compiled:
+    the parameter shapes come from jax.eval_shape."""
+    import jax
+    import numpy as np
+    from flax import serialization
+
+    from placeto.methods.pergraph import get_spec
+    from simulator.cluster import cluster_preset
+    from simulator.io import load_graph
+
+    spec = get_spec("rnn")
+    config = spec.presets["tiny"](devices=2)
+    x = spec.make_inputs(load_graph(root / "g.json"), cluster_preset("placeto-k80", 2), config)
+    net = spec.make_net(config)
+    shapes = jax.eval_shape(lambda: net.init(jax.random.key(0), x, jax.random.key(0), 1, False, method="sample"))
+    params = jax.tree.map(lambda a: np.zeros(a.shape, a.dtype), shapes)
+    blob = serialization.msgpack_serialize({"params": serialization.to_state_dict(params),
+                                            "task": {"graph": "g", "nodes": 4, "devices": 2}})
+    cfg = json.loads(config.to_json())
+    for name, c, ckpt in (("run_rnn_ok", cfg, blob), ("run_rnn_garbage", cfg, b"\xc1" * 64),
+                          ("run_rnn_cfg", {**cfg, "hidden": "16"}, blob)):
+        (root / name).mkdir()
+        (root / name / "config.json").write_text(json.dumps(c))
+        (root / name / "checkpoint.msgpack").write_bytes(ckpt)
+
+
 SIM = "simulate g.json --placement p.json"
+SPEC = "'[{\"shape\": [2, 2]}, {\"shape\": [2, 2]}]'"  # import-jax's example arguments (two 2x2 matrices)
 TRAIN = "train --graph g.json --config tiny --devices 2"
 PLACE = "place g.json --devices 2"
 EVAL = "eval g.json --placement p.json"
@@ -165,7 +234,8 @@ CASES: list[tuple[str, str, str | None]] = [
     # clusters
     *[(f"cluster-{n}", f"{SIM} --cluster {n}.json", None) for n in (
         "c_mem_neg", "c_mem_nan", "c_mem_str", "c_mem_huge", "c_d1_huge", "c_d2_inf", "c_bw_tiny", "c_bw_zero",
-        "c_nodev", "c_devs_int", "c_dev_nokind", "c_many", "c_name_int", "c_dupdev")],
+        "c_nodev", "c_devs_int", "c_dev_nokind", "c_many", "c_name_int", "c_dupdev", "c_lat_neg", "c_lat_inf",
+        "c_hosts_obj", "c_host_nan", "c_host_unknown", "c_host_missing")],
     ("cluster-json-mem-nan", f"{SIM} --cluster c_mem_nan.json --json", None),
     ("cluster-eval-bw-tiny", f"{EVAL} --cluster c_bw_tiny.json", None),
     # expert placements in a graph's meta (compare: once TypeErrors)
@@ -194,7 +264,10 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{PLACE} --checkpoint run_ok --out new.json --method placeto-search",
         f"{PLACE} --checkpoint no_such_policy --out new.json",
         f"{TRAIN} --out newrun --devices 2,x", f"{TRAIN} --out newrun --devices 2,0",
-        f"{TRAIN} --out newrun --init-from no_such_policy", f"{TRAIN} --out newrun --init-from run_garbage"])],
+        f"{TRAIN} --out newrun --init-from no_such_policy", f"{TRAIN} --out newrun --init-from run_garbage",
+        # --set of a gdp run takes GdpConfig's fields
+        f"{TRAIN} --method gdp --out newrun --set gamma=0.5", f"{TRAIN} --method gdp --out newrun --set clip=nan",
+        f"{TRAIN} --method gdp --out newrun --set samples_per_update=0"])],
     # output paths: a directory, under a regular file, in /proc
     *[(f"output-{i}", cmd, None) for i, cmd in enumerate([
         f"{SIM} --gantt adir", f"{SIM} --gantt g.json/x.png", f"{SIM} --gantt /proc/x.png",
@@ -213,6 +286,27 @@ CASES: list[tuple[str, str, str | None]] = [
     ("checkpoint-resume-truncated", f"{TRAIN} --out run_trunc", None),
     ("checkpoint-resume-cfg-type", f"{TRAIN} --out run_cfg_type", None),
     ("run-locked", f"{TRAIN} --out run_lock", "run_lock/.lock"),
+    # the per-graph methods (rnn, hierarchical): one graph and one device count, their own config fields and run
+    # directories, compare rows trained inside the budget
+    *[(f"pergraph-{i}", cmd, None) for i, cmd in enumerate([
+        f"{TRAIN} --method rnn --out newrun --devices 2,3",
+        "train --graph g.json g.json --config tiny --devices 2 --method hierarchical --out newrun",
+        f"{TRAIN} --method rnn --out newrun --set groups=4",
+        f"{TRAIN} --method hierarchical --out newrun --set groups=0",
+        f"{TRAIN} --method hierarchical --out newrun --set devices=3",
+        f"{TRAIN} --method rnn --out newrun --set colocate=maybe", f"{TRAIN} --method rnn --out newrun --set lr=nan",
+        f"{TRAIN} --method hierarchical --out newrun --set block_prior=-1",
+        f"{TRAIN} --method rnn --out newrun --episodes 0", f"{TRAIN} --method rnn --out newrun --init-from run_ok",
+        f"{TRAIN} --method rnn --out run_ok", f"{TRAIN} --method hierarchical --out run_rnn_ok",
+        f"{TRAIN} --method rnn --out run_rnn_ok --set hidden=32", f"{TRAIN} --method rnn --out g.json/run",
+        f"{PLACE} --method rnn --out new.json", f"{PLACE} --method hierarchical --checkpoint run_ok --out new.json",
+        f"{PLACE} --checkpoint run_rnn_ok --method hierarchical --out new.json",
+        "place g.json --checkpoint run_rnn_ok --devices 3 --out new.json",
+        f"{PLACE} --checkpoint run_rnn_ok --finetune-episodes 4 --out new.json",
+        f"{PLACE} --checkpoint run_rnn_garbage --out new.json", f"{PLACE} --checkpoint run_rnn_cfg --out new.json",
+        f"{PLACE} --method rnn --seconds nan --out new.json",
+        "compare g.json --methods rnn,hierarchcal --devices 2", "compare g.json --methods rnn --devices 2 --budget 0",
+        "compare g.json --methods hierarchical --devices 2 --seconds -1"])],
     # programs named by data files: never imported (evil.py would write IMPORTED)
     ("code-profile-source", "profile meta_code.json", None),
     ("code-eval-hardware-source", "eval meta_code.json --placement p.json --hardware --mode program "
@@ -221,6 +315,21 @@ CASES: list[tuple[str, str, str | None]] = [
     ("code-profile-unknown-kind", "profile meta_kind.json", None),
     ("code-profile-kwargs-range", "profile meta_kwargs.json", None),
     ("code-profile-kwargs-name", "profile meta_kwargs_code.json", None),
+    # issue 14's flags: import-jax (named paths, the critical-path bound, --export), exported programs (damaged,
+    # another graph's, a pickled constant), compare --save-placements, place --method for baselines
+    *[(f"import-{i}", f"import-jax jax.numpy:matmul --args-spec {SPEC} --out new.json {flags}", None)
+      for i, flags in enumerate(["--params '[5]'", "--opt-state '[0].w'", "--max-cp-growth -1",
+                                 "--max-cp-growth nan", "--groups 3", "--grouped-out new2.json --max-cp-growth inf",
+                                 "--export --out blocked.json"])],
+    *[(f"export-{n}", f"{EVAL} --hardware --cluster c.json --exported {n}.zip", None)
+      for n in ("x_garbage", "x_other", "x_fn", "x_pickle", "x_missing")],
+    ("export-profile-pickle", "profile g.json --out new.json --exported x_pickle.zip", None),
+    ("export-profile-two-files", "profile g.json cost_1e308.json --exported x_fn.zip", None),
+    ("save-placements-file", "compare g.json --methods single --devices 2 --save-placements g.json", None),
+    ("save-placements-proc", "compare g.json --methods single --devices 2 --save-placements /proc/plc", None),
+    ("place-baseline-checkpoint", f"{PLACE} --method etf --checkpoint run_ok --out new.json", None),
+    ("place-baseline-expert", f"{PLACE} --method expert --out new.json", None),
+    ("place-baseline-seconds", f"{PLACE} --method sa --seconds 0 --out new.json", None),
 ]
 
 
@@ -263,6 +372,10 @@ def test_the_messages_name_the_file_and_the_field(results):
               "graph-time-bound": ("bound.json and c_slow.json", "simulated times could reach"),
               "cluster-c_mem_nan": ("c_mem_nan.json", "'memory_bytes'"),
               "cluster-c_bw_tiny": ("c_bw_tiny.json", "'bandwidth_bytes_per_us'"),
+              "cluster-c_lat_neg": ("c_lat_neg.json", "'latency_us'"),
+              "cluster-c_host_nan": ("c_host_nan.json", "host 'h': field 'dispatch_us'"),
+              "cluster-c_host_unknown": ("c_host_unknown.json", "field 'host': 'zz'"),
+              "cluster-c_host_missing": ("c_host_missing.json", "device '/gpu:1': missing field 'host'"),
               "placement-p_huge": ("p_huge.json", "entry 1"),
               "expert-expert_int": ("expert_int.json", "meta.expert_placement"),
               "checkpoint-run_trunc": ("checkpoint.msgpack", "truncated or corrupt"),
@@ -274,6 +387,20 @@ def test_the_messages_name_the_file_and_the_field(results):
               "code-profile-source": ("meta_code.json", "--program"),
               "code-profile-unknown-kind": ("meta_kind.json", "unknown program kind 'nope'"),
               "output-2": ("/proc/x.png", "cannot write")}
+    for case, words in expect.items():
+        for word in words:
+            assert word in results[case]["stderr"], (case, word, results[case]["stderr"])
+
+
+def test_import_and_export_messages_name_the_file_and_the_part(results):
+    expect = {"import-0": ("--params '[5]'", "no such path"), "import-4": ("--groups", "--grouped-out"),
+              "import-6": ("blocked.export.zip", "directory"), "export-x_garbage": ("x_garbage.zip", "zip"),
+              "export-x_other": ("x_other.zip", "fingerprint"), "export-x_fn": ("x_fn.zip", "fn/0.bin"),
+              "export-x_pickle": ("x_pickle.zip", "const/0.npy"), "export-x_missing": ("x_missing.zip", "no such"),
+              "export-profile-pickle": ("x_pickle.zip", "const/0.npy"),
+              "save-placements-file": ("g.json", "not a directory"),
+              "place-baseline-checkpoint": ("--checkpoint", "baseline 'etf'"),
+              "place-baseline-expert": ("expert placement",)}
     for case, words in expect.items():
         for word in words:
             assert word in results[case]["stderr"], (case, word, results[case]["stderr"])
@@ -346,3 +473,19 @@ def test_a_diverging_run_stops_and_its_run_directory_survives(tmp_path, monkeypa
     monkeypatch.setattr(T, "_update", real_update)
     summary = T.train(tiny(episodes=12), [graph], cluster, out)
     assert (summary.start_episode, summary.episodes) == (4, 12)
+
+
+def test_per_graph_messages_name_the_file_and_the_field(results):
+    expect = {"pergraph-0": ("one --graph and one --devices count",), "pergraph-2": ("'groups=4'",),
+              "pergraph-3": ("'groups'", "out of range"), "pergraph-4": ("devices=3",),
+              "pergraph-10": ("run_ok/config.json", "not a run directory of rnn"),
+              "pergraph-12": ("run_rnn_ok/config.json", "model fields"),
+              "pergraph-15": ("run_ok", "not an rnn or hierarchical run directory"),
+              "pergraph-16": ("run_rnn_ok", "needs a run directory of hierarchical"),
+              "pergraph-17": ("run_rnn_ok", "the graph they were trained on"),
+              "pergraph-19": ("checkpoint.msgpack", "truncated or corrupt"),
+              "pergraph-20": ("run_rnn_cfg/config.json", "'hidden'"),
+              "pergraph-22": ("unknown method 'hierarchcal'",)}
+    for case, words in expect.items():
+        for word in words:
+            assert word in results[case]["stderr"], (case, word, results[case]["stderr"])

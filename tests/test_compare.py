@@ -152,3 +152,45 @@ def test_benchmark_script(tmp_path):
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "res" / "compare_benchmarks.csv").is_file()
     assert "| layered_30_s0 | 2 |" in (tmp_path / "res" / "compare_benchmarks.md").read_text()
+
+
+def test_save_placements_writes_every_placement_made(tmp_path):
+    """compare --save-placements: one placement file per graph x devices x method that applies, the placement the
+    row's runtime was simulated from; names made file-safe and numbered when two graphs share one."""
+    import dataclasses
+
+    from simulator import load_placement, simulate
+
+    graphs = [dataclasses.replace(layered_dag(40, seed=k), name="my net/v1") for k in (1, 2)]
+    names = ["single", "expert", "etf", "random"]
+    rows = compare(graphs, [2, 3], names, budget=8, progress=False, save_placements=tmp_path / "plc")
+    files = sorted(p.name for p in (tmp_path / "plc").iterdir())
+    assert len(files) == sum(r.applies for r in rows) == 2 * 2 * 3  # expert does not apply: no file
+    assert sorted({f.split(".")[0] for f in files}) == ["my_net_v1", "my_net_v1-2"]
+    per_graph = len(rows) // 2  # rows come graph by graph
+    for graph, stem, mine in zip(graphs, ["my_net_v1", "my_net_v1-2"], (rows[:per_graph], rows[per_graph:])):
+        for r in (r for r in mine if r.applies):
+            cluster = cluster_preset("placeto-k80", r.n_devices)
+            placement = load_placement(tmp_path / "plc" / f"{stem}.{r.n_devices}dev.{r.method}.json", graph,
+                                       r.n_devices)
+            assert placement.devices == cluster.device_names
+            assert simulate(graph, placement.assignment, cluster).runtime == pytest.approx(r.runtime_us)
+    assert not list((tmp_path / "plc").glob(".*.tmp"))  # written atomically: no temporary file left
+
+
+def test_place_method_runs_any_baseline(tmp_path, capsys):
+    """`placeto place --method NAME` for a baseline writes the placement the library method makes."""
+    from placeto.baselines import run_method
+    from placeto.cli import main
+    from simulator import load_placement
+
+    graph = layered_dag(60, seed=4)
+    save_graph(graph, tmp_path / "g.json")
+    cluster = cluster_preset("placeto-k80", 2)
+    for name in ("etf", "m-topo", "local-search"):
+        out = tmp_path / f"{name}.json"
+        assert main(["place", str(tmp_path / "g.json"), "--devices", "2", "--method", name, "--budget", "20",
+                     "--out", str(out)]) == 0
+        assert f"({name}, " in capsys.readouterr().out
+        expected = run_method(name, graph, cluster, 0, budget=20).placement
+        assert load_placement(out, graph, 2).assignment.tolist() == expected.tolist()

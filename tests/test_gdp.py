@@ -1,6 +1,8 @@
 """GDP (placeto.methods.gdp): shapes without N x N arrays, valid samples, PPO on toys with known optima,
 determinism in the seed, resume, and the CLI (train / place / compare) end to end. Tiny configs only."""
 
+import json
+
 import jax
 import numpy as np
 import pytest
@@ -96,16 +98,38 @@ def test_cli_train_place_compare(tmp_path, capsys):
     save_graph(graph, tmp_path / "g.json")
     run = tmp_path / "run"
     assert main(["train", "--method", "gdp", "--graph", str(tmp_path / "g.json"), "--devices", "2,3",
-                 "--config", "tiny", "--episodes", "64", "--out", str(run)]) == 0
+                 "--config", "tiny", "--episodes", "64", "--out", str(run), "--set", "samples_per_update=8"]) == 0
     assert is_gdp_run(run) and (run / "metrics.csv").is_file()
+    assert json.loads((run / "config.json").read_text())["samples_per_update"] == 8  # --set takes GdpConfig fields
     assert main(["place", str(tmp_path / "g.json"), "--checkpoint", str(run), "--devices", "3",
                  "--samples", "15", "--out", str(tmp_path / "p.json")]) == 0
     out = capsys.readouterr().out
     assert "gdp" in out and "16 simulator calls" in out
-    assert main(["compare", str(tmp_path / "g.json"), "--methods", "gdp,single", "--checkpoint", str(run),
+    assert main(["place", str(tmp_path / "g.json"), "--checkpoint", str(run), "--devices", "3", "--method",
+                 "gdp-search", "--budget", "60", "--out", str(tmp_path / "q.json")]) == 0
+    out = capsys.readouterr().out
+    assert "gdp-search" in out and "60 simulator calls" in out
+    assert main(["compare", str(tmp_path / "g.json"), "--methods", "gdp,gdp-search,single", "--checkpoint", str(run),
                  "--devices", "2", "--budget", "32", "--quiet", "--out", str(tmp_path / "cmp")]) == 0
     csv = (tmp_path / "cmp" / "compare.csv").read_text()
-    assert ",gdp," in csv
+    assert ",gdp," in csv and ",gdp-search," in csv
+
+
+def test_gdp_search_starts_from_the_policy_and_only_improves():
+    """gdp-search returns a placement at least as good as the policy's greedy one, deterministic in the seed."""
+    from placeto.methods.gdp.place import run_gdp
+    from placeto.objective import score_batch
+
+    run_dir = _tmp("search_run")
+    train(CONFIG.replace(episodes=4 * 16), [layered_dag(40, seed=7)], cluster_preset("placeto-k80", 3), run_dir)
+    graph, cluster = layered_dag(60, seed=8), cluster_preset("placeto-k80", 3)
+    config, params = load_run(run_dir)
+    greedy = greedy_placement(config, params, graph, cluster)
+    a, _ = run_gdp(graph, cluster, run_dir, seed=3, budget=200, search=True)
+    b, _ = run_gdp(graph, cluster, run_dir, seed=3, budget=200, search=True)
+    assert a.simulator_calls <= 200 and np.array_equal(a.placement, b.placement)
+    scores = score_batch(graph, np.stack([a.placement, greedy]), cluster)
+    assert scores[0] <= scores[1]
 
 
 _TMP = {}

@@ -220,3 +220,53 @@ def test_incremental_schedule_matches_recomputation(seed):
         for got, want in zip(labels[:2], (q.start, q.bottom)):
             assert [got[r] for r in live] == pytest.approx([want[r] for r in live], rel=1e-12)
         assert labels[2] == pytest.approx(q.cp, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_critical_path_bound_holds_and_is_reported(seed):
+    """With max_cp_growth the grouped critical path (same weights) grows at most that much; the report gives the
+    growth and, when the bound keeps the graph above the target, says so."""
+    graph = layered_dag(400, seed=seed, kinds=("k80",))
+    cp = critical_path_of(graph)
+    stopped = []
+    for bound in (0.0, 0.05, 0.3):
+        gr = group(graph, 10, max_cp_growth=bound)
+        check_grouping(graph, gr)
+        r = gr.report
+        grown = critical_path_of(gr.graph) / cp - 1
+        assert grown <= bound + 1e-9 and r.cp_growth == pytest.approx(grown, abs=1e-9)
+        assert (r.n_groups <= 10) == (r.stopped is None) and r.n_groups == gr.graph.n_nodes
+        if r.stopped:
+            assert r.stopped == "critical path" and "not 10 groups" in r.describe()
+        stopped.append(r.n_groups)
+    assert stopped[0] > 10 and stopped == sorted(stopped, reverse=True)  # a looser bound, fewer groups
+    assert group(graph, 10).report.cp_growth > 0.3  # unbounded (the families' setting): the target wins
+
+
+def test_joined_names_reach_the_target_and_keep_colocation():
+    """Variables' colocation names alone can keep a graph above its target; join_names merges groups of
+    different names, the names becoming one, so ops that shared a name still share their group's name."""
+    params = {f"l{k}": jnp.full((6, 6), 0.1) for k in range(4)}
+    tx = optax.adam(1e-3)
+
+    def step(p, s, x):
+        def loss(q):
+            h = x
+            for k in range(4):
+                h = jnp.tanh(h @ q[f"l{k}"])
+            return jnp.sum(h)
+        u, s = tx.update(jax.grad(loss)(p), s, p)
+        return optax.apply_updates(p, u), s
+
+    from simulator.trace import trace
+    graph = annotate_costs(trace(step, params, tx.init(params), jnp.ones((4, 6))).graph, ("k80",))
+    kept = group(graph, 2, max_cp_growth=10.0)
+    assert kept.report.stopped == "colocation" and kept.graph.n_nodes > 2
+    assert "different colocation names" in kept.report.describe()
+    joined = group(graph, 2, max_cp_growth=10.0, join_names=True)
+    assert joined.graph.n_nodes == 2 and joined.report.stopped is None
+    final: dict[str, set] = {}
+    for i, name in enumerate(graph.colocation):
+        if name is not None:
+            final.setdefault(name, set()).add(joined.graph.colocation[joined.op_to_group[i]])
+    assert final and all(len(v) == 1 and None not in v for v in final.values())

@@ -17,10 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.evaluate import (EvalRow, add_calibrate_arguments, add_eval_arguments, agreement, dispatch_order,
-                              run_eval, simulation_cluster, spearman)
+from placeto.evaluate import (EvalRow, add_calibrate_arguments, add_eval_arguments, agreement, concordance,
+                              dispatch_order, format_agreement, run_eval, simulation_cluster, spearman)
 from simulator import make_graph, save_graph, save_placement
-from simulator.calibrate import theil_sen
 from simulator.cluster import Cluster, Device
 from simulator.errors import InputError
 from simulator.generate import layered_dag
@@ -205,13 +204,16 @@ def test_synthetic_kernels_track_costs(report):
 def test_calibrate_and_eval_command_lines(report):
     code, text = report["calibrate"]
     assert code == 0 and "delta1" in text, text
+    assert "R^2" in text and "hops-4KB" in text and "chains-2dev" in text, text  # the fit, probe by probe
     cluster = json.loads((report["tmp"] / "cluster.json").read_text())
     assert cluster["format"] == "placeto-cluster" and len(cluster["devices"]) == 2
     assert {d["kind"] for d in cluster["devices"]} == {"local-cpu"}
     assert cluster["delta1_us"] >= 0 and cluster["delta2_us"] >= 0 and cluster["bandwidth_bytes_per_us"] > 0
+    assert [h["name"] for h in cluster["hosts"]] == ["host"] and {d["host"] for d in cluster["devices"]} == {"host"}
     code, text = report["eval"]
     assert code == 0, text
     assert "one.json" in text and "rr.json" in text and "median |error|" in text
+    assert "Spearman n/a (needs >= 3 placements, got 2)" in text and "nan" not in text, text
     rows = json.loads((report["tmp"] / "rows.json").read_text())
     assert [r["placement"].rsplit("/", 1)[-1] for r in rows["rows"]] == ["one.json", "rr.json"]
     assert all(r["measured"]["median_us"] > 0 and r["simulated_us"] > 0 for r in rows["rows"])
@@ -239,8 +241,31 @@ def test_agreement_and_spearman():
     assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
     assert math.isnan(spearman([1, 2], [1, 2]))
     assert math.isnan(agreement([EvalRow("p", 1.0)]).median_ape)
-    slope, intercept = theil_sen(np.array([1.0, 2, 3, 4, 5]), np.array([12.0, 14, 16, 100, 20]))
-    assert slope == pytest.approx(2.0) and intercept == pytest.approx(10.0)  # the outlier is ignored
+    # Undefined correlations are "n/a" with the reason, never "nan"
+    assert "Spearman 1.000  (4 placements)" in format_agreement(a) and not a.spearman_note
+    two = format_agreement(agreement(rows[:2]))
+    assert "Spearman n/a (needs >= 3 placements, got 2)" in two and "nan" not in two
+    tied = format_agreement(agreement([row(100, 100), row(200, 100), row(300, 100)]))
+    assert "Spearman n/a (every placement measures the same time)" in tied
+    assert format_agreement(agreement([EvalRow("p", 1.0)])) == "median |error| n/a, Spearman n/a (nothing measured)"
+
+
+def test_concordance_counts_overlapping_iqrs_as_ties():
+    def timing(median, half_iqr):
+        return Timing(median, median - half_iqr, median + half_iqr, median - 2 * half_iqr, median + 2 * half_iqr,
+                      np.array([median]))
+
+    measured = [timing(100, 5), timing(108, 5), timing(200, 5), timing(300, 5)]  # 100 and 108 overlap: a tie
+    c = concordance([1.0, 2.0, 3.0, 4.0], measured)
+    assert (c.agree, c.disagree, c.ties, c.pairs) == (5.0, 0.0, 1, 6) and c.fraction == 1.0
+    c = concordance([1.0, 2.0, 4.0, 3.0], measured)  # 200 and 300 swapped
+    assert (c.agree, c.disagree, c.ties) == (4.0, 1.0, 1) and c.fraction == pytest.approx(0.8)
+    c = concordance([1.0, 2.0, 3.0, 3.0], measured)  # a predicted tie counts half
+    assert (c.agree, c.disagree) == (4.5, 0.5)
+    second = [timing(100, 5), timing(150, 5), timing(250, 60), timing(300, 5)]  # run 2: 250 +- 60 overlaps 300
+    c = concordance([1.0, 2.0, 3.0, 4.0], measured, also_tied=second)
+    assert (c.ties, c.agree) == (2, 4.0)  # (100, 108) tied in run 1, (250, 300) in run 2
+    assert math.isnan(concordance([1.0, 1.0], [timing(100, 5), timing(101, 5)]).fraction)
 
 
 def _cluster(kind: str, n: int = 2) -> Cluster:

@@ -129,3 +129,59 @@ def test_lower_bound(sim):
     g4 = make_graph("wide", [{"name": f"n{i}", "cost": 5, "out_bytes": []} for i in range(4)], [])
     r4 = sim(g4, np.array([0, 1, 0, 1]), cluster(2))
     assert r4.lower_bound == 10.0 and r4.runtime == 12.0  # 5 + 1 + 5, then delta1
+
+
+def host_cluster(n_dev: int, latency: float = 0.0, dispatch: float = 0.0, transfer: float = 0.0,
+                 shared: bool = True) -> Cluster:
+    """The toy cluster (delta1 1, delta2 2, 1000 bytes/us) with a latency and one host shared by every device
+    (or, not shared, one host per device) costing `dispatch` per op and `transfer` per transfer sent."""
+    from simulator.cluster import Host
+
+    n_hosts = 1 if shared else n_dev
+    return Cluster("toy-hosts", tuple(Device(f"/gpu:{i}", "k80", 1e9, f"h{i % n_hosts}") for i in range(n_dev)),
+                   delta1_us=1.0, delta2_us=2.0, bandwidth_bytes_per_us=1000.0, latency_us=latency,
+                   hosts=tuple(Host(f"h{k}", dispatch, transfer) for k in range(n_hosts)))
+
+
+@SIMULATORS
+def test_latency_delays_the_arrival_not_the_bus(sim):
+    # p(1) on d0 sends 1000 bytes to c(1) on d1, latency 5. p: 0-1; the bus takes the tensor at 1, the wire is
+    # busy 1-2, the bus until 2 + delta2 = 4, and the tensor arrives at 2 + 5 = 7. c runs 7-8, d1 free at 9.
+    g = graph([("p", 1, [1000]), ("c", 1, [])], [(0, 1)])
+    r = sim(g, [0, 1], host_cluster(2, latency=5.0))
+    assert transfers(r) == [(0, 0, 0, 1.0, 7.0)]
+    assert r.start.tolist() == [0, 7] and r.runtime == 9.0
+
+
+@SIMULATORS
+def test_latency_lets_the_next_transfer_leave_before_the_first_arrives(sim):
+    # p(1) on d0 sends two 1000-byte outputs to c1 and c2 on d1, latency 5. Output 0: bus 1-2 (free at 4),
+    # arrives 7; output 1: bus 4-5 (free at 7), arrives 10. c1 7-8 (d1 free 9), c2 10-11 (free 12).
+    g = make_graph("two", [{"name": "p", "cost": 1, "out_bytes": [1000, 1000]}, {"name": "c1", "cost": 1},
+                           {"name": "c2", "cost": 1}], [(0, 1, 0), (0, 2, 1)])
+    r = sim(g, [0, 1, 1], host_cluster(2, latency=5.0))
+    assert transfers(r) == [(0, 0, 0, 1.0, 7.0), (0, 1, 0, 4.0, 10.0)]
+    assert r.start.tolist() == [0, 7, 10] and r.runtime == 12.0
+
+
+@SIMULATORS
+def test_a_shared_host_serialises_dispatch(sim):
+    # a(3) on d0 and b(3) on d1, independent; dispatch takes the shared host 2 us per op. Device events at 0 run
+    # by device: a's dispatch 0-2, a 2-5 (d0 free 6); b's dispatch waits for the host: 2-4, b 4-7 (d1 free 8).
+    # With a host per device both dispatch 0-2 and run 2-5: runtime 6.
+    g = graph([("a", 3, []), ("b", 3, [])], [])
+    shared = sim(g, [0, 1], host_cluster(2, dispatch=2.0))
+    assert shared.start.tolist() == [2, 4] and shared.runtime == 8.0
+    private = sim(g, [0, 1], host_cluster(2, dispatch=2.0, shared=False))
+    assert private.start.tolist() == [2, 2] and private.runtime == 6.0
+
+
+@SIMULATORS
+def test_a_shared_host_serialises_transfers_in_event_order(sim):
+    # p0(1) on d0 and p1(1) on d1 each send 1000 bytes to c0, c1 on d2; each transfer takes the shared host 3 us.
+    # Both buses take their tensor at 1 (bus events by device): d0's host job 1-4, wire 4-5, arrival 5; d1's job
+    # waits for the host: 4-7, wire 7-8, arrival 8 (bus 1 free at 10). c0 runs 5-6 (d2 free 7), c1 8-9 (free 10).
+    g = graph([("p0", 1, [1000]), ("p1", 1, [1000]), ("c0", 1, []), ("c1", 1, [])], [(0, 2), (1, 3)])
+    r = sim(g, [0, 1, 2, 2], host_cluster(3, transfer=3.0))
+    assert transfers(r) == [(0, 0, 0, 1.0, 5.0), (1, 0, 1, 1.0, 8.0)]
+    assert r.start.tolist() == [0, 0, 5, 8] and r.runtime == 10.0

@@ -1,12 +1,13 @@
 """The numba engine equals the plain-Python reference exactly (==, not approx) on random graphs and placements."""
 
 import dataclasses
+import pickle
 
 import numpy as np
 import pytest
 
 from simulator import InputError, simulate, simulate_batch, simulate_reference
-from simulator.cluster import Cluster, Device, cluster_preset
+from simulator.cluster import Cluster, Device, Host, cluster_preset
 from simulator.generate import layered_dag
 from simulator.graph import DEFAULT_KIND, Graph, make_graph
 
@@ -94,6 +95,36 @@ def test_ties(delta1, delta2, n_dev):
         check(graph, small_cluster(n_dev, delta1, delta2), placements(graph, n_dev, rng, n_random=4))
 
 
+def host_cluster(rng: np.random.Generator, n_dev: int, kind: str = "k80") -> Cluster:
+    """A cluster with a latency and 1 to n_dev hosts the devices share at random. Times are drawn from small
+    whole numbers (and zero: no host job), so that events tie; a subnormal latency is absorbed by any time."""
+    n_hosts = int(rng.integers(1, n_dev + 1))
+    pick = lambda values: float(rng.choice(values))  # noqa: E731
+    hosts = tuple(Host(f"h{k}", pick([0.0, 0.5, 1.0, 2.0, 7.0]), pick([0.0, 1.0, 2.0, 30.0])) for k in range(n_hosts))
+    devices = tuple(Device(f"/d:{i}", kind, 1e6, f"h{int(rng.integers(0, n_hosts))}") for i in range(n_dev))
+    return Cluster("hosts", devices, pick([0.0, 1.0, 5.7]), pick([0.0, 2.0, 25.0]), 1000.0,
+                   latency_us=pick([0.0, 1.0, 2.0, 40.0, 5e-324]), hosts=hosts)
+
+
+@pytest.mark.parametrize("n_dev", [1, 2, 3, 5])
+def test_latency_and_hosts(n_dev):
+    """Random clusters with a per-transfer latency and shared hosts, on tie-heavy and layered graphs."""
+    rng = np.random.default_rng(100 + n_dev)
+    for n, seed in ((5, 0), (30, 1), (80, 2), (200, 3)):
+        for graph in (tie_graph(n, seed), layered_dag(n, seed, max_fan_in=3, max_outputs=3, skip_prob=0.3)):
+            check(graph, host_cluster(rng, n_dev), placements(graph, n_dev, rng, n_random=4))
+
+
+def test_hosts_without_costs_are_the_published_model():
+    """Hosts with zero dispatch and transfer times and a zero latency change nothing, float for float."""
+    graph = layered_dag(300, 4, max_outputs=2)
+    plain = cluster_preset("placeto-k80", 3)
+    free = dataclasses.replace(plain, devices=tuple(dataclasses.replace(d, host="h") for d in plain.devices),
+                               hosts=(Host("h"),))
+    for row in placements(graph, 3, np.random.default_rng(5)):
+        assert_same(simulate(graph, row, free), simulate(graph, row, plain))
+
+
 def test_all_zero():
     """Every cost, size and overhead zero: the whole schedule happens at t = 0."""
     graph = layered_dag(100, 3, max_outputs=3)
@@ -119,6 +150,38 @@ def test_batch_rows_equal_simulate():
         single = simulate(graph, row, cluster)
         assert runtime == single.runtime and np.array_equal(peak, single.peak_memory)
     assert simulate_batch(graph, rows[:0], cluster).shape == (0,)
+
+
+def test_results_are_read_only_and_memory_is_computed_once():
+    """simulate() computes peak memory on first read, from arrays no one else can change in between."""
+    graph, cluster = layered_dag(100, 2, max_outputs=2), cluster_preset("placeto-k80", 2)
+    row = (np.arange(100) % 2).astype(np.int32)
+    res = simulate(graph, row, cluster)
+    for a in (res.start, res.end, res.device, res.transfers.start):
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 1
+    row[:] = 0  # the caller's placement array changes after the call: the result does not
+    assert np.array_equal(res.device, np.arange(100) % 2)
+    first = res.peak_memory
+    assert res.peak_memory is first
+    assert np.array_equal(first, simulate_reference(graph, np.arange(100) % 2, cluster).peak_memory)
+    assert np.array_equal(pickle.loads(pickle.dumps(simulate(graph, np.arange(100) % 2, cluster))).peak_memory,
+                          first)
+
+
+def test_graph_arrays_are_read_only_copies():
+    """The simulator caches prepared arrays on the graph: the graph's arrays cannot change under it."""
+    cost, out = np.array([1.0, 2.0]), np.array([10.0, 20.0])
+    graph = Graph("g", ("a", "b"), ("x", "x"), {DEFAULT_KIND: cost}, np.array([0, 1, 2]), out, np.zeros(2),
+                  np.array([0], np.int32), np.array([1], np.int32), np.array([0], np.int32), (None, None), ({}, {}),
+                  {})
+    cluster = cluster_preset("placeto-k80", 2)
+    before = simulate(graph, [0, 1], cluster).runtime
+    cost[:], out[:] = 1e6, 1e9  # the caller's arrays: copied on construction
+    assert simulate(graph, [0, 1], cluster).runtime == before
+    for a in (graph.out_bytes, graph.costs[DEFAULT_KIND], graph.edge_src, graph.out_offsets):
+        with pytest.raises(ValueError, match="read-only"):
+            a[0] = 0
 
 
 def test_bad_placements():

@@ -1,8 +1,9 @@
 """Property-based fuzzing of the simulator with extreme values (hypothesis).
 
-1. Random graphs, placements and clusters, values drawn from 0, subnormals, ordinary numbers and up to 1e308:
-   construction either rejects the input with an InputError or accepts it; then the fast engine and the
-   reference either both reject it (the time bound of simulator.limits) or both return, with equal results.
+1. Random graphs, placements and clusters (with or without a latency and shared hosts), values drawn from 0,
+   subnormals, ordinary numbers and up to 1e308: construction either rejects the input with an InputError or
+   accepts it; then the fast engine and the reference either both reject it (the time bound of
+   simulator.limits) or both return, with equal results.
 2. The compiled kernel itself, fed arrays no validation would pass (inf, NaN, negative times, device indices
    out of range, a placement of the wrong length): it returns, it never writes out of bounds (a segfault would
    take pytest down with it).
@@ -14,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from simulator import InputError, simulate, simulate_batch, simulate_reference
-from simulator.cluster import Cluster, Device
+from simulator.cluster import Cluster, Device, Host
 from simulator.engine import _prepare, _simulate_one, _simulate_rows
 from simulator.graph import make_graph
 from simulator.limits import MAX_TIME_US
@@ -54,10 +55,16 @@ def cases(draw):
             src = draw(st.integers(0, dst - 1))
             edges.append((src, dst, draw(st.integers(0, n_out[src] - 1))))
     rows = draw(st.lists(st.lists(st.integers(0, n_dev - 1), min_size=n, max_size=n), min_size=1, max_size=4))
+    # Optional latency and hosts (Cluster.hosts): none, or 1 to n_dev hosts shared by the devices at random.
+    n_hosts = draw(st.integers(0, n_dev))
+    latency = value("delta") if draw(st.booleans()) else 0.0
     try:
         graph = make_graph("fuzz", nodes, edges)
-        cluster = Cluster("fuzz", tuple(Device(f"/d:{i}", "k80", value("bytes")) for i in range(n_dev)),
-                          value("delta"), value("delta"), value("bandwidth") if pool != "ordinary" else 7600.0)
+        hosts = tuple(Host(f"h{k}", value("delta"), value("delta")) for k in range(n_hosts))
+        devices = tuple(Device(f"/d:{i}", "k80", value("bytes"),
+                               f"h{draw(st.integers(0, n_hosts - 1))}" if n_hosts else None) for i in range(n_dev))
+        cluster = Cluster("fuzz", devices, value("delta"), value("delta"),
+                          value("bandwidth") if pool != "ordinary" else 7600.0, latency, hosts)
     except InputError as e:
         return e
     return graph, cluster, np.asarray(rows, dtype=np.int64)
@@ -105,12 +112,16 @@ def test_kernel_survives_any_numbers_and_device_indices(data):
     edges = [(i, j, data.draw(st.integers(0, 1))) for j in range(1, n) for i in range(j)
              if data.draw(st.booleans())]
     n_dev = data.draw(st.integers(1, 3))
-    cluster = Cluster("raw", tuple(Device(f"/d:{i}", "k80", 1e9) for i in range(n_dev)), 1.0, 1.0, 1.0)
+    hosts = (Host("h", 1.0, 1.0),)  # one host shared by every device
+    cluster = Cluster("raw", tuple(Device(f"/d:{i}", "k80", 1e9, "h") for i in range(n_dev)), 1.0, 1.0, 1.0, 1.0,
+                      hosts)
     g = _prepare(make_graph("raw", nodes, edges), cluster)
     g = g._replace(cost=np.asarray(data.draw(st.lists(RAW, min_size=n * n_dev, max_size=n * n_dev)),
                                    dtype=np.float64).reshape(n, n_dev),
                    xfer_time=np.asarray(data.draw(st.lists(RAW, min_size=2 * n, max_size=2 * n))),
-                   delta1=data.draw(RAW), delta2=data.draw(RAW))
+                   delta1=data.draw(RAW), delta2=data.draw(RAW), latency=data.draw(RAW),
+                   dispatch=np.asarray(data.draw(st.lists(RAW, min_size=n_dev, max_size=n_dev))),
+                   send=np.asarray(data.draw(st.lists(RAW, min_size=n_dev, max_size=n_dev))))
     length = data.draw(st.sampled_from([n, n, n - 1, n + 1]))
     dev = np.asarray(data.draw(st.lists(st.integers(-2, n_dev + 1), min_size=length, max_size=length)),
                      dtype=np.int32)

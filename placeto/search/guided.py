@@ -179,22 +179,31 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
     samples: placements drawn node by node from the prior (no policy calls) and scored in one batch; the best
     of them competes with the greedy episode's and the list schedulers' placements for the start.
     """
-    graph, cluster = prep.graph, prep.cluster
     m, calls0 = meter(), meter().calls
-    rng = np.random.default_rng(seed)
     # the policy's episode gets at most POLICY_SHARE of a wall-clock budget: large graphs still get searched
     greedy, greedy_score, prior = greedy_with_prior(prep, deadline=m.start + POLICY_SHARE * (m.deadline - m.start))
     if m.exhausted():
         return greedy
+    return search_from_prior(prep.graph, prep.cluster, greedy, greedy_score, prior, np.random.default_rng(seed),
+                             calls0 + budget, [prep.seen] if prep.seen is not None else [], prior_prob,
+                             neighbour_prob, batch, block_prob, samples)
+
+
+def search_from_prior(graph: Graph, cluster: Cluster, greedy: np.ndarray, greedy_score: float, prior: np.ndarray,
+                      rng: np.random.Generator, limit: float, extra: list = (), prior_prob: float = 0.3,
+                      neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5,
+                      samples: int = 32) -> np.ndarray:
+    """Steps 2-3 of the module docstring from a policy's greedy placement int[N] (objective `greedy_score`) and
+    prior float[N, D]; shared by placeto-search and gdp-search. Stops when the meter's count reaches `limit`
+    (an absolute count) or the meter runs out; `extra`: more (placement, objective) start candidates."""
+    m = meter()
     cdf = np.cumsum(prior, axis=1)
     n_dev = cluster.n_devices
-    cands = [(greedy, greedy_score)]
-    if samples > 0 and batch_size(samples, calls0 + budget) == samples:
+    cands = [(greedy, greedy_score), *extra]
+    if samples > 0 and batch_size(samples, limit) == samples:
         drawn = np.minimum((cdf[None] < rng.random((samples, graph.n_nodes, 1))).sum(2), n_dev - 1).astype(np.int32)
         scores = evaluate(graph, drawn, cluster)
         cands.append((drawn[int(np.argmin(scores))], float(scores.min())))
-    if prep.seen is not None:
-        cands.append(prep.seen)
     start, score = min(cands, key=lambda c: c[1])
     if not m.exhausted():
         classic, classic_score = moves.best_start(graph, cluster, None)
@@ -211,8 +220,7 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
 
     entropy = -(prior * np.log(np.maximum(prior, 1e-12))).sum(1) / np.log(max(n_dev, 2))
     weight = moves.node_weights(graph, cluster) * (0.5 + entropy)
-    left = budget - (m.calls - calls0)
-    return anneal(graph, cluster, start, score, propose, rng, left, batch, weight=weight / weight.sum(),
+    return anneal(graph, cluster, start, score, propose, rng, limit - m.calls, batch, weight=weight / weight.sum(),
                   block_prob=block_prob)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from placeto.methods.gdp.config import PRESETS
+from placeto.methods.gdp.config import PRESETS, GdpConfig
 from simulator.errors import InputError
 
 
@@ -13,7 +13,7 @@ def config_from_args(args: argparse.Namespace):
     from placeto.config import parse_overrides
 
     try:
-        changes = parse_overrides(args.set)
+        changes = parse_overrides(args.set, GdpConfig)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
                                           ("time_limit_minutes", args.minutes)) if v is not None})
         return PRESETS[args.config]().replace(**changes)

@@ -20,7 +20,7 @@ from placeto.baselines import MethodRun
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, read_blob, restore
 from placeto.methods.gdp import METHOD
 from placeto.methods.gdp.config import GdpConfig
-from placeto.methods.gdp.model import make_net, sample
+from placeto.methods.gdp.model import log_policy, make_net, sample
 from placeto.methods.gdp.ppo import init_params, make_optimizer, make_task, ppo_step
 from placeto.objective import meter, metered, score_batch
 from simulator.cluster import Cluster
@@ -82,9 +82,12 @@ _sample = jax.jit(sample, static_argnames=("net", "batch"))
 
 
 def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0, budget: float | None = None,
-            seconds: float | None = None, finetune_episodes: int = 0) -> tuple[MethodRun, float]:
+            seconds: float | None = None, finetune_episodes: int = 0, search: bool = False) -> tuple[MethodRun, float]:
     """(MethodRun, compile seconds): see the module docstring. `finetune_episodes` sampled placements of
-    PPO fine-tuning first (in updates of config.samples_per_update, charged to the budget)."""
+    PPO fine-tuning first (in updates of config.samples_per_update, charged to the budget; its compilation is
+    not). `search` (method gdp-search): after the greedy placement, the policy's per-node device distributions
+    are the prior of placeto-search's annealing (`placeto.search.guided.search_from_prior`) for the rest of the
+    budget, instead of sampled placements."""
     from placeto.policies import resolve_checkpoint
 
     t0 = time.perf_counter()
@@ -95,16 +98,28 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     net, task = make_net(config), make_task(graph, cluster, config)
     batch = config.samples_per_update
     jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(0), batch))  # compile, unmetered
+    if search:
+        jax.block_until_ready(_log_policy(net, params, task.inputs))
+    with metered():  # loads (or compiles) the simulator and the PPO update; these simulations are charged to no one
+        score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
+        if finetune_episodes > 0:
+            finetune(config, params, task, seed, 1)
     compile_s = time.perf_counter() - t0
     calls = math.inf if budget is None else budget
     with metered(max_calls=calls, seconds=seconds) as m:
-        params = finetune(config, params, task, seed, -(-finetune_episodes // config.samples_per_update))
+        updates = -(-finetune_episodes // config.samples_per_update)
+        params, seen_p, seen = finetune(config, params, task, seed, updates)
         key = jax.random.key(seed)
         draws, greedy = _sample(net, params, task.inputs, key, batch)
         n = graph.n_nodes
         best_p = np.asarray(greedy)[:n]
         best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
-        while not meter().exhausted() and m.calls_left() >= 1:
+        if seen < best:  # the best placement sampled while fine-tuning
+            best, best_p = seen, seen_p
+        if search and not meter().exhausted():
+            best_p = _search(graph, cluster, net, params, task, np.asarray(greedy)[:n], best, seed, calls,
+                             [] if seen_p is None else [(seen_p, seen)])
+        while not search and not meter().exhausted() and m.calls_left() >= 1:
             rows = np.asarray(draws)[:int(min(batch, m.calls_left())), :n]
             obj = score_batch(graph, rows, cluster, config.memory_penalty_per_gb)
             if obj.min() < best:
@@ -115,15 +130,36 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     return MethodRun(best_p.astype(np.int32), m.calls, elapsed, tuple(m.trace)), compile_s
 
 
-def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> Any:
+_log_policy = jax.jit(log_policy, static_argnames=("net",))
+
+
+def _search(graph: Graph, cluster: Cluster, net, params, task, greedy: np.ndarray, greedy_score: float, seed: int,
+            limit: float, extra: list) -> np.ndarray:
+    """gdp-search's annealing from the policy's prior (float[N, D]: each node's device distribution)."""
+    from placeto.search.guided import search_from_prior
+
+    d = cluster.n_devices
+    logp = np.asarray(_log_policy(net, params, task.inputs), np.float64)[:graph.n_nodes, :d]
+    prior = np.exp(logp - logp.max(1, keepdims=True))
+    prior /= prior.sum(1, keepdims=True)
+    return search_from_prior(graph, cluster, greedy.astype(np.int32), greedy_score, prior,
+                             np.random.default_rng(seed), limit, extra)
+
+
+def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
     """`updates` PPO updates on one task from `params` (fresh Adam state); stops early when the meter's budget
-    cannot pay for another batch. Returns the tuned parameters."""
+    cannot pay for another batch. Returns (tuned parameters, best placement int32[N] sampled on the way or None,
+    its objective in microseconds or inf)."""
+    best_p, best = None, math.inf
     if updates <= 0:
-        return params
+        return params, best_p, best
     net, optimizer = make_net(config), make_optimizer(config)
     opt_state, root = optimizer.init(params), jax.random.key(seed)
     for u in range(updates):
         if meter().exhausted() or meter().calls_left() < config.samples_per_update:
             break
-        params, opt_state = ppo_step(net, config, optimizer, params, opt_state, task, jax.random.fold_in(root, u))[:2]
-    return params
+        r = ppo_step(net, config, optimizer, params, opt_state, task, jax.random.fold_in(root, u))
+        params, opt_state = r.params, r.opt_state
+        if r.best_objective < best:
+            best_p, best = r.best_placement, r.best_objective
+    return params, best_p, best

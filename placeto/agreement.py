@@ -1,0 +1,121 @@
+"""How well simulated step times predict measured ones: errors, Spearman rank correlation (only from
+MIN_RANKED placements on; "n/a" with the reason otherwise, never "nan"), and a pairwise concordance in which
+placements whose measured interquartile ranges overlap count as ties. Used by `placeto eval`
+(placeto.evaluate) and experiments/sim_vs_hardware.py."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from placeto.evaluate import EvalRow
+
+MIN_RANKED = 3  # placements needed before a rank correlation is reported
+
+
+class Agreement(NamedTuple):
+    """How well simulated runtimes predict measured ones over a set of placements."""
+
+    median_ape: float  # median of |simulated - measured| / measured, in percent (NaN: nothing measured)
+    mean_ape: float  # mean of the same, percent
+    spearman: float  # Spearman rank correlation of simulated and measured (NaN: see spearman_note)
+    n: int
+    spearman_note: str = ""  # why there is no rank correlation ("" when there is one)
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman rank correlation (scipy.stats.spearmanr when installed); NaN for fewer than MIN_RANKED points
+    or when either side has all values equal (`spearman_note` says which)."""
+    if len(x) < MIN_RANKED:
+        return math.nan
+    if np.ptp(np.asarray(x, dtype=np.float64)) == 0 or np.ptp(np.asarray(y, dtype=np.float64)) == 0:
+        return math.nan
+    try:
+        from scipy.stats import spearmanr
+    except ImportError:  # scipy is a dev dependency: the same statistic with average ranks
+        def ranks(v):
+            v = np.asarray(v, dtype=np.float64)
+            _, inv, counts = np.unique(v, return_inverse=True, return_counts=True)
+            return (np.cumsum(counts) - (counts - 1) / 2.0)[inv]
+
+        rx, ry = ranks(x), ranks(y)
+        if rx.std() == 0 or ry.std() == 0:
+            return math.nan
+        return float(np.corrcoef(rx, ry)[0, 1])
+    return float(spearmanr(x, y).statistic)
+
+
+def agreement(rows: Sequence[EvalRow]) -> Agreement:
+    """Errors and rank correlation of simulated against measured (median) times of the measured rows."""
+    pairs = [(r.simulated_us, r.measured.median_us) for r in rows if r.measured is not None]
+    if not pairs:
+        return Agreement(math.nan, math.nan, math.nan, 0, "nothing measured")
+    sim, meas = np.asarray(pairs).T
+    ape = np.abs(sim - meas) / meas * 100
+    return Agreement(float(np.median(ape)), float(np.mean(ape)), spearman(sim, meas), len(pairs),
+                     spearman_note(sim, meas))
+
+
+def spearman_note(sim: Sequence[float], meas: Sequence[float]) -> str:
+    """Why `spearman(sim, meas)` is undefined, or "" when it is not."""
+    if len(sim) < MIN_RANKED:
+        return f"needs >= {MIN_RANKED} placements, got {len(sim)}"
+    if np.ptp(np.asarray(sim, dtype=np.float64)) == 0:
+        return "every placement simulates to the same time"
+    if np.ptp(np.asarray(meas, dtype=np.float64)) == 0:
+        return "every placement measures the same time"
+    return ""
+
+
+class Concordance(NamedTuple):
+    """Pairs of placements ordered alike by a prediction and by measurement, pairs with overlapping measured
+    IQRs counted as ties (their measured order is noise)."""
+
+    agree: float  # untied pairs the prediction orders as measured (a predicted tie counts one half)
+    disagree: float  # untied pairs it orders the other way (half for a predicted tie)
+    ties: int  # pairs whose measured IQRs overlap: not counted
+    pairs: int  # all pairs, n (n - 1) / 2
+
+    @property
+    def fraction(self) -> float:
+        """agree / (agree + disagree); NaN when every pair is tied."""
+        counted = self.agree + self.disagree
+        return self.agree / counted if counted else math.nan
+
+
+def concordance(predicted: Sequence[float], measured: Sequence[Any],
+                also_tied: Sequence[Any] | None = None) -> Concordance:
+    """How often `predicted` (float[n]: simulated times, or another run's medians) orders two placements as
+    their measured median times (`measured`: simulator.hardware.Timing[n]) do. A pair whose measured
+    interquartile ranges overlap is a tie (and, given `also_tied`, Timing[n] of a second run, a pair whose IQRs
+    overlap there too)."""
+    n = len(predicted)
+    agree = disagree = 0.0
+    ties = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if any(_overlap(t[i], t[j]) for t in (measured, also_tied) if t is not None):
+                ties += 1
+                continue
+            want = np.sign(measured[i].median_us - measured[j].median_us)
+            got = np.sign(predicted[i] - predicted[j])
+            agree += 1.0 if got == want else 0.5 if got == 0 else 0.0
+            disagree += 0.0 if got == want else 0.5 if got == 0 else 1.0
+    return Concordance(agree, disagree, ties, n * (n - 1) // 2)
+
+
+def _overlap(a: Any, b: Any) -> bool:
+    """Whether two Timings' interquartile ranges [q25, q75] overlap."""
+    return a.q25_us <= b.q75_us and b.q25_us <= a.q75_us
+
+
+def format_agreement(a: Agreement) -> str:
+    """The summary line: errors and Spearman, each "n/a (reason)" when undefined (never "nan")."""
+    if a.n == 0:
+        return "median |error| n/a, Spearman n/a (nothing measured)"
+    rho = f"{a.spearman:.3f}" if not a.spearman_note else f"n/a ({a.spearman_note})"
+    return (f"median |error| {a.median_ape:.1f}%  mean |error| {a.mean_ape:.1f}%  Spearman {rho}  "
+            f"({a.n} placements)")

@@ -1,0 +1,43 @@
+"""Automatic coarsening (placeto.coarsen): the Placeto methods place graphs above MAX_POLICY_NODES as groups and
+expand the placement to every op; small graphs are placed as they are."""
+
+import numpy as np
+
+from placeto import coarsen
+from placeto.compare import run_learned
+from placeto.place import place
+from simulator import cluster_preset, simulate
+from simulator.generate import layered_dag
+
+
+def test_small_graphs_are_left_alone():
+    g = layered_dag(30, seed=1)
+    c = coarsen.for_policy(g)
+    assert c.grouping is None and c.graph is g and c.seconds == 0.0
+    assert np.array_equal(c.expand(np.arange(30) % 2), np.arange(30) % 2)
+
+
+def test_large_graphs_are_grouped_and_expanded():
+    g = layered_dag(120, seed=2)
+    c = coarsen.for_policy(g, max_nodes=50, groups=20)
+    assert c.grouping is not None and c.graph.n_nodes <= 20 < g.n_nodes
+    gp = np.arange(c.graph.n_nodes, dtype=np.int32) % 3
+    ops = c.expand(gp)
+    assert ops.shape == (g.n_nodes,)
+    assert np.array_equal(ops, gp[c.grouping.op_to_group])  # every op on its group's device
+
+
+def test_policy_methods_place_a_coarsened_graph(monkeypatch):
+    monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
+    monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
+    g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
+    for name in ("placeto", "placeto-search"):
+        run, _ = run_learned(name, g, cluster, seed=0, budget=200)
+        assert run.placement.shape == (150,) and 0 < run.simulator_calls <= 200
+        # one device per group: the placement is an expanded group placement
+        grouping = coarsen.for_policy(g).grouping
+        for members in grouping.members:
+            assert len(set(run.placement[members].tolist())) == 1
+    res = place(g, cluster, None, samples=0, seed=0)
+    assert res.placement.shape == (150,)
+    assert np.isclose(res.runtime, simulate(g, res.placement, cluster).runtime)
