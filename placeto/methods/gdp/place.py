@@ -97,9 +97,10 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
                          str(checkpoint))
     net, task = make_net(config), make_task(graph, cluster, config)
     batch = config.samples_per_update
-    jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(0), batch))  # compile, unmetered
-    if search:
+    if search:  # compile, unmetered
         jax.block_until_ready(_log_policy(net, params, task.inputs))
+    else:
+        jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(0), batch))
     with metered():  # loads (or compiles) the simulator and the PPO update; these simulations are charged to no one
         score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
         if finetune_episodes > 0:
@@ -109,16 +110,17 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     with metered(max_calls=calls, seconds=seconds) as m:
         updates = -(-finetune_episodes // config.samples_per_update)
         params, seen_p, seen = finetune(config, params, task, seed, updates)
-        key = jax.random.key(seed)
-        draws, greedy = _sample(net, params, task.inputs, key, batch)
+        extra = [] if seen_p is None else [(seen_p, seen)]  # the best placement sampled while fine-tuning
+        if search:
+            best_p = _search(graph, cluster, net, params, task, seed, calls, extra)
+        else:
+            key = jax.random.key(seed)
+            draws, greedy = _sample(net, params, task.inputs, key, batch)
+            best_p = np.asarray(greedy)[:graph.n_nodes]
+            best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
+            if seen < best:
+                best, best_p = seen, seen_p
         n = graph.n_nodes
-        best_p = np.asarray(greedy)[:n]
-        best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
-        if seen < best:  # the best placement sampled while fine-tuning
-            best, best_p = seen, seen_p
-        if search and not meter().exhausted():
-            best_p = _search(graph, cluster, net, params, task, np.asarray(greedy)[:n], best, seed, calls,
-                             [] if seen_p is None else [(seen_p, seen)])
         while not search and not meter().exhausted() and m.calls_left() >= 1:
             rows = np.asarray(draws)[:int(min(batch, m.calls_left())), :n]
             obj = score_batch(graph, rows, cluster, config.memory_penalty_per_gb)
@@ -133,17 +135,21 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
 _log_policy = jax.jit(log_policy, static_argnames=("net",))
 
 
-def _search(graph: Graph, cluster: Cluster, net, params, task, greedy: np.ndarray, greedy_score: float, seed: int,
-            limit: float, extra: list) -> np.ndarray:
-    """gdp-search's annealing from the policy's prior (float[N, D]: each node's device distribution)."""
+def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit: float, extra: list) -> np.ndarray:
+    """gdp-search: the policy's greedy placement (argmax per node, one simulation) and prior (float[N, D]: each
+    node's device distribution) start and steer placeto-search's annealing, until the meter's count reaches
+    `limit` or it runs out; `extra`: more (placement, objective) start candidates."""
     from placeto.search.guided import search_from_prior
 
     d = cluster.n_devices
     logp = np.asarray(_log_policy(net, params, task.inputs), np.float64)[:graph.n_nodes, :d]
     prior = np.exp(logp - logp.max(1, keepdims=True))
     prior /= prior.sum(1, keepdims=True)
-    return search_from_prior(graph, cluster, greedy.astype(np.int32), greedy_score, prior,
-                             np.random.default_rng(seed), limit, extra)
+    greedy = prior.argmax(1).astype(np.int32)
+    score = float(score_batch(graph, greedy[None], cluster)[0])
+    if meter().exhausted():
+        return min([(greedy, score), *extra], key=lambda c: c[1])[0]
+    return search_from_prior(graph, cluster, greedy, score, prior, np.random.default_rng(seed), limit, extra)
 
 
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
