@@ -36,7 +36,7 @@ import numpy as np
 from placeto.baselines import run_method
 from placeto.compare import run_learned
 from placeto.families import SINGLE_DEVICE_EXPERT, benchmark_specs, expert_op_placement, load_family, trace_spec
-from placeto.methods.gdp.place import greedy_placement, load_run, run_gdp
+from placeto.methods.gdp.place import load_run, run_gdp, timed_greedy
 from placeto.objective import metered
 from placeto.policies import resolve_checkpoint
 from placeto.search import guided
@@ -68,10 +68,7 @@ def part_nmt(gdp: str, placeto: str, devices: int = 4) -> tuple[list[str], list[
             p, _, _ = guided.greedy_with_prior(prep)
             row["placeto s"] = time.perf_counter() - t0
         row["placeto"] = runtime(g, p, cluster)
-        greedy_placement(config, params, g, cluster)  # compile
-        t0 = time.perf_counter()
-        p = greedy_placement(config, params, g, cluster)
-        row["gdp s"] = time.perf_counter() - t0
+        p, row["gdp s"], _ = timed_greedy(config, params, g, cluster)
         row["gdp"] = runtime(g, p, cluster)
         rows.append(row)
         print(f"nmt {g.name}: " + ", ".join(f"{k} {row[k]:.2f}" for k in ("single", "local-search", "placeto", "gdp")),

@@ -262,6 +262,7 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{PLACE} --checkpoint run_ok --out new.json --budget -5",
         f"{PLACE} --checkpoint run_ok --out new.json --finetune-episodes -1",
         f"{PLACE} --checkpoint run_ok --out new.json --method placeto-search",
+        f"{PLACE} --checkpoint run_ok --out new.json --method gdp-search --budget 5",  # a Placeto run for gdp
         f"{PLACE} --checkpoint no_such_policy --out new.json",
         f"{TRAIN} --out newrun --devices 2,x", f"{TRAIN} --out newrun --devices 2,0",
         f"{TRAIN} --out newrun --init-from no_such_policy", f"{TRAIN} --out newrun --init-from run_garbage",

@@ -31,11 +31,11 @@ def test_policy_methods_place_a_coarsened_graph(monkeypatch):
     monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
     monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
     g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
+    grouping = coarsen.for_policy(g).grouping
     for name in ("placeto", "placeto-search"):
         run, _ = run_learned(name, g, cluster, seed=0, budget=200)
         assert run.placement.shape == (150,) and 0 < run.simulator_calls <= 200
         # one device per group: the placement is an expanded group placement
-        grouping = coarsen.for_policy(g).grouping
         for members in grouping.members:
             assert len(set(run.placement[members].tolist())) == 1
     res = place(g, cluster, None, samples=0, seed=0)

@@ -78,6 +78,16 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
     return np.asarray(greedy)[:graph.n_nodes].astype(np.int32)
 
 
+def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
+    """(`greedy_placement` int32[N], its wall seconds after compilation, the first call's seconds: compilation
+    included). For experiments that report the zero-shot time apart from the one-time compilation."""
+    t0 = time.perf_counter()
+    greedy_placement(config, params, graph, cluster)
+    t1 = time.perf_counter()
+    placement = greedy_placement(config, params, graph, cluster)
+    return placement, time.perf_counter() - t1, t1 - t0
+
+
 _sample = jax.jit(sample, static_argnames=("net", "batch"))
 
 
@@ -96,11 +106,10 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices, not {cluster.n_devices}",
                          str(checkpoint))
     net, task = make_net(config), make_task(graph, cluster, config)
-    batch = config.samples_per_update
     if search:  # compile, unmetered
         jax.block_until_ready(_log_policy(net, params, task.inputs))
     else:
-        jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(0), batch))
+        jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(0), config.samples_per_update))
     with metered():  # loads (or compiles) the simulator and the PPO update; these simulations are charged to no one
         score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
         if finetune_episodes > 0:
@@ -114,22 +123,28 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         if search:
             best_p = _search(graph, cluster, net, params, task, seed, calls, extra)
         else:
-            key = jax.random.key(seed)
-            draws, greedy = _sample(net, params, task.inputs, key, batch)
-            best_p = np.asarray(greedy)[:graph.n_nodes]
-            best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
-            if seen < best:
-                best, best_p = seen, seen_p
-        n = graph.n_nodes
-        while not search and not meter().exhausted() and m.calls_left() >= 1:
-            rows = np.asarray(draws)[:int(min(batch, m.calls_left())), :n]
-            obj = score_batch(graph, rows, cluster, config.memory_penalty_per_gb)
-            if obj.min() < best:
-                best, best_p = float(obj.min()), rows[int(np.argmin(obj))]
-            key = jax.random.fold_in(key, m.calls)
-            draws, _ = _sample(net, params, task.inputs, key, batch)
+            best_p = _sampled(config, net, params, task, seed, extra)
         elapsed = m.elapsed()
     return MethodRun(best_p.astype(np.int32), m.calls, elapsed, tuple(m.trace)), compile_s
+
+
+def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np.ndarray:
+    """The gdp method inside its meter: the greedy placement, then batches of config.samples_per_update sampled
+    placements while the meter lasts; int32[N] the best of them and of `extra` ((placement, objective) pairs)."""
+    graph, cluster, n, m = task.graph, task.cluster, task.graph.n_nodes, meter()
+    key = jax.random.key(seed)
+    draws, greedy = _sample(net, params, task.inputs, key, config.samples_per_update)
+    best_p = np.asarray(greedy)[:n]
+    best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
+    best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
+    while not m.exhausted() and m.calls_left() >= 1:
+        rows = np.asarray(draws)[:int(min(config.samples_per_update, m.calls_left())), :n]
+        obj = score_batch(graph, rows, cluster, config.memory_penalty_per_gb)
+        if obj.min() < best:
+            best, best_p = float(obj.min()), rows[int(np.argmin(obj))]
+        key = jax.random.fold_in(key, m.calls)
+        draws, _ = _sample(net, params, task.inputs, key, config.samples_per_update)
+    return best_p
 
 
 _log_policy = jax.jit(log_policy, static_argnames=("net",))
