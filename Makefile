@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,test]'
+	$(BIN)/pip install --quiet -e '.[dev,test,ray]'
 	touch $(STAMP)
 
 demo: $(STAMP)

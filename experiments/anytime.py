@@ -41,14 +41,16 @@ FIELDS = ["graph", "n_devices", "seconds", "method", "runtime_us", "place_second
 
 
 def run(graphs, devices: list[int], budgets: list[float], methods: list[str], checkpoint: str | None,
-        finetune: int) -> tuple[list[dict], dict]:
-    """(rows as dicts, traces {(graph, devices, method): ((s, calls, best), ...)} of the largest budget)."""
+        finetune: int, workers=None) -> tuple[list[dict], dict]:
+    """(rows as dicts, traces {(graph, devices, method): ((s, calls, best), ...)} of the largest budget).
+    workers: a placeto.distributed.WorkerSpec: graphs in Ray tasks (one CPU each, so budgets stay comparable
+    only while no two tasks share a core)."""
     rows, traces = [], {}
     for d in devices:
         for s in budgets:
             print(f"-- {d} devices, {s:g} s per graph and method", flush=True)
             res: list[Row] = compare(graphs, [d], methods, seed=0, budget=None, seconds=s, checkpoint=checkpoint,
-                                     finetune_episodes=finetune, progress=True)
+                                     finetune_episodes=finetune, progress=True, workers=workers)
             for r in res:
                 rows.append({"graph": r.graph, "n_devices": d, "seconds": s, "method": r.method,
                              "runtime_us": r.runtime_us, "place_seconds": round(r.place_seconds, 3),
@@ -173,8 +175,12 @@ def main(argv=None) -> int:
     p.add_argument("--finetune-episodes", type=int, default=0)
     p.add_argument("--graphs", type=int, default=0, help="only the first N graphs (0: all)")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    from placeto.distributed import add_worker_arguments, spec_from_args
+
+    add_worker_arguments(p, "graphs (one Ray task per graph, one CPU each)")
     args = p.parse_args(argv)
     try:
+        workers = spec_from_args(args)
         graphs = (sorted((load_graph(f) for f in (ROOT / "datasets" / "benchmarks").glob("*.json.gz")),
                          key=lambda g: g.name) if args.benchmarks else load_family(args.family, "test"))
     except InputError as e:
@@ -184,7 +190,8 @@ def main(argv=None) -> int:
     devices = [int(x) for x in args.devices.split(",")]
     budgets = [float(x) for x in args.seconds.split(",")]
     name = "benchmarks" if args.benchmarks else args.family
-    rows, traces = run(graphs, devices, budgets, args.methods.split(","), args.checkpoint, args.finetune_episodes)
+    rows, traces = run(graphs, devices, budgets, args.methods.split(","), args.checkpoint, args.finetune_episodes,
+                       workers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = merge(out / f"anytime_{name}.csv", rows)

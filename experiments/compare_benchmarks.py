@@ -5,6 +5,9 @@ every `datasets/benchmarks/*.json.gz` for 2, 4 and 8 K80s, simulates each placem
 `experiments/results/compare_benchmarks.{md,csv}` (and a bar chart per graph with --plot).
 
     python experiments/compare_benchmarks.py [--checkpoint runs/NAME] [--budget K] [--devices 2,4,8] [--plot]
+                                             [--workers N [--ray-address ADDR]]
+
+With --workers each graph runs in a Ray task (placeto.distributed): the same table under the call budget.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="trained policy (run directory or shipped name); adds 'placeto' and 'placeto-search' columns")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     p.add_argument("--plot", action="store_true")
+    from placeto.distributed import add_worker_arguments
+
+    add_worker_arguments(p, "graphs (one Ray task per graph)")
     return p.parse_args(argv)
 
 
@@ -43,12 +49,20 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from placeto.compare import compare, markdown_table, plot_compare, write_csv
+    from placeto.distributed import spec_from_args
+    from simulator.errors import InputError
     from simulator.io import atomic_write_bytes, load_graph
 
+    try:
+        workers = spec_from_args(args)
+    except InputError as e:
+        print(f"compare_benchmarks: error: {e}", file=sys.stderr)
+        return 2
     graphs = [load_graph(f) for f in files]
     methods = list(METHODS) + (["placeto", "placeto-search"] if args.checkpoint else [])
     devices = [int(x) for x in args.devices.split(",")]
-    rows = compare(graphs, devices, methods, args.preset, args.seed, args.budget, checkpoint=args.checkpoint)
+    rows = compare(graphs, devices, methods, args.preset, args.seed, args.budget, checkpoint=args.checkpoint,
+                   workers=workers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     command = shlex.join(["python", "experiments/compare_benchmarks.py", *(argv if argv is not None else

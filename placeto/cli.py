@@ -13,6 +13,7 @@ import sys
 from typing import Callable, Sequence
 
 from placeto.arguments import COUNT, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS, OneLineParser
+from placeto.distributed import WorkerError, add_worker_arguments
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.io import check_output_path
@@ -171,16 +172,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
 # ---- training / placing --------------------------------------------------------------------------------------
 def cmd_train(args: argparse.Namespace) -> int:
     from placeto.config import PRESETS, parse_overrides
+    from placeto.distributed import spec_from_args
     from placeto.train import train
 
+    workers = spec_from_args(args)  # None without --workers
     if getattr(args, "method", "placeto") == "gdp":
         from placeto.methods.gdp.cli import train_from_args
 
-        return train_from_args(args, *_train_inputs(args))
+        return train_from_args(args, *_train_inputs(args), workers=workers)
     if getattr(args, "method", "placeto") in ("rnn", "hierarchical"):
         from placeto.methods.pergraph_cli import train_from_args as train_per_graph
 
-        return train_per_graph(args.method, args, *_train_inputs(args))
+        return train_per_graph(args.method, args, *_train_inputs(args), workers=workers)
     try:
         changes = parse_overrides(args.set)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
@@ -198,7 +201,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.init_from:
         init_config, init = load_policy_params(args.init_from)
         check_init_model(init_config, config, args.init_from)
-    summary = train(config, graphs, clusters, args.out, resume=not args.fresh, init_params=init)
+    summary = train(config, graphs, clusters, args.out, resume=not args.fresh, init_params=init, workers=workers)
     print(f"{args.out}: {summary.episodes} episodes ({summary.episodes - summary.start_episode} now, "
           f"{summary.wall_seconds:.0f} s, {summary.episodes_per_second:.2f} episodes/s, "
           f"{summary.sim_calls_per_second:.0f} simulator calls/s)")
@@ -453,6 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--minutes", type=MINUTES, help="stop (with a checkpoint) after this many minutes")
     tr.add_argument("--seed", type=SEED)
     tr.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out")
+    add_worker_arguments(tr)
     tr.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
                     help="override the method's config fields (PlacetoConfig; GdpConfig, RnnConfig, HierarchicalConfig "
                          "with --method gdp, rnn, hierarchical), e.g. "
@@ -518,6 +522,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except InputError as e:
         print(f"placeto: error: {e}", file=sys.stderr)
         return 2
+    except WorkerError as e:  # Ray workers timed out or kept dying: the run stopped, its checkpoint kept
+        print(f"placeto: error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `placeto graph info G | head`: the reader is gone; say nothing more
         _silence_stdout()
         return 141

@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
+from placeto.distributed import WorkerSpec
 from placeto.objective import metered
 from placeto.policies import DEFAULT_GDP, resolve_checkpoint
 from placeto.families import SPLITS, load_family
@@ -81,9 +82,13 @@ def resolve_methods(methods: str | Sequence[str], with_policy: bool) -> list[str
 def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str | Sequence[str] = "all",
             cluster_name: str = "placeto-k80", seed: int = 0, budget: float | None = DEFAULT_BUDGET,
             seconds: float | None = None, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
-            progress: bool = True, save_placements: str | Path | None = None) -> list[Row]:
+            progress: bool = True, save_placements: str | Path | None = None,
+            workers: WorkerSpec | None = None) -> list[Row]:
     """Run `methods` on every graph for every device count of preset `cluster_name`; one Row per triple.
     With `save_placements`, every placement made is written there (`placement_files`), atomically, as it is made.
+    With `workers` (a placeto.distributed.WorkerSpec) each graph's rows are one Ray task, graphs run
+    concurrently and rows come back in the serial order (with a call budget, the serial rows, times aside);
+    placements are then written by this process as each graph finishes.
 
     Budget of every method that searches or samples, per graph: `budget` simulator calls (None: unlimited)
     and/or `seconds` of wall time, inference and fine-tuning included, jit compilation excluded (reported in
@@ -92,22 +97,55 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
     """
     names = resolve_methods(methods, checkpoint is not None)
     policy = dict(checkpoint=checkpoint, finetune_episodes=finetune_episodes)
-    warm_up([n for n in names if n not in LEARNED and n not in PER_GRAPH], cluster_name)
     device_counts = list(device_counts)
     files = placement_files(graphs, save_placements) if save_placements is not None else None
-    rows: list[Row] = []
+    runs = [(graph, device_counts, names, cluster_name, seed, budget, seconds, policy) for graph in graphs]
     with tqdm(total=len(graphs) * len(device_counts) * len(names), disable=not progress, unit="run") as bar:
-        for graph in graphs:
-            for n_dev in device_counts:
-                cluster = cluster_preset(cluster_name, n_dev)
-                raw = []
-                for name in names:
-                    bar.set_postfix_str(f"{graph.name} {n_dev}d {name}", refresh=False)
-                    save = files[id(graph)](cluster, name) if files else None
-                    raw.append(_run_one(name, graph, cluster, seed, budget, seconds, policy, save))
-                    bar.update()
-                rows += _with_ratios(raw)
-    return rows
+        if workers is not None:
+            from placeto.distributed import map_ordered
+
+            def done(k: int, result: tuple[list[Row], list]) -> None:
+                for n_dev, name, placement in result[1] if files else []:
+                    files[id(graphs[k])](cluster_preset(cluster_name, n_dev), name)(placement)
+                bar.update(len(result[0]))
+
+            return [row for rows, _ in map_ordered(workers, graph_rows_task, runs, done) for row in rows]
+        warm_up([n for n in names if n not in LEARNED and n not in PER_GRAPH], cluster_name)
+        return [row for run in runs for row in _graph_rows(*run, files=files, bar=bar)[0]]
+
+
+def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str, seed: int,
+                budget: float | None, seconds: float | None, policy: dict, files: dict | None = None,
+                bar=None) -> tuple[list[Row], list[tuple[int, str, np.ndarray]]]:
+    """(rows of `graph`, every device count x method, ratios set; the placements made as (devices, method,
+    placement)). Placements are written through `files` (`placement_files`) as they are made."""
+    rows, made = [], []
+    for n_dev in device_counts:
+        cluster = cluster_preset(cluster_name, n_dev)
+        raw = []
+        for name in names:
+            if bar is not None:
+                bar.set_postfix_str(f"{graph.name} {n_dev}d {name}", refresh=False)
+            write = files[id(graph)](cluster, name) if files else None
+
+            def save(placement, n_dev=n_dev, name=name, write=write):
+                made.append((n_dev, name, placement))
+                if write is not None:
+                    write(placement)
+
+            raw.append(_run_one(name, graph, cluster, seed, budget, seconds, policy, save))
+            if bar is not None:
+                bar.update()
+        rows += _with_ratios(raw)
+    return rows, made
+
+
+def graph_rows_task(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str, seed: int,
+                    budget: float | None, seconds: float | None, policy: dict):
+    """`_graph_rows` in a Ray task (placeto.distributed.map_ordered): the process's compilations warmed up first,
+    placements returned rather than written."""
+    warm_up([n for n in names if n not in LEARNED and n not in PER_GRAPH], cluster_name)
+    return _graph_rows(graph, device_counts, names, cluster_name, seed, budget, seconds, policy)
 
 
 def warm_up(names: Sequence[str], cluster_name: str = "placeto-k80") -> None:
@@ -368,6 +406,9 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
                         "<graph>.<D>dev.<method>.json (for `placeto simulate` / `eval --hardware`)")
     p.add_argument("--plot", action="store_true", help="draw a bar chart per graph into --out")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    from placeto.distributed import add_worker_arguments
+
+    add_worker_arguments(p, "graphs (one Ray task per graph)")
 
 
 def run_compare(args: argparse.Namespace) -> int:
@@ -384,6 +425,9 @@ def run_compare(args: argparse.Namespace) -> int:
     if args.finetune_episodes < 0:
         raise InputError(f"--finetune-episodes must be >= 0, got {args.finetune_episodes}")
     budget = args.budget if args.budget is not None or args.seconds is not None else DEFAULT_BUDGET
+    from placeto.distributed import spec_from_args
+
+    workers = spec_from_args(args)
     if args.save_placements is not None:
         from simulator.io import check_output_path
 
@@ -392,7 +436,7 @@ def run_compare(args: argparse.Namespace) -> int:
               load_family(args.family, None if args.split == "all" else args.split))
     rows = compare(graphs, args.devices, args.methods, args.preset, args.seed, budget, args.seconds,
                    args.checkpoint, args.finetune_episodes, progress=not args.quiet,
-                   save_placements=args.save_placements)
+                   save_placements=args.save_placements, workers=workers)
     table = markdown_table(rows)
     print(table, end="")
     if args.out:

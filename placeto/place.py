@@ -8,7 +8,7 @@ returned, not only the last one; the simulator-call count is what that cost.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import jax
 import numpy as np
@@ -45,10 +45,13 @@ class Rollout(NamedTuple):
 # ---- rollouts ------------------------------------------------------------------------------------------
 def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array,
                     batch: int, seed: int, greedy: bool = False, record: bool = True,
-                    placement: np.ndarray | None = None, counterfactual: bool = False) -> Rollout:
+                    placement: np.ndarray | None = None, counterfactual: bool = False,
+                    act: Callable[[E.Observation], Any] | None = None) -> Rollout:
     """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph.
 
     counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step).
+    act: observation -> actions int32[B], instead of `policy.act(params, arrays, obs, key, greedy)` (the
+    per-episode sampling of `placeto.episodes`).
     """
     state, obs = E.reset(ctx, seed, batch, placement)
     t_max, n_pad = ctx.n_steps, ctx.n_pad
@@ -66,8 +69,8 @@ def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArra
         if counterfactual:
             all_rewards[t] = E.action_rewards(state)
             extra_calls += all_rewards[t].size
-        act, _ = policy.act(params, arrays, obs, key, greedy)
-        actions[t] = np.asarray(act)
+        chosen = policy.act(params, arrays, obs, key, greedy)[0] if act is None else act(obs)
+        actions[t] = np.asarray(chosen)
         state, rewards[t], done = E.step(state, actions[t])
         obs = E.observe(state)
     return Rollout(rec_place, rec_start, ctx.visit_seq.copy(), actions, rewards, all_rewards, initial,

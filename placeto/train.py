@@ -14,6 +14,10 @@ A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorB
 (best placement seen per training graph). Rerunning `train` on the same directory resumes. While a `train` runs, it
 holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is written after the first update, every
 `checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping the last checkpoint.
+
+With `workers` (placeto.distributed.WorkerSpec) the rollouts run in Ray actors, episode by episode
+(placeto.episodes): equal seeds give equal checkpoints for every number of workers, but not the checkpoint of a
+run without workers, whose batches are sampled from one key (as the shipped policies were).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from flax import serialization
 from placeto import env as E
 from placeto.checkpoint_io import RunLock, check_devices, check_finite, check_same_model, read_blob, restore
 from placeto.config import PlacetoConfig
+from placeto.distributed import WorkerSpec
 from placeto.features import GraphArrays, bucket
 from placeto.place import CHECKPOINT, Rollout, collect_rollout
 from placeto.policy import TRACES, Policy, log_probs, make_policy
@@ -321,13 +326,15 @@ def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], s
 
 
 def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster],
-          out_dir: str | Path, resume: bool = True, init_params: Any = None) -> TrainSummary:
+          out_dir: str | Path, resume: bool = True, init_params: Any = None,
+          workers: WorkerSpec | None = None) -> TrainSummary:
     """Train one policy on `graphs` on `cluster` (or on every cluster of a list: mixed device counts), one
     (graph, cluster) task per update in turn; write the run to out_dir.
 
     With resume and a checkpoint in out_dir, continues from it (same model config expected) up to
     config.episodes; stops early (with a checkpoint) after config.time_limit_minutes. A fresh run starts from
-    `init_params` when given (fine-tuning a trained policy: same model config; a new optimizer). See the module
+    `init_params` when given (fine-tuning a trained policy: same model config; a new optimizer). With `workers`
+    (a placeto.distributed.WorkerSpec), rollouts run on Ray (see the module docstring). See the module
     docstring for what out_dir holds.
     """
     if not graphs:
@@ -336,11 +343,11 @@ def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Seq
     check_output_path(out, directory=True)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):  # one writer per run directory: a second `train` on it is an InputError naming our pid
-        return _train_locked(config, graphs, cluster, out, resume, init_params)
+        return _train_locked(config, graphs, cluster, out, resume, init_params, workers)
 
 
 def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster],
-                  out: Path, resume: bool, init_params: Any) -> TrainSummary:
+                  out: Path, resume: bool, init_params: Any, workers: WorkerSpec | None = None) -> TrainSummary:
     """`train` once it holds the run directory's lock. Nothing is written before the configuration is known to
     fit the checkpoint it resumes from."""
     for c in [cluster] if isinstance(cluster, Cluster) else cluster:
@@ -366,11 +373,14 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
     apply = _make_apply(float(config.grad_clip))
     log = _Logger(out, config, start_episode, st.update)
     last_ckpt, start_update, saved_update = time.time(), st.update, (st.update if restored else None)
+    pool = None
     try:
+        pool = _open_pool(workers, config, tasks)
         deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
         while st.episode < config.episodes and time.time() < deadline:
             i = st.update % len(tasks)
-            metrics = _update(config, policy, grad_fn, apply, st, contexts[i], arrays[i], keys[i])
+            collect = None if pool is None else _pool_collect(pool, i, config.episodes_per_update)
+            metrics = _update(config, policy, grad_fn, apply, st, contexts[i], arrays[i], keys[i], collect)
             check_finite(st.params, metrics["loss"], out, st.update, saved_update)
             _save_best(out, keys[i], st, metrics.pop("_best"), tasks[i].cluster)
             elapsed = time.time() - t0
@@ -387,6 +397,8 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
         save_checkpoint(out, st)
     finally:
         log.close()
+        if pool is not None:
+            pool.close()
     elapsed = time.time() - t0
     files = {k: str(out / "best" / f"{k}.json") for k in keys if (out / "best" / f"{k}.json").exists()}
     return TrainSummary(st.episode, st.update, start_episode, st.sim_calls - start_calls, elapsed,
@@ -432,14 +444,35 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     return adv, action_adv
 
 
+def _open_pool(workers: WorkerSpec | None, config: PlacetoConfig, tasks: Sequence[Task]):
+    """A placeto.distributed.RayPool of Placeto workers for `tasks`, or None without `workers`."""
+    if workers is None:
+        return None
+    from placeto.distributed import RayPool
+
+    return RayPool(workers, "placeto", (config, [(t.graph, t.cluster) for t in tasks]))
+
+
+def _pool_collect(pool, task: int, batch: int):
+    """collect(params, key, seed) -> Rollout of `batch` episodes of task index `task`, split across the pool."""
+    from placeto.episodes import concat_rollouts
+    from placeto.rollout_workers import key_data
+
+    return lambda params, key, seed: concat_rollouts(pool.run(params, (task, key_data(key), seed), batch))
+
+
 def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainState, ctx: E.EnvContext,
-            arrays: GraphArrays, key_name: str) -> dict[str, Any]:
-    """One REINFORCE update on one graph; mutates st and returns the metrics row."""
+            arrays: GraphArrays, key_name: str, collect=None) -> dict[str, Any]:
+    """One REINFORCE update on one graph; mutates st and returns the metrics row. collect(params, key, seed)
+    -> Rollout replaces `collect_rollout` (the episodes split across workers: `_pool_collect`)."""
     st.key, k_roll, k_seed = jax.random.split(st.key, 3)
     seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
     t_roll = time.time()
-    ro = collect_rollout(policy, st.params, ctx, arrays, k_roll, config.episodes_per_update, seed,
-                         counterfactual=config.counterfactual)
+    if collect is None:
+        ro = collect_rollout(policy, st.params, ctx, arrays, k_roll, config.episodes_per_update, seed,
+                             counterfactual=config.counterfactual)
+    else:
+        ro = collect(st.params, k_roll, seed)
     t_grad = time.time()
     adv, action_adv = advantages(config, ro, st, key_name)
     ent = entropy_coef(config, st.episode)

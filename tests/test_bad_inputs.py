@@ -331,6 +331,15 @@ CASES: list[tuple[str, str, str | None]] = [
     ("place-baseline-checkpoint", f"{PLACE} --method etf --checkpoint run_ok --out new.json", None),
     ("place-baseline-expert", f"{PLACE} --method expert --out new.json", None),
     ("place-baseline-seconds", f"{PLACE} --method sa --seconds 0 --out new.json", None),
+    # rollouts on Ray workers (issue 16): counts, an address without workers, a malformed or unreachable address
+    *[(f"workers-{i}", cmd, None) for i, cmd in enumerate([
+        f"{TRAIN} --out newrun --workers 0", f"{TRAIN} --out newrun --workers -1",
+        f"{TRAIN} --out newrun --workers 2 --worker-timeout 0",
+        f"{TRAIN} --out newrun --ray-address 127.0.0.1:6379", f"{TRAIN} --out newrun --workers 1 --ray-address nope",
+        f"{TRAIN} --out newrun --workers 1 --ray-address 127.0.0.1:1",
+        f"{TRAIN} --method gdp --out newrun --workers 2 --ray-address 127.0.0.1:1",
+        "compare g.json --methods single --devices 2 --workers 0",
+        "compare g.json --methods single --devices 2 --ray-address 127.0.0.1:1"])],
 ]
 
 

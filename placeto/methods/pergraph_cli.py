@@ -26,8 +26,9 @@ def config_from_args(method: str, args: argparse.Namespace, devices: int) -> Per
         raise InputError(str(e)) from None
 
 
-def train_from_args(method: str, args: argparse.Namespace, graphs, clusters) -> int:
-    """Train (or resume) an rnn / hierarchical run as the train command's arguments say; prints a summary."""
+def train_from_args(method: str, args: argparse.Namespace, graphs, clusters, workers=None) -> int:
+    """Train (or resume) an rnn / hierarchical run as the train command's arguments say; prints a summary.
+    `workers`: a placeto.distributed.WorkerSpec (--workers)."""
     from placeto.methods.rundir import train
 
     if args.family or len(graphs) != 1 or len(clusters) != 1:
@@ -37,7 +38,7 @@ def train_from_args(method: str, args: argparse.Namespace, graphs, clusters) -> 
         raise InputError(f"--init-from: {method} policies are trained from scratch on their graph")
     graph, cluster = graphs[0], clusters[0]
     config = config_from_args(method, args, cluster.n_devices)
-    s = train(config, graph, cluster, args.out, resume=not args.fresh, progress=True)
+    s = train(config, graph, cluster, args.out, resume=not args.fresh, progress=True, workers=workers)
     print(f"{args.out}: {method}, {s.updates} updates, {s.samples} placements ({s.updates - s.start_update} updates "
           f"now, {s.wall_seconds:.0f} s, {s.sim_calls_per_second:.0f} simulator calls/s)")
     print(f"  best {s.task}: {s.best_objective / 1e3:.3f} ms -> {s.best_file}")

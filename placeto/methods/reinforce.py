@@ -109,16 +109,54 @@ def update(net, optimizer, params, opt_state, inputs, actions, adv: jax.Array, e
     return optax.apply_updates(params, updates), opt_state, loss, ent
 
 
+class Drawn(NamedTuple):
+    """K placements sampled and scored: what a REINFORCE step learns from."""
+
+    sampled: Sampled  # the method's actions and the op placements int32[K, Np] (host arrays)
+    scores: Scores  # their objective, runtime and over-capacity, each float64[K]
+
+
+def draw(net, config, params, inputs, graph: Graph, cluster: Cluster, key: jax.Array) -> Drawn:
+    """config.samples_per_update placements from one key (`sample`), scored (metered)."""
+    sampled = jax.device_get(sample(net, params, inputs, key, config.samples_per_update))
+    return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster,
+                                            config.memory_penalty_per_gb))
+
+
+def draw_range(net, config, params, inputs, graph: Graph, cluster: Cluster, key: jax.Array, lo: int,
+               hi: int) -> Drawn:
+    """Samples [lo, hi) of a batch drawn one key per sample: sample i is the policy's one placement from
+    fold_in(key, i), computed alone (`jax.lax.map`), so the batch is the same however [0, K) is split into ranges
+    (placeto.distributed); not `draw`'s batch for the same key. Scored (metered)."""
+    keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(lo, hi, dtype=jnp.uint32))
+    sampled = jax.device_get(_sample_each(net, params, inputs, keys))
+    return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster,
+                                            config.memory_penalty_per_gb))
+
+
+@functools.partial(jax.jit, static_argnames=("net",))
+def _sample_each(net, params, inputs, keys: jax.Array) -> Sampled:
+    """One placement per key: Sampled with leaves [K, ...]."""
+    one = lambda key: net.apply(params, inputs, key, 1, False, method="sample")  # noqa: E731  leaves [1, ...]
+    return jax.tree.map(lambda x: x[:, 0], jax.lax.map(one, keys))
+
+
+def concat_drawn(parts) -> Drawn:
+    """The samples of `parts` (ranges of one batch, in order) as one Drawn."""
+    join = lambda *xs: np.concatenate(xs)  # noqa: E731
+    return Drawn(jax.tree.map(join, *[p.sampled for p in parts]), Scores(*map(join, *[p.scores for p in parts])))
+
+
 def reinforce_step(net, config, params, opt_state, baseline: Baseline, inputs, graph: Graph, cluster: Cluster,
-                   key: jax.Array) -> StepResult:
-    """Sample config.samples_per_update placements, score them, update; see the module docstring."""
+                   key: jax.Array, drawn: Drawn | None = None) -> StepResult:
+    """Sample config.samples_per_update placements (or take `drawn`: `draw_range`'s), score them, update; see the
+    module docstring."""
     optimizer = make_optimizer(float(config.grad_clip), float(config.lr))
-    drawn = sample(net, params, inputs, key, config.samples_per_update)
-    placements = np.asarray(drawn.placement)[:, :graph.n_nodes]
-    scores = score_batch_parts(graph, placements, cluster, config.memory_penalty_per_gb)
+    drawn = drawn if drawn is not None else draw(net, config, params, inputs, graph, cluster, key)
+    placements, scores = np.asarray(drawn.sampled.placement)[:, :graph.n_nodes], drawn.scores
     reward = rewards(scores, objective_scale(graph, cluster), config.oom_penalty)
     adv, baseline = baseline_step(baseline, reward, config.baseline_decay)
-    params, opt_state, loss, ent = update(net, optimizer, params, opt_state, inputs, drawn.actions,
+    params, opt_state, loss, ent = update(net, optimizer, params, opt_state, inputs, drawn.sampled.actions,
                                           jnp.asarray(adv), jnp.float32(config.entropy))
     b = int(np.argmin(scores.objective))
     return StepResult(params, opt_state, baseline, float(loss), float(ent), float(reward.mean()),

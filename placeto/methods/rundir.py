@@ -2,7 +2,9 @@
 
 One update = one REINFORCE step (placeto.methods.reinforce) on the run's (graph, cluster), with the key
 fold_in(key(seed), update): a run resumed from its checkpoint continues exactly as an uninterrupted run would,
-so equal seeds give byte-equal checkpoints, killed or not.
+so equal seeds give byte-equal checkpoints, killed or not. With `workers` (placeto.distributed.WorkerSpec) the
+placements are sampled and simulated in Ray actors, one key per sample (reinforce.draw_range): equal seeds give
+equal checkpoints for every number of workers (not those of a run without).
 
 Run directory (as Placeto's and GDP's):
 
@@ -18,6 +20,7 @@ Run directory (as Placeto's and GDP's):
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -31,9 +34,10 @@ import numpy as np
 from flax import serialization
 
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
+from placeto.distributed import WorkerSpec
 from placeto.methods.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig, get_spec
-from placeto.methods.reinforce import Baseline, init_params, make_optimizer, reinforce_step
-from placeto.objective import metered
+from placeto.methods.reinforce import Baseline, Drawn, concat_drawn, init_params, make_optimizer, reinforce_step
+from placeto.objective import metered, record
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -160,10 +164,11 @@ class MetricsLog:
 
 
 def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike, resume: bool = True,
-          progress: bool = False) -> TrainSummary:
+          progress: bool = False, workers: WorkerSpec | None = None) -> TrainSummary:
     """Train (or resume) `config.METHOD`'s policy for `graph` on `cluster` into run directory `out`; see the
     module docstring. InputError if config.devices is not the cluster's device count, or if `out` holds a run of
-    another method, model or task (unless resume is False)."""
+    another method, model or task (unless resume is False). workers: sample and simulate on Ray (see the module
+    docstring)."""
     if config.devices != cluster.n_devices:
         raise InputError(f"{config.METHOD}: config devices={config.devices} but the cluster has "
                          f"{cluster.n_devices} devices (a per-graph policy is trained for one device count)")
@@ -171,11 +176,31 @@ def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike,
     check_output_path(out, directory=True)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
-        return _train_locked(get_spec(config.METHOD), config, graph, cluster, out, resume, progress)
+        return _train_locked(get_spec(config.METHOD), config, graph, cluster, out, resume, progress, workers)
+
+
+def _pool(workers: WorkerSpec | None, config: PerGraphConfig, graph: Graph, cluster: Cluster):
+    """A placeto.distributed.RayPool of workers for the run's (graph, cluster) (a context manager), or a null
+    context."""
+    if workers is None:
+        return contextlib.nullcontext()
+    from placeto.distributed import RayPool
+
+    return RayPool(workers, "pergraph", (config, [(graph, cluster)]))
+
+
+def _draw_on(pool, config: PerGraphConfig, params, key: jax.Array) -> Drawn:
+    """The update's samples drawn across the pool's workers (reinforce.draw_range), counted by this process's
+    meter."""
+    from placeto.rollout_workers import key_data
+
+    drawn = concat_drawn(pool.run(params, (key_data(key),), config.samples_per_update))
+    record(drawn.scores.objective)
+    return drawn
 
 
 def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluster: Cluster, out: Path,
-                  resume: bool, progress: bool) -> TrainSummary:
+                  resume: bool, progress: bool, workers: WorkerSpec | None = None) -> TrainSummary:
     t0 = time.perf_counter()
     task, key = _task(graph, cluster), task_key(graph, cluster)
     if resume:
@@ -194,10 +219,12 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
     deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
     root = jax.random.key(config.seed)
     try:
-        with metered() as m:
+        with metered() as m, _pool(workers, config, graph, cluster) as pool:
             while st.update < config.updates and time.perf_counter() < deadline:
+                k_update = jax.random.fold_in(root, st.update)
+                drawn = None if pool is None else _draw_on(pool, config, st.params, k_update)
                 r = reinforce_step(net, config, st.params, st.opt_state, st.baseline, inputs, graph, cluster,
-                                   jax.random.fold_in(root, st.update))
+                                   k_update, drawn)
                 check_finite(r.params, r.loss, out, st.update, saved)
                 if r.best_objective < st.best:
                     save_placement(best_file(out, key), r.best_placement, cluster.device_names)

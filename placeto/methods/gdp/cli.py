@@ -21,9 +21,10 @@ def config_from_args(args: argparse.Namespace):
         raise InputError(str(e)) from None
 
 
-def train_from_args(args: argparse.Namespace, graphs, clusters) -> int:
+def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) -> int:
     """Train (or resume) a gdp run on `graphs` x `clusters` as the train command's arguments say; prints a
-    summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy)."""
+    summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy); `workers`: a
+    placeto.distributed.WorkerSpec (--workers)."""
     from placeto.checkpoint_io import check_init_model
     from placeto.methods.gdp.place import load_run
     from placeto.methods.gdp.train import train
@@ -33,7 +34,7 @@ def train_from_args(args: argparse.Namespace, graphs, clusters) -> int:
     if args.init_from:
         init_config, init = load_run(args.init_from)
         check_init_model(init_config, config, args.init_from)
-    s = train(config, graphs, clusters, args.out, resume=not args.fresh, init=init)
+    s = train(config, graphs, clusters, args.out, resume=not args.fresh, init=init, workers=workers)
     print(f"{args.out}: gdp, {s.updates} updates, {s.samples} placements ({s.updates - s.start_update} updates "
           f"now, {s.wall_seconds:.0f} s, {s.sim_calls_per_second:.0f} simulator calls/s)")
     for key, objective in sorted(s.best_objective.items()):

@@ -125,15 +125,66 @@ def advantages(objective: np.ndarray, scale: float) -> np.ndarray:
     return (a / (a.std() + 1e-8)).astype(np.float32)
 
 
-def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task: Task, key: jax.Array) -> StepResult:
-    """Sample config.samples_per_update placements of `task`, score them, update; see the module docstring."""
-    acts, old_logp = sample_batch(net, params, task.inputs, key, config.samples_per_update)
-    n = task.graph.n_nodes
-    placements = np.asarray(acts)[:, :n]
-    obj = score_batch(task.graph, placements, task.cluster, config.memory_penalty_per_gb)
+class Drawn(NamedTuple):
+    """B placements sampled from the policy and scored: what a PPO step learns from."""
+
+    acts: np.ndarray  # int32[B, Np] device of every (padded) node
+    logp: np.ndarray  # float32[B, Np] log-probability of each node's device under the sampling parameters
+    objective: np.ndarray  # float64[B] memory-penalised runtime, microseconds
+
+
+def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> Drawn:
+    """config.samples_per_update placements of `task` from one key (`sample_batch`), scored (metered)."""
+    acts, logp = sample_batch(net, params, task.inputs, key, config.samples_per_update)
+    acts = np.asarray(acts)
+    obj = score_batch(task.graph, acts[:, :task.graph.n_nodes], task.cluster, config.memory_penalty_per_gb)
+    return Drawn(acts, np.asarray(logp), obj)
+
+
+def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array, lo: int, hi: int) -> Drawn:
+    """Samples [lo, hi) of a batch drawn one key per sample: sample i is categorical(fold_in(key, i)) of the one
+    forward pass, so the batch is the same however [0, B) is split into ranges (placeto.distributed); not
+    `draw`'s batch for the same key. Scored (metered)."""
+    logp_all = _forward(net, params, task.inputs)  # the same compiled program whatever the range
+    acts, logp = _sample_rows(logp_all, jax.vmap(lambda i: jax.random.fold_in(key, i))(
+        jnp.arange(lo, hi, dtype=jnp.uint32)))
+    acts = np.asarray(acts)
+    obj = score_batch(task.graph, acts[:, :task.graph.n_nodes], task.cluster, config.memory_penalty_per_gb)
+    return Drawn(acts, np.asarray(logp), obj)
+
+
+@functools.partial(jax.jit, static_argnames=("net",))
+def _forward(net: GdpNet, params, x: GdpInputs) -> jax.Array:
+    """float32[Np, Dm] per-node log-probabilities."""
+    return log_policy(net, params, x)
+
+
+@jax.jit
+def _sample_rows(logp_all: jax.Array, keys: jax.Array):
+    """(acts int32[K, Np], their log-probabilities float32[K, Np]): row k from keys[k] alone (`jax.lax.map`)."""
+    rows = jnp.arange(logp_all.shape[0])
+
+    def one(key):
+        acts = jax.random.categorical(key, logp_all, axis=-1).astype(jnp.int32)
+        return acts, logp_all[rows, acts]
+
+    return jax.lax.map(one, keys)
+
+
+def concat_drawn(parts) -> Drawn:
+    """The samples of `parts` (ranges of one batch, in order) as one Drawn."""
+    return Drawn(*(np.concatenate(field) for field in zip(*parts)))
+
+
+def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task: Task, key: jax.Array,
+             drawn: Drawn | None = None) -> StepResult:
+    """Sample config.samples_per_update placements of `task` (or take `drawn`: `draw_range`'s), score them,
+    update; see the module docstring."""
+    drawn = drawn if drawn is not None else draw(net, config, params, task, key)
+    obj, placements = drawn.objective, drawn.acts[:, :task.graph.n_nodes]
     adv = advantages(obj, task.scale)
-    params, opt_state, loss, ent = ppo_update(net, PpoSettings.of(config), optimizer, params, opt_state, task.inputs, acts,
-                                              old_logp, jnp.asarray(adv))
+    params, opt_state, loss, ent = ppo_update(net, PpoSettings.of(config), optimizer, params, opt_state, task.inputs,
+                                              jnp.asarray(drawn.acts), jnp.asarray(drawn.logp), jnp.asarray(adv))
     b = int(np.argmin(obj))
     return StepResult(params, opt_state, float(loss), float(ent), float(obj.mean()), float(obj[b]),
                       placements[b].copy())

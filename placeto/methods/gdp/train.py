@@ -2,7 +2,9 @@
 
 One update = one PPO step (placeto.methods.gdp.ppo) on task `update % T` (tasks in a fixed order). Its
 sampling key is fold_in(key(seed), update), so a run resumed from a checkpoint continues exactly as an
-uninterrupted run would: equal seeds give equal checkpoints, killed or not.
+uninterrupted run would: equal seeds give equal checkpoints, killed or not. With `workers`
+(placeto.distributed.WorkerSpec) the placements are sampled and simulated in Ray actors, one key per sample
+(ppo.draw_range): equal seeds give equal checkpoints for every number of workers (not those of a run without).
 
 Run directory (like Placeto's): config.json (GdpConfig with "method": "gdp"), checkpoint.msgpack (params,
 optimizer state, counters, best objective per task; written atomically), metrics.csv (one row per update;
@@ -12,6 +14,7 @@ holds the directory's .lock (placeto.checkpoint_io.RunLock) while it writes it.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -25,10 +28,11 @@ import numpy as np
 from flax import serialization
 
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
+from placeto.distributed import WorkerSpec
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
-from placeto.methods.gdp.ppo import Task, init_params, make_optimizer, make_task, ppo_step
-from placeto.objective import metered
+from placeto.methods.gdp.ppo import Drawn, Task, concat_drawn, init_params, make_optimizer, make_task, ppo_step
+from placeto.objective import metered, record
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -119,20 +123,40 @@ def _metrics_writer(out: Path, keep_until: int):
 
 
 def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], out: str | Path,
-          resume: bool = True, init: Any = None, log=None) -> TrainSummary:
+          resume: bool = True, init: Any = None, log=None, workers: WorkerSpec | None = None) -> TrainSummary:
     """Train (or resume) a gdp policy into run directory `out`; see the module docstring.
 
     Args:
       init: parameters to start from instead of a fresh initialisation (fine-tuning a family policy).
       log: optional callable(str) for one progress line per checkpoint.
+      workers: a placeto.distributed.WorkerSpec: sample and simulate on Ray (see the module docstring).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
-        return _train_locked(config, make_tasks(graphs, clusters, config), out, resume, init, log)
+        return _train_locked(config, make_tasks(graphs, clusters, config), out, resume, init, log, workers)
 
 
-def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool, init: Any, log) -> TrainSummary:
+def _pool(workers: WorkerSpec | None, config: GdpConfig, tasks: list[Task]):
+    """A placeto.distributed.RayPool of gdp workers for `tasks` (a context manager), or a null context."""
+    if workers is None:
+        return contextlib.nullcontext()
+    from placeto.distributed import RayPool
+
+    return RayPool(workers, "gdp", (config, [(t.graph, t.cluster) for t in tasks]))
+
+
+def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
+    """The update's samples drawn across the pool's workers (ppo.draw_range), counted by this process's meter."""
+    from placeto.rollout_workers import key_data
+
+    drawn = concat_drawn(pool.run(params, (task, key_data(key)), config.samples_per_update))
+    record(drawn.objective)
+    return drawn
+
+
+def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool, init: Any, log,
+                  workers: WorkerSpec | None = None) -> TrainSummary:
     t0 = time.perf_counter()
     if resume:
         _check_config(out, config)
@@ -146,10 +170,11 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
     start_update, saved, last_save = st.update, None, -math.inf
     f, writer = _metrics_writer(out, st.update)
     root = jax.random.key(config.seed)
-    with f, metered() as m:
+    with f, metered() as m, _pool(workers, config, tasks) as pool:
         while st.update < config.updates and time.perf_counter() - t0 < 60 * config.time_limit_minutes:
-            task = tasks[st.update % len(tasks)]
-            r = ppo_step(net, config, optimizer, st.params, st.opt_state, task, jax.random.fold_in(root, st.update))
+            task, key = tasks[st.update % len(tasks)], jax.random.fold_in(root, st.update)
+            drawn = None if pool is None else _draw_on(pool, st.update % len(tasks), config, st.params, key)
+            r = ppo_step(net, config, optimizer, st.params, st.opt_state, task, key, drawn)
             check_finite(r.params, r.loss, out, st.update, saved)
             best = dict(st.best)
             if r.best_objective < best.get(task.key, math.inf):

@@ -1,0 +1,96 @@
+"""Placeto rollouts episode by episode: the sampling that any split of a batch across workers reproduces exactly.
+
+`collect_rollout` (placeto.place) samples a whole batch with one key per step and runs the policy on the B
+states at once; the numbers of row b then depend on B (XLA's matrix products round a row differently in
+batches of different sizes) and on where b sits in the batch. Here every episode e of an update is a function
+of (key, seed, e) alone:
+
+    initial placement   ctx.init_placement; "random" draws episode e's devices from default_rng([seed, e])
+    action at step t    categorical(fold_in(fold_in(key, e), t), log pi(state of e)); the policy evaluates
+                        one state at a time under `jax.lax.map`, the same compiled body for every episode
+                        whatever the number of episodes in the call (checked bitwise in tests)
+
+so `collect_episodes(..., lo, hi)` over any partition of [0, B) into ranges, concatenated in order by
+`concat_rollouts`, is bit for bit `collect_episodes(..., 0, B)`. Training with `--workers N`
+(placeto.distributed) uses this sampling for every N >= 1; a run without `--workers` keeps `collect_rollout`
+(the sampling the shipped policies were trained with), so its checkpoint differs from a `--workers` run's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from placeto import env as E
+from placeto.features import GraphArrays
+from placeto.place import Rollout, collect_rollout
+from placeto.policy import Policy, log_probs
+
+_ACTS: dict[int, Any] = {}
+
+
+def episode_act(policy: Policy):
+    """Jitted (params, arrays, obs, keys: key[B]) -> actions int32[B], one state at a time (memoised per policy).
+
+    Episode b's action is categorical(fold_in(keys[b], obs.t), log pi(state b)).
+    """
+    if id(policy) in _ACTS:
+        return _ACTS[id(policy)]
+    net = policy.net
+
+    @jax.jit
+    def act(params, arrays: GraphArrays, obs: E.Observation, keys: jax.Array) -> jax.Array:
+        node, t = jnp.asarray(obs.node, jnp.int32)[None], jnp.asarray(obs.t, jnp.int32)[None]
+
+        def one(row):
+            placement, start, key = row  # int32[Np], float32[Np], key
+            logp = log_probs(net, params, arrays, placement[None], start[None], node, t)[0]
+            return jax.random.categorical(jax.random.fold_in(key, obs.t), logp).astype(jnp.int32)
+
+        return jax.lax.map(one, (obs.placement, obs.start, keys))
+
+    _ACTS[id(policy)] = act
+    return act
+
+
+def episode_keys(key: jax.Array, lo: int, hi: int) -> jax.Array:
+    """key[hi - lo]: fold_in(key, e) for episodes e in [lo, hi)."""
+    return jax.vmap(lambda e: jax.random.fold_in(key, e))(jnp.arange(lo, hi, dtype=jnp.uint32))
+
+
+def initial_placements(ctx: E.EnvContext, seed: int, lo: int, hi: int) -> np.ndarray:
+    """int32[hi - lo, N] starting placement of episodes [lo, hi) (see the module docstring)."""
+    n, d = ctx.n_nodes, ctx.cluster.n_devices
+    if ctx.init_placement != "random":
+        return np.zeros((hi - lo, n), np.int32)
+    return np.stack([np.random.default_rng([seed, e]).integers(0, d, size=n, dtype=np.int32)
+                     for e in range(lo, hi)]).reshape(hi - lo, n)
+
+
+def collect_episodes(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array, seed: int,
+                     lo: int, hi: int, counterfactual: bool = False) -> Rollout:
+    """Episodes [lo, hi) of an update whose sampling key is `key` and seed `seed` (hi > lo), recorded."""
+    if not 0 <= lo < hi:
+        raise ValueError(f"collect_episodes: empty or negative range [{lo}, {hi})")
+    keys, act = episode_keys(key, lo, hi), episode_act(policy)
+    return collect_rollout(policy, params, ctx, arrays, key, hi - lo, seed,
+                           placement=initial_placements(ctx, seed, lo, hi), counterfactual=counterfactual,
+                           act=lambda obs: act(params, arrays, obs, keys))
+
+
+def concat_rollouts(parts: Sequence[Rollout]) -> Rollout:
+    """One Rollout of the episodes of `parts` (same graph, in order): [T, B] arrays joined on B, [B] on 0."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def join(name: str, axis: int):
+        values = [getattr(p, name) for p in parts]
+        return None if values[0] is None else np.concatenate(values, axis=axis)
+
+    return Rollout(join("placement", 1), join("start", 1), parts[0].nodes, join("actions", 1), join("rewards", 1),
+                   join("action_rewards", 1), join("initial_runtime", 0), join("final_runtime", 0),
+                   join("best_runtime", 0), join("best_placement", 0), join("final_placement", 0),
+                   sum(p.sim_calls for p in parts))
