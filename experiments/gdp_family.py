@@ -11,8 +11,7 @@ Part `large`: nmt_l8, rnnlm_l8 and nasnet at 8 devices, grouped (the dataset's g
 ungrouped (the traced op graphs, 2,000-26,000 ops): single, the human expert, local search (10,000 calls), then
 at local search's wall time: Placeto and placeto-search with the shipped general policy (coarsened to groups
 automatically on op graphs, `placeto.coarsen`), gdp-general fine-tuned (PPO on the graph, best placement seen) and
-gdp-search fine-tuned (a short PPO fine-tuning, then gdp-search with the tuned policy); and gdp-general zero-shot
-(one forward pass).
+gdp-search (gdp-general's prior steering the search); and gdp-general zero-shot (one forward pass).
 
 Part `curves`: gdp and Placeto trained from scratch on one graph for the same wall time; best runtime against
 simulator calls and against seconds (PNG).
@@ -128,9 +127,8 @@ def part_large(gdp: str, placeto: str, devices: int = 8) -> tuple[list[str], lis
             row["gdp compile s"] = compile_s
             run, _ = run_gdp(g, cluster, gdp, 0, None, seconds, finetune_episodes=10**9)
             row["gdp fine-tuned"], row["gdp fine-tuned s"] = runtime(g, run.placement, cluster), run.seconds
-            run, _ = run_gdp(g, cluster, gdp, 0, None, seconds, finetune_episodes=SEARCH_FINETUNE, search=True)
-            row["gdp-search fine-tuned"] = runtime(g, run.placement, cluster)
-            row["gdp-search fine-tuned s"] = run.seconds
+            run, _ = run_gdp(g, cluster, gdp, 0, None, seconds, search=True)
+            row["gdp-search"], row["gdp-search s"] = runtime(g, run.placement, cluster), run.seconds
             row["trace s"] = trace_s if variant == "ungrouped" else 0.0
             rows.append(row)
             print(f"{name} {variant} ({g.n_nodes} nodes): " + ", ".join(
@@ -139,9 +137,9 @@ def part_large(gdp: str, placeto: str, devices: int = 8) -> tuple[list[str], lis
              f"local-search: 10,000 simulator calls; its wall time (column `s`) is the budget of placeto and "
              f"placeto-search (shipped `{placeto}` policy; op graphs are coarsened to groups automatically, the "
              f"grouping's time included), of gdp fine-tuned (shipped `{gdp}` policy, PPO on the graph for the "
-             f"whole budget, best placement seen) and of gdp-search fine-tuned (the same policy, PPO on "
-             f"{SEARCH_FINETUNE:,} sampled placements, then the tuned policy's prior steers the search for the "
-             "rest of the budget). gdp zero-shot: one forward pass. Runtimes in ms.", "",
+             "whole budget, best placement seen) and of gdp-search (the same policy's one forward pass gives the "
+             "start and the prior of the search, for the rest of the budget). gdp zero-shot: one forward pass. "
+             "Runtimes in ms.", "",
              "| graph | variant | nodes | " + " | ".join(LARGE_METHODS) + " | s (local-search budget) | "
              "gdp zero-shot s |", "|---|---|---:|" + "---:|" * (len(LARGE_METHODS) + 2)]
     for r in rows:
@@ -154,8 +152,7 @@ def part_large(gdp: str, placeto: str, devices: int = 8) -> tuple[list[str], lis
 
 
 LARGE_METHODS = ["single", "expert", "local-search", "placeto", "placeto-search", "gdp zero-shot", "gdp fine-tuned",
-                 "gdp-search fine-tuned"]
-SEARCH_FINETUNE = 2048  # gdp-search fine-tuned: PPO on this many sampled placements (4 updates), then search
+                 "gdp-search"]
 
 
 def part_curves(graph_name: str, devices: int, minutes: float, runs: Path) -> tuple[list[str], list[dict]]:
