@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import math
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from placeto.compare import Row, compare  # noqa: E402
 from placeto.families import load_family  # noqa: E402
 from simulator.errors import InputError  # noqa: E402
-from simulator.io import atomic_write_bytes, load_graph  # noqa: E402
+from simulator.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
 
 METHODS = ["etf", "local-search", "sa", "placeto", "placeto-search", "gdp", "gdp-search"]
 CLASSICAL = ["etf", "local-search", "sa"]  # the learned searches are judged against the best of these
@@ -195,11 +194,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = merge(out / f"anytime_{name}.csv", rows)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_bytes(out / f"anytime_{name}.csv", buf.getvalue().encode())
+    atomic_write_csv(out / f"anytime_{name}.csv", rows, FIELDS)
     cmd = "PYTHONPATH=. python experiments/anytime.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = [f"# Anytime comparison: {name}", "", f"Command (last run): `{cmd}`", "",
             "Runtimes in ms (simulated, placeto-k80 preset). Every method gets the same wall seconds per graph "

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import math
 import os
 import shutil
 import sys
@@ -41,7 +40,7 @@ from placeto.objective import metered
 from placeto.policies import resolve_checkpoint
 from placeto.search import guided
 from simulator import cluster_preset, load_graph, simulate
-from simulator.io import atomic_write_bytes
+from simulator.io import atomic_write_bytes, atomic_write_csv
 
 RESULTS = Path(__file__).parent / "results"
 DATASETS = Path(__file__).resolve().parent.parent / "datasets"
@@ -246,13 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += r
     suffix = "" if set(parts) == {"nmt", "large", "curves"} else "_" + "_".join(parts)
     atomic_write_bytes(RESULTS / f"gdp_family{suffix}.md", ("\n".join(lines) + "\n").encode())
-    fields = list(dict.fromkeys(k for r in rows for k in r))
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()})
-    atomic_write_bytes(RESULTS / f"gdp_family{suffix}.csv", buf.getvalue().encode())
+    atomic_write_csv(RESULTS / f"gdp_family{suffix}.csv", rows)
     print("\n".join(lines))
     return 0
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import math
 import sys
 import time
@@ -36,7 +35,7 @@ from placeto.objective import metered, score_batch  # noqa: E402
 from placeto.search.sa import sa  # noqa: E402
 from simulator import cluster_preset  # noqa: E402
 from simulator.errors import InputError  # noqa: E402
-from simulator.io import atomic_write_bytes  # noqa: E402
+from simulator.io import atomic_write_bytes, atomic_write_csv  # noqa: E402
 
 CLASSICAL = ("etf", "local-search", "sa")
 LEARNED = ("placeto-search", "gdp-search")
@@ -125,11 +124,7 @@ def main(argv=None) -> int:
         return 2
     graphs = graphs[:args.graphs] if args.graphs else graphs
     rows = long_searches(graphs, args.devices, args.calls)
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows(rows)
-    atomic_write_bytes(out / f"headroom_{args.family}.csv", buf.getvalue().encode())
+    atomic_write_csv(out / f"headroom_{args.family}.csv", rows, FIELDS)
     cmd = "PYTHONPATH=. python experiments/headroom.py " + " ".join(argv if argv is not None else sys.argv[1:])
     text = report(args.family, args.devices, rows, anytime, cmd)
     atomic_write_bytes(out / f"headroom_{args.family}.md", ("\n".join(text) + "\n").encode())

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import math
 import sys
@@ -42,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from placeto.objective import metered  # noqa: E402
 from simulator import cluster_preset  # noqa: E402
-from simulator.io import atomic_write_bytes, load_graph  # noqa: E402
+from simulator.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
 
 GRAPHS = ["nmt_l2", "nmt_l4", "nmt_l8", "rnnlm_l2", "rnnlm_l4", "rnnlm_l8", "inception_v3", "nasnet"]
 METHODS = ["rnn", "hierarchical", "placeto", "placeto-finetuned", "gdp"]
@@ -133,11 +132,7 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def write_rows(path: Path, rows: list[dict]) -> None:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
-    w.writeheader()
-    w.writerows([dict(r, trace=json.dumps(r["trace"])) for r in rows])
-    atomic_write_bytes(path, buf.getvalue().encode())
+    atomic_write_csv(path, [dict(r, trace=json.dumps(r["trace"])) for r in rows], FIELDS)
 
 
 # ---- the report ------------------------------------------------------------------------------------------------

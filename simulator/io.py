@@ -70,6 +70,21 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
         raise
 
 
+def atomic_write_csv(path: PathLike, rows: Sequence[Mapping[str, Any]], fields: Sequence[str] | None = None) -> None:
+    """Write dict rows as CSV (a header, "\n" line ends) with `atomic_write_bytes`. fields: the columns, in order
+    (None: every key of the rows, in order of first appearance); NaN floats are written as empty cells."""
+    import csv
+    import io
+
+    fields = list(fields) if fields is not None else list(dict.fromkeys(k for r in rows for k in r))
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()})
+    atomic_write_bytes(path, buf.getvalue().encode())
+
+
 def check_output_path(path: PathLike, directory: bool = False) -> None:
     """InputError naming `path` unless a file (or with `directory`, a directory) can be written there.
 
