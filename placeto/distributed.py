@@ -19,6 +19,7 @@ not forwarded). With one, the driver joins that cluster; its nodes must have pla
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -221,6 +222,14 @@ class RayPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def open_pool(workers: WorkerSpec | None, kind: str, config, pairs: Sequence[tuple]):
+    """A context manager giving a RayPool of `kind` workers (placeto.rollout_workers.make_worker) for the
+    (graph, cluster) pairs, ended on exit; without `workers`, one giving None (rollouts stay in this process)."""
+    if workers is None:
+        return contextlib.nullcontext()
+    return RayPool(workers, kind, (config, list(pairs)))
 
 
 def map_ordered(spec: WorkerSpec, fn: Callable[..., Any], items: Sequence[tuple],

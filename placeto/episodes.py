@@ -18,7 +18,8 @@ so `collect_episodes(..., lo, hi)` over any partition of [0, B) into ranges, con
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import functools
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -29,18 +30,16 @@ from placeto.features import GraphArrays
 from placeto.place import Rollout, collect_rollout
 from placeto.policy import Policy, log_probs
 
-_ACTS: dict[int, Any] = {}
-
-
 def episode_act(policy: Policy):
-    """Jitted (params, arrays, obs, keys: key[B]) -> actions int32[B], one state at a time (memoised per policy).
+    """Jitted (params, arrays, obs, keys: key[B]) -> actions int32[B], one state at a time (memoised per network).
 
     Episode b's action is categorical(fold_in(keys[b], obs.t), log pi(state b)).
     """
-    if id(policy) in _ACTS:
-        return _ACTS[id(policy)]
-    net = policy.net
+    return _episode_act(policy.net)
 
+
+@functools.lru_cache(maxsize=None)
+def _episode_act(net):
     @jax.jit
     def act(params, arrays: GraphArrays, obs: E.Observation, keys: jax.Array) -> jax.Array:
         node, t = jnp.asarray(obs.node, jnp.int32)[None], jnp.asarray(obs.t, jnp.int32)[None]
@@ -52,7 +51,6 @@ def episode_act(policy: Policy):
 
         return jax.lax.map(one, (obs.placement, obs.start, keys))
 
-    _ACTS[id(policy)] = act
     return act
 
 

@@ -22,6 +22,7 @@ run without workers, whose batches are sampled from one key (as the shipped poli
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import functools
@@ -41,7 +42,7 @@ from flax import serialization
 from placeto import env as E
 from placeto.checkpoint_io import RunLock, check_devices, check_finite, check_same_model, read_blob, restore
 from placeto.config import PlacetoConfig
-from placeto.distributed import WorkerSpec
+from placeto.distributed import WorkerSpec, open_pool
 from placeto.features import GraphArrays, bucket
 from placeto.place import CHECKPOINT, Rollout, collect_rollout
 from placeto.policy import TRACES, Policy, log_probs, make_policy
@@ -373,9 +374,9 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
     apply = _make_apply(float(config.grad_clip))
     log = _Logger(out, config, start_episode, st.update)
     last_ckpt, start_update, saved_update = time.time(), st.update, (st.update if restored else None)
-    pool = None
+    stack = contextlib.ExitStack()  # the Ray pool, if any
     try:
-        pool = _open_pool(workers, config, tasks)
+        pool = stack.enter_context(open_pool(workers, "placeto", config, [(t.graph, t.cluster) for t in tasks]))
         deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
         while st.episode < config.episodes and time.time() < deadline:
             i = st.update % len(tasks)
@@ -397,8 +398,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
         save_checkpoint(out, st)
     finally:
         log.close()
-        if pool is not None:
-            pool.close()
+        stack.close()
     elapsed = time.time() - t0
     files = {k: str(out / "best" / f"{k}.json") for k in keys if (out / "best" / f"{k}.json").exists()}
     return TrainSummary(st.episode, st.update, start_episode, st.sim_calls - start_calls, elapsed,
@@ -442,15 +442,6 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
         scale = math.sqrt(float((adv ** 2).mean()) + float((action_adv ** 2).sum(-1).mean()) / d)
         adv, action_adv = adv / max(scale, 1e-8), action_adv / max(scale, 1e-8)
     return adv, action_adv
-
-
-def _open_pool(workers: WorkerSpec | None, config: PlacetoConfig, tasks: Sequence[Task]):
-    """A placeto.distributed.RayPool of Placeto workers for `tasks`, or None without `workers`."""
-    if workers is None:
-        return None
-    from placeto.distributed import RayPool
-
-    return RayPool(workers, "placeto", (config, [(t.graph, t.cluster) for t in tasks]))
 
 
 def _pool_collect(pool, task: int, batch: int):

@@ -20,7 +20,6 @@ Run directory (as Placeto's and GDP's):
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import math
@@ -34,7 +33,7 @@ import numpy as np
 from flax import serialization
 
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
-from placeto.distributed import WorkerSpec
+from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig, get_spec
 from placeto.methods.reinforce import Baseline, Drawn, concat_drawn, init_params, make_optimizer, reinforce_step
 from placeto.objective import metered, record
@@ -179,16 +178,6 @@ def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike,
         return _train_locked(get_spec(config.METHOD), config, graph, cluster, out, resume, progress, workers)
 
 
-def _pool(workers: WorkerSpec | None, config: PerGraphConfig, graph: Graph, cluster: Cluster):
-    """A placeto.distributed.RayPool of workers for the run's (graph, cluster) (a context manager), or a null
-    context."""
-    if workers is None:
-        return contextlib.nullcontext()
-    from placeto.distributed import RayPool
-
-    return RayPool(workers, "pergraph", (config, [(graph, cluster)]))
-
-
 def _draw_on(pool, config: PerGraphConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (reinforce.draw_range), counted by this process's
     meter."""
@@ -219,7 +208,7 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
     deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
     root = jax.random.key(config.seed)
     try:
-        with metered() as m, _pool(workers, config, graph, cluster) as pool:
+        with metered() as m, open_pool(workers, "pergraph", config, [(graph, cluster)]) as pool:
             while st.update < config.updates and time.perf_counter() < deadline:
                 k_update = jax.random.fold_in(root, st.update)
                 drawn = None if pool is None else _draw_on(pool, config, st.params, k_update)

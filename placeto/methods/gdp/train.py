@@ -14,7 +14,6 @@ holds the directory's .lock (placeto.checkpoint_io.RunLock) while it writes it.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import io
 import math
@@ -24,11 +23,10 @@ from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import jax
-import numpy as np
 from flax import serialization
 
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
-from placeto.distributed import WorkerSpec
+from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.ppo import Drawn, Task, concat_drawn, init_params, make_optimizer, make_task, ppo_step
@@ -137,15 +135,6 @@ def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequen
         return _train_locked(config, make_tasks(graphs, clusters, config), out, resume, init, log, workers)
 
 
-def _pool(workers: WorkerSpec | None, config: GdpConfig, tasks: list[Task]):
-    """A placeto.distributed.RayPool of gdp workers for `tasks` (a context manager), or a null context."""
-    if workers is None:
-        return contextlib.nullcontext()
-    from placeto.distributed import RayPool
-
-    return RayPool(workers, "gdp", (config, [(t.graph, t.cluster) for t in tasks]))
-
-
 def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (ppo.draw_range), counted by this process's meter."""
     from placeto.rollout_workers import key_data
@@ -170,7 +159,7 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
     start_update, saved, last_save = st.update, None, -math.inf
     f, writer = _metrics_writer(out, st.update)
     root = jax.random.key(config.seed)
-    with f, metered() as m, _pool(workers, config, tasks) as pool:
+    with f, metered() as m, open_pool(workers, "gdp", config, [(t.graph, t.cluster) for t in tasks]) as pool:
         while st.update < config.updates and time.perf_counter() - t0 < 60 * config.time_limit_minutes:
             task, key = tasks[st.update % len(tasks)], jax.random.fold_in(root, st.update)
             drawn = None if pool is None else _draw_on(pool, st.update % len(tasks), config, st.params, key)
