@@ -29,6 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from experiments.anytime import CLASSICAL, SEARCHES as LEARNED  # noqa: E402  (the table this reads)
 from placeto.baselines.local_search import local_search  # noqa: E402
 from placeto.families import load_family  # noqa: E402
 from placeto.objective import metered, score_batch  # noqa: E402
@@ -37,8 +38,6 @@ from simulator import cluster_preset  # noqa: E402
 from simulator.errors import InputError  # noqa: E402
 from simulator.io import atomic_write_bytes, atomic_write_csv  # noqa: E402
 
-CLASSICAL = ("etf", "local-search", "sa")
-LEARNED = ("placeto-search", "gdp-search")
 SEARCHES = (("local-search", local_search, 0), ("local-search", local_search, 1), ("sa", sa, 0))
 FIELDS = ["graph", "n_devices", "search", "seed", "calls", "objective_us", "seconds"]
 
