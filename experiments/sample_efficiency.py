@@ -122,6 +122,17 @@ def run_one(method: str, graph, cluster, calls: int, seconds: float, seed: int):
     raise ValueError(f"unknown method {method!r}")
 
 
+# ---- reference placements ---------------------------------------------------------------------------------------
+def reference_ms(graph, cluster) -> tuple[float, float]:
+    """(single device, human expert) objectives of the graph on the cluster, ms (placeto.objective.score_batch:
+    the runtime, plus the memory penalty of a placement over capacity), as the learned methods' best_us."""
+    from placeto.baselines import run_method
+    from placeto.objective import score_batch
+
+    return tuple(float(score_batch(graph, run_method(name, graph, cluster, 0, None).placement[None], cluster)[0])
+                 / 1e3 for name in ("single", "expert"))
+
+
 # ---- the CSV ---------------------------------------------------------------------------------------------------
 def read_rows(path: Path) -> list[dict]:
     if not path.exists():
@@ -170,7 +181,10 @@ def _ratio(a: tuple[float, dict], b: tuple[float, dict]) -> str:
     return f"{ca / cb:.2f}"
 
 
-def report(rows: list[dict], command: str) -> str:
+def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[float, float]] | None = None) -> str:
+    """The markdown table; refs: (graph, devices) -> (single device, expert) ms (`reference_ms`), for the columns
+    and the check that rnn and hierarchical beat both."""
+    refs = refs or {}
     tg = targets(rows)
     methods = [m for m in METHODS if any(r["method"] == m for r in rows)]
     by = {(r["graph"], r["n_devices"], r["method"]): r for r in rows}
@@ -182,8 +196,8 @@ def report(rows: list[dict], command: str) -> str:
              f"count; `> N (> S s)`: not reached within the run's N calls / S seconds. Placeto simulates once per "
              f"step (N calls per episode of N ops) where rnn, hierarchical and gdp simulate once per whole "
              f"placement, so its calls are not the paper's training steps: see the seconds too.", "",
-             "| graph | devices | target ms | " + " | ".join(methods) + "".join(f" | {a} / {b}" for a, b in pairs)
-             + " |", "|---|---:|---:|" + "---:|" * (len(methods) + len(pairs))]
+             "| graph | devices | single ms | expert ms | target ms | " + " | ".join(methods) + "".join(f" | {a} / {b}" for a, b in pairs)
+             + " |", "|---|---:|---:|---:|---:|" + "---:|" * (len(methods) + len(pairs))]
     ratios: dict[tuple[str, str], list[float]] = {p: [] for p in pairs}
     for g, d in sorted(tg, key=lambda k: (GRAPHS.index(k[0]) if k[0] in GRAPHS else 99, k[1])):
         reach = {m: (to_target(by[(g, d, m)]["trace"], tg[(g, d)])[0], by[(g, d, m)]) for m in methods
@@ -195,13 +209,25 @@ def report(rows: list[dict], command: str) -> str:
             rcells.append(_ratio(reach[a], reach[b]) if a in reach and b in reach else "—")
             if a in reach and b in reach and not math.isnan(reach[a][0]) and not math.isnan(reach[b][0]):
                 ratios[(a, b)].append(reach[a][0] / reach[b][0])
-        lines.append(f"| {g} | {d} | {tg[(g, d)] / 1e3:.2f} | " + " | ".join(cells + rcells) + " |")
+        single, expert = refs.get((g, d), (math.nan, math.nan))
+        lines.append(f"| {g} | {d} | {single:.2f} | {expert:.2f} | {tg[(g, d)] / 1e3:.2f} | "
+                     + " | ".join(cells + rcells) + " |")
     lines += ["", f"Paper (Placeto, Addanki et al. 2019): up to {PAPER_RATIO}x fewer training steps than the "
               "RNN-based approach. Here, where both reached the target:", ""]
     for (a, b), vals in ratios.items():
         text = (f"max {max(vals):.2f}x, median {np.median(vals):.2f}x over {len(vals)} rows" if vals else
                 "no row where both reached it")
         lines.append(f"- calls of {a} / calls of {b}: {text} (paper: up to {PAPER_RATIO}x)")
+    lines += ["", "Best placement of each run against the single device (every row) and the human expert (the nmt rows), "
+              "within the run's budget:", ""]
+    for m in methods:
+        runs = [r for r in rows if r["method"] == m and (r["graph"], r["n_devices"]) in refs]
+        beat = [r for r in runs if r["best_us"] / 1e3 < refs[(r["graph"], r["n_devices"])][0]]
+        nmt = [r for r in runs if r["graph"].startswith("nmt")]
+        beat_expert = [r for r in nmt if r["best_us"] / 1e3 < refs[(r["graph"], r["n_devices"])][1]]
+        lose = ", ".join(f"{r['graph']}@{r['n_devices']}d" for r in nmt if r not in beat_expert)
+        lines.append(f"- {m}: better than the single device on {len(beat)} of {len(runs)} rows, than the expert on "
+                     f"{len(beat_expert)} of {len(nmt)} nmt rows" + (f" (not: {lose})" if lose else ""))
     missing = [f"{g}@{d}d" for g in GRAPHS for d in sorted({r['n_devices'] for r in rows})
                if not any(r["graph"] == g and r["n_devices"] == d for r in rows)]
     if missing:
@@ -276,7 +302,12 @@ def main(argv: list[str] | None = None) -> int:
                 write_rows(csv_path, rows)  # after every run: a kill loses at most the run in progress
                 print(f"   best {rows[-1]['best_us'] / 1e3:.3f} ms, {calls} calls, {secs:.0f} s", flush=True)
         plot(rows, g, out / f"sample_efficiency_{g}.png")
-    text = report(rows, command)
+    refs = {}
+    for g in sorted({r["graph"] for r in rows}):
+        graph = load_graph(ROOT / "datasets" / "benchmarks" / f"{g}.json.gz")
+        for d in sorted({r["n_devices"] for r in rows if r["graph"] == g}):
+            refs[(g, d)] = reference_ms(graph, cluster_preset("placeto-k80", d))
+    text = report(rows, command, refs)
     atomic_write_bytes(out / "sample_efficiency.md", text.encode())
     print(text, end="")
     return 0

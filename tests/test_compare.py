@@ -212,3 +212,29 @@ def test_headroom_report_bounds_the_gain_over_the_classical_placers():
     assert "| g | 0.099 | 0.100 |" in text  # (ms) gdp-search's anytime row is the best known
     assert "| 1 | 1.111 | 11.1% | 11.1% | 1 of 1 | — | 1.000 |" in text
     assert "| 10 | 1.020 | 2.0% | 2.0% | 0 of 1 | — | 1.010 |" in text
+
+
+def test_sample_efficiency_report_targets_ratios_and_the_expert_check():
+    """experiments/sample_efficiency.py: the target is 1.05x the best run; a method's cell is the calls of its
+    first trace point at or under it; rnn / placeto-finetuned is the ratio of those calls; the runs are checked
+    against the single device and (nmt rows) the expert."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sample_efficiency", ROOT / "experiments" / "sample_efficiency.py")
+    se = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(se)
+
+    def row(method, best, trace):
+        return {"graph": "nmt_l2", "n_devices": 2, "method": method, "calls": trace[-1][1], "seconds": 9.0,
+                "best_us": best, "trace": trace}
+
+    rows = [row("rnn", 41000.0, [[1.0, 16, 60000.0], [2.0, 600, 41000.0]]),
+            row("placeto-finetuned", 40000.0, [[0.5, 100, 41500.0], [3.0, 900, 40000.0]]),
+            row("hierarchical", 45000.0, [[1.0, 16, 45000.0]])]
+    text = se.report(rows, "cmd", {("nmt_l2", 2): (48.8, 43.5)})
+    # target 42.0 ms: rnn at 600 calls, placeto-finetuned at 100, hierarchical never (16 calls run)
+    assert "| nmt_l2 | 2 | 48.80 | 43.50 | 42.00 | 600 (2.0 s) | > 16 (> 9 s) | 100 (0.5 s) |" in text
+    assert "| 6.00 |" in text  # rnn / placeto-finetuned
+    assert "- hierarchical: better than the single device on 1 of 1 rows, than the expert on 0 of 1 nmt rows " \
+           "(not: nmt_l2@2d)" in text
+    assert "- rnn: better than the single device on 1 of 1 rows, than the expert on 1 of 1 nmt rows" in text

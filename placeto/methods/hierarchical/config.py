@@ -16,6 +16,12 @@ class HierarchicalConfig(PerGraphConfig):
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("hidden", "op_types", "devices", "logit_clip", "stay_prior",
                                                "groups", "block_prior")
 
+    entropy: float = 1e-3
+    """PerGraphConfig's entropy bonus, on by default here (the seeds use none): without it the Grouper and
+    Placer turn deterministic within ~20 updates. Measured at 4 devices, 20,000 simulator calls each
+    (`python experiments/pergraph_entropy.py`): best placement on nmt_l2 46.0 ms with 0, 43.8 with 3e-4,
+    36.1 / 37.7 ms (seeds 0 / 1) with 1e-3, 38.4 / 37.9 with 3e-3; on nmt_l4 76.7 with 0, 59.7 with 3e-4,
+    61.7 with 1e-3."""
     groups: int = 64
     """G: the Grouper puts every op in one of G groups; the Placer gives each group a device."""
     block_prior: float = 3.0
@@ -28,9 +34,10 @@ class HierarchicalConfig(PerGraphConfig):
 
 
 def tiny(**changes: Any) -> HierarchicalConfig:
-    """A CPU-friendly config for tests: narrow, few groups, small batches, checkpoint after every update."""
+    """A CPU-friendly config for tests: narrow, few groups, small batches, checkpoint after every update,
+    no entropy bonus (the tests check that the policy becomes certain of a small optimum within 48 updates)."""
     return HierarchicalConfig(hidden=16, op_types=8, groups=8, episodes=256, samples_per_update=16, lr=1e-2,
-                              checkpoint_seconds=0.0).replace(**changes)
+                              checkpoint_seconds=0.0, entropy=0.0).replace(**changes)
 
 
 PRESETS = {"default": HierarchicalConfig, "tiny": tiny}
