@@ -12,6 +12,7 @@ import math
 import sys
 from typing import Callable
 
+from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.limits import MAX_DEVICES, MAX_SEED
 
 
@@ -63,3 +64,16 @@ POSITIVE = int_in(1, 10**9)  # repeats, groups, budgets
 WORKERS = int_in(1, 1024)
 MINUTES = float_in(0.0, 1e7)
 PERCENT = float_in(0.0, 1e6)  # a bound in percent (--max-cp-growth)
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser, default_devices: int | None = 2) -> None:
+    """--devices N / --preset NAME / --cluster FILE, shared by every command that simulates."""
+    p.add_argument("--devices", type=DEVICES, default=default_devices, help="number of devices of the preset")
+    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
+    p.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
+
+
+def cluster_from_args(args: argparse.Namespace) -> Cluster:
+    if getattr(args, "cluster", None):
+        return load_cluster(args.cluster)
+    return cluster_preset(args.preset, args.devices)

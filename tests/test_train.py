@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from flax import serialization
 
+from placeto import gradient as PG
 from placeto import train as T
 from placeto.config import tiny
 from placeto.place import load_params, place, place_graph
@@ -20,13 +21,13 @@ def test_returns_to_go_matches_a_plain_loop():
     r = np.random.default_rng(0).normal(size=(7, 3))
     for gamma in (1.0, 0.9):
         expect = np.array([[sum(gamma**k * r[t + k, b] for k in range(7 - t)) for b in range(3)] for t in range(7)])
-        np.testing.assert_allclose(T.returns_to_go(r, gamma), expect)
+        np.testing.assert_allclose(PG.returns_to_go(r, gamma), expect)
 
 
 def test_baseline_is_the_mean_over_a_window_of_recent_episodes():
-    base, mean = T.baseline_update(None, np.array([[1.0, 3.0], [0.0, 2.0]]), window=3)
+    base, mean = PG.baseline_update(None, np.array([[1.0, 3.0], [0.0, 2.0]]), window=3)
     np.testing.assert_allclose(mean, [2.0, 1.0])
-    base, mean = T.baseline_update(base, np.array([[5.0, 7.0], [4.0, 6.0]]), window=3)
+    base, mean = PG.baseline_update(base, np.array([[5.0, 7.0], [4.0, 6.0]]), window=3)
     np.testing.assert_allclose(mean, [(3 + 5 + 7) / 3, (2 + 4 + 6) / 3])  # the oldest episode dropped
     assert int(base.count) == 4
 
@@ -155,7 +156,7 @@ def test_counterfactual_advantages_and_training(tmp_path):
     np.testing.assert_array_equal(taken, ro.rewards)  # the sampled device's entry is the reward step() gave
     st = T.TrainState(params, None, {}, jax.random.key(0))
     adv, action_adv = T.advantages(config, ro, st, "g")
-    future = T.returns_to_go(ro.rewards, 0.5) - ro.rewards
+    future = PG.returns_to_go(ro.rewards, 0.5) - ro.rewards
     np.testing.assert_allclose(adv, future - future.mean(1, keepdims=True), atol=1e-6)  # baseline: batch mean
     np.testing.assert_allclose(action_adv[..., :3], ro.action_rewards - ro.action_rewards.mean(-1, keepdims=True))
     assert not action_adv[..., 3:].any()  # padded devices

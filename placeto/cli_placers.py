@@ -1,0 +1,191 @@
+"""The learned placers' commands of `placeto`: train, place, policies (their arguments: placeto.cli.build_parser).
+
+As in placeto.cli: parse, call the libraries, print; bad input raises InputError, which `placeto.cli.main` prints
+as one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from placeto.arguments import cluster_from_args
+from simulator.cluster import Cluster, cluster_preset, load_cluster
+from simulator.errors import InputError
+from simulator.io import check_output_path
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from placeto.config import PRESETS, parse_overrides
+    from placeto.distributed import spec_from_args
+    from placeto.train import train
+
+    workers = spec_from_args(args)  # None without --workers
+    if getattr(args, "method", "placeto") == "gdp":
+        from placeto.methods.gdp.cli import train_from_args
+
+        return train_from_args(args, *_train_inputs(args), workers=workers)
+    if getattr(args, "method", "placeto") in ("rnn", "hierarchical"):
+        from placeto.methods.pergraph_cli import train_from_args as train_per_graph
+
+        return train_per_graph(args.method, args, *_train_inputs(args), workers=workers)
+    try:
+        changes = parse_overrides(args.set)
+        changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
+                                          ("time_limit_minutes", args.minutes)) if v is not None})
+        if args.init_from:
+            changes["init_from"] = args.init_from
+        config = PRESETS[args.config]().replace(**changes)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    from placeto.checkpoint_io import check_init_model
+    from placeto.policies import load_policy_params
+
+    graphs, clusters = _train_inputs(args)
+    init = None
+    if args.init_from:
+        init_config, init = load_policy_params(args.init_from)
+        check_init_model(init_config, config, args.init_from)
+    summary = train(config, graphs, clusters, args.out, resume=not args.fresh, init_params=init, workers=workers)
+    print(f"{args.out}: {summary.episodes} episodes ({summary.episodes - summary.start_episode} now, "
+          f"{summary.wall_seconds:.0f} s, {summary.episodes_per_second:.2f} episodes/s, "
+          f"{summary.sim_calls_per_second:.0f} simulator calls/s)")
+    for key, runtime in sorted(summary.best_runtime.items()):
+        print(f"  best {key}: {runtime / 1e3:.3f} ms -> {summary.best_placement_files.get(key, '')}")
+    return 0
+
+
+def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
+    """(graphs, clusters) the train command's --family/--graph and --cluster/--preset/--devices name."""
+    from simulator.io import load_graph
+
+    from placeto.families import FAMILIES, load_family
+
+    if args.family:
+        names = FAMILIES if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
+        graphs = [g for name in names for g in load_family(name, "train")]
+    else:
+        graphs = [load_graph(g) for g in args.graph]
+    if args.cluster:
+        return graphs, [load_cluster(args.cluster)]
+    return graphs, [cluster_preset(args.preset, d) for d in _device_list(args.devices)]
+
+
+def _device_list(text: str) -> list[int]:
+    """"4" or "2,4,8" -> [4] or [2, 4, 8] (InputError otherwise)."""
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        values = []
+    if not values or min(values) < 1 or max(values) > 1024:
+        raise InputError(f"--devices: expected device counts like 4 or 2,4,8 (1..1024), got {text!r}")
+    return list(dict.fromkeys(values))
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from simulator import simulate
+    from simulator.io import load_graph, save_placement
+
+    from placeto.place import place
+
+    check_output_path(args.out)
+    graph = load_graph(args.graph)
+    cluster = cluster_from_args(args)
+    from placeto.baselines import METHODS as BASELINES
+
+    if args.method in BASELINES:
+        return _place_with_baseline(args, graph, cluster)
+    from placeto.methods.gdp.place import is_gdp_checkpoint
+
+    if args.method is None and is_gdp_checkpoint(args.checkpoint):
+        args.method = "gdp"  # a gdp run directory: its config.json says "method": "gdp"
+    from placeto.methods.rundir import run_method
+
+    if args.method is None:
+        args.method = run_method(args.checkpoint)  # "rnn" / "hierarchical" from a per-graph run's config.json
+    if args.method in ("rnn", "hierarchical"):
+        if args.finetune_episodes:
+            raise InputError(f"--finetune-episodes: {args.method} policies are per graph (train longer instead)")
+        if args.checkpoint is not None and args.budget is None and args.seconds is None:
+            args.budget = 2 + args.samples  # the run's best placement, the greedy decode and the samples
+    if args.method == "gdp" and args.budget is None and args.seconds is None:
+        args.budget = 1 + args.samples + args.finetune_episodes  # greedy + samples (+ fine-tuning)
+    if args.checkpoint is not None and args.method in ("placeto", "placeto-search", "gdp", "gdp-search") and \
+            args.method.startswith("gdp") != is_gdp_checkpoint(args.checkpoint):
+        kind = "a gdp" if args.method.startswith("gdp") else "a Placeto"
+        raise InputError(f"--method {args.method} needs {kind} policy; {args.checkpoint} is not one")
+    budgeted = args.seconds is not None or args.budget is not None or args.finetune_episodes > 0
+    method = args.method or ("placeto-search" if args.seconds is not None or args.budget is not None else "placeto")
+    if method != "placeto" and not budgeted:
+        raise InputError(f"--method {method} searches: give --seconds S or --budget N")
+    if args.seconds is not None and not 0 < args.seconds <= 86400:
+        raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
+    if budgeted or method != "placeto":
+        from placeto.compare import run_learned
+
+        budget = args.budget if args.budget is not None else (None if args.seconds is not None else 10**9)
+        run, compile_s = run_learned(method, graph, cluster, args.seed, budget, args.seconds, args.checkpoint,
+                                     args.finetune_episodes)
+        placement, calls = run.placement, run.simulator_calls
+        how = f"{method}, {run.seconds:.2f} s + {compile_s:.1f} s compilation"
+    else:
+        result = place(graph, cluster, args.checkpoint, samples=args.samples, seed=args.seed)
+        placement, calls, how = result.placement, result.sim_calls, "placeto"
+    placed = simulate(graph, placement, cluster)
+    single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
+    save_placement(args.out, placement, cluster.device_names)
+    print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator calls) -> {args.out}")
+    from placeto import coarsen
+
+    if method != "gdp" and graph.n_nodes > coarsen.MAX_POLICY_NODES:
+        print(f"  ({graph.n_nodes} nodes: placed as {coarsen.COARSE_GROUPS} groups by the policy, then expanded)")
+    print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
+    print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
+    print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
+    return 0
+
+
+def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> int:
+    """`place --method NAME` for a baseline of placeto.baselines: its placement, written like any other."""
+    import numpy as np
+
+    from simulator import simulate
+    from simulator.io import save_placement
+
+    from placeto.baselines import BUDGETED, DEFAULT_BUDGET, run_method
+
+    given = [flag for flag, on in (("--checkpoint", args.checkpoint is not None), ("--samples", args.samples > 0),
+                                   ("--finetune-episodes", args.finetune_episodes > 0)) if on]
+    if given:
+        raise InputError(f"{given[0]} is for learned methods, not the baseline {args.method!r}")
+    if args.seconds is not None and not 0 < args.seconds <= 86400:
+        raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
+    budget = args.budget if args.budget is not None else (None if args.seconds is not None else DEFAULT_BUDGET)
+    run = run_method(args.method, graph, cluster, args.seed, budget=budget, seconds=args.seconds)
+    placed = simulate(graph, run.placement, cluster)
+    single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
+    save_placement(args.out, run.placement, cluster.device_names)
+    spent = f", budget {budget if budget is not None else 'unlimited'}" if args.method in BUDGETED else ""
+    print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "
+          f"{run.simulator_calls} simulator calls) -> {args.out}")
+    print(f"  {args.method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
+    print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
+    print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
+    return 0
+
+
+def cmd_policies(args: argparse.Namespace) -> int:
+    from placeto.policies import DEFAULT_POLICY, shipped_policies
+
+    found = shipped_policies()
+    if not found:
+        print("no shipped policies")
+    for p in found:
+        prov = p.provenance
+        default = " (default)" if p.name == DEFAULT_POLICY else ""
+        print(f"{p.name}{default}: {prov.get('summary', '')}")
+        print(f"  trained: {prov.get('command', '?')}")
+        print(f"  seed {prov.get('seed', '?')}, commit {str(prov.get('commit', '?'))[:12]}, "
+              f"{prov.get('train_minutes', '?')} min, {prov.get('episodes', '?')} episodes; {p.path}")
+    return 0
