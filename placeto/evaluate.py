@@ -69,17 +69,11 @@ class HardwareRunner:
         return self.make_plan(placement, dispatch_order(self.graph, placement, self.cluster))
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
-        """simulator.hardware.Timing of one step of each placement. The runs are interleaved (round r times
-        every placement once), so a change in the machine's load hits every placement alike."""
-        from simulator.hardware import timing_of, time_plan
+        """simulator.hardware.Timing of one step of each placement, the placements' steps interleaved
+        (simulator.hardware.time_interleaved)."""
+        from simulator.hardware import time_interleaved, timing_of
 
-        plans = [self.plan(p) for p in placements]
-        for plan in plans:
-            time_plan(plan, repeats=1, warmup=max(1, warmup), threads=self.threads)  # compiles
-        times = [[] for _ in plans]
-        for _ in range(repeats):
-            for plan, t in zip(plans, times):
-                t.append(time_plan(plan, repeats=1, warmup=0, threads=self.threads).median_us)
+        times = time_interleaved([self.plan(p) for p in placements], repeats, warmup, self.threads)
         return [timing_of(t) for t in times]
 
     def unit_costs(self, repeats: int = 5) -> np.ndarray:

@@ -126,18 +126,16 @@ def kernel_task_us(kernel: KernelModel) -> Callable[[int], float]:
 
 def measure_probes(devices: Sequence, probes: Sequence[Probe], repeats: int = 7, warmup: int = 2) -> list[Probe]:
     """The probes with measured_us: the lower quartile of `repeats` steps each, run by simulator.hardware as
-    placed graphs are (synthetic kernels taking each node's cost), the probes interleaved round by round so a
-    change in the machine's load hits them alike. Lower quartile: on a shared machine load only adds."""
-    from simulator.hardware import time_plan
+    placed graphs are (synthetic kernels taking each node's cost), the probes interleaved round by round as placements
+    are (simulator.hardware.time_interleaved). Lower quartile: on a shared machine load only adds."""
+    from simulator.hardware import time_interleaved
     from simulator.synthetic_kernels import synthetic_plan
 
     kernel = calibrate_kernel(devices[0])
     plans = [synthetic_plan(p.graph, p.placement, p.graph.cost_for(DEFAULT_KIND), devices, kernel)
              for p in probes]
-    for plan in plans:
-        time_plan(plan, repeats=1, warmup=max(1, warmup))  # compiles
-    times = [[time_plan(plan, repeats=1, warmup=0).median_us for plan in plans] for _ in range(repeats)]
-    return [p._replace(measured_us=float(np.quantile([t[k] for t in times], 0.25))) for k, p in enumerate(probes)]
+    times = time_interleaved(plans, repeats, warmup)
+    return [p._replace(measured_us=float(np.quantile(t, 0.25))) for t, p in zip(times, probes)]
 
 
 def dispatch_floor_us(device: Any, repeats: int = 21, q: float = 0.5) -> float:

@@ -34,11 +34,15 @@ D <= free cores; with more devices than free cores they share them and the measu
 simulator's (`simulator.calibrate.measure_parallelism` says how concurrent the devices really are).
 
 `time_plan` runs the step `warmup` times (the first compiles every task), then `repeats` times, blocking on every
-value produced, and reports the median and the spread of the wall-clock times.
+value produced, and reports the median and the spread of the wall-clock times. Python's garbage collector is
+collected before and switched off during each timed step (as `timeit` does), so a collection triggered by the
+step's allocations (or an earlier step's) does not land inside one placement's time.
 """
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import time
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
@@ -191,10 +195,38 @@ def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool = Tru
         run_plan(plan, threads=threads)
     times = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        run_plan(plan, threads=threads)
-        times.append((time.perf_counter() - t0) * 1e6)
+        with gc_paused():
+            t0 = time.perf_counter()
+            run_plan(plan, threads=threads)
+            times.append((time.perf_counter() - t0) * 1e6)
     return timing_of(times)
+
+
+def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threads: bool = True) -> list[list[float]]:
+    """Step times (us) of every plan, `repeats` each: after `warmup` steps of each (the first compiles), rounds of
+    one timed step per plan, round r starting at plan r mod P, so a change in the machine's load hits every plan
+    alike and no plan always follows the same one; each timed step follows an untimed step of the same plan, so
+    what the previous plan's step left behind (buffers to free, busy threads) is not charged to it."""
+    for plan in plans:
+        time_plan(plan, repeats=1, warmup=max(1, warmup), threads=threads)
+    times: list[list[float]] = [[] for _ in plans]
+    for r in range(repeats):
+        for i in np.roll(np.arange(len(plans)), -r):
+            times[i].append(time_plan(plans[i], repeats=1, warmup=1, threads=threads).median_us)
+    return times
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Collect garbage, then keep the collector off inside the block (restored after, as it was)."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def timing_of(times_us: Sequence[float]) -> Timing:

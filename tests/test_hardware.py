@@ -340,3 +340,20 @@ def test_ensure_host_devices_before_and_after_jax_starts():
     assert proc.returncode == 0, proc.stderr[-2000:]
     lines = proc.stdout.strip().splitlines()
     assert lines[0] == "3" and "4 devices requested but JAX has 3" in lines[1]
+
+
+def test_interleaved_timing_rotates_the_order_warms_each_step_and_pauses_the_collector(monkeypatch):
+    """simulator.hardware.time_interleaved: after the warm-up of every plan, round r starts at plan r mod P; each
+    timed step follows an untimed step of the same plan; the collector is off only inside timed steps."""
+    import gc
+
+    import simulator.hardware as H
+
+    calls = []
+    monkeypatch.setattr(H, "run_plan", lambda plan, threads=True: calls.append((plan, gc.isenabled())))
+    times = H.time_interleaved(["a", "b", "c"], repeats=2, warmup=1)
+    assert [len(t) for t in times] == [2, 2, 2] and gc.isenabled()
+    warm = [("a", True), ("a", False), ("b", True), ("b", False), ("c", True), ("c", False)]
+    round0 = warm  # an untimed step (collector on), then the timed one (off), for a, b, c
+    round1 = warm[2:] + warm[:2]  # b, c, a
+    assert calls == warm + round0 + round1
