@@ -52,7 +52,7 @@ TINY = {"nmt": ({"seed": 0, "layers": 1, "src_len": 3, "tgt_len": 3, "batch": 4}
 BENCHMARKS = ("nmt_l2", "rnnlm_l2")  # the two smallest benchmark models, 400 groups each
 FIXED_METHODS = ("metis", "scotch", "etf", "heft")  # baselines without a budget
 SEARCH_METHODS = {"random-search": "random", "local-search": "local-search", "sa": "sa"}  # name -> method
-MODELS = ("op", "flat", "units")
+MODELS = ("op", "flat", "units", "held-out")
 
 
 def parse_args() -> argparse.Namespace:
@@ -144,8 +144,11 @@ def flat(cluster):
 
 def run_one(graph, fit, repeats: int, budget: int, threads: bool, checkpoint: Path | None = None) -> dict:
     """Rows (placement, transfers, both measurement runs, simulated with every model) and the agreements."""
+    import numpy as np
+
     from placeto.evaluate import hardware_runner
     from simulator import simulate
+    from simulator.fit import held_out_predictions
 
     t0 = time.perf_counter()
     cluster = fit.cluster
@@ -156,11 +159,14 @@ def run_one(graph, fit, repeats: int, budget: int, threads: bool, checkpoint: Pa
     print(f"  {len(chosen)} placements ({time.perf_counter() - t0:.0f} s)", flush=True)
     runs = [runner.measure([p for _, p in chosen], repeats=repeats, warmup=2) for _ in range(2)]
     models = {"op": (graph, cluster), "flat": (units, flat(cluster)), "units": (units, cluster)}
+    pooled = [float(np.median(np.concatenate([run[k].times_us for run in runs]))) for k in range(len(chosen))]
+    held_out = held_out_predictions(units, [p for _, p in chosen], pooled, fit.params, cluster)
     rows = []
     for k, (name, p) in enumerate(chosen):
         rows.append({"placement": name, "assignment": p.tolist(),
                      "transfers": len(simulate(units, p, cluster).transfers.node),
-                     "simulated_us": {m: float(simulate(g, p, c).runtime) for m, (g, c) in models.items()},
+                     "simulated_us": {**{m: float(simulate(g, p, c).runtime) for m, (g, c) in models.items()},
+                                      "held-out": float(held_out[k])},
                      "runs": [[float(t) for t in run[k].times_us] for run in runs]})
     return {"graph": graph.name, "groups": graph.n_nodes, "ops": graph.meta.get("ops"),
             "devices": cluster.n_devices, "rows": rows, "seconds": time.perf_counter() - t0,
@@ -217,10 +223,13 @@ def markdown(results: list[dict], env: dict) -> str:
               "measured IQRs overlap counted as ties (not counted; *ties* of *pairs*). *repeat*: run 2 against "
               "run 1, the machine's own agreement (a pair tied in either run is a tie). Models: *op* op-level "
               "profile on the fitted cluster; *flat* units as executed on the fitted cluster without latency and "
-              "hosts; *units* units on the full fitted cluster.", "", "## Agreement", "",
+              "hosts; *units* units on the full fitted cluster; *held-out* units on the cluster refitted to the "
+              "graph's own placements, each placement predicted by the fit on the others (leave-one-out: "
+              "`simulator.fit.held_out_predictions`, per-op and per-transfer costs refitted, delta2 and "
+              "bandwidth kept).", "", "## Agreement", "",
               "| graph | groups (ops) | devices | placements | repeat rho | repeat conc (ties) | err op | rho op "
-              "| err flat | rho flat | err units | rho units | conc units (ties) |",
-              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+              "| err flat | rho flat | err units | rho units | err held-out | rho held-out | conc units (ties) |",
+              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for r in results:
         s = r["summary"]
         cells = " | ".join(f"{_num(s[m]['median_ape'], '.0f')}% | {_num(s[m]['spearman'], '.2f')}" for m in MODELS)
@@ -233,8 +242,8 @@ def markdown(results: list[dict], env: dict) -> str:
                   f"Compute summed over groups: op profile {r['op_cost_total_us'] / 1e3:.1f} ms, units "
                   f"{r['unit_cost_total_us'] / 1e3:.1f} ms. Measured time per extra transfer (least-squares slope "
                   f"over the placements): {_num(per_transfer_us(r), '.0f')} us.", "",
-                  "| placement | transfers | run 1 | run 2 | sim op | err | sim flat | err | sim units | err |",
-                  "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+                  "| placement | transfers | run 1 | run 2 | sim op | err | sim flat | err | sim units | err "
+                  "| sim held-out | err |", "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
         for row in r["rows"]:
             runs = [_median_iqr(t) for t in row["runs"]]
             pooled = _median_iqr(row["runs"][0] + row["runs"][1])[0]

@@ -146,10 +146,11 @@ def simulate_probes(probes: Sequence[Probe], cluster: Cluster) -> np.ndarray:
 
 
 def fit_cluster(probes: Sequence[Probe], base: Cluster, free: Sequence[str] = PARAMS,
-                fixed: dict[str, float] | None = None) -> Fit:
+                fixed: dict[str, float] | None = None, start: dict[str, float] | None = None) -> Fit:
     """Least-squares fit of the parameters named in `free` (the others from `fixed`, default 0 and
     us_per_mb 1) to the probes' measured step times; relative residuals, so that long and short probes count
-    alike. Returns the fitted cluster (`cluster_with(base, ...)`) and the fit report."""
+    alike. `start`: one more starting point (e.g. a calibration's values). Returns the fitted cluster
+    (`cluster_with(base, ...)`) and the fit report."""
     from scipy.optimize import least_squares
 
     measured = np.array([p.measured_us for p in probes], dtype=np.float64)
@@ -168,8 +169,9 @@ def fit_cluster(probes: Sequence[Probe], base: Cluster, free: Sequence[str] = PA
         return simulate_probes(probes, cluster_with(base, params_of(x))) / measured - 1.0
 
     best = None
-    for start in _starts(probes, free):
-        x0 = np.clip(start, lo, hi)
+    extra = [np.array([start[k] for k in free])] if start is not None else []
+    for x in extra + _starts(probes, free):
+        x0 = np.clip(x, lo, hi)
         # Finite differences over steps of ~0.5 us (or 5%): the step time is piecewise linear in the parameters.
         r = least_squares(residuals, x0, bounds=(lo, hi), diff_step=0.05, x_scale=np.maximum(x0, 1.0),
                           max_nfev=200 * len(free))
@@ -182,6 +184,37 @@ def fit_cluster(probes: Sequence[Probe], base: Cluster, free: Sequence[str] = PA
     r2 = 1.0 - float(np.sum((simulated - measured) ** 2)) / total if total > 0 else float("nan")
     return Fit(cluster, params, tuple(p.name for p in probes), measured, simulated, r2,
                float(np.sqrt(np.mean((simulated / measured - 1.0) ** 2))))
+
+
+WORKLOAD_FREE = ("delta1_us", "dispatch_us", "latency_us", "transfer_us")
+"""What a fit on a graph's own placements moves: the per-op and per-transfer costs, where real groups differ from
+the calibration's minimal ops; delta2 and the bandwidth keep the calibration's values."""
+
+
+def fit_on_placements(graph: Graph, placements: Sequence[np.ndarray], measured_us: Sequence[float],
+                      calibrated: dict[str, float], base: Cluster, free: Sequence[str] = WORKLOAD_FREE) -> Fit:
+    """`fit_cluster` on measured steps of one graph's placements (each int[N]) instead of the calibration graphs:
+    the parameters in `free` fitted, starting from and otherwise equal to `calibrated` (a calibration's
+    params)."""
+    probes = [Probe(f"placement {k}", graph, np.asarray(p, dtype=np.int32), float(m))
+              for k, (p, m) in enumerate(zip(placements, measured_us))]
+    return fit_cluster(probes, base, free, fixed=calibrated, start=calibrated)
+
+
+def held_out_predictions(graph: Graph, placements: Sequence[np.ndarray], measured_us: Sequence[float],
+                         calibrated: dict[str, float], base: Cluster,
+                         free: Sequence[str] = WORKLOAD_FREE) -> np.ndarray:
+    """float64[P]: the simulated step time of each placement with the parameters `fit_on_placements` fits on
+    the other P - 1 (leave-one-out: no placement is predicted by a fit that saw it)."""
+    from simulator.engine import simulate
+
+    out = np.empty(len(placements))
+    for k in range(len(placements)):
+        rest = [i for i in range(len(placements)) if i != k]
+        fit = fit_on_placements(graph, [placements[i] for i in rest], [measured_us[i] for i in rest], calibrated,
+                                base, free)
+        out[k] = simulate(graph, np.asarray(placements[k], dtype=np.int32), fit.cluster).runtime
+    return out
 
 
 def _starts(probes: Sequence[Probe], free: Sequence[str]) -> list[np.ndarray]:

@@ -71,3 +71,30 @@ def test_one_device_fits_delta1_only():
 def test_unmeasured_probes_are_refused():
     with pytest.raises(ValueError, match="measured"):
         fit_cluster(calibration_probes(2, TASK_US), BASE)
+
+
+def test_held_out_predictions_recover_times_made_by_other_parameters():
+    """A graph's placements 'measured' with per-op and per-transfer costs unlike the calibration's: the
+    calibrated model is off, the leave-one-out fit on the other placements predicts every one closely, and no
+    fold sees the placement it predicts (an outlier stays an outlier)."""
+    from simulator.fit import held_out_predictions
+    from simulator.generate import layered_dag
+
+    graph = layered_dag(60, seed=3)
+    kind_graph = graph.with_costs("local-cpu", graph.cost_for(graph.kinds[0]))
+    rng = np.random.default_rng(0)
+    placements = [np.zeros(60, np.int32), np.arange(60, dtype=np.int32) % 2]
+    placements += [rng.integers(0, 2, 60).astype(np.int32) for _ in range(5)]
+    truth = dict(TRUTHS[0], dispatch_us=45.0, transfer_us=70.0)
+    calibrated = dict(TRUTHS[0])
+    from simulator.engine import simulate
+
+    true_us = np.array([simulate(kind_graph, p, cluster_with(BASE, truth)).runtime for p in placements])
+    calib_us = np.array([simulate(kind_graph, p, cluster_with(BASE, calibrated)).runtime for p in placements])
+    assert np.median(np.abs(calib_us / true_us - 1)) > 0.05
+    pred = held_out_predictions(kind_graph, placements, true_us, calibrated, BASE)
+    assert np.median(np.abs(pred / true_us - 1)) < 0.01
+    skewed = true_us.copy()
+    skewed[3] *= 3.0  # a placement measured 3x slow: its prediction comes from the others only
+    pred = held_out_predictions(kind_graph, placements, skewed, calibrated, BASE)
+    assert pred[3] < 0.5 * skewed[3]
