@@ -196,7 +196,8 @@ def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[flo
              f"count; `> N (> S s)`: not reached within the run's N calls / S seconds. Placeto simulates once per "
              f"step (N calls per episode of N ops) where rnn, hierarchical and gdp simulate once per whole "
              f"placement, so its calls are not the paper's training steps: see the seconds too.", "",
-             "| graph | devices | single ms | expert ms | target ms | " + " | ".join(methods) + "".join(f" | {a} / {b}" for a, b in pairs)
+             "| graph | devices | single ms | expert ms | target ms | " + " | ".join(methods)
+             + "".join(f" | {a} / {b}" for a, b in pairs)
              + " |", "|---|---:|---:|---:|---:|" + "---:|" * (len(methods) + len(pairs))]
     ratios: dict[tuple[str, str], list[float]] = {p: [] for p in pairs}
     for g, d in sorted(tg, key=lambda k: (GRAPHS.index(k[0]) if k[0] in GRAPHS else 99, k[1])):
@@ -218,8 +219,8 @@ def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[flo
         text = (f"max {max(vals):.2f}x, median {np.median(vals):.2f}x over {len(vals)} rows" if vals else
                 "no row where both reached it")
         lines.append(f"- calls of {a} / calls of {b}: {text} (paper: up to {PAPER_RATIO}x)")
-    lines += ["", "Best placement of each run against the single device (every row) and the human expert (the nmt rows), "
-              "within the run's budget:", ""]
+    lines += ["", "Best placement of each run against the single device (every row) and the human expert (the nmt "
+              "rows), within the run's budget:", ""]
     for m in methods:
         runs = [r for r in rows if r["method"] == m and (r["graph"], r["n_devices"]) in refs]
         beat = [r for r in runs if r["best_us"] / 1e3 < refs[(r["graph"], r["n_devices"])][0]]
