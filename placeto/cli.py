@@ -309,8 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run", help="run directory")
     plot.set_defaults(func=cmd_plot)
 
-    from placeto.evaluate import (add_calibrate_arguments, add_eval_arguments, add_program_arguments,
-                                  run_calibrate, run_eval)
+    from placeto.calibration import add_calibrate_arguments, run_calibrate
+    from placeto.evaluate import add_eval_arguments, add_program_arguments, run_eval
 
     ev = sub.add_parser("eval", help="simulate placements, and with --hardware run them on local JAX devices")
     add_eval_arguments(ev)

@@ -27,7 +27,6 @@ import dataclasses
 import io
 import json
 import math
-import os
 import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -37,7 +36,8 @@ import numpy as np
 from placeto.agreement import (MIN_RANKED, Agreement, Concordance, agreement, concordance,  # noqa: F401
                                format_agreement, spearman, spearman_note)  # (re-exported: eval's statistics)
 from placeto.arguments import COUNT, DEVICES, POSITIVE
-from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster, save_cluster
+from placeto.calibration import check_parallelism, cluster_summary, refit
+from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.graph import DEFAULT_KIND, Graph
 from simulator.io import PathLike, atomic_write_bytes, check_output_path, load_graph, load_placement, read_json
@@ -272,6 +272,10 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
     p.add_argument("--plot", help="write simulated vs measured to this PNG")
     p.add_argument("--json", help="write the rows and the agreement to this JSON file")
+    p.add_argument("--refit", metavar="CLUSTER_JSON",
+                   help="with --hardware and at least 5 placements: fit the cluster's per-op and per-transfer "
+                        "costs to the measured steps (simulator.fit.fit_on_placements), write that cluster here "
+                        "and report each placement predicted by the fit on the others (leave-one-out)")
 
 
 def add_program_arguments(p: argparse.ArgumentParser) -> None:
@@ -297,9 +301,17 @@ def _device_count(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    for path in (args.plot, args.json):
+    for path in (args.plot, args.json, args.refit):
         if path:
             check_output_path(path)
+    if args.refit:
+        from simulator.fit import WORKLOAD_FREE
+
+        if not args.hardware:
+            raise InputError("--refit fits the cluster to measured step times: it needs --hardware")
+        if len(args.placement) <= len(WORKLOAD_FREE):
+            raise InputError(f"--refit fits {len(WORKLOAD_FREE)} parameters and predicts each placement from the "
+                             f"others: give at least {len(WORKLOAD_FREE) + 1} placements, got {len(args.placement)}")
     n = _device_count(args)
     if args.hardware:
         from simulator.host_devices import ensure_host_devices
@@ -353,6 +365,8 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"plot             {args.plot}")
     if args.json:
         write_rows_json(args.json, graph, cluster, rows, summary)
+    if args.refit:
+        refit(args.refit, graph, cluster, [p for _, p in placements], rows)
     return 0
 
 
@@ -387,61 +401,3 @@ def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequen
            "rows": [{"placement": r.name, "simulated_us": r.simulated_us, "measured": timing(r.measured)}
                     for r in rows]}
     atomic_write_bytes(path, (json.dumps(obj, indent=1, allow_nan=False) + "\n").encode())
-
-
-def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--devices", type=DEVICES, default=2, help="number of local devices to calibrate")
-    p.add_argument("--out", required=True, help="cluster JSON file to write")
-    p.add_argument("--repeats", type=POSITIVE, default=7, help="trials per measurement (median)")
-    p.add_argument("--name", help="cluster name (default: local-<platform>-calibrated)")
-
-
-def run_calibrate(args: argparse.Namespace) -> int:
-    from simulator.host_devices import ensure_host_devices
-
-    check_output_path(args.out)
-    ensure_host_devices(args.devices)  # before anything imports jax
-    if args.repeats < 1:
-        raise InputError(f"--repeats must be >= 1, got {args.repeats}")
-    from simulator.calibrate import calibrate_fit
-    from simulator.fit import format_fit
-
-    print(f"measuring the calibration graphs on {args.devices} local devices, {args.repeats} steps each ...",
-          flush=True)
-    fit = calibrate_fit(args.devices, args.repeats, args.name)
-    cluster = fit.cluster
-    save_cluster(cluster, args.out)
-    print(format_fit(fit))
-    print(f"{args.out}: {cluster.n_devices}x {cluster.kinds[0]}, {cluster_summary(cluster)}, memory "
-          f"{cluster.memory[0] / 1e9:.1f} GB per device")
-    check_parallelism(args.devices)
-    return 0
-
-
-def cluster_summary(cluster: Cluster) -> str:
-    """delta1, delta2, bandwidth and, when set, latency and host times, on one line."""
-    text = (f"delta1 {cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, bandwidth "
-            f"{cluster.bandwidth_bytes_per_us:g} B/us ({cluster.bandwidth_bytes_per_us / 1e3:.2f} GB/s)")
-    if cluster.latency_us:
-        text += f", latency {cluster.latency_us:g} us"
-    for h in cluster.hosts:
-        text += f", host {h.name!r}: dispatch {h.dispatch_us:g} us, transfer {h.transfer_us:g} us"
-    return text
-
-
-def check_parallelism(n: int) -> float:
-    """Measure and print how concurrently n local devices run (simulator.calibrate.measure_parallelism), with a
-    warning when far below n: the simulator assumes devices run concurrently, and this machine then cannot."""
-    if n < 2:
-        return 1.0
-    from simulator.calibrate import measure_parallelism
-    from simulator.host_devices import local_devices
-
-    speedup = measure_parallelism(local_devices(n))
-    cores = os.cpu_count() or 1
-    print(f"parallel speedup of {n} devices on independent work: {speedup:.2f} (ideal {min(n, cores)}; "
-          f"{cores} cores, load average {os.getloadavg()[0]:.1f})")
-    if speedup < 0.75 * min(n, cores):
-        print(f"warning: these {n} devices do not run concurrently (fewer or busy cores): measured step times "
-              f"will not show the parallelism the simulator assumes", file=sys.stderr)
-    return speedup

@@ -138,6 +138,15 @@ def cluster_with(base: Cluster, params: dict[str, float]) -> Cluster:
                                hosts=(Host(HOST, params["dispatch_us"], params["transfer_us"]),))
 
 
+def cluster_params(cluster: Cluster) -> dict[str, float]:
+    """The six timing parameters of `cluster` (the inverse of `cluster_with`): its first host's dispatch and
+    transfer times, 0 when it has no host."""
+    host = cluster.hosts[0] if cluster.hosts else Host(HOST, 0.0, 0.0)
+    return {"delta1_us": cluster.delta1_us, "dispatch_us": host.dispatch_us, "delta2_us": cluster.delta2_us,
+            "us_per_mb": 1e6 / cluster.bandwidth_bytes_per_us, "latency_us": cluster.latency_us,
+            "transfer_us": host.transfer_us}
+
+
 def simulate_probes(probes: Sequence[Probe], cluster: Cluster) -> np.ndarray:
     """float64[P] simulated step time of every probe on `cluster`, microseconds."""
     from simulator.engine import simulate
@@ -192,12 +201,14 @@ the calibration's minimal ops; delta2 and the bandwidth keep the calibration's v
 
 
 def fit_on_placements(graph: Graph, placements: Sequence[np.ndarray], measured_us: Sequence[float],
-                      calibrated: dict[str, float], base: Cluster, free: Sequence[str] = WORKLOAD_FREE) -> Fit:
+                      calibrated: dict[str, float], base: Cluster, free: Sequence[str] = WORKLOAD_FREE,
+                      names: Sequence[str] | None = None) -> Fit:
     """`fit_cluster` on measured steps of one graph's placements (each int[N]) instead of the calibration graphs:
     the parameters in `free` fitted, starting from and otherwise equal to `calibrated` (a calibration's
-    params)."""
-    probes = [Probe(f"placement {k}", graph, np.asarray(p, dtype=np.int32), float(m))
-              for k, (p, m) in enumerate(zip(placements, measured_us))]
+    params, or `cluster_params`). `names`: the placements' names in the fit report."""
+    names = names or [f"placement {k}" for k in range(len(placements))]
+    probes = [Probe(name, graph, np.asarray(p, dtype=np.int32), float(m))
+              for name, p, m in zip(names, placements, measured_us)]
     return fit_cluster(probes, base, free, fixed=calibrated, start=calibrated)
 
 

@@ -226,6 +226,8 @@ CASES: list[tuple[str, str, str | None]] = [
         "dupname.json", "unknown_edge.json", "grouping_bad.json", "adir", "missing.json")],
     ("graph-time-bound", "simulate bound.json --placement p.json --cluster c_slow.json", None),
     ("graph-eval-cost-1e308", "eval cost_1e308.json --placement p.json", None),
+    ("eval-refit-no-hardware", f"{EVAL} p.json p.json p.json p.json p.json --refit new.json", None),
+    ("eval-refit-too-few", f"{EVAL} p.json --hardware --refit new.json", None),
     # placements
     *[(f"placement-{n}", f"simulate g.json --placement {n}.json", None) for n in (
         "p_devices_int", "p_huge", "p_str", "p_short", "p_range", "p_neg", "p_unknown", "p_devname", "p_nested")],
@@ -274,7 +276,7 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{SIM} --gantt adir", f"{SIM} --gantt g.json/x.png", f"{SIM} --gantt /proc/x.png",
         f"{PLACE} --checkpoint run_ok --out adir", f"{PLACE} --checkpoint run_ok --out g.json/x.json",
         f"{PLACE} --checkpoint run_ok --out /proc/p.json", f"{EVAL} --json adir", f"{EVAL} --json /proc/x.json",
-        f"{EVAL} --plot g.json/x.png", "compare g.json --methods single --devices 2 --out g.json",
+        f"{EVAL} --plot g.json/x.png", f"{EVAL} --refit adir", "compare g.json --methods single --devices 2 --out g.json",
         "compare g.json --methods single --devices 2 --out /proc/cmp", f"{TRAIN} --out g.json",
         f"{TRAIN} --out g.json/run", f"{TRAIN} --out /proc/run", "profile meta_kind.json --out adir",
         "calibrate --out adir"])],

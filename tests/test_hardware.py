@@ -17,10 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.evaluate import (EvalRow, add_calibrate_arguments, add_eval_arguments, agreement, concordance,
-                              dispatch_order, format_agreement, run_eval, simulation_cluster, spearman)
+from placeto.calibration import add_calibrate_arguments
+from placeto.evaluate import (EvalRow, add_eval_arguments, agreement, concordance, dispatch_order, format_agreement,
+                              run_eval, simulation_cluster, spearman)
 from simulator import make_graph, save_graph, save_placement
-from simulator.cluster import Cluster, Device
+from simulator.cluster import Cluster, Device, load_cluster
 from simulator.errors import InputError
 from simulator.generate import layered_dag
 from simulator.hardware import Timing
@@ -38,8 +39,8 @@ SCRIPT = textwrap.dedent('''
     from simulator.errors import InputError
     from simulator.grouping import group
     from simulator.trace import trace_import
-    from placeto.evaluate import (add_calibrate_arguments, add_eval_arguments, hardware_runner, run_calibrate,
-                                  run_eval)
+    from placeto.calibration import add_calibrate_arguments, run_calibrate
+    from placeto.evaluate import add_eval_arguments, hardware_runner, run_eval
     import argparse
 
     TX = optax.adam(1e-2)
@@ -143,6 +144,15 @@ SCRIPT = textwrap.dedent('''
                           "units", "--cluster", f"{tmp}/cluster.json", "--repeats", "3", "--plot",
                           f"{tmp}/plot.png", "--json", f"{tmp}/rows.json", "--program", "__main__:mlp_step",
                           "--args-spec", "__main__:mlp_args"])
+    rng = np.random.default_rng(0)
+    for k in range(4):
+        save_placement(f"{tmp}/r{k}.json", rng.integers(0, 2, n), ["/cpu:0", "/cpu:1"])
+    report["refit"] = cli(add_eval_arguments, run_eval,
+                          [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json"]
+                          + [f"{tmp}/r{k}.json" for k in range(4)]
+                          + ["--hardware", "--cluster", f"{tmp}/cluster.json", "--repeats", "3", "--refit",
+                             f"{tmp}/refit.json", "--program", "__main__:mlp_step", "--args-spec",
+                             "__main__:mlp_args"])
     report["eval_short"] = cli(add_eval_arguments, run_eval,
                                [gpath, "--placement", f"{tmp}/short.json", "--hardware", "--cluster",
                                 f"{tmp}/cluster.json"])
@@ -218,6 +228,20 @@ def test_calibrate_and_eval_command_lines(report):
     assert [r["placement"].rsplit("/", 1)[-1] for r in rows["rows"]] == ["one.json", "rr.json"]
     assert all(r["measured"]["median_us"] > 0 and r["simulated_us"] > 0 for r in rows["rows"])
     assert (report["tmp"] / "plot.png").stat().st_size > 1000
+
+
+def test_eval_refit_writes_a_cluster_fitted_to_the_measured_placements(report):
+    """eval --refit: the per-op and per-transfer costs refitted to six measured placements, the cluster written,
+    the fit placement by placement and the leave-one-out agreement printed."""
+    code, text = report["refit"]
+    assert code == 0, text
+    assert "refitting the cluster to the 6 measured placements" in text and "r3.json" in text and "R^2" in text
+    assert "held out (each placement simulated with the fit on the others): median |error|" in text
+    assert "(6 placements)" in text and "nan" not in text, text
+    refitted = load_cluster(report["tmp"] / "refit.json")
+    calibrated = load_cluster(report["tmp"] / "cluster.json")
+    assert refitted.n_devices == 2 and refitted.delta2_us == calibrated.delta2_us
+    assert refitted.bandwidth_bytes_per_us == pytest.approx(calibrated.bandwidth_bytes_per_us, rel=1e-9)
 
 
 # ---- in-process: no devices needed ---------------------------------------------------------------------------

@@ -1,0 +1,104 @@
+"""`placeto calibrate`, and `placeto eval --refit`: the cluster model fitted to measured step times.
+
+    calibrate   the calibration graphs measured on local devices, the six timing parameters fitted
+                (simulator.calibrate.calibrate_fit), the cluster written
+    refit       eval's measured placements of one graph: the per-op and per-transfer costs refitted to them
+                (simulator.fit.fit_on_placements), with each placement predicted by the fit on the others
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from placeto.agreement import agreement, format_agreement
+from placeto.arguments import DEVICES, POSITIVE
+from simulator.cluster import Cluster, save_cluster
+from simulator.errors import InputError
+from simulator.graph import Graph
+from simulator.io import check_output_path
+
+if TYPE_CHECKING:
+    from placeto.evaluate import EvalRow
+
+
+def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--devices", type=DEVICES, default=2, help="number of local devices to calibrate")
+    p.add_argument("--out", required=True, help="cluster JSON file to write")
+    p.add_argument("--repeats", type=POSITIVE, default=7, help="trials per measurement (median)")
+    p.add_argument("--name", help="cluster name (default: local-<platform>-calibrated)")
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    from simulator.host_devices import ensure_host_devices
+
+    check_output_path(args.out)
+    ensure_host_devices(args.devices)  # before anything imports jax
+    if args.repeats < 1:
+        raise InputError(f"--repeats must be >= 1, got {args.repeats}")
+    from simulator.calibrate import calibrate_fit
+    from simulator.fit import format_fit
+
+    print(f"measuring the calibration graphs on {args.devices} local devices, {args.repeats} steps each ...",
+          flush=True)
+    fit = calibrate_fit(args.devices, args.repeats, args.name)
+    cluster = fit.cluster
+    save_cluster(cluster, args.out)
+    print(format_fit(fit))
+    print(f"{args.out}: {cluster.n_devices}x {cluster.kinds[0]}, {cluster_summary(cluster)}, memory "
+          f"{cluster.memory[0] / 1e9:.1f} GB per device")
+    check_parallelism(args.devices)
+    return 0
+
+
+def cluster_summary(cluster: Cluster) -> str:
+    """delta1, delta2, bandwidth and, when set, latency and host times, on one line."""
+    text = (f"delta1 {cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, bandwidth "
+            f"{cluster.bandwidth_bytes_per_us:g} B/us ({cluster.bandwidth_bytes_per_us / 1e3:.2f} GB/s)")
+    if cluster.latency_us:
+        text += f", latency {cluster.latency_us:g} us"
+    for h in cluster.hosts:
+        text += f", host {h.name!r}: dispatch {h.dispatch_us:g} us, transfer {h.transfer_us:g} us"
+    return text
+
+
+def check_parallelism(n: int) -> float:
+    """Measure and print how concurrently n local devices run (simulator.calibrate.measure_parallelism), with a
+    warning when far below n: the simulator assumes devices run concurrently, and this machine then cannot."""
+    if n < 2:
+        return 1.0
+    from simulator.calibrate import measure_parallelism
+    from simulator.host_devices import local_devices
+
+    speedup = measure_parallelism(local_devices(n))
+    cores = os.cpu_count() or 1
+    print(f"parallel speedup of {n} devices on independent work: {speedup:.2f} (ideal {min(n, cores)}; "
+          f"{cores} cores, load average {os.getloadavg()[0]:.1f})")
+    if speedup < 0.75 * min(n, cores):
+        print(f"warning: these {n} devices do not run concurrently (fewer or busy cores): measured step times "
+              f"will not show the parallelism the simulator assumes", file=sys.stderr)
+    return speedup
+
+
+def refit(path: str, graph: Graph, cluster: Cluster, placements: Sequence[np.ndarray],
+          rows: Sequence["EvalRow"]) -> None:
+    """Fit the cluster's per-op and per-transfer costs to the rows' measured steps, write it to `path`, and print
+    the fit and the leave-one-out agreement (simulator.fit.held_out_predictions)."""
+    from simulator.fit import cluster_params, fit_on_placements, format_fit, held_out_predictions
+
+    measured = [r.measured.median_us for r in rows]
+    start = cluster_params(cluster)
+    print(f"refitting the cluster to the {len(rows)} measured placements ...", flush=True)
+    fit = fit_on_placements(graph, placements, measured, start, cluster, names=[r.name for r in rows])
+    held = held_out_predictions(graph, placements, measured, start, cluster)
+    save_cluster(fit.cluster, path)
+    print(format_fit(fit))
+    from placeto.evaluate import EvalRow
+
+    held_rows = [EvalRow(r.name, float(h), r.measured) for r, h in zip(rows, held)]
+    print(f"held out (each placement simulated with the fit on the others): {format_agreement(agreement(held_rows))}")
+    print(f"{path}: {cluster_summary(fit.cluster)}")
