@@ -88,6 +88,7 @@ def refit(path: str, graph: Graph, cluster: Cluster, placements: Sequence[np.nda
           rows: Sequence["EvalRow"]) -> None:
     """Fit the cluster's per-op and per-transfer costs to the rows' measured steps, write it to `path`, and print
     the fit and the leave-one-out agreement (simulator.fit.held_out_predictions)."""
+    from placeto.evaluate import EvalRow  # (evaluate imports this module)
     from simulator.fit import cluster_params, fit_on_placements, format_fit, held_out_predictions
 
     measured = [r.measured.median_us for r in rows]
@@ -97,8 +98,6 @@ def refit(path: str, graph: Graph, cluster: Cluster, placements: Sequence[np.nda
     held = held_out_predictions(graph, placements, measured, start, cluster)
     save_cluster(fit.cluster, path)
     print(format_fit(fit))
-    from placeto.evaluate import EvalRow
-
     held_rows = [EvalRow(r.name, float(h), r.measured) for r, h in zip(rows, held)]
     print(f"held out (each placement simulated with the fit on the others): {format_agreement(agreement(held_rows))}")
     print(f"{path}: {cluster_summary(fit.cluster)}")
