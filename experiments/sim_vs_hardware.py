@@ -171,6 +171,7 @@ def run_one(graph, fit, repeats: int, budget: int, threads: bool, checkpoint: Pa
     return {"graph": graph.name, "groups": graph.n_nodes, "ops": graph.meta.get("ops"),
             "devices": cluster.n_devices, "rows": rows, "seconds": time.perf_counter() - t0,
             "unit_cost_total_us": float(units.cost_for("local-cpu").sum()),
+            "unit_costs_us": [round(float(c), 3) for c in units.cost_for("local-cpu")],  # to re-simulate offline
             "op_cost_total_us": float(graph.cost_for("local-cpu").sum())}
 
 
