@@ -13,8 +13,9 @@ Optional (absent: zero, the published Placeto simulator's model)::
      "devices": [{..., "host": "host0"}, ...]   # with "hosts": every device names its host
 
 A host is the CPU time its devices' dispatch threads share (on one machine, one Python process: they take turns
-on the interpreter lock): each op of a device costs its host `dispatch_us` and each transfer a device sends
-`transfer_us`, served one job at a time in the order asked (see simulator.reference for the exact rules).
+on the interpreter lock): each op of a device costs its host `dispatch_us` and each producer whose outputs a
+device sends `transfer_us` (once, with its first output), served one job at a time in the order asked (see
+simulator.reference for the exact rules).
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ class Host:
     Attributes:
       name: referred to by Device.host.
       dispatch_us: host time to dispatch each op of its devices, microseconds (the op starts after it).
-      transfer_us: host time to start each transfer its devices send, microseconds (the transfer leaves the
-        sending bus after it).
+      transfer_us: host time to start the transfers of each producer its devices send, microseconds: the
+        first of a producer's outputs that its bus sends leaves after it, the producer's other outputs leave
+        without a host job (simulator.hardware sends all of a producer's values for a device in one call).
     """
 
     name: str
@@ -172,7 +174,7 @@ class HostModel(NamedTuple):
 
     host: np.ndarray  # int64[D] host index of each device, in [0, H)
     dispatch_us: np.ndarray  # float64[D] host time per op dispatched on the device, microseconds
-    transfer_us: np.ndarray  # float64[D] host time per transfer the device sends, microseconds
+    transfer_us: np.ndarray  # float64[D] host time per producer whose outputs the device sends, microseconds
     n_hosts: int  # H
 
 

@@ -222,9 +222,15 @@ def _run(g, w, dev):
             o = bus[heads[2, d]]
             heads[2, d] += 1
             leave = t
-            if send[d] > 0:  # the host's job first
-                leave = max(t, host_free[host[d]]) + send[d]
-                host_free[host[d]] = leave
+            if send[d] > 0:  # the host's job first, once per producer: with its first output that goes remote
+                first = True
+                for o0 in range(out_off[out_node[o]], o):
+                    if n_remote[o0] > 0:
+                        first = False
+                        break
+                if first:
+                    leave = max(t, host_free[host[d]]) + send[d]
+                    host_free[host[d]] = leave
             sent = leave + xfer[o]
             arrival[o] = sent + latency
             free[1, d] = sent + d2

@@ -7,7 +7,7 @@ The cluster model (simulator.cluster) has six timing parameters, all microsecond
     delta2_us     sending bus busy after each transfer          (per device)
     us_per_mb     wire time per 10^6 bytes = 10^6 / bandwidth_bytes_per_us
     latency_us    flight time of each transfer                  (overlaps everything)
-    transfer_us   host time to start each transfer              (shared by the devices of one host)
+    transfer_us   host time to start each producer's transfers  (shared by the devices of one host)
 
 `calibration_probes` builds small graphs whose step times separate them: a chain on one device
 (dispatch + delta1 per op) against two chains on two devices (dispatch serialises on a shared host, delta1 does

@@ -12,9 +12,11 @@ Semantics (those of the published Placeto simulator, made exact):
   keeps the bus busy until e + delta2. There is no receive-side contention.
 * Hosts (optional; Cluster.hosts): each device belongs to one host, a server of one job at a time. An op a device
   takes at t (as above) asks its host for dispatch_us > 0: the job runs from h = max(t, host free time), and the
-  op starts at h + dispatch_us instead of t; a transfer the bus takes at s asks for transfer_us > 0 and leaves at
-  w = max(s, host free time) + transfer_us. Jobs are served in the order asked (the order of the events below);
-  a zero host time asks for nothing. Without hosts and latency this is the published model, float for float.
+  op starts at h + dispatch_us instead of t; the first of a producer's outputs with a remote consumer, taken by
+  the bus at s, asks for transfer_us > 0 and leaves at w = max(s, host free time) + transfer_us (the producer's
+  later outputs leave at w = s: one host job sends all of them, as simulator.hardware's one device_put per
+  producer and receiving device). Jobs are served in the order asked (the order of the events below); a zero
+  host time asks for nothing. Without hosts and latency this is the published model, float for float.
 * A child is ready when every distinct (parent, output) it consumes has been released to it.
 * Events at equal times: releases first (by parent, then output, then child; a parent's local releases before
   its transfers'), then bus starts (by device), then device starts (by device). Runtime is the time of the last
@@ -96,7 +98,8 @@ def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster)
             if bus_free[a] <= now and bus[a] and bus[a][0][0] <= now:
                 _, p, k = bus[a].popleft()
                 leave = now
-                if send[a] > 0:  # the host's job first
+                first = not any(dev[c] != a for k0 in range(k) for c in cons[p][k0])
+                if send[a] > 0 and first:  # the host's job first, once per producer
                     leave = host_free[host_of[a]] = max(now, host_free[host_of[a]]) + send[a]
                 sent = leave + xfer_time[out_off[p] + k]
                 arrival = sent + latency

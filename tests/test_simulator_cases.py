@@ -177,6 +177,23 @@ def test_a_shared_host_serialises_dispatch(sim):
 
 
 @SIMULATORS
+def test_a_producers_transfers_share_one_host_job(sim):
+    # p(1) on d0 sends two 1000-byte outputs to c1 and c2 on d1; the host takes 3 us per producer sent. Output 0:
+    # host job 1-4, wire 4-5 (bus free 7), arrives 5; output 1 rides on the same job: bus 7, wire 7-8, arrives 8
+    # (bus free 10). c1 runs 5-6 (d1 free 7), c2 8-9 (free 10). (With a job per output: output 1 would leave at 10.)
+    g = make_graph("two", [{"name": "p", "cost": 1, "out_bytes": [1000, 1000]}, {"name": "c1", "cost": 1},
+                           {"name": "c2", "cost": 1}], [(0, 1, 0), (0, 2, 1)])
+    r = sim(g, [0, 1, 1], host_cluster(2, transfer=3.0))
+    assert transfers(r) == [(0, 0, 0, 1.0, 5.0), (0, 1, 0, 7.0, 8.0)]
+    assert r.start.tolist() == [0, 5, 8] and r.runtime == 10.0
+    # an output read only on the producer's own device does not take the job: here output 0 stays local
+    g2 = make_graph("local-first", [{"name": "p", "cost": 1, "out_bytes": [1000, 1000]}, {"name": "c1", "cost": 1},
+                                    {"name": "c2", "cost": 1}], [(0, 1, 0), (0, 2, 1)])
+    r2 = sim(g2, [0, 0, 1], host_cluster(2, transfer=3.0))
+    assert transfers(r2) == [(0, 1, 0, 1.0, 5.0)]  # output 1 is the producer's first remote one: 1-4 job, 4-5 wire
+
+
+@SIMULATORS
 def test_a_shared_host_serialises_transfers_in_event_order(sim):
     # p0(1) on d0 and p1(1) on d1 each send 1000 bytes to c0, c1 on d2; each transfer takes the shared host 3 us.
     # Both buses take their tensor at 1 (bus events by device): d0's host job 1-4, wire 4-5, arrival 5; d1's job
