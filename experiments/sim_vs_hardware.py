@@ -72,6 +72,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--checkpoints", help="folder of family policies (<folder>/<family>/family, as "
                    "experiments/placeto_family.py --runs writes them): adds each graph's zero-shot placement")
     p.add_argument("--render", help="only rewrite the .md and .png from this results JSON (no measuring)")
+    p.add_argument("--refit", metavar="JSON", help="recompute the held-out model from this results JSON (its "
+                   "placements, unit costs and measured steps; graphs from --work) and rewrite it, the .md and .png "
+                   "in --out (no measuring)")
     args = p.parse_args()
     if args.tiny:
         args.devices, args.graphs, args.repeats, args.budget = "2", "nmt", 3, 50
@@ -210,7 +213,9 @@ def markdown(results: list[dict], env: dict) -> str:
              f"load average {env['load_before']} before and {env['load_after']} after; JAX {env['jax']}; "
              f"XLA_FLAGS `{env['xla_flags']}`; dispatch: {env['dispatch']}. Parallel speedup of the devices on "
              f"independent ~1 ms kernels (`simulator.calibrate.measure_parallelism`, ideal min(devices, cores)): "
-             f"{speedups}.", "", "## Calibration (least-squares fit of the cluster model)", ""]
+             f"{speedups}." + (f" The held-out model was recomputed from the measurements afterwards: "
+                                f"`{env['held_out_command']}`." if env.get("held_out_command") else ""),
+             "", "## Calibration (least-squares fit of the cluster model)", ""]
     for n, f in env["fits"].items():
         p = f["params"]
         lines.append(f"* {n} devices: delta1 {p['delta1_us']:.1f} us, dispatch {p['dispatch_us']:.1f} us (shared), "
@@ -226,8 +231,8 @@ def markdown(results: list[dict], env: dict) -> str:
               "profile on the fitted cluster; *flat* units as executed on the fitted cluster without latency and "
               "hosts; *units* units on the full fitted cluster; *held-out* units on the cluster refitted to the "
               "graph's own placements, each placement predicted by the fit on the others (leave-one-out: "
-              "`simulator.fit.held_out_predictions`, per-op and per-transfer costs refitted, delta2 and "
-              "bandwidth kept).", "", "## Agreement", "",
+              "`simulator.fit.held_out_predictions`, per-op and per-transfer costs refitted, the bandwidth "
+              "kept).", "", "## Agreement", "",
               "| graph | groups (ops) | devices | placements | repeat rho | repeat conc (ties) | err op | rho op "
               "| err flat | rho flat | err units | rho units | err held-out | rho held-out | conc units (ties) |",
               "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
@@ -305,6 +310,8 @@ def main() -> int:
     args = parse_args()
     if args.render:
         return render(json.loads(Path(args.render).read_text()), Path(args.out))
+    if args.refit:
+        return refit_held_out(json.loads(Path(args.refit).read_text()), Path(args.work), Path(args.out))
     counts = [int(x) for x in args.devices.split(",")]
     ensure_host_devices(max(counts), serial=not args.no_serial)  # before anything imports jax
     import jax
@@ -351,6 +358,36 @@ def main() -> int:
     atomic_write_bytes(out / "sim_vs_hardware.json", (json.dumps({"env": env, "results": results}, indent=1,
                                                                  allow_nan=False) + "\n").encode())
     return render({"env": env, "results": results}, out)
+
+
+def refit_held_out(data: dict, work: Path, out: Path) -> int:
+    """The held-out model recomputed from a results JSON with unit costs (`run_one` writes them): the same
+    placements, measurements and calibrated cluster, simulator.fit as it is now."""
+    import numpy as np
+
+    from simulator.cluster import cluster_from_dict
+    from simulator.fit import cluster_params, held_out_predictions
+    from simulator.io import atomic_write_bytes
+
+    graphs = {"cifar10_small": "cifar10", "ptb_small": "ptb", "nmt_small": "nmt"}
+    for result in data["results"]:
+        if "unit_costs_us" not in result:
+            raise SystemExit(f"{result['graph']}: the JSON has no unit costs (written before they were kept)")
+        graph = build(graphs.get(result["graph"], result["graph"]), work)
+        units = graph.with_costs("local-cpu", np.asarray(result["unit_costs_us"], dtype=np.float64))
+        cluster = cluster_from_dict(result["cluster"])
+        placements = [np.asarray(row["assignment"], dtype=np.int32) for row in result["rows"]]
+        pooled = [float(np.median(row["runs"][0] + row["runs"][1])) for row in result["rows"]]
+        held = held_out_predictions(units, placements, pooled, cluster_params(cluster), cluster)
+        for row, h in zip(result["rows"], held):
+            row["simulated_us"]["held-out"] = float(h)
+        result["summary"] = summarise(result)
+        s = result["summary"]["held-out"]
+        print(f"{result['graph']}: held-out err {_num(s['median_ape'], '.0f')}% rho {_num(s['spearman'], '.2f')}",
+              flush=True)
+    data["env"]["held_out_command"] = "python experiments/sim_vs_hardware.py " + " ".join(sys.argv[1:])
+    atomic_write_bytes(out / "sim_vs_hardware.json", (json.dumps(data, indent=1, allow_nan=False) + "\n").encode())
+    return render(data, out)
 
 
 def render(data: dict, out: Path) -> int:

@@ -195,9 +195,9 @@ def fit_cluster(probes: Sequence[Probe], base: Cluster, free: Sequence[str] = PA
                float(np.sqrt(np.mean((simulated / measured - 1.0) ** 2))))
 
 
-WORKLOAD_FREE = ("delta1_us", "dispatch_us", "latency_us", "transfer_us")
+WORKLOAD_FREE = ("delta1_us", "dispatch_us", "delta2_us", "latency_us", "transfer_us")
 """What a fit on a graph's own placements moves: the per-op and per-transfer costs, where real groups differ from
-the calibration's minimal ops; delta2 and the bandwidth keep the calibration's values."""
+the calibration's minimal ops; the bandwidth keeps the calibration's value."""
 
 
 def fit_on_placements(graph: Graph, placements: Sequence[np.ndarray], measured_us: Sequence[float],

@@ -240,7 +240,7 @@ def test_eval_refit_writes_a_cluster_fitted_to_the_measured_placements(report):
     assert "(6 placements)" in text and "nan" not in text, text
     refitted = load_cluster(report["tmp"] / "refit.json")
     calibrated = load_cluster(report["tmp"] / "cluster.json")
-    assert refitted.n_devices == 2 and refitted.delta2_us == calibrated.delta2_us
+    assert refitted.n_devices == 2
     assert refitted.bandwidth_bytes_per_us == pytest.approx(calibrated.bandwidth_bytes_per_us, rel=1e-9)
 
 
