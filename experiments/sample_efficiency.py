@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--minutes", type=float, default=10.0, help="wall minutes per run (compilation excluded)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    p.add_argument("--report-only", action="store_true",
+                   help="write the .md and the plots from the rows already in the CSV (e.g. of a stopped run)")
     args = p.parse_args(argv)
     graphs, methods = args.graphs.split(","), args.methods.split(",")
     bad = [x for x in graphs if x not in GRAPHS] + [m for m in methods if m not in METHODS]
@@ -287,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     done = {(r["graph"], r["n_devices"], r["method"]) for r in rows}
     command = "PYTHONPATH=. python experiments/sample_efficiency.py " + " ".join(argv if argv is not None
                                                                                 else sys.argv[1:])
-    for g in graphs:
+    for g in [] if args.report_only else graphs:
         graph = load_graph(ROOT / "datasets" / "benchmarks" / f"{g}.json.gz")
         for d in [int(x) for x in args.devices.split(",")]:
             for m in methods:
@@ -303,6 +305,12 @@ def main(argv: list[str] | None = None) -> int:
                 write_rows(csv_path, rows)  # after every run: a kill loses at most the run in progress
                 print(f"   best {rows[-1]['best_us'] / 1e3:.3f} ms, {calls} calls, {secs:.0f} s", flush=True)
         plot(rows, g, out / f"sample_efficiency_{g}.png")
+    if args.report_only:
+        for g in sorted({r["graph"] for r in rows}):
+            plot(rows, g, out / f"sample_efficiency_{g}.png")
+        if rows:  # the command that ran the rows (their budgets)
+            command = (f"PYTHONPATH=. python experiments/sample_efficiency.py --calls {rows[0]['budget_calls']} "
+                       f"--minutes {float(rows[0]['budget_seconds']) / 60:g}")
     refs = {}
     for g in sorted({r["graph"] for r in rows}):
         graph = load_graph(ROOT / "datasets" / "benchmarks" / f"{g}.json.gz")
