@@ -369,15 +369,14 @@ def refit_held_out(data: dict, work: Path, out: Path) -> int:
     from simulator.fit import cluster_params, held_out_predictions
     from simulator.io import atomic_write_bytes
 
-    graphs = {"cifar10_small": "cifar10", "ptb_small": "ptb", "nmt_small": "nmt"}
     for result in data["results"]:
         if "unit_costs_us" not in result:
             raise SystemExit(f"{result['graph']}: the JSON has no unit costs (written before they were kept)")
-        graph = build(graphs.get(result["graph"], result["graph"]), work)
+        graph = build(result["graph"].removesuffix("_small"), work)  # a family's small member, or a benchmark
         units = graph.with_costs("local-cpu", np.asarray(result["unit_costs_us"], dtype=np.float64))
         cluster = cluster_from_dict(result["cluster"])
         placements = [np.asarray(row["assignment"], dtype=np.int32) for row in result["rows"]]
-        pooled = [float(np.median(row["runs"][0] + row["runs"][1])) for row in result["rows"]]
+        pooled = [_median_iqr(row["runs"][0] + row["runs"][1])[0] for row in result["rows"]]
         held = held_out_predictions(units, placements, pooled, cluster_params(cluster), cluster)
         for row, h in zip(result["rows"], held):
             row["simulated_us"]["held-out"] = float(h)

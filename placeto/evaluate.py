@@ -39,6 +39,7 @@ from placeto.arguments import COUNT, DEVICES, POSITIVE
 from placeto.calibration import check_parallelism, cluster_summary, refit
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
+from simulator.fit import WORKLOAD_FREE
 from simulator.graph import DEFAULT_KIND, Graph
 from simulator.io import PathLike, atomic_write_bytes, check_output_path, load_graph, load_placement, read_json
 
@@ -273,7 +274,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plot", help="write simulated vs measured to this PNG")
     p.add_argument("--json", help="write the rows and the agreement to this JSON file")
     p.add_argument("--refit", metavar="CLUSTER_JSON",
-                   help="with --hardware and at least 5 placements: fit the cluster's per-op and per-transfer "
+                   help=f"with --hardware and at least {len(WORKLOAD_FREE) + 1} placements: fit the cluster's per-op and per-transfer "
                         "costs to the measured steps (simulator.fit.fit_on_placements), write that cluster here "
                         "and report each placement predicted by the fit on the others (leave-one-out)")
 
@@ -305,8 +306,6 @@ def run_eval(args: argparse.Namespace) -> int:
         if path:
             check_output_path(path)
     if args.refit:
-        from simulator.fit import WORKLOAD_FREE
-
         if not args.hardware:
             raise InputError("--refit fits the cluster to measured step times: it needs --hardware")
         if len(args.placement) <= len(WORKLOAD_FREE):

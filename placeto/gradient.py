@@ -133,9 +133,14 @@ def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro:
 
 
 def make_optimizer(config: PlacetoConfig) -> optax.GradientTransformation:
-    """Clip by global norm, then Adam's scaling; the learning rate (`learning_rate`) is applied in `_apply`,
-    so one compiled update serves every run length."""
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip), optax.scale_by_adam())
+    """`clipped_adam` of the config's gradient clip."""
+    return clipped_adam(config.grad_clip)
+
+
+def clipped_adam(grad_clip: float) -> optax.GradientTransformation:
+    """Clip by global norm, then Adam's scaling; the learning rate (`learning_rate`) is applied by the update
+    (placeto.train), so one compiled update serves every run length."""
+    return optax.chain(optax.clip_by_global_norm(grad_clip), optax.scale_by_adam())
 
 
 def learning_rate(config: PlacetoConfig, update: int) -> float:

@@ -45,8 +45,8 @@ from placeto.checkpoint_io import RunLock, check_devices, check_finite, check_sa
 from placeto.config import PlacetoConfig
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.features import GraphArrays
-from placeto.gradient import (Baseline, baseline_update, entropy_coef, learning_rate, make_grad_fn, make_optimizer,
-                              policy_gradient, returns_to_go)
+from placeto.gradient import (Baseline, baseline_update, clipped_adam, entropy_coef, learning_rate, make_grad_fn,
+                              make_optimizer, policy_gradient, returns_to_go)
 from placeto.place import CHECKPOINT, Rollout, collect_rollout
 from placeto.policy import Policy, make_policy
 from simulator.cluster import Cluster
@@ -282,7 +282,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
 @functools.lru_cache(maxsize=None)
 def _make_apply(grad_clip: float):
     """Jitted (grads, opt_state, params, lr) -> (params, opt_state, grad norm), memoised per clip value."""
-    optimizer = optax.chain(optax.clip_by_global_norm(grad_clip), optax.scale_by_adam())
+    optimizer = clipped_adam(grad_clip)
 
     @jax.jit
     def apply(grads, opt_state, params, lr):
