@@ -192,8 +192,9 @@ def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[flo
              if a in methods and b in methods]
     lines = ["# Sample efficiency of the learned placers", "", f"Command (last run): `{command}`", "",
              f"Simulator calls (and wall seconds, jit compilation excluded) until the best placement found so far is "
-             f"within {100 * (WITHIN - 1):.0f}% of the best objective any method reached on that graph and device "
-             f"count; `> N (> S s)`: not reached within the run's N calls / S seconds. Placeto simulates once per "
+             f"within {100 * (WITHIN - 1):.0f}% of the best objective any of these learned runs reached on that "
+             f"graph and device count (a search such as local search may find better: `placeto compare`); "
+             f"`> N (> S s)`: not reached within the run's N calls / S seconds. Placeto simulates once per "
              f"step (N calls per episode of N ops) where rnn, hierarchical and gdp simulate once per whole "
              f"placement, so its calls are not the paper's training steps: see the seconds too.", "",
              "| graph | devices | single ms | expert ms | target ms | " + " | ".join(methods)

@@ -60,7 +60,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--devices", default="2", help="comma list of device counts")
     p.add_argument("--graphs", default=",".join([*SPECS, *BENCHMARKS]),
                    help="comma list of families (small members) and benchmark models")
-    p.add_argument("--repeats", type=int, default=9, help="timed steps per placement and measurement run")
+    p.add_argument("--repeats", type=int, default=25,
+                   help="timed steps per placement and measurement run (at 9, two runs' rank correlation on nmt and "
+                        "rnnlm was 0.5-0.7: the step-to-step noise of this machine, not the model, set the ranks)")
     p.add_argument("--budget", type=int, default=500, help="simulator calls of each searching method")
     p.add_argument("--tiny", action="store_true",
                    help="one tiny nmt graph, 2 devices, 3 repeats, budget 50: shows the script works")
@@ -223,7 +225,8 @@ def markdown(results: list[dict], env: dict) -> str:
                      f"{p['latency_us']:.1f} us, transfer {p['transfer_us']:.1f} us (shared); R^2 "
                      f"{_num(f['r2'], '.3f')}, "
                      f"RMS relative error {f['rms_relative'] * 100:.1f}% over {len(f['probes'])} probes.")
-    lines += ["", "Step times in ms. Each placement is measured in two separate runs of interleaved steps; "
+    lines += ["", f"Step times in ms. Each placement is measured in two separate runs of interleaved steps "
+              f"({env.get('repeats', 9)} timed steps per placement in each run); "
               "*err* is the median |simulated - measured| / measured against both runs pooled, *rho* the "
               "Spearman rank correlation, *conc* the fraction of placement pairs ordered alike, pairs whose "
               "measured IQRs overlap counted as ties (not counted; *ties* of *pairs*). *repeat*: run 2 against "
@@ -326,6 +329,7 @@ def main() -> int:
     env = {"argv": " ".join(sys.argv[1:]), "cores": os.cpu_count(), "jax": jax.__version__,
            "xla_flags": os.environ.get("XLA_FLAGS", ""), "load_before": "%.1f" % os.getloadavg()[0],
            "dispatch": "one host thread" if args.single_thread_dispatch else "one host thread per device",
+           "repeats": args.repeats,
            "fits": {}}
     graphs = []
     for name in args.graphs.split(","):
