@@ -21,7 +21,7 @@ Reported per graph: median |error| against the pooled measurement, Spearman rank
 concordance where pairs whose measured IQRs overlap count as ties; beside them the same for run 2 against run 1
 (how well the machine agrees with itself). Writes sim_vs_hardware.{md,json,png} to --out.
 
-    python experiments/sim_vs_hardware.py                      # the full measurement: about 20 minutes, 2 cores
+    python experiments/sim_vs_hardware.py                      # the full measurement: about 40 minutes, 2 cores
     python experiments/sim_vs_hardware.py --tiny --out /tmp/svh   # a few minutes: one tiny graph, 2 devices
 
 XLA_FLAGS must be set before JAX is imported, so the device count is fixed first thing (the largest of
