@@ -321,7 +321,6 @@ def main() -> int:
 
     from simulator.calibrate import calibrate_fit, measure_parallelism
     from simulator.host_devices import local_devices
-    from simulator.io import atomic_write_bytes
 
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -359,9 +358,7 @@ def main() -> int:
                 f"{m} err {_num(s[m]['median_ape'], '.0f')}% rho {_num(s[m]['spearman'], '.2f')}" for m in MODELS)
                 + f" ({result['seconds']:.0f} s)", flush=True)
     env["load_after"] = "%.1f" % os.getloadavg()[0]
-    atomic_write_bytes(out / "sim_vs_hardware.json", (json.dumps({"env": env, "results": results}, indent=1,
-                                                                 allow_nan=False) + "\n").encode())
-    return render({"env": env, "results": results}, out)
+    return save({"env": env, "results": results}, out)
 
 
 def refit_held_out(data: dict, work: Path, out: Path) -> int:
@@ -371,7 +368,6 @@ def refit_held_out(data: dict, work: Path, out: Path) -> int:
 
     from simulator.cluster import cluster_from_dict
     from simulator.fit import cluster_params, held_out_predictions
-    from simulator.io import atomic_write_bytes
 
     for result in data["results"]:
         if "unit_costs_us" not in result:
@@ -389,6 +385,13 @@ def refit_held_out(data: dict, work: Path, out: Path) -> int:
         print(f"{result['graph']}: held-out err {_num(s['median_ape'], '.0f')}% rho {_num(s['spearman'], '.2f')}",
               flush=True)
     data["env"]["held_out_command"] = "python experiments/sim_vs_hardware.py " + " ".join(sys.argv[1:])
+    return save(data, out)
+
+
+def save(data: dict, out: Path) -> int:
+    """Write the results JSON (strict: no NaN), then the .md and .png from it."""
+    from simulator.io import atomic_write_bytes
+
     atomic_write_bytes(out / "sim_vs_hardware.json", (json.dumps(data, indent=1, allow_nan=False) + "\n").encode())
     return render(data, out)
 
