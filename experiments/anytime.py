@@ -117,7 +117,25 @@ def summary(rows: list[dict]) -> list[str]:
                                  f"graphs ({100 * wins / len(ok):.0f}%); mean ratio {np.mean(ok):.3f} "
                                  f"({abs(gain):.1f}% {'better' if gain >= 0 else 'worse'}).  ")
             lines.append("")
-    return lines
+    return lines + overall(rows)
+
+
+def overall(rows: list[dict]) -> list[str]:
+    """Markdown: per budget, each learned search's mean ratio to the best method of its row (any method), over
+    every (graph, device count) row: the figure issue 10 asks of the benchmark models at 2/4/8 devices."""
+    lines = []
+    for s in sorted({r["seconds"] for r in rows}):
+        sel = [r for r in rows if r["seconds"] == s and not math.isnan(r["runtime_us"])]
+        keys = sorted({(r["graph"], r["n_devices"]) for r in sel})
+        best = {k: min(r["runtime_us"] for r in sel if (r["graph"], r["n_devices"]) == k) for k in keys}
+        for m in SEARCHES:
+            mine = [r for r in sel if r["method"] == m]
+            ratios = [r["runtime_us"] / best[(r["graph"], r["n_devices"])] for r in mine]
+            devices = ",".join(str(d) for d in sorted({r["n_devices"] for r in mine}))
+            if len({r["n_devices"] for r in mine}) > 1:
+                lines.append(f"Over all device counts ({devices}) at {s:g} s: {m} {np.mean(ratios):.3f}x the best "
+                             f"method of its row, mean over {len(ratios)} rows.  ")
+    return lines + [""] if lines else []
 
 
 def plot_curves(traces: dict, rows: list[dict], path: Path, title: str) -> None:
