@@ -122,7 +122,7 @@ def summary(rows: list[dict]) -> list[str]:
 
 def overall(rows: list[dict]) -> list[str]:
     """Markdown: per budget, each learned search's mean ratio to the best method of its row (any method), over
-    every (graph, device count) row: the figure issue 10 asks of the benchmark models at 2/4/8 devices."""
+    every (graph, device count) row that ran it, when those span more than one device count."""
     lines = []
     for s in sorted({r["seconds"] for r in rows}):
         sel = [r for r in rows if r["seconds"] == s and not math.isnan(r["runtime_us"])]

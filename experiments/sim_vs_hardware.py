@@ -248,7 +248,8 @@ def markdown(results: list[dict], env: dict) -> str:
                      f"{_num(s['repeat']['spearman'], '.2f')} | {_num(s['repeat']['concordance'], '.2f')} "
                      f"({s['repeat']['ties']}/{s['repeat']['pairs']}) | {cells} | "
                      f"{_num(s['units']['concordance'], '.2f')} ({s['units']['ties']}/{s['units']['pairs']}) | "
-                     f"{_num(s['held-out']['concordance'], '.2f')} ({s['held-out']['ties']}/{s['held-out']['pairs']}) |")
+                     f"{_num(s['held-out']['concordance'], '.2f')} "
+                     f"({s['held-out']['ties']}/{s['held-out']['pairs']}) |")
     for r in results:
         lines += ["", f"## {r['graph']}, {r['devices']} devices", "",
                   f"Compute summed over groups: op profile {r['op_cost_total_us'] / 1e3:.1f} ms, units "
