@@ -238,3 +238,24 @@ def test_sample_efficiency_report_targets_ratios_and_the_expert_check():
     assert "- hierarchical: better than the single device on 1 of 1 rows, than the expert on 0 of 1 nmt rows " \
            "(not: nmt_l2@2d)" in text
     assert "- rnn: better than the single device on 1 of 1 rows, than the expert on 1 of 1 nmt rows" in text
+
+
+def test_anytime_overall_ratio_spans_device_counts():
+    """experiments/anytime.py: per budget, a learned search's mean ratio to the best method of each (graph, device
+    count) row, over all its rows; no line for a search that ran at one device count only."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("anytime", ROOT / "experiments" / "anytime.py")
+    anytime = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(anytime)
+
+    def row(graph, d, method, us, s=1.0):
+        return {"graph": graph, "n_devices": d, "seconds": s, "method": method, "runtime_us": us}
+
+    rows = [row("a", 2, "local-search", 100.0), row("a", 2, "placeto-search", 110.0),
+            row("a", 4, "local-search", 100.0), row("a", 4, "placeto-search", 90.0),
+            row("a", 4, "gdp-search", 95.0), row("a", 2, "placeto-search", 200.0, s=10.0),
+            row("a", 2, "sa", math.nan, s=10.0)]
+    text = "\n".join(anytime.overall(rows))
+    assert "at 1 s: placeto-search 1.050x the best method of its row, mean over 2 rows." in text  # (1.1 + 1) / 2
+    assert "gdp-search" not in text and "at 10 s" not in text  # one device count each
