@@ -126,15 +126,17 @@ def overall(rows: list[dict]) -> list[str]:
     lines = []
     for s in sorted({r["seconds"] for r in rows}):
         sel = [r for r in rows if r["seconds"] == s and not math.isnan(r["runtime_us"])]
-        keys = sorted({(r["graph"], r["n_devices"]) for r in sel})
-        best = {k: min(r["runtime_us"] for r in sel if (r["graph"], r["n_devices"]) == k) for k in keys}
+        best: dict[tuple[str, int], float] = {}
+        for r in sel:
+            key = (r["graph"], r["n_devices"])
+            best[key] = min(best.get(key, math.inf), r["runtime_us"])
         for m in SEARCHES:
             mine = [r for r in sel if r["method"] == m]
             ratios = [r["runtime_us"] / best[(r["graph"], r["n_devices"])] for r in mine]
-            devices = ",".join(str(d) for d in sorted({r["n_devices"] for r in mine}))
-            if len({r["n_devices"] for r in mine}) > 1:
-                lines.append(f"Over all device counts ({devices}) at {s:g} s: {m} {np.mean(ratios):.3f}x the best "
-                             f"method of its row, mean over {len(ratios)} rows.  ")
+            devices = sorted({r["n_devices"] for r in mine})
+            if len(devices) > 1:
+                lines.append(f"Over all device counts ({','.join(map(str, devices))}) at {s:g} s: {m} "
+                             f"{np.mean(ratios):.3f}x the best method of its row, mean over {len(ratios)} rows.  ")
     return lines + [""] if lines else []
 
 

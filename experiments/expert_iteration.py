@@ -30,12 +30,13 @@ import optax
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from placeto.arguments import DEVICES, POSITIVE, float_in  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
 from placeto.families import load_family  # noqa: E402
 from placeto.methods.gdp.model import log_policy, make_net  # noqa: E402
 from placeto.methods.gdp.place import greedy_placement, load_run  # noqa: E402
 from placeto.methods.gdp.ppo import make_task  # noqa: E402
-from placeto.objective import score_batch  # noqa: E402
+from placeto.objective import score_one  # noqa: E402
 from placeto.policies import resolve_checkpoint  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
 from simulator.io import atomic_write_bytes  # noqa: E402
@@ -45,25 +46,25 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--family", default="ptb")
     p.add_argument("--start", default="gdp-ptb", help="gdp policy to start from (shipped name or run directory)")
-    p.add_argument("--devices", default="4", help="device counts of the training tasks, e.g. 2,4,8")
-    p.add_argument("--steps", type=int, default=4000, help="imitation steps (one training task each)")
-    p.add_argument("--calls", type=int, default=300, help="simulator calls of each target's local search")
-    p.add_argument("--epochs", type=int, default=4, help="Adam steps per target")
-    p.add_argument("--lr", type=float, default=3e-4)
-    p.add_argument("--eval-every", type=int, default=800)
+    p.add_argument("--devices", type=_device_counts, default="4",
+                   help="device counts of the training tasks, e.g. 2,4,8")
+    p.add_argument("--steps", type=POSITIVE, default=4000, help="imitation steps (one training task each)")
+    p.add_argument("--calls", type=POSITIVE, default=300, help="simulator calls of each target's local search")
+    p.add_argument("--epochs", type=POSITIVE, default=4, help="Adam steps per target")
+    p.add_argument("--lr", type=float_in(0.0, 1.0), default=3e-4)
+    p.add_argument("--eval-every", type=POSITIVE, default=800)
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = p.parse_args()
 
     config, params = load_run(resolve_checkpoint(args.start))
     net = make_net(config)
-    tasks = [make_task(g, cluster_preset("placeto-k80", int(d)), config)
-             for g in load_family(args.family, "train") for d in args.devices.split(",")]
+    tasks = [make_task(g, cluster_preset("placeto-k80", d), config)
+             for g in load_family(args.family, "train") for d in args.devices]
     test, cl4 = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
     ls = {g.name: simulate(g, run_method("local-search", g, cl4, 0, budget=1000).placement, cl4).runtime
           for g in test}
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(args.lr))
     opt_state = optimizer.init(params)
-    forward = jax.jit(lambda p, x: log_policy(net, p, x))
 
     @jax.jit
     def update(params, opt_state, x, y):
@@ -82,10 +83,10 @@ def main() -> int:
         return params, opt_state, values[0]
 
     def greedy(params, task) -> np.ndarray:
-        return np.asarray(jnp.argmax(forward(params, task.inputs), -1))[:task.graph.n_nodes].astype(np.int32)
+        return greedy_placement(config, params, task.graph, task.cluster)
 
     def score(task, placement) -> float:
-        return float(score_batch(task.graph, placement[None], task.cluster)[0])
+        return score_one(task.graph, placement, task.cluster)[0]
 
     def test_ratio(params) -> float:
         return float(np.mean([simulate(g, greedy_placement(config, params, g, cl4), cl4).runtime / ls[g.name]
@@ -97,14 +98,14 @@ def main() -> int:
     t0, loss = time.perf_counter(), float("nan")
     for step in range(args.steps):
         task = tasks[step % len(tasks)]
-        g = greedy(params, task)
-        start = g
-        if task.key in targets and targets[task.key][1] < score(task, g):
+        start = greedy(params, task)
+        if task.key in targets and targets[task.key][1] < score(task, start):
             start = targets[task.key][0]
         found = run_method("local-search", task.graph, task.cluster, step, budget=args.calls, init=start,
                            t0=0.0).placement
-        if task.key not in targets or score(task, found) < targets[task.key][1]:
-            targets[task.key] = (found, score(task, found))
+        found_score = score(task, found)
+        if task.key not in targets or found_score < targets[task.key][1]:
+            targets[task.key] = (found, found_score)
         y = np.zeros(task.inputs.node_mask.shape[0], np.int32)
         y[:task.graph.n_nodes] = targets[task.key][0]
         params, opt_state, loss = update(params, opt_state, task.inputs, jnp.asarray(y))
@@ -114,23 +115,30 @@ def main() -> int:
             rows.append((step + 1, time.perf_counter() - t0, float(loss), train, test_ratio(params)))
             print(f"step {step + 1}: cross-entropy {float(loss):.3f}, train greedy / target {train:.3f}, "
                   f"test greedy / local-search@1000 {rows[-1][4]:.3f}", flush=True)
+    devices = ",".join(map(str, args.devices))
     lines = [f"# Expert iteration on the {args.family} family (gdp)", "",
              f"`PYTHONPATH=. python experiments/expert_iteration.py {' '.join(sys.argv[1:])}`: from `{args.start}`, "
-             f"{len(tasks)} training tasks ({args.family} train split at {args.devices} devices); each step, local "
-             f"search ({args.calls} calls, hill climbing) from the policy's greedy placement or the task's target "
-             f"so far improves the target, then {args.epochs} Adam steps (lr {args.lr:g}) of cross-entropy toward "
-             "it. Test: greedy placement of the test split at 4 devices over local search with 1,000 calls (mean "
-             "over the graphs; 1.05 is issue 10's bar).", "",
+             f"{len(tasks)} training tasks ({args.family} train split at {devices} devices); each step, local search "
+             f"({args.calls} calls, hill climbing) from the policy's greedy placement or the task's target so far "
+             f"improves the target, then {args.epochs} Adam steps (lr {args.lr:g}) of cross-entropy toward it. "
+             "Test: greedy placement of the test split at 4 devices over local search with 1,000 calls (mean over "
+             "the graphs; 1.05 is issue 10's bar).", "",
              "| step | seconds | cross-entropy (nats per node) | train greedy / target | test greedy / local-search |",
              "|---:|---:|---:|---:|---:|"]
-    def cell(x: float) -> str:
-        return "—" if np.isnan(x) else f"{x:.3f}"
-
-    lines += [f"| {s} | {sec:.0f} | {cell(ce)} | {cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
+    lines += [f"| {s} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
     out = Path(args.out) / f"expert_iteration_{args.family}.md"
     atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
     print(f"wrote {out}")
     return 0
+
+
+def _device_counts(text: str) -> list[int]:
+    """argparse type: "4" or "2,4,8" -> [4] or [2, 4, 8], each a valid device count."""
+    return [DEVICES(x) for x in text.split(",")]
+
+
+def _cell(x: float) -> str:
+    return "—" if np.isnan(x) else f"{x:.3f}"
 
 
 if __name__ == "__main__":

@@ -275,8 +275,8 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", help="write the rows and the agreement to this JSON file")
     p.add_argument("--refit", metavar="CLUSTER_JSON",
                    help=f"with --hardware and at least {len(WORKLOAD_FREE) + 1} placements: fit the cluster's per-op "
-                        "and per-transfer costs to the measured steps (simulator.fit.fit_on_placements), write that cluster here "
-                        "and report each placement predicted by the fit on the others (leave-one-out)")
+                        "and per-transfer costs to the measured steps (simulator.fit.fit_on_placements), write that "
+                        "cluster here and report each placement predicted by the fit on the others (leave-one-out)")
 
 
 def add_program_arguments(p: argparse.ArgumentParser) -> None:
