@@ -215,8 +215,10 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
     "rnn" / "hierarchical": placed from their run directory `checkpoint`, or trained from scratch on the graph
     within the budget without one (placeto.methods.pergraph_place; `finetune_episodes` does not apply).
 
-    The Placeto methods place a graph of more than `coarsen.MAX_POLICY_NODES` nodes as groups
-    (`placeto.coarsen`): the grouping's seconds are charged to the run, the trace is the grouped graph's."""
+    The Placeto policy places a graph of more than `coarsen.MAX_POLICY_NODES` nodes as groups
+    (`placeto.coarsen`; the grouping's seconds are charged to the run): "placeto" expands the best group placement
+    (its trace is the grouped graph's), "placeto-search" searches the op graph from the expanded placement and
+    prior."""
     from placeto import coarsen
     from placeto.methods.gdp.place import is_gdp_checkpoint, run_gdp
     from placeto.methods.pergraph_place import run_pergraph
@@ -235,24 +237,29 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
     if gdp:
         return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, name == "gdp-search")
     coarse = coarsen.for_policy(graph)
-    if coarse.grouping is not None:
+    if coarse.grouping is not None and name == "placeto":  # the groups placed as a graph, then expanded
         left = None if seconds is None else max(seconds - coarse.seconds, 1e-3)
         run, compile_s = run_learned(name, coarse.graph, cluster, seed, budget, left, checkpoint, finetune_episodes)
         trace = tuple((t + coarse.seconds, c, b) for t, c, b in run.trace)
         return MethodRun(coarse.expand(run.placement), run.simulator_calls, run.seconds + coarse.seconds,
                          trace), compile_s
-    prep = guided.prepare(checkpoint, graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
+    prep = guided.prepare(checkpoint, coarse.graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
                           finetuning=finetune_episodes > 0)
     calls = math.inf if budget is None else budget
-    with metered(max_calls=calls, seconds=seconds) as m:
+    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - coarse.seconds, 1e-3)) as m:
         tuned = guided.finetune(prep, finetune_episodes, seed)
         left = calls - m.calls
         if name == "placeto":
             placement = guided.policy_place(tuned, seed, left)
-        else:
+        elif coarse.grouping is None:
             placement = guided.guided_search(tuned, seed, left)
+        else:  # the policy places the groups, the search the ops
+            placement = guided.guided_search(tuned, seed, left, op_graph=graph,
+                                             op_to_group=coarse.grouping.op_to_group)
         elapsed = m.elapsed()
-    return MethodRun(np.asarray(placement, np.int32), m.calls, elapsed, tuple(m.trace)), prep.compile_seconds
+    trace = tuple((t + coarse.seconds, c, b) for t, c, b in m.trace)
+    return MethodRun(np.asarray(placement, np.int32), m.calls, elapsed + coarse.seconds, trace), \
+        prep.compile_seconds
 
 
 def _with_ratios(rows: list[Row]) -> list[Row]:

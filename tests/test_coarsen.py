@@ -5,7 +5,9 @@ import numpy as np
 
 from placeto import coarsen
 from placeto.compare import run_learned
+from placeto.objective import metered, score_one
 from placeto.place import place
+from placeto.search import guided
 from simulator import cluster_preset, simulate
 from simulator.generate import layered_dag
 
@@ -32,12 +34,31 @@ def test_policy_methods_place_a_coarsened_graph(monkeypatch):
     monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
     g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
     grouping = coarsen.for_policy(g).grouping
-    for name in ("placeto", "placeto-search"):
-        run, _ = run_learned(name, g, cluster, seed=0, budget=200)
-        assert run.placement.shape == (150,) and 0 < run.simulator_calls <= 200
-        # one device per group: the placement is an expanded group placement
-        for members in grouping.members:
-            assert len(set(run.placement[members].tolist())) == 1
+    run, _ = run_learned("placeto", g, cluster, seed=0, budget=200)
+    assert run.placement.shape == (150,) and 0 < run.simulator_calls <= 200
+    for members in grouping.members:  # one device per group: the placement is an expanded group placement
+        assert len(set(run.placement[members].tolist())) == 1
     res = place(g, cluster, None, samples=0, seed=0)
     assert res.placement.shape == (150,)
     assert np.isclose(res.runtime, simulate(g, res.placement, cluster).runtime)
+
+
+def test_placeto_search_searches_the_groups_then_the_ops(monkeypatch):
+    monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
+    monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
+    g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
+    c = coarsen.for_policy(g)
+    prep = guided.prepare(None, c.graph, cluster, sampling=False)
+    with metered():
+        greedy, _, _ = guided.greedy_with_prior(prep)
+        expanded, _ = score_one(g, c.expand(greedy), cluster)
+    found = []
+    for _ in range(2):
+        with metered(max_calls=300) as m:
+            found.append(guided.guided_search(prep, 0, 300, op_graph=g, op_to_group=c.grouping.op_to_group))
+        assert m.calls == 300 and found[-1].shape == (150,)
+    assert np.array_equal(found[0], found[1])  # deterministic under a call budget
+    with metered():
+        assert score_one(g, found[0], cluster)[0] <= expanded  # the ops' search starts from the best group placement
+    run, _ = run_learned("placeto-search", g, cluster, seed=0, budget=300)  # compare's path is the same search
+    assert np.array_equal(run.placement, found[0]) and run.simulator_calls == 300
