@@ -10,6 +10,7 @@ import pytest
 from placeto import objective as O
 from placeto import train as T
 from placeto.baselines import run_method
+from placeto.baselines.local_search import local_search
 from placeto.config import tiny
 from placeto.policies import load_policy_params, resolve_checkpoint, ship, shipped_policies
 from placeto.search import guided, moves
@@ -202,3 +203,14 @@ def test_cli_policies_and_place_with_the_default_policy(tmp_path, capsys):
     assert main(["place", str(tmp_path / "g.json.gz"), "--devices", "2", "--budget", "400",
                  "--out", str(tmp_path / "q.json")]) == 0
     assert "placeto-search" in capsys.readouterr().out
+
+
+def test_a_meters_call_limit_sets_the_cooling_schedule_when_the_budget_is_unlimited():
+    g, cluster = layered_dag(60, seed=11), cluster_preset("placeto-k80", 3)
+    for method in (sa, local_search):
+        out = []
+        for budget in (math.inf, 200):
+            with O.metered(max_calls=200) as m:
+                out.append(method(g, cluster, 0, budget=budget))
+            assert m.calls == 200
+        assert np.array_equal(out[0], out[1])  # an unlimited budget under a 200-call meter cools as budget=200

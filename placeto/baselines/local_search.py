@@ -63,8 +63,10 @@ def local_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = 
 
 
 def progress(m, calls0: int, budget: float) -> float:
-    """Fraction of the budget spent, in [0, 1]: the larger of the calls' and the wall clock's fractions."""
-    by_calls = (m.calls - calls0) / budget if math.isfinite(budget) else 0.0
+    """Fraction of the budget spent, in [0, 1]: the larger of the calls' and the wall clock's fractions. The
+    calls are `budget` counted from `calls0`, or the meter's calls left at `calls0` if fewer."""
+    budget = min(budget, m.max_calls - calls0)
+    by_calls = (m.calls - calls0) / budget if math.isfinite(budget) and budget > 0 else 0.0
     span = m.deadline - m.start
     by_time = m.elapsed() / span if math.isfinite(span) and span > 0 else 0.0
     return min(1.0, max(by_calls, by_time))
