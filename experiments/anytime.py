@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import re
 import sys
 from pathlib import Path
 
@@ -61,16 +62,31 @@ def run(graphs, devices: list[int], budgets: list[float], methods: list[str], ch
 
 
 def merge(old_csv: Path, rows: list[dict]) -> list[dict]:
-    """Rows already in the CSV for device counts not rerun now, then the new rows."""
+    """The CSV's rows with those of every (device count, budget, method) rerun now replaced by the new rows (in
+    the old rows' places, so that the tables keep their column order), then the new rows that replace none."""
     if not old_csv.exists():
         return rows
-    redone = {(r["n_devices"], r["seconds"]) for r in rows}
+    redone = {(r["n_devices"], r["seconds"], r["method"]) for r in rows}
+    fresh = {(r["graph"], r["n_devices"], r["seconds"], r["method"]): r for r in rows}
     with old_csv.open() as f:
         old = [dict(r, n_devices=int(r["n_devices"]), seconds=float(r["seconds"]),
                     runtime_us=float(r["runtime_us"] or "nan"), simulator_calls=int(r["simulator_calls"]),
                     place_seconds=float(r["place_seconds"]), compile_seconds=float(r["compile_seconds"]),
                     oom=r["oom"] == "True") for r in csv.DictReader(f)]
-    return [r for r in old if (r["n_devices"], r["seconds"]) not in redone] + rows
+    out = []
+    for r in old:
+        if (r["n_devices"], r["seconds"], r["method"]) not in redone:
+            out.append(r)
+        elif (key := (r["graph"], r["n_devices"], r["seconds"], r["method"])) in fresh:
+            out.append(fresh.pop(key))
+    return out + list(fresh.values())
+
+
+def commands(old_md: Path, cmd: str) -> list[str]:
+    """The commands named in the report `old_md` (if it exists), then `cmd` (moved to the end if named)."""
+    text = old_md.read_text() if old_md.exists() else ""
+    found = re.findall(r"`(PYTHONPATH=\. python experiments/anytime\.py [^`]*)`", text)
+    return [c for c in dict.fromkeys(found) if c != cmd] + [cmd]
 
 
 def summary(rows: list[dict]) -> list[str]:
@@ -216,7 +232,8 @@ def main(argv=None) -> int:
     rows = merge(out / f"anytime_{name}.csv", rows)
     atomic_write_csv(out / f"anytime_{name}.csv", rows, FIELDS)
     cmd = "PYTHONPATH=. python experiments/anytime.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    text = [f"# Anytime comparison: {name}", "", f"Command (last run): `{cmd}`", "",
+    text = [f"# Anytime comparison: {name}", "", "Commands, in order (each replaced the rows of its methods at its "
+            "device counts and budgets):", "", *(f"- `{c}`" for c in commands(out / f"anytime_{name}.md", cmd)), "",
             "Runtimes in ms (simulated, placeto-k80 preset). Every method gets the same wall seconds per graph "
             "(inference and fine-tuning included, jit compilation excluded: its own column); etf does not search "
             "and takes what it takes. Policies: " + (f"{args.checkpoint} (methods of its kind), else " if

@@ -240,14 +240,39 @@ def test_sample_efficiency_report_targets_ratios_and_the_expert_check():
     assert "- rnn: better than the single device on 1 of 1 rows, than the expert on 1 of 1 nmt rows" in text
 
 
-def test_anytime_overall_ratio_spans_device_counts():
-    """experiments/anytime.py: per budget, a learned search's mean ratio to the best method of each (graph, device
-    count) row, over all its rows; no line for a search that ran at one device count only."""
+def _anytime_module():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("anytime", ROOT / "experiments" / "anytime.py")
     anytime = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(anytime)
+    return anytime
+
+
+def test_anytime_merge_replaces_only_the_rerun_methods_in_place(tmp_path):
+    """experiments/anytime.py: rerunning some methods replaces their rows at the rerun device counts and budgets
+    and keeps every other row, in its place."""
+    anytime = _anytime_module()
+
+    def row(graph, d, method, us, s=1.0):
+        return {"graph": graph, "n_devices": d, "seconds": s, "method": method, "runtime_us": us,
+                "place_seconds": s, "compile_seconds": 0.0, "simulator_calls": 5, "oom": False}
+
+    old = [row("a", 4, "sa", 1.0), row("a", 4, "placeto-search", 2.0), row("a", 4, "gdp", 3.0),
+           row("a", 2, "placeto-search", 4.0), row("a", 4, "placeto-search", 5.0, s=10.0)]
+    anytime.atomic_write_csv(tmp_path / "old.csv", old, anytime.FIELDS)
+    new = [row("a", 4, "placeto-search", 9.0), row("b", 4, "placeto-search", 8.0)]
+    merged = anytime.merge(tmp_path / "old.csv", new)
+    assert [(r["graph"], r["n_devices"], r["seconds"], r["method"], r["runtime_us"]) for r in merged] == [
+        ("a", 4, 1.0, "sa", 1.0), ("a", 4, 1.0, "placeto-search", 9.0), ("a", 4, 1.0, "gdp", 3.0),
+        ("a", 2, 1.0, "placeto-search", 4.0), ("a", 4, 10.0, "placeto-search", 5.0),
+        ("b", 4, 1.0, "placeto-search", 8.0)]
+
+
+def test_anytime_overall_ratio_spans_device_counts():
+    """experiments/anytime.py: per budget, a learned search's mean ratio to the best method of each (graph, device
+    count) row, over all its rows; no line for a search that ran at one device count only."""
+    anytime = _anytime_module()
 
     def row(graph, d, method, us, s=1.0):
         return {"graph": graph, "n_devices": d, "seconds": s, "method": method, "runtime_us": us}
