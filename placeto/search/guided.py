@@ -5,8 +5,9 @@ the searches stop when its calls or wall seconds are spent. One-time costs (load
 compilation of the policy for the graph's padding bucket) happen in `prepare`, which reports them apart.
 
 `placeto-search` (`guided_search`), beyond Placeto (compare REGAL's learned prior for a genetic search):
-  1. one greedy episode of the policy (cut short after POLICY_SHARE of a wall-clock budget); at each step the
-     policy's device distribution for the node it places is kept as that node's prior (float[N, D]);
+  1. one greedy episode of the policy (cut short after POLICY_SHARE of a wall-clock budget; message passing
+     refreshed every SEARCH_REFRESH steps, `greedy_with_prior`); at each step the policy's device distribution
+     for the node it places is kept as that node's prior (float[N, D]);
   2. the best of that episode's placements, of `samples` placements drawn from the prior (one batch of
      simulations, no policy calls) and of the list schedulers' (etf, heft, single) starts the search; when a
      list scheduler's wins, the prior is relabelled to its device names (the device permutation that best
@@ -43,6 +44,7 @@ from simulator.graph import Graph
 
 
 REFRESH = 1  # exact: refreshing every 4 steps is 2.2x faster but 3-10% worse with the shipped policy (fast_greedy.md)
+SEARCH_REFRESH = 16  # placeto-search's episode: a 3x faster prior leaves the search more time (search_refresh.md)
 
 
 POLICY_SHARE = 0.4  # largest share of a wall-clock budget placeto-search spends in the policy's greedy episode
@@ -178,11 +180,12 @@ def relabel_prior(prior: np.ndarray, greedy: np.ndarray, start: np.ndarray) -> n
 def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_prob: float = 0.3,
                   neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5,
                   samples: int = 32, op_graph: Graph | None = None, op_to_group: np.ndarray | None = None,
-                  group_share: float = GROUP_SHARE) -> np.ndarray:
+                  group_share: float = GROUP_SHARE, refresh: int = SEARCH_REFRESH) -> np.ndarray:
     """The `placeto-search` method (see the module docstring); int32[N] the best placement found.
 
     samples: placements drawn node by node from the prior (no policy calls) and scored in one batch; the best
     of them competes with the greedy episode's and the list schedulers' placements for the start.
+    refresh: the greedy episode's `greedy_with_prior(refresh=...)`.
     op_graph, op_to_group (int[N ops]): `prep.graph` is the grouping of the larger `op_graph`
     (`placeto.coarsen`). The policy places the groups; the search runs on the groups for `group_share` of what
     is left of the budget (cheap simulations, moves of whole groups), then on the op graph from the best of the
@@ -191,7 +194,8 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
     """
     m, calls0 = meter(), meter().calls
     # the policy's episode gets at most POLICY_SHARE of a wall-clock budget: large graphs still get searched
-    greedy, greedy_score, prior = greedy_with_prior(prep, deadline=m.start + POLICY_SHARE * (m.deadline - m.start))
+    greedy, greedy_score, prior = greedy_with_prior(prep, refresh=refresh,
+                                                    deadline=m.start + POLICY_SHARE * (m.deadline - m.start))
     extra = [prep.seen] if prep.seen is not None else []
     rng = np.random.default_rng(seed)
     search = functools.partial(search_from_prior, prior_prob=prior_prob, neighbour_prob=neighbour_prob,
