@@ -205,7 +205,9 @@ def main(argv=None) -> int:
     what.add_argument("--benchmarks", action="store_true", help="the benchmark models")
     p.add_argument("--devices", default="4", help="device counts, e.g. 2,4,8")
     p.add_argument("--seconds", default="0.1,1,10", help="wall-clock budgets per graph, e.g. 0.1,1,10,60")
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default=",".join(METHODS),
+                   help="a rerun of some methods replaces only their rows; the curves are redrawn when it reruns "
+                        "every method of its device counts")
     p.add_argument("--checkpoint", default=None, help="policy (shipped name or run dir; default: the general one)")
     p.add_argument("--finetune-episodes", type=int, default=0)
     p.add_argument("--graphs", type=int, default=0, help="only the first N graphs (0: all)")
@@ -242,7 +244,12 @@ def main(argv=None) -> int:
             "", *summary(rows), f"Curves: `anytime_{name}_curves_<devices>dev.png` (from the runs at the largest "
             "budget of each command)."]
     atomic_write_bytes(out / f"anytime_{name}.md", ("\n".join(text) + "\n").encode())
-    plot_curves(traces, rows, out / f"anytime_{name}_curves_{'_'.join(map(str, devices))}dev.png", name)
+    png = out / f"anytime_{name}_curves_{'_'.join(map(str, devices))}dev.png"
+    missing = {r["method"] for r in rows if r["n_devices"] in devices} - set(args.methods.split(","))
+    if not missing:
+        plot_curves(traces, rows, png, name)
+    else:  # the traces are not kept: a rerun of some methods cannot draw the others' curves
+        print(f"{png.name} not redrawn: this run did not rerun {', '.join(sorted(missing))}")
     print("\n".join(summary(rows)))
     return 0
 
