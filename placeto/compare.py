@@ -237,20 +237,14 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
     if gdp:
         return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, name == "gdp-search")
     coarse = coarsen.for_policy(graph)
-    if coarse.grouping is not None and name == "placeto":  # the groups placed as a graph, then expanded
-        left = None if seconds is None else max(seconds - coarse.seconds, 1e-3)
-        run, compile_s = run_learned(name, coarse.graph, cluster, seed, budget, left, checkpoint, finetune_episodes)
-        trace = tuple((t + coarse.seconds, c, b) for t, c, b in run.trace)
-        return MethodRun(coarse.expand(run.placement), run.simulator_calls, run.seconds + coarse.seconds,
-                         trace), compile_s
     prep = guided.prepare(checkpoint, coarse.graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
                           finetuning=finetune_episodes > 0)
     calls = math.inf if budget is None else budget
     with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - coarse.seconds, 1e-3)) as m:
         tuned = guided.finetune(prep, finetune_episodes, seed)
         left = calls - m.calls
-        if name == "placeto":
-            placement = guided.policy_place(tuned, seed, left)
+        if name == "placeto":  # on a coarsened graph: the best group placement, expanded
+            placement = coarse.expand(guided.policy_place(tuned, seed, left))
         elif coarse.grouping is None:
             placement = guided.guided_search(tuned, seed, left)
         else:  # the policy places the groups, the search the ops
