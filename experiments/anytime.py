@@ -4,20 +4,24 @@ For every graph of a family's test split (or the benchmark models) and every dev
 once per budget S (`placeto compare --seconds S`: the same wall seconds for every method that searches or
 samples, its inference included, jit compilation excluded and reported apart; one objective and one
 simulator-call meter for all, `placeto.objective`). The tables give the runtime at each budget; the curves
-(best objective so far vs wall seconds and vs simulator calls) come from each method's run at the largest
-budget, normalised per graph by the best runtime any method found, averaged over the graphs.
+(best objective so far vs wall seconds and vs simulator calls) come from the runs at the command's largest
+budget S, of every method that ran at S (traces are kept, so a rerun of some methods redraws all), normalised
+per graph by the best runtime any method found at any budget, averaged over the graphs.
 
     PYTHONPATH=. python experiments/anytime.py --family nmt --devices 4 --seconds 0.1,1,10
     PYTHONPATH=. python experiments/anytime.py --benchmarks --devices 2,4,8 --seconds 0.1,1,10
 
-Writes experiments/results/anytime_<family>.md (+ .csv, _curves_<devices>dev.png); rerunning with other --devices
-or --seconds adds to the same files (rows of other (device count, budget) pairs are kept).
+Writes experiments/results/anytime_<family>.md (+ .csv, _traces.json.gz, _curves_<devices>dev_<S>s.png);
+rerunning with other --devices, --seconds or --methods adds to the same files (rows and traces of other
+(device count, budget, method) triples are kept).
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import json
 import math
 import re
 import sys
@@ -42,7 +46,7 @@ FIELDS = ["graph", "n_devices", "seconds", "method", "runtime_us", "place_second
 
 def run(graphs, devices: list[int], budgets: list[float], methods: list[str], checkpoint: str | None,
         finetune: int, workers=None) -> tuple[list[dict], dict]:
-    """(rows as dicts, traces {(graph, devices, method): ((s, calls, best), ...)} of the largest budget).
+    """(rows as dicts, traces {(graph, devices, seconds, method): ((s, calls, best_us), ...)}).
     workers: a placeto.distributed.WorkerSpec: graphs in Ray tasks (one CPU each, so budgets stay comparable
     only while no two tasks share a core)."""
     rows, traces = [], {}
@@ -56,8 +60,7 @@ def run(graphs, devices: list[int], budgets: list[float], methods: list[str], ch
                              "runtime_us": r.runtime_us, "place_seconds": round(r.place_seconds, 3),
                              "compile_seconds": round(r.compile_seconds, 3), "simulator_calls": r.simulator_calls,
                              "oom": r.oom})
-                if s == max(budgets):
-                    traces[(r.graph, d, r.method)] = r.trace
+                traces[(r.graph, d, s, r.method)] = r.trace
     return rows, traces
 
 
@@ -80,6 +83,28 @@ def merge(old_csv: Path, rows: list[dict]) -> list[dict]:
         elif (key := (r["graph"], r["n_devices"], r["seconds"], r["method"])) in fresh:
             out.append(fresh.pop(key))
     return out + list(fresh.values())
+
+
+def load_traces(path: Path) -> dict:
+    """The kept traces {(graph, devices, seconds, method): ((s, calls, best_us), ...)} of `path`
+    (anytime_<name>_traces.json.gz, written by save_traces); {} if it is missing or unreadable (a warning)."""
+    if not path.exists():
+        return {}
+    try:
+        with gzip.open(path, "rt") as f:
+            runs = json.load(f)["runs"]
+        return {(str(r["graph"]), int(r["n_devices"]), float(r["seconds"]), str(r["method"])):
+                tuple((float(a), int(b), float(c)) for a, b, c in r["trace"]) for r in runs}
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
+        print(f"anytime: {path}: unreadable traces ignored ({type(e).__name__}: {e})", file=sys.stderr)
+        return {}
+
+
+def save_traces(path: Path, traces: dict) -> None:
+    """Writes `traces` (load_traces' form) as gzipped JSON, atomically."""
+    runs = [{"graph": g, "n_devices": d, "seconds": s, "method": m, "trace": [list(t) for t in tr]}
+            for (g, d, s, m), tr in traces.items()]
+    atomic_write_bytes(path, gzip.compress(json.dumps({"runs": runs}).encode(), mtime=0))
 
 
 def commands(old_md: Path, cmd: str) -> list[str]:
@@ -156,8 +181,9 @@ def overall(rows: list[dict]) -> list[str]:
     return lines + [""] if lines else []
 
 
-def plot_curves(traces: dict, rows: list[dict], path: Path, title: str) -> None:
-    """Mean over graphs of best-so-far / best-of-all vs wall seconds (log) and vs simulator calls (log)."""
+def plot_curves(traces: dict, rows: list[dict], path: Path, title: str, seconds: float) -> None:
+    """Mean over graphs of best-so-far / best-of-all vs wall seconds (log, up to `seconds`) and vs simulator calls
+    (log). traces: {(graph, devices, method): ((s, calls, best_us), ...)} of runs at one budget."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -170,8 +196,9 @@ def plot_curves(traces: dict, rows: list[dict], path: Path, title: str) -> None:
         key = (r["graph"], r["n_devices"])
         if not math.isnan(r["runtime_us"]):
             best[key] = min(best.get(key, math.inf), r["runtime_us"])
-    grid_s = np.logspace(-2, math.log10(max(r["seconds"] for r in rows)), 60)
-    grid_c = np.logspace(0, 6, 60)
+    made = {(r["graph"], r["n_devices"], r["method"]): r["simulator_calls"] for r in rows if r["seconds"] == seconds}
+    grid_s = np.logspace(-2, math.log10(seconds), 60)
+    grid_c = np.logspace(0, math.log10(max([10, *(made.get(k, 0) for k in traces)])), 60)
     for i, d in enumerate(devices):
         methods = list(dict.fromkeys(k[2] for k in traces if k[1] == d))
         for m in methods:
@@ -182,15 +209,17 @@ def plot_curves(traces: dict, rows: list[dict], path: Path, title: str) -> None:
                     tr = np.asarray(traces[k], dtype=np.float64)
                     idx = np.searchsorted(tr[:, col], grid, side="right") - 1
                     vals = np.where(idx >= 0, tr[np.maximum(idx, 0), 2], np.nan) / best[(k[0], d)]
+                    if col == 1:  # no line beyond the calls the run made
+                        vals[grid > made.get(k, math.inf)] = np.nan
                     curves.append(vals)
-                if curves:
-                    axes[i, j].plot(grid, np.nanmean(np.asarray(curves), axis=0), label=m)
+                if curves:  # the mean over graphs, where every graph's run still counts
+                    axes[i, j].plot(grid, np.asarray(curves).mean(axis=0), label=m)
         for j, xlabel in enumerate(("wall seconds per graph", "simulator calls")):
             ax = axes[i, j]
             ax.set_xscale("log")
             ax.set_xlabel(xlabel)
             ax.set_ylabel("best objective / best found")
-            ax.set_title(f"{title}, {d} devices")
+            ax.set_title(f"{title}, {d} devices, {seconds:g} s runs")
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8)
     fig.tight_layout()
@@ -206,8 +235,7 @@ def main(argv=None) -> int:
     p.add_argument("--devices", default="4", help="device counts, e.g. 2,4,8")
     p.add_argument("--seconds", default="0.1,1,10", help="wall-clock budgets per graph, e.g. 0.1,1,10,60")
     p.add_argument("--methods", default=",".join(METHODS),
-                   help="a rerun of some methods replaces only their rows; the curves are redrawn when it reruns "
-                        "every method of its device counts")
+                   help="a rerun of some methods replaces only their rows (and kept traces)")
     p.add_argument("--checkpoint", default=None, help="policy (shipped name or run dir; default: the general one)")
     p.add_argument("--finetune-episodes", type=int, default=0)
     p.add_argument("--graphs", type=int, default=0, help="only the first N graphs (0: all)")
@@ -241,15 +269,16 @@ def main(argv=None) -> int:
             "and takes what it takes. Policies: " + (f"{args.checkpoint} (methods of its kind), else " if
                                                      args.checkpoint else "") +
             "the shipped defaults: `general` for placeto and placeto-search, `gdp-general` for gdp and gdp-search.",
-            "", *summary(rows), f"Curves: `anytime_{name}_curves_<devices>dev.png` (from the runs at the largest "
-            "budget of each command)."]
+            "", *summary(rows), f"Curves: `anytime_{name}_curves_<devices>dev_<S>s.png`: the runs at budget S of "
+            "every method that ran at it (traces kept in `anytime_{name}_traces.json.gz`)."]
     atomic_write_bytes(out / f"anytime_{name}.md", ("\n".join(text) + "\n").encode())
-    png = out / f"anytime_{name}_curves_{'_'.join(map(str, devices))}dev.png"
-    missing = {r["method"] for r in rows if r["n_devices"] in devices} - set(args.methods.split(","))
-    if not missing:
-        plot_curves(traces, rows, png, name)
-    else:  # the traces are not kept: a rerun of some methods cannot draw the others' curves
-        print(f"{png.name} not redrawn: this run did not rerun {', '.join(sorted(missing))}")
+    kept = load_traces(out / f"anytime_{name}_traces.json.gz")
+    kept = {k: v for k, v in kept.items() if (k[1], k[2], k[3]) not in
+            {(d, s, m) for (_, d, s, m) in traces}} | traces
+    save_traces(out / f"anytime_{name}_traces.json.gz", kept)
+    s = max(budgets)
+    at_s = {(g, d, m): tr for (g, d, t, m), tr in kept.items() if t == s and d in devices}
+    plot_curves(at_s, rows, out / f"anytime_{name}_curves_{'_'.join(map(str, devices))}dev_{s:g}s.png", name, s)
     print("\n".join(summary(rows)))
     return 0
 

@@ -284,3 +284,16 @@ def test_anytime_overall_ratio_spans_device_counts():
     text = "\n".join(anytime.overall(rows))
     assert "at 1 s: placeto-search 1.050x the best method of its row, mean over 2 rows." in text  # (1.1 + 1) / 2
     assert "gdp-search" not in text and "at 10 s" not in text  # one device count each
+
+
+def test_anytime_traces_are_kept_merged_and_unreadable_ones_ignored(tmp_path, capsys):
+    """experiments/anytime.py: traces round-trip through their gzipped JSON; a corrupt file is ignored with a
+    warning naming it (the curves are then drawn from the new runs alone), never a crash."""
+    anytime = _anytime_module()
+    path = tmp_path / "anytime_x_traces.json.gz"
+    traces = {("a", 4, 1.0, "sa"): ((0.01, 1, 900.0), (0.5, 40, 800.0)), ("a", 4, 1.0, "etf"): ()}
+    anytime.save_traces(path, traces)
+    assert anytime.load_traces(path) == traces
+    path.write_bytes(b"\x1f\x8b not gzip")
+    assert anytime.load_traces(path) == {}
+    assert str(path) in capsys.readouterr().err
