@@ -18,7 +18,6 @@ rerunning with other --devices, --seconds or --methods adds to the same files (r
 
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import json
@@ -32,7 +31,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placeto.compare import Row, compare  # noqa: E402
+from placeto.arguments import COUNT, DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
+from placeto.compare import Row, compare, resolve_methods  # noqa: E402
 from placeto.families import load_family  # noqa: E402
 from simulator.errors import InputError  # noqa: E402
 from simulator.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
@@ -228,23 +228,25 @@ def plot_curves(traces: dict, rows: list[dict], path: Path, title: str, seconds:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = OneLineParser(description=__doc__.splitlines()[0])
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--family", help="a family's test split")
     what.add_argument("--benchmarks", action="store_true", help="the benchmark models")
-    p.add_argument("--devices", default="4", help="device counts, e.g. 2,4,8")
-    p.add_argument("--seconds", default="0.1,1,10", help="wall-clock budgets per graph, e.g. 0.1,1,10,60")
-    p.add_argument("--methods", default=",".join(METHODS),
+    p.add_argument("--devices", type=comma_list(DEVICES), default=[4], help="device counts, e.g. 2,4,8")
+    p.add_argument("--seconds", type=comma_list(float_in(0.001, 86400.0)), default=[0.1, 1.0, 10.0],
+                   help="wall-clock budgets per graph, e.g. 0.1,1,10,60")
+    p.add_argument("--methods", type=comma_list(str), default=METHODS,
                    help="a rerun of some methods replaces only their rows (and kept traces)")
     p.add_argument("--checkpoint", default=None, help="policy (shipped name or run dir; default: the general one)")
-    p.add_argument("--finetune-episodes", type=int, default=0)
-    p.add_argument("--graphs", type=int, default=0, help="only the first N graphs (0: all)")
+    p.add_argument("--finetune-episodes", type=COUNT, default=0)
+    p.add_argument("--graphs", type=COUNT, default=0, help="only the first N graphs (0: all)")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     from placeto.distributed import add_worker_arguments, spec_from_args
 
     add_worker_arguments(p, "graphs (one Ray task per graph, one CPU each)")
     args = p.parse_args(argv)
     try:
+        methods = resolve_methods(args.methods, with_policy=True)
         workers = spec_from_args(args)
         graphs = (sorted((load_graph(f) for f in (ROOT / "datasets" / "benchmarks").glob("*.json.gz")),
                          key=lambda g: g.name) if args.benchmarks else load_family(args.family, "test"))
@@ -252,11 +254,9 @@ def main(argv=None) -> int:
         print(f"anytime: error: {e}", file=sys.stderr)
         return 2
     graphs = graphs[:args.graphs] if args.graphs else graphs
-    devices = [int(x) for x in args.devices.split(",")]
-    budgets = [float(x) for x in args.seconds.split(",")]
+    devices, budgets = args.devices, args.seconds
     name = "benchmarks" if args.benchmarks else args.family
-    rows, traces = run(graphs, devices, budgets, args.methods.split(","), args.checkpoint, args.finetune_episodes,
-                       workers)
+    rows, traces = run(graphs, devices, budgets, methods, args.checkpoint, args.finetune_episodes, workers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     rows = merge(out / f"anytime_{name}.csv", rows)

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from placeto import coarsen  # noqa: E402
-from placeto.arguments import POSITIVE, OneLineParser, float_in  # noqa: E402
+from placeto.arguments import POSITIVE, OneLineParser, comma_list, float_in  # noqa: E402
 from placeto.objective import metered  # noqa: E402
 from placeto.search import guided  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
@@ -44,13 +44,9 @@ def place(graph, cluster, coarse: coarsen.Coarse, prep: guided.Prepared, seconds
     return simulate(graph, placement, cluster).runtime / 1e3
 
 
-def _shares(text: str) -> list[float]:
-    return [float_in(0.0, 1.0)(t) for t in text.split(",")]
-
-
 def main(argv=None) -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shares", type=_shares, default=[0.0, 0.3, 0.6, 1.0], help="comma-separated, each in [0, 1]")
+    p.add_argument("--shares", type=comma_list(float_in(0.0, 1.0)), default=[0.0, 0.3, 0.6, 1.0], help="comma-separated, each in [0, 1]")
     p.add_argument("--checkpoint", default="general")
     p.add_argument("--seeds", type=POSITIVE, default=2)
     p.add_argument("--skip-op-graphs", action="store_true", help="only the nasnet benchmark model")

@@ -20,7 +20,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placeto.arguments import POSITIVE, OneLineParser, float_in  # noqa: E402
+from placeto.arguments import POSITIVE, OneLineParser, comma_list, float_in  # noqa: E402
 from placeto.baselines.local_search import local_search  # noqa: E402
 from placeto.families import FAMILIES, load_family  # noqa: E402
 from placeto.objective import metered  # noqa: E402
@@ -30,16 +30,10 @@ from simulator import cluster_preset, simulate  # noqa: E402
 from simulator.io import atomic_write_bytes  # noqa: E402
 
 
-def _list(kind):
-    def parse(text: str) -> list:
-        return [kind(t) for t in text.split(",")]
-    return parse
-
-
 def main(argv=None) -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
-    p.add_argument("--seconds", type=_list(float_in(0.01, 600.0)), default=[1.0, 10.0])
-    p.add_argument("--refresh", type=_list(POSITIVE), default=[1, 16], help="K values, comma-separated")
+    p.add_argument("--seconds", type=comma_list(float_in(0.01, 600.0)), default=[1.0, 10.0])
+    p.add_argument("--refresh", type=comma_list(POSITIVE), default=[1, 16], help="K values, comma-separated")
     p.add_argument("--graphs", type=POSITIVE, default=6, help="training graphs per family")
     p.add_argument("--checkpoint", default="general")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results" / "search_refresh.md"))

@@ -57,6 +57,19 @@ def float_in(lo: float, hi: float) -> Callable[[str], float]:
     return parse
 
 
+def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
+    """An argparse type: comma-separated values, each parsed by `item` (e.g. int_in(1, 8)); at least one."""
+
+    def parse(text: str) -> list:
+        parts = [t for t in text.split(",") if t.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"expected comma-separated values, got {text[:40]!r}")
+        return [item(t) for t in parts]
+
+    parse.__name__ = f"comma-separated {getattr(item, '__name__', 'value')}s"
+    return parse
+
+
 DEVICES = int_in(1, MAX_DEVICES)
 SEED = int_in(0, MAX_SEED)
 COUNT = int_in(0, 10**9)  # episodes, samples, warm-up runs

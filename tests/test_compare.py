@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from placeto.baselines import get_method
 from placeto.compare import (add_compare_arguments, compare, load_family, markdown_table, plot_compare,
                              run_compare, write_csv)
 from simulator import cluster_preset, make_graph, save_graph
@@ -297,3 +296,19 @@ def test_anytime_traces_are_kept_merged_and_unreadable_ones_ignored(tmp_path, ca
     path.write_bytes(b"\x1f\x8b not gzip")
     assert anytime.load_traces(path) == {}
     assert str(path) in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--devices", "x"], ["--devices", "0"], ["--seconds", "nan"], ["--seconds", ""],
+                                   ["--graphs", "-1"], ["--methods", "foo"], ["--family", "nope"]])
+def test_anytime_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
+    """experiments/anytime.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
+    written."""
+    anytime = _anytime_module()
+    args = ["--family", "nmt", *flags, "--out", str(tmp_path / "out")]
+    try:
+        status = anytime.main(args)
+    except SystemExit as e:
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()

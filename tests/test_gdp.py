@@ -45,6 +45,23 @@ def test_model_runs_on_any_size_and_device_count_without_n_by_n_arrays(n_nodes, 
     assert np.asarray(greedy)[:n_nodes].max() < n_dev
 
 
+def test_concat_dense_is_dense_on_the_concatenation():
+    """The device head's ConcatDense has nn.Dense's parameters (same initial values from the same key) and output,
+    with parts broadcast against each other instead of concatenated."""
+    import flax.linen as nn
+
+    from placeto.methods.gdp.model import ConcatDense
+
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.normal(size=s).astype(np.float32) for s in ((5, 1, 7), (5, 3, 2), (1, 3, 4)))
+    full = np.concatenate([np.broadcast_to(a, (5, 3, 7)), b, np.broadcast_to(c, (5, 3, 4))], axis=-1)
+    dense_params = nn.Dense(6).init(jax.random.key(1), full)
+    params = ConcatDense(6).init(jax.random.key(1), a, b, c)
+    assert jax.tree.all(jax.tree.map(np.array_equal, params, dense_params))
+    np.testing.assert_allclose(ConcatDense(6).apply(params, a, b, c), nn.Dense(6).apply(params, full),
+                               rtol=1e-5, atol=1e-5)
+
+
 def test_ppo_finds_the_two_chains_optimum():
     """Two equal heavy chains on 2 devices: the optimum runs them on different devices, 4 x 1000 us + 3 x
     delta1; the best placement PPO samples within 12 updates is it."""
@@ -141,3 +158,20 @@ def _tmp(name):
 
     _TMP.setdefault("root", tempfile.TemporaryDirectory())
     return Path(_TMP["root"].name) / name
+
+
+def test_finetune_simulates_each_updates_greedy_placement_with_its_batch():
+    """Fine-tuning keeps the best of every batch and of the greedy placement of the parameters that drew it (one
+    more simulator call per update); the first update's greedy placement is the starting policy's."""
+    from placeto.methods.gdp.place import finetune
+    from placeto.objective import metered, score_batch
+
+    graph, cluster = layered_dag(60, seed=3), cluster_preset("placeto-k80", 2)
+    config = CONFIG.replace(samples_per_update=4, entropy=0.0)
+    params = init_params(config, make_task(graph, cluster, config))
+    greedy = greedy_placement(config, params, graph, cluster)
+    with metered() as m:
+        _, best_p, best = finetune(config, params, make_task(graph, cluster, config), 0, 1)
+    assert m.calls == config.samples_per_update + 1
+    assert best <= float(score_batch(graph, greedy[None], cluster)[0])
+    assert best == float(score_batch(graph, best_p[None], cluster)[0])

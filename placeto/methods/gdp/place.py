@@ -21,7 +21,7 @@ from placeto.checkpoint_io import CHECKPOINT, CONFIG, read_blob, restore
 from placeto.methods.gdp import METHOD
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
-from placeto.methods.gdp.ppo import init_params, make_optimizer, make_task, ppo_step
+from placeto.methods.gdp.ppo import Drawn, init_params, make_optimizer, make_task, ppo_step, sample_batch
 from placeto.objective import meter, metered, score_batch
 from simulator.cluster import Cluster
 from simulator.errors import InputError
@@ -169,18 +169,24 @@ def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit:
 
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
     """`updates` PPO updates on one task from `params` (fresh Adam state); stops early when the meter's budget
-    cannot pay for another batch. Returns (tuned parameters, best placement int32[N] sampled on the way or None,
-    its objective in microseconds or inf)."""
+    cannot pay for another batch. Each update's forward pass also gives the current greedy placement, simulated
+    with the batch (one call more; not learned from). Returns (tuned parameters, best placement int32[N] sampled
+    or greedy on the way or None, its objective in microseconds or inf)."""
     best_p, best = None, math.inf
     if updates <= 0:
         return params, best_p, best
     net, optimizer = make_net(config), make_optimizer(config)
     opt_state, root = optimizer.init(params), jax.random.key(seed)
+    n, batch = task.graph.n_nodes, config.samples_per_update
     for u in range(updates):
-        if meter().exhausted() or meter().calls_left() < config.samples_per_update:
+        if meter().exhausted() or meter().calls_left() < batch + 1:
             break
-        r = ppo_step(net, config, optimizer, params, opt_state, task, jax.random.fold_in(root, u))
+        acts, logp, greedy = (np.asarray(a) for a in sample_batch(net, params, task.inputs,
+                                                                  jax.random.fold_in(root, u), batch))
+        rows = np.concatenate([acts[:, :n], greedy[None, :n]])
+        obj = score_batch(task.graph, rows, task.cluster, config.memory_penalty_per_gb)
+        if obj.min() < best:
+            best_p, best = rows[int(np.argmin(obj))].copy(), float(obj.min())
+        r = ppo_step(net, config, optimizer, params, opt_state, task, None, Drawn(acts, logp, obj[:batch]))
         params, opt_state = r.params, r.opt_state
-        if r.best_objective < best:
-            best_p, best = r.best_placement, r.best_objective
     return params, best_p, best

@@ -79,10 +79,11 @@ class PpoSettings(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=("net", "batch"))
 def sample_batch(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int):
-    """(placements int32[B, Np], their per-node log-probabilities float32[B, Np]) from one forward pass."""
+    """(placements int32[B, Np], their per-node log-probabilities float32[B, Np], the greedy placement int32[Np]:
+    each node's most likely device) from one forward pass."""
     logp = log_policy(net, params, x)
     acts = jax.random.categorical(key, logp[None], axis=-1, shape=(batch, logp.shape[0])).astype(jnp.int32)
-    return acts, logp[jnp.arange(logp.shape[0])[None, :], acts]
+    return acts, logp[jnp.arange(logp.shape[0])[None, :], acts], jnp.argmax(logp, axis=-1).astype(jnp.int32)
 
 
 def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old_logp, adv):
@@ -135,7 +136,7 @@ class Drawn(NamedTuple):
 
 def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> Drawn:
     """config.samples_per_update placements of `task` from one key (`sample_batch`), scored (metered)."""
-    acts, logp = sample_batch(net, params, task.inputs, key, config.samples_per_update)
+    acts, logp, _ = sample_batch(net, params, task.inputs, key, config.samples_per_update)
     acts = np.asarray(acts)
     obj = score_batch(task.graph, acts[:, :task.graph.n_nodes], task.cluster, config.memory_penalty_per_gb)
     return Drawn(acts, np.asarray(logp), obj)
