@@ -175,3 +175,21 @@ def test_finetune_simulates_each_updates_greedy_placement_with_its_batch():
     assert m.calls == config.samples_per_update + 1
     assert best <= float(score_batch(graph, greedy[None], cluster)[0])
     assert best == float(score_batch(graph, best_p[None], cluster)[0])
+
+
+def test_finetune_settings_replace_the_policys_batch_epochs_and_lr():
+    """run_gdp fine-tunes with FinetuneSettings, not the policy's training settings: 20 episodes in batches of 8
+    are 3 updates of 8 samples + 1 greedy each, then one greedy placement; bad settings are ValueErrors."""
+    from placeto.methods.gdp.config import FinetuneSettings
+    from placeto.methods.gdp.place import run_gdp
+
+    tune = FinetuneSettings(samples_per_update=8, ppo_epochs=1, lr=1e-3)
+    assert tune.apply(CONFIG).samples_per_update == 8 and tune.apply(CONFIG).hidden == CONFIG.hidden
+    assert FinetuneSettings.of_training(CONFIG).apply(CONFIG) == CONFIG
+    for bad in ({"samples_per_update": 0}, {"ppo_epochs": True}, {"lr": 0.0}, {"lr": float("inf")}):
+        with pytest.raises(ValueError):
+            FinetuneSettings(**bad)
+    graph, cluster = layered_dag(40, seed=1), cluster_preset("placeto-k80", 2)
+    run, _ = run_gdp(graph, cluster, "gdp-nmt", 0, budget=3 * 9 + 1, finetune_episodes=20, tune=tune)
+    assert run.simulator_calls == 3 * 9 + 1
+    assert run.placement.shape == (graph.n_nodes,) and simulate(graph, run.placement, cluster).runtime > 0

@@ -1,4 +1,5 @@
-"""GDP's configuration: model, PPO and budget in one frozen dataclass (config.json of a run), `tiny` for tests."""
+"""GDP's configuration: model, PPO and budget in one frozen dataclass (config.json of a run), the settings of
+per-graph fine-tuning, `tiny` for tests."""
 
 from __future__ import annotations
 
@@ -105,6 +106,38 @@ class GdpConfig:
         if d.get("time_limit_minutes", 0) is None:
             d["time_limit_minutes"] = math.inf
         return cls(**d)
+
+
+@dataclasses.dataclass(frozen=True)
+class FinetuneSettings:
+    """PPO settings of per-graph fine-tuning (`placeto place --finetune-episodes`, compare's gdp rows), apart from
+    the training settings a policy was trained with: fine-tuning has seconds, not hours, on one graph, so it takes
+    smaller batches, one gradient step per batch and a larger step size (experiments/results/gdp_finetune.md)."""
+
+    samples_per_update: int = 128
+    """Placements sampled and simulated per update."""
+    ppo_epochs: int = 1
+    """Gradient steps on each batch."""
+    lr: float = 3e-3
+    """Adam learning rate (fresh Adam state)."""
+
+    def __post_init__(self):
+        for name in ("samples_per_update", "ppo_epochs"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"FinetuneSettings: {name} must be a positive integer, got {v!r}")
+        if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0 or \
+                math.isinf(self.lr):
+            raise ValueError(f"FinetuneSettings: lr must be a positive number, got {self.lr!r}")
+
+    @classmethod
+    def of_training(cls, config: GdpConfig) -> "FinetuneSettings":
+        """The settings `config` was trained with (the ablation's baseline)."""
+        return cls(config.samples_per_update, config.ppo_epochs, config.lr)
+
+    def apply(self, config: GdpConfig) -> GdpConfig:
+        """`config` with these settings in place of its PPO batch, epochs and learning rate."""
+        return config.replace(samples_per_update=self.samples_per_update, ppo_epochs=self.ppo_epochs, lr=self.lr)
 
 
 def tiny(**changes: Any) -> GdpConfig:

@@ -19,7 +19,7 @@ import numpy as np
 from placeto.baselines import MethodRun
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, read_blob, restore
 from placeto.methods.gdp import METHOD
-from placeto.methods.gdp.config import GdpConfig
+from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
 from placeto.methods.gdp.ppo import Drawn, init_params, make_optimizer, make_task, ppo_step, sample_batch
 from placeto.objective import meter, metered, score_batch
@@ -92,10 +92,11 @@ _sample = jax.jit(sample, static_argnames=("net", "batch"))
 
 
 def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0, budget: float | None = None,
-            seconds: float | None = None, finetune_episodes: int = 0, search: bool = False) -> tuple[MethodRun, float]:
+            seconds: float | None = None, finetune_episodes: int = 0, search: bool = False,
+            tune: FinetuneSettings | None = None) -> tuple[MethodRun, float]:
     """(MethodRun, compile seconds): see the module docstring. `finetune_episodes` sampled placements of
-    PPO fine-tuning first (in updates of config.samples_per_update, charged to the budget; its compilation is
-    not). `search` (method gdp-search): after the greedy placement, the policy's per-node device distributions
+    PPO fine-tuning first (`tune`'s settings, default FinetuneSettings(); charged to the budget, its compilation
+    is not). `search` (method gdp-search): after the greedy placement, the policy's per-node device distributions
     are the prior of placeto-search's annealing (`placeto.search.guided.search_from_prior`) for the rest of the
     budget, instead of sampled placements."""
     from placeto.policies import resolve_checkpoint
@@ -106,6 +107,7 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices, not {cluster.n_devices}",
                          str(checkpoint))
     net, task = make_net(config), make_task(graph, cluster, config)
+    tuning = (tune or FinetuneSettings()).apply(config)
     if search:  # compile, unmetered
         jax.block_until_ready(_log_policy(net, params, task.inputs))
     else:
@@ -113,12 +115,12 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     with metered():  # loads (or compiles) the simulator and the PPO update; these simulations are charged to no one
         score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
         if finetune_episodes > 0:
-            finetune(config, params, task, seed, 1)
+            finetune(tuning, params, task, seed, 1)
     compile_s = time.perf_counter() - t0
     calls = math.inf if budget is None else budget
     with metered(max_calls=calls, seconds=seconds) as m:
-        updates = -(-finetune_episodes // config.samples_per_update)
-        params, seen_p, seen = finetune(config, params, task, seed, updates)
+        updates = -(-finetune_episodes // tuning.samples_per_update)
+        params, seen_p, seen = finetune(tuning, params, task, seed, updates)
         extra = [] if seen_p is None else [(seen_p, seen)]  # the best placement sampled while fine-tuning
         if search:
             best_p = _search(graph, cluster, net, params, task, seed, calls, extra)
@@ -168,7 +170,8 @@ def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit:
 
 
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
-    """`updates` PPO updates on one task from `params` (fresh Adam state); stops early when the meter's budget
+    """`updates` PPO updates on one task from `params` (fresh Adam state) with `config`'s batch, epochs and
+    learning rate (run_gdp passes the policy's config with FinetuneSettings applied); stops early when the meter's budget
     cannot pay for another batch. Each update's forward pass also gives the current greedy placement, simulated
     with the batch (one call more; not learned from). Returns (tuned parameters, best placement int32[N] sampled
     or greedy on the way or None, its objective in microseconds or inf)."""

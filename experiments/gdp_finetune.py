@@ -1,0 +1,128 @@
+"""Fine-tuning settings of gdp: the best objective reached over wall seconds by PPO fine-tuning of a shipped gdp
+policy on one graph, for several (batch, epochs, learning rate) settings, against local search at 10,000 calls.
+
+    python -m experiments.gdp_finetune                                   # ~6 min on this 2-core machine (quiet)
+    python -m experiments.gdp_finetune --graphs nmt_l8 --seconds 30 --settings 512:4:1e-3,128:1:3e-3
+
+Each setting fine-tunes `--checkpoint` (fresh Adam state, run_gdp with the whole budget spent fine-tuning; the
+best placement sampled or greedy on the way counts) on each benchmark graph (the dataset's grouped graphs) at
+`--devices`; the first setting `train` is the policy's own training settings. Compilation is excluded. Local search
+at 10,000 calls is the reference and its wall time a budget column (issue 12: fine-tuned gdp within local search's
+wall time at 10,000 calls on nmt_l8, 8 devices).
+
+Writes experiments/results/gdp_finetune.md and gdp_finetune.csv.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from placeto.arguments import COUNT, DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
+from placeto.baselines import run_method  # noqa: E402
+from placeto.methods.gdp.config import FinetuneSettings  # noqa: E402
+from placeto.methods.gdp.place import load_run, run_gdp  # noqa: E402
+from placeto.policies import resolve_checkpoint  # noqa: E402
+from simulator import cluster_preset  # noqa: E402
+from simulator.errors import InputError  # noqa: E402
+from simulator.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
+
+RESULTS = ROOT / "experiments" / "results"
+MARKS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
+
+
+def parse_setting(text: str) -> tuple[str, FinetuneSettings | None]:
+    """'train' (the policy's own settings: None) or 'B:epochs:lr' -> (label, settings); ValueError otherwise."""
+    if text == "train":
+        return text, None
+    parts = text.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"a setting is 'train' or B:epochs:lr, not {text!r}")
+    return text, FinetuneSettings(int(parts[0]), int(parts[1]), float(parts[2]))
+
+
+def best_at(trace, seconds: float) -> float:
+    """The best objective (microseconds) a meter trace [(seconds, calls, best)] had reached by `seconds`."""
+    seen = [best for s, _, best in trace if s <= seconds]
+    return min(seen) if seen else float("nan")
+
+
+def run(graphs: list[str], devices: int, seconds: float, settings: list[str], checkpoint: str) -> list[dict]:
+    config, _ = load_run(resolve_checkpoint(checkpoint))
+    cluster = cluster_preset("placeto-k80", devices)
+    rows = []
+    for name in graphs:
+        graph = load_graph(ROOT / "datasets" / "benchmarks" / f"{name}.json.gz")
+        ls = run_method("local-search", graph, cluster, 0, budget=10_000)
+        ls_obj = min(best for _, _, best in ls.trace)
+        for label in settings:
+            _, tune = parse_setting(label)
+            tune = tune or FinetuneSettings.of_training(config)
+            res, compile_s = run_gdp(graph, cluster, checkpoint, 0, None, seconds, finetune_episodes=10**9, tune=tune)
+            row = {"graph": name, "nodes": graph.n_nodes, "devices": devices, "setting": label,
+                   "samples_per_update": tune.samples_per_update, "ppo_epochs": tune.ppo_epochs, "lr": tune.lr,
+                   "calls": res.simulator_calls, "compile_s": round(compile_s, 2), "ls_10k_ms": ls_obj / 1e3,
+                   "ls_10k_s": round(ls.seconds, 2), "at_ls_s_ms": best_at(res.trace, ls.seconds) / 1e3}
+            row |= {f"at_{m:g}s_ms": best_at(res.trace, m) / 1e3 for m in MARKS if m <= seconds}
+            rows.append(row)
+            print(f"{name} {label}: " + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k.startswith("at_")),
+                  flush=True)
+    return rows
+
+
+def report(rows: list[dict], cmd: str, seconds: float, checkpoint: str) -> list[str]:
+    marks = [m for m in MARKS if m <= seconds]
+    lines = ["# gdp fine-tuning settings", "",
+             f"Command: `{cmd}` ({os.cpu_count()} cores, load average at the start {os.getloadavg()[0]:.1f}; "
+             f"placeto-k80 preset; policy `{checkpoint}`).", "",
+             "Best objective (ms: simulated runtime plus the memory penalty) PPO fine-tuning had reached by each wall "
+             "time (columns; compilation excluded), per setting B:epochs:lr (`train`: the policy's own). "
+             "`at LS s`: at the wall time local search takes for 10,000 calls, whose result is the last column.", "",
+             "| graph | devices | setting | " + " | ".join(f"{m:g} s" for m in marks) +
+             " | at LS s | calls | LS 10k (its s) |", "|---|---:|---|" + "---:|" * (len(marks) + 3)]
+    for r in rows:
+        lines.append(f"| {r['graph']} | {r['devices']} | {r['setting']} | " +
+                     " | ".join(f"{r[f'at_{m:g}s_ms']:.1f}" for m in marks) +
+                     f" | {r['at_ls_s_ms']:.1f} | {r['calls']} | {r['ls_10k_ms']:.1f} ({r['ls_10k_s']:.1f} s) |")
+    return lines + [""]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(description=__doc__.splitlines()[0])
+    p.add_argument("--graphs", type=comma_list(str), default=["nmt_l8", "rnnlm_l8", "nasnet"],
+                   help="benchmark graphs (datasets/benchmarks/<name>.json.gz)")
+    p.add_argument("--devices", type=DEVICES, default=8)
+    p.add_argument("--seconds", type=float_in(0.1, 3600.0), default=10.0, help="fine-tuning budget per run")
+    p.add_argument("--settings", type=comma_list(str), default=["train", "512:1:3e-3", "256:1:3e-3", "128:1:3e-3",
+                                                                  "128:4:1e-3", "128:1:1e-2"],
+                   help="'train' and/or B:epochs:lr")
+    p.add_argument("--checkpoint", default="gdp-general")
+    p.add_argument("--out", type=Path, default=RESULTS)
+    args = p.parse_args(argv)
+    try:
+        for s in args.settings:
+            parse_setting(s)
+        for g in args.graphs:
+            if not (ROOT / "datasets" / "benchmarks" / f"{g}.json.gz").is_file():
+                raise InputError(f"no benchmark graph {g!r}", str(ROOT / "datasets" / "benchmarks"))
+        resolve_checkpoint(args.checkpoint)
+    except (ValueError, InputError) as e:
+        print(f"gdp_finetune: error: {e}", file=sys.stderr)
+        return 2
+    rows = run(args.graphs, args.devices, args.seconds, args.settings, args.checkpoint)
+    cmd = "python -m experiments.gdp_finetune " + " ".join(argv if argv is not None else sys.argv[1:])
+    lines = report(rows, cmd.strip(), args.seconds, args.checkpoint)
+    args.out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(args.out / "gdp_finetune.md", ("\n".join(lines) + "\n").encode())
+    atomic_write_csv(args.out / "gdp_finetune.csv", rows)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
