@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from placeto.arguments import COUNT, DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
+from placeto.arguments import DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
 from placeto.methods.gdp.config import FinetuneSettings  # noqa: E402
 from placeto.methods.gdp.place import load_run, run_gdp  # noqa: E402
