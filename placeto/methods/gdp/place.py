@@ -173,8 +173,8 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
     """`updates` PPO updates on one task from `params` (fresh Adam state) with `config`'s batch, epochs and
     learning rate (run_gdp passes the policy's config with FinetuneSettings applied); stops early when the meter's
     budget cannot pay for another batch. Each update's forward pass also gives the current greedy placement,
-    simulated with the batch (one call more; not learned from). Returns (tuned parameters, best placement int32[N] sampled
-    or greedy on the way or None, its objective in microseconds or inf)."""
+    simulated with the batch (one call more; not learned from). Returns (tuned parameters, best placement int32[N]
+    sampled or greedy on the way or None, its objective in microseconds or inf)."""
     best_p, best = None, math.inf
     if updates <= 0:
         return params, best_p, best
