@@ -15,6 +15,7 @@ Writes experiments/results/gdp_finetune.md and gdp_finetune.csv.
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -25,7 +26,7 @@ if str(ROOT) not in sys.path:
 
 from placeto.arguments import DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
-from placeto.methods.gdp.config import FinetuneSettings  # noqa: E402
+from placeto.methods.gdp.config import FinetuneSettings, GdpConfig  # noqa: E402
 from placeto.methods.gdp.place import load_run, run_gdp  # noqa: E402
 from placeto.policies import resolve_checkpoint  # noqa: E402
 from simulator import cluster_preset  # noqa: E402
@@ -37,13 +38,16 @@ MARKS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
 def parse_setting(text: str) -> tuple[str, FinetuneSettings | None]:
-    """'train' (the policy's own settings: None) or 'B:epochs:lr' -> (label, settings); ValueError otherwise."""
+    """An argparse type: 'train' (the policy's own settings: None) or 'B:epochs:lr' -> (label, settings)."""
     if text == "train":
         return text, None
     parts = text.split(":")
-    if len(parts) != 3:
-        raise ValueError(f"a setting is 'train' or B:epochs:lr, not {text!r}")
-    return text, FinetuneSettings(int(parts[0]), int(parts[1]), float(parts[2]))
+    try:
+        if len(parts) != 3:
+            raise ValueError("expected three fields")
+        return text, FinetuneSettings(int(parts[0]), int(parts[1]), float(parts[2]))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"a setting is 'train' or B:epochs:lr, not {text[:40]!r} ({e})") from None
 
 
 def best_at(trace, seconds: float) -> float:
@@ -52,16 +56,16 @@ def best_at(trace, seconds: float) -> float:
     return min(seen) if seen else float("nan")
 
 
-def run(graphs: list[str], devices: int, seconds: float, settings: list[str], checkpoint: str) -> list[dict]:
-    config, _ = load_run(resolve_checkpoint(checkpoint))
+def run(graphs: list[str], devices: int, seconds: float, settings: list[tuple[str, FinetuneSettings | None]],
+        checkpoint: str, config: GdpConfig) -> list[dict]:
+    """One row per (graph, setting); `config`: the checkpoint's (its training settings are the 'train' row's)."""
     cluster = cluster_preset("placeto-k80", devices)
     rows = []
     for name in graphs:
         graph = load_graph(ROOT / "datasets" / "benchmarks" / f"{name}.json.gz")
         ls = run_method("local-search", graph, cluster, 0, budget=10_000)
         ls_obj = min(best for _, _, best in ls.trace)
-        for label in settings:
-            _, tune = parse_setting(label)
+        for label, tune in settings:
             tune = tune or FinetuneSettings.of_training(config)
             res, compile_s = run_gdp(graph, cluster, checkpoint, 0, None, seconds, finetune_episodes=10**9, tune=tune)
             row = {"graph": name, "nodes": graph.n_nodes, "devices": devices, "setting": label,
@@ -98,23 +102,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="benchmark graphs (datasets/benchmarks/<name>.json.gz)")
     p.add_argument("--devices", type=DEVICES, default=8)
     p.add_argument("--seconds", type=float_in(0.1, 3600.0), default=10.0, help="fine-tuning budget per run")
-    p.add_argument("--settings", type=comma_list(str), default=["train", "512:1:3e-3", "256:1:3e-3", "128:1:3e-3",
-                                                                  "128:4:1e-3", "128:1:1e-2"],
+    p.add_argument("--settings", type=comma_list(parse_setting),
+                   default=[parse_setting(t) for t in ("train", "512:1:3e-3", "256:1:3e-3", "128:1:3e-3",
+                                                       "128:4:1e-3", "128:1:1e-2")],
                    help="'train' and/or B:epochs:lr")
     p.add_argument("--checkpoint", default="gdp-general")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)
     try:
-        for s in args.settings:
-            parse_setting(s)
         for g in args.graphs:
             if not (ROOT / "datasets" / "benchmarks" / f"{g}.json.gz").is_file():
                 raise InputError(f"no benchmark graph {g!r}", str(ROOT / "datasets" / "benchmarks"))
-        resolve_checkpoint(args.checkpoint)
-    except (ValueError, InputError) as e:
+        config, _ = load_run(resolve_checkpoint(args.checkpoint))
+        if args.devices > config.max_devices:
+            raise InputError(f"--devices {args.devices}: the policy places on at most {config.max_devices}",
+                             args.checkpoint)
+    except InputError as e:
         print(f"gdp_finetune: error: {e}", file=sys.stderr)
         return 2
-    rows = run(args.graphs, args.devices, args.seconds, args.settings, args.checkpoint)
+    rows = run(args.graphs, args.devices, args.seconds, args.settings, args.checkpoint, config)
     cmd = "python -m experiments.gdp_finetune " + " ".join(argv if argv is not None else sys.argv[1:])
     lines = report(rows, cmd.strip(), args.seconds, args.checkpoint)
     args.out.mkdir(parents=True, exist_ok=True)

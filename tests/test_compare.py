@@ -312,3 +312,23 @@ def test_anytime_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags", [["--settings", "x"], ["--settings", "0:1:1e-3"], ["--settings", "8:1:inf"],
+                                   ["--settings", "8:1"], ["--graphs", "nope"], ["--devices", "9"],
+                                   ["--seconds", "0"], ["--checkpoint", "nope"]])
+def test_gdp_finetune_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
+    """experiments/gdp_finetune.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
+    written."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gdp_finetune", ROOT / "experiments" / "gdp_finetune.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        status = module.main([*flags, "--out", str(tmp_path / "out")])
+    except SystemExit as e:
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "out").exists()
