@@ -1,5 +1,6 @@
 """Fine-tuning settings of gdp: the best objective reached over wall seconds by PPO fine-tuning of a shipped gdp
-policy on one graph, for several (batch, epochs, learning rate) settings, against local search at 10,000 calls.
+policy on one graph, for several (batch, epochs, learning rate, temperature) settings, against local search at
+10,000 calls.
 
     python -m experiments.gdp_finetune                                   # ~6 min on this 2-core machine (quiet)
     python -m experiments.gdp_finetune --graphs nmt_l8 --seconds 30 --settings 512:4:1e-3,128:1:3e-3
@@ -38,16 +39,19 @@ MARKS = (1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
 
 def parse_setting(text: str) -> tuple[str, FinetuneSettings | None]:
-    """An argparse type: 'train' (the policy's own settings: None) or 'B:epochs:lr' -> (label, settings)."""
+    """An argparse type: 'train' (the policy's own settings: None) or 'B:epochs:lr[:temperature]' -> (label,
+    settings)."""
     if text == "train":
         return text, None
     parts = text.split(":")
     try:
-        if len(parts) != 3:
-            raise ValueError("expected three fields")
-        return text, FinetuneSettings(int(parts[0]), int(parts[1]), float(parts[2]))
+        if len(parts) not in (3, 4):
+            raise ValueError("expected three or four fields")
+        temperature = float(parts[3]) if len(parts) == 4 else 1.0
+        return text, FinetuneSettings(int(parts[0]), int(parts[1]), float(parts[2]), temperature)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"a setting is 'train' or B:epochs:lr, not {text[:40]!r} ({e})") from None
+        raise argparse.ArgumentTypeError(f"a setting is 'train' or B:epochs:lr[:temperature], not {text[:40]!r} "
+                                         f"({e})") from None
 
 
 def best_at(trace, seconds: float) -> float:
@@ -70,6 +74,7 @@ def run(graphs: list[str], devices: int, seconds: float, settings: list[tuple[st
             res, compile_s = run_gdp(graph, cluster, checkpoint, 0, None, seconds, finetune_episodes=10**9, tune=tune)
             row = {"graph": name, "nodes": graph.n_nodes, "devices": devices, "setting": label,
                    "samples_per_update": tune.samples_per_update, "ppo_epochs": tune.ppo_epochs, "lr": tune.lr,
+                   "temperature": tune.temperature,
                    "calls": res.simulator_calls, "compile_s": round(compile_s, 2), "ls_10k_ms": ls_obj / 1e3,
                    "ls_10k_s": round(ls.seconds, 2), "at_ls_s_ms": best_at(res.trace, ls.seconds) / 1e3}
             row |= {f"at_{m:g}s_ms": best_at(res.trace, m) / 1e3 for m in MARKS if m <= seconds}
@@ -85,7 +90,8 @@ def report(rows: list[dict], cmd: str, seconds: float, checkpoint: str) -> list[
              f"Command: `{cmd}` ({os.cpu_count()} cores, load average at the start {os.getloadavg()[0]:.1f}; "
              f"placeto-k80 preset; policy `{checkpoint}`).", "",
              "Best objective (ms: simulated runtime plus the memory penalty) PPO fine-tuning had reached by each wall "
-             "time (columns; compilation excluded), per setting B:epochs:lr (`train`: the policy's own). "
+             "time (columns; compilation excluded), per setting B:epochs:lr[:temperature] (`train`: the policy's "
+             "own). "
              "`at LS s`: at the wall time local search takes for 10,000 calls, whose result is the last column.", "",
              "| graph | devices | setting | " + " | ".join(f"{m:g} s" for m in marks) +
              " | at LS s | calls | LS 10k (its s) |", "|---|---:|---|" + "---:|" * (len(marks) + 3)]
@@ -103,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--devices", type=DEVICES, default=8)
     p.add_argument("--seconds", type=float_in(0.1, 3600.0), default=10.0, help="fine-tuning budget per run")
     p.add_argument("--settings", type=comma_list(parse_setting),
-                   default=[parse_setting(t) for t in ("train", "512:1:3e-3", "256:1:3e-3", "128:1:3e-3",
-                                                       "128:4:1e-3", "128:1:1e-2")],
-                   help="'train' and/or B:epochs:lr")
+                   default=[parse_setting(t) for t in ("train", "128:1:3e-3", "128:1:3e-3:1.5", "128:1:3e-3:2",
+                                                       "128:1:3e-3:3", "256:1:3e-3:2")],
+                   help="'train' and/or B:epochs:lr[:temperature] (temperature 1 if omitted)")
     p.add_argument("--checkpoint", default="gdp-general")
     p.add_argument("--out", type=Path, default=RESULTS)
     args = p.parse_args(argv)

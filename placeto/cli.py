@@ -12,8 +12,8 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from placeto.arguments import (COUNT, MINUTES, PERCENT, POSITIVE, SEED, WORKERS, OneLineParser, add_cluster_arguments,
-                               cluster_from_args)
+from placeto.arguments import (COUNT, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS, OneLineParser,
+                               add_cluster_arguments, cluster_from_args, comma_list)
 from placeto.cli_placers import cmd_place, cmd_policies, cmd_train
 from placeto.distributed import WorkerError, add_worker_arguments
 from simulator.cluster import PRESETS
@@ -169,11 +169,8 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from placeto.compare import run_compare
-    from simulator.limits import MAX_DEVICES, MAX_SEED
+    from simulator.limits import MAX_SEED
 
-    bad = next((d for d in args.devices if d > MAX_DEVICES), None)
-    if bad is not None:
-        raise InputError(f"--devices: {bad} devices, more than {MAX_DEVICES}")
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
         raise InputError(f"--seed: expected an integer in [0, {MAX_SEED}]")
     if args.budget is not None and not 1 <= args.budget <= 10**9:
@@ -254,7 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     what = tr.add_mutually_exclusive_group(required=True)
     what.add_argument("--family", help="train on the train split of datasets/<FAMILY> (a comma list, or 'all')")
     what.add_argument("--graph", nargs="+", help="graph files to train on")
-    tr.add_argument("--devices", default="4", help="device counts of the preset, e.g. 4 or 2,4,8 (mixed)")
+    tr.add_argument("--devices", type=comma_list(DEVICES), default=[4],
+                    help="device counts of the preset, e.g. 4 or 2,4,8 (mixed)")
     tr.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
     tr.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
     tr.add_argument("--method", choices=["placeto", "gdp", "rnn", "hierarchical"], default="placeto",

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
+from placeto.arguments import DEVICES, comma_list
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
 from placeto.distributed import WorkerSpec
 from placeto.objective import metered
@@ -369,22 +370,12 @@ def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
 
 # ---- families -------------------------------------------------------------------------------------------------
 # ---- CLI --------------------------------------------------------------------------------------------------------
-def _int_list(text: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive device counts, got {text!r}")
-    return values
-
-
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `placeto compare`."""
     p.add_argument("graphs", nargs="*", help="graph files (or use --family)")
     p.add_argument("--family", help="compare on datasets/<FAMILY> (its manifest's graphs)")
     p.add_argument("--split", default="test", choices=[*SPLITS, "all"], help="family split (default: test)")
-    p.add_argument("--devices", type=_int_list, default=[2, 4, 8], help="device counts, e.g. 2,4,8")
+    p.add_argument("--devices", type=comma_list(DEVICES), default=[2, 4, 8], help="device counts, e.g. 2,4,8")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
     p.add_argument("--methods", default="all",
                    help=f"'all' or a comma list of: {', '.join([*METHODS, *LEARNED, *PER_GRAPH])} (rnn and "

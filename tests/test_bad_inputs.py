@@ -256,6 +256,7 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{PLACE} --checkpoint run_ok --out new.json --seed -1", f"{EVAL} --repeats 0", f"{EVAL} --devices 0",
         "compare g.json --methods single --seed 99999999999999999999999", "compare g.json --budget 0",
         "compare g.json --methods single --devices 5000", "profile g.json --repeats 0",
+        "compare g.json --methods single --devices 2,0", f"{TRAIN} --out newrun --devices 2,x",
         # flags of the anytime comparison, policy-guided search, fine-tuning and mixed training
         "compare g.json --methods single --seconds 0", "compare g.json --methods single --seconds nan",
         "compare g.json --methods sa --seconds -1", "compare g.json --methods single --finetune-episodes -1",

@@ -315,7 +315,8 @@ def test_anytime_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("flags", [["--settings", "x"], ["--settings", "0:1:1e-3"], ["--settings", "8:1:inf"],
-                                   ["--settings", "8:1"], ["--graphs", "nope"], ["--devices", "9"],
+                                   ["--settings", "8:1"], ["--settings", "8:1:1e-3:0"], ["--settings", "8:1:1e-3:2:3"],
+                                   ["--graphs", "nope"], ["--devices", "9"],
                                    ["--seconds", "0"], ["--checkpoint", "nope"]])
 def test_gdp_finetune_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
     """experiments/gdp_finetune.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
@@ -332,3 +333,17 @@ def test_gdp_finetune_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_gdp_finetune_settings_take_an_optional_temperature():
+    """experiments/gdp_finetune.py: 'B:epochs:lr' is temperature 1, 'B:epochs:lr:T' sets it; 'train' is None."""
+    import importlib.util
+
+    from placeto.methods.gdp.config import FinetuneSettings
+
+    spec = importlib.util.spec_from_file_location("gdp_finetune", ROOT / "experiments" / "gdp_finetune.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.parse_setting("128:1:3e-3") == ("128:1:3e-3", FinetuneSettings(128, 1, 3e-3, 1.0))
+    assert module.parse_setting("64:2:1e-3:2.5") == ("64:2:1e-3:2.5", FinetuneSettings(64, 2, 1e-3, 2.5))
+    assert module.parse_setting("train") == ("train", None)

@@ -193,3 +193,36 @@ def test_finetune_settings_replace_the_policys_batch_epochs_and_lr():
     run, _ = run_gdp(graph, cluster, "gdp-nmt", 0, budget=3 * 9 + 1, finetune_episodes=20, tune=tune)
     assert run.simulator_calls == 3 * 9 + 1
     assert run.placement.shape == (graph.n_nodes,) and simulate(graph, run.placement, cluster).runtime > 0
+
+
+def test_temperature_flattens_the_policy_and_is_what_ppo_samples_and_trains():
+    """log_policy at temperature T is the log-softmax of logits / T: the argmax stays, the entropy grows with T;
+    sample_batch's log-probabilities are those of the tempered policy; PpoSettings and FinetuneSettings carry T;
+    a temperature that is not a positive finite number is a ValueError."""
+    import jax.numpy as jnp
+
+    from placeto.methods.gdp.config import FinetuneSettings
+    from placeto.methods.gdp.model import log_policy
+    from placeto.methods.gdp.ppo import PpoSettings, sample_batch
+
+    graph, cluster = layered_dag(50, seed=2), cluster_preset("placeto-k80", 3)
+    task = make_task(graph, cluster, CONFIG)
+    net, params = make_net(CONFIG), init_params(CONFIG, task)
+    logits = net.apply(params, task.inputs)
+    lp1, lp3 = log_policy(net, params, task.inputs), log_policy(net, params, task.inputs, 3.0)
+    np.testing.assert_allclose(lp3, jax.nn.log_softmax(logits / 3.0, axis=-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(jnp.argmax(lp1, -1), jnp.argmax(lp3, -1))
+    real = np.asarray(task.inputs.node_mask)
+    entropy = [float(-(jnp.exp(lp) * lp).sum(-1)[real].mean()) for lp in (lp1, lp3)]
+    assert entropy[1] > entropy[0]
+    acts, logp, _ = sample_batch(net, params, task.inputs, jax.random.key(0), 4, 3.0)
+    np.testing.assert_allclose(logp, np.take_along_axis(np.asarray(lp3), np.asarray(acts).T, 1).T, rtol=1e-5,
+                               atol=1e-5)
+    tuned = FinetuneSettings(temperature=2.5).apply(CONFIG)
+    assert tuned.temperature == 2.5 and PpoSettings.of(tuned).temperature == 2.5
+    assert FinetuneSettings.of_training(tuned).temperature == 2.5
+    for bad in (0.0, -1.0, float("inf"), float("nan"), True):
+        with pytest.raises(ValueError, match="temperature"):
+            FinetuneSettings(temperature=bad)
+        with pytest.raises(ValueError, match="temperature"):
+            CONFIG.replace(temperature=bad)

@@ -45,6 +45,9 @@ class GdpConfig:
     """Entropy bonus coefficient (mean per-node entropy, nats)."""
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
+    temperature: float = 1.0
+    """The policy that is sampled and trained is the softmax of the logits divided by this (> 1: flatter); the
+    greedy placement (argmax) does not depend on it. Fine-tuning raises it (FinetuneSettings)."""
     memory_penalty_per_gb: float = 1.0
     """Objective's memory penalty (placeto.objective), in single-device runtimes per GB above capacity."""
 
@@ -69,6 +72,7 @@ class GdpConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isnan(v):
                 raise ValueError(f"GdpConfig: {name} must be a non-negative number, got {v!r}")
+        _check_temperature("GdpConfig", self.temperature)
 
     @property
     def updates(self) -> int:
@@ -120,6 +124,8 @@ class FinetuneSettings:
     """Gradient steps on each batch."""
     lr: float = 3e-3
     """Adam learning rate (fresh Adam state)."""
+    temperature: float = 1.0
+    """GdpConfig.temperature while fine-tuning."""
 
     def __post_init__(self):
         for name in ("samples_per_update", "ppo_epochs"):
@@ -129,15 +135,22 @@ class FinetuneSettings:
         if isinstance(self.lr, bool) or not isinstance(self.lr, (int, float)) or not self.lr > 0 or \
                 math.isinf(self.lr):
             raise ValueError(f"FinetuneSettings: lr must be a positive number, got {self.lr!r}")
+        _check_temperature("FinetuneSettings", self.temperature)
 
     @classmethod
     def of_training(cls, config: GdpConfig) -> "FinetuneSettings":
         """The settings `config` was trained with (the ablation's baseline)."""
-        return cls(config.samples_per_update, config.ppo_epochs, config.lr)
+        return cls(config.samples_per_update, config.ppo_epochs, config.lr, config.temperature)
 
     def apply(self, config: GdpConfig) -> GdpConfig:
         """`config` with these settings in place of its PPO batch, epochs and learning rate."""
-        return config.replace(samples_per_update=self.samples_per_update, ppo_epochs=self.ppo_epochs, lr=self.lr)
+        return config.replace(samples_per_update=self.samples_per_update, ppo_epochs=self.ppo_epochs, lr=self.lr,
+                              temperature=self.temperature)
+
+
+def _check_temperature(owner: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < math.inf:
+        raise ValueError(f"{owner}: temperature must be a positive finite number, got {v!r}")
 
 
 def tiny(**changes: Any) -> GdpConfig:

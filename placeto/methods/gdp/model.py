@@ -118,9 +118,10 @@ def make_net(config: GdpConfig) -> GdpNet:
     return GdpNet(config.model_config())
 
 
-def log_policy(net: GdpNet, params, x: GdpInputs) -> jax.Array:
-    """float32[Np, Dm] log-probabilities of each node's device (padded devices ~ -1e9)."""
-    return jax.nn.log_softmax(net.apply(params, x), axis=-1)
+def log_policy(net: GdpNet, params, x: GdpInputs, temperature: float = 1.0) -> jax.Array:
+    """float32[Np, Dm] log-probabilities of each node's device (padded devices ~ -1e9): the softmax of the logits
+    divided by `temperature` (> 1 flattens each node's distribution; the argmax does not change)."""
+    return jax.nn.log_softmax(net.apply(params, x) / temperature, axis=-1)
 
 
 def sample(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int) -> tuple[jax.Array, jax.Array]:

@@ -184,8 +184,8 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
     for u in range(updates):
         if meter().exhausted() or meter().calls_left() < batch + 1:
             break
-        acts, logp, greedy = (np.asarray(a) for a in sample_batch(net, params, task.inputs,
-                                                                  jax.random.fold_in(root, u), batch))
+        acts, logp, greedy = (np.asarray(a) for a in sample_batch(net, params, task.inputs, jax.random.fold_in(root, u),
+                                                                  batch, config.temperature))
         rows = np.concatenate([acts[:, :n], greedy[None, :n]])
         obj = score_batch(task.graph, rows, task.cluster, config.memory_penalty_per_gb)
         if obj.min() < best:

@@ -71,17 +71,18 @@ class PpoSettings(NamedTuple):
     clip: float
     entropy: float
     epochs: int
+    temperature: float
 
     @classmethod
     def of(cls, config: GdpConfig) -> "PpoSettings":
-        return cls(float(config.clip), float(config.entropy), int(config.ppo_epochs))
+        return cls(float(config.clip), float(config.entropy), int(config.ppo_epochs), float(config.temperature))
 
 
 @functools.partial(jax.jit, static_argnames=("net", "batch"))
-def sample_batch(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int):
+def sample_batch(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int, temperature: float = 1.0):
     """(placements int32[B, Np], their per-node log-probabilities float32[B, Np], the greedy placement int32[Np]:
-    each node's most likely device) from one forward pass."""
-    logp = log_policy(net, params, x)
+    each node's most likely device) from one forward pass of the policy at `temperature` (model.log_policy)."""
+    logp = log_policy(net, params, x, temperature)
     acts = jax.random.categorical(key, logp[None], axis=-1, shape=(batch, logp.shape[0])).astype(jnp.int32)
     return acts, logp[jnp.arange(logp.shape[0])[None, :], acts], jnp.argmax(logp, axis=-1).astype(jnp.int32)
 
@@ -91,7 +92,7 @@ def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old
 
     acts: int32[B, Np]; old_logp: float32[B, Np]; adv: float32[B]. Padding nodes are masked out.
     """
-    logp_all = log_policy(net, params, x)  # [Np, Dm]
+    logp_all = log_policy(net, params, x, config.temperature)  # [Np, Dm]
     logp = logp_all[jnp.arange(logp_all.shape[0])[None, :], acts]  # [B, Np]
     mask = x.node_mask.astype(jnp.float32)
     ratio = jnp.exp(logp - old_logp)
@@ -136,7 +137,7 @@ class Drawn(NamedTuple):
 
 def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> Drawn:
     """config.samples_per_update placements of `task` from one key (`sample_batch`), scored (metered)."""
-    acts, logp, _ = sample_batch(net, params, task.inputs, key, config.samples_per_update)
+    acts, logp, _ = sample_batch(net, params, task.inputs, key, config.samples_per_update, config.temperature)
     acts = np.asarray(acts)
     obj = score_batch(task.graph, acts[:, :task.graph.n_nodes], task.cluster, config.memory_penalty_per_gb)
     return Drawn(acts, np.asarray(logp), obj)
@@ -146,7 +147,7 @@ def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Arra
     """Samples [lo, hi) of a batch drawn one key per sample: sample i is categorical(fold_in(key, i)) of the one
     forward pass, so the batch is the same however [0, B) is split into ranges (placeto.distributed); not
     `draw`'s batch for the same key. Scored (metered)."""
-    logp_all = _forward(net, params, task.inputs)  # the same compiled program whatever the range
+    logp_all = _forward(net, params, task.inputs, config.temperature)  # one compiled program whatever the range
     acts, logp = _sample_rows(logp_all, jax.vmap(lambda i: jax.random.fold_in(key, i))(
         jnp.arange(lo, hi, dtype=jnp.uint32)))
     acts = np.asarray(acts)
@@ -155,9 +156,9 @@ def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Arra
 
 
 @functools.partial(jax.jit, static_argnames=("net",))
-def _forward(net: GdpNet, params, x: GdpInputs) -> jax.Array:
-    """float32[Np, Dm] per-node log-probabilities."""
-    return log_policy(net, params, x)
+def _forward(net: GdpNet, params, x: GdpInputs, temperature: float = 1.0) -> jax.Array:
+    """float32[Np, Dm] per-node log-probabilities at `temperature`."""
+    return log_policy(net, params, x, temperature)
 
 
 @jax.jit
