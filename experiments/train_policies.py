@@ -46,7 +46,7 @@ SPECS = {
     "gdp-cifar10": "placeto train --method gdp --family cifar10 --devices 4 --out runs/gdp-cifar10 "
                    "--episodes 768000 --seed 0 --minutes 30",
     "gdp-general": "placeto train --method gdp --family all --devices 2,4,8 --out runs/gdp-general "
-                   "--episodes 1024000 --seed 0 --minutes 60",
+                   "--episodes 8192000 --seed 0 --minutes 120",
 }
 SUMMARY = {"general": "all three families (72 training graphs) at 2, 4 and 8 devices",
            "nmt": "the nmt family at 4 devices, fine-tuned from general",
