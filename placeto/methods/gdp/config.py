@@ -146,7 +146,7 @@ class FinetuneSettings:
         return cls(config.samples_per_update, config.ppo_epochs, config.lr, config.temperature)
 
     def apply(self, config: GdpConfig) -> GdpConfig:
-        """`config` with these settings in place of its PPO batch, epochs and learning rate."""
+        """`config` with these settings in place of its PPO batch, epochs, learning rate and temperature."""
         return config.replace(samples_per_update=self.samples_per_update, ppo_epochs=self.ppo_epochs, lr=self.lr,
                               temperature=self.temperature)
 
