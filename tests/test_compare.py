@@ -347,3 +347,21 @@ def test_gdp_finetune_settings_take_an_optional_temperature():
     assert module.parse_setting("128:1:3e-3") == ("128:1:3e-3", FinetuneSettings(128, 1, 3e-3, 1.0))
     assert module.parse_setting("64:2:1e-3:2.5") == ("64:2:1e-3:2.5", FinetuneSettings(64, 2, 1e-3, 2.5))
     assert module.parse_setting("train") == ("train", None)
+
+
+@pytest.mark.parametrize("flags", [["--family", "nope"], ["--temperatures", "0"], ["--temperatures", "1,x"],
+                                   ["--episodes", "-1"], ["--seed", "-1"]])
+def test_gdp_temperature_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
+    """experiments/gdp_temperature.py: a bad flag is one line on stderr and exit status 2, before any training."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gdp_temperature", ROOT / "experiments" / "gdp_temperature.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        status = module.main([*flags, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
+    except SystemExit as e:
+        status = e.code
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
