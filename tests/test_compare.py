@@ -121,6 +121,16 @@ def test_load_family(tmp_path):
         load_family("fam", "test", tmp_path)
 
 
+def _experiment(name: str):
+    """experiments/<name>.py loaded as a module (the experiments are scripts, not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _args(*argv):
     p = argparse.ArgumentParser()
     add_compare_arguments(p)
@@ -198,11 +208,7 @@ def test_place_method_runs_any_baseline(tmp_path, capsys):
 def test_headroom_report_bounds_the_gain_over_the_classical_placers():
     """experiments/headroom.py: the best known objective is the best of the long searches and of every anytime
     row; the gap at a budget is the best classical objective over it, minus 1."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("headroom", ROOT / "experiments" / "headroom.py")
-    headroom = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(headroom)
+    headroom = _experiment("headroom")
     long_rows = [{"graph": "g", "n_devices": 4, "search": "local-search", "seed": 0, "calls": 10,
                   "objective_us": 100.0, "seconds": 0.1}]
     anytime = {(1.0, "g", "local-search"): 110.0, (1.0, "g", "etf"): 120.0, (1.0, "g", "gdp-search"): 99.0,
@@ -217,11 +223,7 @@ def test_sample_efficiency_report_targets_ratios_and_the_expert_check():
     """experiments/sample_efficiency.py: the target is 1.05x the best run; a method's cell is the calls of its
     first trace point at or under it; rnn / placeto-finetuned is the ratio of those calls; the runs are checked
     against the single device and (nmt rows) the expert."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("sample_efficiency", ROOT / "experiments" / "sample_efficiency.py")
-    se = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(se)
+    se = _experiment("sample_efficiency")
 
     def row(method, best, trace):
         return {"graph": "nmt_l2", "n_devices": 2, "method": method, "calls": trace[-1][1], "seconds": 9.0,
@@ -239,19 +241,18 @@ def test_sample_efficiency_report_targets_ratios_and_the_expert_check():
     assert "- rnn: better than the single device on 1 of 1 rows, than the expert on 1 of 1 nmt rows" in text
 
 
-def _anytime_module():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("anytime", ROOT / "experiments" / "anytime.py")
-    anytime = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(anytime)
-    return anytime
+def _exit_status(main, argv: list[str]) -> int:
+    """An experiment's main(argv) status, argparse's SystemExit included."""
+    try:
+        return main(argv)
+    except SystemExit as e:
+        return e.code
 
 
 def test_anytime_merge_replaces_only_the_rerun_methods_in_place(tmp_path):
     """experiments/anytime.py: rerunning some methods replaces their rows at the rerun device counts and budgets
     and keeps every other row, in its place."""
-    anytime = _anytime_module()
+    anytime = _experiment("anytime")
 
     def row(graph, d, method, us, s=1.0):
         return {"graph": graph, "n_devices": d, "seconds": s, "method": method, "runtime_us": us,
@@ -271,7 +272,7 @@ def test_anytime_merge_replaces_only_the_rerun_methods_in_place(tmp_path):
 def test_anytime_overall_ratio_spans_device_counts():
     """experiments/anytime.py: per budget, a learned search's mean ratio to the best method of each (graph, device
     count) row, over all its rows; no line for a search that ran at one device count only."""
-    anytime = _anytime_module()
+    anytime = _experiment("anytime")
 
     def row(graph, d, method, us, s=1.0):
         return {"graph": graph, "n_devices": d, "seconds": s, "method": method, "runtime_us": us}
@@ -288,7 +289,7 @@ def test_anytime_overall_ratio_spans_device_counts():
 def test_anytime_traces_are_kept_merged_and_unreadable_ones_ignored(tmp_path, capsys):
     """experiments/anytime.py: traces round-trip through their gzipped JSON; a corrupt file is ignored with a
     warning naming it (the curves are then drawn from the new runs alone), never a crash."""
-    anytime = _anytime_module()
+    anytime = _experiment("anytime")
     path = tmp_path / "anytime_x_traces.json.gz"
     traces = {("a", 4, 1.0, "sa"): ((0.01, 1, 900.0), (0.5, 40, 800.0)), ("a", 4, 1.0, "etf"): ()}
     anytime.save_traces(path, traces)
@@ -303,12 +304,7 @@ def test_anytime_traces_are_kept_merged_and_unreadable_ones_ignored(tmp_path, ca
 def test_anytime_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
     """experiments/anytime.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
     written."""
-    anytime = _anytime_module()
-    args = ["--family", "nmt", *flags, "--out", str(tmp_path / "out")]
-    try:
-        status = anytime.main(args)
-    except SystemExit as e:
-        status = e.code
+    status = _exit_status(_experiment("anytime").main, ["--family", "nmt", *flags, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
@@ -321,15 +317,7 @@ def test_anytime_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
 def test_gdp_finetune_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
     """experiments/gdp_finetune.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
     written."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gdp_finetune", ROOT / "experiments" / "gdp_finetune.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    try:
-        status = module.main([*flags, "--out", str(tmp_path / "out")])
-    except SystemExit as e:
-        status = e.code
+    status = _exit_status(_experiment("gdp_finetune").main, [*flags, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
@@ -337,13 +325,9 @@ def test_gdp_finetune_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
 
 def test_gdp_finetune_settings_take_an_optional_temperature():
     """experiments/gdp_finetune.py: 'B:epochs:lr' is temperature 1, 'B:epochs:lr:T' sets it; 'train' is None."""
-    import importlib.util
-
     from placeto.methods.gdp.config import FinetuneSettings
 
-    spec = importlib.util.spec_from_file_location("gdp_finetune", ROOT / "experiments" / "gdp_finetune.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _experiment("gdp_finetune")
     assert module.parse_setting("128:1:3e-3") == ("128:1:3e-3", FinetuneSettings(128, 1, 3e-3, 1.0))
     assert module.parse_setting("64:2:1e-3:2.5") == ("64:2:1e-3:2.5", FinetuneSettings(64, 2, 1e-3, 2.5))
     assert module.parse_setting("train") == ("train", None)
@@ -353,15 +337,8 @@ def test_gdp_finetune_settings_take_an_optional_temperature():
                                    ["--episodes", "-1"], ["--seed", "-1"]])
 def test_gdp_temperature_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
     """experiments/gdp_temperature.py: a bad flag is one line on stderr and exit status 2, before any training."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("gdp_temperature", ROOT / "experiments" / "gdp_temperature.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    try:
-        status = module.main([*flags, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
-    except SystemExit as e:
-        status = e.code
+    status = _exit_status(_experiment("gdp_temperature").main,
+                          [*flags, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
