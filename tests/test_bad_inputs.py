@@ -271,7 +271,9 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{TRAIN} --out newrun --init-from no_such_policy", f"{TRAIN} --out newrun --init-from run_garbage",
         # --set of a gdp run takes GdpConfig's fields
         f"{TRAIN} --method gdp --out newrun --set gamma=0.5", f"{TRAIN} --method gdp --out newrun --set clip=nan",
-        f"{TRAIN} --method gdp --out newrun --set samples_per_update=0"])],
+        f"{TRAIN} --method gdp --out newrun --set samples_per_update=0",
+        f"{TRAIN} --method gdp --out newrun --set temperature=0",
+        f"{TRAIN} --method gdp --out newrun --set temperature=inf"])],
     # output paths: a directory, under a regular file, in /proc
     *[(f"output-{i}", cmd, None) for i, cmd in enumerate([
         f"{SIM} --gantt adir", f"{SIM} --gantt g.json/x.png", f"{SIM} --gantt /proc/x.png",
