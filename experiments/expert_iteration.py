@@ -10,14 +10,24 @@ names the (identical) devices as the policy does.
 
     PYTHONPATH=. python experiments/expert_iteration.py --family ptb --start gdp-ptb --steps 4000
 
-Writes experiments/results/expert_iteration_<family>.md: after every `--eval-every` steps, the cross-entropy,
-the training graphs' greedy runtime over their targets, and the test split's greedy runtime over local search
-with 1,000 calls (mean over the graphs; 4 devices for the test split as in shipped_policies.md).
+With 24 training graphs the policy memorises their targets and the test split gets worse. `--extra-seeds 1,2,...`
+adds the 32 graphs of each further seed of the family (built by `placeto.families.build` under `--graphs-root`
+on first use, ~1.5 s a graph; disjoint from the seed-0 test split) to the training tasks:
+
+    PYTHONPATH=. python experiments/expert_iteration.py --family ptb --start gdp-ptb --steps 4000 \
+        --extra-seeds 1,2,3,4,5,6,7,8 --tag ptb_more
+
+Writes experiments/results/expert_iteration_<tag>.md (tag: the family by default): after every `--eval-every`
+steps, the cross-entropy, the training graphs' greedy runtime over their targets, and the test split's greedy
+runtime over local search with 1,000 calls (mean over the graphs; 4 devices for the test split as in
+shipped_policies.md). `--save DIR` writes the policy there as a gdp run directory (config.json,
+checkpoint.msgpack: params, optimizer state, step and the table so far) after every evaluation; rerunning the
+command with the same `--save` resumes from it.
 """
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -30,36 +40,54 @@ import optax
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placeto.arguments import DEVICES, POSITIVE, float_in  # noqa: E402
+from flax import serialization  # noqa: E402
+
+from placeto.arguments import DEVICES, POSITIVE, OneLineParser, comma_list, float_in, int_in  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
-from placeto.families import load_family  # noqa: E402
+from placeto.checkpoint_io import read_blob, restore  # noqa: E402
+from placeto.families import FAMILIES, build, load_family  # noqa: E402
 from placeto.methods.gdp.model import log_policy, make_net  # noqa: E402
 from placeto.methods.gdp.place import greedy_placement, load_run  # noqa: E402
 from placeto.methods.gdp.ppo import make_task  # noqa: E402
 from placeto.objective import score_one  # noqa: E402
 from placeto.policies import resolve_checkpoint  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
+from simulator.errors import InputError  # noqa: E402
 from simulator.io import atomic_write_bytes  # noqa: E402
 
+CHECKPOINT = "checkpoint.msgpack"
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--family", default="ptb")
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(description=__doc__.splitlines()[0])
+    p.add_argument("--family", default="ptb", choices=FAMILIES)
     p.add_argument("--start", default="gdp-ptb", help="gdp policy to start from (shipped name or run directory)")
-    p.add_argument("--devices", type=_device_counts, default="4",
+    p.add_argument("--devices", type=comma_list(DEVICES), default=[4],
                    help="device counts of the training tasks, e.g. 2,4,8")
     p.add_argument("--steps", type=POSITIVE, default=4000, help="imitation steps (one training task each)")
     p.add_argument("--calls", type=POSITIVE, default=300, help="simulator calls of each target's local search")
     p.add_argument("--epochs", type=POSITIVE, default=4, help="Adam steps per target")
     p.add_argument("--lr", type=float_in(0.0, 1.0), default=3e-4)
     p.add_argument("--eval-every", type=POSITIVE, default=800)
+    p.add_argument("--extra-seeds", type=comma_list(int_in(1, 10**6)), default=[],
+                   help="further family seeds whose 32 graphs each join the training tasks, e.g. 1,2,3")
+    p.add_argument("--graphs-root", default=str(ROOT / "runs" / "families"),
+                   help="where the extra seeds' graphs are built (<root>/s<seed>/<family>/)")
+    p.add_argument("--tag", default=None, help="name of the report (default: the family)")
+    p.add_argument("--save", default=None, help="run directory for the policy (resumed when it exists)")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
-    args = p.parse_args()
-
-    config, params = load_run(resolve_checkpoint(args.start))
+    args = p.parse_args(argv)
+    try:
+        config, params = load_run(resolve_checkpoint(args.start))
+        if max(args.devices) > config.max_devices:
+            raise InputError(f"--devices {max(args.devices)}: the policy places on at most {config.max_devices}",
+                             args.start)
+    except InputError as e:
+        print(f"expert_iteration: error: {e}", file=sys.stderr)
+        return 2
     net = make_net(config)
-    tasks = [make_task(g, cluster_preset("placeto-k80", d), config)
-             for g in load_family(args.family, "train") for d in args.devices]
+    graphs = load_family(args.family, "train") + extra_graphs(args.family, args.extra_seeds, Path(args.graphs_root))
+    tasks = [make_task(g, cluster_preset("placeto-k80", d), config) for g in graphs for d in args.devices]
     test, cl4 = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
     ls = {g.name: simulate(g, run_method("local-search", g, cl4, 0, budget=1000).placement, cl4).runtime
           for g in test}
@@ -92,11 +120,17 @@ def main() -> int:
         return float(np.mean([simulate(g, greedy_placement(config, params, g, cl4), cl4).runtime / ls[g.name]
                               for g in test]))
 
-    rows = [(0, 0.0, float("nan"), float("nan"), test_ratio(params))]
-    print(f"step 0: test greedy / local-search@1000 {rows[0][4]:.3f}", flush=True)
+    save = Path(args.save) if args.save else None
+    first, rows = 0, []
+    if save is not None and (save / CHECKPOINT).is_file():
+        params, opt_state, first, rows = load_saved(save, params, opt_state)
+        print(f"resumed {save} at step {first}", flush=True)
+    if not rows:
+        rows = [(0, 0.0, float("nan"), float("nan"), test_ratio(params))]
+        print(f"step 0: test greedy / local-search@1000 {rows[0][4]:.3f}", flush=True)
     targets: dict[str, tuple[np.ndarray, float]] = {}
-    t0, loss = time.perf_counter(), float("nan")
-    for step in range(args.steps):
+    t0, loss = time.perf_counter() - rows[-1][1], float("nan")
+    for step in range(first, args.steps):
         task = tasks[step % len(tasks)]
         start = greedy(params, task)
         if task.key in targets and targets[task.key][1] < score(task, start):
@@ -115,10 +149,15 @@ def main() -> int:
             rows.append((step + 1, time.perf_counter() - t0, float(loss), train, test_ratio(params)))
             print(f"step {step + 1}: cross-entropy {float(loss):.3f}, train greedy / target {train:.3f}, "
                   f"test greedy / local-search@1000 {rows[-1][4]:.3f}", flush=True)
+            if save is not None:
+                save_run(save, config, params, opt_state, step + 1, rows)
     devices = ",".join(map(str, args.devices))
+    argv = sys.argv[1:] if argv is None else argv
+    extra = (f" plus the {32 * len(args.extra_seeds)} graphs of family seeds {','.join(map(str, args.extra_seeds))}"
+             if args.extra_seeds else "")
     lines = [f"# Expert iteration on the {args.family} family (gdp)", "",
-             f"`PYTHONPATH=. python experiments/expert_iteration.py {' '.join(sys.argv[1:])}`: from `{args.start}`, "
-             f"{len(tasks)} training tasks ({args.family} train split at {devices} devices); each step, local search "
+             f"`PYTHONPATH=. python experiments/expert_iteration.py {' '.join(argv)}`: from `{args.start}`, "
+             f"{len(tasks)} training tasks ({args.family} train split{extra} at {devices} devices); each step, local search "
              f"({args.calls} calls, hill climbing) from the policy's greedy placement or the task's target so far "
              f"improves the target, then {args.epochs} Adam steps (lr {args.lr:g}) of cross-entropy toward it. "
              "Test: greedy placement of the test split at 4 devices over local search with 1,000 calls (mean over "
@@ -126,15 +165,50 @@ def main() -> int:
              "| step | seconds | cross-entropy (nats per node) | train greedy / target | test greedy / local-search |",
              "|---:|---:|---:|---:|---:|"]
     lines += [f"| {s} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
-    out = Path(args.out) / f"expert_iteration_{args.family}.md"
+    out = Path(args.out) / f"expert_iteration_{args.tag or args.family}.md"
     atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
     print(f"wrote {out}")
     return 0
 
 
-def _device_counts(text: str) -> list[int]:
-    """argparse type: "4" or "2,4,8" -> [4] or [2, 4, 8], each a valid device count."""
-    return [DEVICES(x) for x in text.split(",")]
+def extra_graphs(family: str, seeds: list[int], root: Path) -> list:
+    """The graphs of `family` built with each of `seeds` (all splits), built under root/s<seed>/ if missing,
+    renamed s<seed>_<name> so that they do not share task keys with the seed-0 family."""
+    out = []
+    for seed in seeds:
+        folder = root / f"s{seed}"
+        if not (folder / family / "manifest.json").is_file():
+            build(family, out_root=folder, seed=seed)
+        out += [dataclasses.replace(g, name=f"s{seed}_{g.name}") for g in load_family(family, None, folder)]
+    return out
+
+
+ROW = ("step", "seconds", "cross_entropy", "train_ratio", "test_ratio")  # one row of the report
+
+
+def save_run(out: Path, config, params, opt_state, step: int, rows: list[tuple]) -> None:
+    """A gdp run directory (placeto.methods.gdp.place.load_run reads it; `placeto place --checkpoint` takes it)
+    that also holds the optimizer state, the step and the report's rows, for `load_saved`. Written atomically."""
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / "config.json", config.to_json().encode())
+    blob = {"params": serialization.to_state_dict(params), "opt_state": serialization.to_state_dict(opt_state),
+            "step": step, "rows": {str(i): dict(zip(ROW, r)) for i, r in enumerate(rows)}}
+    atomic_write_bytes(out / CHECKPOINT, serialization.msgpack_serialize(blob))
+
+
+def load_saved(out: Path, params, opt_state) -> tuple:
+    """(params, opt_state, step, rows) of `save_run`'s directory, restored into the given templates; InputError
+    naming the file if it is not one."""
+    path = out / CHECKPOINT
+    blob = read_blob(path, ("params", "opt_state", "step", "rows"))
+    try:
+        rows = [(int(r["step"]), *(float(r[k]) for k in ROW[1:]))
+                for _, r in sorted(dict(blob["rows"]).items(), key=lambda kv: int(kv[0]))]
+        step = int(blob["step"])
+    except (TypeError, ValueError, KeyError) as e:
+        raise InputError(f"malformed step or rows ({e})", str(path)) from None
+    return (restore(params, blob["params"], "params", path), restore(opt_state, blob["opt_state"], "opt_state", path),
+            step, rows)
 
 
 def _cell(x: float) -> str:
