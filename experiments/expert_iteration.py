@@ -27,7 +27,6 @@ command with the same `--save` resumes from it.
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -40,12 +39,10 @@ import optax
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from flax import serialization  # noqa: E402
-
 from placeto.arguments import DEVICES, POSITIVE, OneLineParser, comma_list, float_in, int_in  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
-from placeto.checkpoint_io import read_blob, restore  # noqa: E402
-from placeto.families import FAMILIES, build, load_family  # noqa: E402
+from placeto.checkpoint_io import CHECKPOINT, load_table_run, save_table_run  # noqa: E402
+from placeto.families import FAMILIES, load_family, seed_graphs  # noqa: E402
 from placeto.methods.gdp.model import log_policy, make_net  # noqa: E402
 from placeto.methods.gdp.place import greedy_placement, load_run  # noqa: E402
 from placeto.methods.gdp.ppo import make_task  # noqa: E402
@@ -54,8 +51,6 @@ from placeto.policies import resolve_checkpoint  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
 from simulator.errors import InputError  # noqa: E402
 from simulator.io import atomic_write_bytes  # noqa: E402
-
-CHECKPOINT = "checkpoint.msgpack"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"expert_iteration: error: {e}", file=sys.stderr)
         return 2
     net = make_net(config)
-    graphs = load_family(args.family, "train") + extra_graphs(args.family, args.extra_seeds, Path(args.graphs_root))
+    graphs = load_family(args.family, "train") + seed_graphs(args.family, args.extra_seeds, args.graphs_root)
     tasks = [make_task(g, cluster_preset("placeto-k80", d), config) for g in graphs for d in args.devices]
     test, cl4 = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
     ls = {g.name: simulate(g, run_method("local-search", g, cl4, 0, budget=1000).placement, cl4).runtime
@@ -123,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     save = Path(args.save) if args.save else None
     first, rows = 0, []
     if save is not None and (save / CHECKPOINT).is_file():
-        params, opt_state, first, rows = load_saved(save, params, opt_state)
+        params, opt_state, first, rows = load_table_run(save, params, opt_state, ROW)
         print(f"resumed {save} at step {first}", flush=True)
     if not rows:
         rows = [(0, 0.0, float("nan"), float("nan"), test_ratio(params))]
@@ -150,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"step {step + 1}: cross-entropy {float(loss):.3f}, train greedy / target {train:.3f}, "
                   f"test greedy / local-search@1000 {rows[-1][4]:.3f}", flush=True)
             if save is not None:
-                save_run(save, config, params, opt_state, step + 1, rows)
+                save_table_run(save, config, params, opt_state, step + 1, rows, ROW)
     devices = ",".join(map(str, args.devices))
     argv = sys.argv[1:] if argv is None else argv
     extra = (f" plus the {32 * len(args.extra_seeds)} graphs of family seeds {','.join(map(str, args.extra_seeds))}"
@@ -171,44 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def extra_graphs(family: str, seeds: list[int], root: Path) -> list:
-    """The graphs of `family` built with each of `seeds` (all splits), built under root/s<seed>/ if missing,
-    renamed s<seed>_<name> so that they do not share task keys with the seed-0 family."""
-    out = []
-    for seed in seeds:
-        folder = root / f"s{seed}"
-        if not (folder / family / "manifest.json").is_file():
-            build(family, out_root=folder, seed=seed)
-        out += [dataclasses.replace(g, name=f"s{seed}_{g.name}") for g in load_family(family, None, folder)]
-    return out
-
-
 ROW = ("step", "seconds", "cross_entropy", "train_ratio", "test_ratio")  # one row of the report
-
-
-def save_run(out: Path, config, params, opt_state, step: int, rows: list[tuple]) -> None:
-    """A gdp run directory (placeto.methods.gdp.place.load_run reads it; `placeto place --checkpoint` takes it)
-    that also holds the optimizer state, the step and the report's rows, for `load_saved`. Written atomically."""
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out / "config.json", config.to_json().encode())
-    blob = {"params": serialization.to_state_dict(params), "opt_state": serialization.to_state_dict(opt_state),
-            "step": step, "rows": {str(i): dict(zip(ROW, r)) for i, r in enumerate(rows)}}
-    atomic_write_bytes(out / CHECKPOINT, serialization.msgpack_serialize(blob))
-
-
-def load_saved(out: Path, params, opt_state) -> tuple:
-    """(params, opt_state, step, rows) of `save_run`'s directory, restored into the given templates; InputError
-    naming the file if it is not one."""
-    path = out / CHECKPOINT
-    blob = read_blob(path, ("params", "opt_state", "step", "rows"))
-    try:
-        rows = [(int(r["step"]), *(float(r[k]) for k in ROW[1:]))
-                for _, r in sorted(dict(blob["rows"]).items(), key=lambda kv: int(kv[0]))]
-        step = int(blob["step"])
-    except (TypeError, ValueError, KeyError) as e:
-        raise InputError(f"malformed step or rows ({e})", str(path)) from None
-    return (restore(params, blob["params"], "params", path), restore(opt_state, blob["opt_state"], "opt_state", path),
-            step, rows)
 
 
 def _cell(x: float) -> str:

@@ -9,6 +9,8 @@ kill, edited by hand, or written by a run with another model config. Whoever rea
                                             kinds, finite floats; else an InputError naming the leaf
     check_devices(config, n, src)           a policy of config.max_devices can place on n devices
     with RunLock(run_dir): ...              one writer per run directory (a second gets an InputError)
+    save_table_run / load_table_run         a run directory that also keeps its optimizer state, step and a
+                                            table of float rows (the imitation experiments; resumable)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from flax import serialization
 
 from placeto.config import PlacetoConfig
 from simulator.errors import InputError
-from simulator.io import PathLike, read_json
+from simulator.io import PathLike, atomic_write_bytes, read_json
 
 CONFIG = "config.json"
 CHECKPOINT = "checkpoint.msgpack"
@@ -191,3 +193,31 @@ def check_init_model(init_config: Any, config: Any, source: str) -> None:
     if init_config.model_fields() != config.model_fields():
         raise InputError(f"--init-from {source}: its model config differs from this run's "
                          f"({init_config.model_fields()} vs {config.model_fields()})")
+
+
+def save_table_run(out: PathLike, config: Any, params: Any, opt_state: Any, step: int, rows: list[tuple],
+                   columns: tuple[str, ...]) -> None:
+    """A run directory (config.json from config.to_json(), checkpoint.msgpack with "params": what policies load)
+    whose checkpoint also holds the optimizer state, `step` and `rows` (tuples of numbers named `columns`), for
+    `load_table_run`. Each file written atomically."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out / CONFIG, config.to_json().encode())
+    blob = {"params": serialization.to_state_dict(params), "opt_state": serialization.to_state_dict(opt_state),
+            "step": step, "rows": {str(i): dict(zip(columns, map(float, r))) for i, r in enumerate(rows)}}
+    atomic_write_bytes(out / CHECKPOINT, serialization.msgpack_serialize(blob))
+
+
+def load_table_run(out: PathLike, params: Any, opt_state: Any, columns: tuple[str, ...]) -> tuple:
+    """(params, opt_state, step, rows) of `save_table_run`'s directory, params and optimizer state restored into
+    the given templates, rows as tuples of floats in `columns` order; InputError naming the file otherwise."""
+    path = Path(out) / CHECKPOINT
+    blob = read_blob(path, ("params", "opt_state", "step", "rows"))
+    try:
+        rows = [tuple(float(r[k]) for k in columns)
+                for _, r in sorted(dict(blob["rows"]).items(), key=lambda kv: int(kv[0]))]
+        step = int(blob["step"])
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
+        raise InputError(f"malformed step or rows ({e})", str(path)) from None
+    return (restore(params, blob["params"], "params", path), restore(opt_state, blob["opt_state"], "opt_state", path),
+            step, rows)

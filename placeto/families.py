@@ -242,6 +242,21 @@ def load_family(name: str, split: str | None = "test", root: str | Path = DATASE
     return [load_graph(Path(root) / name / f) for f in chosen]
 
 
+def seed_graphs(family: str, seeds: list[int], root: str | Path) -> list[Graph]:
+    """Every graph (both splits) of `family` built with each of `seeds` (> 0: disjoint from the shipped seed-0
+    family and its test split), built under root/s<seed>/ first if missing (`build`, ~1.5 s a graph), and named
+    s<seed>_<name> so that no two share a name. More training graphs of the same distribution."""
+    out = []
+    for seed in seeds:
+        if seed == 0:
+            raise InputError("seed 0 is the shipped family (its test split is held out); extra seeds are >= 1")
+        folder = Path(root) / f"s{seed}"
+        if not (folder / family / "manifest.json").is_file():
+            build(family, out_root=folder, seed=seed)
+        out += [dataclasses.replace(g, name=f"s{seed}_{g.name}") for g in load_family(family, None, folder)]
+    return out
+
+
 # ---- re-tracing and profiling built graphs ------------------------------------------------------------------
 def retrace(graph: Graph, program: str | None = None, args_spec: str | None = None):
     """(Traced op graph, op_to_group int32[N_ops] or None) of a graph built here or by `placeto import-jax`.

@@ -357,46 +357,60 @@ def test_expert_iteration_bad_flags_are_one_line_errors(flags, tmp_path, capsys)
     assert not any((tmp_path / d).exists() for d in ("graphs", "run", "out"))
 
 
-def test_expert_iteration_saves_a_gdp_run_it_resumes_from(tmp_path):
-    """experiments/expert_iteration.py: save_run writes a run directory that gdp's load_run reads (the same
-    parameters) and load_saved restores with its optimizer state, step and rows; a damaged file is an InputError
-    naming it."""
+def test_table_run_saves_a_gdp_run_it_resumes_from(tmp_path):
+    """checkpoint_io.save_table_run (the imitation experiments' --save) writes a run directory that gdp's
+    load_run reads (the same parameters) and load_table_run restores with its optimizer state, step and rows; a
+    damaged file is an InputError naming it."""
     import jax
     import numpy as np
     import optax
 
+    from placeto.checkpoint_io import load_table_run, save_table_run
     from placeto.methods.gdp.place import load_run
     from placeto.policies import resolve_checkpoint
 
-    ei = _experiment("expert_iteration")
+    columns = ("step", "seconds", "loss", "ratio")
     config, params = load_run(resolve_checkpoint("gdp-ptb"))
     params = jax.tree.map(lambda a: a + 0.5, params)
     opt = optax.adam(1e-3)
     state = opt.init(params)
-    rows = [(0, 0.0, math.nan, math.nan, 1.2), (800, 66.0, 0.5, 1.1, 1.15)]
-    ei.save_run(tmp_path / "run", config, params, state, 800, rows)
+    rows = [(0, 0.0, math.nan, 1.2), (800, 66.0, 0.5, 1.15)]
+    save_table_run(tmp_path / "run", config, params, state, 800, rows, columns)
     _, loaded = load_run(tmp_path / "run")
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(loaded), jax.tree.leaves(params)))
-    p2, s2, step, rows2 = ei.load_saved(tmp_path / "run", jax.tree.map(np.zeros_like, params), opt.init(params))
+    p2, _, step, rows2 = load_table_run(tmp_path / "run", jax.tree.map(np.zeros_like, params), opt.init(params),
+                                        columns)
     assert step == 800 and rows2[1] == rows[1] and rows2[0][0] == 0 and math.isnan(rows2[0][2])
     assert all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(p2), jax.tree.leaves(params)))
+    with pytest.raises(InputError, match="malformed step or rows"):
+        load_table_run(tmp_path / "run", params, state, ("step", "other"))
     (tmp_path / "run" / "checkpoint.msgpack").write_bytes(b"\x00garbage")
     with pytest.raises(InputError, match="checkpoint.msgpack"):
-        ei.load_saved(tmp_path / "run", params, state)
+        load_table_run(tmp_path / "run", params, state, columns)
 
 
-def test_expert_iteration_extra_graphs_are_renamed_and_not_rebuilt(tmp_path, monkeypatch):
-    """experiments/expert_iteration.py: an extra seed's family already under the root is loaded, not rebuilt, and
-    its graphs are named s<seed>_<name> (task keys apart from the seed-0 family's)."""
-    ei = _experiment("expert_iteration")
-    folder = tmp_path / "s3" / "ptb"
-    folder.mkdir(parents=True)
-    originals = [layered_dag(10 + i, seed=i) for i in range(2)]
-    for i, g in enumerate(originals):
-        save_graph(g, folder / f"ptb_{i:03d}.json.gz")
-    (folder / "manifest.json").write_text(json.dumps(
-        {"family": "ptb", "seed": 3, "graphs": [{"file": f"ptb_{i:03d}.json.gz", "split": "train"} for i in range(2)]}))
-    monkeypatch.setattr(ei, "build", lambda *a, **k: pytest.fail("rebuilt a family that is there"))
-    graphs = ei.extra_graphs("ptb", [3], tmp_path)
-    assert [g.name for g in graphs] == [f"s3_{g.name}" for g in originals]
-    assert [g.n_nodes for g in graphs] == [10, 11]
+@pytest.mark.parametrize("flags", [["--family", "nope"], ["--extra-seeds", "0"], ["--devices", "9"],
+                                   ["--calls", "0"], ["--train-eval", "-1"], ["--start", "nope"]])
+def test_placeto_imitation_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
+    """experiments/placeto_imitation.py: a bad flag is one line on stderr and exit status 2, before any graph is
+    built or any training; nothing is written."""
+    status = _exit_status(_experiment("placeto_imitation").main,
+                          [*flags, "--graphs-root", str(tmp_path / "graphs"), "--save", str(tmp_path / "run"),
+                           "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert not any((tmp_path / d).exists() for d in ("graphs", "run", "out"))
+
+
+def test_placeto_imitation_names_devices_by_first_use():
+    """experiments/placeto_imitation.py: canonical renames devices in order of first use along the visit
+    sequence, so placements that differ only in device names get one name; unused devices take the rest."""
+    import numpy as np
+
+    canonical = _experiment("placeto_imitation").canonical
+    visit = np.array([2, 0, 1, 3])
+    a = np.array([3, 1, 1, 0])  # visit order sees devices 1, 3, 1, 0
+    assert canonical(a, visit, 4).tolist() == [1, 0, 0, 2]
+    perm = np.array([2, 0, 3, 1])
+    assert canonical(perm[a], visit, 4).tolist() == canonical(a, visit, 4).tolist()
+    assert canonical(np.array([5, 5]), np.array([0, 1]), 8).tolist() == [0, 0]

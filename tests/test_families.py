@@ -96,3 +96,29 @@ def test_rebuild_reproduces_shipped_graph(family):
     if "profile" not in shipped.meta:
         data = gzip.compress(dumps_graph(rebuilt).encode(), compresslevel=9, mtime=0)
         assert data == (DATASETS / family / entry["file"]).read_bytes()
+
+
+def test_seed_graphs_loads_built_seeds_renamed_and_does_not_rebuild(tmp_path, monkeypatch):
+    """seed_graphs: a seed's family already under the root is loaded (both splits), not rebuilt, and its graphs are
+    named s<seed>_<name>; seed 0 (the shipped family, whose test split is held out) is refused."""
+    import json
+
+    from placeto import families
+    from simulator.errors import InputError
+    from simulator.generate import layered_dag
+    from simulator.io import save_graph
+
+    folder = tmp_path / "s3" / "ptb"
+    folder.mkdir(parents=True)
+    originals = [layered_dag(10 + i, seed=i) for i in range(2)]
+    for i, g in enumerate(originals):
+        save_graph(g, folder / f"ptb_{i:03d}.json.gz")
+    (folder / "manifest.json").write_text(json.dumps(
+        {"family": "ptb", "seed": 3, "graphs": [{"file": f"ptb_{i:03d}.json.gz", "split": s}
+                                                for i, s in enumerate(["train", "test"])]}))
+    monkeypatch.setattr(families, "build", lambda *a, **k: pytest.fail("rebuilt a family that is there"))
+    graphs = families.seed_graphs("ptb", [3], tmp_path)
+    assert [g.name for g in graphs] == [f"s3_{g.name}" for g in originals]
+    assert [g.n_nodes for g in graphs] == [10, 11]
+    with pytest.raises(InputError, match="seed 0"):
+        families.seed_graphs("ptb", [0], tmp_path)
