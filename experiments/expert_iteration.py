@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
              "the graphs; 1.05 is issue 10's bar).", "",
              "| step | seconds | cross-entropy (nats per node) | train greedy / target | test greedy / local-search |",
              "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {s} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
+    lines += [f"| {int(s)} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
     out = Path(args.out) / f"expert_iteration_{args.tag or args.family}.md"
     atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
     print(f"wrote {out}")

@@ -13,11 +13,20 @@ along the visit sequence (the episode starts with every node on device 0: the fi
 the next new one 1, ...; devices are interchangeable, and this makes one name per target). Each step runs the
 policy's episode on one graph with the target's device forced at every visit (teacher forcing, one simulator
 call per step as in training) and takes one Adam step on the mean cross-entropy of the policy's distribution at
-each visit against the target device (placeto.gradient.policy_gradient with advantage 1 and no entropy: the
-REINFORCE loss is then exactly that cross-entropy).
+`--grad-steps` random visits against the target device (placeto.gradient.policy_gradient with advantage 1 and
+no entropy: the REINFORCE loss is then exactly that cross-entropy).
 
     PYTHONPATH=. python experiments/placeto_imitation.py --family ptb --start general --steps 3000 \\
-        --extra-seeds 1,2,3,4,5,6,7,8 --save runs/imitate-ptb
+        --eval-every 250 --extra-seeds 1,2,3,4,5,6,7,8 --save runs/imitate-ptb
+
+Teacher forcing shows the policy only states on the target's path; its greedy episode leaves that path and
+never learns back. `--dagger B` (DAgger, Ross et al. 2011) follows the label with probability B and the
+policy's greedy action otherwise, and labels every visited state: the target's device for the node under the
+renaming of the target's devices that agrees most with the placement so far (a state off the path is labelled
+with the move that continues the target from there):
+
+    PYTHONPATH=. python experiments/placeto_imitation.py --family ptb --start runs/imitate-ptb --steps 1500 \\
+        --eval-every 250 --dagger 0.5 --extra-seeds 1,2,3,4,5,6,7,8 --tag ptb_dagger --save runs/dagger-ptb
 
 Writes experiments/results/placeto_imitation_<tag>.md (tag: the family by default): after every `--eval-every`
 steps, the cross-entropy, and the greedy episode's runtime (placeto.search.guided.greedy_with_prior, as
@@ -28,6 +37,7 @@ policy_eval.py runs it) over local search at 1,000 calls on the test split at 4 
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -35,6 +45,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import optax
+from scipy.optimize import linear_sum_assignment
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -78,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=POSITIVE, default=3000, help="imitation steps (one training graph each)")
     p.add_argument("--calls", type=POSITIVE, default=1000, help="simulator calls of each target's local search")
     p.add_argument("--lr", type=float_in(0.0, 1.0), default=3e-4)
+    p.add_argument("--grad-steps", type=int_in(0, 10**6), default=64,
+                   help="visits of each episode in the loss, drawn at random (0: all; placeto.gradient)")
+    p.add_argument("--dagger", type=float_in(0.0, 1.0), default=1.0,
+                   help="probability of following the label at a visit (1: teacher forcing; below 1: DAgger, the "
+                        "policy's greedy action otherwise)")
     p.add_argument("--eval-every", type=POSITIVE, default=500)
     p.add_argument("--train-eval", type=int_in(0, 10**6), default=8, help="training graphs in the train column")
     p.add_argument("--extra-seeds", type=comma_list(int_in(1, 10**6)), default=[],
@@ -96,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as e:
         print(f"placeto_imitation: error: {e}", file=sys.stderr)
         return 2
-    config = config.replace(grad_steps=0)  # every visit of the episode in the loss
+    config = config.replace(grad_steps=args.grad_steps)
     policy, grad_fn = make_policy(config), make_grad_fn(make_policy(config))
     graphs = load_family(args.family, "train") + seed_graphs(args.family, args.extra_seeds, args.graphs_root)
     tasks = [(g, cluster_preset("placeto-k80", d)) for g in graphs for d in args.devices]
@@ -138,8 +154,11 @@ def main(argv: list[str] | None = None) -> int:
     t0, losses = time.perf_counter() - rows[-1][1], []
     for step in range(first, args.steps):
         ctx, arrays, target, _ = context(step % len(tasks))
-        ro = collect_rollout(policy, params, ctx, arrays, jax.random.key(0), 1, 0,
-                             act=lambda obs, target=target: np.asarray([target[int(obs.node)]], np.int32))
+        labels: list[int] = []
+        act = functools.partial(_labelled_act, policy, params, arrays, target, ctx.visit_seq, ctx.cluster.n_devices,
+                                args.dagger, rng, labels)
+        ro = collect_rollout(policy, params, ctx, arrays, jax.random.key(0), 1, 0, act=act)
+        ro = ro._replace(actions=np.asarray(labels, np.int32)[:, None])  # the loss: log pi(label | visited state)
         ones = np.ones((ctx.n_steps, 1))
         zeros = np.zeros((ctx.n_steps, 1, config.max_devices))
         grads, (_, nll, _) = policy_gradient(grad_fn, params, ctx, arrays, ro, ones, zeros, config, rng, 0.0)
@@ -160,18 +179,43 @@ def main(argv: list[str] | None = None) -> int:
              f"`PYTHONPATH=. python experiments/placeto_imitation.py {' '.join(argv)}`: from `{args.start}`, "
              f"{len(tasks)} training tasks ({args.family} train split{extra} at "
              f"{','.join(map(str, args.devices))} devices); targets: local search after {args.calls} calls, devices "
-             "named in order of first use along the visit sequence; each step one teacher-forced episode and one "
-             f"Adam step (lr {args.lr:g}) on the mean cross-entropy over its visits. Greedy: one greedy episode "
+             "named in order of first use along the visit sequence; each step one episode "
+             + ("with the target's device forced at every visit (teacher forcing)" if args.dagger >= 1 else
+                f"that follows the label with probability {args.dagger:g} and the policy's greedy action otherwise "
+                "(DAgger; label: the target's device under the renaming that agrees most with the placement so far)")
+             + f" and one Adam step (lr {args.lr:g}) on the mean cross-entropy over {args.grad_steps or 'all'} random visits. Greedy: one greedy episode "
              "(as policy_eval.py). Train: the first training graphs' greedy over their targets; test: the test split "
              "at 4 devices over local search at 1,000 calls (1.05 is issue 10's bar).", "",
              "| step | seconds | cross-entropy (nats per visit) | train greedy / target | test greedy / local-search |",
              "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {s} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
+    lines += [f"| {int(s)} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
     out = Path(args.out) / f"placeto_imitation_{args.tag or args.family}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
     print(f"wrote {out}")
     return 0
+
+
+def _labelled_act(policy, params, arrays, target: np.ndarray, visit_seq: np.ndarray, n_devices: int, follow: float,
+                  rng: np.random.Generator, labels: list[int], obs) -> np.ndarray:
+    """collect_rollout's `act` for one episode (B = 1): appends the visit's label to `labels` and returns the
+    label with probability `follow`, else the policy's greedy action. The label is the target's device for the
+    node under the renaming of the target's devices that agrees most with the current placement on the nodes
+    visited so far (Hungarian assignment on their D x D agreement counts; no node visited: the target's own names),
+    so a state off the target's path still has the label that continues it."""
+    node, visited = int(obs.node), np.asarray(obs.placement)[0]
+    if labels:
+        seen = np.unique(visit_seq[:int(obs.t)])
+        agree = np.zeros((n_devices, n_devices))
+        np.add.at(agree, (target[seen], visited[seen]), 1.0)
+        rows, cols = linear_sum_assignment(-agree)
+        label = int(cols[np.searchsorted(rows, target[node])])
+    else:
+        label = int(target[node])
+    labels.append(label)
+    if follow >= 1.0 or rng.random() < follow:
+        return np.asarray([label], np.int32)
+    return np.asarray(policy.act(params, arrays, obs, jax.random.key(0), True)[0])
 
 
 def _local_search(graph, cluster, calls: int) -> tuple[np.ndarray, float]:

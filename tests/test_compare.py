@@ -414,3 +414,26 @@ def test_placeto_imitation_names_devices_by_first_use():
     perm = np.array([2, 0, 3, 1])
     assert canonical(perm[a], visit, 4).tolist() == canonical(a, visit, 4).tolist()
     assert canonical(np.array([5, 5]), np.array([0, 1]), 8).tolist() == [0, 0]
+
+
+def test_placeto_imitation_labels_continue_the_target_under_the_best_renaming():
+    """experiments/placeto_imitation.py: a visit's label is the target's device under the renaming of the target's
+    devices that agrees most with the nodes placed so far (the first visit: the target's own name); the episode
+    follows the label where told to."""
+    import numpy as np
+
+    from placeto.env import Observation
+
+    module = _experiment("placeto_imitation")
+    target, visit = np.array([0, 1, 1, 2]), np.array([0, 1, 2, 3])
+    labels: list[int] = []
+
+    def act(placement, t):
+        obs = Observation(np.asarray([placement]), np.zeros((1, 4), np.float32), np.int32(visit[t]), np.int32(t))
+        return module._labelled_act(None, None, None, target, visit, 3, 1.0, np.random.default_rng(0), labels, obs)
+
+    assert act([0, 0, 0, 0], 0).tolist() == [0]
+    # node 0 went to device 2 (its target says 0), node 1 to device 0 (target 1): target 1 is now called 0
+    act([2, 0, 0, 0], 1)
+    assert act([2, 0, 0, 0], 2).tolist() == [0] and act([2, 0, 0, 0], 3).tolist() == [1]
+    assert labels == [0, 0, 0, 1]
