@@ -39,50 +39,31 @@ import optax
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from placeto.arguments import DEVICES, POSITIVE, OneLineParser, comma_list, float_in, int_in  # noqa: E402
+from experiments.imitation_common import (ROW, add_arguments, load_start, resume, training_graphs,  # noqa: E402
+                                        write_report)
+from placeto.arguments import POSITIVE, OneLineParser  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
-from placeto.checkpoint_io import CHECKPOINT, load_table_run, save_table_run  # noqa: E402
-from placeto.families import FAMILIES, load_family, seed_graphs  # noqa: E402
+from placeto.checkpoint_io import save_table_run  # noqa: E402
+from placeto.families import load_family  # noqa: E402
 from placeto.methods.gdp.model import log_policy, make_net  # noqa: E402
 from placeto.methods.gdp.place import greedy_placement, load_run  # noqa: E402
 from placeto.methods.gdp.ppo import make_task  # noqa: E402
 from placeto.objective import score_one  # noqa: E402
-from placeto.policies import resolve_checkpoint  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
-from simulator.errors import InputError  # noqa: E402
-from simulator.io import atomic_write_bytes  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
-    p.add_argument("--family", default="ptb", choices=FAMILIES)
-    p.add_argument("--start", default="gdp-ptb", help="gdp policy to start from (shipped name or run directory)")
-    p.add_argument("--devices", type=comma_list(DEVICES), default=[4],
-                   help="device counts of the training tasks, e.g. 2,4,8")
-    p.add_argument("--steps", type=POSITIVE, default=4000, help="imitation steps (one training task each)")
-    p.add_argument("--calls", type=POSITIVE, default=300, help="simulator calls of each target's local search")
+    add_arguments(p, start="gdp-ptb", steps=4000, calls=300, eval_every=800)
     p.add_argument("--epochs", type=POSITIVE, default=4, help="Adam steps per target")
-    p.add_argument("--lr", type=float_in(0.0, 1.0), default=3e-4)
-    p.add_argument("--eval-every", type=POSITIVE, default=800)
-    p.add_argument("--extra-seeds", type=comma_list(int_in(1, 10**6)), default=[],
-                   help="further family seeds whose 32 graphs each join the training tasks, e.g. 1,2,3")
-    p.add_argument("--graphs-root", default=str(ROOT / "runs" / "families"),
-                   help="where the extra seeds' graphs are built (<root>/s<seed>/<family>/)")
-    p.add_argument("--tag", default=None, help="name of the report (default: the family)")
-    p.add_argument("--save", default=None, help="run directory for the policy (resumed when it exists)")
-    p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
-    try:
-        config, params = load_run(resolve_checkpoint(args.start))
-        if max(args.devices) > config.max_devices:
-            raise InputError(f"--devices {max(args.devices)}: the policy places on at most {config.max_devices}",
-                             args.start)
-    except InputError as e:
-        print(f"expert_iteration: error: {e}", file=sys.stderr)
+    loaded = load_start(args, load_run, "expert_iteration")
+    if loaded is None:
         return 2
+    config, params = loaded
     net = make_net(config)
-    graphs = load_family(args.family, "train") + seed_graphs(args.family, args.extra_seeds, args.graphs_root)
-    tasks = [make_task(g, cluster_preset("placeto-k80", d), config) for g in graphs for d in args.devices]
+    tasks = [make_task(g, cluster_preset("placeto-k80", d), config) for g in training_graphs(args)
+             for d in args.devices]
     test, cl4 = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
     ls = {g.name: simulate(g, run_method("local-search", g, cl4, 0, budget=1000).placement, cl4).runtime
           for g in test}
@@ -116,10 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                               for g in test]))
 
     save = Path(args.save) if args.save else None
-    first, rows = 0, []
-    if save is not None and (save / CHECKPOINT).is_file():
-        params, opt_state, first, rows = load_table_run(save, params, opt_state, ROW)
-        print(f"resumed {save} at step {first}", flush=True)
+    params, opt_state, first, rows = resume(args, params, opt_state)
     if not rows:
         rows = [(0, 0.0, float("nan"), float("nan"), test_ratio(params))]
         print(f"step 0: test greedy / local-search@1000 {rows[0][4]:.3f}", flush=True)
@@ -146,31 +124,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"test greedy / local-search@1000 {rows[-1][4]:.3f}", flush=True)
             if save is not None:
                 save_table_run(save, config, params, opt_state, step + 1, rows, ROW)
-    devices = ",".join(map(str, args.devices))
-    argv = sys.argv[1:] if argv is None else argv
-    extra = (f" plus the {32 * len(args.extra_seeds)} graphs of family seeds {','.join(map(str, args.extra_seeds))}"
-             if args.extra_seeds else "")
-    lines = [f"# Expert iteration on the {args.family} family (gdp)", "",
-             f"`PYTHONPATH=. python experiments/expert_iteration.py {' '.join(argv)}`: from `{args.start}`, "
-             f"{len(tasks)} training tasks ({args.family} train split{extra} at {devices} devices); each step, local search "
-             f"({args.calls} calls, hill climbing) from the policy's greedy placement or the task's target so far "
-             f"improves the target, then {args.epochs} Adam steps (lr {args.lr:g}) of cross-entropy toward it. "
-             "Test: greedy placement of the test split at 4 devices over local search with 1,000 calls (mean over "
-             "the graphs; 1.05 is issue 10's bar).", "",
-             "| step | seconds | cross-entropy (nats per node) | train greedy / target | test greedy / local-search |",
-             "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {int(s)} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
-    out = Path(args.out) / f"expert_iteration_{args.tag or args.family}.md"
-    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
-    print(f"wrote {out}")
+    write_report(args, "expert_iteration", argv, f"Expert iteration on the {args.family} family (gdp)",
+                 f"each step, local search ({args.calls} calls, hill climbing) from the policy's greedy placement or "
+                 f"the task's target so far improves the target, then {args.epochs} Adam steps (lr {args.lr:g}) of "
+                 "cross-entropy toward it. Train: the training tasks' greedy over their targets.", len(tasks), rows,
+                 "node")
     return 0
-
-
-ROW = ("step", "seconds", "cross_entropy", "train_ratio", "test_ratio")  # one row of the report
-
-
-def _cell(x: float) -> str:
-    return "—" if np.isnan(x) else f"{x:.3f}"
 
 
 if __name__ == "__main__":

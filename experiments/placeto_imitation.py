@@ -51,22 +51,19 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from placeto import env as E  # noqa: E402
-from placeto.arguments import DEVICES, POSITIVE, OneLineParser, comma_list, float_in, int_in  # noqa: E402
+from experiments.imitation_common import (ROW, add_arguments, load_start, resume, training_graphs,  # noqa: E402
+                                        write_report)
+from placeto.arguments import OneLineParser, float_in, int_in  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
-from placeto.checkpoint_io import CHECKPOINT, load_table_run, save_table_run  # noqa: E402
-from placeto.families import FAMILIES, load_family, seed_graphs  # noqa: E402
+from placeto.checkpoint_io import save_table_run  # noqa: E402
+from placeto.families import load_family  # noqa: E402
 from placeto.gradient import make_grad_fn, policy_gradient  # noqa: E402
 from placeto.objective import metered  # noqa: E402
 from placeto.place import collect_rollout  # noqa: E402
-from placeto.policies import load_policy_params, resolve_checkpoint  # noqa: E402
+from placeto.policies import load_policy_params  # noqa: E402
 from placeto.policy import make_policy  # noqa: E402
 from placeto.search.guided import Prepared, greedy_with_prior  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
-from simulator.errors import InputError  # noqa: E402
-from simulator.io import atomic_write_bytes  # noqa: E402
-
-ROW = ("step", "seconds", "cross_entropy", "train_ratio", "test_ratio")  # one row of the report
-
 
 def canonical(placement: np.ndarray, visit_seq: np.ndarray, n_devices: int) -> np.ndarray:
     """int32[N] `placement` with its devices renamed in order of first use along `visit_seq` (0, 1, ...; devices
@@ -83,39 +80,21 @@ def canonical(placement: np.ndarray, visit_seq: np.ndarray, n_devices: int) -> n
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
-    p.add_argument("--family", default="ptb", choices=FAMILIES)
-    p.add_argument("--start", default="general", help="Placeto policy to start from (shipped name or run directory)")
-    p.add_argument("--devices", type=comma_list(DEVICES), default=[4], help="device counts of the training tasks")
-    p.add_argument("--steps", type=POSITIVE, default=3000, help="imitation steps (one training graph each)")
-    p.add_argument("--calls", type=POSITIVE, default=1000, help="simulator calls of each target's local search")
-    p.add_argument("--lr", type=float_in(0.0, 1.0), default=3e-4)
+    add_arguments(p, start="general", steps=3000, calls=1000, eval_every=500)
     p.add_argument("--grad-steps", type=int_in(0, 10**6), default=64,
                    help="visits of each episode in the loss, drawn at random (0: all; placeto.gradient)")
     p.add_argument("--dagger", type=float_in(0.0, 1.0), default=1.0,
                    help="probability of following the label at a visit (1: teacher forcing; below 1: DAgger, the "
                         "policy's greedy action otherwise)")
-    p.add_argument("--eval-every", type=POSITIVE, default=500)
     p.add_argument("--train-eval", type=int_in(0, 10**6), default=8, help="training graphs in the train column")
-    p.add_argument("--extra-seeds", type=comma_list(int_in(1, 10**6)), default=[],
-                   help="further family seeds whose 32 graphs each join the training graphs, e.g. 1,2,3")
-    p.add_argument("--graphs-root", default=str(ROOT / "runs" / "families"),
-                   help="where the extra seeds' graphs are built (<root>/s<seed>/<family>/)")
-    p.add_argument("--tag", default=None, help="name of the report (default: the family)")
-    p.add_argument("--save", default=None, help="run directory for the policy (resumed when it exists)")
-    p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
     args = p.parse_args(argv)
-    try:
-        config, params = load_policy_params(resolve_checkpoint(args.start))
-        if max(args.devices) > config.max_devices:
-            raise InputError(f"--devices {max(args.devices)}: the policy places on at most {config.max_devices}",
-                             args.start)
-    except InputError as e:
-        print(f"placeto_imitation: error: {e}", file=sys.stderr)
+    loaded = load_start(args, load_policy_params, "placeto_imitation")
+    if loaded is None:
         return 2
+    config, params = loaded
     config = config.replace(grad_steps=args.grad_steps)
     policy, grad_fn = make_policy(config), make_grad_fn(make_policy(config))
-    graphs = load_family(args.family, "train") + seed_graphs(args.family, args.extra_seeds, args.graphs_root)
-    tasks = [(g, cluster_preset("placeto-k80", d)) for g in graphs for d in args.devices]
+    tasks = [(g, cluster_preset("placeto-k80", d)) for g in training_graphs(args) for d in args.devices]
     test, cl4 = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
     ls_test = {g.name: _local_search(g, cl4, 1000)[1] for g in test}
     optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip), optax.adam(args.lr))
@@ -142,10 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         return float(np.mean(train)) if train else float("nan"), float(np.mean(test_r))
 
     save = Path(args.save) if args.save else None
-    first, rows = 0, []
-    if save is not None and (save / CHECKPOINT).is_file():
-        params, opt_state, first, rows = load_table_run(save, params, opt_state, ROW)
-        print(f"resumed {save} at step {first}", flush=True)
+    params, opt_state, first, rows = resume(args, params, opt_state)
     if not rows:
         rows = [(0, 0.0, float("nan"), *evaluate(params))]
         print(f"step 0: train greedy / target {rows[0][3]:.3f}, test greedy / local-search@1000 {rows[0][4]:.3f}",
@@ -172,27 +148,15 @@ def main(argv: list[str] | None = None) -> int:
                   f"test greedy / local-search@1000 {rows[-1][4]:.3f}", flush=True)
             if save is not None:
                 save_table_run(save, config, params, opt_state, step + 1, rows, ROW)
-    argv = sys.argv[1:] if argv is None else argv
-    extra = (f" plus the {32 * len(args.extra_seeds)} graphs of family seeds {','.join(map(str, args.extra_seeds))}"
-             if args.extra_seeds else "")
-    lines = [f"# Imitation of local search by the Placeto policy on the {args.family} family", "",
-             f"`PYTHONPATH=. python experiments/placeto_imitation.py {' '.join(argv)}`: from `{args.start}`, "
-             f"{len(tasks)} training tasks ({args.family} train split{extra} at "
-             f"{','.join(map(str, args.devices))} devices); targets: local search after {args.calls} calls, devices "
-             "named in order of first use along the visit sequence; each step one episode "
-             + ("with the target's device forced at every visit (teacher forcing)" if args.dagger >= 1 else
-                f"that follows the label with probability {args.dagger:g} and the policy's greedy action otherwise "
-                "(DAgger; label: the target's device under the renaming that agrees most with the placement so far)")
-             + f" and one Adam step (lr {args.lr:g}) on the mean cross-entropy over {args.grad_steps or 'all'} random visits. Greedy: one greedy episode "
-             "(as policy_eval.py). Train: the first training graphs' greedy over their targets; test: the test split "
-             "at 4 devices over local search at 1,000 calls (1.05 is issue 10's bar).", "",
-             "| step | seconds | cross-entropy (nats per visit) | train greedy / target | test greedy / local-search |",
-             "|---:|---:|---:|---:|---:|"]
-    lines += [f"| {int(s)} | {sec:.0f} | {_cell(ce)} | {_cell(tr)} | {te:.3f} |" for s, sec, ce, tr, te in rows]
-    out = Path(args.out) / f"placeto_imitation_{args.tag or args.family}.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
-    print(f"wrote {out}")
+    episode = ("with the target's device forced at every visit (teacher forcing)" if args.dagger >= 1 else
+               f"that follows the label with probability {args.dagger:g} and the policy's greedy action otherwise "
+               "(DAgger; label: the target's device under the renaming that agrees most with the placement so far)")
+    write_report(args, "placeto_imitation", argv, f"Imitation of local search by the Placeto policy on the {args.family} "
+                 "family", f"targets: local search after {args.calls} calls, devices named in order of first use along "
+                 f"the visit sequence; each step one episode {episode} and one Adam step (lr {args.lr:g}) on the mean "
+                 f"cross-entropy over {args.grad_steps or 'all'} random visits. Greedy: one greedy episode (as "
+                 "policy_eval.py). Train: the first training graphs' greedy over their targets.", len(tasks), rows,
+                 "visit")
     return 0
 
 
@@ -222,10 +186,6 @@ def _local_search(graph, cluster, calls: int) -> tuple[np.ndarray, float]:
     """(placement int32[N], runtime us) of local search with `calls` simulator calls, seed 0 (compare's run)."""
     placement = run_method("local-search", graph, cluster, 0, budget=calls).placement
     return placement, simulate(graph, placement, cluster).runtime
-
-
-def _cell(x: float) -> str:
-    return "—" if np.isnan(x) else f"{x:.3f}"
 
 
 if __name__ == "__main__":
