@@ -313,7 +313,8 @@ def test_anytime_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
 @pytest.mark.parametrize("flags", [["--settings", "x"], ["--settings", "0:1:1e-3"], ["--settings", "8:1:inf"],
                                    ["--settings", "8:1"], ["--settings", "8:1:1e-3:0"], ["--settings", "8:1:1e-3:2:3"],
                                    ["--graphs", "nope"], ["--devices", "9"],
-                                   ["--seconds", "0"], ["--checkpoint", "nope"]])
+                                   ["--seconds", "0"], ["--checkpoint", "nope"], ["--search-episodes", "-1"],
+                                   ["--search-episodes", ""], ["--seeds", "x"]])
 def test_gdp_finetune_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
     """experiments/gdp_finetune.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
     written."""
