@@ -369,10 +369,11 @@ def _save_best(out: Path, key: str, st: TrainState, best, cluster: Cluster) -> N
 
 
 def finetune_params(config: PlacetoConfig, params: Any, graph: Graph, cluster: Cluster, episodes: int,
-                    seed: int = 0) -> tuple[Any, np.ndarray, float]:
+                    seed: int = 0, first_update_seconds: float = 0.0) -> tuple[Any, np.ndarray, float]:
     """Train a copy of `params` for `episodes` episodes on one graph, in memory (no run directory): Placeto's and
     GDP's per-graph fine-tuning. Schedules (learning rate, entropy) span the fine-tuning budget; stops early
-    when the current meter (`placeto.objective`) is spent.
+    when the current meter (`placeto.objective`) is spent, and before an update that would end after the meter's
+    deadline as far as the last update's wall seconds tell (the first update's: `first_update_seconds`).
 
     Returns (params, best placement int32[N] any episode visited, its objective in microseconds).
     """
@@ -385,8 +386,11 @@ def finetune_params(config: PlacetoConfig, params: Any, graph: Graph, cluster: C
     st = TrainState(params, optimizer.init(params), {}, jax.random.key(seed))
     grad_fn, apply = make_grad_fn(policy), _make_apply(float(cfg.grad_clip))
     best, best_score, m = np.zeros(graph.n_nodes, np.int32), math.inf, meter()
-    while st.episode < episodes and not m.exhausted():
+    last = first_update_seconds
+    while st.episode < episodes and not m.exhausted() and m.seconds_left() > last:
+        t0 = time.perf_counter()
         row = _update(cfg, policy, grad_fn, apply, st, ctx, arrays, graph.name)
+        last = time.perf_counter() - t0
         runtime, placement, _ = row["_best"]
         if runtime < best_score:
             best, best_score = placement.astype(np.int32), runtime

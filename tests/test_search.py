@@ -135,6 +135,28 @@ def test_finetune_changes_the_policy_and_stops_with_the_meter(run):
     with O.metered(max_calls=0):  # a spent meter: no update happens
         same = guided.finetune(prep, episodes=8, seed=0)
     assert math.isinf(same.seen[1])
+    import dataclasses
+
+    with O.metered(seconds=30.0) as m:  # an update expected to outlast the deadline does not start
+        same = guided.finetune(dataclasses.replace(prep, update_seconds=60.0), episodes=8, seed=0)
+    assert math.isinf(same.seen[1]) and m.calls == 0
+
+
+def test_guided_search_on_a_spent_meter_returns_the_best_of_fine_tuning_and_the_episode(run):
+    """Fine-tuning that spends the whole budget leaves placeto-search its best placement, not the episode's
+    untouched start (nmt_l8 once came back on a single device after a 30 s update)."""
+    import dataclasses
+
+    g, cluster = layered_dag(30, seed=6), cluster_preset("placeto-k80", 2)
+    prep = guided.prepare(run, g, cluster)
+    good = local_search(g, cluster, 0, budget=300)
+    score = float(O.score_batch(g, good[None], cluster)[0])
+    with O.metered(max_calls=0):
+        placed = guided.guided_search(dataclasses.replace(prep, seen=(good, score)), seed=0)
+    assert np.array_equal(placed, good)
+    with O.metered(max_calls=0):  # a worse fine-tuning result does not replace the episode's placement
+        placed = guided.guided_search(dataclasses.replace(prep, seen=(good, math.inf)), seed=0)
+    assert not np.array_equal(placed, good)
 
 
 # ---- shipped policies and training on mixed device counts ------------------------------------------------

@@ -62,6 +62,8 @@ class Prepared:
     cluster: Cluster
     compile_seconds: float  # parameter loading + jit compilation (excluded from the method's budget)
     seen: tuple[np.ndarray, float] | None = None  # best (placement, objective) visited while fine-tuning
+    update_seconds: float = 0.0  # the throw-away fine-tuning update's wall seconds (compilation included: an upper
+    # bound on one update), with `finetuning`; 0 without
 
 
 @functools.lru_cache(maxsize=16)
@@ -96,9 +98,12 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
         from placeto.objective import metered
         from placeto.train import finetune_params
 
+        t1 = time.perf_counter()
         with metered():  # its simulations are not charged to anyone
             finetune_params(config, params, graph, cluster, config.episodes_per_update, 0)
-    return Prepared(config, params, policy, graph, cluster, time.perf_counter() - t0)
+        update_s = time.perf_counter() - t1
+    return Prepared(config, params, policy, graph, cluster, time.perf_counter() - t0,
+                    update_seconds=update_s if finetuning else 0.0)
 
 
 def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: int | None = None,
@@ -201,8 +206,8 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
     search = functools.partial(search_from_prior, prior_prob=prior_prob, neighbour_prob=neighbour_prob,
                                batch=batch, block_prob=block_prob, samples=samples)
     if op_graph is None:
-        if m.exhausted():
-            return greedy
+        if m.exhausted():  # fine-tuning or the episode spent the budget: the best placement either reached
+            return min([(greedy, greedy_score), *extra], key=lambda c: c[1])[0]
         return search(prep.graph, prep.cluster, greedy, greedy_score, prior, rng, calls0 + budget, extra)
     starts = [greedy] + [p for p, _ in extra]
     if group_share > 0 and not m.exhausted():  # the groups' search, under its own meter: their objectives
@@ -259,11 +264,14 @@ def search_from_prior(graph: Graph, cluster: Cluster, greedy: np.ndarray, greedy
 
 def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
     """A copy of the policy trained `episodes` more episodes on prep's graph alone (REINFORCE, the config's
-    settings, a fresh optimizer; stops early when the meter is spent). Its simulations count in the meter."""
+    settings, a fresh optimizer; stops early when the meter is spent, and does not start an update that, as far as
+    the last one's duration tells (the first: prep.update_seconds), would not end before the meter's deadline).
+    Its simulations count in the meter."""
     from placeto.train import finetune_params
 
     if episodes <= 0:
         return prep
-    params, best, score = finetune_params(prep.config, prep.params, prep.graph, prep.cluster, episodes, seed)
+    params, best, score = finetune_params(prep.config, prep.params, prep.graph, prep.cluster, episodes, seed,
+                                          first_update_seconds=prep.update_seconds)
     return dataclasses.replace(prep, params=params, seen=(best, score))
 
