@@ -62,3 +62,24 @@ def test_placeto_search_searches_the_groups_then_the_ops(monkeypatch):
         assert score_one(g, found[0], cluster)[0] <= expanded  # the ops' search starts from the best group placement
     run, _ = run_learned("placeto-search", g, cluster, seed=0, budget=300)  # compare's path is the same search
     assert np.array_equal(run.placement, found[0]) and run.simulator_calls == 300
+
+
+def test_placeto_search_on_a_spent_meter_expands_the_best_group_placement(monkeypatch):
+    """No calls left to score the expanded starts (fine-tuning spent them): the best start by its objective on
+    the groups, not the greedy episode's (which a spent meter leaves at its untouched start)."""
+    import dataclasses
+
+    from placeto.baselines.local_search import local_search
+
+    monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
+    monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
+    g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
+    c = coarsen.for_policy(g)
+    prep = guided.prepare(None, c.graph, cluster, sampling=False)
+    with metered():
+        good = local_search(c.graph, cluster, 0, budget=200)
+        score, _ = score_one(c.graph, good, cluster)
+    with metered(max_calls=0):
+        placed = guided.guided_search(dataclasses.replace(prep, seen=(good, score)), 0, 0, op_graph=g,
+                                      op_to_group=c.grouping.op_to_group)
+    assert np.array_equal(placed, good[c.grouping.op_to_group])

@@ -209,16 +209,17 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
         if m.exhausted():  # fine-tuning or the episode spent the budget: the best placement either reached
             return min([(greedy, greedy_score), *extra], key=lambda c: c[1])[0]
         return search(prep.graph, prep.cluster, greedy, greedy_score, prior, rng, calls0 + budget, extra)
-    starts = [greedy] + [p for p, _ in extra]
+    starts, group_scores = [greedy, *(p for p, _ in extra)], [greedy_score, *(o for _, o in extra)]
     if group_share > 0 and not m.exhausted():  # the groups' search, under its own meter: their objectives
         # are not the op graph's
         calls = np.floor(group_share * min(calls0 + budget - m.calls, m.calls_left()))  # whole calls (or inf)
         with metered(max_calls=calls, seconds=group_share * m.seconds_left()) as sub:
             starts.append(search(prep.graph, prep.cluster, greedy, greedy_score, prior, rng, calls, extra))
         m.calls += sub.calls
+        group_scores.append(min(sub.best, *group_scores))  # the search returns the best it saw, its starts included
     starts = np.stack([p[op_to_group] for p in starts])
-    if batch_size(len(starts), calls0 + budget) < len(starts):
-        return starts[0]
+    if batch_size(len(starts), calls0 + budget) < len(starts):  # no calls left to score the expansions: the best
+        return starts[int(np.argmin(group_scores))]  # on the groups
     scores = evaluate(op_graph, starts, prep.cluster)
     best = int(np.argmin(scores))
     if m.exhausted():
