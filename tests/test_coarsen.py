@@ -2,6 +2,7 @@
 expand the placement to every op; small graphs are placed as they are."""
 
 import numpy as np
+import pytest
 
 from placeto import coarsen
 from placeto.compare import run_learned
@@ -10,6 +11,14 @@ from placeto.place import place
 from placeto.search import guided
 from simulator import cluster_preset, simulate
 from simulator.generate import layered_dag
+
+
+@pytest.fixture
+def small_limits(monkeypatch):
+    """Coarsening above 60 nodes into 25 groups; (a 150-node graph, a 2-device cluster)."""
+    monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
+    monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
+    return layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
 
 
 def test_small_graphs_are_left_alone():
@@ -29,10 +38,8 @@ def test_large_graphs_are_grouped_and_expanded():
     assert np.array_equal(ops, gp[c.grouping.op_to_group])  # every op on its group's device
 
 
-def test_policy_methods_place_a_coarsened_graph(monkeypatch):
-    monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
-    monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
-    g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
+def test_policy_methods_place_a_coarsened_graph(small_limits):
+    g, cluster = small_limits
     grouping = coarsen.for_policy(g).grouping
     run, _ = run_learned("placeto", g, cluster, seed=0, budget=200)
     assert run.placement.shape == (150,) and 0 < run.simulator_calls <= 200
@@ -43,10 +50,8 @@ def test_policy_methods_place_a_coarsened_graph(monkeypatch):
     assert np.isclose(res.runtime, simulate(g, res.placement, cluster).runtime)
 
 
-def test_placeto_search_searches_the_groups_then_the_ops(monkeypatch):
-    monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
-    monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
-    g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
+def test_placeto_search_searches_the_groups_then_the_ops(small_limits):
+    g, cluster = small_limits
     c = coarsen.for_policy(g)
     prep = guided.prepare(None, c.graph, cluster, sampling=False)
     with metered():
@@ -64,16 +69,14 @@ def test_placeto_search_searches_the_groups_then_the_ops(monkeypatch):
     assert np.array_equal(run.placement, found[0]) and run.simulator_calls == 300
 
 
-def test_placeto_search_on_a_spent_meter_expands_the_best_group_placement(monkeypatch):
+def test_placeto_search_on_a_spent_meter_expands_the_best_group_placement(small_limits):
     """No calls left to score the expanded starts (fine-tuning spent them): the best start by its objective on
     the groups, not the greedy episode's (which a spent meter leaves at its untouched start)."""
     import dataclasses
 
     from placeto.baselines.local_search import local_search
 
-    monkeypatch.setattr(coarsen, "MAX_POLICY_NODES", 60)
-    monkeypatch.setattr(coarsen, "COARSE_GROUPS", 25)
-    g, cluster = layered_dag(150, seed=3), cluster_preset("placeto-k80", 2)
+    g, cluster = small_limits
     c = coarsen.for_policy(g)
     prep = guided.prepare(None, c.graph, cluster, sampling=False)
     with metered():
