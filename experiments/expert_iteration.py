@@ -39,12 +39,11 @@ import optax
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from experiments.imitation_common import (ROW, add_arguments, load_start, resume, training_graphs,  # noqa: E402
-                                        write_report)
+from experiments.imitation_common import (ROW, add_arguments, load_start, resume, reference_split,  # noqa: E402
+                                        training_graphs, write_report)
 from placeto.arguments import POSITIVE, OneLineParser  # noqa: E402
 from placeto.baselines import run_method  # noqa: E402
 from placeto.checkpoint_io import save_table_run  # noqa: E402
-from placeto.families import load_family  # noqa: E402
 from placeto.methods.gdp.model import log_policy, make_net  # noqa: E402
 from placeto.methods.gdp.place import greedy_placement, load_run  # noqa: E402
 from placeto.methods.gdp.ppo import make_task  # noqa: E402
@@ -64,9 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     net = make_net(config)
     tasks = [make_task(g, cluster_preset("placeto-k80", d), config) for g in training_graphs(args)
              for d in args.devices]
-    test, cl4 = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
-    ls = {g.name: simulate(g, run_method("local-search", g, cl4, 0, budget=1000).placement, cl4).runtime
-          for g in test}
+    test, cl4, ls = reference_split(args)
     optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.adam(args.lr))
     opt_state = optimizer.init(params)
 

@@ -17,9 +17,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from placeto.arguments import DEVICES, POSITIVE, comma_list, float_in, int_in  # noqa: E402
+from placeto.baselines import run_method  # noqa: E402
 from placeto.checkpoint_io import CHECKPOINT, load_table_run  # noqa: E402
 from placeto.families import FAMILIES, load_family, seed_graphs  # noqa: E402
 from placeto.policies import resolve_checkpoint  # noqa: E402
+from simulator import cluster_preset, simulate  # noqa: E402
+from simulator.cluster import Cluster  # noqa: E402
 from simulator.errors import InputError  # noqa: E402
 from simulator.graph import Graph  # noqa: E402
 from simulator.io import atomic_write_bytes  # noqa: E402
@@ -64,6 +67,19 @@ def load_start(args: argparse.Namespace, load: Callable[[Path], tuple[Any, Any]]
 def training_graphs(args: argparse.Namespace) -> list[Graph]:
     """The family's train split and every graph of the --extra-seeds (built under --graphs-root if missing)."""
     return load_family(args.family, "train") + seed_graphs(args.family, args.extra_seeds, args.graphs_root)
+
+
+def local_search(graph: Graph, cluster: Cluster, calls: int) -> tuple[np.ndarray, float]:
+    """(placement int32[N], runtime us) of local search with `calls` simulator calls, seed 0 (compare's run)."""
+    placement = run_method("local-search", graph, cluster, 0, budget=calls).placement
+    return placement, simulate(graph, placement, cluster).runtime
+
+
+def reference_split(args: argparse.Namespace) -> tuple[list[Graph], Cluster, dict[str, float]]:
+    """(the family's test graphs, 4 devices, {graph name: runtime us of local search at 1,000 calls}): what the
+    reports' test column is measured against."""
+    graphs, cluster = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
+    return graphs, cluster, {g.name: local_search(g, cluster, 1000)[1] for g in graphs}
 
 
 def resume(args: argparse.Namespace, params: Any, opt_state: Any) -> tuple[Any, Any, int, list[tuple]]:

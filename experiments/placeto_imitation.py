@@ -45,25 +45,23 @@ from pathlib import Path
 import jax
 import numpy as np
 import optax
-from scipy.optimize import linear_sum_assignment
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from experiments.imitation_common import (ROW, add_arguments, load_start, local_search, resume,  # noqa: E402
+                                        reference_split, training_graphs, write_report)
 from placeto import env as E  # noqa: E402
-from experiments.imitation_common import (ROW, add_arguments, load_start, resume, training_graphs,  # noqa: E402
-                                        write_report)
 from placeto.arguments import OneLineParser, float_in, int_in  # noqa: E402
-from placeto.baselines import run_method  # noqa: E402
 from placeto.checkpoint_io import save_table_run  # noqa: E402
-from placeto.families import load_family  # noqa: E402
 from placeto.gradient import make_grad_fn, policy_gradient  # noqa: E402
 from placeto.objective import metered  # noqa: E402
 from placeto.place import collect_rollout  # noqa: E402
 from placeto.policies import load_policy_params  # noqa: E402
 from placeto.policy import make_policy  # noqa: E402
-from placeto.search.guided import Prepared, greedy_with_prior  # noqa: E402
+from placeto.search.guided import Prepared, greedy_with_prior, renaming  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
+
 
 def canonical(placement: np.ndarray, visit_seq: np.ndarray, n_devices: int) -> np.ndarray:
     """int32[N] `placement` with its devices renamed in order of first use along `visit_seq` (0, 1, ...; devices
@@ -95,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     config = config.replace(grad_steps=args.grad_steps)
     policy, grad_fn = make_policy(config), make_grad_fn(make_policy(config))
     tasks = [(g, cluster_preset("placeto-k80", d)) for g in training_graphs(args) for d in args.devices]
-    test, cl4 = load_family(args.family, "test"), cluster_preset("placeto-k80", 4)
-    ls_test = {g.name: _local_search(g, cl4, 1000)[1] for g in test}
+    test, cl4, ls_test = reference_split(args)
     optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip), optax.adam(args.lr))
     opt_state = optimizer.init(params)
     contexts: dict[int, tuple] = {}
@@ -106,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if i not in contexts:
             g, cl = tasks[i]
             ctx = E.make_context(g, cl, config)
-            target, runtime = _local_search(g, cl, args.calls)
+            target, runtime = local_search(g, cl, args.calls)
             contexts[i] = (ctx, jax.device_put(ctx.arrays), canonical(target, ctx.visit_seq, cl.n_devices), runtime)
         return contexts[i]
 
@@ -165,27 +162,18 @@ def _labelled_act(policy, params, arrays, target: np.ndarray, visit_seq: np.ndar
     """collect_rollout's `act` for one episode (B = 1): appends the visit's label to `labels` and returns the
     label with probability `follow`, else the policy's greedy action. The label is the target's device for the
     node under the renaming of the target's devices that agrees most with the current placement on the nodes
-    visited so far (Hungarian assignment on their D x D agreement counts; no node visited: the target's own names),
+    visited so far (`placeto.search.guided.renaming`; no node visited: the target's own names),
     so a state off the target's path still has the label that continues it."""
     node, visited = int(obs.node), np.asarray(obs.placement)[0]
     if labels:
         seen = np.unique(visit_seq[:int(obs.t)])
-        agree = np.zeros((n_devices, n_devices))
-        np.add.at(agree, (target[seen], visited[seen]), 1.0)
-        rows, cols = linear_sum_assignment(-agree)
-        label = int(cols[np.searchsorted(rows, target[node])])
+        label = int(renaming(target[seen], visited[seen], n_devices)[target[node]])
     else:
         label = int(target[node])
     labels.append(label)
     if follow >= 1.0 or rng.random() < follow:
         return np.asarray([label], np.int32)
     return np.asarray(policy.act(params, arrays, obs, jax.random.key(0), True)[0])
-
-
-def _local_search(graph, cluster, calls: int) -> tuple[np.ndarray, float]:
-    """(placement int32[N], runtime us) of local search with `calls` simulator calls, seed 0 (compare's run)."""
-    placement = run_method("local-search", graph, cluster, 0, budget=calls).placement
-    return placement, simulate(graph, placement, cluster).runtime
 
 
 if __name__ == "__main__":

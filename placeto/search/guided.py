@@ -170,17 +170,22 @@ def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.nd
     return best
 
 
-def relabel_prior(prior: np.ndarray, greedy: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The prior with its device axis permuted so that device names agree with `start`'s: the permutation
-    maximising the nodes on which start and the relabelled greedy placement agree (linear assignment)."""
+def renaming(src: np.ndarray, dst: np.ndarray, n_devices: int) -> np.ndarray:
+    """int[D] the device permutation that renames placement `src` to agree with `dst` on the most nodes
+    (linear assignment on their D x D agreement counts): src's device d is dst's names[d]. src, dst: int[N]."""
     from scipy.optimize import linear_sum_assignment
 
-    d = prior.shape[1]
-    agree = np.zeros((d, d))
-    np.add.at(agree, (greedy, start), 1.0)  # agree[g, s]: nodes the greedy put on g and start on s
-    rows, cols = linear_sum_assignment(-agree)
+    agree = np.zeros((n_devices, n_devices))
+    np.add.at(agree, (src, dst), 1.0)  # agree[a, b]: nodes src put on a and dst on b
+    _, names = linear_sum_assignment(-agree)  # square: its rows are 0..D-1 in order
+    return names
+
+
+def relabel_prior(prior: np.ndarray, greedy: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """The prior with its device axis permuted so that device names agree with `start`'s: the permutation
+    maximising the nodes on which start and the relabelled greedy placement agree (`renaming`)."""
     out = np.empty_like(prior)
-    out[:, cols] = prior[:, rows]
+    out[:, renaming(greedy, start, prior.shape[1])] = prior
     return out
 
 
