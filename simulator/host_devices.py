@@ -69,3 +69,24 @@ def local_devices(n: int) -> list:
         raise InputError(f"{n} devices requested but JAX has {len(devices)} ({devices[0].platform}); on a CPU "
                          f"set XLA_FLAGS={HOST_DEVICE_FLAG}={n} before JAX starts (the CLI does)")
     return devices[:n]
+
+
+def kind_of(device) -> str:
+    """The cost kind of measurements made on a JAX device: "local-cpu" for the host CPU, else "local-" + the
+    accelerator's model from its `device_kind` ("NVIDIA H200" -> "local-h200", "NVIDIA H100 80GB HBM3" ->
+    "local-h100", "Tesla V100-SXM2-16GB" -> "local-v100", "NVIDIA GeForce RTX 4090" -> "local-rtx4090", "TPU v4" -> "local-tpu-v4"). The "local-" prefix keeps
+    measured costs apart from the analytic ones of simulator.costs (kinds "h100", "a100", ...)."""
+    import re
+
+    platform = getattr(device, "platform", "cpu")
+    if platform == "cpu":
+        return "local-cpu"
+    words = re.sub(r"[^a-z0-9]+", " ", str(getattr(device, "device_kind", platform)).lower()).split()
+    words = [w for w in words if w not in ("nvidia", "tesla", "geforce", "amd", "instinct", "radeon")]
+    if not words:
+        return f"local-{platform}"
+    if words[0] == "tpu" and len(words) > 1:
+        return f"local-tpu-{words[1]}"
+    if not any(c.isdigit() for c in words[0]) and len(words) > 1 and words[1][0].isdigit():
+        return f"local-{words[0]}{words[1]}"  # "RTX 4090" -> "local-rtx4090"
+    return f"local-{words[0]}"
