@@ -212,7 +212,58 @@ def _k80_cpu(n: int) -> Cluster:
                    delta1_us=5.7, delta2_us=25.0, bandwidth_bytes_per_us=7600.0)
 
 
+class MachineSpec(NamedTuple):
+    """A machine people own: n GPUs of one analytic cost kind (simulator.costs.SPECS) and their links."""
+
+    kind: str  # the graph cost kind of its GPUs
+    memory_bytes: float  # per GPU
+    link_gbs: float  # GPU <-> GPU bandwidth, one direction, GB/s
+    host_link_gbs: float  # GPU <-> host CPU bandwidth, one direction, GB/s (the "-cpu" presets' bus)
+    launch_us: float  # delta1: idle time of a GPU after each op (kernel launch to launch, order of magnitude)
+    transfer_us: float  # delta2: fixed cost of one transfer on the bus (a peer copy's launch)
+    latency_us: float  # a transfer's flight time on the link
+    source: str
+
+
+# Datasheet bandwidths (one direction: NVLink figures are quoted for both directions together, so halved);
+# launch and transfer costs are orders of magnitude of what CUDA kernel launches and peer copies cost, not
+# datasheet values (measured on an H200: a jitted call's host floor 53-57 us, which stages pay once, not per op).
+MACHINES: dict[str, MachineSpec] = {
+    # https://www.nvidia.com/en-us/data-center/h100/ : H100 SXM5 80 GB, NVLink 4 at 900 GB/s per GPU (both
+    # directions), host PCIe Gen5 x16 at 128 GB/s (both directions).
+    "h100-nvlink": MachineSpec("h100", 80 * GB, 450.0, 64.0, 4.0, 10.0, 2.0,
+                               "NVIDIA H100 SXM5 datasheet: NVLink 900 GB/s, PCIe Gen5 128 GB/s"),
+    # the same page, H100 PCIe 80 GB: no NVLink bridge assumed, peer copies over PCIe Gen5 x16 (64 GB/s one way)
+    "h100-pcie": MachineSpec("h100-pcie", 80 * GB, 64.0, 64.0, 4.0, 10.0, 5.0,
+                             "NVIDIA H100 PCIe datasheet: PCIe Gen5 128 GB/s (both directions), no NVLink"),
+    # https://www.nvidia.com/en-us/data-center/h200/ : H200 SXM 141 GB, NVLink 900 GB/s, PCIe Gen5 128 GB/s
+    "h200-nvlink": MachineSpec("h200", 141 * GB, 450.0, 64.0, 4.0, 10.0, 2.0,
+                               "NVIDIA H200 SXM datasheet: NVLink 900 GB/s, PCIe Gen5 128 GB/s"),
+    # https://www.nvidia.com/en-us/data-center/a100/ : A100 SXM4 40 GB, NVLink 3 at 600 GB/s (both directions),
+    # PCIe Gen4 x16 at 64 GB/s (both directions)
+    "a100-nvlink": MachineSpec("a100", 40 * GB, 300.0, 32.0, 5.0, 10.0, 2.0,
+                               "NVIDIA A100 SXM4 datasheet: NVLink 600 GB/s, PCIe Gen4 64 GB/s"),
+    # https://images.nvidia.com/content/technologies/volta/pdf/tesla-volta-v100-datasheet-letter-fnl-web.pdf :
+    # V100 SXM2 16 GB, NVLink 2 at 300 GB/s (both directions), PCIe Gen3 x16 at 32 GB/s (both directions)
+    "v100-nvlink": MachineSpec("v100", 16 * GB, 150.0, 16.0, 5.0, 10.0, 2.0,
+                               "NVIDIA V100 SXM2 datasheet: NVLink 300 GB/s, PCIe Gen3 32 GB/s"),
+}
+
+
+def machine(name: str, n: int, with_cpu: bool = False) -> Cluster:
+    """n GPUs of MACHINES[name]; with_cpu: device 0 is the host CPU (analytic kind "cpu", the machine's memory
+    of 512 GB assumed) and n-1 GPUs, every transfer on the host link (the model has one bandwidth)."""
+    spec = MACHINES[name]
+    gpus = tuple(Device(f"/gpu:{i}", spec.kind, spec.memory_bytes) for i in range(n - 1 if with_cpu else n))
+    devices = ((Device("/cpu:0", "cpu", 512 * GB),) + gpus) if with_cpu else gpus
+    link = spec.host_link_gbs if with_cpu else spec.link_gbs
+    return Cluster(name=name + ("-cpu" if with_cpu else ""), devices=devices, delta1_us=spec.launch_us,
+                   delta2_us=spec.transfer_us, bandwidth_bytes_per_us=link * 1e3, latency_us=spec.latency_us)
+
+
 PRESETS: dict[str, Callable[[int], Cluster]] = {"placeto-k80": _k80, "placeto-k80-cpu": _k80_cpu}
+PRESETS.update({name: functools.partial(machine, name) for name in MACHINES})
+PRESETS.update({f"{name}-cpu": functools.partial(machine, name, with_cpu=True) for name in MACHINES})
 
 
 def cluster_preset(name: str, n_devices: int) -> Cluster:

@@ -65,6 +65,10 @@ SPECS: Mapping[str, DeviceSpec] = {
     # NVIDIA H100 SXM5 datasheet: 67 fp32, 989 bf16/fp16 tensor (dense; 1979 with sparsity), 34 fp64,
     # 3.35 TB/s HBM3, 80 GB.
     "h100": DeviceSpec("h100", 67.0, 989.0, 34.0, 3350.0, 80 * GB, 2.5, "NVIDIA H100 SXM5 80GB datasheet"),
+    # NVIDIA H100 PCIe datasheet: 51 fp32, 756 bf16/fp16 tensor (dense), 26 fp64, 2.0 TB/s HBM2e, 80 GB.
+    "h100-pcie": DeviceSpec("h100-pcie", 51.0, 756.0, 26.0, 2000.0, 80 * GB, 2.5, "NVIDIA H100 PCIe datasheet"),
+    # NVIDIA H200 SXM datasheet: the H100's compute (67 fp32, 989 bf16 dense, 34 fp64), 4.8 TB/s HBM3e, 141 GB.
+    "h200": DeviceSpec("h200", 67.0, 989.0, 34.0, 4800.0, 141 * GB, 2.5, "NVIDIA H200 SXM 141GB datasheet"),
     # A generic server CPU core complex as one device: ~100 GFLOP/s fp32 (a few AVX2 cores), ~20 GB/s.
     "cpu": DeviceSpec("cpu", 0.1, 0.1, 0.05, 20.0, 64 * GB, 1.0, "generic multi-core CPU, order of magnitude"),
 }
@@ -240,6 +244,64 @@ def node_time_us(spec: DeviceSpec, op: str, attrs: Mapping[str, Any]) -> float:
     compute = attrs["flops"] / (_peak_tflops(spec, op, in_dtypes) * TFLOP)
     memory = bytes_accessed / (spec.bandwidth_gbs * GB)
     return max(compute, memory) * 1e6 + kernels * spec.launch_overhead_us
+
+
+# Kinds whose analytic costs model XLA: a group of ops is one fused computation (`fused_group_costs`). "k80" and
+# "cpu" keep op-by-op costs: they model the seeds' TensorFlow 1 setting (placeto-k80, placeto-k80-cpu), where
+# every op was its own kernel.
+FUSED_KINDS = frozenset({"v100", "a100", "h100", "h100-pcie", "h200"})
+KERNEL_OPS = CONTRACTION_OPS | REDUCTIONS | frozenset({"gather", "scatter", "scatter-add", "scatter_add", "sort",
+                                                        "dynamic_update_slice", "cumsum", "argmax", "argmin",
+                                                        "top_k", "select_and_scatter_add"})
+
+
+def fused_group_costs(graph: Graph, op_to_group: np.ndarray, kind: str) -> np.ndarray:
+    """float64[G] roofline microseconds of every group of the op graph `graph` (op_to_group: int[N_ops] -> [0, G))
+    run as fused XLA computations on a device of `kind`:
+
+        time_us = max(sum over ops of flops / peak(op), external bytes / bandwidth) * 1e6 + kernels * launch
+
+    External bytes: each value read from another group or from an input/parameter/constant (once per reading
+    group), each value written that another group reads or that no op reads (a step output), and the bytes of
+    control-flow bodies; values passed inside a group stay in registers/caches (fused). Kernels: one per
+    contraction, reduction, gather/scatter/sort-like op and control-flow kernel, plus one for the group's other
+    (elementwise, layout) work if it has any. Ops without a 'flops' attribute: InputError (traced graphs only).
+    """
+    spec = device_spec(kind)
+    g = np.asarray(op_to_group, dtype=np.int64)
+    n_groups = int(g.max()) + 1 if g.size else 0
+    compute = np.zeros(n_groups)
+    moved = np.zeros(n_groups)
+    kernels = np.zeros(n_groups)
+    other = np.zeros(n_groups, dtype=bool)
+    for i, (op, attrs) in enumerate(zip(graph.ops, graph.attrs)):
+        if op in FREE_OPS:
+            continue
+        if "flops" not in attrs:
+            raise InputError(f"node {graph.names[i]!r}: no 'flops' attribute; analytic costs need a traced graph")
+        compute[g[i]] += attrs["flops"] / (_peak_tflops(spec, op, attrs.get("in_dtypes", ())) * TFLOP)
+        if op in CONTROL_FLOW_OPS:
+            moved[g[i]] += attrs.get("bytes_accessed", 0.0)
+            kernels[g[i]] += attrs.get("kernels", 1)
+        elif op in KERNEL_OPS:
+            kernels[g[i]] += 1
+        else:
+            other[g[i]] = True
+    free = np.array([op in FREE_OPS for op in graph.ops], dtype=bool)
+    src, dst = graph.edge_src.astype(np.int64), graph.edge_dst.astype(np.int64)
+    value = graph.out_offsets[src] + graph.edge_out  # flat output index of each edge
+    external = (g[src] != g[dst]) | free[src]
+    # reads: each (value, reading group) once, for values from another group or from an input-like op
+    reads = np.unique(np.stack([value[external], g[dst[external]]]), axis=1)
+    np.add.at(moved, reads[1], graph.out_bytes[reads[0]])
+    # writes: each computed value read by another group, and every output of an op nobody reads
+    crossing = np.unique(value[(g[src] != g[dst]) & ~free[src]])
+    owner = np.repeat(np.arange(graph.n_nodes), graph.n_outputs)
+    np.add.at(moved, g[owner[crossing]], graph.out_bytes[crossing])
+    unread = np.flatnonzero(~free & (np.bincount(src, minlength=graph.n_nodes) == 0))
+    np.add.at(moved, g[unread], graph.node_out_bytes[unread])
+    kernels += other
+    return np.maximum(compute, moved / (spec.bandwidth_gbs * GB)) * 1e6 + kernels * spec.launch_overhead_us
 
 
 def analytic_costs(graph: Graph, kind: str) -> np.ndarray:

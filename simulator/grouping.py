@@ -46,7 +46,9 @@ target (MobileNetV2 asked for 300 groups stopped at 421 without it, most holding
 The grouped graph's critical path is never below the op graph's; after (a) and (b) only (target None) it is
 the op graph's under the grouping weight, unless colocation merges lengthened it. Nodes with different
 colocation names are never merged; an uncolocated node merged into a colocated one takes its name. The grouped
-graph gets, per kind, the sum of member costs (NaN if any member has none). Deterministic: ties break on op
+graph gets, per kind, the sum of member costs (NaN if any member has none), except for the XLA-era analytic
+kinds of a traced graph (simulator.costs.FUSED_KINDS: v100, a100, h100, ...), whose group cost is the roofline
+of the group as one fused computation (simulator.costs.fused_group_costs). Deterministic: ties break on op
 indices, never on set order.
 """
 
@@ -390,7 +392,7 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
     pos[outs] = local
     edges = np.stack([g[src[cross]], g[dst[cross]], pos[gid]], axis=1)
     edges = np.unique(edges, axis=0) if len(edges) else edges.reshape(0, 3)
-    costs = {k: np.bincount(g, weights=c, minlength=n_groups) for k, c in graph.costs.items()}
+    costs = {k: _group_costs(graph, g, k, c, n_groups) for k, c in graph.costs.items()}
     persistent = np.bincount(g, weights=graph.persistent_bytes, minlength=n_groups)
     nodes = []
     for k, mem in enumerate(members):
@@ -409,6 +411,17 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
     meta["grouping"] = {"from": graph.name, "n_ops": graph.n_nodes, "n_groups": n_groups, "target_groups": target}
     grouped = make_graph(graph.name, nodes, [tuple(e) for e in edges.tolist()], meta)
     return Grouping(grouped, members, g)
+
+
+def _group_costs(graph: Graph, g: np.ndarray, kind: str, cost: np.ndarray, n_groups: int) -> np.ndarray:
+    """float64[G] a group's cost under `kind`: the fused roofline of its ops for the XLA-era analytic kinds of
+    a traced graph (simulator.costs.fused_group_costs), else the sum of its ops' costs."""
+    from simulator import costs
+
+    traced = all(op in costs.FREE_OPS or "flops" in a for op, a in zip(graph.ops, graph.attrs))
+    if kind in costs.FUSED_KINDS and traced and graph.n_nodes:
+        return costs.fused_group_costs(graph, g, kind)
+    return np.bincount(g, weights=cost, minlength=n_groups)
 
 
 def _dominant_op(graph: Graph, ops: list[int], weight: np.ndarray) -> str:
