@@ -22,3 +22,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo_out
+
+# optional: the declared JAX range's oldest and newest versions, each in its own venv (slow; not part of `test`)
+.PHONY: test-jax-range
+test-jax-range:
+	.ci/jax_range

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
@@ -128,12 +129,16 @@ def build_graph(spec: GraphSpec, family: str) -> tuple[Graph, dict[str, np.ndarr
     (benchmarks only; empty for families)."""
     from simulator.grouping import group, group_placement_from_ops
 
+    from simulator.retrace_map import op_keys
+
     program, traced = trace_spec(spec)
     grouping = group(traced.graph, spec.target_groups)
     meta = {"family": family, "program": {"kind": spec.kind, "kwargs": spec.kwargs},
             "ops": traced.graph.n_nodes, "op_edges": traced.graph.n_edges,
             "layers": program.meta.get("layers", []), "model": program.meta.get("config", {}),
-            "grouping": {"target_groups": spec.target_groups, "op_to_group": grouping.op_to_group.tolist()}}
+            "grouping": {"target_groups": spec.target_groups, "op_to_group": grouping.op_to_group.tolist(),
+                         "op_keys": op_keys(traced.graph, traced.input_leaf),
+                         "jax_version": traced.graph.meta.get("jax_version")}}
     experts: dict[str, np.ndarray] = {}
     if family == "benchmarks":
         for d in DEVICE_COUNTS:
@@ -290,14 +295,78 @@ def retrace(graph: Graph, program: str | None = None, args_spec: str | None = No
         raise InputError(f"graph {graph.name!r}: meta has no 'program' to re-trace it from (pass --program)", where)
     op_to_group = meta.get("grouping", {}).get("op_to_group")
     if op_to_group is not None:
-        op_to_group = np.asarray(op_to_group, dtype=np.int32)
-        if op_to_group.shape != (traced.graph.n_nodes,) or (op_to_group.size and op_to_group.max() >= graph.n_nodes):
-            raise InputError(f"graph {graph.name!r}: re-traced program has {traced.graph.n_nodes} ops, "
-                             f"not the {op_to_group.size} of meta['grouping'] (different JAX version?)")
+        traced, op_to_group = _groups_of_retrace(graph, traced, where)
     elif traced.graph.n_nodes != graph.n_nodes:
         raise InputError(f"graph {graph.name!r}: re-traced program has {traced.graph.n_nodes} ops, "
                          f"the graph has {graph.n_nodes} nodes")
     return traced, op_to_group
+
+
+def _print_note(note: str) -> None:
+    print(note, file=sys.stderr, flush=True)
+
+
+RETRACE_NOTES: Callable[[str], None] = _print_note  # where `retrace` reports a re-trace that differs from the file
+
+
+def _groups_of_retrace(graph: Graph, traced, where: str):
+    """(traced, op_to_group int32[N_ops]) of a grouped graph's re-trace. A re-trace with the file's ops (same count
+    and, when the file has them, the same op keys) keeps meta.grouping.op_to_group; one that differs (another JAX
+    version) is mapped onto the file's groups (simulator.retrace_map), or regrouped by the file's rules when that
+    gives the same group count; the one-line note goes to RETRACE_NOTES and to traced.graph.meta["retrace_note"]."""
+    from simulator.retrace_map import MIN_MATCHED, map_ops, op_keys, quotient_acyclic
+
+    grouping = graph.meta["grouping"]
+    old = _int_list(grouping.get("op_to_group"), graph.n_nodes, where, "meta.grouping.op_to_group")
+    old_keys = grouping.get("op_keys")
+    if old_keys is not None and (not isinstance(old_keys, list) or len(old_keys) != old.size
+                                 or not all(isinstance(k, str) and k.count("|") >= 3 for k in old_keys)):
+        raise InputError(f"meta.grouping.op_keys must list {old.size} op keys (one per op_to_group entry)", where)
+    n_new = traced.graph.n_nodes
+    if n_new == old.size and (old_keys is None or op_keys(traced.graph, traced.input_leaf) == old_keys):
+        return traced, old
+    built = grouping.get("jax_version") or "an unknown JAX"
+    import jax
+
+    head = (f"{graph.name}: re-traced under jax {jax.__version__}: {n_new} ops vs {old.size} in the file "
+            f"(built under {built})")
+    m = map_ops(traced.graph, traced.input_leaf, graph, old, old_keys)
+    trusted = m.how == "position" or m.exact + m.loose >= MIN_MATCHED * n_new
+    if trusted and quotient_acyclic(traced.graph, m.op_to_group, graph.n_nodes):
+        matched = (f"{m.exact} matched by key, {m.loose} by a looser key" if m.how == "keys" else
+                   f"no op keys in the file: {m.exact} inputs matched by leaf, {m.loose} ops mapped by position")
+        note = (f"{head}; {matched}, {m.joined} joined a neighbour's group, {m.moved} moved to keep the groups "
+                f"acyclic, {m.empty_groups} groups left empty")
+        op_to_group = m.op_to_group
+    else:
+        op_to_group = _regroup(graph, traced, where)
+        note = f"{head}; regrouped by the file's rules ({graph.n_nodes} groups)"
+    RETRACE_NOTES(note)
+    graph_meta = {**traced.graph.meta, "retrace_note": note}
+    return dataclasses.replace(traced, graph=dataclasses.replace(traced.graph, meta=graph_meta)), op_to_group
+
+
+def _int_list(value: Any, bound: int, where: str, field: str) -> np.ndarray:
+    """int32 array of `value`, a list of ints in [0, bound); InputError naming `field` otherwise."""
+    ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    array = np.asarray(value if ok else [], dtype=np.int64)
+    if not ok or (array.size and (array.min() < 0 or array.max() >= bound)):
+        raise InputError(f"{field} must list group indices in [0, {bound})", where)
+    return array.astype(np.int32)
+
+
+def _regroup(graph: Graph, traced, where: str) -> np.ndarray:
+    """op_to_group of the re-trace grouped anew with the file's rules (simulator.grouping.group to
+    meta.grouping.target_groups); InputError when that does not give the file's group count."""
+    from simulator.grouping import group
+
+    target = graph.meta["grouping"].get("target_groups")
+    regrouped = group(traced.graph, target) if isinstance(target, int) and target >= 1 else None
+    if regrouped is None or regrouped.graph.n_nodes != graph.n_nodes:
+        name = graph.name
+        raise InputError(f"the re-traced program's ops cannot be mapped onto the file's {graph.n_nodes} groups: "
+                         f"rebuild the graph under this JAX (placeto datasets build --only {name} --out DIR)", where)
+    return regrouped.op_to_group.astype(np.int32)
 
 
 def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int = 2, program: str | None = None,

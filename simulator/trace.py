@@ -56,6 +56,7 @@ INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_c
 FORWARD_COLOCATED = frozenset({"reshape", "transpose", "convert_element_type", "broadcast_in_dim", "squeeze",
                                "expand_dims", "copy", "copy_p", "reduce_precision", "slice", "rev"})
 INPUT_OPS = ("input", "param", "const")
+DropVar = getattr(jcore, "DropVar", None) or jax.core.DropVar  # jax < 0.8 has it in jax.core only
 
 
 class Source(NamedTuple):
@@ -188,7 +189,7 @@ class _Builder:
                 node = self.add_eqn(eqn, args, sub_stack, path + (k,))
                 outs = [Source(node, j) for j in range(len(eqn.outvars))]
             for v, s in zip(eqn.outvars, outs):
-                if not isinstance(v, jcore.DropVar):
+                if not isinstance(v, DropVar):
                     env[v] = s
         return [read(a) for a in jaxpr.outvars]
 

@@ -92,6 +92,9 @@ def test_rebuild_reproduces_shipped_graph(family):
     spec = next(s for s in specs if s.name == entry["name"])
     rebuilt, _ = build_graph(spec, family)
     shipped = load_graph(DATASETS / family / entry["file"])
+    if "op_keys" not in shipped.meta["grouping"]:  # shipped before op keys (until the next rebuild): compare the rest
+        grouping = {k: v for k, v in rebuilt.meta["grouping"].items() if k not in ("op_keys", "jax_version")}
+        rebuilt = dataclasses.replace(rebuilt, meta={**rebuilt.meta, "grouping": grouping})
     assert dumps_graph(rebuilt) == dumps_graph(strip_measured(shipped))
     if "profile" not in shipped.meta:
         data = gzip.compress(dumps_graph(rebuilt).encode(), compresslevel=9, mtime=0)
