@@ -337,6 +337,8 @@ def _groups_of_retrace(graph: Graph, traced, where: str):
                    f"no op keys in the file: {m.exact} inputs matched by leaf, {m.loose} ops mapped by position")
         note = (f"{head}; {matched}, {m.joined} joined a neighbour's group, {m.moved} moved to keep the groups "
                 f"acyclic, {m.empty_groups} groups left empty")
+        if m.moved + m.empty_groups > 0.25 * n_new:  # a mapping this loose no longer stands for the file's groups
+            note += f" (rebuild it under this JAX: placeto datasets build --only {graph.name} --out DIR)"
         op_to_group = m.op_to_group
     else:
         op_to_group = _regroup(graph, traced, where)
