@@ -176,6 +176,9 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
 
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
+    if getattr(jax.profiler, "ProfileData", None) is None:
+        raise InputError(f"jax {jax.__version__} has no jax.profiler.ProfileData to read a trace with: profile with "
+                         f"--method units (each unit alone) or use jax >= 0.7.2")
     step, keys = step_function(units, order)
     args = [jax.device_put(values[s.node], device) for s in keys]
     compiled = jax.jit(step).lower(*args).compile()  # the arguments are committed to `device`: so is the step
