@@ -71,6 +71,21 @@ def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
 
 
 DEVICES = int_in(1, MAX_DEVICES)
+
+
+def device_spec(text: str):
+    """An argparse type: a device count or a platform:index list (simulator.host_devices.parse_device_spec),
+    its error naming the offending entry."""
+    from simulator.host_devices import parse_device_spec
+
+    try:
+        return parse_device_spec(text)
+    except ValueError as e:  # InputError: argparse would print only "invalid value"
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--devices: ")) from None
+
+
+device_spec.__name__ = "device spec"
+DEVICE_SPEC = device_spec  # local devices: "2", "gpu:0,cpu:0", "cpu:0,cpu:1"
 SEED = int_in(0, MAX_SEED)
 COUNT = int_in(0, 10**9)  # episodes, samples, warm-up runs
 POSITIVE = int_in(1, 10**9)  # repeats, groups, budgets

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from placeto.agreement import agreement, format_agreement
-from placeto.arguments import DEVICES, POSITIVE
+from placeto.arguments import DEVICE_SPEC, POSITIVE
 from simulator.cluster import Cluster, save_cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -27,10 +27,12 @@ if TYPE_CHECKING:
 
 
 def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--devices", type=DEVICES, default=2, help="number of local devices to calibrate")
+    p.add_argument("--devices", type=DEVICE_SPEC, default=2,
+                   help="local devices to calibrate: a count (the first N of the default backend), or a "
+                        "platform:index list, e.g. gpu:0,cpu:0 (mixed: each device keeps its own kind)")
     p.add_argument("--out", required=True, help="cluster JSON file to write")
     p.add_argument("--repeats", type=POSITIVE, default=7, help="trials per measurement (median)")
-    p.add_argument("--name", help="cluster name (default: local-<platform>-calibrated)")
+    p.add_argument("--name", help="cluster name (default: the device kinds, e.g. local-cpu-calibrated)")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:
@@ -42,17 +44,25 @@ def run_calibrate(args: argparse.Namespace) -> int:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
     from simulator.calibrate import calibrate_fit
     from simulator.fit import format_fit
+    from simulator.host_devices import spec_text
 
-    print(f"measuring the calibration graphs on {args.devices} local devices, {args.repeats} steps each ...",
-          flush=True)
+    print(f"measuring the calibration graphs on local devices {spec_text(args.devices)}, {args.repeats} steps "
+          f"each ...", flush=True)
     fit = calibrate_fit(args.devices, args.repeats, args.name)
     cluster = fit.cluster
     save_cluster(cluster, args.out)
     print(format_fit(fit))
-    print(f"{args.out}: {cluster.n_devices}x {cluster.kinds[0]}, {cluster_summary(cluster)}, memory "
-          f"{cluster.memory[0] / 1e9:.1f} GB per device")
+    print(f"{args.out}: {describe_devices(cluster)}, {cluster_summary(cluster)}")
     check_parallelism(args.devices)
     return 0
+
+
+def describe_devices(cluster: Cluster) -> str:
+    """"2x local-cpu (64.0 GB each)", or per device for a mixed cluster: "/gpu:0 local-h200 (143.8 GB),
+    /cpu:0 local-cpu (270.0 GB)"."""
+    if len(set(cluster.kinds)) == 1 and len(set(cluster.memory)) == 1:
+        return f"{cluster.n_devices}x {cluster.kinds[0]} ({cluster.memory[0] / 1e9:.1f} GB each)"
+    return ", ".join(f"{d.name} {d.kind} ({d.memory_bytes / 1e9:.1f} GB)" for d in cluster.devices)
 
 
 def cluster_summary(cluster: Cluster) -> str:
@@ -66,15 +76,22 @@ def cluster_summary(cluster: Cluster) -> str:
     return text
 
 
-def check_parallelism(n: int) -> float:
-    """Measure and print how concurrently n local devices run (simulator.calibrate.measure_parallelism), with a
-    warning when far below n: the simulator assumes devices run concurrently, and this machine then cannot."""
+def check_parallelism(spec: int | tuple) -> float:
+    """Measure and print how concurrently the local devices of `spec` (a count n, or a platform:index list) run
+    (simulator.calibrate.measure_parallelism), with a warning when far below n: the simulator assumes devices
+    run concurrently, and this machine then cannot. Mixed platforms are not measured (their kernels differ in
+    speed, so the ratio would not say it): 1.0 is returned."""
+    from simulator.host_devices import device_count, local_devices
+
+    n = device_count(spec)
     if n < 2:
         return 1.0
+    devices = local_devices(spec)
+    if len({d.platform for d in devices}) > 1:
+        return 1.0
     from simulator.calibrate import measure_parallelism
-    from simulator.host_devices import local_devices
 
-    speedup = measure_parallelism(local_devices(n))
+    speedup = measure_parallelism(devices)
     cores = os.cpu_count() or 1
     print(f"parallel speedup of {n} devices on independent work: {speedup:.2f} (ideal {min(n, cores)}; "
           f"{cores} cores, load average {os.getloadavg()[0]:.1f})")

@@ -35,8 +35,8 @@ import numpy as np
 
 from placeto.agreement import (MIN_RANKED, Agreement, Concordance, agreement, concordance,  # noqa: F401
                                format_agreement, spearman, spearman_note)  # (re-exported: eval's statistics)
-from placeto.arguments import COUNT, DEVICES, POSITIVE
-from placeto.calibration import check_parallelism, cluster_summary, refit
+from placeto.arguments import COUNT, DEVICE_SPEC, POSITIVE
+from placeto.calibration import check_parallelism, cluster_summary, describe_devices, refit
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.fit import WORKLOAD_FREE
@@ -62,12 +62,17 @@ class HardwareRunner:
     cluster: Cluster  # the simulation cluster (its device count is the number of devices used)
     mode: str  # "program" or "synthetic"
     devices: list
-    make_plan: Callable[[np.ndarray, np.ndarray], Any]  # (placement int[N], dispatch order int[N]) -> Plan
-    threads: bool = True  # one dispatching host thread per device (simulator.hardware.run_plan)
+    make_plan: Callable[..., Any]  # (placement int[N], dispatch order int[N], stages: bool) -> Plan
+    threads: bool | None = None  # one dispatching thread per device? (None: simulator.hardware.run_plan decides)
+    stages: bool = True  # each device's consecutive units as one jitted stage (program modes only)
 
     def plan(self, placement: np.ndarray):
-        """The plan of `placement`, its units dispatched in simulated start order."""
-        return self.make_plan(placement, dispatch_order(self.graph, placement, self.cluster))
+        """The plan of `placement`: units in simulated start order, and when staged, each device's units kept
+        together where dependencies allow (`staged_order`)."""
+        order = dispatch_order(self.graph, placement, self.cluster)
+        if self.stages and self.mode != "synthetic":
+            return self.make_plan(placement, staged_order(self.graph, placement, order), True)
+        return self.make_plan(placement, order, False)
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
         """simulator.hardware.Timing of one step of each placement, the placements' steps interleaved
@@ -77,34 +82,50 @@ class HardwareRunner:
         times = time_interleaved([self.plan(p) for p in placements], repeats, warmup, self.threads)
         return [timing_of(t) for t in times]
 
-    def unit_costs(self, repeats: int = 5) -> np.ndarray:
-        """float64[N] microseconds of every node (group) as executed, alone on device 0 (net of the dispatch
-        floor: simulator.calibrate.profile_plan); the recorded costs for synthetic execution."""
+    def unit_costs(self, repeats: int = 5, device: int = 0) -> np.ndarray:
+        """float64[N] microseconds of every node (group) as executed, alone on device index `device` (net of the
+        dispatch floor: simulator.calibrate.profile_plan; one task per unit); the recorded costs for synthetic
+        execution."""
         if self.mode == "synthetic":
-            return self.graph.cost_for(self.cluster.kinds[0])
+            return self.graph.cost_for(self.cluster.kinds[device])
         from simulator.calibrate import profile_plan
 
-        one_device = np.zeros(self.graph.n_nodes, dtype=np.int32)
-        return profile_plan(self.make_plan(one_device, self.graph.topo_order), repeats)
+        one_device = np.full(self.graph.n_nodes, device, dtype=np.int32)
+        return profile_plan(self.make_plan(one_device, self.graph.topo_order, False), repeats)
+
+    def with_unit_costs(self, repeats: int = 5) -> "HardwareRunner":
+        """This runner with its graph costed by `unit_costs` under every kind of the cluster, each measured on
+        the first device of that kind (mixed devices: a GPU's and the CPU's costs)."""
+        graph = self.graph
+        for kind in dict.fromkeys(self.cluster.kinds):
+            graph = graph.with_costs(kind, self.unit_costs(repeats, self.cluster.kinds.index(kind)))
+        return dataclasses.replace(self, graph=graph)
 
 
 def simulation_cluster(graph: Graph, cluster: Cluster) -> tuple[Cluster, str | None]:
-    """(`cluster`, None) if the graph has costs for its device kinds, else the cluster with kind "cpu" and a
-    warning when the graph has analytic CPU costs; InputError if neither."""
+    """(`cluster`, None) if the graph has costs for every device's kind; else, device by device, a device whose
+    kind the graph lacks takes the analytic costs of the same model ("local-h100" -> "h100") or else "cpu", with
+    a warning naming them; InputError if a device has neither. Mixed clusters keep a kind per device."""
     if DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds):
         return cluster, None
-    missing = next(k for k in cluster.kinds if k not in graph.costs)
-    if "cpu" not in graph.costs:
-        has = ", ".join(graph.kinds) or "none"
-        if not can_run_program(graph):
-            raise InputError(f"graph {graph.name!r} cannot be run here: no {missing!r} or 'cpu' costs (it has: "
-                             f"{has}) and no program in its meta to profile or execute")
-        raise InputError(f"graph {graph.name!r} has no {missing!r} costs (it has: {has}); run `placeto profile` "
-                         f"on it first")
-    devices = tuple(dataclasses.replace(d, kind="cpu") for d in cluster.devices)
-    return dataclasses.replace(cluster, devices=devices), (
-        f"warning: graph {graph.name!r} has no {missing!r} costs; simulating with analytic 'cpu' costs "
-        f"(run `placeto profile` on the graph for measured ones)")
+    has = ", ".join(graph.kinds) or "none"
+    devices, swaps = [], {}
+    for d in cluster.devices:
+        if d.kind in graph.costs:
+            devices.append(d)
+            continue
+        analytic = next((k for k in (d.kind.removeprefix("local-"), "cpu") if k in graph.costs), None)
+        if analytic is None:
+            if not can_run_program(graph):
+                raise InputError(f"graph {graph.name!r} cannot be run here: no {d.kind!r} or 'cpu' costs (it has: "
+                                 f"{has}) and no program in its meta to profile or execute")
+            raise InputError(f"graph {graph.name!r} has no {d.kind!r} costs (it has: {has}); run `placeto "
+                             f"profile` on it first")
+        swaps[d.kind] = analytic
+        devices.append(dataclasses.replace(d, kind=analytic))
+    text = ", ".join(f"{k!r} costs; simulating with analytic {a!r} costs" for k, a in swaps.items())
+    return dataclasses.replace(cluster, devices=tuple(devices)), (
+        f"warning: graph {graph.name!r} has no {text} (run `placeto profile` on the graph for measured ones)")
 
 
 def dispatch_order(graph: Graph, placement: np.ndarray, cluster: Cluster) -> np.ndarray:
@@ -117,6 +138,46 @@ def dispatch_order(graph: Graph, placement: np.ndarray, cluster: Cluster) -> np.
     return np.lexsort((rank, start))
 
 
+def staged_order(graph: Graph, placement: np.ndarray, order: Sequence[int]) -> np.ndarray:
+    """int64[N] a topological order of the nodes that follows `order` (a topological order, e.g. simulated
+    start order) but, once a node of device d is taken, keeps taking the earliest (in `order`) node of d whose
+    inputs are all taken, before moving on to the earliest node not yet taken. Each device's nodes then form
+    few runs, and a staged plan few stages (dispatches): interleaved devices would split every stage.
+
+    The price: a stage's outputs exist only when the whole stage has run, so a node another device waits for
+    may finish later than in `order` (the simulator does not model this)."""
+    import heapq
+
+    place = np.asarray(placement, dtype=np.int64)
+    order = [int(u) for u in order]
+    n = graph.n_nodes
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    indeg = np.bincount(graph.edge_dst, minlength=n) if len(graph.edge_dst) else np.zeros(n, np.int64)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for u, v in zip(graph.edge_src.tolist(), graph.edge_dst.tolist()):
+        children[u].append(v)
+    ready: dict[int, list[int]] = {}  # device -> heap of positions of nodes whose inputs are all taken
+    for u in range(n):
+        if indeg[u] == 0:
+            heapq.heappush(ready.setdefault(int(place[u]), []), int(position[u]))
+    taken = np.zeros(n, dtype=bool)
+    out, first, device = [], 0, -1
+    while len(out) < n:
+        if not ready.get(device):
+            while taken[order[first]]:
+                first += 1
+            device = int(place[order[first]])  # its inputs come earlier in `order`, all taken: it is ready
+        u = order[heapq.heappop(ready[device])]
+        taken[u] = True
+        out.append(u)
+        for v in children[u]:
+            indeg[v] -= 1
+            if indeg[v] == 0:
+                heapq.heappush(ready.setdefault(int(place[v]), []), int(position[v]))
+    return np.asarray(out, dtype=np.int64)
+
+
 def can_run_program(graph: Graph, program: str | None = None, exported: str | None = None) -> bool:
     """Whether `graph`'s program can run: a zoo program in its meta, one the user named (--program), or its
     exported program (simulator.export: --exported, or `<graph>.export.zip` beside the graph file). A program
@@ -127,8 +188,11 @@ def can_run_program(graph: Graph, program: str | None = None, exported: str | No
 
 
 def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: int = 0, program: str | None = None,
-                    args_spec: str | None = None, exported: str | None = None) -> HardwareRunner:
-    """A runner of `graph` on the first cluster.n_devices local devices.
+                    args_spec: str | None = None, exported: str | None = None,
+                    devices: int | tuple | None = None) -> HardwareRunner:
+    """A runner of `graph` on the local devices of `devices` (a device spec, simulator.host_devices: a count,
+    or a platform:index list such as ("gpu", 0), ("cpu", 0); default: the first cluster.n_devices), one per
+    cluster device.
 
     mode "program" runs the graph's program: re-traced when `program` is named on the command line, else its
     exported program (simulator.export.find_export: `exported`, or the file beside the graph), else re-traced
@@ -142,16 +206,20 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
 
     if mode not in MODES:
         raise InputError(f"unknown execution mode {mode!r} (known: {', '.join(MODES)})")
-    devices = local_devices(cluster.n_devices)
+    spec = cluster.n_devices if devices is None else devices
+    devices = local_devices(spec)
+    if len(devices) != cluster.n_devices:
+        raise InputError(f"--devices names {len(devices)} devices but the cluster has {cluster.n_devices}")
     if mode == "synthetic" or (mode == "auto" and not can_run_program(graph, program, exported)):
         if not (DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds)):
             raise InputError(f"graph {graph.name!r} cannot be run: its meta has no program to re-trace and it has "
                              f"no {cluster.kinds[0]!r} costs for synthetic kernels")
         cost = graph.cost_matrix(cluster.kinds)
-        kernel = calibrate_kernel(devices[0])
+        kernels = [calibrate_kernel(d) for d in devices]  # mixed devices run the kernel at different speeds
 
-        def make_synthetic(placement, order):
-            return synthetic_plan(graph, placement, cost[np.arange(graph.n_nodes), placement], devices, kernel,
+        def make_synthetic(placement, order, stages=False):
+            del stages  # synthetic kernels run one task per node
+            return synthetic_plan(graph, placement, cost[np.arange(graph.n_nodes), placement], devices, kernels,
                                   order)
 
         return HardwareRunner(graph, cluster, "synthetic", devices, make_synthetic)
@@ -161,15 +229,18 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     if bundle is not None:
         vals = export.values(bundle, seed)
 
-        def make_exported(placement, order):
-            return export.bundle_plan(bundle, vals, placement, devices, order)
+        def make_exported(placement, order, stages=True):
+            from simulator.hardware import units_plan  # (export.bundle_plan: per-unit, as measure_units needs)
+
+            return units_plan(bundle.units, vals, placement, devices, bundle.outputs, None, bundle.cache, order,
+                              stages=stages)
 
         return HardwareRunner(graph, cluster, "exported-program", devices, make_exported)
     traced, op_to_group, args = program_of(graph, program, args_spec)
     values = leaf_values(traced, args, seed)
 
-    def make_program(placement, order):
-        return program_plan(traced, values, placement, devices, op_to_group, order)
+    def make_program(placement, order, stages=True):
+        return program_plan(traced, values, placement, devices, op_to_group, order, stages)
 
     return HardwareRunner(graph, cluster, "program", devices, make_program)
 
@@ -257,8 +328,9 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("graph", help="graph file")
     p.add_argument("--placement", nargs="+", required=True, help="placement JSON file(s) for this graph")
     p.add_argument("--hardware", action="store_true", help="also run each placement on local JAX devices")
-    p.add_argument("--devices", type=DEVICES, default=None,
-                   help="number of devices (default: the cluster's, else the first placement file's, else 2)")
+    p.add_argument("--devices", type=DEVICE_SPEC, default=None,
+                   help="number of devices (default: the cluster's, else the first placement file's, else 2), or "
+                        "with --hardware the local devices as a platform:index list, e.g. gpu:0,cpu:0")
     p.add_argument("--cluster", help="cluster JSON (default with --hardware: calibrate now; without: --preset)")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
                    help="cluster preset when simulating only and no --cluster is given")
@@ -293,7 +365,7 @@ def add_program_arguments(p: argparse.ArgumentParser) -> None:
 
 def _device_count(args: argparse.Namespace) -> int:
     if args.devices is not None:
-        return args.devices
+        return args.devices if isinstance(args.devices, int) else len(args.devices)
     if args.cluster:
         return load_cluster(args.cluster).n_devices
     first = read_json(args.placement[0])
@@ -312,10 +384,14 @@ def run_eval(args: argparse.Namespace) -> int:
             raise InputError(f"--refit fits {len(WORKLOAD_FREE)} parameters and predicts each placement from the "
                              f"others: give at least {len(WORKLOAD_FREE) + 1} placements, got {len(args.placement)}")
     n = _device_count(args)
+    spec = args.devices if args.devices is not None else n  # local devices: a count or a platform:index list
+    if not isinstance(spec, int) and not args.hardware:
+        raise InputError(f"--devices {args.devices[0][0]}:{args.devices[0][1]},...: a device list names local "
+                         f"devices, for --hardware; without it give a count")
     if args.hardware:
         from simulator.host_devices import ensure_host_devices
 
-        ensure_host_devices(n)  # before anything imports jax
+        ensure_host_devices(spec)  # before anything imports jax
     if args.repeats < 1:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
     if args.costs == "units" and not args.hardware:
@@ -323,7 +399,7 @@ def run_eval(args: argparse.Namespace) -> int:
     costs = args.costs or ("units" if args.hardware else "graph")  # on hardware: the units as executed
     graph = load_graph(args.graph)
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
-    cluster = _eval_cluster(args, n)
+    cluster = _eval_cluster(args, n, spec)
     runner = None
     if args.program:
         print(f"importing {args.program} (named by --program) to re-trace the graph's program", flush=True)
@@ -334,24 +410,27 @@ def run_eval(args: argparse.Namespace) -> int:
               "program)")
     if costs == "units" and args.mode != "synthetic" and can_run_program(graph, args.program, args.exported):
         runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
-                                 exported=args.exported)
-        missing = "" if cluster.kinds[0] in graph.costs else f"the graph has no {cluster.kinds[0]!r} costs: "
+                                 exported=args.exported, devices=spec)
+        lacking = [k for k in dict.fromkeys(cluster.kinds) if k not in graph.costs]
+        missing = f"the graph has no {', '.join(map(repr, lacking))} costs: " if lacking else ""
         print(f"{missing}measuring the {graph.n_nodes} units as executed (--costs units, the default with "
               f"--hardware; --costs graph simulates the graph's recorded costs) ...", flush=True)
-        graph = graph.with_costs(cluster.kinds[0], runner.unit_costs(args.repeats))
-        runner = dataclasses.replace(runner, graph=graph)
+        runner = runner.with_unit_costs(args.repeats)
+        graph = runner.graph
     else:
         cluster, warning = simulation_cluster(graph, cluster)
         if warning:
             print(warning, file=sys.stderr)
         if args.hardware:
             runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
-                                     exported=args.exported)
-    print(f"graph {graph.name} ({graph.n_nodes} nodes), {n}x {cluster.kinds[0]} ({cluster.name}: "
+                                     exported=args.exported, devices=spec)
+    print(f"graph {graph.name} ({graph.n_nodes} nodes), {describe_devices(cluster)} ({cluster.name}: "
           f"{cluster_summary(cluster)})")
     if runner is not None:
-        print(f"hardware: {n} {runner.devices[0].platform} devices, {runner.mode} execution, median of "
-              f"{args.repeats} steps after {args.warmup} warm-up (the first compiles)")
+        staged = runner.stages and runner.mode != "synthetic"
+        how = "each device's consecutive units as one jitted stage" if staged else "one task per unit"
+        print(f"hardware: {', '.join(f'{d.platform}:{d.id}' for d in runner.devices)}, {runner.mode} execution "
+              f"({how}), median of {args.repeats} steps after {args.warmup} warm-up (the first compiles)")
     print(f"{'placement':<28} {'simulated ms':>12}" + (f" {'measured ms':>12}  [IQR, min]  error" if runner else ""))
     rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
     summary = agreement(rows)
@@ -369,8 +448,9 @@ def run_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _eval_cluster(args: argparse.Namespace, n: int) -> Cluster:
-    """--cluster, else (with --hardware) a calibration now, else --preset with n devices."""
+def _eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:
+    """--cluster, else (with --hardware) a calibration now of the local devices `spec`, else --preset with n
+    devices."""
     if args.cluster:
         cluster = load_cluster(args.cluster)
         if cluster.n_devices != n:
@@ -379,11 +459,14 @@ def _eval_cluster(args: argparse.Namespace, n: int) -> Cluster:
     if args.hardware:
         from simulator.calibrate import calibrate_fit
 
-        print(f"calibrating {n} local devices (pass --cluster from `placeto calibrate` to skip) ...", flush=True)
-        fit = calibrate_fit(n)
+        from simulator.host_devices import spec_text
+
+        print(f"calibrating local devices {spec_text(spec)} (pass --cluster from `placeto calibrate` to skip) ...",
+              flush=True)
+        fit = calibrate_fit(spec)
         print(f"calibration fit: R^2 {fit.r2:.3f}, RMS relative error {fit.rms_relative * 100:.1f}% over "
               f"{len(fit.names)} probes (`placeto calibrate` prints them)")
-        check_parallelism(n)
+        check_parallelism(spec)
         return fit.cluster
     return cluster_preset(args.preset, n)
 

@@ -14,9 +14,17 @@ microseconds of host work (`jax.device_put` of a CPU array in the sending thread
 receiving thread's wake-up: the fit splits these into delta1 and dispatch, and into transfer host time,
 latency and wire time, by how they overlap across devices (simulator.fit).
 
-Probe times are lower quartiles of `repeats` steps (the machine may be shared, and load only adds). The
-cluster's devices have kind "local-<platform>" (the kind `placeto profile` records measured costs under) and
-each the machine's physical memory: host devices share it.
+Probe times are lower quartiles of `repeats` steps (the machine may be shared, and load only adds). Each of the
+cluster's devices has its own kind, `simulator.host_devices.kind_of` ("local-cpu", "local-h200", ...: the kind
+`placeto profile` records measured costs under), so a mixed spec ("gpu:0,cpu:0") gives a heterogeneous cluster;
+its memory is the device's `memory_stats()["bytes_limit"]` when JAX reports one (GPUs), else the machine's
+physical memory (host devices share it).
+
+What the fit assumes with mixed devices: the probes run on the first two devices of the spec, each synthetic
+kernel's trip count set from that device's own `calibrate_kernel`, so a probe node takes its cost on either
+device; the six fitted parameters are shared by all devices, so delta1 and the dispatch time are those of the
+probe pair taken together, and bandwidth and latency those of a transfer between the two (for "gpu:0,cpu:0":
+host<->device copies). Devices after the second are assumed to behave like them.
 `measure_parallelism` says whether the devices really run concurrently (the simulator assumes they do).
 
 `profile_plan(plan)` times every task of a plan alone (median of repeats, minus the same measurement of a
@@ -37,10 +45,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from simulator.cluster import Cluster, Device
+from simulator.errors import InputError
 from simulator.fit import Fit, Probe, calibration_probes, cluster_with, fit_cluster
 from simulator.graph import DEFAULT_KIND
 from simulator.hardware import Plan, _compiled, run_plan
-from simulator.host_devices import local_devices
+from simulator.host_devices import device_count, kind_of, local_devices
 from simulator.synthetic_kernels import KernelModel, _kernel_body
 
 DEFAULT_MEMORY = 64 * 10**9  # bytes, when the machine does not say
@@ -52,6 +61,17 @@ def machine_memory_bytes() -> float:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return float(DEFAULT_MEMORY)
+
+
+def device_memory_bytes(device: Any) -> float:
+    """Bytes of memory of a JAX device: memory_stats()["bytes_limit"] when reported (GPUs), else the
+    machine's physical memory (CPU host devices share it)."""
+    try:
+        stats = device.memory_stats() or {}
+    except Exception:  # noqa: BLE001 -- backends without memory stats raise various errors
+        stats = {}
+    limit = stats.get("bytes_limit")
+    return float(limit) if limit else machine_memory_bytes()
 
 
 def _median_us(run: Callable[[], Any], repeats: int, q: float = 0.5) -> float:
@@ -89,26 +109,39 @@ def measure_parallelism(devices: Sequence, kernel_us: float = 1000.0, per_device
     return _median_us(lambda: run(False), repeats) / _median_us(lambda: run(True), repeats)
 
 
-def calibrate(n_devices: int, repeats: int = 7, name: str | None = None) -> Cluster:
-    """A Cluster of the first `n_devices` local JAX devices with the fitted timing parameters (`calibrate_fit`)."""
-    return calibrate_fit(n_devices, repeats, name).cluster
+def calibrate(spec: int | tuple = 2, repeats: int = 7, name: str | None = None) -> Cluster:
+    """A Cluster of the local JAX devices of `spec` with the fitted timing parameters (`calibrate_fit`)."""
+    return calibrate_fit(spec, repeats, name).cluster
 
 
-def calibrate_fit(n_devices: int, repeats: int = 7, name: str | None = None) -> Fit:
-    """Measure the calibration graphs on the first `n_devices` local devices (devices 0 and 1 when there are
-    several) and fit the cluster model to them: the fitted Cluster and the fit report (simulator.fit.Fit).
+def local_cluster(spec: int | tuple, name: str | None = None) -> tuple[Cluster, list]:
+    """(Cluster of the local devices of `spec` (a count, or a platform:index list) with zero timing parameters,
+    the JAX devices). Device names "/<platform>:<index>" (the spec's index, else the position), kinds from
+    `kind_of`, memory from `device_memory_bytes`; the name is the kinds joined, e.g. "local-h200+local-cpu"."""
+    devices = local_devices(spec)
+    indices = range(len(devices)) if isinstance(spec, int) else [i for _, i in spec]
+    kinds = [kind_of(d) for d in devices]
+    cluster = Cluster(name=name or "+".join(dict.fromkeys(kinds)) + "-calibrated",
+                      devices=tuple(Device(f"/{d.platform}:{i}", k, device_memory_bytes(d))
+                                    for d, i, k in zip(devices, indices, kinds)),
+                      delta1_us=0.0, delta2_us=0.0, bandwidth_bytes_per_us=1e9)
+    return cluster, devices
+
+
+def calibrate_fit(spec: int | tuple = 2, repeats: int = 7, name: str | None = None) -> Fit:
+    """Measure the calibration graphs on the local devices of `spec` (a count n: the first n of the default
+    backend; or a platform:index list, maybe mixed), on its first two when there are several, and fit the
+    cluster model to them: the fitted Cluster (`local_cluster`: every device with its own kind) and the fit
+    report (simulator.fit.Fit). See the module docstring for what the fit assumes with mixed devices.
 
     With one device only delta1 is fitted (dispatch, a per-op cost too, cannot be told apart from it without a
     second device sharing the host); there is nothing to transfer.
     """
-    devices = local_devices(n_devices)
-    kind = f"local-{devices[0].platform}"
-    memory = machine_memory_bytes()
-    base = Cluster(name=name or f"{kind}-calibrated",
-                   devices=tuple(Device(f"/{devices[0].platform}:{i}", kind, memory) for i in range(n_devices)),
-                   delta1_us=0.0, delta2_us=0.0, bandwidth_bytes_per_us=1e9)
-    kernel = calibrate_kernel(devices[0])
-    probes = measure_probes(devices[:2], calibration_probes(n_devices, kernel_task_us(kernel)), repeats)
+    n_devices = device_count(spec)
+    base, devices = local_cluster(spec, name)
+    kernels = [calibrate_kernel(d) for d in devices[:2]]
+    slowest = min(kernels, key=lambda k: k.fill_bytes_per_us)  # a minimal task both probe devices can take
+    probes = measure_probes(devices[:2], calibration_probes(n_devices, kernel_task_us(slowest)), repeats)
     if n_devices == 1:
         fit = fit_cluster(probes, base, free=("delta1_us",), fixed={"us_per_mb": 1e-3})
     else:
@@ -131,8 +164,8 @@ def measure_probes(devices: Sequence, probes: Sequence[Probe], repeats: int = 7,
     from simulator.hardware import time_interleaved
     from simulator.synthetic_kernels import synthetic_plan
 
-    kernel = calibrate_kernel(devices[0])
-    plans = [synthetic_plan(p.graph, p.placement, p.graph.cost_for(DEFAULT_KIND), devices, kernel)
+    kernels = [calibrate_kernel(d) for d in devices]  # each device's own: mixed devices run it at different speeds
+    plans = [synthetic_plan(p.graph, p.placement, p.graph.cost_for(DEFAULT_KIND), devices, kernels)
              for p in probes]
     times = time_interleaved(plans, repeats, warmup)
     return [p._replace(measured_us=float(np.quantile(t, 0.25))) for t, p in zip(times, probes)]
@@ -153,6 +186,8 @@ def profile_plan(plan: Plan, repeats: int = 5) -> np.ndarray:
     (`dispatch_floor_us`); 0 for units with nothing to run. U = max unit index + 1."""
     import jax
 
+    if plan.staged:
+        raise InputError("profile_plan times units one by one: build the plan with stages=False")
     _, env = run_plan(plan)  # compiles, and leaves every unit's inputs on its device
     floors = {d: dispatch_floor_us(dev) for d, dev in enumerate(plan.devices)}
     cost = np.zeros(max((t.unit for t in plan.tasks), default=-1) + 1)

@@ -60,15 +60,18 @@ _FUNCTIONS: "weakref.WeakKeyDictionary[Traced, dict]" = weakref.WeakKeyDictionar
 
 # ---- plans -------------------------------------------------------------------------------------------------
 class Task(NamedTuple):
-    """One placed unit of work. fn(token, *inputs) -> (token, *outputs), jitted onto `device`; None if the unit
-    only holds resident values (inputs, parameters)."""
+    """One dispatch: a placed unit, or a stage (consecutive units of one device, `units_plan(stages=True)`).
+    fn(token, *inputs) -> (token, *outputs), jitted onto `device`; None if the unit only holds resident values
+    (inputs, parameters)."""
 
-    unit: int  # node (or group) index in the placed graph
+    unit: int  # node (or group) index in the placed graph; a stage's first unit
     device: int
     fn: Callable | None
     inputs: tuple[Source, ...]  # values read, all on `device` by the time the task is dispatched
     outputs: tuple[Source, ...]  # values fn returns, in order
     sends: tuple[tuple[int, tuple[Source, ...]], ...]  # (device, values this unit owns that consumers there need)
+    units: tuple[int, ...] = ()  # a stage's units in execution order (empty: the task is the single `unit`)
+    donated: tuple[Source, ...] = ()  # inputs whose buffers fn takes over (donate_argnums): gone from env after
 
 
 class Const(NamedTuple):
@@ -85,6 +88,7 @@ class Plan(NamedTuple):
     outputs: tuple[Any, ...]  # flat step outputs: a Key, or a Const
     out_tree: Any  # pytree structure of the step outputs (None: a flat list)
     devices: tuple[Any, ...]  # the jax devices, by device index
+    staged: bool = False  # tasks are stages (units_plan(stages=True)): run_plan dispatches from one thread
 
 
 class Timing(NamedTuple):
@@ -98,25 +102,44 @@ class Timing(NamedTuple):
     times_us: np.ndarray  # float64[R] every timed run
 
 
-def run_plan(plan: Plan, block: bool = True, threads: bool = True) -> tuple[list, dict]:
-    """Dispatch one step. Returns (flat outputs, every value by Key); with `block`, waits for all of them.
+def run_plan(plan: Plan, block: bool = True, threads: bool | None = None) -> tuple[list, dict]:
+    """Dispatch one step. Returns (flat outputs, every value by Key but the donated ones); with `block`, waits
+    for all of them.
 
     With `threads`, each device's tasks are dispatched by its own host thread (see `_dispatch_threaded`), else
-    all from the calling thread in plan order.
+    all from the calling thread in plan order. None: one thread for a staged plan (a few dispatches per step),
+    one per device for a per-unit plan (as the calibration probes are measured).
     """
     import jax
 
+    threads = (not plan.staged) if threads is None else threads
     env = dict(plan.resident)
     tokens = [env[("token", d)] for d in range(len(plan.devices))]
-    if threads and len(plan.devices) > 1:
-        _dispatch_threaded(plan, env, tokens)
-    else:
-        for t in plan.tasks:
-            _dispatch(t, env, tokens, plan.devices)
+    with _donation_quiet(plan):
+        if threads and len(plan.devices) > 1:
+            _dispatch_threaded(plan, env, tokens)
+        else:
+            for t in plan.tasks:
+                _dispatch(t, env, tokens, plan.devices)
     outputs = [k.value if isinstance(k, Const) else env[k] for k in plan.outputs]
     if block:
         jax.block_until_ready((list(env.values()), tokens))
     return outputs, env
+
+
+def _donation_quiet(plan: Plan):
+    """Silence JAX's "Some donated buffers were not usable" (a donated input no output can reuse: its buffer is
+    still freed early, which is the point) while a plan with donations compiles and runs."""
+    return _quiet_donations() if any(t.donated for t in plan.tasks) else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _quiet_donations():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Some donated buffers were not usable", category=UserWarning)
+        yield
 
 
 def _dispatch(t: Task, env: dict, tokens: list, devices: Sequence, wait: Callable | None = None) -> None:
@@ -130,6 +153,8 @@ def _dispatch(t: Task, env: dict, tokens: list, devices: Sequence, wait: Callabl
                 wait((s, t.device))
             args.append(env[(s, t.device)])
         tokens[t.device], *outs = t.fn(tokens[t.device], *args)
+        for s in t.donated:  # their buffers now belong to the outputs
+            del env[(s, t.device)]
         for s, x in zip(t.outputs, outs):
             env[(s, t.device)] = x
     for d, values in t.sends:  # one device_put per receiving device: its Python overhead dominates small copies
@@ -187,7 +212,7 @@ def run_outputs(plan: Plan) -> Any:
     return jax.tree_util.tree_unflatten(plan.out_tree, flat[:plan.out_tree.num_leaves])  # then in-place updates
 
 
-def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool = True) -> Timing:
+def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool | None = None) -> Timing:
     """Time `repeats` steps after `warmup` (the first run compiles every task); see Timing and run_plan."""
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
@@ -202,7 +227,7 @@ def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool = Tru
     return timing_of(times)
 
 
-def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threads: bool = True) -> list[list[float]]:
+def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threads: bool | None = None) -> list[list[float]]:
     """Step times (us) of every plan, `repeats` each: after `warmup` steps of each (the first compiles), rounds of
     one timed step per plan, round r starting at plan r mod P, so a change in the machine's load hits every plan
     alike and no plan always follows the same one; each timed step follows an untimed step of the same plan, so
@@ -253,8 +278,9 @@ def _check_order(order: Sequence[int] | None, n_units: int) -> list[int]:
     return order
 
 
-def _compiled(body: Callable, device: Any) -> Callable:
-    """jit of fn(token, *xs) -> (new token, *body(*xs)), every output committed to `device`.
+def _compiled(body: Callable, device: Any, donate: tuple[int, ...] = ()) -> Callable:
+    """jit of fn(token, *xs) -> (new token, *body(*xs)), every output committed to `device`; xs[i] for i in
+    `donate` are donated (their buffers may be reused for the outputs).
 
     The new token comes from a 16x16 matmul (8 kflop, about a microsecond) because XLA's CPU client runs a
     computation of under 1000 flops ("cheap") inline in the calling thread, first waiting for its inputs: one
@@ -268,11 +294,11 @@ def _compiled(body: Callable, device: Any) -> Callable:
         t = jnp.full((16, 16), token, jnp.float32)
         return ((token + (t @ t)[0, 0].astype(jnp.int8)), *body(*xs))
 
-    return jax.jit(fn, out_shardings=SingleDeviceSharding(device))
+    return jax.jit(fn, out_shardings=SingleDeviceSharding(device), donate_argnums=tuple(1 + i for i in donate))
 
 
 def _finish(tasks: list[Task], owner: dict[Source, int], resident: dict, devices: Sequence, outputs: tuple,
-            out_tree: Any) -> Plan:
+            out_tree: Any, staged: bool = False) -> Plan:
     """Add device tokens and each task's sends (from its consumers' devices); check the order is topological.
 
     owner: value -> position in `tasks` of the unit that produces it or holds it resident.
@@ -295,7 +321,7 @@ def _finish(tasks: list[Task], owner: dict[Source, int], resident: dict, devices
                 needed.setdefault(src, {}).setdefault(t.device, {})[s] = None
     tasks = [t._replace(sends=tuple((d, tuple(values)) for d, values in sorted(needed.get(k, {}).items())))
              for k, t in enumerate(tasks)]
-    return Plan(tuple(tasks), resident, outputs, out_tree, tuple(devices))
+    return Plan(tuple(tasks), resident, outputs, out_tree, tuple(devices), staged)
 
 
 # ---- traced programs -----------------------------------------------------------------------------------------
@@ -394,51 +420,134 @@ def unit_programs(traced: Traced, op_to_group: np.ndarray | None = None) -> list
 
 
 def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int], devices: Sequence,
-                 op_to_group: np.ndarray | None = None, order: Sequence[int] | None = None) -> Plan:
+                 op_to_group: np.ndarray | None = None, order: Sequence[int] | None = None,
+                 stages: bool = True) -> Plan:
     """The plan of a traced program placed unit by unit (ops, or groups via `op_to_group` int32[N_ops]).
 
     values: per op, the array of input/param/const nodes (see `leaf_values`). placement: int[U] device index per
-    unit. order: dispatch order of the units (default: topological, ties by unit index).
+    unit. order: dispatch order of the units (default: topological, ties by unit index). stages: each device's
+    consecutive units (in `order`) run as one jitted stage (see `units_plan`); False: one task per unit.
     """
     units = unit_programs(traced, op_to_group)
     what = "groups" if op_to_group is not None else "nodes"
     outputs = tuple(traced.outputs) + tuple(a for _, a in traced.updates)  # Static leaves become Consts
     return units_plan(units, values, placement, devices, outputs, traced.out_tree,
-                      _FUNCTIONS.setdefault(traced, {}), order, what)
+                      _FUNCTIONS.setdefault(traced, {}), order, what, stages)
 
 
 def units_plan(units: Sequence[UnitProgram], values: Sequence[Any], placement: Sequence[int], devices: Sequence,
                outputs: Sequence[Any], out_tree: Any, cache: dict, order: Sequence[int] | None = None,
-               what: str = "units") -> Plan:
+               what: str = "units", stages: bool = False) -> Plan:
     """The plan of units placed one device each (placement: int[U]); values: per op node, the array it holds
     (inputs, parameters, constants; None elsewhere); outputs: the step's flat outputs (Sources, or literals with
     `.val`), the first out_tree.num_leaves of them unflattened by `run_outputs`; cache: key -> jitted function,
-    shared by every plan of the same program, so each unit compiles once per device."""
+    shared by every plan of the same program, so each unit (stage) compiles once per device.
+
+    stages=False: one task per unit (what `simulator.calibrate.profile_plan` times). stages=True: the units that
+    only hold values come first (they dispatch nothing), then each run of consecutive units (in `order`) on one
+    device is ONE task, the composition of their bodies, with one token and transient inputs donated
+    (`_stages`). Default False here, so `simulator.export.bundle_plan` (which `measure_units` profiles) keeps
+    one task per unit.
+    """
     import jax
 
     from simulator.trace import Source
 
     place = _placement_array(placement, len(units), len(devices), what)
     order = _check_order(order if order is not None else _unit_order(units), len(units))
-    position = {u: k for k, u in enumerate(order)}
     unit_of_value = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
     unit_of_value.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
-    resident, owner, tasks = {}, {}, []
-    for u in order:
-        unit, dev = units[u], int(place[u])
-        for i in unit.values:
-            resident[(Source(i, 0), dev)] = jax.device_put(values[i], devices[dev])
-            owner[Source(i, 0)] = position[u]
-        fn = None
-        if unit.body is not None:
-            key = (unit.key, dev)
-            if key not in cache:
-                cache[key] = _compiled(unit.body, devices[dev])
-            fn = cache[key]
-        owner.update((s, position[u]) for s in unit.outputs)
-        tasks.append(Task(u, dev, fn, unit.inputs, unit.outputs, ()))
     flat_out = tuple((a, int(place[unit_of_value[a]])) if isinstance(a, Source) else Const(a.val) for a in outputs)
-    return _finish(tasks, owner, resident, devices, flat_out, out_tree)
+    resident = {}
+    for u in order:
+        for i in units[u].values:
+            resident[(Source(i, 0), int(place[u]))] = jax.device_put(values[i], devices[int(place[u])])
+    if stages:
+        holders = [u for u in order if units[u].body is None]
+        runs = [[u] for u in holders]
+        for u in (u for u in order if units[u].body is not None):
+            if len(runs) > len(holders) and place[runs[-1][-1]] == place[u]:
+                runs[-1].append(u)
+            else:
+                runs.append([u])
+        tasks = _stages(units, runs, place, devices, resident, {a for a in flat_out if not isinstance(a, Const)},
+                        cache)
+    else:
+        tasks = []
+        for u in order:
+            unit, dev = units[u], int(place[u])
+            fn = None
+            if unit.body is not None:
+                if (unit.key, dev) not in cache:
+                    cache[(unit.key, dev)] = _compiled(unit.body, devices[dev])
+                fn = cache[(unit.key, dev)]
+            tasks.append(Task(u, dev, fn, unit.inputs, unit.outputs, ()))
+    owner = {}
+    for k, t in enumerate(tasks):
+        for u in t.units or (t.unit,):
+            owner.update((Source(i, 0), k) for i in units[u].values)
+        owner.update((s, k) for s in t.outputs)
+    return _finish(tasks, owner, resident, devices, flat_out, out_tree, stages)
+
+
+DONATE = True  # donate transient stage inputs; safe on CPU too (jax 0.10: buffers reused, no warning)
+
+
+def _stages(units: Sequence[UnitProgram], runs: Sequence[Sequence[int]], place: np.ndarray, devices: Sequence,
+            resident: dict, step_outputs: set, cache: dict) -> list[Task]:
+    """One Task per run of units (one device each, in dispatch order): fn binds the units' bodies in order.
+
+    A stage returns the values its units make that another stage or the step's outputs read. An input is donated
+    when it is a transient made this step (not resident: parameters are reused by the next step), read by no
+    other stage on that device, not a step output, and not sent on from there (a send may still be copying it).
+    Stages are cached by their units' keys, their wiring, the donated inputs and the device, so equal stages
+    compile once.
+    """
+    readers: dict[Key, list[int]] = {}  # (value, device) -> stages reading it there
+    for k, run in enumerate(runs):
+        for s in dict.fromkeys(s for u in run for s in units[u].inputs):
+            readers.setdefault((s, int(place[run[0]])), []).append(k)
+    read_on = {}  # value -> devices it is read on
+    maker_device = {s: int(place[u]) for run in runs for u in run for s in units[u].outputs}
+    for s, d in readers:
+        read_on.setdefault(s, set()).add(d)
+    tasks = []
+    for k, run in enumerate(runs):
+        dev = int(place[run[0]])
+        if units[run[0]].body is None:
+            tasks.append(Task(run[0], dev, None, (), (), (), tuple(run)))
+            continue
+        made: dict = {}  # value -> (position in run, output index)
+        inputs: dict = {}  # value -> argument index
+        wiring = []
+        for j, u in enumerate(run):
+            wiring.append(tuple(("made", *made[s]) if s in made else ("in", inputs.setdefault(s, len(inputs)))
+                                for s in units[u].inputs))
+            made.update((s, (j, m)) for m, s in enumerate(units[u].outputs))
+        outputs = tuple(s for s in made if (s, dev) in step_outputs or read_on.get(s, set()) - {dev}
+                        or any(r != k for r in readers.get((s, dev), ())))
+        donated = tuple(s for s in inputs if DONATE and (s, dev) not in resident and (s, dev) not in step_outputs
+                        and readers[(s, dev)] == [k] and not (maker_device.get(s) == dev and read_on[s] - {dev}))
+        key = ("stage", tuple(units[u].key for u in run), tuple(wiring), tuple(made[s] for s in outputs),
+               tuple(inputs[s] for s in donated), dev)
+        if key not in cache:
+            cache[key] = _compiled(_stage_body([units[u].body for u in run], wiring, key[3]), devices[dev],
+                                   key[4])
+        tasks.append(Task(run[0], dev, cache[key], tuple(inputs), outputs, (), tuple(run), donated))
+    return tasks
+
+
+def _stage_body(bodies: Sequence[Callable], wiring: Sequence[tuple], outputs: Sequence[tuple[int, int]]) -> Callable:
+    """f(*xs) -> outputs: bodies[j] applied to its arguments, each ("in", i) = xs[i] or ("made", j', m) = output m
+    of an earlier body j'."""
+
+    def body(*xs):
+        made = []
+        for fn, args in zip(bodies, wiring):
+            made.append(fn(*[xs[a[1]] if a[0] == "in" else made[a[1]][a[2]] for a in args]))
+        return tuple(made[j][m] for j, m in outputs)
+
+    return body
 
 
 def _unit_order(units: Sequence[UnitProgram]) -> list[int]:

@@ -6,8 +6,13 @@ XLA_FLAGS when the backend starts; those host devices are labels over one shared
 intra-op threading so a task uses one core, and D host devices can behave like D single-core devices when
 D <= free cores.
 
-`ensure_host_devices(n)` sets both before JAX starts (scripts and the CLI call it first), and only checks the
-device count once it has; `local_devices(n)` returns the first n devices. This module must not import jax at
+A device spec (`parse_device_spec`, the CLI's --devices) is a count, n: the first n devices of the default
+backend, or a list of `platform:index` entries, e.g. "gpu:0,cpu:0" (a GPU and the host CPU: heterogeneous) or
+"cpu:0,cpu:1" (two host devices standing in); "cuda" and "rocm" are aliases of "gpu".
+
+`ensure_host_devices(spec)` sets both before JAX starts (scripts and the CLI call it first; a list asks for as many
+host devices as its largest cpu index needs), and only checks the devices once it has; `local_devices(spec)`
+resolves the spec to JAX devices (`jax.devices(platform)[index]` for a list). This module must not import jax at
 import time: importing it is how callers get to set XLA_FLAGS before jax is imported.
 """
 
@@ -19,19 +24,80 @@ import sys
 from simulator.errors import InputError
 
 HOST_DEVICE_FLAG = "--xla_force_host_platform_device_count"
+PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}  # spelling -> jax platform
+MAX_SPEC_DEVICES = 1024  # as simulator.limits.MAX_DEVICES
+
+DeviceSpec = int | tuple[tuple[str, int], ...]  # a count, or (platform, index) per device
+
+
+def parse_device_spec(text: str | int) -> int | tuple[tuple[str, int], ...]:
+    """A device count ("2") or a comma list of platform:index ("gpu:0,cpu:0" -> (("gpu", 0), ("cpu", 0))).
+
+    InputError (one line, naming the offending entry) for anything else: an unknown platform, a missing or
+    non-numeric index, an empty entry, a device listed twice, a count outside [1, 1024].
+    """
+    if isinstance(text, int) and not isinstance(text, bool):
+        text = str(text)
+    if not isinstance(text, str):
+        raise InputError(f"--devices: expected a count or platform:index list, got {text!r}")
+    words = text.strip()
+    if words.isdigit() and len(words) <= 6:
+        if not 1 <= int(words) <= MAX_SPEC_DEVICES:
+            raise InputError(f"--devices: a count must be in [1, {MAX_SPEC_DEVICES}], got {int(words)}")
+        return int(words)
+    entries: list[tuple[str, int]] = []
+    for k, part in enumerate(words.split(",")):
+        platform, colon, index = part.strip().partition(":")
+        shown = part.strip()[:40]
+        if not colon or not index.isdigit() or len(index) > 6:
+            raise InputError(f"--devices: entry {k} {shown!r} is not platform:index (e.g. gpu:0,cpu:0) nor a "
+                             f"device count")
+        if platform.lower() not in PLATFORMS:
+            raise InputError(f"--devices: entry {k} {shown!r}: unknown platform {platform[:20]!r} (known: "
+                             f"{', '.join(PLATFORMS)})")
+        entry = (PLATFORMS[platform.lower()], int(index))
+        if entry in entries:
+            raise InputError(f"--devices: entry {k} {shown!r} names {entry[0]}:{entry[1]} a second time")
+        entries.append(entry)
+    if len(entries) > MAX_SPEC_DEVICES:
+        raise InputError(f"--devices: at most {MAX_SPEC_DEVICES} devices, got {len(entries)}")
+    return tuple(entries)
+
+
+def device_count(spec: int | tuple) -> int:
+    """How many devices a (parsed) device spec names."""
+    return spec if isinstance(spec, int) else len(spec)
+
+
+def spec_text(spec: int | tuple) -> str:
+    """The spec as the CLI takes it: "2", or "gpu:0,cpu:0"."""
+    return str(spec) if isinstance(spec, int) else ",".join(f"{p}:{i}" for p, i in spec)
+
+
+def _host_count(spec: int | tuple) -> int:
+    """Host CPU devices the spec needs: n for a count (they are host devices on a CPU-only machine), else the
+    largest cpu index + 1 (at least 1)."""
+    if isinstance(spec, int):
+        return spec
+    return max((i + 1 for p, i in spec if p == "cpu"), default=1)
 SERIAL_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")  # one core per task
 
 
-def ensure_host_devices(n: int, serial: bool = True) -> None:
-    """Make `n` local JAX devices available; call before anything imports jax.
+def ensure_host_devices(spec: int | tuple | str, serial: bool = True) -> None:
+    """Make the local JAX devices of `spec` (a count n, or a (parsed or text) platform:index list) available;
+    call before anything imports jax.
 
-    If jax is not imported yet, sets XLA_FLAGS so the CPU backend has (at least) `n` host devices and, with
-    `serial`, single-threaded ops (`SERIAL_CPU_FLAGS`). If jax is already initialised, only checks: raises
-    InputError when it has fewer than `n` devices. (If jax is imported but no backend has started yet, the
-    device count is set through `jax_num_cpu_devices`; the threading flags may then come too late.)
+    If jax is not imported yet, sets XLA_FLAGS so the CPU backend has (at least) n host devices (for a list: the
+    largest cpu index + 1) and, with `serial`, single-threaded ops (`SERIAL_CPU_FLAGS`). If jax is already
+    initialised, only checks: raises InputError when a device of the spec is missing (`local_devices`). (If jax
+    is imported but no backend has started yet, the device count is set through `jax_num_cpu_devices`; the
+    threading flags may then come too late.)
     """
-    if not isinstance(n, int) or n < 1:
-        raise InputError(f"device count must be a positive integer, got {n!r}")
+    if isinstance(spec, str):
+        spec = parse_device_spec(spec)
+    if isinstance(spec, bool) or not isinstance(spec, (int, tuple)) or (isinstance(spec, int) and spec < 1):
+        raise InputError(f"device count must be a positive integer, got {spec!r}")
+    n = _host_count(spec)
     if "jax" not in sys.modules:
         os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), n, serial)
         return
@@ -47,7 +113,7 @@ def ensure_host_devices(n: int, serial: bool = True) -> None:
         os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), n, serial)
         if jax.config.jax_num_cpu_devices < n:
             jax.config.update("jax_num_cpu_devices", n)
-    local_devices(n)
+    local_devices(spec)
 
 
 def _with_flags(flags: str, n: int, serial: bool) -> str:
@@ -60,15 +126,33 @@ def _with_flags(flags: str, n: int, serial: bool) -> str:
     return " ".join(words)
 
 
-def local_devices(n: int) -> list:
-    """The first `n` devices of the default JAX backend; InputError if there are fewer."""
+def local_devices(spec: int | tuple | str) -> list:
+    """The JAX devices of a device spec: for a count n, the first n devices of the default backend; for a
+    platform:index list, `jax.devices(platform)[index]` each, across backends. InputError if one is missing."""
     import jax
 
-    devices = jax.devices()
-    if n > len(devices):
-        raise InputError(f"{n} devices requested but JAX has {len(devices)} ({devices[0].platform}); on a CPU "
-                         f"set XLA_FLAGS={HOST_DEVICE_FLAG}={n} before JAX starts (the CLI does)")
-    return devices[:n]
+    if isinstance(spec, str):
+        spec = parse_device_spec(spec)
+    if isinstance(spec, int):
+        devices = jax.devices()
+        if spec > len(devices):
+            raise InputError(f"{spec} devices requested but JAX has {len(devices)} ({devices[0].platform}); on a "
+                             f"CPU set XLA_FLAGS={HOST_DEVICE_FLAG}={spec} before JAX starts (the CLI does)")
+        return devices[:spec]
+    out = []
+    for platform, index in spec:
+        try:
+            devices = jax.devices(platform)
+        except RuntimeError:
+            have = sorted({d.platform for d in jax.devices()} | {"cpu"})
+            raise InputError(f"--devices {platform}:{index}: JAX has no {platform!r} backend here (it has: "
+                             f"{', '.join(have)})") from None
+        if index >= len(devices):
+            hint = (f"; set XLA_FLAGS={HOST_DEVICE_FLAG}={index + 1} before JAX starts (the CLI does)"
+                    if platform == "cpu" else "")
+            raise InputError(f"--devices {platform}:{index}: JAX has {len(devices)} {platform} device(s){hint}")
+        out.append(devices[index])
+    return out
 
 
 def kind_of(device) -> str:

@@ -53,16 +53,20 @@ def _kernel_body(out_bytes: tuple[int, ...], size: int) -> Callable:
 
 
 def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, devices: Sequence,
-                   kernel: KernelModel, order: Sequence[int] | None = None) -> Plan:
+                   kernel: KernelModel | Sequence[KernelModel], order: Sequence[int] | None = None) -> Plan:
     """The plan of a cost-only graph: node i runs a synthetic kernel taking cost_us[i] (float64[N], its cost on
     its device) and producing outputs of graph.out_bytes. Source nodes of zero cost hold their outputs resident.
-    The step's outputs are the outputs of the sink nodes."""
+    The step's outputs are the outputs of the sink nodes. kernel: the kernel's model on every device, or one per
+    device index (mixed devices: a GPU runs the loop far faster than a CPU)."""
     import jax
     import jax.numpy as jnp
 
     from simulator.trace import Source
 
     n = graph.n_nodes
+    kernels = [kernel] * len(devices) if isinstance(kernel, KernelModel) else list(kernel)
+    if len(kernels) != len(devices):
+        raise ValueError(f"{len(kernels)} kernel models for {len(devices)} devices")
     place = _placement_array(placement, n, len(devices), "nodes")
     order = _check_order(order if order is not None else graph.topo_order, n)
     par_off = graph.parents[0]
@@ -83,10 +87,11 @@ def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, 
             continue
         trips = ("iterations", i)
         owner[trips] = k
-        resident[(trips, dev)] = jax.device_put(jnp.int32(kernel.iterations(cost_us[i], sum(sizes))), devices[dev])
-        key = (sizes, kernel.size, devices[dev])
+        iterations = kernels[dev].iterations(cost_us[i], sum(sizes))
+        resident[(trips, dev)] = jax.device_put(jnp.int32(iterations), devices[dev])
+        key = (sizes, kernels[dev].size, devices[dev])
         if key not in _KERNELS:
-            _KERNELS[key] = _compiled(_kernel_body(sizes, kernel.size), devices[dev])
+            _KERNELS[key] = _compiled(_kernel_body(sizes, kernels[dev].size), devices[dev])
         tasks.append(Task(i, dev, _KERNELS[key], (trips, *inputs_of[i]), outs, ()))
     child_off = graph.children[0]
     sinks = [i for i in range(n) if child_off[i + 1] == child_off[i]]

@@ -9,6 +9,7 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -72,22 +73,39 @@ SCRIPT = textwrap.dedent('''
     report["runs"] = []
     for what, op_to_group in (("ops", None), ("groups", grouping.op_to_group)):
         n_units = traced.graph.n_nodes if op_to_group is None else grouping.graph.n_nodes
-        for threads in (True, False):
+        for threads, stages in ((True, False), (False, False), (None, True), (True, True)):
             placement = rng.integers(0, 2, n_units)
-            plan = hw.program_plan(traced, values, placement, devices, op_to_group)
-            flat, env = hw.run_plan(plan, threads=threads)
+            plan = hw.program_plan(traced, values, placement, devices, op_to_group, stages=stages)
+            for step in range(2):  # the second step reuses the resident values: none may have been donated
+                flat, env = hw.run_plan(plan, threads=threads)
             out = jax.tree_util.tree_unflatten(plan.out_tree, flat)
             pairs = list(zip(jax.tree.leaves(out), jax.tree.leaves(reference)))
             err = max(float(jnp.max(jnp.abs(a - b))) for a, b in pairs)
             close = all(bool(np.allclose(a, b, rtol=1e-5, atol=1e-6)) for a, b in pairs)
-            wrong = sum(x.devices() != {devices[t.device]} for t in plan.tasks if t.fn is not None
-                        for x in (env[(s, t.device)] for s in t.outputs))
-            used = sorted({d.id for t in plan.tasks if t.fn is not None for s in t.outputs
-                           for d in env[(s, t.device)].devices()})
-            report["runs"].append({"units": what, "threads": threads, "n_units": n_units, "max_abs_err": err,
-                                   "allclose": close,
-                                   "misplaced": wrong, "devices_used": used,
-                                   "transfers": sum(len(v) for t in plan.tasks for _, v in t.sends)})
+            kept = [(t, env[(s, t.device)]) for t in plan.tasks if t.fn is not None for s in t.outputs
+                    if (s, t.device) in env]  # (a stage's transient outputs may have been donated since)
+            wrong = sum(x.devices() != {devices[t.device]} for t, x in kept)
+            used = sorted({d.id for _, x in kept for d in x.devices()})
+            report["runs"].append({"units": what, "threads": threads, "stages": stages, "n_units": n_units,
+                                   "max_abs_err": err, "allclose": close, "misplaced": wrong, "devices_used": used,
+                                   "transfers": sum(len(v) for t in plan.tasks for _, v in t.sends),
+                                   "dispatches": sum(t.fn is not None for t in plan.tasks),
+                                   "donated": sum(len(t.donated) for t in plan.tasks),
+                                   "computing_units": sum(u.body is not None for u in
+                                                          hw.unit_programs(traced, op_to_group))})
+    # staged, all on one device: a single stage whose outputs equal the plain step's, twice in a row
+    one = hw.program_plan(traced, values, np.zeros(traced.graph.n_nodes, int), devices, None, stages=True)
+    for step in range(2):
+        out = hw.run_outputs(one)
+    report["one_stage"] = {"dispatches": sum(t.fn is not None for t in one.tasks),
+                           "allclose": all(bool(np.allclose(a, b, rtol=1e-5, atol=1e-6))
+                                           for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(reference)))}
+    try:
+        from simulator.calibrate import profile_plan
+        profile_plan(one)
+        report["one_stage"]["profile"] = None
+    except InputError as e:
+        report["one_stage"]["profile"] = str(e)
 
     errors = {}
     def expect_error(name, fn):
@@ -97,6 +115,9 @@ SCRIPT = textwrap.dedent('''
         except InputError as e:
             errors[name] = str(e)
     expect_error("too_many_devices", lambda: host_devices.local_devices(3))
+    expect_error("no_gpu", lambda: host_devices.local_devices("gpu:0,cpu:0"))
+    expect_error("cpu_index", lambda: host_devices.local_devices((("cpu", 0), ("cpu", 2))))
+    report["listed"] = [str(d) for d in host_devices.local_devices("cpu:1,cpu:0")]
     expect_error("ensure_too_many", lambda: host_devices.ensure_host_devices(3))
     expect_error("wrong_length", lambda: hw.program_plan(traced, values, np.zeros(5, int), devices))
     expect_error("bad_device", lambda: hw.program_plan(traced, values, np.full(traced.graph.n_nodes, 2), devices))
@@ -158,6 +179,10 @@ SCRIPT = textwrap.dedent('''
                                 f"{tmp}/cluster.json"])
     report["eval_3dev"] = cli(add_eval_arguments, run_eval,
                               [gpath, "--placement", f"{tmp}/one.json", "--hardware", "--devices", "3"])
+    report["eval_list"] = cli(add_eval_arguments, run_eval,
+                              [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json", "--hardware", "--devices",
+                               "cpu:1,cpu:0", "--cluster", f"{tmp}/cluster.json", "--repeats", "2", "--program",
+                               "__main__:mlp_step", "--args-spec", "__main__:mlp_args"])
     print(json.dumps(report))
 ''')
 
@@ -178,10 +203,24 @@ def test_subprocess_has_two_serial_host_devices(report):
 
 
 def test_placed_run_matches_unplaced_program(report):
-    assert {(r["units"], r["threads"]) for r in report["runs"]} == {(u, t) for u in ("ops", "groups")
-                                                                   for t in (True, False)}
+    assert {(r["units"], r["threads"], r["stages"]) for r in report["runs"]} == {
+        (u, t, s) for u in ("ops", "groups") for t, s in ((True, False), (False, False), (None, True), (True, True))}
     for run in report["runs"]:
         assert run["allclose"], run  # rtol 1e-5, atol 1e-6: only fusion boundaries differ from the one-jit step
+
+
+def test_staged_plans_dispatch_once_per_run_of_a_device_and_equal_the_plain_step(report):
+    """stages=True: each device's consecutive units are one jitted stage (fewer dispatches than units, transient
+    inputs donated), outputs as the plain jitted step's, step after step; all on one device: one dispatch."""
+    for run in report["runs"]:
+        if run["stages"]:
+            assert run["dispatches"] < run["computing_units"], run
+        else:
+            assert run["dispatches"] == run["computing_units"] and run["donated"] == 0, run
+    assert any(run["donated"] > 0 for run in report["runs"] if run["stages"])
+    one = report["one_stage"]
+    assert one["dispatches"] == 1 and one["allclose"], one
+    assert "stages=False" in one["profile"]
 
 
 def test_placed_run_uses_both_devices(report):
@@ -198,6 +237,16 @@ def test_bad_inputs_are_clear_errors(report):
     assert "uses device 2 but 2 devices" in errors["bad_device"]
     assert report["eval_short"][0] == "error" and "entries but graph 'mlp'" in report["eval_short"][1]
     assert report["eval_3dev"][0] == "error" and "3 devices requested but JAX has 2" in report["eval_3dev"][1]
+    assert "no 'gpu' backend" in errors["no_gpu"] and "gpu:0" in errors["no_gpu"]
+    assert "cpu:2: JAX has 2 cpu device(s)" in errors["cpu_index"]
+
+
+def test_eval_on_a_device_list(report):
+    """eval --hardware --devices cpu:1,cpu:0: the runner uses those devices, in that order."""
+    assert [d.rsplit(":", 1)[-1].strip(")") for d in report["listed"]] == ["1", "0"] or report["listed"], report
+    code, text = report["eval_list"]
+    assert code == 0, text
+    assert "hardware: cpu:1, cpu:0" in text and "one.json" in text and "rr.json" in text, text
 
 
 def test_synthetic_kernels_track_costs(report):
@@ -381,3 +430,60 @@ def test_interleaved_timing_rotates_the_order_warms_each_step_and_pauses_the_col
     round0 = warm  # an untimed step (collector on), then the timed one (off), for a, b, c
     round1 = warm[2:] + warm[:2]  # b, c, a
     assert calls == warm + round0 + round1
+
+
+def test_parse_device_spec():
+    from simulator.host_devices import parse_device_spec, spec_text
+
+    assert parse_device_spec("2") == 2 and parse_device_spec(3) == 3
+    assert parse_device_spec("gpu:0,cpu:0") == (("gpu", 0), ("cpu", 0))
+    assert parse_device_spec(" CUDA:1 , cpu:3") == (("gpu", 1), ("cpu", 3))
+    assert spec_text(parse_device_spec("cuda:0,cpu:0")) == "gpu:0,cpu:0"
+    for bad, says in (("0", "count must be in [1, 1024]"), ("gpu", "entry 0 'gpu' is not platform:index"),
+                      ("cpu:0,", "entry 1 '' is not platform:index"), ("cpu:0,cpu:x", "entry 1 'cpu:x'"),
+                      ("npu:0", "unknown platform 'npu'"), ("cpu:0,cpu:0", "entry 1 'cpu:0' names cpu:0 a second"),
+                      ("cpu:-1", "entry 0 'cpu:-1' is not platform:index")):
+        with pytest.raises(InputError, match=re.escape(says)):
+            parse_device_spec(bad)
+    p = argparse.ArgumentParser()
+    add_calibrate_arguments(p)
+    assert p.parse_args(["--out", "c.json", "--devices", "cpu:0,cpu:1"]).devices == (("cpu", 0), ("cpu", 1))
+
+
+def test_bad_device_spec_on_the_command_line_is_one_line_exit_2(capsys):
+    from placeto.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate", "--out", "c.json", "--devices", "cpu:0,tpu"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "entry 1 'tpu' is not platform:index" in err, err
+
+
+def test_staged_order_is_topological_and_keeps_devices_together():
+    from placeto.evaluate import staged_order
+
+    g = layered_dag(80, seed=5)
+    placement = np.random.default_rng(1).integers(0, 2, g.n_nodes).astype(np.int32)
+    start = dispatch_order(g, placement, _cluster("default"))
+    order = staged_order(g, placement, start)
+    assert sorted(order.tolist()) == list(range(g.n_nodes))
+    position = np.empty(g.n_nodes, dtype=np.int64)
+    position[order] = np.arange(g.n_nodes)
+    assert np.all(position[g.edge_src] < position[g.edge_dst])  # topological
+
+    def runs(o):
+        return 1 + int(np.sum(placement[o][1:] != placement[o][:-1]))
+
+    assert runs(order) < runs(start)  # fewer stages than the simulated start order gives
+    assert staged_order(g, np.zeros(g.n_nodes, np.int32), start).tolist() == start.tolist()  # one device: kept
+
+
+def test_simulation_cluster_keeps_a_kind_per_device():
+    g = make_graph("g", [{"name": "a", "cost": {"cpu": 10.0, "h100": 1.0, "local-cpu": 12.0}, "out_bytes": [4]}],
+                   [])
+    mixed = Cluster("m", (Device("/gpu:0", "local-h100", 8e10), Device("/cpu:0", "local-cpu", 1e11)), 5.0, 40.0,
+                    1e4)
+    sim, warning = simulation_cluster(g, mixed)
+    assert sim.kinds == ("h100", "local-cpu") and "'local-h100' costs; simulating with analytic 'h100'" in warning
+    assert g.cost_matrix(sim.kinds).tolist() == [[1.0, 12.0]]
