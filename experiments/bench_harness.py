@@ -1,6 +1,6 @@
 """How much host time the placed-execution harness (simulator.hardware) adds to a training step (issue 29).
 
-For each graph (default: the rnnlm_l2 benchmark, 400 groups, and one small ptb family graph) it times, in one
+For each graph (default: the rnnlm_l2 benchmark, 400 groups, and one small nmt family graph (nmt_002, 115 groups)) it times, in one
 interleaved run (simulator.hardware.time_interleaved, so load changes hit every variant alike):
 
     plain jit          jax.jit(step) of the program on device 0: the reference (no harness)
@@ -13,7 +13,7 @@ interleaved run (simulator.hardware.time_interleaved, so load changes hit every 
 and checks that the staged plans' outputs equal the plain step's (allclose). Prints a table of median step
 times and their ratio to plain jit, and writes it to experiments/results/bench_harness.md.
 
-    .venv/bin/python experiments/bench_harness.py [--graphs rnnlm_l2 ...] [--repeats 7]
+    .venv/bin/python experiments/bench_harness.py [--graphs rnnlm_l2 ...] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
 
-DEFAULT_GRAPHS = ("datasets/benchmarks/rnnlm_l2.json.gz", "datasets/ptb/ptb_000.json.gz")
+DEFAULT_GRAPHS = ("datasets/benchmarks/rnnlm_l2.json.gz", "datasets/nmt/nmt_002.json.gz")
 
 
 def bench_graph(path: Path, repeats: int) -> tuple[list[tuple[str, float, int, int]], str]:
@@ -98,7 +98,7 @@ def _plain_plan(step, args: tuple, devices):
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--graphs", nargs="+", default=list(DEFAULT_GRAPHS))
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default=str(ROOT / "experiments/results/bench_harness.md"))
     args = p.parse_args(argv)
     ensure_host_devices(2)  # before anything imports jax

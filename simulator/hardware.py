@@ -1,21 +1,37 @@
 """Executing a placed graph on real JAX devices, and timing one step.
 
-A placed graph becomes a `Plan`: one `Task` per placed unit (a node, or a group of a grouped graph), in dispatch
-order. A task is one jitted function committed to its device (`out_shardings=SingleDeviceSharding(device)`, its
-inputs `device_put` there), so XLA runs it there:
+A placed graph becomes a `Plan` of `Task`s in dispatch order (a topological order of the units: nodes, or groups
+of a grouped graph). A task is one jitted function committed to its device (`out_shardings=
+SingleDeviceSharding(device)`, its inputs `device_put` there), so XLA runs it there:
 
-* traced programs (`program_plan`): a task binds its member equations in topological order, so a group is ONE
-  XLA computation; parameters, optimizer state, the batch and closed-over constants are resident on the device of
-  the node (or group) that holds them before the step starts;
-* cost-only graphs (`simulator.synthetic_kernels.synthetic_plan`): a task is a `lax.fori_loop` of small matmuls
-  whose trip count is set so that it takes the node's cost on its device (`KernelModel`, measured by
+* traced programs (`program_plan`, and exported ones through `units_plan`): a unit binds its member equations
+  in topological order. By default (`stages=True`) each device's *consecutive* units in dispatch order are ONE
+  task, a stage: the composition of the unit bodies in order, one XLA computation, compiled once per equal stage
+  (cached by the units' keys, their wiring, the donated inputs and the device). A stage returns only what another
+  stage or the step's outputs read, and donates (`donate_argnums`) each input that is a transient of this step
+  read by no later stage there, no step output and no send; resident values (parameters, optimizer state, the
+  batch, closed-over constants: committed to their device once, when the plan is built) are never donated,
+  since the next step reads them again. Units that only hold values dispatch nothing and come first.
+  `placeto.evaluate.staged_order` orders the units so a device's units stay together where dependencies allow;
+  all on one device, the step is one dispatch. `stages=False` gives one task per unit (what
+  `simulator.calibrate.profile_plan` times unit by unit, and `simulator.export.bundle_plan` still builds);
+* cost-only graphs (`simulator.synthetic_kernels.synthetic_plan`): a task per node, a `lax.fori_loop` of small
+  matmuls whose trip count is set so that it takes the node's cost on its device (`KernelModel`, measured by
   `simulator.calibrate.calibrate_kernel`), then writes outputs of the recorded sizes.
 
-A tensor moves only when a consumer sits on another device: one `jax.device_put` per (producer, receiving
+Why stages (issue 29): a dispatched task costs the host about 140 us on an H200 (rnnlm_l2, 400 groups: 57 ms
+a step dispatched group by group vs 0.93 ms as one `jax.jit` of the step); on this CPU 62 ms vs 31.6 ms
+(experiments/bench_harness.py measures the staged plans beside them). A stage's outputs exist
+only once the whole stage has run, so another device waiting for an early unit of a long stage waits longer
+than the simulator (which schedules units) assumes.
+
+A tensor moves only when a consumer sits on another device: one `jax.device_put` per (producer task, receiving
 device) carrying every value consumers there need, issued right after the producer is dispatched. Dispatch is
-asynchronous; by default each device's tasks are dispatched, in plan order, by its own host thread (which waits
-on an Event for inputs from other devices), else all from the calling thread (`run_plan(threads=False)`).
-`evaluate` orders the tasks by simulated start time.
+asynchronous and, for staged plans, from the calling thread (`run_plan(threads=None)`); per-unit plans are
+dispatched by one host thread per device (which waits on an Event for inputs from other devices), as the
+calibration probes are measured. Donating works on the CPU client too (jax 0.10: the buffer is taken over, no
+warning when an output can reuse it; "not usable" warnings, where none can, are silenced: the buffer is still
+freed early). One block on every value at the end of the step.
 
 Three facts about JAX's CPU client shape this (measured with jax 0.10 on 2 cores):
 
