@@ -2,9 +2,15 @@
 
 `evaluate` simulates each placement and, given a `HardwareRunner`, runs it on local JAX devices
 (`simulator.hardware`): graphs traced from JAX programs (family, benchmark and `import-jax` graphs) execute their
-real operations, one jitted function per node or group; graphs that only carry costs run synthetic kernels
-calibrated to take each node's cost. Units are dispatched in the order the simulator starts them, and the
-placements' steps are interleaved so a change in the machine's load hits them alike.
+real operations, each device's consecutive nodes/groups as one jitted stage, from one thread; graphs that only
+carry costs run synthetic kernels calibrated to take each node's cost, one task per node. Units are dispatched
+in the order the simulator starts them (`dispatch_order`), for staged plans regrouped so a device's units stay
+together where dependencies allow (`staged_order`), and the placements' steps are interleaved so a change in the
+machine's load hits them alike.
+
+`--devices` is a count or a list of local devices (`gpu:0,cpu:0`, simulator.host_devices.parse_device_spec):
+the runner uses those devices in that order, the placements have that many devices, and the cluster (calibrated
+now, or --cluster) gives each device its own kind, so a GPU and the CPU are simulated with their own costs.
 
 For the comparison to mean anything the simulator must model these devices: use the cluster `calibrate` measures
 (device kind "local-<platform>", so the graph's measured costs from `placeto profile` are used) and profile the
