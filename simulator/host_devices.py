@@ -74,6 +74,32 @@ def spec_text(spec: int | tuple) -> str:
     return str(spec) if isinstance(spec, int) else ",".join(f"{p}:{i}" for p, i in spec)
 
 
+def default_local_spec(host_devices: int = 2) -> int | tuple[tuple[str, int], ...]:
+    """Every local GPU as ("gpu", i), else `host_devices` (a count: host CPU devices), found without starting JAX
+    (which would be too late for XLA_FLAGS): a CUDA plugin of jax must be installed, JAX_PLATFORMS (when set) must
+    allow it, and `nvidia-smi -L` lists the GPUs (CUDA_VISIBLE_DEVICES, when set, limits how many count)."""
+    import importlib.util
+    import shutil
+    import subprocess
+
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if platforms and not {"cuda", "gpu"} & {p.strip() for p in platforms.split(",")}:
+        return host_devices
+    if not any(importlib.util.find_spec(m) is not None for m in ("jax_cuda12_plugin", "jax_cuda13_plugin")):
+        return host_devices
+    if shutil.which("nvidia-smi") is None:
+        return host_devices
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError):
+        return host_devices
+    n = sum(line.startswith("GPU ") for line in listed.splitlines())
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        n = min(n, len([v for v in visible.split(",") if v.strip() and v.strip() != "-1"]))
+    return tuple(("gpu", i) for i in range(n)) if n else host_devices
+
+
 def _host_count(spec: int | tuple) -> int:
     """Host CPU devices the spec needs: n for a count (they are host devices on a CPU-only machine), else the
     largest cpu index + 1 (at least 1)."""

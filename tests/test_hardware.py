@@ -487,3 +487,10 @@ def test_simulation_cluster_keeps_a_kind_per_device():
     sim, warning = simulation_cluster(g, mixed)
     assert sim.kinds == ("h100", "local-cpu") and "'local-h100' costs; simulating with analytic 'h100'" in warning
     assert g.cost_matrix(sim.kinds).tolist() == [[1.0, 12.0]]
+
+
+def test_default_local_spec_without_gpus_is_two_host_devices(monkeypatch):
+    from simulator.host_devices import default_local_spec
+
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    assert default_local_spec() == 2 and default_local_spec(3) == 3
