@@ -1,7 +1,7 @@
 """How much host time the placed-execution harness (simulator.hardware) adds to a training step (issue 29).
 
-For each graph (default: the rnnlm_l2 benchmark, 400 groups, and one small nmt family graph (nmt_002, 115 groups)) it times, in one
-interleaved run (simulator.hardware.time_interleaved, so load changes hit every variant alike):
+For each graph (default: the rnnlm_l2 benchmark, 400 groups, and a small nmt family graph, nmt_002, 115 groups)
+it times, in one interleaved run (simulator.hardware.time_interleaved, so load changes hit every variant alike):
 
     plain jit          jax.jit(step) of the program on device 0: the reference (no harness)
     staged 1dev        program_plan(stages=True), every unit on device 0: one jitted stage, one dispatch
@@ -13,7 +13,7 @@ interleaved run (simulator.hardware.time_interleaved, so load changes hit every 
 and checks that the staged plans' outputs equal the plain step's (allclose). Prints a table of median step
 times and their ratio to plain jit, and writes it to experiments/results/bench_harness.md.
 
-    .venv/bin/python experiments/bench_harness.py [--graphs rnnlm_l2 ...] [--repeats 5]
+    .venv/bin/python experiments/bench_harness.py [--graphs datasets/benchmarks/rnnlm_l2.json.gz ...] [--repeats 5]   (about 3 min here)
 """
 
 from __future__ import annotations
@@ -104,8 +104,8 @@ def main(argv=None) -> int:
     ensure_host_devices(2)  # before anything imports jax
     import jax
 
-    lines = [f"# Harness overhead (experiments/bench_harness.py, jax {jax.__version__}, "
-             f"{jax.devices()[0].platform}, median of {args.repeats} interleaved steps)", ""]
+    lines = [(f"# Harness overhead (experiments/bench_harness.py, jax {jax.__version__}, "
+              f"{jax.devices()[0].platform}, median of {args.repeats} interleaved steps)"), ""]
     for g in args.graphs:
         t0 = time.perf_counter()
         rows, about = bench_graph(ROOT / g, args.repeats)

@@ -243,7 +243,8 @@ def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool | Non
     return timing_of(times)
 
 
-def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threads: bool | None = None) -> list[list[float]]:
+def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2,
+                     threads: bool | None = None) -> list[list[float]]:
     """Step times (us) of every plan, `repeats` each: after `warmup` steps of each (the first compiles), rounds of
     one timed step per plan, round r starting at plan r mod P, so a change in the machine's load hits every plan
     alike and no plan always follows the same one; each timed step follows an untimed step of the same plan, so

@@ -90,7 +90,8 @@ def default_local_spec(host_devices: int = 2) -> int | tuple[tuple[str, int], ..
     if shutil.which("nvidia-smi") is None:
         return host_devices
     try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20,
+                                check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return host_devices
     n = sum(line.startswith("GPU ") for line in listed.splitlines())
@@ -184,7 +185,8 @@ def local_devices(spec: int | tuple | str) -> list:
 def kind_of(device) -> str:
     """The cost kind of measurements made on a JAX device: "local-cpu" for the host CPU, else "local-" + the
     accelerator's model from its `device_kind` ("NVIDIA H200" -> "local-h200", "NVIDIA H100 80GB HBM3" ->
-    "local-h100", "Tesla V100-SXM2-16GB" -> "local-v100", "NVIDIA GeForce RTX 4090" -> "local-rtx4090", "TPU v4" -> "local-tpu-v4"). The "local-" prefix keeps
+    "local-h100", "Tesla V100-SXM2-16GB" -> "local-v100", "NVIDIA GeForce RTX 4090" -> "local-rtx4090",
+    "TPU v4" -> "local-tpu-v4"). The "local-" prefix keeps
     measured costs apart from the analytic ones of simulator.costs (kinds "h100", "a100", ...)."""
     import re
 
