@@ -12,10 +12,11 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from placeto.arguments import (COUNT, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS, OneLineParser,
-                               add_cluster_arguments, cluster_from_args, comma_list)
+from placeto.arguments import (COUNT, DEVICE_SPEC, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS,
+                               OneLineParser, add_cluster_arguments, cluster_from_args, comma_list)
 from placeto.cli_placers import cmd_place, cmd_policies, cmd_train
 from placeto.distributed import WorkerError, add_worker_arguments
+from placeto.on_hardware import DEFAULT_METHODS as DEFAULT_HARDWARE_METHODS
 from simulator.cluster import PRESETS
 from simulator.errors import InputError
 from simulator.io import check_output_path
@@ -134,8 +135,6 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
     from simulator.io import load_graph, save_graph
 
-    from placeto.families import profile
-
     if args.out and len(args.files) != 1:
         raise InputError(f"--out takes one input file, got {len(args.files)}")
     if args.exported and len(args.files) != 1:
@@ -144,17 +143,27 @@ def cmd_profile(args: argparse.Namespace) -> int:
         check_output_path(out)
     if args.program:
         print(f"importing {args.program} (named by --program) to re-trace the graph's program", flush=True)
+    devices = None
+    if getattr(args, "devices", None) is not None:
+        from simulator.host_devices import ensure_host_devices, local_devices
+
+        ensure_host_devices(args.devices)  # before anything imports jax
+        devices = local_devices(args.devices)
+    from placeto.profiling import profile
+
     t0 = time.perf_counter()
     for file in args.files:
-        graph = profile(load_graph(file), kind=args.kind, repeats=args.repeats, warmup=args.warmup,
-                        program=args.program, args_spec=args.args_spec, exported=args.exported)
+        before = load_graph(file)
+        graph = profile(before, kind=args.kind, repeats=args.repeats, warmup=args.warmup, program=args.program,
+                        args_spec=args.args_spec, exported=args.exported, devices=devices, method=args.method)
         out = args.out if args.out and len(args.files) == 1 else file
         save_graph(graph, out)
-        cost = graph.costs[args.kind]
-        how = graph.meta["profile"][args.kind]
-        source = f", each unit as executed from {how['exported']}" if how.get("method") == "exported units" else ""
-        print(f"{out}: {args.kind} costs for {graph.n_nodes} nodes, total {cost.sum() / 1e3:.3f} ms "
-              f"({time.perf_counter() - t0:.0f} s so far{source})")
+        for kind, how in graph.meta["profile"].items():
+            if how is before.meta.get("profile", {}).get(kind):
+                continue  # measured earlier, kept
+            print(f"{out}: {kind} costs ({how['device']}, method {how['method']}, {how['source']}) for "
+                  f"{graph.n_nodes} nodes, total {graph.costs[kind].sum() / 1e3:.3f} ms "
+                  f"({time.perf_counter() - t0:.0f} s so far)")
     return 0
 
 
@@ -238,12 +247,20 @@ def build_parser() -> argparse.ArgumentParser:
                           "<graph>.export.zip, so `eval --hardware` and `profile` need no import of your module")
     imp.set_defaults(func=cmd_import_jax)
 
-    prof = sub.add_parser("profile", help="measure every node's cost on the local JAX backend")
+    prof = sub.add_parser("profile", help="measure every node's cost on local JAX devices (inside the compiled step)")
     prof.add_argument("files", nargs="+", help="graph files built by `datasets build` or `import-jax`")
     prof.add_argument("--out", help="output file (one input only; default: update the input in place)")
-    prof.add_argument("--kind", default="local-cpu", help="device kind to record the costs under")
-    prof.add_argument("--repeats", type=POSITIVE, default=5)
-    prof.add_argument("--warmup", type=COUNT, default=2)
+    prof.add_argument("--kind", default=None,
+                      help="device kind to record the costs under (default: the device's, e.g. local-cpu, "
+                           "local-h200; the kind `placeto calibrate` gives the device)")
+    prof.add_argument("--method", default="step", choices=("step", "units", "ops"),
+                      help="step: each node's kernels timed inside one compiled step (jax.profiler); units: each "
+                           "node alone, net of the dispatch floor; ops: every op alone, summed per group")
+    prof.add_argument("--devices", type=DEVICE_SPEC, default=None,
+                      help="local devices to profile on: a count, or a platform:index list such as gpu:0,cpu:0 "
+                           "(default: the default backend's first device)")
+    prof.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps (or calls) per measurement")
+    prof.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
     add_program_arguments(prof)
     prof.set_defaults(func=cmd_profile)
 
@@ -278,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--checkpoint", default=None,
                     help="a shipped policy's name (see `placeto policies`) or a run directory of `placeto train` "
                          "(default: the shipped general policy)")
-    add_cluster_arguments(pl, default_devices=4)
+    add_cluster_arguments(pl, default_devices=None)
     from placeto.baselines import METHODS as BASELINES
 
     pl.add_argument("--method", choices=["placeto", "placeto-search", "gdp", "gdp-search", "rnn", "hierarchical",
@@ -298,6 +315,18 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sampled episodes besides the greedy one, without a budget (the best placement is kept)")
     pl.add_argument("--seed", type=SEED, default=0)
     pl.add_argument("--out", required=True, help="placement file to write")
+    hw = pl.add_argument_group("placing for this machine (--hardware)")
+    hw.add_argument("--hardware", action="store_true",
+                    help="place for the local devices: profile the graph on them (cached in the graph file), "
+                         "calibrate them (cached), place with --candidates (and --method), run the best --top "
+                         "placements and the single device for real, keep the fastest measured. --devices: a count "
+                         "or a list such as gpu:0,cpu:0 (default: every GPU, else 2 host CPU devices)")
+    hw.add_argument("--candidates", default=",".join(DEFAULT_HARDWARE_METHODS),
+                    help="comma list of methods whose placements compete (each gets --seconds, default 2)")
+    hw.add_argument("--top", type=POSITIVE, default=3, help="how many of the best simulated placements run for real")
+    hw.add_argument("--repeats", type=POSITIVE, default=7, help="timed steps per placement run for real")
+    hw.add_argument("--plot", help="write the measured against simulated step times of the placements run to this "
+                                   "PNG")
     pl.set_defaults(func=cmd_place)
 
     pol = sub.add_parser("policies", help="list the trained policies shipped with the package")

@@ -54,6 +54,39 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _place_on_hardware(args: argparse.Namespace) -> int:
+    """`place --hardware`: placeto.on_hardware.place_on_hardware, then the placement file and the report."""
+    from simulator.host_devices import default_local_spec, ensure_host_devices
+
+    spec = args.devices if args.devices is not None else default_local_spec()
+    ensure_host_devices(spec)  # before anything imports jax
+    from simulator.io import load_graph, save_placement
+
+    from placeto.on_hardware import place_on_hardware, report
+
+    methods = [m for m in args.candidates.split(",") if m]
+    if args.method and args.method not in methods:
+        methods.append(args.method)
+    from placeto.compare import resolve_methods
+
+    resolve_methods(methods, with_policy=True)  # unknown names: one line
+    graph = load_graph(args.graph)
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    outcome = place_on_hardware(graph, args.graph, spec, methods, seconds=args.seconds or 2.0, top=args.top,
+                                repeats=args.repeats, seed=args.seed, cluster=cluster)
+    save_placement(args.out, outcome.best.placement, outcome.cluster.device_names)
+    print(report(outcome))
+    print(f"-> {args.out} ({outcome.best.name})")
+    if args.plot:
+        from placeto.evaluate import EvalRow, plot_agreement
+
+        rows = [EvalRow(c.name, c.simulated_us, c.measured) for c in outcome.candidates if c.measured is not None]
+        plot_agreement(rows, args.plot, f"{graph.name} on {outcome.cluster.n_devices} local devices: "
+                                        f"{outcome.best.name} kept")
+        print(f"plot: {args.plot}")
+    return 0
+
+
 def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
     """(graphs, clusters) the train command's --family/--graph and --cluster/--preset/--devices name."""
     from simulator.io import load_graph
@@ -79,6 +112,14 @@ def cmd_place(args: argparse.Namespace) -> int:
     from placeto.place import place
 
     check_output_path(args.out)
+    if getattr(args, "plot", None):
+        check_output_path(args.plot)
+        if not args.hardware:
+            raise InputError("--plot draws the placements run for real: it needs --hardware")
+    if args.hardware:
+        return _place_on_hardware(args)
+    if args.devices is None:
+        args.devices = 4 if not args.cluster else None
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)
     from placeto.baselines import METHODS as BASELINES

@@ -28,7 +28,8 @@ from simulator.stats import graph_stats
 
 DATASETS = Path(__file__).resolve().parent.parent / "datasets"  # the repository's shipped data
 SPLITS = ("train", "test")
-ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")
+ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")  # their shares of the op costs drive the grouping
+LATER_KINDS = ("h100-pcie", "h200")  # fused-group rooflines added after grouping: the groups stay as they were
 FAMILIES = ("cifar10", "ptb", "nmt")
 N_GRAPHS, N_TEST = 32, 8
 DEVICE_COUNTS = (2, 4, 8)
@@ -108,6 +109,16 @@ def trace_spec(spec: GraphSpec):
     return program, dataclasses.replace(traced, graph=op_graph)
 
 
+def with_later_kinds(grouping, op_graph: Graph):
+    """`grouping` (simulator.grouping.Grouping) with the LATER_KINDS' fused-group roofline costs on its graph."""
+    from simulator.costs import fused_group_costs
+
+    graph = grouping.graph
+    for kind in LATER_KINDS:
+        graph = graph.with_costs(kind, fused_group_costs(op_graph, grouping.op_to_group, kind))
+    return dataclasses.replace(grouping, graph=graph)
+
+
 def expert_op_placement(op_graph: Graph, layer_groups: list[list[str]], n_devices: int) -> np.ndarray:
     """The seeds' human expert placement on ops: layer group j on device j * D // G (one LSTM layer per GPU for
     NMT/RNNLM, attention and softmax beside the last layer); ops outside every layer go with the last group."""
@@ -132,7 +143,7 @@ def build_graph(spec: GraphSpec, family: str) -> tuple[Graph, dict[str, np.ndarr
     from simulator.retrace_map import op_keys
 
     program, traced = trace_spec(spec)
-    grouping = group(traced.graph, spec.target_groups)
+    grouping = with_later_kinds(group(traced.graph, spec.target_groups), traced.graph)
     meta = {"family": family, "program": {"kind": spec.kind, "kwargs": spec.kwargs},
             "ops": traced.graph.n_nodes, "op_edges": traced.graph.n_edges,
             "layers": program.meta.get("layers", []), "model": program.meta.get("config", {}),
@@ -220,8 +231,8 @@ def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: 
     bar.close()
     if only is None:
         graphs = [{**entries[s.name], "split": split} for s, split in zip(specs, splits)]
-        write_json(out / "manifest.json", {"family": family, "seed": seed, "cost_kinds": list(ANALYTIC_KINDS),
-                                           "graphs": graphs})
+        write_json(out / "manifest.json", {"family": family, "seed": seed,
+                                           "cost_kinds": list(ANALYTIC_KINDS + LATER_KINDS), "graphs": graphs})
     return out
 
 
@@ -371,27 +382,12 @@ def _regroup(graph: Graph, traced, where: str) -> np.ndarray:
     return regrouped.op_to_group.astype(np.int32)
 
 
-def profile(graph: Graph, kind: str = "local-cpu", repeats: int = 5, warmup: int = 2, program: str | None = None,
-            args_spec: str | None = None, exported: str | None = None) -> Graph:
-    """`graph` with measured costs under `kind`: every op of its re-traced program (see `retrace`: `program`
-    and `args_spec` as given on the command line) timed on the local JAX backend (median of `repeats` after
-    `warmup`, cached by signature), summed per group for grouped graphs. Without `program`, a graph with an
-    exported program (simulator.export.find_export: `exported`, or the file beside the graph) has each of its
-    units (ops or groups) timed as executed instead, nothing imported (meta.profile[kind].method says so)."""
-    from simulator.export import find_export, measure_units
-    from simulator.profile import profile_graph, with_measured
+def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
+            args_spec: str | None = None, exported: str | None = None, devices=None, method: str = "step") -> Graph:
+    """`graph` with measured costs of its units on local devices: placeto.profiling.profile."""
+    from placeto.profiling import profile as measure
 
-    bundle = find_export(graph, exported) if program is None else None
-    if bundle is not None:
-        measured = with_measured(graph, kind, np.round(measure_units(bundle, repeats), 3), repeats, warmup)
-        meta = dict(measured.meta)
-        meta["profile"] = {**meta["profile"], kind: {**meta["profile"][kind], "method": "exported units",
-                                                     "exported": Path(bundle.path).name}}
-        return dataclasses.replace(measured, meta=meta)
-    traced, op_to_group = retrace(graph, program, args_spec)
-    op_cost = profile_graph(traced, repeats, warmup)
-    cost = op_cost if op_to_group is None else np.bincount(op_to_group, weights=op_cost, minlength=graph.n_nodes)
-    return with_measured(graph, kind, np.round(cost, 3), repeats, warmup)
+    return measure(graph, kind, repeats, warmup, program, args_spec, exported, devices, method)
 
 
 # ---- datasets/README.md ----------------------------------------------------------------------------------

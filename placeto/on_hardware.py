@@ -1,0 +1,217 @@
+"""Place for this machine: profile, calibrate, place, run the best candidates and the single device, keep the
+fastest measured (`placeto place G --hardware`).
+
+1. profile: the graph's units are measured on each kind of local device in use (placeto.profiling, method
+   "step"), unless the graph file already holds such a profile from this device and JAX version; the profile is
+   written back into the graph file (atomically), so the next run skips it;
+2. calibrate: the cluster of these devices (simulator.calibrate.calibrate_fit), cached in the user's cache
+   directory (`PLACETO_CACHE`, else `$XDG_CACHE_HOME/placeto`, else `~/.cache/placeto`) per device list, host
+   and JAX version;
+3. place: every method asked for (classical or learned, as `placeto compare` runs them) against that cluster,
+   the same seconds each; the placements are ranked by simulated step time, duplicates dropped;
+4. run: the best `top` candidates and the single-device placement (every unit on the device that simulates
+   fastest alone) run for real, their steps interleaved (simulator.hardware.time_interleaved);
+5. return the fastest measured (median). Doing no harm: the single device is always a candidate, so the answer is
+   never measured slower than it in the same run; the speedup over it is printed with its spread (the ratio of
+   the single device's quartiles to the winner's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+from pathlib import Path
+from typing import Any, Callable, NamedTuple, Sequence
+
+import numpy as np
+
+from simulator.cluster import Cluster, load_cluster, save_cluster
+from simulator.errors import InputError
+from simulator.graph import Graph
+
+DEFAULT_METHODS = ("etf", "m-sct", "local-search")
+CACHE_ENV = "PLACETO_CACHE"
+
+
+class Candidate(NamedTuple):
+    """One placement tried on the machine."""
+
+    name: str  # the method (or "single device")
+    placement: np.ndarray  # int32[N] device index per node
+    simulated_us: float
+    measured: Any = None  # simulator.hardware.Timing, None if not run
+
+
+class Outcome(NamedTuple):
+    """What `place_on_hardware` found."""
+
+    best: Candidate  # the fastest measured (possibly the single device)
+    single: Candidate
+    candidates: list[Candidate]  # every placement, ranked by simulated time; the measured ones have .measured
+    cluster: Cluster
+    speedup: float  # single.median / best.median
+    spread: tuple[float, float]  # (single.q25 / best.q75, single.q75 / best.q25)
+    notes: list[str]  # what was cached, profiled, calibrated
+
+
+def cache_dir() -> Path:
+    """Where calibrated clusters (and JAX's compilation cache) are kept between runs."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "placeto"
+
+
+def needs_profile(graph: Graph, devices: Sequence[Any]) -> list[Any]:
+    """The first device of each kind in `devices` whose kind the graph has no current profile of (method "step",
+    the same device model and JAX version)."""
+    import jax
+
+    from simulator.host_devices import kind_of
+
+    todo, seen = [], set()
+    for d in devices:
+        kind = kind_of(d)
+        if kind in seen:
+            continue
+        seen.add(kind)
+        how = graph.meta.get("profile", {}).get(kind) or {}
+        current = (kind in graph.costs and how.get("method") == "step" and how.get("jax_version") == jax.__version__
+                   and how.get("device") == str(getattr(d, "device_kind", d)))
+        if not current:
+            todo.append(d)
+    return todo
+
+
+def cached_cluster(devices: Sequence[Any], spec: Any, repeats: int = 7,
+                   progress: Callable[[str], None] = print) -> Cluster:
+    """The calibrated cluster of `devices` (resolved from the --devices `spec`), from the cache or measured now
+    and cached (simulator.calibrate.calibrate_fit)."""
+    import jax
+
+    from simulator.calibrate import calibrate_fit
+
+    key = json.dumps([[d.platform, d.id, str(d.device_kind)] for d in devices] + [platform.node(), jax.__version__])
+    path = cache_dir() / "clusters" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    if path.exists():
+        try:
+            cluster = load_cluster(path)
+            if cluster.n_devices == len(devices):
+                progress(f"cluster: {path} (cached calibration; delete it to measure again)")
+                return cluster
+        except InputError:
+            pass  # a damaged cache entry is measured again
+    progress(f"calibrating {len(devices)} local devices (cached afterwards in {path}) ...")
+    fit = calibrate_fit(spec, repeats)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_cluster(fit.cluster, path)
+    return fit.cluster
+
+
+def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seconds: float, seed: int = 0,
+                    progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
+    """(every method's placement ranked by simulated time without duplicates, the single-device candidate:
+    all nodes on the device that simulates fastest alone)."""
+    from simulator import simulate
+
+    from placeto.compare import _run_one
+
+    singles = []
+    for d in range(cluster.n_devices):
+        p = np.full(graph.n_nodes, d, dtype=np.int32)
+        singles.append(Candidate("single device", p, float(simulate(graph, p, cluster).runtime)))
+    single = min(singles, key=lambda c: c.simulated_us)
+    found: dict[bytes, Candidate] = {single.placement.tobytes(): single}
+    for name in methods:
+        kept: list[np.ndarray] = []
+        row = _run_one(name, graph, cluster, seed, None, seconds, {}, save=kept.append)
+        if not kept:
+            progress(f"  {name:<14} not applicable: {row.note}")
+            continue
+        p = np.asarray(kept[0], dtype=np.int32)
+        progress(f"  {name:<14} simulated {row.runtime_us / 1e3:9.3f} ms ({row.place_seconds:.1f} s, "
+                 f"{row.simulator_calls} simulator calls)")
+        found.setdefault(p.tobytes(), Candidate(name, p, float(row.runtime_us)))
+    return sorted(found.values(), key=lambda c: c.simulated_us), single
+
+
+def pick(measured: Sequence[Candidate], single: Candidate) -> tuple[Candidate, float, tuple[float, float]]:
+    """(the fastest measured candidate by median, its speedup over `single`, the spread of that speedup)."""
+    best = min(measured, key=lambda c: c.measured.median_us)
+    s, b = single.measured, best.measured
+    return best, s.median_us / b.median_us, (s.q25_us / b.q75_us, s.q75_us / b.q25_us)
+
+
+def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: Sequence[str] = DEFAULT_METHODS,
+                      seconds: float = 2.0, top: int = 3, repeats: int = 7, warmup: int = 2, seed: int = 0,
+                      cluster: Cluster | None = None, progress: Callable[[str], None] = print) -> Outcome:
+    """Profile (cached in the graph file at `graph_path`), calibrate (cached), place with `methods`, run the best
+    `top` candidates and the single device on the local devices of `spec` (a count or a device list, see
+    simulator.host_devices), and return the fastest measured. Call ensure_host_devices(spec) before JAX starts."""
+    from simulator.host_devices import local_devices
+    from simulator.io import save_graph
+
+    from placeto.evaluate import hardware_runner
+    from placeto.profiling import profile
+
+    if top < 1:
+        raise InputError(f"--top must be >= 1, got {top}")
+    devices = local_devices(spec)
+    notes = []
+    todo = needs_profile(graph, devices)
+    if todo:
+        progress(f"profiling {graph.name} on {', '.join(str(d.device_kind) for d in todo)} (inside the compiled "
+                 f"step; cached in the graph file) ...")
+        graph = profile(graph, devices=todo, repeats=5, warmup=2)
+        if graph_path is not None:
+            save_graph(graph, graph_path)
+            notes.append(f"profile written to {graph_path}")
+    else:
+        progress(f"profile: cached in {graph_path or 'the graph'} ({', '.join(sorted(graph.meta['profile']))})")
+    if cluster is None:
+        cluster = cached_cluster(devices, spec, progress=progress)
+    elif cluster.n_devices != len(devices):
+        raise InputError(f"the cluster has {cluster.n_devices} devices, --devices names {len(devices)}")
+    missing = [k for k in cluster.kinds if k not in graph.costs]
+    if missing:
+        raise InputError(f"graph {graph.name!r} has no {missing[0]!r} costs for the cluster's devices")
+    progress(f"placing on {cluster.n_devices} devices ({', '.join(cluster.kinds)}), {seconds:g} s per method:")
+    ranked, single = rank_candidates(graph, cluster, methods, seconds, seed, progress)
+    chosen = [c for c in ranked if c is not single][:top] + [single]
+    progress(f"running {len(chosen)} placements for real ({repeats} steps each after {warmup} warm-up, "
+             f"interleaved) ...")
+    runner = hardware_runner(graph, cluster, devices=spec)
+    timings = runner.measure([c.placement for c in chosen], repeats, warmup)
+    measured = [c._replace(measured=t) for c, t in zip(chosen, timings)]
+    single = measured[-1]
+    best, speedup, spread = pick(measured, single)
+    by_placement = {m.placement.tobytes(): m for m in measured}
+    ranked = [by_placement.get(c.placement.tobytes(), c) for c in ranked]
+    return Outcome(best, single, ranked, cluster, speedup, spread, notes)
+
+
+def report(outcome: Outcome) -> str:
+    """The candidates' table and the verdict, as printed by `placeto place --hardware`."""
+    lines = [f"{'placement':<16} {'simulated ms':>12} {'measured ms':>12}  [IQR]"]
+    for c in outcome.candidates:
+        m = c.measured
+        measured = (f"{m.median_us / 1e3:>12.3f}  [{m.q25_us / 1e3:.3f}-{m.q75_us / 1e3:.3f}]" if m is not None
+                    else f"{'not run':>12}")
+        mark = "  <- fastest measured" if c is outcome.best else ""
+        lines.append(f"{c.name:<16} {c.simulated_us / 1e3:>12.3f} {measured}{mark}")
+    lo, hi = outcome.spread
+    others = [c for c in outcome.candidates if c.measured is not None and c.name != "single device"]
+    if outcome.best.name != "single device":
+        lines.append(f"{outcome.best.name}: {outcome.speedup:.2f}x the single device's measured speed "
+                     f"(spread {lo:.2f}-{hi:.2f}x: the single device's quartiles over the placement's)")
+    elif others:
+        runner_up = min(others, key=lambda c: c.measured.median_us)
+        lines.append(f"the single device is the fastest measured: the best placement over "
+                     f"{outcome.cluster.n_devices} devices ({runner_up.name}) ran at "
+                     f"{outcome.single.measured.median_us / runner_up.measured.median_us:.2f}x its speed on this "
+                     f"machine, so the single device is returned")
+    else:
+        lines.append("no method found a placement other than the single device")
+    return "\n".join(lines)

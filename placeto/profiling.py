@@ -1,0 +1,142 @@
+"""`placeto profile`: measured costs of a graph's units on the local devices, filed under each device's kind.
+
+Three ways to measure, `method`:
+
+    step   (default) the whole program as one compiled step per device, each unit (op or group) under its own
+           named scope, its kernels' time read from a jax.profiler trace (simulator.step_profile): the cost of
+           the unit as it runs inside the compiled step, without the ~55 us (GPU) dispatch floor of a call
+    units  every unit alone as its own jitted call, net of the measured dispatch floor
+           (simulator.calibrate.profile_plan): what the per-unit harness pays
+    ops    every op alone (simulator.profile.profile_graph), summed per group: the old op-level profile, one
+           dispatch floor per op (27-30x the kernels on an H200)
+
+Costs go under the device's kind (simulator.host_devices.kind_of: "local-cpu", "local-h200", ...), or a name the
+user gives when all devices are of one kind; the calibrated cluster of `placeto calibrate` uses the same kinds,
+so `eval --costs graph` and `place --hardware` simulate with them. meta.profile[kind] records the method, the
+device, the JAX version and, for `step`, the busy time and XLA's flop and byte counts of the compiled step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.graph import Graph
+
+METHODS = ("step", "units", "ops")
+
+
+class Program(NamedTuple):
+    """What runs a graph's units: simulator.hardware.UnitProgram per graph node, and the op values."""
+
+    units: list
+    values: list
+    traced: Any  # simulator.trace.Traced, or None for an exported program
+    op_to_group: np.ndarray | None
+    source: str  # "zoo program", "--program", or "exported <file>"
+
+
+def graph_program(graph: Graph, program: str | None = None, args_spec: str | None = None,
+                  exported: str | None = None, seed: int = 0) -> Program:
+    """The units of `graph`'s program: its exported program (simulator.export), else a re-trace (a zoo program
+    of its meta, or the `program` the user named; placeto.families.retrace maps a re-trace that differs)."""
+    from simulator import export
+    from simulator.hardware import leaf_values, unit_programs
+
+    bundle = export.find_export(graph, exported) if program is None else None
+    if bundle is not None:
+        return Program(list(bundle.units), export.values(bundle, seed), None, None,
+                       f"exported {Path(bundle.path).name}")
+    from placeto.evaluate import program_of
+
+    from simulator.hardware import UnitProgram
+
+    traced, op_to_group, args = program_of(graph, program, args_spec)
+    units = unit_programs(traced, op_to_group)
+    # groups left without ops by a re-trace under another JAX (simulator.retrace_map) at the end: empty units
+    units += [UnitProgram((), (), (), None, ("empty", k)) for k in range(len(units), graph.n_nodes)]
+    if len(units) != graph.n_nodes:
+        raise InputError(f"graph {graph.name!r}: its program has {len(units)} units, the graph {graph.n_nodes} "
+                         f"nodes")
+    return Program(units, leaf_values(traced, args, seed), traced, op_to_group,
+                   "--program" if program else "zoo program")
+
+
+def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
+            args_spec: str | None = None, exported: str | None = None, devices: Sequence[Any] | None = None,
+            method: str = "step") -> Graph:
+    """`graph` with measured costs (float64[N] microseconds) for every kind of device in `devices` (default: the
+    first local device), measured on the first device of each kind; `kind` renames the kind when there is one."""
+    import jax
+
+    from simulator.host_devices import kind_of
+
+    if method not in METHODS:
+        raise InputError(f"unknown profile method {method!r} (known: {', '.join(METHODS)})")
+    if repeats < 1:
+        raise InputError(f"repeats must be >= 1, got {repeats}")
+    devices = list(devices) if devices else jax.devices()[:1]
+    by_kind: dict[str, Any] = {}
+    for d in devices:
+        by_kind.setdefault(kind_of(d), d)
+    if kind is not None and len(by_kind) > 1:
+        raise InputError(f"--kind names one kind, but the devices are of {len(by_kind)}: "
+                         f"{', '.join(by_kind)} (leave --kind out: each is filed under its own)")
+    prog = graph_program(graph, program, args_spec, exported)
+    if method == "ops" and prog.traced is None:
+        raise InputError(f"graph {graph.name!r}: --method ops re-traces the program; an exported program can only "
+                         f"be profiled by units (--method step or units)")
+    for name, device in by_kind.items():
+        cost, info = _measure(prog, device, method, repeats, warmup)
+        graph = with_profile(graph, kind or name, cost, device, {"method": method, "repeats": repeats,
+                                                                 "warmup": warmup, "source": prog.source, **info})
+    return graph
+
+
+def _measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
+    """(float64[U] microseconds per unit on `device`, what to record about the measurement)."""
+    from simulator.hardware import _unit_order, units_plan
+
+    if method == "step":
+        from simulator.step_profile import profile_units
+
+        sp = profile_units(prog.units, prog.values, _unit_order(prog.units), device, repeats, warmup)
+        return sp.cost_us, {"busy_us": round(sp.busy_us, 3), "unattributed_us": round(sp.unattributed_us, 3),
+                            "events_per_step": sp.events, "xla_flops": _finite(sp.flops),
+                            "xla_bytes_accessed": _finite(sp.bytes_accessed)}
+    if method == "units":
+        from simulator.calibrate import dispatch_floor_us, profile_plan
+
+        plan = units_plan(prog.units, prog.values, np.zeros(len(prog.units), np.int32), [device], (), None, {},
+                          stages=False)
+        return profile_plan(plan, repeats), {"dispatch_floor_us": round(dispatch_floor_us(device), 3)}
+    import jax
+
+    from simulator.profile import dispatch_overhead_us, profile_graph
+
+    with jax.default_device(device):
+        op_cost = profile_graph(prog.traced, repeats, warmup)
+        floor = dispatch_overhead_us()
+    cost = op_cost if prog.op_to_group is None else np.bincount(prog.op_to_group, weights=op_cost,
+                                                                minlength=len(prog.units))
+    return cost, {"dispatch_overhead_us": round(floor, 3)}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def with_profile(graph: Graph, kind: str, cost: np.ndarray, device: Any, info: dict) -> Graph:
+    """`graph` with measured costs (float64[N] microseconds, rounded to ns) under `kind` and the conditions in
+    meta["profile"][kind] (which also marks the kind as measured, so dataset rebuilds keep it)."""
+    import jax
+
+    meta = dict(graph.meta)
+    meta["profile"] = {**meta.get("profile", {}), kind: {
+        "device": str(getattr(device, "device_kind", device)), "platform": getattr(device, "platform", "?"),
+        "jax_version": jax.__version__, **{k: v for k, v in info.items() if v is not None}}}
+    return dataclasses.replace(graph, meta=meta).with_costs(kind, np.round(np.asarray(cost, np.float64), 3))
