@@ -61,7 +61,7 @@ SCRIPT = textwrap.dedent('''
         updates, s = TX.update(grads, s, p)
         return optax.apply_updates(p, updates), s, value
 
-    tmp = sys.argv[1]
+    tmp, ROOT = sys.argv[1], sys.argv[2]
     report = {"n_devices": len(jax.devices()), "flags": __import__("os").environ["XLA_FLAGS"]}
     args = mlp_args()
     reference = jax.jit(mlp_step)(*args)
@@ -183,6 +183,37 @@ SCRIPT = textwrap.dedent('''
                               [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json", "--hardware", "--devices",
                                "cpu:1,cpu:0", "--cluster", f"{tmp}/cluster.json", "--repeats", "2", "--program",
                                "__main__:mlp_step", "--args-spec", "__main__:mlp_args"])
+
+    # a zoo program (a small nmt family graph): staged plans on 1 and 2 devices equal jax.jit(step); then
+    # `placeto eval --hardware --devices cpu:0,cpu:1` on it
+    from placeto.cli import main as placeto_main
+    from placeto.evaluate import program_of, staged_order
+    from placeto.zoo.registry import build_program_from_data
+    from simulator import load_graph
+    zoo_path = f"{ROOT}/datasets/nmt/nmt_002.json.gz"
+    zoo = load_graph(zoo_path)
+    ztraced, zgroups, zargs = program_of(zoo)
+    built = build_program_from_data(zoo.meta["program"]["kind"], zoo.meta["program"]["kwargs"])
+    zref = jax.tree.leaves(jax.jit(built.step)(built.params, built.opt_state, built.batch))
+    zvalues = hw.leaf_values(ztraced, zargs)
+    rr = (np.arange(zoo.n_nodes) % 2).astype(np.int32)
+    report["zoo"] = {}
+    for name, placement, order in (("one", np.zeros(zoo.n_nodes, np.int32), zoo.topo_order),
+                                   ("rr", rr, staged_order(zoo, rr, zoo.topo_order))):
+        plan = hw.program_plan(ztraced, zvalues, placement, devices, zgroups, order, stages=True)
+        for step in range(2):
+            got = jax.tree.leaves(hw.run_outputs(plan))
+        report["zoo"][name] = {"allclose": len(got) == len(zref) and all(
+            bool(np.allclose(a, b, rtol=1e-4, atol=1e-5)) for a, b in zip(got, zref)),
+            "dispatches": sum(t.fn is not None for t in plan.tasks)}
+    save_placement(f"{tmp}/zoo_one.json", np.zeros(zoo.n_nodes, int), ["/cpu:0", "/cpu:1"])
+    save_placement(f"{tmp}/zoo_rr.json", rr, ["/cpu:0", "/cpu:1"])
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = placeto_main(["eval", zoo_path, "--placement", f"{tmp}/zoo_one.json", f"{tmp}/zoo_rr.json",
+                             "--hardware", "--devices", "cpu:0,cpu:1", "--cluster", f"{tmp}/cluster.json",
+                             "--costs", "graph", "--repeats", "2", "--warmup", "1"])
+    report["zoo_eval"] = [code, out.getvalue()]
     print(json.dumps(report))
 ''')
 
@@ -191,8 +222,8 @@ SCRIPT = textwrap.dedent('''
 def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hardware")
     env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp), str(ROOT)], env=env, capture_output=True,
+                          text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {**json.loads(proc.stdout.strip().splitlines()[-1]), "tmp": tmp}
 
@@ -239,6 +270,18 @@ def test_bad_inputs_are_clear_errors(report):
     assert report["eval_3dev"][0] == "error" and "3 devices requested but JAX has 2" in report["eval_3dev"][1]
     assert "no 'gpu' backend" in errors["no_gpu"] and "gpu:0" in errors["no_gpu"]
     assert "cpu:2: JAX has 2 cpu device(s)" in errors["cpu_index"]
+
+
+def test_staged_zoo_program_equals_its_jitted_step_and_evals_on_a_device_list(report):
+    """nmt_002 (115 groups): staged on one device (one dispatch) and round robin on two (stages in
+    staged_order), the outputs of two steps in a row equal jax.jit(step)'s; `placeto eval --hardware --devices
+    cpu:0,cpu:1` measures both placements."""
+    zoo = report["zoo"]
+    assert zoo["one"] == {"allclose": True, "dispatches": 1}, zoo
+    assert zoo["rr"]["allclose"] and 1 < zoo["rr"]["dispatches"] < 115, zoo
+    code, text = report["zoo_eval"]
+    assert code == 0, text
+    assert "hardware: cpu:0, cpu:1" in text and "zoo_one.json" in text and "zoo_rr.json" in text, text
 
 
 def test_eval_on_a_device_list(report):
