@@ -94,9 +94,14 @@ MINUTES = float_in(0.0, 1e7)
 PERCENT = float_in(0.0, 1e6)  # a bound in percent (--max-cp-growth)
 
 
-def add_cluster_arguments(p: argparse.ArgumentParser, default_devices: int | None = 2) -> None:
-    """--devices N / --preset NAME / --cluster FILE, shared by every command that simulates."""
-    p.add_argument("--devices", type=DEVICES, default=default_devices, help="number of devices of the preset")
+def add_cluster_arguments(p: argparse.ArgumentParser, default_devices: int | None = 2,
+                          device_list: bool = False) -> None:
+    """--devices N / --preset NAME / --cluster FILE, shared by every command that simulates. With `device_list`,
+    --devices also takes local devices as a platform:index list (DEVICE_SPEC, e.g. gpu:0,cpu:0: `place
+    --hardware`); cluster_from_args then takes the preset with that many devices."""
+    p.add_argument("--devices", type=DEVICE_SPEC if device_list else DEVICES, default=default_devices,
+                   help="number of devices of the preset" + (", or local devices as platform:index, e.g. "
+                                                             "gpu:0,cpu:0" if device_list else ""))
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
     p.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
 
@@ -104,4 +109,5 @@ def add_cluster_arguments(p: argparse.ArgumentParser, default_devices: int | Non
 def cluster_from_args(args: argparse.Namespace) -> Cluster:
     if getattr(args, "cluster", None):
         return load_cluster(args.cluster)
-    return cluster_preset(args.preset, args.devices)
+    devices = args.devices if isinstance(args.devices, int) or args.devices is None else len(args.devices)
+    return cluster_preset(args.preset, devices)
