@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--checkpoint", default=None,
                     help="a shipped policy's name (see `placeto policies`) or a run directory of `placeto train` "
                          "(default: the shipped general policy)")
-    add_cluster_arguments(pl, default_devices=None)
+    add_cluster_arguments(pl, default_devices=None, device_list=True)
     from placeto.baselines import METHODS as BASELINES
 
     pl.add_argument("--method", choices=["placeto", "placeto-search", "gdp", "gdp-search", "rnn", "hierarchical",

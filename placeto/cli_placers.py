@@ -120,6 +120,8 @@ def cmd_place(args: argparse.Namespace) -> int:
         return _place_on_hardware(args)
     if args.devices is None:
         args.devices = 4 if not args.cluster else None
+    elif not isinstance(args.devices, int):
+        raise InputError("--devices as a platform:index list names local devices: it needs --hardware")
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)
     from placeto.baselines import METHODS as BASELINES

@@ -53,12 +53,8 @@ def graph_program(graph: Graph, program: str | None = None, args_spec: str | Non
                        f"exported {Path(bundle.path).name}")
     from placeto.evaluate import program_of
 
-    from simulator.hardware import UnitProgram
-
     traced, op_to_group, args = program_of(graph, program, args_spec)
-    units = unit_programs(traced, op_to_group)
-    # groups left without ops by a re-trace under another JAX (simulator.retrace_map) at the end: empty units
-    units += [UnitProgram((), (), (), None, ("empty", k)) for k in range(len(units), graph.n_nodes)]
+    units = unit_programs(traced, op_to_group, graph.n_nodes if op_to_group is not None else None)
     if len(units) != graph.n_nodes:
         raise InputError(f"graph {graph.name!r}: its program has {len(units)} units, the graph {graph.n_nodes} "
                          f"nodes")

@@ -408,15 +408,21 @@ class UnitProgram(NamedTuple):
     key: Any  # units with equal keys share one jitted function per device
 
 
-def unit_programs(traced: Traced, op_to_group: np.ndarray | None = None) -> list[UnitProgram]:
-    """[U] the units of a traced program: ops, or groups via `op_to_group` (int32[N_ops])."""
+def unit_programs(traced: Traced, op_to_group: np.ndarray | None = None,
+                  n_units: int | None = None) -> list[UnitProgram]:
+    """[U] the units of a traced program: ops, or groups via `op_to_group` (int32[N_ops]); `n_units` (default:
+    the largest group + 1) also counts trailing groups left without ops (a re-trace under another JAX mapped onto
+    the file's groups, simulator.retrace_map): such units do nothing."""
     from simulator.trace import Source
 
     n_ops = traced.graph.n_nodes
     unit_of = np.arange(n_ops) if op_to_group is None else np.asarray(op_to_group, dtype=np.int64)
     if unit_of.shape != (n_ops,):
         raise InputError(f"op_to_group has {unit_of.size} entries, the program has {n_ops} ops")
-    n_units = int(unit_of.max()) + 1 if n_ops else 0
+    least = int(unit_of.max()) + 1 if n_ops else 0
+    if n_units is not None and n_units < least:
+        raise InputError(f"op_to_group names group {least - 1}, but there are {n_units} units")
+    n_units = least if n_units is None else n_units
     members = [[] for _ in range(n_units)]
     for i, u in enumerate(unit_of.tolist()):
         members[u].append(i)
@@ -445,7 +451,7 @@ def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int]
     unit. order: dispatch order of the units (default: topological, ties by unit index). stages: each device's
     consecutive units (in `order`) run as one jitted stage (see `units_plan`); False: one task per unit.
     """
-    units = unit_programs(traced, op_to_group)
+    units = unit_programs(traced, op_to_group, len(placement) if op_to_group is not None else None)
     what = "groups" if op_to_group is not None else "nodes"
     outputs = tuple(traced.outputs) + tuple(a for _, a in traced.updates)  # Static leaves become Consts
     return units_plan(units, values, placement, devices, outputs, traced.out_tree,

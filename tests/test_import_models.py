@@ -157,8 +157,9 @@ def test_eval_and_profile_run_from_the_files_alone(example, tmp_path):
     assert "exported-program execution" in ev.stdout and "rr.json" in ev.stdout
     prof = run("profile", "mlp.grouped.json.gz", "--out", "p.json.gz", "--repeats", "2")
     assert prof.returncode == 0, prof.stderr[-2000:]
-    assert "each unit as executed from mlp.grouped.export.zip" in prof.stdout
-    assert load_graph(tmp_path / "p.json.gz").meta["profile"]["local-cpu"]["method"] == "exported units"
+    assert "method step, exported mlp.grouped.export.zip" in prof.stdout
+    how = load_graph(tmp_path / "p.json.gz").meta["profile"]["local-cpu"]
+    assert how["method"] == "step" and how["source"] == "exported mlp.grouped.export.zip" and how["busy_us"] > 0
 
 
 def test_damaged_exported_programs_are_one_line_errors(example, tmp_path):

@@ -88,3 +88,13 @@ def test_machine_presets():
         assert cluster_preset(f"{name}-cpu", 4).kinds[0] == "cpu"
     nvlink, pcie = cluster_preset("h100-nvlink", 2), cluster_preset("h100-pcie", 2)
     assert nvlink.bandwidth_bytes_per_us > pcie.bandwidth_bytes_per_us
+
+
+def test_trailing_empty_groups_are_units_that_do_nothing(traced):
+    tr, _ = traced
+    op_to_group = np.zeros(tr.graph.n_nodes, dtype=np.int32)  # everything in group 0 of 3
+    units = unit_programs(tr, op_to_group, n_units=3)
+    assert len(units) == 3 and units[0].body is not None
+    assert all(u.body is None and not u.values and not u.inputs and not u.outputs for u in units[1:])
+    with pytest.raises(Exception, match="there are 0 units"):
+        unit_programs(tr, op_to_group, n_units=0)
