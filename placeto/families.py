@@ -396,16 +396,19 @@ README_HEAD = """# Datasets
 Graph families in the style of Placeto's (ENAS cifar10 conv cells, ENAS ptb recurrent cells, nmt with varied
 length and batch; 32 graphs each with a fixed 24/8 train/test split) and the seeds' benchmark models, all traced
 from real JAX/Flax training steps (forward, backward, optimizer update) in `placeto/zoo/`, given analytic
-roofline costs for K80, V100, A100, H100 and a generic CPU (`simulator/costs.py`), and grouped
-(`simulator/grouping.py`). Each `<family>/manifest.json` lists the graph files, their split and statistics;
-each graph's meta says how to rebuild its op graph (`program`) and maps ops to groups (`grouping.op_to_group`).
-Benchmarks ship human expert placements (`<graph>.expert_<D>dev.json`, also in the graph's
-`meta.expert_placement`). Graphs profiled on the local CPU carry measured costs under the kind `local-cpu`.
+roofline costs (`simulator/costs.py`: op by op for K80 and a generic CPU, the seeds' TensorFlow setting; each
+group as one fused computation for V100, A100, H100 SXM and PCIe, H200), and grouped (`simulator/grouping.py`).
+Each `<family>/manifest.json` lists the graph files, their split and statistics; each graph's meta says how to
+rebuild its op graph (`program`), maps ops to groups (`grouping.op_to_group`) and keys every op
+(`grouping.op_keys`: primitive, forward/backward, scope, outputs), so a re-trace under another JAX is mapped
+onto the groups (`simulator/retrace_map.py`). Benchmarks ship human expert placements
+(`<graph>.expert_<D>dev.json`, also in the graph's `meta.expert_placement`). Graphs profiled on local devices
+carry measured costs under the device's kind (`local-cpu`, `local-h200`, ...).
 
 Rebuild (byte for byte; measured costs already in a file are kept):
 
     placeto datasets build --family all        # or cifar10 | ptb | nmt | benchmarks
-    placeto profile datasets/benchmarks/*.json.gz    # measured local-cpu costs (noisy; a separate step)
+    placeto profile datasets/benchmarks/*.json.gz    # measured costs of this machine (a separate step)
 
 Widths are reduced against the papers' models to keep tracing and profiling fast on a laptop; the structure
 (layers, cells, unrolled time steps) is the real one. Times below are K80 analytic costs in milliseconds;
