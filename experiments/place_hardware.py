@@ -32,7 +32,6 @@ def test_graphs(family: str) -> list[Path]:
 
 
 def run_one(path: Path, work: Path, devices: int, seconds: float, top: int, repeats: int) -> dict:
-    from placeto.evaluate import hardware_runner
     from placeto.on_hardware import place_on_hardware
     from simulator.io import load_graph
 
@@ -45,8 +44,7 @@ def run_one(path: Path, work: Path, devices: int, seconds: float, top: int, repe
                             repeats=repeats, progress=lambda s: None)
     wall = time.perf_counter() - t0
     graph = load_graph(copy)  # with the profile
-    runner = hardware_runner(graph, out.cluster, devices=devices)
-    again_best, again_single = runner.measure([out.best.placement, out.single.placement], repeats, 2)
+    again_best, again_single = out.runner.measure([out.best.placement, out.single.placement], repeats, 2)
     harm = again_best.median_us > again_single.q75_us
     return {"graph": graph.name, "nodes": graph.n_nodes, "kept": out.best.name,
             "single_ms": out.single.measured.median_us / 1e3, "kept_ms": out.best.measured.median_us / 1e3,

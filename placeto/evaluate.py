@@ -16,8 +16,9 @@ For the comparison to mean anything the simulator must model these devices: use 
 (device kind "local-<platform>", so the graph's measured costs from `placeto profile` are used) and profile the
 graph on this machine first; without measured costs the analytic "cpu" costs are used, with a warning. Op-level
 profiles count one dispatch per op, several times what a fused group costs: with --hardware the default
-(`--costs units`) therefore times every node/group as it is executed (`simulator.calibrate.profile_plan`) and
-simulates with that; `--costs graph` simulates the graph's recorded costs.
+(`--costs step`) therefore times every node/group's kernels inside one compiled step (placeto.profiling,
+simulator.step_profile) and simulates with that; `--costs units` times each alone as its own call
+(`simulator.calibrate.profile_plan`); `--costs graph` simulates the graph's recorded costs.
 
 The summary reports the median error and the Spearman rank correlation of simulated against measured times;
 a correlation needs at least MIN_RANKED (3) placements and is printed "n/a (reason)" otherwise, never "nan".
@@ -98,6 +99,19 @@ class HardwareRunner:
 
         one_device = np.full(self.graph.n_nodes, device, dtype=np.int32)
         return profile_plan(self.make_plan(one_device, self.graph.topo_order, False), repeats)
+
+    def with_step_costs(self, repeats: int = 5, program: str | None = None, args_spec: str | None = None,
+                        exported: str | None = None) -> "HardwareRunner":
+        """This runner with its graph costed under every kind of the cluster by the units' kernel time inside one
+        compiled step on the first device of that kind (placeto.profiling, method "step")."""
+        from placeto.profiling import graph_program, measure
+
+        prog = graph_program(self.graph, program, args_spec, exported)
+        graph = self.graph
+        for kind in dict.fromkeys(self.cluster.kinds):
+            cost, _ = measure(prog, self.devices[self.cluster.kinds.index(kind)], "step", repeats, 2)
+            graph = graph.with_costs(kind, cost)
+        return dataclasses.replace(self, graph=graph)
 
     def with_unit_costs(self, repeats: int = 5) -> "HardwareRunner":
         """This runner with its graph costed by `unit_costs` under every kind of the cluster, each measured on
@@ -343,10 +357,11 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mode", default="auto", choices=MODES,
                    help="hardware execution: the graph's real program, or synthetic kernels taking its costs")
     add_program_arguments(p)
-    p.add_argument("--costs", default=None, choices=("graph", "units"),
-                   help="simulate with the graph's costs for the cluster's device kind (measured 'local-cpu' from "
-                        "`placeto profile`), or with every node/group measured now as it is executed (default: "
-                        "units with --hardware, graph without)")
+    p.add_argument("--costs", default=None, choices=("graph", "step", "units"),
+                   help="simulate with the graph's costs for the cluster's device kinds (from `placeto profile`), or "
+                        "measured now: step, every node's kernels inside one compiled step (the default with "
+                        "--hardware); units, every node alone as its own call, net of the dispatch floor "
+                        "(default without --hardware: graph)")
     p.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps per placement (median reported)")
     p.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
     p.add_argument("--plot", help="write simulated vs measured to this PNG")
@@ -400,9 +415,9 @@ def run_eval(args: argparse.Namespace) -> int:
         ensure_host_devices(spec)  # before anything imports jax
     if args.repeats < 1:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
-    if args.costs == "units" and not args.hardware:
-        raise InputError("--costs units measures the units on local devices: it needs --hardware")
-    costs = args.costs or ("units" if args.hardware else "graph")  # on hardware: the units as executed
+    if args.costs in ("step", "units") and not args.hardware:
+        raise InputError(f"--costs {args.costs} measures the units on local devices: it needs --hardware")
+    costs = args.costs or ("step" if args.hardware else "graph")  # on hardware: the units inside the step
     graph = load_graph(args.graph)
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
     cluster = _eval_cluster(args, n, spec)
@@ -414,14 +429,18 @@ def run_eval(args: argparse.Namespace) -> int:
         print("note: the graph's meta.source program is not imported on a data file's word; running synthetic "
               "kernels (pass --program MODULE:FUNCTION, or export it with `import-jax --export`, to run the real "
               "program)")
-    if costs == "units" and args.mode != "synthetic" and can_run_program(graph, args.program, args.exported):
+    if costs in ("step", "units") and args.mode != "synthetic" and can_run_program(graph, args.program,
+                                                                                     args.exported):
         runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
                                  exported=args.exported, devices=spec)
         lacking = [k for k in dict.fromkeys(cluster.kinds) if k not in graph.costs]
         missing = f"the graph has no {', '.join(map(repr, lacking))} costs: " if lacking else ""
-        print(f"{missing}measuring the {graph.n_nodes} units as executed (--costs units, the default with "
-              f"--hardware; --costs graph simulates the graph's recorded costs) ...", flush=True)
-        runner = runner.with_unit_costs(args.repeats)
+        how = ("inside one compiled step (--costs step, the default with --hardware" if costs == "step" else
+               "each alone as its own call (--costs units")
+        print(f"{missing}measuring the {graph.n_nodes} units {how}; --costs graph simulates the graph's recorded "
+              f"costs) ...", flush=True)
+        runner = (runner.with_step_costs(args.repeats, args.program, args.args_spec, args.exported)
+                  if costs == "step" else runner.with_unit_costs(args.repeats))
         graph = runner.graph
     else:
         cluster, warning = simulation_cluster(graph, cluster)

@@ -54,6 +54,7 @@ class Outcome(NamedTuple):
     speedup: float  # single.median / best.median
     spread: tuple[float, float]  # (single.q25 / best.q75, single.q75 / best.q25)
     notes: list[str]  # what was cached, profiled, calibrated
+    runner: Any = None  # placeto.evaluate.HardwareRunner that measured them (its compiled stages are reused)
 
 
 def cache_dir() -> Path:
@@ -189,7 +190,7 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     best, speedup, spread = pick(measured, single)
     by_placement = {m.placement.tobytes(): m for m in measured}
     ranked = [by_placement.get(c.placement.tobytes(), c) for c in ranked]
-    return Outcome(best, single, ranked, cluster, speedup, spread, notes)
+    return Outcome(best, single, ranked, cluster, speedup, spread, notes, runner)
 
 
 def report(outcome: Outcome) -> str:

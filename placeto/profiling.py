@@ -87,13 +87,13 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
         raise InputError(f"graph {graph.name!r}: --method ops re-traces the program; an exported program can only "
                          f"be profiled by units (--method step or units)")
     for name, device in by_kind.items():
-        cost, info = _measure(prog, device, method, repeats, warmup)
+        cost, info = measure(prog, device, method, repeats, warmup)
         graph = with_profile(graph, kind or name, cost, device, {"method": method, "repeats": repeats,
                                                                  "warmup": warmup, "source": prog.source, **info})
     return graph
 
 
-def _measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
+def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
     """(float64[U] microseconds per unit on `device`, what to record about the measurement)."""
     from simulator.hardware import _unit_order, units_plan
 
