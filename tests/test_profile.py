@@ -10,21 +10,12 @@ import simulator.profile as profile
 from simulator.errors import InputError
 from simulator.trace import trace
 
+from programs import mlp_step
+
 
 @pytest.fixture(scope="module")
 def traced():
-    params = {"w1": jnp.ones((8, 16)), "w2": jnp.ones((16, 16)), "w3": jnp.ones((16, 4))}
-    tx = optax.sgd(0.1)
-
-    def step(p, s, x):
-        def loss(q):
-            h = jnp.tanh(x @ q["w1"])
-            h = jnp.tanh(h @ q["w2"])
-            return jnp.sum(h @ q["w3"])
-        u, s = tx.update(jax.grad(loss)(p), s, p)
-        return optax.apply_updates(p, u), s
-
-    return trace(step, params, tx.init(params), jnp.ones((4, 8)))
+    return trace(*mlp_step())
 
 
 def test_profile_positive_and_cached(traced, monkeypatch):

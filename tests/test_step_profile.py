@@ -13,21 +13,13 @@ from simulator.hardware import _unit_order, leaf_values, unit_programs
 from simulator.step_profile import attribute, instruction_units, profile_units
 from simulator.trace import trace
 
+from programs import mlp_step
+
 
 @pytest.fixture(scope="module")
 def traced():
-    params = {"w1": jnp.ones((64, 256)), "w2": jnp.ones((256, 256)), "w3": jnp.ones((256, 8))}
-    tx = optax.sgd(0.1)
-
-    def step(p, s, x):
-        def loss(q):
-            h = jnp.tanh(x @ q["w1"])
-            h = jnp.tanh(h @ q["w2"])
-            return jnp.sum(h @ q["w3"])
-        u, s = tx.update(jax.grad(loss)(p), s, p)
-        return optax.apply_updates(p, u), s
-
-    return trace(step, params, tx.init(params), jnp.ones((128, 64))), (params, tx.init(params), jnp.ones((128, 64)))
+    step, *args = mlp_step((64, 256, 256, 8), batch=128)
+    return trace(step, *args), tuple(args)
 
 
 def test_attribute_shares_overlap_and_charges_gaps():
