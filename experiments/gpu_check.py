@@ -60,7 +60,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     from placeto.profiling import graph_program
     from placeto.zoo.registry import build_program_from_data
     from simulator.calibrate import profile_plan
-    from simulator.cluster import Cluster, Device
+    from placeto.on_hardware import cached_cluster
     from simulator.hardware import _unit_order, time_plan, units_plan
     from simulator.host_devices import kind_of
     from simulator.io import load_graph
@@ -107,8 +107,8 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     g2 = graph
     for k, c in costs.items():
         g2 = g2.with_costs(k, c)
-    cluster = Cluster("gpu_check", tuple(Device(f"/{d.platform}:{d.id}", kind_of(d), 16e9) for d in pair),
-                      delta1_us=2.0, delta2_us=20.0, bandwidth_bytes_per_us=10_000.0)
+    spec = tuple((d.platform, d.id) for d in pair)
+    cluster = cached_cluster(pair, spec, progress=log)  # calibrated on these two devices (cached)
     from placeto.baselines import run_method
     from simulator import simulate
 
