@@ -77,7 +77,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     log(f"{name}: plain jit {row['plain_us'] / 1e3:.3f} ms ({time.perf_counter() - t0:.0f} s)")
 
     order = _unit_order(prog.units)
-    sp = profile_units(prog.units, prog.values, order, device, repeats=max(3, repeats // 2))
+    sp = profile_units(prog.units, prog.values, order, device, repeats=max(3, repeats // 2), outputs=prog.outputs)
     row.update(step_sum_us=float(sp.cost_us.sum()), step_unattributed_us=sp.unattributed_us, events=sp.events)
     kind = _analytic_kind(device)
     row["analytic_kind"] = kind
@@ -86,10 +86,8 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
         f"{row['analytic_sum_us'] / 1e3:.3f} ms ({time.perf_counter() - t0:.0f} s)")
 
     single = np.zeros(len(prog.units), dtype=np.int32)
-    staged = units_plan(prog.units, prog.values, single, [device], prog.traced.outputs, None, {}, order,
-                        stages=True)
-    per_unit = units_plan(prog.units, prog.values, single, [device], prog.traced.outputs, None, {}, order,
-                          stages=False)
+    staged = units_plan(prog.units, prog.values, single, [device], prog.outputs, None, {}, order, stages=True)
+    per_unit = units_plan(prog.units, prog.values, single, [device], prog.outputs, None, {}, order, stages=False)
     row["staged_us"] = time_plan(staged, repeats=repeats, threads=False).median_us
     row["per_unit_us"] = time_plan(per_unit, repeats=max(3, repeats // 2), threads=False).median_us
     row["units_sum_us"] = float(profile_plan(per_unit, repeats=3).sum())
@@ -103,7 +101,8 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     pair = [device, second]
     costs = {kind_of(device): sp.cost_us}
     if kind_of(second) not in costs:
-        costs[kind_of(second)] = profile_units(prog.units, prog.values, order, second, repeats=3).cost_us
+        costs[kind_of(second)] = profile_units(prog.units, prog.values, order, second, repeats=3,
+                                               outputs=prog.outputs).cost_us
     g2 = graph
     for k, c in costs.items():
         g2 = g2.with_costs(k, c)
@@ -117,7 +116,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     row["two_share"] = float(np.mean(two == 1))
     row["two_sim_us"] = float(simulate(g2, two, cluster).runtime)
     row["single_sim_us"] = float(simulate(g2, np.zeros(g2.n_nodes, np.int32), cluster).runtime)
-    plan2 = units_plan(prog.units, prog.values, two, pair, prog.traced.outputs, None, {}, None, stages=True)
+    plan2 = units_plan(prog.units, prog.values, two, pair, prog.outputs, None, {}, None, stages=True)
     row["two_us"] = time_plan(plan2, repeats=repeats, threads=False).median_us
     log(f"{name}: 2 devices ({row['two_devices']}, etf, {row['two_share']:.0%} of the units on the second) "
         f"measured {row['two_us'] / 1e3:.3f} ms, simulated {row['two_sim_us'] / 1e3:.3f} ms "

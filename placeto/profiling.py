@@ -38,6 +38,7 @@ class Program(NamedTuple):
     traced: Any  # simulator.trace.Traced, or None for an exported program
     op_to_group: np.ndarray | None
     source: str  # "zoo program", "--program", or "exported <file>"
+    outputs: tuple = ()  # the step's outputs (simulator.trace.Source, or literals)
 
 
 def graph_program(graph: Graph, program: str | None = None, args_spec: str | None = None,
@@ -50,7 +51,7 @@ def graph_program(graph: Graph, program: str | None = None, args_spec: str | Non
     bundle = export.find_export(graph, exported) if program is None else None
     if bundle is not None:
         return Program(list(bundle.units), export.values(bundle, seed), None, None,
-                       f"exported {Path(bundle.path).name}")
+                       f"exported {Path(bundle.path).name}", tuple(bundle.outputs))
     from placeto.evaluate import program_of
 
     traced, op_to_group, args = program_of(graph, program, args_spec)
@@ -59,7 +60,8 @@ def graph_program(graph: Graph, program: str | None = None, args_spec: str | Non
         raise InputError(f"graph {graph.name!r}: its program has {len(units)} units, the graph {graph.n_nodes} "
                          f"nodes")
     return Program(units, leaf_values(traced, args, seed), traced, op_to_group,
-                   "--program" if program else "zoo program")
+                   "--program" if program else "zoo program",
+                   tuple(traced.outputs) + tuple(a for _, a in traced.updates))
 
 
 def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
@@ -100,7 +102,8 @@ def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) 
     if method == "step":
         from simulator.step_profile import profile_units
 
-        sp = profile_units(prog.units, prog.values, _unit_order(prog.units), device, repeats, warmup)
+        sp = profile_units(prog.units, prog.values, _unit_order(prog.units), device, repeats, warmup,
+                           prog.outputs)
         return sp.cost_us, {"busy_us": round(sp.busy_us, 3), "unattributed_us": round(sp.unattributed_us, 3),
                             "events_per_step": sp.events, "xla_flops": _finite(sp.flops),
                             "xla_bytes_accessed": _finite(sp.bytes_accessed)}

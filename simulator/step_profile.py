@@ -2,7 +2,8 @@
 
 Timing every op (or group) alone as its own jitted call measures the dispatch floor of a call (55 us on an H200,
 where a whole rnnlm_l2 step takes 0.93 ms), and sums ops that XLA fuses. Here the whole program runs as ONE
-jitted function on one device, each unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
+jitted function on one device, returning the step's outputs (the program a single-device placement runs), each
+unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
 `jax.profiler` traces `repeats` steps, and every kernel (GPU) or thunk (XLA:CPU) event is attributed to a unit:
 
 * the event's `hlo_op` stat (else its name) names an instruction of the compiled HLO module; that instruction's
@@ -52,18 +53,22 @@ class StepProfile(NamedTuple):
     method: str  # "jax.profiler trace of the compiled step"
 
 
-def step_function(units: Sequence[Any], order: Sequence[int]) -> tuple[Callable, list]:
-    """(f(*values) -> every value passed between units, the value Sources f takes in order).
+def step_function(units: Sequence[Any], order: Sequence[int],
+                  outputs: Sequence[Any] | None = None) -> tuple[Callable, list]:
+    """(f(*values) -> the values of `outputs`, the value Sources f takes in order).
 
-    units: [U] simulator.hardware.UnitProgram; order: a topological order of the units. Each unit's body runs
-    under `jax.named_scope(f"placeto_unit_{u}")`.
+    units: [U] simulator.hardware.UnitProgram; order: a topological order of the units; outputs: the step's
+    outputs (Sources; anything else is skipped), so f is the program a single-device placement runs; None: every
+    value passed between units, so each unit's results are materialised (no fusion across units). Each unit's
+    body runs under `jax.named_scope(f"placeto_unit_{u}")`.
     """
     import jax
 
     from simulator.trace import Source
 
     value_keys = [Source(i, 0) for unit in units for i in unit.values]
-    produced = [s for u in order for s in units[u].outputs]
+    produced = ([s for u in order for s in units[u].outputs] if outputs is None else
+                list(dict.fromkeys(s for s in outputs if isinstance(s, Source))))
 
     def step(*vals):
         env = dict(zip(value_keys, vals))
@@ -74,7 +79,7 @@ def step_function(units: Sequence[Any], order: Sequence[int]) -> tuple[Callable,
             with jax.named_scope(f"{SCOPE}{u}"):
                 outs = unit.body(*[env[s] for s in unit.inputs])
             env.update(zip(unit.outputs, outs))
-        return [env[s] for s in produced]  # every value that crosses units: nothing is dead
+        return [env[s] for s in produced]
 
     return step, value_keys
 
@@ -168,10 +173,11 @@ def _events_by_run(path: str, module: str) -> tuple[dict[Any, list], bool]:
 
 
 def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[int], device: Any,
-                  repeats: int = 5, warmup: int = 2) -> StepProfile:
+                  repeats: int = 5, warmup: int = 2, outputs: Sequence[Any] | None = None) -> StepProfile:
     """Every unit's device time inside one compiled step of the whole program on `device` (see the module
     docstring). units: [U] simulator.hardware.UnitProgram; values: per op, its resident array (None elsewhere);
-    order: a topological order of the units."""
+    order: a topological order of the units; outputs: the step's outputs (`step_function`; None: every value
+    passed between units)."""
     import jax
 
     if repeats < 1:
@@ -179,7 +185,7 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     if getattr(jax.profiler, "ProfileData", None) is None:
         raise InputError(f"jax {jax.__version__} has no jax.profiler.ProfileData to read a trace with: profile with "
                          f"--method units (each unit alone) or use jax >= 0.7.2")
-    step, keys = step_function(units, order)
+    step, keys = step_function(units, order, outputs)
     args = [jax.device_put(values[s.node], device) for s in keys]
     compiled = jax.jit(step).lower(*args).compile()  # the arguments are committed to `device`: so is the step
     hlo = compiled.as_text()

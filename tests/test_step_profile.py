@@ -46,11 +46,13 @@ ENTRY %main {
     assert instruction_units(hlo) == {"fusion.1": 3, "copy.2": 3, "dot.7": 5}
 
 
-def test_profile_units_in_the_compiled_step(traced):
+@pytest.mark.parametrize("boundaries", [False, True])
+def test_profile_units_in_the_compiled_step(traced, boundaries):
     tr, args = traced
     units = unit_programs(tr)
     values = leaf_values(tr, args)
-    sp = profile_units(units, values, _unit_order(units), jax.devices()[0], repeats=2, warmup=1)
+    outputs = None if boundaries else tr.program_outputs  # every value between units, or the step's outputs
+    sp = profile_units(units, values, _unit_order(units), jax.devices()[0], repeats=2, warmup=1, outputs=outputs)
     assert sp.cost_us.shape == (tr.graph.n_nodes,) and np.all(sp.cost_us >= 0)
     assert sp.busy_us == pytest.approx(sp.cost_us.sum(), rel=0.5) and sp.busy_us > 0
     dots = [i for i, op in enumerate(tr.graph.ops) if op == "dot_general"]
