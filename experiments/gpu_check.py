@@ -9,7 +9,8 @@ For each benchmark graph, on the first accelerator (the CPU when there is none):
    against the plain step (target: within 25%), beside the analytic fused-group roofline of the matching kind
    (h200 / h100 / a100 / v100 / "cpu") and the per-unit method's sum (each unit its own call, net of the floor);
 3. the single-device placement run by the staged harness (simulator.hardware: one jitted stage per device run)
-   and by the per-unit harness (one call per unit), against the plain step (target on a GPU: within 1.3x);
+   and by the per-unit harness (one call per unit), against the plain step (target on a GPU: within 1.3x), all
+   timed in interleaved rounds (with the 2-device placement of 4.) so a change in load hits them alike;
 4. a 2-device placement run for real: GPU + host CPU on a GPU machine (the 2017 paper's setting), 2 host devices
    otherwise; its measured step against the single device and against the simulator (the graph's profiled
    costs for each device kind, the calibrated cluster of those devices).
@@ -61,10 +62,10 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     from placeto.zoo.registry import build_program_from_data
     from simulator.calibrate import profile_plan
     from placeto.on_hardware import cached_cluster
-    from simulator.hardware import _unit_order, time_plan, units_plan
+    from simulator.hardware import _unit_order, run_plan, units_plan
     from simulator.host_devices import kind_of
     from simulator.io import load_graph
-    from simulator.step_profile import plain_step_us, profile_units
+    from simulator.step_profile import profile_units
 
     row: dict = {"graph": name}
     graph = load_graph(ROOT / "datasets" / "benchmarks" / f"{name}.json.gz")
@@ -73,8 +74,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     row["retrace_note"] = prog.traced.graph.meta.get("retrace_note", "the re-trace equals the file")
     built = build_program_from_data(graph.meta["program"]["kind"], graph.meta["program"].get("kwargs", {}))
     args = jax.device_put((built.params, built.opt_state, built.batch), device)
-    row["plain_us"] = plain_step_us(built.step, args, repeats=repeats)
-    log(f"{name}: plain jit {row['plain_us'] / 1e3:.3f} ms ({time.perf_counter() - t0:.0f} s)")
+    plain = jax.jit(built.step)
 
     order = _unit_order(prog.units)
     sp = profile_units(prog.units, prog.values, order, device, repeats=max(3, repeats // 2), outputs=prog.outputs)
@@ -88,11 +88,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     single = np.zeros(len(prog.units), dtype=np.int32)
     staged = units_plan(prog.units, prog.values, single, [device], prog.outputs, None, {}, order, stages=True)
     per_unit = units_plan(prog.units, prog.values, single, [device], prog.outputs, None, {}, order, stages=False)
-    row["staged_us"] = time_plan(staged, repeats=repeats, threads=False).median_us
-    row["per_unit_us"] = time_plan(per_unit, repeats=max(3, repeats // 2), threads=False).median_us
     row["units_sum_us"] = float(profile_plan(per_unit, repeats=3).sum())
-    log(f"{name}: harness staged {row['staged_us'] / 1e3:.3f} ms, per unit {row['per_unit_us'] / 1e3:.3f} ms, "
-        f"units alone {row['units_sum_us'] / 1e3:.3f} ms ({time.perf_counter() - t0:.0f} s)")
 
     # a 2-device placement: the accelerator and the host CPU, else two host devices
     import jax as _jax
@@ -117,11 +113,35 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     row["two_sim_us"] = float(simulate(g2, two, cluster).runtime)
     row["single_sim_us"] = float(simulate(g2, np.zeros(g2.n_nodes, np.int32), cluster).runtime)
     plan2 = units_plan(prog.units, prog.values, two, pair, prog.outputs, None, {}, None, stages=True)
-    row["two_us"] = time_plan(plan2, repeats=repeats, threads=False).median_us
-    log(f"{name}: 2 devices ({row['two_devices']}, etf, {row['two_share']:.0%} of the units on the second) "
-        f"measured {row['two_us'] / 1e3:.3f} ms, simulated {row['two_sim_us'] / 1e3:.3f} ms "
-        f"({time.perf_counter() - t0:.0f} s)")
+    medians = interleaved_us({"plain_us": lambda: jax.block_until_ready(plain(*args)),
+                              "staged_us": lambda: run_plan(staged, threads=False),
+                              "per_unit_us": lambda: run_plan(per_unit, threads=False),
+                              "two_us": lambda: run_plan(plan2, threads=False)}, repeats)
+    row.update(medians)
+    log(f"{name}: plain jit {row['plain_us'] / 1e3:.3f} ms, staged {row['staged_us'] / 1e3:.3f} ms, per unit "
+        f"{row['per_unit_us'] / 1e3:.3f} ms, units alone {row['units_sum_us'] / 1e3:.3f} ms; 2 devices "
+        f"({row['two_devices']}, etf, {row['two_share']:.0%} of the units on the second) {row['two_us'] / 1e3:.3f} ms, "
+        f"simulated {row['two_sim_us'] / 1e3:.3f} ms ({time.perf_counter() - t0:.0f} s)")
     return row
+
+
+def interleaved_us(runs: dict, repeats: int) -> dict:
+    """Median microseconds of each blocking callable, timed in rounds of one call each (the order rotating by
+    round, the garbage collector paused), after two untimed calls each (the first compiles)."""
+    from simulator.hardware import gc_paused
+
+    for fn in runs.values():
+        fn()
+        fn()
+    names = list(runs)
+    times: dict = {k: [] for k in names}
+    for r in range(repeats):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            with gc_paused():
+                t0 = time.perf_counter()
+                runs[k]()
+                times[k].append((time.perf_counter() - t0) * 1e6)
+    return {k: float(np.median(v)) for k, v in times.items()}
 
 
 def markdown(rows: list[dict], device, argv: list[str]) -> str:
