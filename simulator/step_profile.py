@@ -194,7 +194,9 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     for _ in range(max(1, warmup)):
         jax.block_until_ready(compiled(*args))
     with tempfile.TemporaryDirectory(prefix="placeto-trace-") as tmp:
-        jax.profiler.start_trace(tmp)
+        options = jax.profiler.ProfileOptions()
+        options.python_tracer_level = 0  # device and XLA events only: no Python frames (overhead, noise)
+        jax.profiler.start_trace(tmp, profiler_options=options)
         try:
             for _ in range(repeats):
                 jax.block_until_ready(compiled(*args))

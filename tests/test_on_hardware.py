@@ -1,0 +1,70 @@
+"""placeto.on_hardware / `placeto place --hardware`: profile, calibrate, place, run, keep the fastest measured."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from placeto.on_hardware import Candidate, Outcome, pick, report
+from simulator.cluster import Cluster, Device, save_cluster
+from simulator.hardware import timing_of
+from simulator.host_devices import HOST_DEVICE_FLAG
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _candidate(name, median, spread=0.1):
+    p = np.zeros(3, np.int32) if name == "single device" else np.array([0, 1, 0], np.int32)
+    return Candidate(name, p, 1000.0, timing_of([median * (1 - spread), median, median * (1 + spread)]))
+
+
+def test_pick_the_fastest_median_with_its_speedup_and_spread():
+    single, other = _candidate("single device", 200.0), _candidate("etf", 100.0)
+    best, speedup, (lo, hi) = pick([other, single], single)
+    assert best is other and speedup == pytest.approx(2.0)
+    assert lo < 2.0 < hi  # the single device's quartiles over the placement's
+    best, speedup, _ = pick([_candidate("etf", 300.0), single], single)
+    assert best is single and speedup == 1.0
+
+
+def test_report_says_why_the_single_device_is_kept():
+    single, slow = _candidate("single device", 100.0), _candidate("etf", 150.0)
+    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e9) for i in range(2)), 0.0, 0.0, 1e3)
+    text = report(Outcome(single, single, [single, slow], cluster, 1.0, (0.9, 1.1), []))
+    assert "fastest measured" in text and "0.67x its speed" in text and "single device is returned" in text
+    fast = _candidate("etf", 50.0)
+    text = report(Outcome(fast, single, [fast, single], cluster, 2.0, (1.6, 2.4), []))
+    assert "etf: 2.00x the single device's measured speed (spread 1.60-2.40x" in text
+
+
+def test_place_hardware_end_to_end(tmp_path):
+    """On 2 host devices (a subprocess: XLA_FLAGS before JAX starts), with a given cluster so nothing is
+    calibrated: the graph is profiled (and the profile cached in the file: a second run says so), the placements
+    run for real, the fastest measured is written and plotted."""
+    graph = tmp_path / "g.json.gz"
+    shutil.copyfile(ROOT / "datasets" / "nmt" / "nmt_002.json.gz", graph)
+    cluster = Cluster("local", tuple(Device(f"/cpu:{i}", "local-cpu", 1e10) for i in range(2)), 20.0, 30.0, 1e3)
+    save_cluster(cluster, tmp_path / "c.json")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu",
+               PLACETO_CACHE=str(tmp_path / "cache"))
+    argv = [sys.executable, "-m", "placeto.cli", "place", str(graph), "--hardware", "--devices", "2", "--cluster",
+            str(tmp_path / "c.json"), "--candidates", "etf,m-sct", "--seconds", "0.2", "--top", "1", "--repeats", "2",
+            "--out", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png")]
+    first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "profiling nmt_002" in first.stdout and "<- fastest measured" in first.stdout
+    assert "single device" in first.stdout and (tmp_path / "p.png").stat().st_size > 0
+    placement = json.loads((tmp_path / "p.json").read_text())
+    assert len(placement["devices"]) == 2 and len(placement["placement"]) > 0
+    second = subprocess.run([a if a != "etf,m-sct" else "etf" for a in argv], env=env, capture_output=True,
+                            text=True, timeout=400)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "profile: cached" in second.stdout and "profiling" not in second.stdout
+    bad = subprocess.run(argv[:-4] + ["--top", "0", "--out", str(tmp_path / "q.json")], env=env,
+                         capture_output=True, text=True, timeout=100)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
