@@ -109,12 +109,12 @@ def test_readme_shows_the_example_file():
     assert block.strip() in code and "def train_step(state: TrainState, batch):" in block
 
 
-def test_exported_program_computes_the_step(example):
-    """The exported units, run on the example's real arguments, give what jax.jit of the step gives."""
+def _exported_example(example):
+    """(Traced step, grouped graph, its exported bundle, op values, the step's array outputs by jax.jit)."""
     from simulator import export, hardware
     from simulator.io import load_graph
 
-    out, code, _ = example
+    out, _, _ = example
     sys.path.insert(0, str(EXAMPLES))
     try:
         import flax_trainstate as ex
@@ -124,14 +124,40 @@ def test_exported_program_computes_the_step(example):
     traced = trace(ex.train_step, *args)
     grouped = load_graph(out / "mlp.grouped.json.gz")
     bundle = export.load_export(export.export_path(out / "mlp.grouped.json.gz"), grouped)
-    values = hardware.leaf_values(traced, args)
+    reference = jax.tree.leaves(jax.jit(ex.train_step)(*args))  # TrainState.step, a Python int, is static here
+    assert len(traced.outputs) == len(reference)
+    want = [x for x, a in zip(reference, traced.outputs) if isinstance(a, Source)]
+    return traced, grouped, bundle, hardware.leaf_values(traced, args), want
+
+
+def test_exported_program_computes_the_step(example):
+    """The exported units, run on the example's real arguments, give what jax.jit of the step gives."""
+    from simulator import export, hardware
+
+    traced, grouped, bundle, values, want = _exported_example(example)
     plan = export.bundle_plan(bundle, values, np.arange(grouped.n_nodes) % 2, jax.devices()[:1] * 2)
     flat, _ = hardware.run_plan(plan, threads=False)
-    reference = jax.tree.leaves(jax.jit(ex.train_step)(*args))  # TrainState.step, a Python int, is static here
-    want = [x for x, a in zip(reference, traced.outputs) if isinstance(a, Source)]
-    assert len(traced.outputs) == len(reference) and len(flat) == len(want) == 20
+    assert len(flat) == len(want) == 20
     for a, b in zip(flat, want):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
+
+
+def test_staged_exported_units_compute_the_step(example):
+    """hardware.units_plan(stages=True) on the exported units computes the step, step after step, also when two
+    device indices name one physical device (a device_put there returns the very array, so received copies must
+    not be donated)."""
+    from simulator import hardware
+
+    _, grouped, bundle, values, want = _exported_example(example)
+    for placement in (np.zeros(grouped.n_nodes, int), np.arange(grouped.n_nodes) % 2):
+        plan = hardware.units_plan(bundle.units, values, placement, jax.devices()[:1] * 2, bundle.outputs, None,
+                                   bundle.cache, None, stages=True)
+        assert sum(t.fn is not None for t in plan.tasks) <= grouped.n_nodes
+        for _ in range(2):  # the second step reads the resident values again
+            flat, _ = hardware.run_plan(plan)
+        assert len(flat) == len(want)
+        for a, b in zip(flat, want):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6)
 
 
 def test_eval_and_profile_run_from_the_files_alone(example, tmp_path):
