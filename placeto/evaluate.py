@@ -328,7 +328,7 @@ def plot_agreement(rows: Sequence[EvalRow], path: PathLike, title: str = "") -> 
     err = np.array([[r.measured.median_us - r.measured.q25_us, r.measured.q75_us - r.measured.median_us]
                     for r in measured]).T / 1e3
     fig, ax = plt.subplots(figsize=(5.5, 5))
-    ax.errorbar(sim, med, yerr=err, fmt="o", capsize=3)
+    ax.errorbar(sim, med, yerr=err, fmt="o", capsize=3, label="placement: median step, bar: interquartile range")
     for r, x, y in zip(measured, sim, med):
         ax.annotate(Path(r.name).stem, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     hi = max(sim.max(), med.max()) * 1.1
