@@ -88,7 +88,8 @@ def parse_args() -> argparse.Namespace:
 def build(name: str, work: Path, tiny: bool = False):
     """The grouped graph `name` (a family's small member, or a benchmark model) with op-profile "local-cpu"
     costs (cached in `work`)."""
-    from placeto.families import GraphSpec, benchmark_specs, build_graph, profile
+    from placeto.families import GraphSpec, benchmark_specs, build_graph
+    from placeto.profiling import profile
     from simulator.io import load_graph, save_graph
 
     path = work / f"{name}{'_tiny' if tiny else ''}.json.gz"

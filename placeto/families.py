@@ -382,14 +382,6 @@ def _regroup(graph: Graph, traced, where: str) -> np.ndarray:
     return regrouped.op_to_group.astype(np.int32)
 
 
-def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
-            args_spec: str | None = None, exported: str | None = None, devices=None, method: str = "step") -> Graph:
-    """`graph` with measured costs of its units on local devices: placeto.profiling.profile."""
-    from placeto.profiling import profile as measure
-
-    return measure(graph, kind, repeats, warmup, program, args_spec, exported, devices, method)
-
-
 # ---- datasets/README.md ----------------------------------------------------------------------------------
 README_HEAD = """# Datasets
 

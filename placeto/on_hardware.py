@@ -53,12 +53,11 @@ class Outcome(NamedTuple):
     cluster: Cluster
     speedup: float  # single.median / best.median
     spread: tuple[float, float]  # (single.q25 / best.q75, single.q75 / best.q25)
-    notes: list[str]  # what was cached, profiled, calibrated
     runner: Any = None  # placeto.evaluate.HardwareRunner that measured them (its compiled stages are reused)
 
 
 def cache_dir() -> Path:
-    """Where calibrated clusters (and JAX's compilation cache) are kept between runs."""
+    """Where calibrated clusters are kept between runs."""
     if os.environ.get(CACHE_ENV):
         return Path(os.environ[CACHE_ENV])
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -160,7 +159,6 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     if top < 1:
         raise InputError(f"--top must be >= 1, got {top}")
     devices = local_devices(spec)
-    notes = []
     todo = needs_profile(graph, devices)
     if todo:
         progress(f"profiling {graph.name} on {', '.join(str(d.device_kind) for d in todo)} (inside the compiled "
@@ -168,7 +166,6 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
         graph = profile(graph, devices=todo, repeats=5, warmup=2)
         if graph_path is not None:
             save_graph(graph, graph_path)
-            notes.append(f"profile written to {graph_path}")
     else:
         progress(f"profile: cached in {graph_path or 'the graph'} ({', '.join(sorted(graph.meta['profile']))})")
     if cluster is None:
@@ -190,7 +187,7 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     best, speedup, spread = pick(measured, single)
     by_placement = {m.placement.tobytes(): m for m in measured}
     ranked = [by_placement.get(c.placement.tobytes(), c) for c in ranked]
-    return Outcome(best, single, ranked, cluster, speedup, spread, notes, runner)
+    return Outcome(best, single, ranked, cluster, speedup, spread, runner)
 
 
 def report(outcome: Outcome) -> str:

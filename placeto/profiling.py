@@ -18,7 +18,6 @@ device, the JAX version and, for `step`, the busy time and XLA's flop and byte c
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
@@ -72,6 +71,7 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
     import jax
 
     from simulator.host_devices import kind_of
+    from simulator.profile import with_measured
 
     if method not in METHODS:
         raise InputError(f"unknown profile method {method!r} (known: {', '.join(METHODS)})")
@@ -90,8 +90,8 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
                          f"be profiled by units (--method step or units)")
     for name, device in by_kind.items():
         cost, info = measure(prog, device, method, repeats, warmup)
-        graph = with_profile(graph, kind or name, cost, device, {"method": method, "repeats": repeats,
-                                                                 "warmup": warmup, "source": prog.source, **info})
+        graph = with_measured(graph, kind or name, np.round(cost, 3), {
+            "method": method, "repeats": repeats, "warmup": warmup, "source": prog.source, **info}, device)
     return graph
 
 
@@ -127,15 +127,3 @@ def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) 
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
-
-
-def with_profile(graph: Graph, kind: str, cost: np.ndarray, device: Any, info: dict) -> Graph:
-    """`graph` with measured costs (float64[N] microseconds, rounded to ns) under `kind` and the conditions in
-    meta["profile"][kind] (which also marks the kind as measured, so dataset rebuilds keep it)."""
-    import jax
-
-    meta = dict(graph.meta)
-    meta["profile"] = {**meta.get("profile", {}), kind: {
-        "device": str(getattr(device, "device_kind", device)), "platform": getattr(device, "platform", "?"),
-        "jax_version": jax.__version__, **{k: v for k, v in info.items() if v is not None}}}
-    return dataclasses.replace(graph, meta=meta).with_costs(kind, np.round(np.asarray(cost, np.float64), 3))

@@ -111,14 +111,17 @@ def annotate_measured(graph: Graph, traced: Traced, kind: str | None = None, rep
         raise InputError(f"graph {graph.name!r} is not the graph of this trace ({traced.graph.name!r})")
     kind = kind or local_kind()
     cost = profile_graph(traced, repeats, warmup, seed)
-    return with_measured(graph, kind, cost, repeats, warmup)
+    return with_measured(graph, kind, cost, {"repeats": repeats, "warmup": warmup,
+                                             "dispatch_overhead_us": round(dispatch_overhead_us(), 3)})
 
 
-def with_measured(graph: Graph, kind: str, cost: np.ndarray, repeats: int, warmup: int) -> Graph:
+def with_measured(graph: Graph, kind: str, cost: np.ndarray, info: dict, device: Any = None) -> Graph:
     """`graph` with measured costs (float64[N] microseconds) under `kind` and the conditions in
-    meta["profile"][kind] (which also marks the kind as measured, so rebuilds keep it)."""
+    meta["profile"][kind]: the device (default: the first local one), its platform, the JAX version and `info`
+    (None values left out). The entry also marks the kind as measured, so dataset rebuilds keep it."""
+    device = jax.devices()[0] if device is None else device
     meta = dict(graph.meta)
     meta["profile"] = {**meta.get("profile", {}), kind: {
-        "device": jax.devices()[0].device_kind, "repeats": repeats, "warmup": warmup,
-        "dispatch_overhead_us": round(dispatch_overhead_us(), 3), "jax_version": jax.__version__}}
+        "device": str(device.device_kind), "platform": device.platform, "jax_version": jax.__version__,
+        **{k: v for k, v in info.items() if v is not None}}}
     return dataclasses.replace(graph, meta=meta).with_costs(kind, cost)

@@ -16,7 +16,8 @@ unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
   on the CPU the gaps hold the profiler's own per-event work (measured ~4 us per thunk) and are left out.
 
 A unit's cost is its median over the traced steps, in microseconds. `StepProfile.busy_us` (the sum) is what the
-simulator takes as one device's step time for the single-device placement; compare it with `plain_step_us`.
+simulator takes as one device's step time for the single-device placement; compare it with the plain jitted step
+(experiments/gpu_check.py does).
 XLA's `cost_analysis()` of the compiled step (flops, bytes accessed) is kept beside it as a cross-check.
 """
 
@@ -26,7 +27,6 @@ import glob
 import re
 import statistics
 import tempfile
-import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -50,7 +50,6 @@ class StepProfile(NamedTuple):
     events: int  # kernel/thunk events per step (median)
     flops: float  # XLA cost_analysis of the compiled step (nan when unavailable)
     bytes_accessed: float
-    method: str  # "jax.profiler trace of the compiled step"
 
 
 def step_function(units: Sequence[Any], order: Sequence[int],
@@ -214,24 +213,7 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     return StepProfile(np.median(costs, axis=0), float(np.median(costs.sum(axis=1))),
                        float(statistics.median(lost for _, lost in per_run)), len(per_run),
                        int(statistics.median(len(ev) for ev in runs.values())),
-                       analysis.get("flops", float("nan")), analysis.get("bytes accessed", float("nan")),
-                       "jax.profiler trace of the compiled step")
-
-
-def plain_step_us(fn: Callable, args: Sequence[Any], repeats: int = 10, warmup: int = 2) -> float:
-    """Median microseconds of one call of jax.jit(fn)(*args), blocking, after `warmup` calls (the first
-    compiles): the step as a user runs it without any placement."""
-    import jax
-
-    jitted = jax.jit(fn)
-    for _ in range(max(1, warmup)):
-        jax.block_until_ready(jitted(*args))
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(jitted(*args))
-        times.append((time.perf_counter() - t0) * 1e6)
-    return float(np.median(times))
+                       analysis.get("flops", float("nan")), analysis.get("bytes accessed", float("nan")))
 
 
 def _module_name(hlo_text: str) -> str:

@@ -35,10 +35,10 @@ def test_pick_the_fastest_median_with_its_speedup_and_spread():
 def test_report_says_why_the_single_device_is_kept():
     single, slow = _candidate("single device", 100.0), _candidate("etf", 150.0)
     cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e9) for i in range(2)), 0.0, 0.0, 1e3)
-    text = report(Outcome(single, single, [single, slow], cluster, 1.0, (0.9, 1.1), []))
+    text = report(Outcome(single, single, [single, slow], cluster, 1.0, (0.9, 1.1)))
     assert "fastest measured" in text and "0.67x its speed" in text and "single device is returned" in text
     fast = _candidate("etf", 50.0)
-    text = report(Outcome(fast, single, [fast, single], cluster, 2.0, (1.6, 2.4), []))
+    text = report(Outcome(fast, single, [fast, single], cluster, 2.0, (1.6, 2.4)))
     assert "etf: 2.00x the single device's measured speed (spread 1.60-2.40x" in text
 
 
