@@ -274,6 +274,14 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{TRAIN} --method gdp --out newrun --set samples_per_update=0",
         f"{TRAIN} --method gdp --out newrun --set temperature=0",
         f"{TRAIN} --method gdp --out newrun --set temperature=inf"])],
+    # placing and profiling for this machine (issue 29): --hardware, --candidates, --top, --plot, device lists,
+    # profile methods, measured costs
+    *[(f"hardware-{i}", cmd, None) for i, cmd in enumerate([
+        "place g.json --out new.json --plot p.png", "place g.json --devices cpu:0,cpu:1 --out new.json",
+        "place g.json --hardware --candidates nope --out new.json", "place g.json --hardware --top 0 --out new.json",
+        "place g.json --hardware --devices gpu:x --out new.json", "place g.json --hardware --out new.json",
+        "place g.json --hardware --repeats 0 --out new.json", "profile g.json --method nope",
+        "profile g.json --devices 0", "profile g.json --devices tpu", f"{EVAL} --costs step"])],
     # output paths: a directory, under a regular file, in /proc
     *[(f"output-{i}", cmd, None) for i, cmd in enumerate([
         f"{SIM} --gantt adir", f"{SIM} --gantt g.json/x.png", f"{SIM} --gantt /proc/x.png",
