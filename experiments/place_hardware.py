@@ -57,7 +57,7 @@ def run_one(path: Path, work: Path, devices: int, seconds: float, top: int, repe
                            for c in out.candidates]}
 
 
-def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+def markdown(rows: list[dict], args: argparse.Namespace, machine: str) -> str:
     for r in rows:  # keeping the single device is never harm, whatever two measurements of it say
         r["harm"] = r["kept"] != "single device" and r["recheck_kept_ms"] > r["recheck_single_iqr_ms"][1]
     n_harm = sum(r["harm"] for r in rows)
@@ -67,7 +67,7 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
              f"--seconds {args.seconds:g} --top {args.top} --repeats {args.repeats}`: `placeto place --hardware` "
              f"(placeto.on_hardware) on {args.devices} local devices of this machine, then the kept placement and "
              f"the single device re-measured in a fresh interleaved run. Times in ms (medians of {args.repeats} "
-             f"steps).", "",
+             f"steps). Measured on {machine}.", "",
              f"**{len(rows)} graphs: the kept placement was measured slower than the single device beyond its IQR "
              f"on {n_harm}; a multi-device placement was kept on {kept_other}.**", "",
              "| graph | nodes | kept | single | kept (speedup, spread) | simulated single / kept | re-check single "
@@ -112,8 +112,15 @@ def main(argv: list[str] | None = None) -> int:
         with log.open("a") as f:
             f.write(json.dumps(row) + "\n")
         tqdm.write(f"{row['graph']}: kept {row['kept']}, {row['speedup']:.2f}x, harm {row['harm']}")
-    atomic_write_bytes(args.out, markdown(rows, args).encode())
-    print(markdown(rows, args))
+    import os
+
+    import jax
+
+    machine = (f"{args.devices} local {jax.devices()[0].platform} devices ({jax.devices()[0].device_kind}), "
+               f"{os.cpu_count()} cores, jax {jax.__version__}")
+    text = markdown(rows, args, machine)
+    atomic_write_bytes(args.out, text.encode())
+    print(text)
     return 0
 
 
