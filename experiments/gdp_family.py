@@ -161,10 +161,10 @@ def part_curves(graph_name: str, devices: int, minutes: float, runs: Path) -> tu
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from placeto.config import PlacetoConfig
+    from placeto.methods.placeto.config import PlacetoConfig
     from placeto.methods.gdp.config import GdpConfig
     from placeto.methods.gdp.train import train as train_gdp
-    from placeto.train import train as train_placeto
+    from placeto.methods.placeto.train import train as train_placeto
 
     graph = next(g for g in load_family("nmt", "test") if g.name == graph_name)
     cluster = cluster_preset("placeto-k80", devices)

@@ -27,10 +27,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from placeto.config import PRESETS  # noqa: E402
-from placeto.place import place  # noqa: E402
+from placeto.methods.placeto.config import PRESETS  # noqa: E402
+from placeto.methods.placeto.place import place  # noqa: E402
 from placeto.plots_train import plot_run  # noqa: E402
-from placeto.train import graph_keys, train  # noqa: E402
+from placeto.methods.placeto.train import graph_keys, train  # noqa: E402
 from simulator import cluster_preset, load_graph, lower_bound  # noqa: E402
 from simulator.cluster import Cluster  # noqa: E402
 from simulator.generate import layered_dag  # noqa: E402

@@ -51,14 +51,14 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.imitation_common import (ROW, add_arguments, load_start, local_search, resume,  # noqa: E402
                                         reference_split, training_graphs, write_report)
-from placeto import env as E  # noqa: E402
+from placeto.methods.placeto import env as E  # noqa: E402
 from placeto.arguments import OneLineParser, float_in, int_in  # noqa: E402
 from placeto.checkpoint_io import save_table_run  # noqa: E402
-from placeto.gradient import make_grad_fn, policy_gradient  # noqa: E402
+from placeto.methods.placeto.gradient import make_grad_fn, policy_gradient  # noqa: E402
 from placeto.objective import metered  # noqa: E402
-from placeto.place import collect_rollout  # noqa: E402
+from placeto.methods.placeto.place import collect_rollout  # noqa: E402
 from placeto.policies import load_policy_params  # noqa: E402
-from placeto.policy import make_policy  # noqa: E402
+from placeto.methods.placeto.policy import make_policy  # noqa: E402
 from placeto.search.guided import Prepared, greedy_with_prior, renaming  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
 

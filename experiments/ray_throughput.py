@@ -45,8 +45,8 @@ def steady_rate(metrics: Path, warm_updates: int, x: str, y: str) -> tuple[float
 
 
 def run_placeto(graphs, cluster, workers: WorkerSpec | None, minutes: float, out: Path):
-    from placeto.config import PlacetoConfig
-    from placeto.train import train
+    from placeto.methods.placeto.config import PlacetoConfig
+    from placeto.methods.placeto.train import train
 
     config = PlacetoConfig(episodes=10**6, time_limit_minutes=minutes, checkpoint_seconds=1e9, progress=False)
     train(config, graphs, cluster, out, resume=False, workers=workers)

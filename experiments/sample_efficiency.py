@@ -67,11 +67,11 @@ def run_placeto(graph, cluster, calls: int, seconds: float, seed: int, policy: s
     compiling update)."""
     import jax
 
-    from placeto import env as E
-    from placeto.config import PlacetoConfig
+    from placeto.methods.placeto import env as E
+    from placeto.methods.placeto.config import PlacetoConfig
     from placeto.policies import load_policy_params
-    from placeto.policy import make_policy
-    from placeto.train import finetune_params
+    from placeto.methods.placeto.policy import make_policy
+    from placeto.methods.placeto.train import finetune_params
 
     t0 = time.perf_counter()
     if policy is None:

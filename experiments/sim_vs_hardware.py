@@ -114,7 +114,7 @@ def placements(graph, cluster, budget: int, seed: int = 0, checkpoint: Path | No
     import numpy as np
 
     from placeto.baselines import run_method
-    from placeto.place import place
+    from placeto.methods.placeto.place import place
     from placeto.policies import shipped_policies
     from simulator.errors import InputError
 

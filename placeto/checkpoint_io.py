@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from placeto.config import PlacetoConfig
+from placeto.methods.placeto.config import PlacetoConfig
 from simulator.errors import InputError
 from simulator.io import PathLike, atomic_write_bytes, read_json
 

@@ -15,9 +15,9 @@ from simulator.io import check_output_path
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from placeto.config import PRESETS, parse_overrides
+    from placeto.methods.placeto.config import PRESETS, parse_overrides
     from placeto.distributed import spec_from_args
-    from placeto.train import train
+    from placeto.methods.placeto.train import train
 
     workers = spec_from_args(args)  # None without --workers
     if getattr(args, "method", "placeto") == "gdp":
@@ -109,7 +109,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     from simulator import simulate
     from simulator.io import load_graph, save_placement
 
-    from placeto.place import place
+    from placeto.methods.placeto.place import place
 
     check_output_path(args.out)
     if getattr(args, "plot", None):

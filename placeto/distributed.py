@@ -153,7 +153,7 @@ class _Host:
         creation stays small, and a restart fetches the data again from the pool that holds it."""
         import ray
 
-        from placeto.rollout_workers import make_worker
+        from placeto.methods.placeto.rollout_workers import make_worker
 
         self.worker = make_worker(kind, ray.get(payload[0]))
 
@@ -196,7 +196,7 @@ class RayPool:
         """The object refs of `run`'s shares; the parameters go to the object store once."""
         import jax
 
-        from placeto.rollout_workers import partition
+        from placeto.methods.placeto.rollout_workers import partition
 
         ref = self.ray.put(jax.device_get(params))
         return [a.run.remote(ref, args, lo, hi) for a, (lo, hi) in zip(self.actors, partition(total, self.workers))]

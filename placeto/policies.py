@@ -20,7 +20,7 @@ import numpy as np
 from flax import serialization
 
 from placeto.checkpoint_io import read_blob, read_config, restore
-from placeto.config import PlacetoConfig
+from placeto.methods.placeto.config import PlacetoConfig
 from simulator.errors import InputError
 from simulator.io import PathLike, atomic_write_bytes, write_json
 
@@ -72,7 +72,7 @@ def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
 def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]:
     """(config, params) of a shipped policy or run directory, params restored into the network's structure."""
     from placeto.features import graph_arrays
-    from placeto.policy import make_policy
+    from placeto.methods.placeto.policy import make_policy
     from simulator.cluster import cluster_preset
     from simulator.generate import layered_dag
 

@@ -91,7 +91,7 @@ def main() -> None:
 
     placeto.cli.build_parser()  # imports what every command's parser needs (compare, baselines, scipy)
     import placeto.families  # noqa: F401
-    import placeto.train  # noqa: F401  jax, flax, optax: imported, but no backend started (checked below)
+    import placeto.methods.placeto.train  # noqa: F401  jax, flax, optax: imported, but no backend started (checked below)
     import simulator.engine  # noqa: F401
     from jax._src import xla_bridge
 

@@ -156,9 +156,9 @@ def _build_runs(root: Path) -> None:
     import numpy as np
     from flax import serialization
 
-    from placeto.config import tiny
+    from placeto.methods.placeto.config import tiny
     from placeto.features import graph_arrays
-    from placeto.policy import make_policy
+    from placeto.methods.placeto.policy import make_policy
     from simulator.cluster import cluster_preset
     from simulator.generate import layered_dag
 
@@ -470,9 +470,9 @@ def test_a_diverging_run_stops_and_its_run_directory_survives(tmp_path, monkeypa
     import jax
     import jax.numpy as jnp
 
-    from placeto import train as T
+    from placeto.methods.placeto import train as T
     from placeto.checkpoint_io import read_blob
-    from placeto.config import tiny
+    from placeto.methods.placeto.config import tiny
     from simulator import InputError, cluster_preset
     from simulator.generate import layered_dag
 

@@ -38,7 +38,7 @@ def test_graph_info_and_simulate(tmp_path, capsys):
 
 
 def test_train_set_overrides_reach_the_config_and_bad_ones_exit_2(tmp_path, capsys):
-    from placeto.config import parse_overrides
+    from placeto.methods.placeto.config import parse_overrides
 
     assert parse_overrides(["gamma=0.5", "counterfactual=true", "rounds=3", "visit_order=reverse_topo"]) == {
         "gamma": 0.5, "counterfactual": True, "rounds": 3, "visit_order": "reverse_topo"}

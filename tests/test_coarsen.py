@@ -7,7 +7,7 @@ import pytest
 from placeto import coarsen
 from placeto.compare import run_learned
 from placeto.objective import metered, score_one
-from placeto.place import place
+from placeto.methods.placeto.place import place
 from placeto.search import guided
 from simulator import cluster_preset, simulate
 from simulator.generate import layered_dag

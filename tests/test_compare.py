@@ -78,8 +78,8 @@ def test_plot(rows, tmp_path):
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    from placeto.config import tiny
-    from placeto.train import train
+    from placeto.methods.placeto.config import tiny
+    from placeto.methods.placeto.train import train
 
     run = tmp_path_factory.mktemp("run")
     train(tiny(episodes=4), [layered_dag(30, seed=3)], cluster_preset("placeto-k80", 2), run)
@@ -413,7 +413,7 @@ def test_placeto_imitation_labels_continue_the_target_under_the_best_renaming():
     follows the label where told to."""
     import numpy as np
 
-    from placeto.env import Observation
+    from placeto.methods.placeto.env import Observation
 
     module = _experiment("placeto_imitation")
     target, visit = np.array([0, 1, 1, 2]), np.array([0, 1, 2, 3])

@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 
 from placeto import distributed as D
-from placeto import env as E
-from placeto import train as T
+from placeto.methods.placeto import env as E
+from placeto.methods.placeto import train as T
 from placeto.cli import main
-from placeto.config import tiny
-from placeto.episodes import collect_episodes, concat_rollouts
+from placeto.methods.placeto.config import tiny
+from placeto.methods.placeto.episodes import collect_episodes, concat_rollouts
 from placeto.methods.gdp import ppo
 from placeto.methods.gdp.config import tiny as gdp_tiny
 from placeto.methods.gdp.model import make_net as gdp_net
@@ -27,8 +27,8 @@ from placeto.methods.gdp.train import train as gdp_train
 from placeto.methods.pergraph import get_spec
 from placeto.methods.reinforce import concat_drawn, draw_range, init_params
 from placeto.methods.rundir import train as pergraph_train
-from placeto.policy import make_policy
-from placeto.rollout_workers import SerialPool, partition
+from placeto.methods.placeto.policy import make_policy
+from placeto.methods.placeto.rollout_workers import SerialPool, partition
 from simulator import cluster_preset, save_graph
 from simulator.generate import layered_dag
 

@@ -5,8 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from placeto import env as E
-from placeto.config import tiny
+from placeto.methods.placeto import env as E
+from placeto.methods.placeto.config import tiny
 from simulator import cluster_preset, simulate_reference
 from simulator.cluster import GB, Cluster, Device
 from simulator.generate import layered_dag

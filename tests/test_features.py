@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from placeto import features as F
-from placeto.env import visit_sequence
+from placeto.methods.placeto.env import visit_sequence
 from simulator import cluster_preset, to_networkx
 from simulator.generate import layered_dag
 

@@ -5,10 +5,10 @@ import dataclasses
 import jax
 import numpy as np
 
-from placeto import env as E
+from placeto.methods.placeto import env as E
 from placeto import features as F
-from placeto.config import tiny
-from placeto.policy import TRACES, make_policy
+from placeto.methods.placeto.config import tiny
+from placeto.methods.placeto.policy import TRACES, make_policy
 from simulator import cluster_preset
 from simulator.generate import layered_dag
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from placeto import objective as O
-from placeto import train as T
+from placeto.methods.placeto import train as T
 from placeto.baselines import run_method
 from placeto.baselines.local_search import local_search
-from placeto.config import tiny
+from placeto.methods.placeto.config import tiny
 from placeto.policies import load_policy_params, resolve_checkpoint, ship, shipped_policies
 from placeto.search import guided, moves
 from placeto.search.sa import sa
@@ -44,7 +44,7 @@ def test_objective_is_runtime_plus_penalty_in_single_device_runtimes():
 
 
 def test_meter_budget_nesting_and_environment_counting(run):
-    from placeto import env as E
+    from placeto.methods.placeto import env as E
 
     g, cluster = layered_dag(25, seed=1), cluster_preset("placeto-k80", 2)
     ctx = E.make_context(g, cluster, tiny())

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from flax import serialization
 
-from placeto import gradient as PG
-from placeto import train as T
-from placeto.config import tiny
-from placeto.place import load_params, place, place_graph
+from placeto.methods.placeto import gradient as PG
+from placeto.methods.placeto import train as T
+from placeto.methods.placeto.config import tiny
+from placeto.methods.placeto.place import load_params, place, place_graph
 from placeto.plots_train import plot_run
 from simulator import cluster_preset, load_placement, simulate_reference
 from simulator.generate import layered_dag

@@ -18,7 +18,7 @@ import dataclasses
 import json
 from typing import Any, Callable, ClassVar, NamedTuple
 
-from placeto.config import _check_types_and_ranges
+from placeto.methods.placeto.config import _check_types_and_ranges
 from simulator.limits import MAX_DEVICES
 
 PER_GRAPH = ("rnn", "hierarchical")  # method names; each is placeto.methods.<name>

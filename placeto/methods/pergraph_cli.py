@@ -11,7 +11,7 @@ from simulator.errors import InputError
 def config_from_args(method: str, args: argparse.Namespace, devices: int) -> PerGraphConfig:
     """The method's config from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes and
     the cluster's device count; InputError naming the field on a bad value."""
-    from placeto.config import parse_overrides
+    from placeto.methods.placeto.config import parse_overrides
 
     spec = get_spec(method)
     try:

@@ -181,7 +181,7 @@ def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike,
 def _draw_on(pool, config: PerGraphConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (reinforce.draw_range), counted by this process's
     meter."""
-    from placeto.rollout_workers import key_data
+    from placeto.methods.placeto.rollout_workers import key_data
 
     drawn = concat_drawn(pool.run(params, (key_data(key),), config.samples_per_update))
     record(drawn.scores.objective)

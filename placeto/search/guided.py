@@ -31,12 +31,12 @@ from typing import Any
 import jax
 import numpy as np
 
-from placeto import env as E
-from placeto.config import PlacetoConfig
+from placeto.methods.placeto import env as E
+from placeto.methods.placeto.config import PlacetoConfig
 from placeto.baselines._common import batch_size, evaluate
 from placeto.objective import meter, metered
 from placeto.policies import load_policy_params, resolve_checkpoint
-from placeto.policy import Policy, make_policy
+from placeto.methods.placeto.policy import Policy, make_policy
 from placeto.search import moves
 from placeto.search.sa import anneal
 from simulator.cluster import Cluster
@@ -97,7 +97,7 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
         jax.block_until_ready(policy.act(params, arrays, obs, jax.random.key(0), False))
     if finetuning:
         from placeto.objective import metered
-        from placeto.train import finetune_params
+        from placeto.methods.placeto.train import finetune_params
 
         with metered():  # its simulations are not charged to anyone
             finetune_params(config, params, graph, cluster, config.episodes_per_update, 0)  # compiles
@@ -143,7 +143,7 @@ def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: 
 def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.ndarray:
     """The `placeto` method: one greedy episode, then batches of sampled episodes while the budget lasts (calls
     in `budget` and the meter's); the best placement any episode visited."""
-    from placeto.place import collect_rollout
+    from placeto.methods.placeto.place import collect_rollout
 
     ctx = E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
@@ -275,7 +275,7 @@ def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
     settings, a fresh optimizer; stops early when the meter is spent, and does not start an update that, as far as
     the last one's duration tells (the first: prep.update_seconds), would not end before the meter's deadline).
     Its simulations count in the meter."""
-    from placeto.train import finetune_params
+    from placeto.methods.placeto.train import finetune_params
 
     if episodes <= 0:
         return prep

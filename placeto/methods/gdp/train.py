@@ -137,7 +137,7 @@ def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequen
 
 def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (ppo.draw_range), counted by this process's meter."""
-    from placeto.rollout_workers import key_data
+    from placeto.methods.placeto.rollout_workers import key_data
 
     drawn = concat_drawn(pool.run(params, (task, key_data(key)), config.samples_per_update))
     record(drawn.objective)

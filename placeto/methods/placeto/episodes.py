@@ -25,10 +25,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from placeto import env as E
+from placeto.methods.placeto import env as E
 from placeto.features import GraphArrays
-from placeto.place import Rollout, collect_rollout
-from placeto.policy import Policy, log_probs
+from placeto.methods.placeto.place import Rollout, collect_rollout
+from placeto.methods.placeto.policy import Policy, log_probs
 
 def episode_act(policy: Policy):
     """Jitted (params, arrays, obs, keys: key[B]) -> actions int32[B], one state at a time (memoised per network).

@@ -40,15 +40,15 @@ import numpy as np
 import optax
 from flax import serialization
 
-from placeto import env as E
+from placeto.methods.placeto import env as E
 from placeto.checkpoint_io import RunLock, check_devices, check_finite, check_same_model, read_blob, restore
-from placeto.config import PlacetoConfig
+from placeto.methods.placeto.config import PlacetoConfig
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.features import GraphArrays
-from placeto.gradient import (Baseline, baseline_update, clipped_adam, entropy_coef, learning_rate, make_grad_fn,
+from placeto.methods.placeto.gradient import (Baseline, baseline_update, clipped_adam, entropy_coef, learning_rate, make_grad_fn,
                               make_optimizer, policy_gradient, returns_to_go)
-from placeto.place import CHECKPOINT, Rollout, collect_rollout
-from placeto.policy import Policy, make_policy
+from placeto.methods.placeto.place import CHECKPOINT, Rollout, collect_rollout
+from placeto.methods.placeto.policy import Policy, make_policy
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -319,8 +319,8 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
 
 def _pool_collect(pool, task: int, batch: int):
     """collect(params, key, seed) -> Rollout of `batch` episodes of task index `task`, split across the pool."""
-    from placeto.episodes import concat_rollouts
-    from placeto.rollout_workers import key_data
+    from placeto.methods.placeto.episodes import concat_rollouts
+    from placeto.methods.placeto.rollout_workers import key_data
 
     return lambda params, key, seed: concat_rollouts(pool.run(params, (task, key_data(key), seed), batch))
 

@@ -13,11 +13,11 @@ from typing import Any, Callable, NamedTuple
 import jax
 import numpy as np
 
-from placeto import env as E
+from placeto.methods.placeto import env as E
 from placeto.checkpoint_io import check_devices, read_blob, read_config, restore
-from placeto.config import PlacetoConfig
+from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays
-from placeto.policy import Policy, make_policy
+from placeto.methods.placeto.policy import Policy, make_policy
 from simulator.cluster import Cluster
 from simulator.graph import Graph
 

@@ -22,8 +22,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from placeto.config import PlacetoConfig
-from placeto.env import Observation
+from placeto.methods.placeto.config import PlacetoConfig
+from placeto.methods.placeto.env import Observation
 from placeto.features import GraphArrays
 from placeto.gnn import MessagePassing, NodeContext
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from placeto import objective
-from placeto.config import PlacetoConfig
+from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays, graph_arrays
 from simulator.cluster import Cluster
 from simulator.graph import Graph

@@ -49,8 +49,8 @@ class PlacetoWorker:
     """Placeto episodes on the tasks of a family run: payload (PlacetoConfig, [(graph, cluster), ...])."""
 
     def __init__(self, config, pairs: Sequence[Pair]):
-        from placeto import env as E
-        from placeto.policy import make_policy
+        from placeto.methods.placeto import env as E
+        from placeto.methods.placeto.policy import make_policy
 
         self.config, self.policy = config, make_policy(config)
         self.contexts = [E.make_context(g, c, config) for g, c in pairs]
@@ -58,7 +58,7 @@ class PlacetoWorker:
 
     def run(self, params, task: int, key: np.ndarray, seed: int, lo: int, hi: int):
         """placeto.place.Rollout of episodes [lo, hi) of task `task`'s update (key data, seed)."""
-        from placeto.episodes import collect_episodes
+        from placeto.methods.placeto.episodes import collect_episodes
 
         return collect_episodes(self.policy, params, self.contexts[task], self.arrays[task], from_key_data(key),
                                 seed, lo, hi, counterfactual=self.config.counterfactual)

@@ -19,11 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from placeto import env as E
-from placeto.config import PlacetoConfig
+from placeto.methods.placeto import env as E
+from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays, bucket
-from placeto.place import Rollout
-from placeto.policy import TRACES, Policy, log_probs
+from placeto.methods.placeto.place import Rollout
+from placeto.methods.placeto.policy import TRACES, Policy, log_probs
 
 
 # ---- advantages ----------------------------------------------------------------------------------------
