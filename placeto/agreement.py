@@ -6,14 +6,19 @@ placements whose measured interquartile ranges overlap count as ties. Used by `p
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from placeto.evaluate import EvalRow
-
 MIN_RANKED = 3  # placements needed before a rank correlation is reported
+
+
+class EvalRow(NamedTuple):
+    """One placement: simulated runtime and, if run, the measured step time."""
+
+    name: str
+    simulated_us: float
+    measured: Any = None  # simulator.hardware.Timing, or None when not run on hardware
 
 
 class Agreement(NamedTuple):

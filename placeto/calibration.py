@@ -11,19 +11,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 
-from placeto.agreement import agreement, format_agreement
+from placeto.agreement import EvalRow, agreement, format_agreement
 from placeto.arguments import DEVICE_SPEC, POSITIVE
 from simulator.cluster import Cluster, save_cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
 from simulator.io import check_output_path
-
-if TYPE_CHECKING:
-    from placeto.evaluate import EvalRow
 
 
 def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
@@ -102,10 +99,9 @@ def check_parallelism(spec: int | tuple) -> float:
 
 
 def refit(path: str, graph: Graph, cluster: Cluster, placements: Sequence[np.ndarray],
-          rows: Sequence["EvalRow"]) -> None:
+          rows: Sequence[EvalRow]) -> None:
     """Fit the cluster's per-op and per-transfer costs to the rows' measured steps, write it to `path`, and print
     the fit and the leave-one-out agreement (simulator.fit.held_out_predictions)."""
-    from placeto.evaluate import EvalRow  # (evaluate imports this module)
     from simulator.fit import cluster_params, fit_on_placements, format_fit, held_out_predictions
 
     measured = [r.measured.median_us for r in rows]

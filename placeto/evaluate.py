@@ -40,9 +40,10 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from placeto.agreement import (MIN_RANKED, Agreement, Concordance, agreement, concordance,  # noqa: F401
+from placeto.agreement import (MIN_RANKED, Agreement, Concordance, EvalRow, agreement, concordance,  # noqa: F401
                                format_agreement, spearman, spearman_note)  # (re-exported: eval's statistics)
 from placeto.arguments import COUNT, DEVICE_SPEC, POSITIVE
+from placeto.families import program_of  # noqa: F401  (re-exported; it lives beside retrace)
 from placeto.calibration import check_parallelism, cluster_summary, describe_devices, refit
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
@@ -51,14 +52,6 @@ from simulator.graph import DEFAULT_KIND, Graph
 from simulator.io import PathLike, atomic_write_bytes, check_output_path, load_graph, load_placement, read_json
 
 MODES = ("auto", "program", "synthetic")
-
-
-class EvalRow(NamedTuple):
-    """One placement: simulated runtime and, if run, the measured step time."""
-
-    name: str
-    simulated_us: float
-    measured: Any = None  # simulator.hardware.Timing, or None when not run on hardware
 
 
 @dataclasses.dataclass
@@ -263,26 +256,6 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
         return program_plan(traced, values, placement, devices, op_to_group, order, stages)
 
     return HardwareRunner(graph, cluster, "program", devices, make_program)
-
-
-def program_of(graph: Graph, program: str | None = None,
-               args_spec: str | None = None) -> tuple[Any, np.ndarray | None, tuple]:
-    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark graph, or of the
-    `program` ("module:function") the user named for an imported graph (placeto.families.retrace)."""
-    from placeto.families import retrace
-    from simulator.trace import parse_args_spec
-
-    traced, op_to_group = retrace(graph, program, args_spec)  # InputError naming --program when it is needed
-    if program is None:
-        from placeto.zoo.registry import build_program_from_data
-
-        built = build_program_from_data(graph.meta["program"]["kind"], graph.meta["program"].get("kwargs", {}))
-        args = (built.params, built.opt_state, built.batch)
-    elif args_spec is not None:
-        args = parse_args_spec(args_spec)
-    else:
-        args = parse_args_spec(graph.meta["source"]["args_spec"], f"{graph.source or graph.name}: meta.source")
-    return traced, op_to_group, args
 
 
 def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster: Cluster,

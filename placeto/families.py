@@ -284,7 +284,7 @@ def retrace(graph: Graph, program: str | None = None, args_spec: str | None = No
     InputError when none applies, naming the --program to pass.
     """
     from placeto.zoo.registry import check_program_args
-    from simulator.trace import trace_import
+    from simulator.importer import trace_import
 
     meta, where = graph.meta, graph.source or f"graph {graph.name!r}"
     if program is not None:
@@ -439,3 +439,22 @@ def write_readme(root: str | Path = DATASETS) -> None:
     from simulator.io import atomic_write_bytes
 
     atomic_write_bytes(Path(root) / "README.md", text.encode())
+
+
+def program_of(graph: Graph, program: str | None = None,
+               args_spec: str | None = None) -> tuple[Any, np.ndarray | None, tuple]:
+    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark graph, or of the
+    `program` ("module:function") the user named for an imported graph (placeto.families.retrace)."""
+    from simulator.importer import parse_args_spec
+
+    traced, op_to_group = retrace(graph, program, args_spec)  # InputError naming --program when it is needed
+    if program is None:
+        from placeto.zoo.registry import build_program_from_data
+
+        built = build_program_from_data(graph.meta["program"]["kind"], graph.meta["program"].get("kwargs", {}))
+        args = (built.params, built.opt_state, built.batch)
+    elif args_spec is not None:
+        args = parse_args_spec(args_spec)
+    else:
+        args = parse_args_spec(graph.meta["source"]["args_spec"], f"{graph.source or graph.name}: meta.source")
+    return traced, op_to_group, args

@@ -51,7 +51,7 @@ def graph_program(graph: Graph, program: str | None = None, args_spec: str | Non
     if bundle is not None:
         return Program(list(bundle.units), export.values(bundle, seed), None, None,
                        f"exported {Path(bundle.path).name}", tuple(bundle.outputs))
-    from placeto.evaluate import program_of
+    from placeto.families import program_of
 
     traced, op_to_group, args = program_of(graph, program, args_spec)
     units = unit_programs(traced, op_to_group, graph.n_nodes if op_to_group is not None else None)

@@ -156,12 +156,6 @@ class Graph:
         assert len(order) == self.n_nodes  # validated acyclic
         return np.asarray(order, dtype=np.int32)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The versioned file-format dictionary (see simulator.io)."""
-        from simulator.io import graph_to_dict
-
-        return graph_to_dict(self)
-
 
 def _csr(rows: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR from (row, col) pairs already sorted by row."""

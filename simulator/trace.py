@@ -372,15 +372,3 @@ def state_summary(roles: Any) -> dict:
     return {"how": roles.how, "params": roles.params_path, "opt_state": roles.opt_path,
             **{f"n_{k}": roles.count(k) for k in ("param", "slot", "state", "input")}}
 
-
-_MOVED = ("MAX_LEAF_ELEMENTS", "SPEC_DTYPES", "parse_args_spec", "resolve", "trace_import")
-
-
-def __getattr__(name: str) -> Any:
-    """`placeto import-jax`'s side (naming a function, example arguments) lives in simulator.importer; its names
-    are still found here for callers of the earlier layout."""
-    if name in _MOVED:
-        from simulator import importer
-
-        return getattr(importer, name)
-    raise AttributeError(f"module 'simulator.trace' has no attribute {name!r}")
