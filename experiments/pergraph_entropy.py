@@ -33,7 +33,7 @@ FIELDS = ["method", "graph", "n_devices", "entropy", "seed", "calls", "seconds",
 
 
 def run(method: str, graph, cluster, entropy: float, seed: int, calls: int, seconds: float) -> dict:
-    from placeto.methods.pergraph import get_spec
+    from placeto.methods.pergraph_specs import get_spec
     from placeto.methods.pergraph_place import train_in_budget
 
     config = get_spec(method).presets["default"]().replace(entropy=entropy)

@@ -13,8 +13,8 @@ along the visit sequence (the episode starts with every node on device 0: the fi
 the next new one 1, ...; devices are interchangeable, and this makes one name per target). Each step runs the
 policy's episode on one graph with the target's device forced at every visit (teacher forcing, one simulator
 call per step as in training) and takes one Adam step on the mean cross-entropy of the policy's distribution at
-`--grad-steps` random visits against the target device (placeto.gradient.policy_gradient with advantage 1 and
-no entropy: the REINFORCE loss is then exactly that cross-entropy).
+`--grad-steps` random visits against the target device (placeto.methods.placeto.gradient.policy_gradient with
+advantage 1 and no entropy: the REINFORCE loss is then exactly that cross-entropy).
 
     PYTHONPATH=. python experiments/placeto_imitation.py --family ptb --start general --steps 3000 \\
         --eval-every 250 --extra-seeds 1,2,3,4,5,6,7,8 --save runs/imitate-ptb
@@ -56,8 +56,8 @@ from placeto.arguments import OneLineParser, float_in, int_in  # noqa: E402
 from placeto.checkpoint_io import save_table_run  # noqa: E402
 from placeto.methods.placeto.gradient import make_grad_fn, policy_gradient  # noqa: E402
 from placeto.objective import metered  # noqa: E402
-from placeto.methods.placeto.place import collect_rollout  # noqa: E402
-from placeto.policies import load_policy_params  # noqa: E402
+from placeto.methods.placeto.rollout import collect_rollout  # noqa: E402
+from placeto.methods.placeto.place import load_policy_params  # noqa: E402
 from placeto.methods.placeto.policy import make_policy  # noqa: E402
 from placeto.search.guided import Prepared, greedy_with_prior, renaming  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
@@ -80,7 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(description=__doc__.splitlines()[0])
     add_arguments(p, start="general", steps=3000, calls=1000, eval_every=500)
     p.add_argument("--grad-steps", type=int_in(0, 10**6), default=64,
-                   help="visits of each episode in the loss, drawn at random (0: all; placeto.gradient)")
+                   help="visits of each episode in the loss, drawn at random "
+                        "(0: all; placeto.methods.placeto.gradient)")
     p.add_argument("--dagger", type=float_in(0.0, 1.0), default=1.0,
                    help="probability of following the label at a visit (1: teacher forcing; below 1: DAgger, the "
                         "policy's greedy action otherwise)")

@@ -7,7 +7,7 @@ run; jit compilation before it, excluded):
 
     rnn                 the 2017 seq2seq placer from scratch (placeto.methods.pergraph_place.train_in_budget)
     hierarchical        the 2018 grouper + placer from scratch (idem)
-    placeto             Placeto's REINFORCE from fresh parameters (placeto.train.finetune_params)
+    placeto             Placeto's REINFORCE from fresh parameters (placeto.methods.placeto.train.finetune_params)
     placeto-finetuned   the shipped family policy (nmt for nmt_*, ptb for rnnlm_*, cifar10 for inception_v3 and
                         nasnet) fine-tuned on the graph (placeto.search.guided.finetune)
     gdp                 GDP's PPO from fresh parameters (placeto.methods.gdp.place.finetune)
@@ -69,7 +69,7 @@ def run_placeto(graph, cluster, calls: int, seconds: float, seed: int, policy: s
 
     from placeto.methods.placeto import env as E
     from placeto.methods.placeto.config import PlacetoConfig
-    from placeto.policies import load_policy_params
+    from placeto.methods.placeto.place import load_policy_params
     from placeto.methods.placeto.policy import make_policy
     from placeto.methods.placeto.train import finetune_params
 

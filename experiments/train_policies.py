@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from placeto import cli  # noqa: E402
 from placeto.families import FAMILIES, load_family  # noqa: E402
-from placeto.policies import ship  # noqa: E402
+from placeto.methods.registry import ship  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
 
 SPECS = {

@@ -3,7 +3,7 @@
 A run directory (of `placeto train`, or a shipped policy) is data like a graph file: it may be truncated by a
 kill, edited by hand, or written by a run with another model config. Whoever reads one goes through here:
 
-    read_config(run_dir)                    config.json -> PlacetoConfig (types and ranges checked)
+    read_config(run_dir, cls)               config.json -> the method's config `cls` (types and ranges checked)
     read_blob(run_dir / CHECKPOINT, keys)   msgpack -> dict holding `keys`
     restore(template, state, where, src)    a state dict into `template`'s pytree: same keys, shapes, dtype
                                             kinds, finite floats; else an InputError naming the leaf
@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from placeto.methods.placeto.config import PlacetoConfig
 from simulator.errors import InputError
 from simulator.io import PathLike, atomic_write_bytes, read_json
 
@@ -34,16 +33,17 @@ CONFIG = "config.json"
 CHECKPOINT = "checkpoint.msgpack"
 
 
-def read_config(run_dir: PathLike) -> PlacetoConfig:
-    """The PlacetoConfig in `run_dir`/config.json; InputError naming the file and the field if it is not one."""
+def read_config(run_dir: PathLike, cls: type) -> Any:
+    """The config of class `cls` (a method's frozen dataclass with `from_dict`) in `run_dir`/config.json;
+    InputError naming the file and the field if it is not one."""
     path = Path(run_dir) / CONFIG
     d = read_json(path)
     if not isinstance(d, dict):
-        raise InputError("expected a JSON object of PlacetoConfig fields", str(path))
+        raise InputError(f"expected a JSON object of {cls.__name__} fields", str(path))
     try:
-        return PlacetoConfig.from_dict(d)
+        return cls.from_dict(d)
     except (TypeError, ValueError) as e:
-        raise InputError(str(e).removeprefix("PlacetoConfig: "), str(path)) from None
+        raise InputError(str(e).removeprefix(f"{cls.__name__}: "), str(path)) from None
 
 
 def read_blob(path: PathLike, keys: Iterable[str] = ("params",)) -> dict[str, Any]:
@@ -111,7 +111,7 @@ def _kind(dtype: np.dtype) -> str:
     return {"f": "float", "c": "complex", "b": "bool", "i": "int", "u": "int", "V": "key"}.get(dtype.kind, "other")
 
 
-def check_devices(config: PlacetoConfig, n_devices: int, source: PathLike) -> None:
+def check_devices(config: Any, n_devices: int, source: PathLike) -> None:
     """InputError unless a policy trained with `config` can place on `n_devices` devices."""
     if n_devices > config.max_devices:
         raise InputError(f"the policy places on at most {config.max_devices} devices (max_devices), not "
@@ -119,12 +119,12 @@ def check_devices(config: PlacetoConfig, n_devices: int, source: PathLike) -> No
 
 
 # ---- training-time checks -----------------------------------------------------------------------------------------
-def check_same_model(out: Path, config: PlacetoConfig) -> None:
+def check_same_model(out: Path, config: Any) -> None:
     """InputError unless the run's config.json (if any) has the model fields of `config`: resuming with
     another model would mix parameters of two networks."""
     if not (out / "config.json").exists():
         return
-    old = read_config(out)
+    old = read_config(out, type(config))
     if old.model_fields() != config.model_fields():
         raise InputError(f"the checkpoint was trained with model fields (hidden, rounds, max_devices, group_agg, "
                          f"device_onehot) = {old.model_fields()}, not {config.model_fields()}: resume with the "

@@ -15,43 +15,12 @@ from simulator.io import check_output_path
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from placeto.methods.placeto.config import PRESETS, parse_overrides
     from placeto.distributed import spec_from_args
-    from placeto.methods.placeto.train import train
+    from placeto.methods import registry
 
     workers = spec_from_args(args)  # None without --workers
-    if getattr(args, "method", "placeto") == "gdp":
-        from placeto.methods.gdp.cli import train_from_args
-
-        return train_from_args(args, *_train_inputs(args), workers=workers)
-    if getattr(args, "method", "placeto") in ("rnn", "hierarchical"):
-        from placeto.methods.pergraph_cli import train_from_args as train_per_graph
-
-        return train_per_graph(args.method, args, *_train_inputs(args), workers=workers)
-    try:
-        changes = parse_overrides(args.set)
-        changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
-                                          ("time_limit_minutes", args.minutes)) if v is not None})
-        if args.init_from:
-            changes["init_from"] = args.init_from
-        config = PRESETS[args.config]().replace(**changes)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    from placeto.checkpoint_io import check_init_model
-    from placeto.policies import load_policy_params
-
-    graphs, clusters = _train_inputs(args)
-    init = None
-    if args.init_from:
-        init_config, init = load_policy_params(args.init_from)
-        check_init_model(init_config, config, args.init_from)
-    summary = train(config, graphs, clusters, args.out, resume=not args.fresh, init_params=init, workers=workers)
-    print(f"{args.out}: {summary.episodes} episodes ({summary.episodes - summary.start_episode} now, "
-          f"{summary.wall_seconds:.0f} s, {summary.episodes_per_second:.2f} episodes/s, "
-          f"{summary.sim_calls_per_second:.0f} simulator calls/s)")
-    for key, runtime in sorted(summary.best_runtime.items()):
-        print(f"  best {key}: {runtime / 1e3:.3f} ms -> {summary.best_placement_files.get(key, '')}")
-    return 0
+    method = registry.get(getattr(args, "method", None) or registry.DEFAULT)
+    return method.train(args, *_train_inputs(args), workers)
 
 
 def _place_on_hardware(args: argparse.Namespace) -> int:
@@ -109,8 +78,6 @@ def cmd_place(args: argparse.Namespace) -> int:
     from simulator import simulate
     from simulator.io import load_graph, save_placement
 
-    from placeto.methods.placeto.place import place
-
     check_output_path(args.out)
     if getattr(args, "plot", None):
         check_output_path(args.plot)
@@ -128,25 +95,23 @@ def cmd_place(args: argparse.Namespace) -> int:
 
     if args.method in BASELINES:
         return _place_with_baseline(args, graph, cluster)
-    from placeto.methods.gdp.place import is_gdp_checkpoint
+    from placeto.methods import registry
 
-    if args.method is None and is_gdp_checkpoint(args.checkpoint):
-        args.method = "gdp"  # a gdp run directory: its config.json says "method": "gdp"
-    from placeto.methods.rundir import run_method
-
-    if args.method is None:
-        args.method = run_method(args.checkpoint)  # "rnn" / "hierarchical" from a per-graph run's config.json
-    if args.method in ("rnn", "hierarchical"):
+    owner = registry.checkpoint_method(args.checkpoint)  # its config.json's "method" (None: no checkpoint)
+    if args.method is None and owner not in (None, registry.DEFAULT):
+        args.method = owner  # a gdp / rnn / hierarchical run directory
+    if args.method in registry.PACKAGES and registry.get(args.method).per_graph:
         if args.finetune_episodes:
             raise InputError(f"--finetune-episodes: {args.method} policies are per graph (train longer instead)")
         if args.checkpoint is not None and args.budget is None and args.seconds is None:
             args.budget = 2 + args.samples  # the run's best placement, the greedy decode and the samples
     if args.method == "gdp" and args.budget is None and args.seconds is None:
         args.budget = 1 + args.samples + args.finetune_episodes  # greedy + samples (+ fine-tuning)
-    if args.checkpoint is not None and args.method in ("placeto", "placeto-search", "gdp", "gdp-search") and \
-            args.method.startswith("gdp") != is_gdp_checkpoint(args.checkpoint):
-        kind = "a gdp" if args.method.startswith("gdp") else "a Placeto"
-        raise InputError(f"--method {args.method} needs {kind} policy; {args.checkpoint} is not one")
+    if args.checkpoint is not None and args.method in registry.all_variants():
+        wanted = registry.of_variant(args.method)
+        if not wanted.per_graph and registry.policy_kind(owner) != wanted.name:
+            kind = "a gdp" if wanted.name == "gdp" else "a Placeto"
+            raise InputError(f"--method {args.method} needs {kind} policy; {args.checkpoint} is not one")
     budgeted = args.seconds is not None or args.budget is not None or args.finetune_episodes > 0
     method = args.method or ("placeto-search" if args.seconds is not None or args.budget is not None else "placeto")
     if method != "placeto" and not budgeted:
@@ -162,8 +127,8 @@ def cmd_place(args: argparse.Namespace) -> int:
         placement, calls = run.placement, run.simulator_calls
         how = f"{method}, {run.seconds:.2f} s + {compile_s:.1f} s compilation"
     else:
-        result = place(graph, cluster, args.checkpoint, samples=args.samples, seed=args.seed)
-        placement, calls, how = result.placement, result.sim_calls, "placeto"
+        placement, calls = registry.get(method).place(graph, cluster, args.checkpoint, args.samples, args.seed)
+        how = method
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
     save_placement(args.out, placement, cluster.device_names)

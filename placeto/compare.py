@@ -25,7 +25,8 @@ from placeto.arguments import DEVICES, comma_list
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
 from placeto.distributed import WorkerSpec
 from placeto.objective import metered
-from placeto.policies import DEFAULT_GDP, resolve_checkpoint
+from placeto.methods import registry
+from placeto.policies import resolve_checkpoint
 from placeto.families import SPLITS, load_family
 from simulator.cluster import PRESETS, Cluster, cluster_preset
 from simulator.errors import InputError
@@ -35,12 +36,14 @@ from simulator.result import lower_bound
 
 from simulator import simulate
 
-LEARNED = ("placeto", "placeto-search", "gdp", "gdp-search")  # need a trained policy: --checkpoint if it is of
-# their kind (Placeto or gdp), else their kind's default shipped one (placeto.policies.DEFAULT_POLICY / DEFAULT_GDP)
+# The learned methods' rows, from the registry (placeto.methods.registry). Trained on families ("placeto",
+# "placeto-search", "gdp", "gdp-search"): they need a trained policy, --checkpoint if it is of their kind, else
+# their kind's default shipped one (Method.default_checkpoint).
+LEARNED = tuple(v for name in registry.names() if name not in registry.PER_GRAPH for v in registry.VARIANTS[name])
 POLICY_METHOD = LEARNED[0]
 # trained from scratch on each graph inside the method's budget (the seeds' RNN placer and hierarchical planner);
 # not in "all" (training is slow): name them
-PER_GRAPH = ("rnn", "hierarchical")
+PER_GRAPH = registry.PER_GRAPH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,50 +214,24 @@ def _run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float
 def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
                 seconds: float | None = None, checkpoint: str | Path | None = None,
                 finetune_episodes: int = 0) -> tuple[MethodRun, float]:
-    """(MethodRun, compile seconds) of learned method `name` ("placeto": greedy + sampled episodes;
-    "placeto-search": policy-guided search), fine-tuned first if asked, inside one meter (see `compare`).
-    "rnn" / "hierarchical": placed from their run directory `checkpoint`, or trained from scratch on the graph
-    within the budget without one (placeto.methods.pergraph_place; `finetune_episodes` does not apply).
-
-    The Placeto policy places a graph of more than `coarsen.MAX_POLICY_NODES` nodes as groups
-    (`placeto.coarsen`; the grouping's seconds are charged to the run): "placeto" expands the best group placement
-    (its trace is the grouped graph's), "placeto-search" searches the op graph from the expanded placement and
-    prior."""
-    from placeto import coarsen
-    from placeto.methods.gdp.place import is_gdp_checkpoint, run_gdp
-    from placeto.methods.pergraph_place import run_pergraph
-    from placeto.methods.rundir import run_method
-    from placeto.search import guided
-
-    if name in PER_GRAPH:  # from its run directory, or trained from scratch inside the budget
-        return run_pergraph(name, graph, cluster, seed, budget, seconds, checkpoint)
-    if run_method(checkpoint) is not None:
-        raise NotApplicable(f"{name} cannot use a per-graph {run_method(checkpoint)} run (--checkpoint)")
-    gdp = name.startswith("gdp")
+    """(MethodRun, compile seconds) of learned method row `name`, fine-tuned first if asked, inside one meter (see
+    `compare`): the registry's Method that provides the row runs it (Method.run; placeto.methods.registry).
+    "placeto" / "placeto-search": placeto.search.guided.run_learned; "gdp" / "gdp-search":
+    placeto.methods.gdp.place.run_gdp; "rnn" / "hierarchical": placed from their run directory `checkpoint`, or
+    trained from scratch on the graph within the budget without one (placeto.methods.pergraph_place;
+    `finetune_episodes` does not apply). A family-trained method given another kind's checkpoint uses its own
+    default shipped policy instead; given a per-graph run: NotApplicable."""
+    method = registry.of_variant(name)
+    if method.per_graph:  # from its run directory, or trained from scratch inside the budget
+        return method.run(name, graph, cluster, seed, budget, seconds, checkpoint, finetune_episodes)
+    owner = registry.run_method(checkpoint)
+    if owner in registry.PER_GRAPH:
+        raise NotApplicable(f"{name} cannot use a per-graph {owner} run (--checkpoint)")
     if checkpoint is not None:
         resolve_checkpoint(checkpoint)  # InputError on a name that is neither shipped nor a run directory
-    if gdp != is_gdp_checkpoint(checkpoint):  # each kind of learned method its own kind of policy
-        checkpoint = DEFAULT_GDP if gdp else None
-    if gdp:
-        return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, name == "gdp-search")
-    coarse = coarsen.for_policy(graph)
-    prep = guided.prepare(checkpoint, coarse.graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
-                          finetuning=finetune_episodes > 0)
-    calls = math.inf if budget is None else budget
-    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - coarse.seconds, 1e-3)) as m:
-        tuned = guided.finetune(prep, finetune_episodes, seed)
-        left = calls - m.calls
-        if name == "placeto":  # on a coarsened graph: the best group placement, expanded
-            placement = coarse.expand(guided.policy_place(tuned, seed, left))
-        elif coarse.grouping is None:
-            placement = guided.guided_search(tuned, seed, left)
-        else:  # the policy places the groups, the search the ops
-            placement = guided.guided_search(tuned, seed, left, op_graph=graph,
-                                             op_to_group=coarse.grouping.op_to_group)
-        elapsed = m.elapsed()
-    trace = tuple((t + coarse.seconds, c, b) for t, c, b in m.trace)
-    return MethodRun(np.asarray(placement, np.int32), m.calls, elapsed + coarse.seconds, trace), \
-        prep.compile_seconds
+    if registry.policy_kind(registry.checkpoint_method(checkpoint)) != method.name:
+        checkpoint = method.default_checkpoint  # each kind of learned method its own kind of policy
+    return method.run(name, graph, cluster, seed, budget, seconds, checkpoint, finetune_episodes)
 
 
 def _with_ratios(rows: list[Row]) -> list[Row]:

@@ -2,9 +2,9 @@
 
 Training with `--workers N` keeps the learner in this process (the driver) and runs the rollouts (policy
 inference and simulation) in N Ray actors. Each update the driver puts the parameters in Ray's object store
-once, every actor computes its range of the batch (placeto.rollout_workers), and the driver concatenates the
+once, every actor computes its range of the batch (placeto.workers), and the driver concatenates the
 ranges in order and takes the update: synchronous, so the checkpoint is the same for every N (see
-placeto.rollout_workers for why).
+placeto.workers for why).
 
 Faults. An actor that dies (a killed process, a lost node) is restarted by Ray, up to `max_restarts` times,
 rebuilding its worker from the same data, and the task it was running is retried (`max_task_retries`): its share
@@ -153,7 +153,7 @@ class _Host:
         creation stays small, and a restart fetches the data again from the pool that holds it."""
         import ray
 
-        from placeto.methods.placeto.rollout_workers import make_worker
+        from placeto.workers import make_worker
 
         self.worker = make_worker(kind, ray.get(payload[0]))
 
@@ -196,7 +196,7 @@ class RayPool:
         """The object refs of `run`'s shares; the parameters go to the object store once."""
         import jax
 
-        from placeto.methods.placeto.rollout_workers import partition
+        from placeto.workers import partition
 
         ref = self.ray.put(jax.device_get(params))
         return [a.run.remote(ref, args, lo, hi) for a, (lo, hi) in zip(self.actors, partition(total, self.workers))]
@@ -225,8 +225,8 @@ class RayPool:
 
 
 def open_pool(workers: WorkerSpec | None, kind: str, config, pairs: Sequence[tuple]):
-    """A context manager giving a RayPool of `kind` workers (placeto.rollout_workers.make_worker) for the
-    (graph, cluster) pairs, ended on exit; without `workers`, one giving None (rollouts stay in this process)."""
+    """A context manager giving a RayPool of `kind` workers (placeto.workers.make_worker; `kind`: the worker
+    class's "module:Class" path) for the (graph, cluster) pairs, ended on exit; without `workers`, one giving None (rollouts stay in this process)."""
     if workers is None:
         return contextlib.nullcontext()
     return RayPool(workers, kind, (config, list(pairs)))

@@ -1,4 +1,5 @@
-"""Flax modules: message passing in both directions, then Placeto's grouped view of the current node.
+"""What the learned methods' networks share: message passing in both directions (Placeto, gdp's GraphSAGE with
+S = 1, the op embeddings of rnn and hierarchical) and the sinusoid position encoding (gdp, op embeddings).
 
 `MessagePassing`: k rounds; in each, every node averages a transform of its parents' embeddings and, with
 separate weights, of its children's, and updates its embedding with a residual MLP followed by LayerNorm
@@ -6,12 +7,9 @@ separate weights, of its children's, and updates its embedding with a residual M
 Weights are shared across rounds (one propagation operator applied k times, as in Placeto), so the receptive
 field grows with k while the parameter count does not.
 
-`NodeContext`: for the current node v, three groups, each pooled (mean or sum) and passed through its own
-MLP: ancestors of v, descendants of v, and parallel nodes (neither, nor v); concatenated with v's embedding.
-
-Both take S states of ONE graph at once in node-major layout ([Np, S, ...]): the gathers and segment sums
-then move rows of S * H floats, which XLA on CPU does far faster than S vmapped scatters (measured 5x at
-S = 8).
+It takes S states of ONE graph at once in node-major layout ([Np, S, ...]): the gathers and segment sums then
+move rows of S * H floats, which XLA on CPU does far faster than S vmapped scatters (measured 5x at
+S = 8). Placeto's grouped view of its current node is placeto.methods.placeto.node_context.
 """
 
 from __future__ import annotations
@@ -48,24 +46,13 @@ class MessagePassing(nn.Module):
         return h
 
 
-class NodeContext(nn.Module):
-    """Embeddings [Np, S, H] + current nodes [S] -> contexts float32[S, 4H]: own, ancestors, descendants, parallel."""
+def sinusoid(n: int, width: int) -> jax.Array:
+    """float32[n, width] the Transformer's absolute position encoding of sequence positions 0..n-1.
 
-    hidden: int
-    agg: str = "mean"
-
-    @nn.compact
-    def __call__(self, h, reach, nodes, node_mask):
-        """Args: h: float32[Np, S, H]; reach: bool[Np, Np] (reach[u, v]: u is an ancestor of v); nodes: int32[S]."""
-        n_pad, s = h.shape[0], h.shape[1]
-        anc = reach[:, nodes]  # [Np, S]
-        desc = reach[nodes, :].T  # [Np, S]
-        par = node_mask[:, None] & ~anc & ~desc & (jnp.arange(n_pad)[:, None] != nodes[None, :])
-        parts = [h[nodes, jnp.arange(s)]]
-        for name, group in (("ancestors", anc), ("descendants", desc), ("parallel", par)):
-            w = group.astype(h.dtype)
-            pooled = jnp.einsum("ns,nsh->sh", w, h)
-            if self.agg == "mean":
-                pooled = pooled / jnp.maximum(w.sum(0), 1.0)[:, None]
-            parts.append(nn.relu(nn.Dense(self.hidden, name=name)(pooled)))
-        return jnp.concatenate(parts, axis=-1)
+    Without it, nodes with equal features and neighbourhoods (two identical chains) get equal logits and no
+    policy could put them on different devices; with it, neighbours in the order differ (1 rad per step).
+    """
+    pos = jnp.arange(n, dtype=jnp.float32)[:, None]
+    freq = jnp.exp(-jnp.log(10000.0) * jnp.arange(0, width, 2, dtype=jnp.float32) / width)
+    angle = pos * freq[None, :]
+    return jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)[:, :width]

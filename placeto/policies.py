@@ -5,7 +5,8 @@ containing "gdp", the GdpConfig it was trained with), `checkpoint.msgpack` (the 
 state, a few hundred kB) and `provenance.json` (the command that reproduces it, seed, commit, training time and
 zero-shot metrics). Wherever a checkpoint is asked for (`placeto place --checkpoint`, `compare --checkpoint`,
 `train --init-from`) a shipped name or a run directory of `placeto train` is accepted; `placeto place` without
-one uses `DEFAULT_POLICY`.
+one uses `DEFAULT_POLICY`. Which method a checkpoint is of, loading its parameters and shipping a run are the
+registry's (placeto.methods.registry: `checkpoint_method`, `load_run`, `ship`): this module knows no method.
 """
 
 from __future__ import annotations
@@ -15,14 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import jax
-import numpy as np
-from flax import serialization
-
-from placeto.checkpoint_io import read_blob, read_config, restore
-from placeto.methods.placeto.config import PlacetoConfig
 from simulator.errors import InputError
-from simulator.io import PathLike, atomic_write_bytes, write_json
+from simulator.io import PathLike
 
 SHIPPED = Path(__file__).resolve().parent / "shipped"
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
@@ -64,28 +59,6 @@ def resolve_checkpoint(name_or_dir: PathLike | None) -> Path:
     return d
 
 
-def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
-    """The PlacetoConfig of a shipped policy or run directory."""
-    return read_config(resolve_checkpoint(checkpoint))  # validated: InputError naming config.json and the field
-
-
-def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]:
-    """(config, params) of a shipped policy or run directory, params restored into the network's structure."""
-    from placeto.features import graph_arrays
-    from placeto.methods.placeto.policy import make_policy
-    from simulator.cluster import cluster_preset
-    from simulator.generate import layered_dag
-
-    config = load_config(checkpoint)
-    # Parameter shapes do not depend on the graph: any small graph gives the template.
-    probe = layered_dag(8, seed=0)
-    cluster = cluster_preset("placeto-k80", min(2, config.max_devices))
-    arrays = graph_arrays(probe, cluster, np.arange(probe.n_nodes, dtype=np.int32), config.max_devices)
-    template = make_policy(config).init(jax.random.key(0), arrays)
-    path = resolve_checkpoint(checkpoint) / CHECKPOINT
-    return config, restore(template, read_blob(path)["params"], "params", path)  # shapes checked: InputError
-
-
 def git_commit() -> str:
     """The repository's HEAD commit (or "unknown" outside a git checkout)."""
     try:
@@ -93,19 +66,3 @@ def git_commit() -> str:
                               text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-
-
-def ship(run_dir: PathLike, name: str, provenance: dict[str, Any], root: PathLike = SHIPPED) -> Path:
-    """Copy a run's config and parameters (not its optimizer state) to `<root>/<name>/` with provenance.json.
-    Placeto and gdp runs alike (a gdp run's config.json says "method": "gdp" and stays so)."""
-    from placeto.methods.gdp.place import is_gdp_run, load_run
-
-    config, params = load_run(run_dir) if is_gdp_run(run_dir) else load_policy_params(run_dir)
-    dest = Path(root) / name
-    dest.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(dest / "config.json", config.to_json().encode())
-    blob = {"params": serialization.to_state_dict(params)}
-    atomic_write_bytes(dest / CHECKPOINT, serialization.msgpack_serialize(blob))
-    write_json(dest / "provenance.json", {"name": name, "commit": git_commit(), "seed": config.seed,
-                                          **provenance})
-    return dest

@@ -189,7 +189,7 @@ def _build_pergraph_runs(root: Path) -> None:
     import numpy as np
     from flax import serialization
 
-    from placeto.methods.pergraph import get_spec
+    from placeto.methods.pergraph_specs import get_spec
     from simulator.cluster import cluster_preset
     from simulator.io import load_graph
 

@@ -1,4 +1,4 @@
-"""Rollouts split across workers (placeto.episodes, placeto.rollout_workers, placeto.distributed): any split of a
+"""Rollouts split across workers (placeto.methods.placeto.episodes, placeto.workers, placeto.distributed): any split of a
 batch gives the batch of one worker bit for bit; `--workers 2` on Ray writes the checkpoint of `--workers 1`,
 for every learned method, with a worker killed mid-update too; compare fans graphs out; bad input is one line.
 
@@ -24,11 +24,12 @@ from placeto.methods.gdp import ppo
 from placeto.methods.gdp.config import tiny as gdp_tiny
 from placeto.methods.gdp.model import make_net as gdp_net
 from placeto.methods.gdp.train import train as gdp_train
-from placeto.methods.pergraph import get_spec
+from placeto.methods.pergraph_specs import get_spec
 from placeto.methods.reinforce import concat_drawn, draw_range, init_params
 from placeto.methods.rundir import train as pergraph_train
 from placeto.methods.placeto.policy import make_policy
-from placeto.methods.placeto.rollout_workers import SerialPool, partition
+from placeto.methods.placeto.rollout_workers import WORKER
+from placeto.workers import SerialPool, partition
 from simulator import cluster_preset, save_graph
 from simulator.generate import layered_dag
 
@@ -95,8 +96,8 @@ def test_pergraph_samples_are_the_same_however_the_batch_is_split(method):
 
 def test_serial_pool_of_three_equals_one():
     config = tiny()
-    one = SerialPool("placeto", (config, [(GRAPHS[0], CLUSTER)]), 1)
-    three = SerialPool("placeto", (config, [(GRAPHS[0], CLUSTER)]), 3)
+    one = SerialPool(WORKER, (config, [(GRAPHS[0], CLUSTER)]), 1)
+    three = SerialPool(WORKER, (config, [(GRAPHS[0], CLUSTER)]), 3)
     params = make_policy(config).init(jax.random.key(0), one.worker.arrays[0])
     args = (0, np.asarray(jax.random.key_data(jax.random.key(1))), 4)
     a, b = one.run(params, args, 4), three.run(params, args, 4)

@@ -16,7 +16,7 @@ from placeto.methods import pergraph_place
 from placeto.methods.hierarchical.config import HierarchicalConfig
 from placeto.methods.hierarchical.model import group_features
 from placeto.methods.op_embed import colocation_items, depth_first_order, op_inputs
-from placeto.methods.pergraph import get_spec
+from placeto.methods.pergraph_specs import get_spec
 from placeto.methods.reinforce import Baseline, baseline_step, init_params, rewards, sample
 from placeto.methods.rnn.config import RnnConfig
 from placeto.methods.rundir import load_run, train

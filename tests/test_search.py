@@ -12,7 +12,9 @@ from placeto.methods.placeto import train as T
 from placeto.baselines import run_method
 from placeto.baselines.local_search import local_search
 from placeto.methods.placeto.config import tiny
-from placeto.policies import load_policy_params, resolve_checkpoint, ship, shipped_policies
+from placeto.methods.placeto.place import load_policy_params
+from placeto.methods.registry import ship
+from placeto.policies import resolve_checkpoint, shipped_policies
 from placeto.search import guided, moves
 from placeto.search.sa import sa
 from simulator import Cluster, Device, cluster_preset, simulate

@@ -9,7 +9,7 @@ Seeds 000/002 embed each op from its type, its output sizes and its adjacency; s
     adjacency   one round of mean message passing from parents and from children (placeto.gnn.MessagePassing,
                 S = 1): O(E * H), never N x N, so graphs of tens of thousands of ops fit
     position    the op's position in a depth-first topological order (`depth_first_order`; as a sinusoid,
-                placeto.methods.gdp.model.sinusoid): two identical chains differ only by where their ops sit
+                placeto.gnn.sinusoid): two identical chains differ only by where their ops sit
 
 Decision items (rnn): the ops of one colocation name form one item (the seeds' colocation groups), every other
 op is an item of its own; items are ordered by their first op in that order. Item of op i: `item[i]`.
@@ -142,7 +142,7 @@ class OpEmbed(nn.Module):
 
     @nn.compact
     def __call__(self, x: OpInputs):
-        from placeto.methods.gdp.model import sinusoid
+        from placeto.gnn import sinusoid
 
         kind = nn.Embed(self.op_types, self.hidden, name="op_type")(x.op_type)  # [Np, H]
         pos = sinusoid(x.position.shape[0], self.hidden)[x.position]  # [Np, H]

@@ -1,4 +1,5 @@
-"""What the per-graph sequence placers (rnn, hierarchical) share: their config base and the method registry.
+"""What the per-graph sequence placers (rnn, hierarchical) share: their config base and the MethodSpec type (each
+method's is found by name with placeto.methods.pergraph_specs.get_spec).
 
 Both are trained on one graph and one cluster (the seeds' setting): a policy is good for the graph it was trained
 on, so `devices` is a config field and a run directory remembers its graph. Each method is a `MethodSpec`:
@@ -18,7 +19,7 @@ import dataclasses
 import json
 from typing import Any, Callable, ClassVar, NamedTuple
 
-from placeto.methods.placeto.config import _check_types_and_ranges
+from placeto.config_fields import check_types_and_ranges
 from simulator.limits import MAX_DEVICES
 
 PER_GRAPH = ("rnn", "hierarchical")  # method names; each is placeto.methods.<name>
@@ -82,7 +83,7 @@ class PerGraphConfig:
     """Checkpoint at most this often (plus after the first update and at the end)."""
 
     def __post_init__(self):
-        _check_types_and_ranges(self, RANGES)
+        check_types_and_ranges(self, RANGES)
 
     @property
     def updates(self) -> int:
@@ -119,14 +120,3 @@ class MethodSpec(NamedTuple):
     presets: dict[str, Callable[..., PerGraphConfig]]  # "default", "tiny"
     make_inputs: Callable[[Any, Any, Any], Any]  # (graph, cluster, config) -> inputs pytree
     make_net: Callable[[Any], Any]  # config -> flax module
-
-
-def get_spec(name: str) -> MethodSpec:
-    """The MethodSpec of "rnn" or "hierarchical" (ValueError otherwise)."""
-    if name == "rnn":
-        from placeto.methods.rnn import SPEC
-    elif name == "hierarchical":
-        from placeto.methods.hierarchical import SPEC
-    else:
-        raise ValueError(f"not a per-graph method: {name!r} (known: {', '.join(PER_GRAPH)})")
-    return SPEC

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import argparse
 
-from placeto.methods.pergraph import PerGraphConfig, get_spec
+from placeto.methods.pergraph import PerGraphConfig
+from placeto.methods.pergraph_specs import get_spec
 from simulator.errors import InputError
 
 
 def config_from_args(method: str, args: argparse.Namespace, devices: int) -> PerGraphConfig:
     """The method's config from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes and
     the cluster's device count; InputError naming the field on a bad value."""
-    from placeto.methods.placeto.config import parse_overrides
+    from placeto.config_fields import parse_overrides
 
     spec = get_spec(method)
     try:

@@ -24,7 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from placeto.baselines import MethodRun
-from placeto.methods.pergraph import PerGraphConfig, get_spec
+from placeto.methods.pergraph import PerGraphConfig
+from placeto.methods.pergraph_specs import get_spec
 from placeto.methods.reinforce import Baseline, init_params, make_optimizer, reinforce_step, sample, update
 from placeto.methods.rundir import best_file, load_run, task_key
 from placeto.objective import meter, metered, score_batch

@@ -26,7 +26,7 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -34,9 +34,11 @@ from flax import serialization
 
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
 from placeto.distributed import WorkerSpec, open_pool
-from placeto.methods.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig, get_spec
+from placeto.methods.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig
+from placeto.methods.pergraph_specs import get_spec
 from placeto.methods.reinforce import Baseline, Drawn, concat_drawn, init_params, make_optimizer, reinforce_step
 from placeto.objective import metered, record
+from placeto.workers import Pair, from_key_data
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -181,7 +183,7 @@ def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike,
 def _draw_on(pool, config: PerGraphConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (reinforce.draw_range), counted by this process's
     meter."""
-    from placeto.methods.placeto.rollout_workers import key_data
+    from placeto.workers import key_data
 
     drawn = concat_drawn(pool.run(params, (key_data(key),), config.samples_per_update))
     record(drawn.scores.objective)
@@ -208,7 +210,7 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
     deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
     root = jax.random.key(config.seed)
     try:
-        with metered() as m, open_pool(workers, "pergraph", config, [(graph, cluster)]) as pool:
+        with metered() as m, open_pool(workers, WORKER, config, [(graph, cluster)]) as pool:
             while st.update < config.updates and time.perf_counter() < deadline:
                 k_update = jax.random.fold_in(root, st.update)
                 drawn = None if pool is None else _draw_on(pool, config, st.params, k_update)
@@ -283,3 +285,23 @@ def load_run(run_dir: PathLike) -> tuple[PerGraphConfig, Any, dict[str, Any]]:
     if not isinstance(task, dict) or set(task) != {"graph", "nodes", "devices"}:
         raise InputError("checkpoint's task is not {graph, nodes, devices}", str(path))
     return config, restore(template, blob["params"], "params", path), dict(task)
+
+
+WORKER = "placeto.methods.rundir:PerGraphWorker"  # the per-graph methods' worker kind (placeto.workers.make_worker)
+
+
+class PerGraphWorker:
+    """rnn / hierarchical placements of one graph: payload (config, [(graph, cluster)])."""
+
+    def __init__(self, config, pairs: Sequence[Pair]):
+        spec = get_spec(config.METHOD)
+        (self.graph, self.cluster), = pairs
+        self.config, self.net = config, spec.make_net(config)
+        self.inputs = spec.make_inputs(self.graph, self.cluster, config)
+
+    def run(self, params, key: np.ndarray, lo: int, hi: int):
+        """reinforce.Drawn of samples [lo, hi) of an update."""
+        from placeto.methods.reinforce import draw_range
+
+        return draw_range(self.net, self.config, params, self.inputs, self.graph, self.cluster, from_key_data(key),
+                          lo, hi)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -33,12 +34,13 @@ import numpy as np
 
 from placeto.methods.placeto import env as E
 from placeto.methods.placeto.config import PlacetoConfig
+from placeto.baselines import MethodRun
 from placeto.baselines._common import batch_size, evaluate
 from placeto.objective import meter, metered
-from placeto.policies import load_policy_params, resolve_checkpoint
+from placeto.methods.placeto.place import load_policy_params
+from placeto.policies import resolve_checkpoint
 from placeto.methods.placeto.policy import Policy, make_policy
-from placeto.search import moves
-from placeto.search.sa import anneal
+from placeto.search.prior import relabel_prior, renaming, search_from_prior  # noqa: F401  (renaming: re-exported)
 from simulator.cluster import Cluster
 from simulator.graph import Graph
 
@@ -143,7 +145,7 @@ def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: 
 def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.ndarray:
     """The `placeto` method: one greedy episode, then batches of sampled episodes while the budget lasts (calls
     in `budget` and the meter's); the best placement any episode visited."""
-    from placeto.methods.placeto.place import collect_rollout
+    from placeto.methods.placeto.rollout import collect_rollout
 
     ctx = E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
@@ -168,25 +170,6 @@ def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.nd
         if ro.best_runtime[b] < best_score:
             best, best_score = ro.best_placement[b].astype(np.int32), float(ro.best_runtime[b])
     return best
-
-
-def renaming(src: np.ndarray, dst: np.ndarray, n_devices: int) -> np.ndarray:
-    """int[D] the device permutation that renames placement `src` to agree with `dst` on the most nodes
-    (linear assignment on their D x D agreement counts): src's device d is dst's names[d]. src, dst: int[N]."""
-    from scipy.optimize import linear_sum_assignment
-
-    agree = np.zeros((n_devices, n_devices))
-    np.add.at(agree, (src, dst), 1.0)  # agree[a, b]: nodes src put on a and dst on b
-    _, names = linear_sum_assignment(-agree)  # square: its rows are 0..D-1 in order
-    return names
-
-
-def relabel_prior(prior: np.ndarray, greedy: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The prior with its device axis permuted so that device names agree with `start`'s: the permutation
-    maximising the nodes on which start and the relabelled greedy placement agree (`renaming`)."""
-    out = np.empty_like(prior)
-    out[:, renaming(greedy, start, prior.shape[1])] = prior
-    return out
 
 
 def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_prob: float = 0.3,
@@ -235,41 +218,6 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
     return search(op_graph, prep.cluster, starts[best], float(scores[best]), prior, rng, calls0 + budget)
 
 
-def search_from_prior(graph: Graph, cluster: Cluster, greedy: np.ndarray, greedy_score: float, prior: np.ndarray,
-                      rng: np.random.Generator, limit: float, extra: list = (), prior_prob: float = 0.3,
-                      neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5,
-                      samples: int = 32) -> np.ndarray:
-    """Steps 2-3 of the module docstring from a policy's greedy placement int[N] (objective `greedy_score`) and
-    prior float[N, D]; shared by placeto-search and gdp-search. Stops when the meter's count reaches `limit`
-    (an absolute count) or the meter runs out; `extra`: more (placement, objective) start candidates."""
-    m = meter()
-    cdf = np.cumsum(prior, axis=1)
-    n_dev = cluster.n_devices
-    cands = [(greedy, greedy_score), *extra]
-    if samples > 0 and batch_size(samples, limit) == samples:
-        drawn = np.minimum((cdf[None] < rng.random((samples, graph.n_nodes, 1))).sum(2), n_dev - 1).astype(np.int32)
-        scores = evaluate(graph, drawn, cluster)
-        cands.append((drawn[int(np.argmin(scores))], float(scores.min())))
-    start, score = min(cands, key=lambda c: c[1])
-    if not m.exhausted():
-        classic, classic_score = moves.best_start(graph, cluster, None)
-        if classic_score < score:  # identical devices may be named differently: relabel the prior to the start
-            start, score, prior = classic, classic_score, relabel_prior(prior, greedy, classic)
-            cdf = np.cumsum(prior, axis=1)
-    nb_off, nb = moves.neighbours(graph)
-
-    def propose(rng, nodes, cur):
-        devs = moves.targets(rng, nodes, cur, nb_off, nb, n_dev, neighbour_prob)
-        from_prior = np.minimum((cdf[nodes] < rng.random((len(nodes), 1))).sum(1), n_dev - 1)
-        use = (rng.random(len(nodes)) < prior_prob) & (from_prior != cur[nodes])
-        return np.where(use, from_prior, devs).astype(np.int32)
-
-    entropy = -(prior * np.log(np.maximum(prior, 1e-12))).sum(1) / np.log(max(n_dev, 2))
-    weight = moves.node_weights(graph, cluster) * (0.5 + entropy)
-    return anneal(graph, cluster, start, score, propose, rng, limit - m.calls, batch, weight=weight / weight.sum(),
-                  block_prob=block_prob)
-
-
 def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
     """A copy of the policy trained `episodes` more episodes on prep's graph alone (REINFORCE, the config's
     settings, a fresh optimizer; stops early when the meter is spent, and does not start an update that, as far as
@@ -283,3 +231,33 @@ def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
                                           first_update_seconds=prep.update_seconds)
     return dataclasses.replace(prep, params=params, seen=(best, score))
 
+
+def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
+                seconds: float | None = None, checkpoint: str | Path | None = None,
+                finetune_episodes: int = 0) -> tuple[MethodRun, float]:
+    """(MethodRun, compile seconds) of Placeto's compare row `name` ("placeto": greedy + sampled episodes;
+    "placeto-search": policy-guided search) with the Placeto policy `checkpoint` (None: the default shipped one),
+    fine-tuned first if asked, inside one meter (placeto.compare.run_learned).
+
+    The policy places a graph of more than `coarsen.MAX_POLICY_NODES` nodes as groups (`placeto.coarsen`; the
+    grouping's seconds are charged to the run): "placeto" expands the best group placement (its trace is the
+    grouped graph's), "placeto-search" searches the op graph from the expanded placement and prior."""
+    from placeto import coarsen
+
+    coarse = coarsen.for_policy(graph)
+    prep = prepare(checkpoint, coarse.graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
+                   finetuning=finetune_episodes > 0)
+    calls = math.inf if budget is None else budget
+    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - coarse.seconds, 1e-3)) as m:
+        tuned = finetune(prep, finetune_episodes, seed)
+        left = calls - m.calls
+        if name == "placeto":  # on a coarsened graph: the best group placement, expanded
+            placement = coarse.expand(policy_place(tuned, seed, left))
+        elif coarse.grouping is None:
+            placement = guided_search(tuned, seed, left)
+        else:  # the policy places the groups, the search the ops
+            placement = guided_search(tuned, seed, left, op_graph=graph, op_to_group=coarse.grouping.op_to_group)
+        elapsed = m.elapsed()
+    trace = tuple((t + coarse.seconds, c, b) for t, c, b in m.trace)
+    return MethodRun(np.asarray(placement, np.int32), m.calls, elapsed + coarse.seconds, trace), \
+        prep.compile_seconds

@@ -6,6 +6,35 @@ the nodes in topological order, a device-count agnostic scoring head; trained wi
     model.py    the flax network: GdpInputs -> logits float32[Np, Dm]
     train.py    PPO over a family of (graph, cluster) tasks; run directory, checkpoints, resume
     place.py    zero-shot / sampled / fine-tuned placement from a run directory (the compare row "gdp")
+    workers.py  gdp's rollout worker (placeto.workers)
+    cli.py      `placeto train --method gdp`'s library call
 """
 
-METHOD = "gdp"  # config.json's "method" field of a gdp run directory
+from __future__ import annotations
+
+from placeto.methods.base import Method
+from placeto.methods.gdp.config import NAME, PRESETS, GdpConfig
+
+
+def _train(args, graphs, clusters, workers=None) -> int:
+    from placeto.methods.gdp.cli import train_from_args
+
+    return train_from_args(args, graphs, clusters, workers=workers)
+
+
+def _run(variant, graph, cluster, seed=0, budget=None, seconds=None, checkpoint=None, finetune_episodes=0):
+    from placeto.methods.gdp.place import run_gdp
+
+    return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, variant == "gdp-search")
+
+
+def _load(run_dir):
+    from placeto.methods.gdp.place import load_run
+
+    return load_run(run_dir)
+
+
+METHOD = Method(
+    name=NAME, description="GDP: GraphSAGE + segment-recurrent attention, one-shot placements, PPO on families",
+    config_cls=GdpConfig, presets=PRESETS, variants=("gdp", "gdp-search"), train=_train, run=_run, load=_load,
+    finetunes=True, default_checkpoint="gdp-general")

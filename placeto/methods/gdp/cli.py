@@ -10,7 +10,7 @@ from simulator.errors import InputError
 
 def config_from_args(args: argparse.Namespace):
     """GdpConfig from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes."""
-    from placeto.methods.placeto.config import parse_overrides
+    from placeto.config_fields import parse_overrides
 
     try:
         changes = parse_overrides(args.set, GdpConfig)

@@ -8,7 +8,7 @@ import json
 import math
 from typing import Any
 
-from placeto.methods.gdp import METHOD
+NAME = "gdp"  # config.json's "method" field of a gdp run directory
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,7 +93,7 @@ class GdpConfig:
                          attn_layers=self.attn_layers, heads=self.heads, max_devices=self.max_devices)
 
     def to_json(self) -> str:
-        d = {"method": METHOD, **dataclasses.asdict(self)}
+        d = {"method": NAME, **dataclasses.asdict(self)}
         d = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in d.items()}
         return json.dumps(d, indent=1) + "\n"
 
@@ -101,8 +101,8 @@ class GdpConfig:
     def from_dict(cls, d: dict[str, Any]) -> "GdpConfig":
         """Inverse of to_json; ValueError on a wrong method, unknown field or bad value."""
         d = dict(d)
-        if d.pop("method", None) != METHOD:
-            raise ValueError(f"GdpConfig: config.json's \"method\" is not {METHOD!r}")
+        if d.pop("method", None) != NAME:
+            raise ValueError(f"GdpConfig: config.json's \"method\" is not {NAME!r}")
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:

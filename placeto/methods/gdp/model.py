@@ -17,7 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from placeto.gnn import MessagePassing
+from placeto.gnn import MessagePassing, sinusoid
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.inputs import GdpInputs
 
@@ -99,18 +99,6 @@ class GdpNet(nn.Module):
         hid = nn.relu(ConcatDense(c.hidden, name="head_hidden")(z[:, None, :], *dev_in))  # [Np, Dm, H]
         logits = nn.Dense(1, name="head_out")(hid)[..., 0] + bilinear  # [Np, Dm]
         return jnp.where(x.dev_mask[None, :], logits, NEG)
-
-
-def sinusoid(n: int, width: int) -> jax.Array:
-    """float32[n, width] the Transformer's absolute position encoding of sequence positions 0..n-1.
-
-    Without it, nodes with equal features and neighbourhoods (two identical chains) get equal logits and no
-    policy could put them on different devices; with it, neighbours in the order differ (1 rad per step).
-    """
-    pos = jnp.arange(n, dtype=jnp.float32)[:, None]
-    freq = jnp.exp(-jnp.log(10000.0) * jnp.arange(0, width, 2, dtype=jnp.float32) / width)
-    angle = pos * freq[None, :]
-    return jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)[:, :width]
 
 
 def make_net(config: GdpConfig) -> GdpNet:

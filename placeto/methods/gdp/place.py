@@ -18,7 +18,7 @@ import numpy as np
 
 from placeto.baselines import MethodRun
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, read_blob, restore
-from placeto.methods.gdp import METHOD
+from placeto.methods.gdp.config import NAME
 from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
 from placeto.methods.gdp.ppo import Drawn, init_params, make_optimizer, make_task, ppo_step, sample_batch
@@ -37,7 +37,7 @@ def is_gdp_run(run_dir: PathLike | None) -> bool:
     if not path.is_file():
         return False
     d = read_json(path)
-    return isinstance(d, dict) and d.get("method") == METHOD
+    return isinstance(d, dict) and d.get("method") == NAME
 
 
 def is_gdp_checkpoint(name_or_dir: PathLike | None) -> bool:
@@ -97,7 +97,7 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     """(MethodRun, compile seconds): see the module docstring. `finetune_episodes` sampled placements of
     PPO fine-tuning first (`tune`'s settings, default FinetuneSettings(); charged to the budget, its compilation
     is not). `search` (method gdp-search): after the greedy placement, the policy's per-node device distributions
-    are the prior of placeto-search's annealing (`placeto.search.guided.search_from_prior`) for the rest of the
+    are the prior of placeto-search's annealing (`placeto.search.prior.search_from_prior`) for the rest of the
     budget, instead of sampled placements."""
     from placeto.policies import resolve_checkpoint
 
@@ -156,7 +156,7 @@ def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit:
     """gdp-search: the policy's greedy placement (argmax per node, one simulation) and prior (float[N, D]: each
     node's device distribution) start and steer placeto-search's annealing, until the meter's count reaches
     `limit` or it runs out; `extra`: more (placement, objective) start candidates."""
-    from placeto.search.guided import search_from_prior
+    from placeto.search.prior import search_from_prior
 
     d = cluster.n_devices
     logp = np.asarray(_log_policy(net, params, task.inputs), np.float64)[:graph.n_nodes, :d]

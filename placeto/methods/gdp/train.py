@@ -27,6 +27,7 @@ from flax import serialization
 
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
 from placeto.distributed import WorkerSpec, open_pool
+from placeto.methods.gdp.workers import WORKER
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.ppo import Drawn, Task, concat_drawn, init_params, make_optimizer, make_task, ppo_step
@@ -137,7 +138,7 @@ def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequen
 
 def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (ppo.draw_range), counted by this process's meter."""
-    from placeto.methods.placeto.rollout_workers import key_data
+    from placeto.workers import key_data
 
     drawn = concat_drawn(pool.run(params, (task, key_data(key)), config.samples_per_update))
     record(drawn.objective)
@@ -159,7 +160,7 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
     start_update, saved, last_save = st.update, None, -math.inf
     f, writer = _metrics_writer(out, st.update)
     root = jax.random.key(config.seed)
-    with f, metered() as m, open_pool(workers, "gdp", config, [(t.graph, t.cluster) for t in tasks]) as pool:
+    with f, metered() as m, open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]) as pool:
         while st.update < config.updates and time.perf_counter() - t0 < 60 * config.time_limit_minutes:
             task, key = tasks[st.update % len(tasks)], jax.random.fold_in(root, st.update)
             drawn = None if pool is None else _draw_on(pool, st.update % len(tasks), config, st.params, key)

@@ -1,8 +1,8 @@
 """Placeto rollouts episode by episode: the sampling that any split of a batch across workers reproduces exactly.
 
-`collect_rollout` (placeto.place) samples a whole batch with one key per step and runs the policy on the B
-states at once; the numbers of row b then depend on B (XLA's matrix products round a row differently in
-batches of different sizes) and on where b sits in the batch. Here every episode e of an update is a function
+`collect_rollout` (placeto.methods.placeto.rollout) samples a whole batch with one key per step and runs the
+policy on the B states at once; the numbers of row b then depend on B (XLA's matrix products round a row
+differently in batches of different sizes) and on where b sits in the batch. Here every episode e of an update is a function
 of (key, seed, e) alone:
 
     initial placement   ctx.init_placement; "random" draws episode e's devices from default_rng([seed, e])
@@ -27,7 +27,7 @@ import numpy as np
 
 from placeto.methods.placeto import env as E
 from placeto.features import GraphArrays
-from placeto.methods.placeto.place import Rollout, collect_rollout
+from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, log_probs
 
 def episode_act(policy: Policy):

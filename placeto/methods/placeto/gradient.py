@@ -1,5 +1,5 @@
 """The Placeto policy gradient: returns-to-go, the per-step baseline, chunked jitted gradients, and the
-learning-rate and entropy schedules (placeto.train runs the loop around them).
+learning-rate and entropy schedules (placeto.methods.placeto.train runs the loop around them).
 
     returns_to_go       G[t] = sum_k gamma^k r[t + k] of every episode
     baseline_update     the per-step baseline: the mean return-to-go at each step over the last `window` episodes
@@ -22,7 +22,7 @@ import optax
 from placeto.methods.placeto import env as E
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays, bucket
-from placeto.methods.placeto.place import Rollout
+from placeto.methods.placeto.rollout import Rollout
 from placeto.methods.placeto.policy import TRACES, Policy, log_probs
 
 
@@ -139,7 +139,7 @@ def make_optimizer(config: PlacetoConfig) -> optax.GradientTransformation:
 
 def clipped_adam(grad_clip: float) -> optax.GradientTransformation:
     """Clip by global norm, then Adam's scaling; the learning rate (`learning_rate`) is applied by the update
-    (placeto.train), so one compiled update serves every run length."""
+    (placeto.methods.placeto.train), so one compiled update serves every run length."""
     return optax.chain(optax.clip_by_global_norm(grad_clip), optax.scale_by_adam())
 
 

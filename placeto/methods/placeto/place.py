@@ -1,5 +1,5 @@
-"""Running a policy on a graph: rollouts (shared with training), and zero-shot placement with a trained policy
-(one greedy episode, or the best of K sampled episodes).
+"""Zero-shot placement with a trained policy (one greedy episode, or the best of K sampled episodes); episodes
+are placeto.methods.placeto.rollout's, shared with training.
 
 Every step of an episode simulates its placement anyway, so the best placement seen during the episode(s) is
 returned, not only the last one; the simulator-call count is what that cost.
@@ -8,77 +8,33 @@ returned, not only the last one; the simulator-call count is what that cost.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 
 from placeto.methods.placeto import env as E
-from placeto.checkpoint_io import check_devices, read_blob, read_config, restore
+from placeto.checkpoint_io import check_devices, read_blob, restore
+from placeto.checkpoint_io import read_config as read_method_config
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays
-from placeto.methods.placeto.policy import Policy, make_policy
+from placeto.methods.placeto.policy import make_policy
+from placeto.methods.placeto.rollout import collect_rollout
 from simulator.cluster import Cluster
 from simulator.graph import Graph
+from simulator.io import PathLike
 
 
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
 
 
-class Rollout(NamedTuple):
-    """B episodes of T steps on one graph (Np padded nodes, N real)."""
-
-    placement: np.ndarray | None  # int8[T, B, Np] placement before each step (None unless recorded)
-    start: np.ndarray | None  # float32[T, B, Np] normalised start times before each step
-    nodes: np.ndarray  # int32[T] node placed at each step
-    actions: np.ndarray  # int32[T, B]
-    rewards: np.ndarray  # float64[T, B] (runtime before - after) / reward_scale
-    action_rewards: np.ndarray | None  # float64[T, B, D] reward of every device at each step (None unless asked)
-    initial_runtime: np.ndarray  # float64[B] microseconds (penalised)
-    final_runtime: np.ndarray  # float64[B] microseconds (penalised)
-    best_runtime: np.ndarray  # float64[B] best seen during each episode, microseconds (penalised)
-    best_placement: np.ndarray  # int32[B, N]
-    final_placement: np.ndarray  # int32[B, N]
-    sim_calls: int
-
-
-# ---- rollouts ------------------------------------------------------------------------------------------
-def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array,
-                    batch: int, seed: int, greedy: bool = False, record: bool = True,
-                    placement: np.ndarray | None = None, counterfactual: bool = False,
-                    act: Callable[[E.Observation], Any] | None = None) -> Rollout:
-    """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph.
-
-    counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step).
-    act: observation -> actions int32[B], instead of `policy.act(params, arrays, obs, key, greedy)` (the
-    per-episode sampling of `placeto.episodes`).
-    """
-    state, obs = E.reset(ctx, seed, batch, placement)
-    t_max, n_pad = ctx.n_steps, ctx.n_pad
-    rec_place = np.empty((t_max, batch, n_pad), np.int8) if record else None
-    rec_start = np.empty((t_max, batch, n_pad), np.float32) if record else None
-    actions = np.empty((t_max, batch), np.int32)
-    rewards = np.empty((t_max, batch))
-    all_rewards = np.empty((t_max, batch, ctx.cluster.n_devices)) if counterfactual else None
-    initial = state.runtime.copy()
-    extra_calls, done = 0, False
-    while not done:
-        t = state.t
-        if record:
-            rec_place[t], rec_start[t] = state.placement, state.start
-        if counterfactual:
-            all_rewards[t] = E.action_rewards(state)
-            extra_calls += all_rewards[t].size
-        chosen = policy.act(params, arrays, obs, key, greedy)[0] if act is None else act(obs)
-        actions[t] = np.asarray(chosen)
-        state, rewards[t], done = E.step(state, actions[t])
-        obs = E.observe(state)
-    return Rollout(rec_place, rec_start, ctx.visit_seq.copy(), actions, rewards, all_rewards, initial,
-                   state.runtime.copy(), state.best_runtime, state.best_placement,
-                   state.placement[:, :ctx.n_nodes].copy(), state.sim_calls + extra_calls)
-
-
 # ---- placement -----------------------------------------------------------------------------------------
+def read_config(run_dir: PathLike) -> PlacetoConfig:
+    """The PlacetoConfig in `run_dir`/config.json (placeto.checkpoint_io.read_config: InputError naming the file
+    and the field if it is not one)."""
+    return read_method_config(run_dir, PlacetoConfig)
+
+
 def load_params(checkpoint_dir: str | Path, arrays: GraphArrays) -> tuple[PlacetoConfig, Any]:
     """(config, params) of a run directory, for placement with a trained policy."""
     d = Path(checkpoint_dir)
@@ -146,3 +102,28 @@ def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samp
     res = place(graph, cluster, checkpoint_dir, samples, seed)
     return res.placement, res.sim_calls
 
+
+def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
+    """The PlacetoConfig of a shipped policy or run directory."""
+    from placeto.policies import resolve_checkpoint
+
+    return read_config(resolve_checkpoint(checkpoint))  # validated: InputError naming config.json and the field
+
+
+def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]:
+    """(config, params) of a shipped policy or run directory, params restored into the network's structure."""
+    from placeto.features import graph_arrays
+    from placeto.methods.placeto.policy import make_policy
+    from simulator.cluster import cluster_preset
+    from simulator.generate import layered_dag
+
+    from placeto.policies import resolve_checkpoint
+
+    config = load_config(checkpoint)
+    # Parameter shapes do not depend on the graph: any small graph gives the template.
+    probe = layered_dag(8, seed=0)
+    cluster = cluster_preset("placeto-k80", min(2, config.max_devices))
+    arrays = graph_arrays(probe, cluster, np.arange(probe.n_nodes, dtype=np.int32), config.max_devices)
+    template = make_policy(config).init(jax.random.key(0), arrays)
+    path = resolve_checkpoint(checkpoint) / CHECKPOINT
+    return config, restore(template, read_blob(path)["params"], "params", path)  # shapes checked: InputError

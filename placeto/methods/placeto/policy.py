@@ -25,7 +25,8 @@ import jax.numpy as jnp
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.methods.placeto.env import Observation
 from placeto.features import GraphArrays
-from placeto.gnn import MessagePassing, NodeContext
+from placeto.gnn import MessagePassing
+from placeto.methods.placeto.node_context import NodeContext
 
 NEG = -1e9  # logit of padded devices
 TRACES: collections.Counter = collections.Counter()  # function name -> times traced (a retrace = a compile)

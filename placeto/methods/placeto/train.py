@@ -8,7 +8,7 @@ One update = B episodes sampled in parallel on one graph (graphs taken in turn),
                         episodes of the same graph (a window of `baseline_window`, the current batch included)
     policy_gradient     re-evaluates the recorded states in fixed-size chunks (one jitted function per padding
                         bucket), optionally on a random subset of steps, and sums the gradients
-                        (placeto.gradient, with the baseline and the schedules)
+                        (placeto.methods.placeto.gradient, with the baseline and the schedules)
     apply               clip, Adam with an exponentially decaying learning rate (one compiled update for all runs)
 
 A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorBoard) and best/<graph>.json
@@ -17,8 +17,8 @@ holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is wri
 `checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping the last checkpoint.
 
 With `workers` (placeto.distributed.WorkerSpec) the rollouts run in Ray actors, episode by episode
-(placeto.episodes): equal seeds give equal checkpoints for every number of workers, but not the checkpoint of a
-run without workers, whose batches are sampled from one key (as the shipped policies were).
+(placeto.methods.placeto.episodes): equal seeds give equal checkpoints for every number of workers, but not the
+checkpoint of a run without workers, whose batches are sampled from one key (as the shipped policies were).
 """
 
 from __future__ import annotations
@@ -41,13 +41,14 @@ import optax
 from flax import serialization
 
 from placeto.methods.placeto import env as E
-from placeto.checkpoint_io import RunLock, check_devices, check_finite, check_same_model, read_blob, restore
+from placeto.checkpoint_io import CHECKPOINT, RunLock, check_devices, check_finite, check_same_model, read_blob, restore
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.distributed import WorkerSpec, open_pool
+from placeto.methods.placeto.rollout_workers import WORKER
 from placeto.features import GraphArrays
-from placeto.methods.placeto.gradient import (Baseline, baseline_update, clipped_adam, entropy_coef, learning_rate, make_grad_fn,
-                              make_optimizer, policy_gradient, returns_to_go)
-from placeto.methods.placeto.place import CHECKPOINT, Rollout, collect_rollout
+from placeto.methods.placeto.gradient import (Baseline, baseline_update, clipped_adam, entropy_coef, learning_rate,
+                                              make_grad_fn, make_optimizer, policy_gradient, returns_to_go)
+from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
 from simulator.cluster import Cluster
 from simulator.errors import InputError
@@ -249,7 +250,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
     last_ckpt, start_update, saved_update = time.time(), st.update, (st.update if restored else None)
     stack = contextlib.ExitStack()  # the Ray pool, if any
     try:
-        pool = stack.enter_context(open_pool(workers, "placeto", config, [(t.graph, t.cluster) for t in tasks]))
+        pool = stack.enter_context(open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]))
         deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
         while st.episode < config.episodes and time.time() < deadline:
             i = st.update % len(tasks)
@@ -320,7 +321,7 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
 def _pool_collect(pool, task: int, batch: int):
     """collect(params, key, seed) -> Rollout of `batch` episodes of task index `task`, split across the pool."""
     from placeto.methods.placeto.episodes import concat_rollouts
-    from placeto.methods.placeto.rollout_workers import key_data
+    from placeto.workers import key_data
 
     return lambda params, key, seed: concat_rollouts(pool.run(params, (task, key_data(key), seed), batch))
 

@@ -1,0 +1,50 @@
+"""What every learned method's config shares: field types and ranges checked on construction, and `--set
+FIELD=VALUE` items parsed into typed field values. Each method's config (a frozen dataclass) brings its ranges.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+
+def check_types_and_ranges(config: Any, ranges: dict[str, tuple[float, float]]) -> None:
+    """ValueError naming the field unless every field of the frozen dataclass `config` has its default's type
+    (an int where a float is due is taken) and lies in `ranges`; NaN and infinities are out of every range."""
+    name = type(config).__name__
+    for f in dataclasses.fields(config):
+        value, kind = getattr(config, f.name), type(f.default)
+        ok = type(value) is kind or (kind is float and type(value) is int)
+        if not ok:
+            shown = "a huge integer" if type(value) is int and abs(value) > 10**30 else repr(value)[:40]
+            raise ValueError(f"{name}: field {f.name!r}: {shown} is not of type {kind.__name__}")
+        if kind is float:
+            object.__setattr__(config, f.name, value := float(value))
+        if f.name in ranges:
+            lo, hi = ranges[f.name]
+            if not (lo <= value <= hi and (kind is int or math.isfinite(value))):  # no float() of a huge int
+                shown = "a huge integer" if type(value) is int and abs(value) > 10**30 else repr(value)
+                raise ValueError(f"{name}: field {f.name!r}: {shown} is out of range [{lo:.10g}, {hi:.10g}]")
+
+
+def parse_overrides(items: list[str], cls: type) -> dict[str, Any]:
+    """["gamma=0.5", "init_placement=random", ...] -> typed values of `cls`'s fields (ValueError names a bad
+    item)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in fields:
+            raise ValueError(f"--set {item!r}: expected FIELD=VALUE with FIELD one of {', '.join(sorted(fields))}")
+        kind = type(getattr(cls(), key))
+        try:
+            if kind is bool:
+                if text.lower() not in ("1", "0", "true", "false"):
+                    raise ValueError(text)
+                out[key] = text.lower() in ("1", "true")
+            else:
+                out[key] = kind(text)
+        except ValueError:
+            raise ValueError(f"--set {item!r}: {key} takes a value of type {kind.__name__}") from None
+    return out

@@ -1,0 +1,43 @@
+"""The one interface every learned placement method exports (`placeto.methods.<name>.METHOD`).
+
+A method is a frozen record of plain functions (as optax's `GradientTransformation` is a pair of them), so the
+registry (placeto.methods.registry), the comparison (placeto.compare), the shipped policies and the CLI reach
+every learned method the same way. The functions import the method's heavy modules (jax, flax) only when called:
+listing the methods costs nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+# (args, graphs, clusters, workers) -> exit status: `placeto train --method <name>`, printing a summary
+TrainFn = Callable[[argparse.Namespace, list, list, Any], int]
+# (variant, graph, cluster, seed, budget, seconds, checkpoint, finetune_episodes) -> (MethodRun, compile seconds):
+# one compare row, everything inside one meter (placeto.objective.metered)
+RunFn = Callable[..., tuple[Any, float]]
+# run directory -> (config, params) restored into the method's network
+LoadFn = Callable[[Path], tuple[Any, Any]]
+# (graph, cluster, checkpoint, samples, seed) -> (placement int32[N], simulator calls): zero-shot placement
+# without a budget (`placeto place` with no --budget / --seconds)
+PlaceFn = Callable[..., tuple[Any, int]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    """One learned placement method (see the module docstring)."""
+
+    name: str  # config.json's "method" field of its run directories ("placeto" when the field is absent)
+    description: str
+    config_cls: type  # its frozen config dataclass (to_json / from_dict)
+    presets: Mapping[str, Callable[..., Any]]  # "default", "tiny", ... -> config
+    variants: tuple[str, ...]  # the compare rows it provides, e.g. ("gdp", "gdp-search")
+    train: TrainFn
+    run: RunFn
+    load: LoadFn
+    per_graph: bool = False  # trained on the one graph it places (rnn, hierarchical), not on a family
+    finetunes: bool = False  # `run` accepts finetune_episodes > 0 (fine-tuning on the graph before placing)
+    default_checkpoint: str | None = None  # shipped policy used when no checkpoint of this method is given
+    place: PlaceFn | None = None  # zero-shot placement without a budget (None: every placement goes through run)

@@ -1,0 +1,14 @@
+"""The hierarchical method's MethodSpec (placeto.methods.pergraph): config, presets, inputs and network."""
+
+from __future__ import annotations
+
+from placeto.methods.hierarchical.config import PRESETS, HierarchicalConfig
+from placeto.methods.hierarchical.model import make_net
+from placeto.methods.op_embed import op_inputs
+from placeto.methods.pergraph import MethodSpec
+
+METHOD = HierarchicalConfig.METHOD
+
+SPEC = MethodSpec(METHOD, HierarchicalConfig, PRESETS,
+                  lambda graph, cluster, config: op_inputs(graph, cluster, config.op_types, colocate=False),
+                  make_net)

@@ -1,0 +1,68 @@
+"""Episodes of a Placeto policy on one graph (a `Rollout`): what training, placing and policy-guided search run.
+
+Every step of an episode simulates its placement anyway, so the best placement seen during the episode is
+recorded, not only the last one; `sim_calls` is what that cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import numpy as np
+
+from placeto.features import GraphArrays
+from placeto.methods.placeto import env as E
+from placeto.methods.placeto.policy import Policy
+
+
+class Rollout(NamedTuple):
+    """B episodes of T steps on one graph (Np padded nodes, N real)."""
+
+    placement: np.ndarray | None  # int8[T, B, Np] placement before each step (None unless recorded)
+    start: np.ndarray | None  # float32[T, B, Np] normalised start times before each step
+    nodes: np.ndarray  # int32[T] node placed at each step
+    actions: np.ndarray  # int32[T, B]
+    rewards: np.ndarray  # float64[T, B] (runtime before - after) / reward_scale
+    action_rewards: np.ndarray | None  # float64[T, B, D] reward of every device at each step (None unless asked)
+    initial_runtime: np.ndarray  # float64[B] microseconds (penalised)
+    final_runtime: np.ndarray  # float64[B] microseconds (penalised)
+    best_runtime: np.ndarray  # float64[B] best seen during each episode, microseconds (penalised)
+    best_placement: np.ndarray  # int32[B, N]
+    final_placement: np.ndarray  # int32[B, N]
+    sim_calls: int
+
+
+def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array,
+                    batch: int, seed: int, greedy: bool = False, record: bool = True,
+                    placement: np.ndarray | None = None, counterfactual: bool = False,
+                    act: Callable[[E.Observation], Any] | None = None) -> Rollout:
+    """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph.
+
+    counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step).
+    act: observation -> actions int32[B], instead of `policy.act(params, arrays, obs, key, greedy)` (the
+    per-episode sampling of `placeto.methods.placeto.episodes`).
+    """
+    state, obs = E.reset(ctx, seed, batch, placement)
+    t_max, n_pad = ctx.n_steps, ctx.n_pad
+    rec_place = np.empty((t_max, batch, n_pad), np.int8) if record else None
+    rec_start = np.empty((t_max, batch, n_pad), np.float32) if record else None
+    actions = np.empty((t_max, batch), np.int32)
+    rewards = np.empty((t_max, batch))
+    all_rewards = np.empty((t_max, batch, ctx.cluster.n_devices)) if counterfactual else None
+    initial = state.runtime.copy()
+    extra_calls, done = 0, False
+    while not done:
+        t = state.t
+        if record:
+            rec_place[t], rec_start[t] = state.placement, state.start
+        if counterfactual:
+            all_rewards[t] = E.action_rewards(state)
+            extra_calls += all_rewards[t].size
+        chosen = policy.act(params, arrays, obs, key, greedy)[0] if act is None else act(obs)
+        actions[t] = np.asarray(chosen)
+        state, rewards[t], done = E.step(state, actions[t])
+        obs = E.observe(state)
+    return Rollout(rec_place, rec_start, ctx.visit_seq.copy(), actions, rewards, all_rewards, initial,
+                   state.runtime.copy(), state.best_runtime, state.best_placement,
+                   state.placement[:, :ctx.n_nodes].copy(), state.sim_calls + extra_calls)

@@ -1,0 +1,14 @@
+"""The rnn method's MethodSpec (placeto.methods.pergraph): config, presets, inputs and network."""
+
+from __future__ import annotations
+
+from placeto.methods.op_embed import op_inputs
+from placeto.methods.pergraph import MethodSpec
+from placeto.methods.rnn.config import PRESETS, RnnConfig
+from placeto.methods.rnn.model import make_net
+
+METHOD = RnnConfig.METHOD
+
+SPEC = MethodSpec(METHOD, RnnConfig, PRESETS,
+                  lambda graph, cluster, config: op_inputs(graph, cluster, config.op_types, config.colocate),
+                  make_net)
