@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent('''
     from simulator import hardware as hw, host_devices
     from simulator.errors import InputError
     from simulator.grouping import group
-    from simulator.trace import trace_import
+    from simulator.importer import trace_import
     from placeto.calibration import add_calibrate_arguments, run_calibrate
     from placeto.evaluate import add_eval_arguments, hardware_runner, run_eval
     import argparse

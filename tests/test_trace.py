@@ -12,7 +12,8 @@ import pytest
 from simulator.costs import CONTROL_FLOW_OPS
 from simulator.errors import InputError
 from simulator.io import dumps_graph, load_graph, save_graph
-from simulator.trace import INLINED, Source, equation_at, trace, trace_import
+from simulator.importer import trace_import
+from simulator.trace import INLINED, Source, equation_at, trace
 
 
 def mlp_step_and_args(optimizer=None, batch=8, d_in=10, hidden=16, d_out=4):
