@@ -73,6 +73,15 @@ class PlacetoConfig:
     instead of 1) and put the exact expectation of the immediate reward into the gradient (sum over devices of
     pi(d) * reward(d)); REINFORCE with the per-step baseline then estimates only the discounted rest of the
     return. With gamma = 0 the gradient has no noise from the sampled actions (an all-action policy gradient)."""
+    counterfactual_loss: Literal["expected", "best"] = "expected"
+    """With counterfactual: "expected" puts sum_d pi(d) * (reward(d) - mean reward) into the gradient; "best" the
+    cross-entropy against the device with the highest immediate reward (the current device when it ties for
+    best; uniform over other ties). "expected" vanishes where the policy has become sure (its gradient on a
+    device is pi(d) times the reward gap), so a policy that learned "leave the node where it is" from a
+    single-device start stops learning the rare moves that help; the cross-entropy keeps a gradient of
+    1 - pi(best) there. The best immediate device at every step (one-step lookahead on the states the policy
+    visits) is itself a good policy: from the single-device start, one pass places nmt_004 at 0.84x the single
+    device (two passes: 0.79x, 4 K80s)."""
     normalize_advantages: bool = True
     """Divide each update's advantages by their root mean square (one scale for the sampled and, when
     counterfactual, the per-device advantages), so the entropy bonus and the learning rate mean the same thing on
@@ -110,7 +119,8 @@ class PlacetoConfig:
                   "gamma": 0.0 <= self.gamma <= 1.0, "lr": self.lr > 0 and self.lr_end > 0,
                   "group_agg": self.group_agg in ("mean", "sum"),
                   "visit_order": self.visit_order in ("topo", "reverse_topo", "random_fixed"),
-                  "init_placement": self.init_placement in ("single", "random")}
+                  "init_placement": self.init_placement in ("single", "random"),
+                  "counterfactual_loss": self.counterfactual_loss in ("expected", "best")}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"PlacetoConfig: bad value for {', '.join(bad)}")

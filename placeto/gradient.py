@@ -71,9 +71,19 @@ class Chunk(NamedTuple):
     weight: jax.Array  # float32[C] loss weight of each step (0 on padding)
 
 
-def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef):
+def _immediate(logp, action_advantages, best: bool):
+    """The counterfactual term per state: sum_d pi(d) * advantage(d) ("expected"), or, with best, sum_d
+    target(d) * log pi(d): minus the cross-entropy against the best immediate device (action_advantages then
+    holds that target distribution)."""
+    if best:
+        return (logp * action_advantages).sum(-1)
+    return (jnp.exp(logp) * action_advantages).sum(-1)
+
+
+def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef, best: bool = False):
     """-(weighted advantage * log pi(action)) - weighted sum_d pi(d) * action advantage(d) - ent_coef * weighted
-    entropy, and (pg term, entropy)."""
+    entropy, and (pg term, entropy). best: the second term is the cross-entropy against chunk.action_advantages
+    as a target distribution (`_immediate`)."""
     c, b, n_pad = chunk.placement.shape
     rep = lambda x: jnp.repeat(x, b)  # noqa: E731  per-step scalars -> per-state
     logp = log_probs(net, params, arrays, chunk.placement.reshape(c * b, n_pad).astype(jnp.int32),
@@ -82,27 +92,29 @@ def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef):
     taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
     entropy = -(jnp.exp(logp) * logp).sum(-1)
     w = chunk.weight[:, None]
-    expected = (jnp.exp(logp) * chunk.action_advantages).sum(-1)  # [C, B] exact immediate term
+    expected = _immediate(logp, chunk.action_advantages, best)  # [C, B] exact immediate term
     pg = -(w * (chunk.advantages * taken + expected)).sum()
     ent = (w * entropy).sum()
     return pg - ent_coef * ent, (pg, ent)
 
 
 @functools.lru_cache(maxsize=None)
-def make_grad_fn(policy: Policy):
+def make_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
     """Jitted (params, arrays, chunk, ent_coef) -> (grads, (loss, pg, entropy)); one trace per bucket.
 
     Memoised per policy (policies are memoised per model config), so repeated `train` calls reuse compilations.
     A policy with embed_every > 1 gets `make_block_grad_fn`'s (for `block_policy_gradient`).
+    counterfactual_loss: PlacetoConfig.counterfactual_loss ("best": the cross-entropy of `_immediate`).
     """
+    best = counterfactual_loss == "best"
     if policy.embed_every > 1:
-        return make_block_grad_fn(policy)
+        return make_block_grad_fn(policy, counterfactual_loss)
 
     @jax.jit
     def grad_fn(params, arrays, chunk, ent_coef):
         TRACES["grad"] += 1
         (loss, (pg, ent)), grads = jax.value_and_grad(
-            lambda p: chunk_loss(policy.net, p, arrays, chunk, ent_coef), has_aux=True)(params)
+            lambda p: chunk_loss(policy.net, p, arrays, chunk, ent_coef, best), has_aux=True)(params)
         return grads, (loss, pg, ent)
 
     return grad_fn
@@ -137,27 +149,28 @@ def block_log_probs(net, params, arrays: GraphArrays, chunk: BlockChunk):
     return jax.nn.log_softmax(logits, axis=-1).reshape(r, m, b, -1)
 
 
-def block_chunk_loss(net, params, arrays: GraphArrays, chunk: BlockChunk, ent_coef):
+def block_chunk_loss(net, params, arrays: GraphArrays, chunk: BlockChunk, ent_coef, best: bool = False):
     """`chunk_loss` of a BlockChunk."""
     logp = block_log_probs(net, params, arrays, chunk)
     taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
     entropy = -(jnp.exp(logp) * logp).sum(-1)
     w = chunk.weight[..., None]
-    expected = (jnp.exp(logp) * chunk.action_advantages).sum(-1)
+    expected = _immediate(logp, chunk.action_advantages, best)
     pg = -(w * (chunk.advantages * taken + expected)).sum()
     ent = (w * entropy).sum()
     return pg - ent_coef * ent, (pg, ent)
 
 
 @functools.lru_cache(maxsize=None)
-def make_block_grad_fn(policy: Policy):
+def make_block_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
     """`make_grad_fn` for BlockChunks (embed_every > 1)."""
+    best = counterfactual_loss == "best"
 
     @jax.jit
     def grad_fn(params, arrays, chunk, ent_coef):
         TRACES["grad_blocks"] += 1
         (loss, (pg, ent)), grads = jax.value_and_grad(
-            lambda p: block_chunk_loss(policy.net, p, arrays, chunk, ent_coef), has_aux=True)(params)
+            lambda p: block_chunk_loss(policy.net, p, arrays, chunk, ent_coef, best), has_aux=True)(params)
         return grads, (loss, pg, ent)
 
     return grad_fn

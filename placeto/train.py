@@ -243,7 +243,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
         (out / "metrics.csv").unlink(missing_ok=True)
     st = restored or st
     start_episode, start_calls, t0 = st.episode, st.sim_calls, time.time()
-    grad_fn = make_grad_fn(policy)
+    grad_fn = make_grad_fn(policy, config.counterfactual_loss)
     apply = _make_apply(float(config.grad_clip))
     log = _Logger(out, config, start_episode, st.update)
     last_ckpt, start_update, saved_update = time.time(), st.update, (st.update if restored else None)
@@ -307,6 +307,11 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     adv = target - base[:, None]
     t_len, b = adv.shape
     action_adv = np.zeros((t_len, b, config.max_devices))
+    if config.counterfactual and config.counterfactual_loss == "best":
+        action_adv[..., :ro.action_rewards.shape[-1]] = best_device_targets(ro)
+        if config.normalize_advantages:  # the targets are a distribution: only the sampled advantages scale
+            adv = adv / max(math.sqrt(float((adv ** 2).mean())), 1e-8) if np.any(adv) else adv
+        return adv, action_adv
     if config.counterfactual:
         r = ro.action_rewards
         action_adv[..., :r.shape[-1]] = r - r.mean(-1, keepdims=True)
@@ -315,6 +320,21 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
         scale = math.sqrt(float((adv ** 2).mean()) + float((action_adv ** 2).sum(-1).mean()) / d)
         adv, action_adv = adv / max(scale, 1e-8), action_adv / max(scale, 1e-8)
     return adv, action_adv
+
+
+def best_device_targets(ro: Rollout) -> np.ndarray:
+    """float64[T, B, D] target distribution of counterfactual_loss "best": one-hot on the device of highest
+    immediate reward (ro.action_rewards), the node's current device when it ties for best, else uniform over the
+    tied devices (ties: within 1e-9 of the step's best, rewards being fractions of the single-device runtime)."""
+    r = ro.action_rewards  # [T, B, D]
+    tied = r >= r.max(-1, keepdims=True) - 1e-9
+    t_idx = np.arange(r.shape[0])
+    current = ro.placement[t_idx, :, ro.nodes].astype(np.int64)  # [T, B] device of the node before the step
+    keep = np.take_along_axis(tied, current[..., None], axis=-1)[..., 0]
+    target = tied / tied.sum(-1, keepdims=True)
+    stay = np.zeros_like(target)
+    np.put_along_axis(stay, current[..., None], 1.0, axis=-1)
+    return np.where(keep[..., None], stay, target)
 
 
 def _pool_collect(pool, task: int, batch: int):
@@ -384,7 +404,7 @@ def finetune_params(config: PlacetoConfig, params: Any, graph: Graph, cluster: C
     ctx = E.make_context(graph, cluster, cfg)
     arrays = jax.device_put(ctx.arrays)
     st = TrainState(params, optimizer.init(params), {}, jax.random.key(seed))
-    grad_fn, apply = make_grad_fn(policy), _make_apply(float(cfg.grad_clip))
+    grad_fn, apply = make_grad_fn(policy, cfg.counterfactual_loss), _make_apply(float(cfg.grad_clip))
     best, best_score, m = np.zeros(graph.n_nodes, np.int32), math.inf, meter()
     last = first_update_seconds
     while st.episode < episodes and not m.exhausted() and m.seconds_left() > last:
