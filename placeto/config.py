@@ -69,10 +69,10 @@ class PlacetoConfig:
     gamma 0 placed the unseen test graphs at 0.81x the single-device runtime while gamma 0.9 collapsed to
     "leave everything on device 0" (the sum of ~200 later rewards drowns each action's own effect)."""
     counterfactual: bool = False
-    """Beyond Placeto: at every training step also simulate each device for the current node (D simulator calls
-    instead of 1) and put the exact expectation of the immediate reward into the gradient (sum over devices of
-    pi(d) * reward(d)); REINFORCE with the per-step baseline then estimates only the discounted rest of the
-    return. With gamma = 0 the gradient has no noise from the sampled actions (an all-action policy gradient)."""
+    """Beyond Placeto: at the steps the gradient samples (`grad_steps`, all when 0) also simulate each device for
+    the current node (B * D more simulator calls per sampled step) and put the exact immediate reward of every
+    device into the gradient (`counterfactual_loss`); REINFORCE with the per-step baseline then estimates only
+    the discounted rest of the return. With gamma = 0 the gradient has no noise from the sampled actions."""
     counterfactual_loss: Literal["expected", "best"] = "expected"
     """With counterfactual: "expected" puts sum_d pi(d) * (reward(d) - mean reward) into the gradient; "best" the
     cross-entropy against the device with the highest immediate reward (the current device when it ties for

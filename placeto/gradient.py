@@ -176,16 +176,39 @@ def make_block_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
     return grad_fn
 
 
+def choose_steps(config: PlacetoConfig, t_len: int, rng: np.random.Generator) -> np.ndarray:
+    """The gradient's sample, drawn as `policy_gradient` draws it: sorted step indices (embed_every = 1; all, or
+    `grad_steps` random ones) or block indices (embed_every = m > 1, see `block_policy_gradient`)."""
+    if config.embed_every > 1:
+        m = config.embed_every
+        n_blocks = -(-t_len // m)
+        k = n_blocks if config.grad_steps == 0 else min(n_blocks, -(-config.grad_steps // m))
+        return np.sort(rng.choice(n_blocks, k, replace=False)) if k < n_blocks else np.arange(n_blocks)
+    if 0 < config.grad_steps < t_len:
+        return np.sort(rng.choice(t_len, config.grad_steps, replace=False))
+    return np.arange(t_len)
+
+
+def steps_of(config: PlacetoConfig, selection: np.ndarray, t_len: int) -> np.ndarray:
+    """The step indices a `choose_steps` selection puts into the gradient."""
+    if config.embed_every == 1:
+        return np.asarray(selection)
+    m = config.embed_every
+    steps = (np.asarray(selection)[:, None] * m + np.arange(m)[None, :]).reshape(-1)
+    return steps[steps < t_len]
+
+
 def block_policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
-                          action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float):
+                          action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float,
+                          selection: np.ndarray | None = None):
     """`policy_gradient` for embed_every = m > 1: K of the ceil(T / m) blocks of m steps sampled uniformly
     (K = ceil(grad_steps / m), or all), every step of a sampled block in the loss with weight NB / (K T B), an
     unbiased estimate of the mean over all T steps and B episodes; one message passing per block and episode."""
     m = config.embed_every
     t_len, b = adv.shape
     n_blocks = -(-t_len // m)
-    k = n_blocks if config.grad_steps == 0 else min(n_blocks, -(-config.grad_steps // m))
-    blocks = np.sort(rng.choice(n_blocks, k, replace=False)) if k < n_blocks else np.arange(n_blocks)
+    blocks = choose_steps(config, t_len, rng) if selection is None else np.asarray(selection)
+    k = len(blocks)
     n_chunk = min(max(1, config.grad_chunk_nodes // (b * ctx.n_pad * m)), bucket(k, minimum=1))
     weight = n_blocks / (k * t_len * b)
     grads, totals = None, np.zeros(3)
@@ -205,18 +228,19 @@ def block_policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArray
 
 
 def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
-                    action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float):
+                    action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float,
+                    selection: np.ndarray | None = None):
     """Summed gradient over the chosen steps (all, or `grad_steps` random ones) and (loss, pg, entropy).
 
     adv: float64[T, B] advantage of the sampled actions; action_adv: float[T, B, Dm] of every device. With
     embed_every > 1 the steps are sampled in blocks (`block_policy_gradient`; grad_fn from `make_block_grad_fn`).
+    selection: the sample, drawn beforehand with `choose_steps` (the same draw from the same rng).
     """
     if config.embed_every > 1:
-        return block_policy_gradient(grad_fn, params, ctx, arrays, ro, adv, action_adv, config, rng, ent_coef)
+        return block_policy_gradient(grad_fn, params, ctx, arrays, ro, adv, action_adv, config, rng, ent_coef,
+                                     selection)
     t_len, b = adv.shape
-    steps = np.arange(t_len)
-    if 0 < config.grad_steps < t_len:
-        steps = np.sort(rng.choice(t_len, config.grad_steps, replace=False))
+    steps = choose_steps(config, t_len, rng) if selection is None else np.asarray(selection)
     # Chunk length: fixed per (bucket, step count bucket) so a bucket compiles once or twice, not per graph.
     n_chunk = min(max(1, config.grad_chunk_nodes // (b * ctx.n_pad)), bucket(len(steps), minimum=1))
     weight = 1.0 / (len(steps) * b)  # mean over sampled (step, episode) pairs: unbiased for the full mean

@@ -45,8 +45,8 @@ from placeto.checkpoint_io import RunLock, check_devices, check_finite, check_sa
 from placeto.config import PlacetoConfig
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.features import GraphArrays
-from placeto.gradient import (Baseline, baseline_update, clipped_adam, entropy_coef, learning_rate, make_grad_fn,
-                              make_optimizer, policy_gradient, returns_to_go)
+from placeto.gradient import (Baseline, baseline_update, choose_steps, clipped_adam, entropy_coef, learning_rate,
+                              make_grad_fn, make_optimizer, policy_gradient, returns_to_go, steps_of)
 from placeto.place import CHECKPOINT, Rollout, collect_rollout
 from placeto.policy import Policy, make_policy
 from simulator.cluster import Cluster
@@ -293,13 +293,15 @@ def _make_apply(grad_clip: float):
     return apply
 
 
-def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str) -> tuple[np.ndarray, np.ndarray]:
+def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str,
+               cf_steps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(float64[T, B] advantages of the sampled actions, float64[T, B, Dm] advantages of every device).
 
     REINFORCE: return-to-go minus the per-step baseline; the second array is zero. Counterfactual: the sampled
     action's advantage covers only the discounted future (return-to-go minus the step's own reward, minus its
     baseline), and every device gets its immediate reward minus the mean over devices. Both are divided by one
-    common scale when normalize_advantages is set. Updates st.baselines[key_name].
+    common scale when normalize_advantages is set. Updates st.baselines[key_name]. cf_steps: bool[T], the steps
+    whose every device was simulated (None: all); the scale of the per-device advantages is taken over them.
     """
     returns = returns_to_go(ro.rewards, config.gamma)
     target = returns - ro.rewards if config.counterfactual else returns
@@ -317,7 +319,8 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
         action_adv[..., :r.shape[-1]] = r - r.mean(-1, keepdims=True)
     if config.normalize_advantages:
         d = ro.action_rewards.shape[-1] if config.counterfactual else 1
-        scale = math.sqrt(float((adv ** 2).mean()) + float((action_adv ** 2).sum(-1).mean()) / d)
+        rows = action_adv if cf_steps is None else action_adv[cf_steps]
+        scale = math.sqrt(float((adv ** 2).mean()) + float((rows ** 2).sum(-1).mean()) / d)
         adv, action_adv = adv / max(scale, 1e-8), action_adv / max(scale, 1e-8)
     return adv, action_adv
 
@@ -352,16 +355,21 @@ def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainStat
     st.key, k_roll, k_seed = jax.random.split(st.key, 3)
     seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
     t_roll = time.time()
+    rng, selection, cf_steps = np.random.default_rng(seed), None, None
     if collect is None:
+        if config.counterfactual:  # every device simulated only where the gradient will look
+            selection = choose_steps(config, ctx.n_steps, rng)
+            cf_steps = np.zeros(ctx.n_steps, bool)
+            cf_steps[steps_of(config, selection, ctx.n_steps)] = True
         ro = collect_rollout(policy, st.params, ctx, arrays, k_roll, config.episodes_per_update, seed,
-                             counterfactual=config.counterfactual)
+                             counterfactual=False if cf_steps is None else cf_steps)
     else:
         ro = collect(st.params, k_roll, seed)
     t_grad = time.time()
-    adv, action_adv = advantages(config, ro, st, key_name)
+    adv, action_adv = advantages(config, ro, st, key_name, cf_steps)
     ent = entropy_coef(config, st.episode)
     grads, (loss, pg, entropy) = policy_gradient(grad_fn, st.params, ctx, arrays, ro, adv, action_adv, config,
-                                                 np.random.default_rng(seed), ent)
+                                                 rng, ent, selection)
     lr = learning_rate(config, st.update)
     st.params, st.opt_state, gnorm = apply(grads, st.opt_state, st.params, np.float32(lr))
     st.episode += config.episodes_per_update
