@@ -57,9 +57,9 @@ def test_partition_covers_the_range_in_order():
         partition(4, 0)
 
 
-@pytest.mark.parametrize("init", ["single", "random"])
-def test_placeto_episodes_are_the_same_however_the_batch_is_split(init):
-    config = tiny(init_placement=init, counterfactual=init == "random")
+@pytest.mark.parametrize("init,embed_every", [("single", 1), ("random", 1), ("random", 3)])
+def test_placeto_episodes_are_the_same_however_the_batch_is_split(init, embed_every):
+    config = tiny(init_placement=init, counterfactual=init == "random", embed_every=embed_every)
     ctx = E.make_context(GRAPHS[0], CLUSTER, config)
     arrays, policy = jax.device_put(ctx.arrays), make_policy(config)
     params, key = policy.init(jax.random.key(3), arrays), jax.random.key(7)

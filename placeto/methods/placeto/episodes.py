@@ -54,6 +54,60 @@ def _episode_act(net):
     return act
 
 
+@functools.lru_cache(maxsize=None)
+def _episode_act_cached(net):
+    """(refresh, stale): `_episode_act` for embed_every > 1, one state at a time; refresh also returns each
+    episode's embeddings float32[B, Np, 1, H], stale takes them."""
+
+    def one_logp(params, arrays, obs, row, h=None):
+        node, t = jnp.asarray(obs.node, jnp.int32)[None], jnp.asarray(obs.t, jnp.int32)[None]
+        placement, start = row
+        if h is None:
+            h = net.apply(params, arrays, placement[None], start[None], node, t, return_embeddings=True)
+        logits = net.apply(params, arrays, placement[None], start[None], node, t, embeddings=h)
+        return jax.nn.log_softmax(logits, axis=-1)[0], h
+
+    def sample(logp, key, obs):
+        return jax.random.categorical(jax.random.fold_in(key, obs.t), logp).astype(jnp.int32)
+
+    @jax.jit
+    def refresh(params, arrays: GraphArrays, obs: E.Observation, keys: jax.Array):
+        def one(row):
+            placement, start, key = row
+            logp, h = one_logp(params, arrays, obs, (placement, start))
+            return sample(logp, key, obs), h
+
+        return jax.lax.map(one, (obs.placement, obs.start, keys))
+
+    @jax.jit
+    def stale(params, arrays: GraphArrays, obs: E.Observation, keys: jax.Array, embeddings: jax.Array):
+        def one(row):
+            placement, start, key, h = row
+            return sample(one_logp(params, arrays, obs, (placement, start), h)[0], key, obs)
+
+        return jax.lax.map(one, (obs.placement, obs.start, keys, embeddings))
+
+    return refresh, stale
+
+
+def episode_act_fn(policy: Policy, params, arrays: GraphArrays, keys: jax.Array):
+    """observation -> actions int32[B] of the episodes whose keys are `keys` (see the module docstring); with
+    policy.embed_every = m > 1 it keeps each episode's embeddings of the last step t with t % m == 0."""
+    if policy.embed_every == 1:
+        act = episode_act(policy)
+        return lambda obs: act(params, arrays, obs, keys)
+    refresh, stale = _episode_act_cached(policy.net)
+    cache = {}
+
+    def act_fn(obs):
+        if int(obs.t) % policy.embed_every == 0:
+            actions, cache["h"] = refresh(params, arrays, obs, keys)
+            return actions
+        return stale(params, arrays, obs, keys, cache["h"])
+
+    return act_fn
+
+
 def episode_keys(key: jax.Array, lo: int, hi: int) -> jax.Array:
     """key[hi - lo]: fold_in(key, e) for episodes e in [lo, hi)."""
     return jax.vmap(lambda e: jax.random.fold_in(key, e))(jnp.arange(lo, hi, dtype=jnp.uint32))
@@ -73,10 +127,9 @@ def collect_episodes(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArr
     """Episodes [lo, hi) of an update whose sampling key is `key` and seed `seed` (hi > lo), recorded."""
     if not 0 <= lo < hi:
         raise ValueError(f"collect_episodes: empty or negative range [{lo}, {hi})")
-    keys, act = episode_keys(key, lo, hi), episode_act(policy)
+    act = episode_act_fn(policy, params, arrays, episode_keys(key, lo, hi))
     return collect_rollout(policy, params, ctx, arrays, key, hi - lo, seed,
-                           placement=initial_placements(ctx, seed, lo, hi), counterfactual=counterfactual,
-                           act=lambda obs: act(params, arrays, obs, keys))
+                           placement=initial_placements(ctx, seed, lo, hi), counterfactual=counterfactual, act=act)
 
 
 def concat_rollouts(parts: Sequence[Rollout]) -> Rollout:

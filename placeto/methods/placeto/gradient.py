@@ -71,9 +71,19 @@ class Chunk(NamedTuple):
     weight: jax.Array  # float32[C] loss weight of each step (0 on padding)
 
 
-def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef):
+def _immediate(logp, action_advantages, best: bool):
+    """The counterfactual term per state: sum_d pi(d) * advantage(d) ("expected"), or, with best, sum_d
+    target(d) * log pi(d): minus the cross-entropy against the best immediate device (action_advantages then
+    holds that target distribution)."""
+    if best:
+        return (logp * action_advantages).sum(-1)
+    return (jnp.exp(logp) * action_advantages).sum(-1)
+
+
+def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef, best: bool = False):
     """-(weighted advantage * log pi(action)) - weighted sum_d pi(d) * action advantage(d) - ent_coef * weighted
-    entropy, and (pg term, entropy)."""
+    entropy, and (pg term, entropy). best: the second term is the cross-entropy against chunk.action_advantages
+    as a target distribution (`_immediate`)."""
     c, b, n_pad = chunk.placement.shape
     rep = lambda x: jnp.repeat(x, b)  # noqa: E731  per-step scalars -> per-state
     logp = log_probs(net, params, arrays, chunk.placement.reshape(c * b, n_pad).astype(jnp.int32),
@@ -82,39 +92,155 @@ def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef):
     taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
     entropy = -(jnp.exp(logp) * logp).sum(-1)
     w = chunk.weight[:, None]
-    expected = (jnp.exp(logp) * chunk.action_advantages).sum(-1)  # [C, B] exact immediate term
+    expected = _immediate(logp, chunk.action_advantages, best)  # [C, B] exact immediate term
     pg = -(w * (chunk.advantages * taken + expected)).sum()
     ent = (w * entropy).sum()
     return pg - ent_coef * ent, (pg, ent)
 
 
 @functools.lru_cache(maxsize=None)
-def make_grad_fn(policy: Policy):
+def make_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
     """Jitted (params, arrays, chunk, ent_coef) -> (grads, (loss, pg, entropy)); one trace per bucket.
 
     Memoised per policy (policies are memoised per model config), so repeated `train` calls reuse compilations.
+    A policy with embed_every > 1 gets `make_block_grad_fn`'s (for `block_policy_gradient`).
+    counterfactual_loss: PlacetoConfig.counterfactual_loss ("best": the cross-entropy of `_immediate`).
     """
+    best = counterfactual_loss == "best"
+    if policy.embed_every > 1:
+        return make_block_grad_fn(policy, counterfactual_loss)
 
     @jax.jit
     def grad_fn(params, arrays, chunk, ent_coef):
         TRACES["grad"] += 1
         (loss, (pg, ent)), grads = jax.value_and_grad(
-            lambda p: chunk_loss(policy.net, p, arrays, chunk, ent_coef), has_aux=True)(params)
+            lambda p: chunk_loss(policy.net, p, arrays, chunk, ent_coef, best), has_aux=True)(params)
         return grads, (loss, pg, ent)
 
     return grad_fn
 
 
+class BlockChunk(NamedTuple):
+    """R blocks of m consecutive recorded steps of B episodes (embed_every = m): the message passing of a block
+    runs on its first step's state, the head on every step's placement (padding steps have weight 0)."""
+
+    placement: jax.Array  # int8[R, m, B, Np] placement before each step
+    start: jax.Array  # float32[R, B, Np] start times at each block's first step
+    nodes: jax.Array  # int32[R, m]
+    ts: jax.Array  # int32[R, m]
+    actions: jax.Array  # int32[R, m, B]
+    advantages: jax.Array  # float32[R, m, B]
+    action_advantages: jax.Array  # float32[R, m, B, Dm]
+    weight: jax.Array  # float32[R, m]
+
+
+def block_log_probs(net, params, arrays: GraphArrays, chunk: BlockChunk):
+    """float32[R, m, B, Dm] log-probabilities of the policy with `embed_every` = m, exactly as the rollout
+    (placeto.place.collect_rollout) evaluated them: embeddings of each block's first state, head on each step's."""
+    r, m, b, n_pad = chunk.placement.shape
+    first = chunk.placement[:, 0].reshape(r * b, n_pad).astype(jnp.int32)
+    h = net.apply(params, arrays, first, chunk.start.reshape(r * b, n_pad), jnp.repeat(chunk.nodes[:, 0], b),
+                  jnp.repeat(chunk.ts[:, 0], b), return_embeddings=True)  # [Np, R * B, H]
+    h = jnp.broadcast_to(h.reshape(n_pad, r, 1, b, -1), (n_pad, r, m, b, h.shape[-1])).reshape(n_pad, r * m * b, -1)
+    rep = lambda x: jnp.repeat(x.reshape(-1), b)  # noqa: E731  per-step scalars -> per-state
+    start = jnp.broadcast_to(chunk.start[:, None], (r, m, b, n_pad)).reshape(r * m * b, n_pad)  # unused by the head
+    logits = net.apply(params, arrays, chunk.placement.reshape(r * m * b, n_pad).astype(jnp.int32), start,
+                       rep(chunk.nodes), rep(chunk.ts), embeddings=h)
+    return jax.nn.log_softmax(logits, axis=-1).reshape(r, m, b, -1)
+
+
+def block_chunk_loss(net, params, arrays: GraphArrays, chunk: BlockChunk, ent_coef, best: bool = False):
+    """`chunk_loss` of a BlockChunk."""
+    logp = block_log_probs(net, params, arrays, chunk)
+    taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
+    entropy = -(jnp.exp(logp) * logp).sum(-1)
+    w = chunk.weight[..., None]
+    expected = _immediate(logp, chunk.action_advantages, best)
+    pg = -(w * (chunk.advantages * taken + expected)).sum()
+    ent = (w * entropy).sum()
+    return pg - ent_coef * ent, (pg, ent)
+
+
+@functools.lru_cache(maxsize=None)
+def make_block_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
+    """`make_grad_fn` for BlockChunks (embed_every > 1)."""
+    best = counterfactual_loss == "best"
+
+    @jax.jit
+    def grad_fn(params, arrays, chunk, ent_coef):
+        TRACES["grad_blocks"] += 1
+        (loss, (pg, ent)), grads = jax.value_and_grad(
+            lambda p: block_chunk_loss(policy.net, p, arrays, chunk, ent_coef, best), has_aux=True)(params)
+        return grads, (loss, pg, ent)
+
+    return grad_fn
+
+
+def choose_steps(config: PlacetoConfig, t_len: int, rng: np.random.Generator) -> np.ndarray:
+    """The gradient's sample, drawn as `policy_gradient` draws it: sorted step indices (embed_every = 1; all, or
+    `grad_steps` random ones) or block indices (embed_every = m > 1, see `block_policy_gradient`)."""
+    if config.embed_every > 1:
+        m = config.embed_every
+        n_blocks = -(-t_len // m)
+        k = n_blocks if config.grad_steps == 0 else min(n_blocks, -(-config.grad_steps // m))
+        return np.sort(rng.choice(n_blocks, k, replace=False)) if k < n_blocks else np.arange(n_blocks)
+    if 0 < config.grad_steps < t_len:
+        return np.sort(rng.choice(t_len, config.grad_steps, replace=False))
+    return np.arange(t_len)
+
+
+def steps_of(config: PlacetoConfig, selection: np.ndarray, t_len: int) -> np.ndarray:
+    """The step indices a `choose_steps` selection puts into the gradient."""
+    if config.embed_every == 1:
+        return np.asarray(selection)
+    m = config.embed_every
+    steps = (np.asarray(selection)[:, None] * m + np.arange(m)[None, :]).reshape(-1)
+    return steps[steps < t_len]
+
+
+def block_policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
+                          action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float,
+                          selection: np.ndarray | None = None):
+    """`policy_gradient` for embed_every = m > 1: K of the ceil(T / m) blocks of m steps sampled uniformly
+    (K = ceil(grad_steps / m), or all), every step of a sampled block in the loss with weight NB / (K T B), an
+    unbiased estimate of the mean over all T steps and B episodes; one message passing per block and episode."""
+    m = config.embed_every
+    t_len, b = adv.shape
+    n_blocks = -(-t_len // m)
+    blocks = choose_steps(config, t_len, rng) if selection is None else np.asarray(selection)
+    k = len(blocks)
+    n_chunk = min(max(1, config.grad_chunk_nodes // (b * ctx.n_pad * m)), bucket(k, minimum=1))
+    weight = n_blocks / (k * t_len * b)
+    grads, totals = None, np.zeros(3)
+    for lo in range(0, k, n_chunk):
+        idx = np.zeros((n_chunk, m), np.int64)
+        w = np.zeros((n_chunk, m), np.float32)
+        for i, blk in enumerate(blocks[lo:lo + n_chunk]):
+            steps = np.arange(blk * m, min(blk * m + m, t_len))
+            idx[i, :len(steps)], w[i, :len(steps)] = steps, weight
+            idx[i, len(steps):] = steps[0]
+        chunk = BlockChunk(ro.placement[idx], ro.start[idx[:, 0]], ro.nodes[idx], idx.astype(np.int32),
+                           ro.actions[idx], adv[idx].astype(np.float32), action_adv[idx].astype(np.float32), w)
+        g, aux = grad_fn(params, arrays, chunk, np.float32(ent_coef))
+        grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
+        totals += np.asarray(jax.device_get(aux), dtype=np.float64)
+    return grads, totals
+
+
 def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
-                    action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float):
+                    action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float,
+                    selection: np.ndarray | None = None):
     """Summed gradient over the chosen steps (all, or `grad_steps` random ones) and (loss, pg, entropy).
 
-    adv: float64[T, B] advantage of the sampled actions; action_adv: float[T, B, Dm] of every device.
+    adv: float64[T, B] advantage of the sampled actions; action_adv: float[T, B, Dm] of every device. With
+    embed_every > 1 the steps are sampled in blocks (`block_policy_gradient`; grad_fn from `make_block_grad_fn`).
+    selection: the sample, drawn beforehand with `choose_steps` (the same draw from the same rng).
     """
+    if config.embed_every > 1:
+        return block_policy_gradient(grad_fn, params, ctx, arrays, ro, adv, action_adv, config, rng, ent_coef,
+                                     selection)
     t_len, b = adv.shape
-    steps = np.arange(t_len)
-    if 0 < config.grad_steps < t_len:
-        steps = np.sort(rng.choice(t_len, config.grad_steps, replace=False))
+    steps = choose_steps(config, t_len, rng) if selection is None else np.asarray(selection)
     # Chunk length: fixed per (bucket, step count bucket) so a bucket compiles once or twice, not per graph.
     n_chunk = min(max(1, config.grad_chunk_nodes // (b * ctx.n_pad)), bucket(len(steps), minimum=1))
     weight = 1.0 / (len(steps) * b)  # mean over sampled (step, episode) pairs: unbiased for the full mean

@@ -105,6 +105,9 @@ class Policy(NamedTuple):
     log_probs: Callable[..., jax.Array]  # (params, arrays, placement[S, Np], start, nodes[S], ts[S]) -> [S, Dm]
     embed: Callable[..., jax.Array]  # same arguments -> float32[Np, S, H] message-passing embeddings
     head_log_probs: Callable[..., jax.Array]  # same arguments + embeddings [Np, S, H] -> [S, Dm]
+    act_refresh: Callable[..., tuple[jax.Array, jax.Array, jax.Array]]  # act's arguments -> act's + [Np, B, H]
+    act_stale: Callable[..., tuple[jax.Array, jax.Array]]  # act's arguments + embeddings [Np, B, H] -> act's
+    embed_every: int = 1  # message passing every this many steps of an episode (PlacetoConfig.embed_every)
 
 
 def log_probs(net: PlacetoNet, params, arrays: GraphArrays, placement, start, nodes, ts):
@@ -117,11 +120,13 @@ def log_probs(net: PlacetoNet, params, arrays: GraphArrays, placement, start, no
 
 def make_policy(config: PlacetoConfig) -> Policy:
     """The policy of `config` (memoised on the model fields: equal models share jitted functions and caches)."""
-    return _make_policy(config.hidden, config.rounds, config.max_devices, config.group_agg, config.device_onehot)
+    return _make_policy(config.hidden, config.rounds, config.max_devices, config.group_agg, config.device_onehot,
+                        config.embed_every)
 
 
 @functools.lru_cache(maxsize=None)
-def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, device_onehot: bool) -> Policy:
+def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, device_onehot: bool,
+                 embed_every: int = 1) -> Policy:
     net = PlacetoNet(hidden, rounds, max_devices, group_agg, device_onehot)
 
     def init(key, arrays: GraphArrays) -> Params:
@@ -156,4 +161,29 @@ def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, dev
         logits = net.apply(params, arrays, placement, start, nodes, ts, embeddings=embeddings)
         return jax.nn.log_softmax(logits, axis=-1)
 
-    return Policy(net, init, act, jitted_log_probs, embed, head_log_probs)
+    def _sample(logp, obs: Observation, key, greedy):
+        sampled = jax.random.categorical(jax.random.fold_in(key, obs.t), logp, axis=-1)
+        actions = jnp.where(greedy, jnp.argmax(logp, axis=-1), sampled).astype(jnp.int32)
+        return actions, jnp.take_along_axis(logp, actions[:, None], axis=-1)[:, 0]
+
+    def _state_args(obs: Observation):
+        b = obs.placement.shape[0]
+        return obs.placement, obs.start, jnp.full((b,), obs.node, jnp.int32), jnp.full((b,), obs.t, jnp.int32)
+
+    @jax.jit
+    def act_refresh(params, arrays: GraphArrays, obs: Observation, key, greedy):
+        """`act` that also returns the message-passing embeddings float32[Np, B, H] it computed."""
+        TRACES["act_refresh"] += 1
+        args = _state_args(obs)
+        h = net.apply(params, arrays, *args, return_embeddings=True)
+        logp = jax.nn.log_softmax(net.apply(params, arrays, *args, embeddings=h), axis=-1)
+        return (*_sample(logp, obs, key, greedy), h)
+
+    @jax.jit
+    def act_stale(params, arrays: GraphArrays, obs: Observation, key, greedy, embeddings):
+        """`act` with the message-passing embeddings of an earlier step (the head sees the current placement)."""
+        TRACES["act_stale"] += 1
+        logp = jax.nn.log_softmax(net.apply(params, arrays, *_state_args(obs), embeddings=embeddings), axis=-1)
+        return _sample(logp, obs, key, greedy)
+
+    return Policy(net, init, act, jitted_log_probs, embed, head_log_probs, act_refresh, act_stale, embed_every)

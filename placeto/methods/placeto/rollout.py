@@ -35,13 +35,16 @@ class Rollout(NamedTuple):
 
 def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array,
                     batch: int, seed: int, greedy: bool = False, record: bool = True,
-                    placement: np.ndarray | None = None, counterfactual: bool = False,
+                    placement: np.ndarray | None = None, counterfactual: bool | np.ndarray = False,
                     act: Callable[[E.Observation], Any] | None = None) -> Rollout:
     """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph.
 
-    counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step).
+    counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step), or
+    at the steps where this bool[T] mask is set (the others' action_rewards stay 0).
     act: observation -> actions int32[B], instead of `policy.act(params, arrays, obs, key, greedy)` (the
-    per-episode sampling of `placeto.methods.placeto.episodes`).
+    per-episode sampling of `placeto.methods.placeto.episodes`). With policy.embed_every = m > 1, steps t = 0, m,
+    2m, ... run the message passing and the steps between reuse its embeddings (`Policy.act_refresh`,
+    `Policy.act_stale`).
     """
     state, obs = E.reset(ctx, seed, batch, placement)
     t_max, n_pad = ctx.n_steps, ctx.n_pad
@@ -49,17 +52,25 @@ def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArra
     rec_start = np.empty((t_max, batch, n_pad), np.float32) if record else None
     actions = np.empty((t_max, batch), np.int32)
     rewards = np.empty((t_max, batch))
-    all_rewards = np.empty((t_max, batch, ctx.cluster.n_devices)) if counterfactual else None
+    cf_mask = np.broadcast_to(np.asarray(counterfactual, bool), (t_max,))
+    all_rewards = np.zeros((t_max, batch, ctx.cluster.n_devices)) if cf_mask.any() else None
     initial = state.runtime.copy()
-    extra_calls, done = 0, False
+    extra_calls, done, embeddings = 0, False, None
     while not done:
         t = state.t
         if record:
             rec_place[t], rec_start[t] = state.placement, state.start
-        if counterfactual:
+        if cf_mask[t]:
             all_rewards[t] = E.action_rewards(state)
             extra_calls += all_rewards[t].size
-        chosen = policy.act(params, arrays, obs, key, greedy)[0] if act is None else act(obs)
+        if act is not None:
+            chosen = act(obs)
+        elif policy.embed_every == 1:
+            chosen = policy.act(params, arrays, obs, key, greedy)[0]
+        elif t % policy.embed_every == 0:  # fresh message passing, kept for the next embed_every - 1 steps
+            chosen, _, embeddings = policy.act_refresh(params, arrays, obs, key, greedy)
+        else:
+            chosen = policy.act_stale(params, arrays, obs, key, greedy, embeddings)[0]
         actions[t] = np.asarray(chosen)
         state, rewards[t], done = E.step(state, actions[t])
         obs = E.observe(state)

@@ -46,8 +46,9 @@ from placeto.methods.placeto.config import PlacetoConfig
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.placeto.rollout_workers import WORKER
 from placeto.features import GraphArrays
-from placeto.methods.placeto.gradient import (Baseline, baseline_update, clipped_adam, entropy_coef, learning_rate,
-                                              make_grad_fn, make_optimizer, policy_gradient, returns_to_go)
+from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_steps, clipped_adam, entropy_coef,
+                                              learning_rate, make_grad_fn, make_optimizer, policy_gradient,
+                                              returns_to_go, steps_of)
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
 from simulator.cluster import Cluster
@@ -244,7 +245,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
         (out / "metrics.csv").unlink(missing_ok=True)
     st = restored or st
     start_episode, start_calls, t0 = st.episode, st.sim_calls, time.time()
-    grad_fn = make_grad_fn(policy)
+    grad_fn = make_grad_fn(policy, config.counterfactual_loss)
     apply = _make_apply(float(config.grad_clip))
     log = _Logger(out, config, start_episode, st.update)
     last_ckpt, start_update, saved_update = time.time(), st.update, (st.update if restored else None)
@@ -294,13 +295,15 @@ def _make_apply(grad_clip: float):
     return apply
 
 
-def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str) -> tuple[np.ndarray, np.ndarray]:
+def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str,
+               cf_steps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(float64[T, B] advantages of the sampled actions, float64[T, B, Dm] advantages of every device).
 
     REINFORCE: return-to-go minus the per-step baseline; the second array is zero. Counterfactual: the sampled
     action's advantage covers only the discounted future (return-to-go minus the step's own reward, minus its
     baseline), and every device gets its immediate reward minus the mean over devices. Both are divided by one
-    common scale when normalize_advantages is set. Updates st.baselines[key_name].
+    common scale when normalize_advantages is set. Updates st.baselines[key_name]. cf_steps: bool[T], the steps
+    whose every device was simulated (None: all); the scale of the per-device advantages is taken over them.
     """
     returns = returns_to_go(ro.rewards, config.gamma)
     target = returns - ro.rewards if config.counterfactual else returns
@@ -308,14 +311,35 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     adv = target - base[:, None]
     t_len, b = adv.shape
     action_adv = np.zeros((t_len, b, config.max_devices))
+    if config.counterfactual and config.counterfactual_loss == "best":
+        action_adv[..., :ro.action_rewards.shape[-1]] = best_device_targets(ro)
+        if config.normalize_advantages:  # the targets are a distribution: only the sampled advantages scale
+            adv = adv / max(math.sqrt(float((adv ** 2).mean())), 1e-8) if np.any(adv) else adv
+        return adv, action_adv
     if config.counterfactual:
         r = ro.action_rewards
         action_adv[..., :r.shape[-1]] = r - r.mean(-1, keepdims=True)
     if config.normalize_advantages:
         d = ro.action_rewards.shape[-1] if config.counterfactual else 1
-        scale = math.sqrt(float((adv ** 2).mean()) + float((action_adv ** 2).sum(-1).mean()) / d)
+        rows = action_adv if cf_steps is None else action_adv[cf_steps]
+        scale = math.sqrt(float((adv ** 2).mean()) + float((rows ** 2).sum(-1).mean()) / d)
         adv, action_adv = adv / max(scale, 1e-8), action_adv / max(scale, 1e-8)
     return adv, action_adv
+
+
+def best_device_targets(ro: Rollout) -> np.ndarray:
+    """float64[T, B, D] target distribution of counterfactual_loss "best": one-hot on the device of highest
+    immediate reward (ro.action_rewards), the node's current device when it ties for best, else uniform over the
+    tied devices (ties: within 1e-9 of the step's best, rewards being fractions of the single-device runtime)."""
+    r = ro.action_rewards  # [T, B, D]
+    tied = r >= r.max(-1, keepdims=True) - 1e-9
+    t_idx = np.arange(r.shape[0])
+    current = ro.placement[t_idx, :, ro.nodes].astype(np.int64)  # [T, B] device of the node before the step
+    keep = np.take_along_axis(tied, current[..., None], axis=-1)[..., 0]
+    target = tied / tied.sum(-1, keepdims=True)
+    stay = np.zeros_like(target)
+    np.put_along_axis(stay, current[..., None], 1.0, axis=-1)
+    return np.where(keep[..., None], stay, target)
 
 
 def _pool_collect(pool, task: int, batch: int):
@@ -333,16 +357,21 @@ def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainStat
     st.key, k_roll, k_seed = jax.random.split(st.key, 3)
     seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
     t_roll = time.time()
+    rng, selection, cf_steps = np.random.default_rng(seed), None, None
     if collect is None:
+        if config.counterfactual:  # every device simulated only where the gradient will look
+            selection = choose_steps(config, ctx.n_steps, rng)
+            cf_steps = np.zeros(ctx.n_steps, bool)
+            cf_steps[steps_of(config, selection, ctx.n_steps)] = True
         ro = collect_rollout(policy, st.params, ctx, arrays, k_roll, config.episodes_per_update, seed,
-                             counterfactual=config.counterfactual)
+                             counterfactual=False if cf_steps is None else cf_steps)
     else:
         ro = collect(st.params, k_roll, seed)
     t_grad = time.time()
-    adv, action_adv = advantages(config, ro, st, key_name)
+    adv, action_adv = advantages(config, ro, st, key_name, cf_steps)
     ent = entropy_coef(config, st.episode)
     grads, (loss, pg, entropy) = policy_gradient(grad_fn, st.params, ctx, arrays, ro, adv, action_adv, config,
-                                                 np.random.default_rng(seed), ent)
+                                                 rng, ent, selection)
     lr = learning_rate(config, st.update)
     st.params, st.opt_state, gnorm = apply(grads, st.opt_state, st.params, np.float32(lr))
     st.episode += config.episodes_per_update
@@ -385,7 +414,7 @@ def finetune_params(config: PlacetoConfig, params: Any, graph: Graph, cluster: C
     ctx = E.make_context(graph, cluster, cfg)
     arrays = jax.device_put(ctx.arrays)
     st = TrainState(params, optimizer.init(params), {}, jax.random.key(seed))
-    grad_fn, apply = make_grad_fn(policy), _make_apply(float(cfg.grad_clip))
+    grad_fn, apply = make_grad_fn(policy, cfg.counterfactual_loss), _make_apply(float(cfg.grad_clip))
     best, best_score, m = np.zeros(graph.n_nodes, np.int32), math.inf, meter()
     last = first_update_seconds
     while st.episode < episodes and not m.exhausted() and m.seconds_left() > last:
