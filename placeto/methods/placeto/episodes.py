@@ -2,8 +2,8 @@
 
 `collect_rollout` (placeto.methods.placeto.rollout) samples a whole batch with one key per step and runs the
 policy on the B states at once; the numbers of row b then depend on B (XLA's matrix products round a row
-differently in batches of different sizes) and on where b sits in the batch. Here every episode e of an update is a function
-of (key, seed, e) alone:
+differently in batches of different sizes) and on where b sits in the batch. Here every episode e of an update is
+a function of (key, seed, e) alone:
 
     initial placement   ctx.init_placement; "random" draws episode e's devices from default_rng([seed, e])
     action at step t    categorical(fold_in(fold_in(key, e), t), log pi(state of e)); the policy evaluates
