@@ -1,18 +1,20 @@
-"""Placeto's training throughput (episodes per second) with and without stale embeddings, side by side.
+"""Placeto's training throughput (episodes per second) of several configurations, side by side.
 
-One REINFORCE update (8 episodes on one graph, then the gradient) per graph of the nmt train split at 4 K80s, the
+REINFORCE updates (episodes on one graph, then the gradient) on graphs of the nmt train split at 4 K80s, the
 variants interleaved graph by graph in one process so that the machine's load hits them alike; every variant
-first runs one untimed update per graph (jit compilation), then --updates timed ones. `embed_every=1` runs the
-code path of the policies trained before embed_every existed, bit for bit (tests/test_shipped_unchanged.py), so
-its figure is today's throughput.
+first runs one untimed update per graph (jit compilation), then timed updates until it has done --episodes
+episodes on that graph. A variant is NAME=FIELD=VALUE,FIELD=VALUE over the default PlacetoConfig. With
+`embed_every=1` the code path is the one of the policies trained before embed_every existed, bit for bit
+(tests/test_shipped_unchanged.py).
 
     PYTHONPATH=. python experiments/placeto_throughput.py                      # -> placeto_throughput.md
-    PYTHONPATH=. python experiments/placeto_throughput.py --graphs 4 --updates 1   # quick look
+    PYTHONPATH=. python experiments/placeto_throughput.py --graphs 2 --episodes 8   # quick look
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import sys
 import time
@@ -24,16 +26,19 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 RESULTS = ROOT / "experiments" / "results"
+OLD_DEFAULT = "embed_every=1,episodes_per_update=8,lr=1e-3,lr_end=1e-4"
+DEFAULT_VARIANTS = [f"old_default={OLD_DEFAULT}", f"old_default_embed8={OLD_DEFAULT},embed_every=8",
+                    "new_default=", "new_default_embed1=embed_every=1"]
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    p.add_argument("--embed-every", default="1,8", help="variants, comma list (1: Placeto's every-step GNN)")
-    p.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE",
-                   help="other PlacetoConfig fields, the same for every variant")
+    p.add_argument("--variant", action="append", metavar="NAME=FIELD=VALUE,...",
+                   help="a configuration (repeatable); default: the old default (embed_every=1, 8 episodes per "
+                        "update, decaying lr) against embed_every=8 with it and with the new default")
     p.add_argument("--graphs", type=int, default=8, help="graphs of the nmt train split (the first N)")
-    p.add_argument("--updates", type=int, default=2, help="timed updates per graph and variant")
+    p.add_argument("--episodes", type=int, default=16, help="timed episodes per graph and variant")
     p.add_argument("--devices", type=int, default=4)
     p.add_argument("--out", type=Path, default=RESULTS / "placeto_throughput.md")
     a = p.parse_args(argv)
@@ -51,43 +56,49 @@ def main(argv: list[str] | None = None) -> None:
 
     cluster = cluster_preset("placeto-k80", a.devices)
     graphs = load_family("nmt", "train")[:a.graphs]
-    base = PlacetoConfig(**parse_overrides(a.set), progress=False)
-    variants = [int(m) for m in a.embed_every.split(",")]
+    texts = a.variant or DEFAULT_VARIANTS
+    variants = {}
+    for text in texts:
+        name, _, rest = text.partition("=")
+        variants[name] = PlacetoConfig(**parse_overrides([x for x in rest.split(",") if x]), progress=False)
     seconds = {m: 0.0 for m in variants}
     episodes = {m: 0 for m in variants}
     parts = {m: np.zeros(2) for m in variants}
     for g in graphs:
-        for m in variants:
-            cfg = base.replace(embed_every=m)
+        for m, cfg in variants.items():
             policy, opt = make_policy(cfg), make_optimizer(cfg)
             ctx = E.make_context(g, cluster, cfg)
             arrays = jax.device_put(ctx.arrays)
             st = init_state(cfg, policy, opt, arrays)
             grad_fn, apply = make_grad_fn(policy, cfg.counterfactual_loss), _make_apply(float(cfg.grad_clip))
             _update(cfg, policy, grad_fn, apply, st, ctx, arrays, g.name)  # compiles this bucket
-            for _ in range(a.updates):
+            done = 0
+            while done < a.episodes:
                 t0 = time.perf_counter()
                 row = _update(cfg, policy, grad_fn, apply, st, ctx, arrays, g.name)
                 jax.block_until_ready(st.params)
                 seconds[m] += time.perf_counter() - t0
-                episodes[m] += cfg.episodes_per_update
+                done += cfg.episodes_per_update
                 parts[m] += (row["rollout_s"], row["grad_s"])
+            episodes[m] += done
         print(g.name, {m: round(episodes[m] / seconds[m], 3) for m in variants}, flush=True)
-    ref = variants[0]
+    ref = next(iter(variants))
     lines = ["# Placeto training throughput", "",
-             f"Command: `PYTHONPATH=. python experiments/placeto_throughput.py --embed-every {a.embed_every} "
-             f"--graphs {a.graphs} --updates {a.updates}" + (f" --set {' '.join(a.set)}" if a.set else "") + "`",
+             "Command: `PYTHONPATH=. python experiments/placeto_throughput.py --graphs "
+             f"{a.graphs} --episodes {a.episodes}" + "".join(f" --variant '{t}'" for t in (a.variant or [])) + "`",
              "", f"nmt train split, first {len(graphs)} graphs ({min(g.n_nodes for g in graphs)}-"
-             f"{max(g.n_nodes for g in graphs)} nodes), {a.devices} x K80, {base.episodes_per_update} episodes per "
-             f"update, {a.updates} timed updates per graph after one untimed (compiling) update; variants "
-             f"interleaved graph by graph in one process. Machine: {platform.machine()}, "
-             f"{__import__('os').cpu_count()} cores, jax {jax.__version__}.", "",
-             "| embed_every | episodes | seconds | episodes / s | x embed_every=" + str(ref) +
-             " | rollout s | gradient s |", "|---:|---:|---:|---:|---:|---:|---:|"]
-    for m in variants:
+             f"{max(g.n_nodes for g in graphs)} nodes), {a.devices} x K80; per graph and variant one untimed "
+             f"(compiling) update, then {a.episodes} timed episodes; variants interleaved graph by graph in one "
+             f"process. Machine: {platform.machine()}, {os.cpu_count()} cores, jax {jax.__version__}. The "
+             "episodes of a policy that moves few nodes are cheaper (an unchanged placement is not simulated "
+             "again): every variant here starts from fresh parameters, as training does.", "",
+             f"| variant | config (over the default) | episodes | seconds | episodes / s | x {ref} | rollout s | "
+             "gradient s |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for text, (m, cfg) in zip(texts, variants.items()):
         rate = episodes[m] / seconds[m]
-        lines.append(f"| {m} | {episodes[m]} | {seconds[m]:.1f} | {rate:.2f} | "
-                     f"{rate / (episodes[ref] / seconds[ref]):.2f} | {parts[m][0]:.1f} | {parts[m][1]:.1f} |")
+        lines.append(f"| {m} | `{text.partition('=')[2] or '(default)'}` | {episodes[m]} | {seconds[m]:.1f} | "
+                     f"{rate:.2f} | {rate / (episodes[ref] / seconds[ref]):.2f} | {parts[m][0]:.1f} | "
+                     f"{parts[m][1]:.1f} |")
     text = "\n".join(lines) + "\n"
     atomic_write_bytes(a.out, text.encode())
     print(text)

@@ -31,12 +31,15 @@ class PlacetoConfig:
     makes the policy equivariant to relabelling identical devices (its embeddings then carry no device index)."""
     group_agg: Literal["mean", "sum"] = "mean"
     """How the ancestor / descendant / parallel groups of the current node are pooled before their MLPs."""
-    embed_every: int = 1
+    embed_every: int = 8
     """Run the message passing at every this many steps of an episode (1: every step, as Placeto). Between, the
     device-scoring head works on the last embeddings with the current placement (device loads, where the node's
     parents and children are, ...); the policy gradient re-evaluates exactly this policy. Message passing is ~88%
     of a step's network time (nmt, 4 devices, 8 episodes: 6.0 of 6.9 ms), so this divides most of the network
-    work by `embed_every`; it does not change the parameters (policies of any value load each other)."""
+    work by `embed_every`; it does not change the parameters (policies of any value load each other). 8 by
+    default: on the nmt family (400 episodes, one per update) it places the test graphs as well as 1 does
+    (experiments/results/placeto_ablation.md) at several times the episodes per second
+    (placeto_throughput.md). Configs written before the field existed mean 1 (`BEFORE_FIELD`)."""
 
     # ---- environment --------------------------------------------------------------------------------------
     visit_order: VisitOrder = "topo"
@@ -51,12 +54,17 @@ class PlacetoConfig:
     # ---- training -----------------------------------------------------------------------------------------
     episodes: int = 2000
     """Total training episodes (the budget; a resumed run continues up to it)."""
-    episodes_per_update: int = 8
-    """Episodes sampled in parallel on one graph per gradient update (the rollout batch B)."""
+    episodes_per_update: int = 1
+    """Episodes sampled in parallel on one graph per gradient update (the rollout batch B). 1 by default, as the
+    public Placeto code (one episode per worker and update): what limits learning from scratch is the number of
+    updates. With 8 and a budget of 400 episodes (50 Adam steps) the policy never leaves "every node where it
+    is" on the nmt family (zero-shot = the single device on every test graph); with 1 (400 steps) it places
+    nmt_004 at 0.78-0.82x the single device for seeds 0, 1, 2 (experiments/results/placeto_ablation.md)."""
     lr: float = 1e-3
     """Initial Adam learning rate."""
-    lr_end: float = 1e-4
-    """Learning rate reached (exponentially) at the last update."""
+    lr_end: float = 1e-3
+    """Learning rate reached (exponentially) at the last update; equal to lr by default (constant, as the public
+    Placeto code): a decay to 1e-4 spent most of a short budget's steps at a tenth of the rate."""
     entropy: float = 0.01
     """Initial entropy bonus coefficient (on the mean per-step policy entropy)."""
     entropy_end: float = 0.0
@@ -139,9 +147,15 @@ class PlacetoConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PlacetoConfig":
-        """Build from a dict, ignoring unknown keys (configs written by newer versions still load)."""
+        """Build from a dict, ignoring unknown keys (configs written by newer versions still load); a field the
+        dict lacks takes the value that older runs had before the field existed (`BEFORE_FIELD`), else its
+        default."""
         known = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in known})
+        return cls(**{**BEFORE_FIELD, **{k: v for k, v in d.items() if k in known}})
+
+
+BEFORE_FIELD: dict[str, Any] = {"embed_every": 1, "counterfactual_loss": "expected"}
+"""Fields added after policies were shipped, with the value that reproduces runs whose config.json lacks them."""
 
 
 # Allowed ranges of the numeric fields (inclusive; "lr" and friends must also be > 0, checked above). They keep
