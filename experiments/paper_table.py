@@ -22,8 +22,8 @@ Units of training (the paper counts "training steps"; we report both of our unit
   MDP steps      Placeto only: episodes x passes x N (N = nodes of the simulated graph)
   wall seconds   accumulated training time of the calls (`placeto train`'s own clock: jit compilation included, JAX
                  start-up excluded); work lost to a kill (rows after the last checkpoint) is redone and not counted
-Both methods log one metrics row per update (Placeto: 8 episodes, RNN: 16 samples by default), so the training
-needed to reach a target is resolved to an update.
+Both methods log one metrics row per update (Placeto: episodes_per_update episodes, 1 by default; RNN: 16
+samples by default), so the training needed to reach a target is resolved to an update.
 
 Per (graph, devices, seed) the target is 1.05 x the better of the two methods' best runtimes; for each method the
 training at its first metrics row whose best-so-far is at or below the target ("not reached" with its budget

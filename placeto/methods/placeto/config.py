@@ -37,7 +37,7 @@ class PlacetoConfig:
     parents and children are, ...); the policy gradient re-evaluates exactly this policy. Message passing is ~88%
     of a step's network time (nmt, 4 devices, 8 episodes: 6.0 of 6.9 ms), so this divides most of the network
     work by `embed_every`; it does not change the parameters (policies of any value load each other). 8 by
-    default: on the nmt family (400 episodes, one per update) it places the test graphs as well as 1 does
+    default: on the nmt family (400 episodes, one per update) it placed the test graphs at least as well as 1
     (experiments/results/placeto_ablation.md) at several times the episodes per second
     (placeto_throughput.md). Configs written before the field existed mean 1 (`BEFORE_FIELD`)."""
 
