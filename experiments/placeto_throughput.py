@@ -99,6 +99,12 @@ def main(argv: list[str] | None = None) -> None:
         lines.append(f"| {m} | `{text.partition('=')[2] or '(default)'}` | {episodes[m]} | {seconds[m]:.1f} | "
                      f"{rate:.2f} | {rate / (episodes[ref] / seconds[ref]):.2f} | {parts[m][0]:.1f} | "
                      f"{parts[m][1]:.1f} |")
+    lines += ["", "Same configuration, message passing every step against every m-th step (all else equal):", ""]
+    for m, cfg in variants.items():
+        for m2, cfg2 in variants.items():
+            if cfg.embed_every == 1 and cfg2.embed_every > 1 and cfg2.replace(embed_every=1) == cfg:
+                r1, r2 = episodes[m] / seconds[m], episodes[m2] / seconds[m2]
+                lines.append(f"- {m2} / {m}: {r2:.2f} / {r1:.2f} episodes per second = **{r2 / r1:.2f}x**")
     text = "\n".join(lines) + "\n"
     atomic_write_bytes(a.out, text.encode())
     print(text)
