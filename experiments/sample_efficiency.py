@@ -197,6 +197,12 @@ def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[flo
              f"`> N (> S s)`: not reached within the run's N calls / S seconds. Placeto simulates once per "
              f"step (N calls per episode of N ops) where rnn, hierarchical and gdp simulate once per whole "
              f"placement, so its calls are not the paper's training steps: see the seconds too.", "",
+             "These runs stop early by design (at most 20,000 calls and 2 minutes each): too soon for Placeto from "
+             "scratch, whose episode costs one call per node, to converge. Its rows here were measured with the "
+             "configuration of before issue 30 (8 episodes per update, a decaying learning rate: 50 Adam steps in "
+             "400 episodes), which left the policy where it started on most rows "
+             "(experiments/results/placeto_ablation.md). experiments/results/paper_table.md trains Placeto (today's "
+             "defaults) and the RNN placer per graph for minutes per run, with learning curves.", "",
              "| graph | devices | single ms | expert ms | target ms | " + " | ".join(methods)
              + "".join(f" | {a} / {b}" for a, b in pairs)
              + " |", "|---|---:|---:|---:|---:|" + "---:|" * (len(methods) + len(pairs))]
