@@ -1,6 +1,7 @@
 """Why Placeto does not learn from scratch: ablations of its MDP and update, on family and on per-graph training.
 
-Each variant is the default `PlacetoConfig` with some fields changed (`--variant name=field=value,field=value`).
+Each variant is the default `PlacetoConfig` of before issue 30 (`BASE`: embed_every 1, 8 episodes per update, lr
+1e-3 decaying to 1e-4) with some fields changed (`--variant name=field=value,field=value`).
 Two settings, both from fresh parameters:
 
     family      train on the nmt train split (24 graphs, 4 x K80) for --episodes, then place every test graph
@@ -43,6 +44,7 @@ FIELDS = ["setting", "variant", "overrides", "seed", "graph", "devices", "episod
           "greedy_ms", "best_ms", "lower_bound_ms", "sim_calls", "curve"]
 DEFAULT_VARIANTS = [
     "default=",
+    "m8_b1=embed_every=8,episodes_per_update=1,lr_end=1e-3",
     "random_init=init_placement=random",
     "random_init_gamma1=init_placement=random,gamma=1.0",
     "single_gamma1=gamma=1.0",
@@ -50,13 +52,19 @@ DEFAULT_VARIANTS = [
 ]
 
 
-def parse_variant(text: str) -> tuple[str, dict]:
-    """"name=f=v,f=v" -> (name, typed overrides of PlacetoConfig)."""
+BASE = "embed_every=1,episodes_per_update=8,lr=1e-3,lr_end=1e-4,counterfactual_loss=expected"
+"""Every variant's overrides apply to PlacetoConfig's defaults of before issue 30 (the ablation was run against
+them): these fields, and the rest as they still are."""
+
+
+def parse_variant(text: str) -> tuple[str, dict, dict]:
+    """"name=f=v,f=v" -> (name, typed overrides, the full set of fields given to PlacetoConfig: BASE + them)."""
     from placeto.methods.placeto.config import parse_overrides
 
     name, _, rest = text.partition("=")
     items = [x for x in rest.split(",") if x]
-    return name, parse_overrides(items)
+    overrides = parse_overrides(items)
+    return name, overrides, {**parse_overrides(BASE.split(",")), **overrides}
 
 
 def read_rows() -> list[dict]:
@@ -87,7 +95,7 @@ def single_ms(graph, cluster) -> float:
     return float(simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster).runtime) / 1e3
 
 
-def run_family(variant: str, overrides: dict, seed: int, episodes: int, minutes: float, runs: Path,
+def run_family(variant: str, overrides: dict, fields: dict, seed: int, episodes: int, minutes: float, runs: Path,
                done: set) -> None:
     from placeto.methods.placeto.config import PlacetoConfig
     from placeto.families import load_family
@@ -100,7 +108,7 @@ def run_family(variant: str, overrides: dict, seed: int, episodes: int, minutes:
         return
     cluster = cluster_preset("placeto-k80", 4)
     train_graphs, test_graphs = load_family("nmt", "train"), load_family("nmt", "test")
-    config = PlacetoConfig(**{**overrides, "episodes": episodes, "seed": seed, "progress": True,
+    config = PlacetoConfig(**{**fields, "episodes": episodes, "seed": seed, "progress": True,
                               "time_limit_minutes": minutes})
     run = runs / f"family_{variant}_s{seed}"
     t0 = time.time()
@@ -119,7 +127,7 @@ def run_family(variant: str, overrides: dict, seed: int, episodes: int, minutes:
               f"(single {single_ms(g, cluster):.2f})", flush=True)
 
 
-def run_pergraph(variant: str, overrides: dict, seed: int, graph_name: str, devices: int, episodes: int,
+def run_pergraph(variant: str, overrides: dict, fields: dict, seed: int, graph_name: str, devices: int, episodes: int,
                  minutes: float, runs: Path, done: set) -> None:
     from placeto.methods.placeto.config import PlacetoConfig
     from placeto.methods.placeto.place import place
@@ -131,7 +139,7 @@ def run_pergraph(variant: str, overrides: dict, seed: int, graph_name: str, devi
         return
     cluster = cluster_preset("placeto-k80", devices)
     g = load_graph(ROOT / "datasets" / "benchmarks" / f"{graph_name}.json.gz")
-    config = PlacetoConfig(**{**overrides, "episodes": episodes, "seed": seed, "progress": True,
+    config = PlacetoConfig(**{**fields, "episodes": episodes, "seed": seed, "progress": True,
                               "time_limit_minutes": minutes})
     run = runs / f"pergraph_{variant}_{graph_name}_{devices}d_s{seed}"
     t0 = time.time()
@@ -153,7 +161,16 @@ def report() -> None:
     lines = ["# Placeto ablations: what makes it learn from scratch", "",
              "Command: `PYTHONPATH=. python experiments/placeto_ablation.py` (see its docstring; rows resume from "
              "placeto_ablation.csv). Runtimes are simulated ms on placeto-k80; x single = runtime / the single "
-             "device's (lower is better; < 1 beats one device).", ""]
+             "device's (lower is better; < 1 beats one device).", "",
+             "Variant names: `m8` = embed_every 8 (message passing every 8th step), `bN` = N episodes per update "
+             "(the default before issue 30 was 8), `lr...` = learning rate (and its end value), `random_init` = "
+             "episodes start from a random placement instead of all on device 0, `gamma1` = discount 1 "
+             "(return-to-go), `cf` = counterfactual (every device simulated at the gradient's steps, expected "
+             "immediate reward), `cfbest` = the same with the cross-entropy against the best immediate device. "
+             "`default` is the configuration before issue 30 (embed_every 1, 8 episodes per update, lr 1e-3 "
+             "decaying to 1e-4); today's default is `m8_b1` (embed_every 8, 1 episode per update, lr 1e-3 "
+             "constant). Each row's overrides (its second column) apply to that old default (`BASE` in the "
+             "script).", ""]
     fam = [r for r in rows if r["setting"] == "family"]
     if fam:
         lines += ["## Family training (nmt train split, 4 devices), greedy zero-shot on the 8 test graphs", "",
@@ -240,13 +257,13 @@ def main() -> None:
             done.add((r["setting"], r["variant"], r["seed"]))
             done.add((r["setting"], r["variant"], r["seed"], r["graph"], r["devices"]))
         for text in a.variant or DEFAULT_VARIANTS:
-            name, overrides = parse_variant(text)
+            name, overrides, fields = parse_variant(text)
             for seed in a.seeds:
                 if a.setting == "family":
-                    run_family(name, overrides, seed, a.episodes, a.minutes, Path(a.runs), done)
+                    run_family(name, overrides, fields, seed, a.episodes, a.minutes, Path(a.runs), done)
                 else:
                     for g in a.graphs:
-                        run_pergraph(name, overrides, seed, g, a.devices, a.pergraph_episodes, a.minutes,
+                        run_pergraph(name, overrides, fields, seed, g, a.devices, a.pergraph_episodes, a.minutes,
                                      Path(a.runs), done)
                 report()
     report()
