@@ -172,6 +172,25 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     return 0
 
 
+def _reproducing(command: str, policy_dir) -> str:
+    """The policy's recorded command with --set for every config field whose default has changed since (read from
+    its config.json with its method's config class), so that rerunning it trains the same configuration."""
+    from placeto.checkpoint_io import read_config
+    from placeto.config_fields import pinned_overrides
+    from placeto.methods import registry
+
+    method = registry.checkpoint_method(policy_dir)
+    if method is None or command == "?":
+        return command
+    cls = registry.get(method).config_cls
+    pins = pinned_overrides(read_config(policy_dir, cls), cls(), command)
+    if not pins:
+        return command
+    if " --set " in command:
+        return command + " " + " ".join(pins)
+    return command + " --set " + " ".join(pins)
+
+
 def cmd_policies(args: argparse.Namespace) -> int:
     from placeto.policies import DEFAULT_POLICY, shipped_policies
 
@@ -182,7 +201,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
         prov = p.provenance
         default = " (default)" if p.name == DEFAULT_POLICY else ""
         print(f"{p.name}{default}: {prov.get('summary', '')}")
-        print(f"  trained: {prov.get('command', '?')}")
+        print(f"  trained: {_reproducing(prov.get('command', '?'), p.path)}")
         print(f"  seed {prov.get('seed', '?')}, commit {str(prov.get('commit', '?'))[:12]}, "
               f"{prov.get('train_minutes', '?')} min, {prov.get('episodes', '?')} episodes; {p.path}")
     return 0

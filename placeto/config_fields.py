@@ -48,3 +48,21 @@ def parse_overrides(items: list[str], cls: type) -> dict[str, Any]:
         except ValueError:
             raise ValueError(f"--set {item!r}: {key} takes a value of type {kind.__name__}") from None
     return out
+
+
+FLAG_FIELDS = ("episodes", "seed", "time_limit_minutes", "init_from", "progress", "checkpoint_seconds", "log_every",
+               "devices")
+"""Fields a `placeto train` command sets through its own flags (or that do not change what is learned)."""
+
+
+def pinned_overrides(stored: Any, current: Any, command: str = "") -> list[str]:
+    """["FIELD=VALUE", ...] for the fields of config `stored` that differ from config `current` (the same
+    dataclass: today's defaults), leaving out FLAG_FIELDS and fields `command` already sets with --set: appended
+    to a run's recorded command as --set, they make it train what it trained then, whatever the defaults now."""
+    out = []
+    for f in dataclasses.fields(stored):
+        value = getattr(stored, f.name)
+        if f.name in FLAG_FIELDS or value == getattr(current, f.name) or f" {f.name}=" in f" {command}":
+            continue
+        out.append(f"{f.name}={str(value).lower() if isinstance(value, bool) else value}")
+    return out

@@ -95,3 +95,19 @@ def test_training_with_stale_embeddings_runs_and_resumes(tmp_path):
     assert first.episodes == 8 and first.sim_calls > 0
     again = train(config.replace(episodes=16), [graph], cluster, tmp_path / "run")
     assert again.start_episode == 8 and again.episodes == 16
+
+
+def test_configs_from_before_the_field_keep_their_meaning_and_commands_pin_them(capsys):
+    from placeto.cli import main
+    from placeto.config_fields import pinned_overrides
+    from placeto.methods.placeto.config import PlacetoConfig
+
+    old = PlacetoConfig.from_dict({"episodes_per_update": 8, "lr_end": 1e-4})  # a config.json of before
+    assert old.embed_every == 1 and old.counterfactual_loss == "expected"
+    assert PlacetoConfig().embed_every > 1  # today's default differs: the pin below is needed
+    pins = pinned_overrides(old, PlacetoConfig(), "placeto train --family nmt --set lr_end=1e-4")
+    assert "embed_every=1" in pins and "episodes_per_update=8" in pins
+    assert not any(p.startswith("lr_end=") for p in pins)  # already in the command
+    assert main(["policies"]) == 0
+    nmt = [line for line in capsys.readouterr().out.splitlines() if "runs/nmt " in line]
+    assert nmt and "embed_every=1" in nmt[0] and "episodes_per_update=8" in nmt[0]
