@@ -115,14 +115,14 @@ def run_family(variant: str, overrides: dict, fields: dict, seed: int, episodes:
     summary = train(config, train_graphs, cluster, run)
     train_s = time.time() - t0
     curve = curve_of(run)
-    for g in test_graphs:
+    for i, g in enumerate(test_graphs):
         res = place(g, cluster, run)
         append_row({"setting": "family", "variant": variant, "overrides": json.dumps(overrides), "seed": seed,
                     "graph": g.name, "devices": 4, "episodes": summary.episodes, "train_s": round(train_s, 1),
                     "single_ms": round(single_ms(g, cluster), 3), "greedy_ms": round(res.final_runtime / 1e3, 3),
                     "best_ms": round(res.runtime / 1e3, 3),
                     "lower_bound_ms": round(lower_bound(g, cluster) / 1e3, 3), "sim_calls": summary.sim_calls,
-                    "curve": json.dumps(curve)})
+                    "curve": json.dumps(curve) if i == 0 else ""})  # the run's curve once, on its first row
         print(f"family {variant} s{seed} {g.name}: greedy {res.final_runtime / 1e3:.2f} ms "
               f"(single {single_ms(g, cluster):.2f})", flush=True)
 
@@ -201,37 +201,54 @@ def report() -> None:
     print("\n".join(lines))
 
 
+def _single_ms_of_training_graphs() -> dict[str, float]:
+    from placeto.families import load_family
+
+    cluster = cluster_preset("placeto-k80", 4)
+    return {g.name: single_ms(g, cluster) for g in load_family("nmt", "train")}
+
+
 def _plot(rows: list[dict]) -> None:
+    """Family: the batch's final runtime over the training graph's single-device runtime, a moving mean over 24
+    updates (one pass over the training split when one episode makes an update), per run. Per graph: the batch's
+    final runtime in ms."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     for setting in ("family", "pergraph"):
-        sel = [r for r in rows if r["setting"] == setting]
-        runs = dict.fromkeys((r["variant"], r["seed"], r["graph"] if setting == "pergraph" else "",
-                              r["devices"]) for r in sel)
+        runs = [r for r in rows if r["setting"] == setting and r["curve"]]
         if not runs:
             continue
-        panels = sorted({(k[2], k[3]) for k in runs})
-        fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+        panels = sorted({(r["graph"] if setting == "pergraph" else "", r["devices"]) for r in runs})
+        fig, axes = plt.subplots(1, len(panels), figsize=(6.5 * len(panels) + 3.5, 4.2), squeeze=False)
+        single = _single_ms_of_training_graphs() if setting == "family" else {}
         for ax, (graph, devices) in zip(axes[0], panels):
-            for (v, s, gname, d) in runs:
-                if (gname, d) != (graph, devices):
+            drawn = 0
+            for r in runs:
+                if (r["graph"] if setting == "pergraph" else "", r["devices"]) != (graph, devices):
                     continue
-                r = next(x for x in sel if x["variant"] == v and x["seed"] == s and
-                         (setting == "family" or x["graph"] == gname) and x["devices"] == d)
+                drawn += 1
                 curve = json.loads(r["curve"])
-                if setting == "family":  # one graph per update: smooth over 24 updates (one pass of the split)
-                    xs = [c[0] for c in curve]
-                    ys = np.convolve([c[1] for c in curve], np.ones(24) / 24, mode="same")
+                xs = np.array([c[0] for c in curve], float)
+                if setting == "family":
+                    ys = np.array([c[1] / single.get(c[2], np.nan) for c in curve])
+                    k = min(24, len(ys))
+                    ys = np.convolve(ys, np.ones(k) / k, mode="valid")
+                    xs = xs[k - 1:]
                 else:
-                    xs, ys = [c[0] for c in curve], [c[1] for c in curve]
-                ax.plot(xs, ys, label=f"{v} (seed {s})", marker="." if len(xs) < 5 else None)
-            ax.set_title(f"{graph or 'nmt family'} @ {devices} devices")
-            ax.set_xlabel("episodes")
-            ax.set_ylabel("final runtime of the batch, ms" + (" (24-update mean)" if setting == "family" else ""))
-        axes[0][-1].legend(fontsize=7)
+                    ys = np.array([c[1] for c in curve])
+                ax.plot(xs, ys, label=f"{r['variant']} (seed {r['seed']})", lw=1.2,
+                        ls=("-", "--", ":")[(drawn - 1) // 10 % 3],  # 10 colours: a new line style per cycle
+                        marker="o" if len(xs) < 5 else None)
+            ax.set_title(f"{graph + ' @ ' if graph else 'nmt family (train split) @ '}{devices} devices")
+            ax.set_xlabel("training episodes")
+            ax.set_ylabel("final runtime / single device (24-update mean)" if setting == "family"
+                          else "final runtime of the batch, ms")
+            if setting == "family":
+                ax.axhline(1.0, color="grey", ls="--", lw=0.8, label="single device")
+        axes[0][-1].legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         fig.savefig(RESULTS / f"placeto_ablation_{setting}.png", dpi=110)
         plt.close(fig)
