@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({"seed": seed, "episodes": a.episodes, "graph": a.graph, "train_s": round(train_s, 1),
                      "place_s": round(place_s, 1), "runtime_ms": round(runtime / 1e3, 3),
                      "single_ms": round(single / 1e3, 3), "ratio": round(runtime / single, 3),
-                     "commands": ["placeto " + " ".join(train_cmd), "placeto " + " ".join(place_cmd)]})
+                     "commands": ["placeto " + " ".join(x.replace(f"{ROOT}/", "") for x in c)  # repo-relative
+                                  for c in (train_cmd, place_cmd)]})
         atomic_write_bytes(a.out, json.dumps(rows, indent=1).encode())
         print(rows[-1], flush=True)
     lines = ["# Placeto from scratch on the nmt family, placed zero-shot", "",
