@@ -162,3 +162,22 @@ def test_counterfactual_advantages_and_training(tmp_path):
     assert not action_adv[..., 3:].any()  # padded devices
     summary = T.train(config.replace(episodes=8), [g], cluster, tmp_path)
     assert summary.sim_calls >= 8 * 20 * 3  # every device simulated at every step
+
+
+def test_best_device_targets_prefer_the_current_device_on_ties():
+    from types import SimpleNamespace
+
+    from placeto.methods.placeto.train import best_device_targets
+
+    # 2 steps, 2 episodes, 3 devices; the node of step 0 is node 1, of step 1 node 0; placements before each step
+    placement = np.zeros((2, 2, 4), np.int8)
+    placement[0, :, 1] = [2, 0]  # episode 0 has node 1 on device 2, episode 1 on device 0
+    placement[1, :, 0] = [1, 1]
+    rewards = np.array([[[0.1, 0.3, 0.3], [0.5, 0.2, 0.1]],  # ties 1/2 (current 2: stay) | best 0 (= current)
+                        [[0.0, 0.0, 0.0], [0.2, 0.1, 0.2]]])  # all tie (current 1: stay) | ties 0/2, current 1
+    ro = SimpleNamespace(action_rewards=rewards, placement=placement, nodes=np.array([1, 0]))
+    t = best_device_targets(ro)
+    np.testing.assert_array_equal(t[0, 0], [0, 0, 1])
+    np.testing.assert_array_equal(t[0, 1], [1, 0, 0])
+    np.testing.assert_array_equal(t[1, 0], [0, 1, 0])
+    np.testing.assert_array_equal(t[1, 1], [0.5, 0, 0.5])

@@ -302,8 +302,10 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     REINFORCE: return-to-go minus the per-step baseline; the second array is zero. Counterfactual: the sampled
     action's advantage covers only the discounted future (return-to-go minus the step's own reward, minus its
     baseline), and every device gets its immediate reward minus the mean over devices. Both are divided by one
-    common scale when normalize_advantages is set. Updates st.baselines[key_name]. cf_steps: bool[T], the steps
-    whose every device was simulated (None: all); the scale of the per-device advantages is taken over them.
+    common scale when normalize_advantages is set. With counterfactual_loss "best" the second array is instead
+    the target distribution of the cross-entropy (`best_device_targets`), not scaled. Updates
+    st.baselines[key_name]. cf_steps: bool[T], the steps whose every device was simulated (None: all); the scale
+    of the per-device advantages is taken over them.
     """
     returns = returns_to_go(ro.rewards, config.gamma)
     target = returns - ro.rewards if config.counterfactual else returns
