@@ -88,11 +88,16 @@ def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef, best: b
     rep = lambda x: jnp.repeat(x, b)  # noqa: E731  per-step scalars -> per-state
     logp = log_probs(net, params, arrays, chunk.placement.reshape(c * b, n_pad).astype(jnp.int32),
                      chunk.start.reshape(c * b, n_pad), rep(chunk.nodes), rep(chunk.ts))
-    logp = logp.reshape(c, b, -1)
+    return _loss(logp.reshape(c, b, -1), chunk, ent_coef, best)
+
+
+def _loss(logp, chunk, ent_coef, best: bool):
+    """The loss of `chunk_loss` from the chunk's log-probabilities float32[..., B, Dm] (a Chunk's [C, B, Dm], a
+    BlockChunk's [R, m, B, Dm]; chunk.weight has the leading axes)."""
     taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
     entropy = -(jnp.exp(logp) * logp).sum(-1)
-    w = chunk.weight[:, None]
-    expected = _immediate(logp, chunk.action_advantages, best)  # [C, B] exact immediate term
+    w = chunk.weight[..., None]
+    expected = _immediate(logp, chunk.action_advantages, best)  # [..., B] exact immediate term
     pg = -(w * (chunk.advantages * taken + expected)).sum()
     ent = (w * entropy).sum()
     return pg - ent_coef * ent, (pg, ent)
@@ -103,19 +108,18 @@ def make_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
     """Jitted (params, arrays, chunk, ent_coef) -> (grads, (loss, pg, entropy)); one trace per bucket.
 
     Memoised per policy (policies are memoised per model config), so repeated `train` calls reuse compilations.
-    A policy with embed_every > 1 gets `make_block_grad_fn`'s (for `block_policy_gradient`).
+    A policy with embed_every > 1 gets the loss of BlockChunks (`block_chunk_loss`, for `block_policy_gradient`).
     counterfactual_loss: PlacetoConfig.counterfactual_loss ("best": the cross-entropy of `_immediate`).
     """
     best = counterfactual_loss == "best"
-    if policy.embed_every > 1:
-        return make_block_grad_fn(policy, counterfactual_loss)
+    loss, trace = (block_chunk_loss, "grad_blocks") if policy.embed_every > 1 else (chunk_loss, "grad")
 
     @jax.jit
     def grad_fn(params, arrays, chunk, ent_coef):
-        TRACES["grad"] += 1
-        (loss, (pg, ent)), grads = jax.value_and_grad(
-            lambda p: chunk_loss(policy.net, p, arrays, chunk, ent_coef, best), has_aux=True)(params)
-        return grads, (loss, pg, ent)
+        TRACES[trace] += 1
+        (value, (pg, ent)), grads = jax.value_and_grad(
+            lambda p: loss(policy.net, p, arrays, chunk, ent_coef, best), has_aux=True)(params)
+        return grads, (value, pg, ent)
 
     return grad_fn
 
@@ -151,29 +155,7 @@ def block_log_probs(net, params, arrays: GraphArrays, chunk: BlockChunk):
 
 def block_chunk_loss(net, params, arrays: GraphArrays, chunk: BlockChunk, ent_coef, best: bool = False):
     """`chunk_loss` of a BlockChunk."""
-    logp = block_log_probs(net, params, arrays, chunk)
-    taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
-    entropy = -(jnp.exp(logp) * logp).sum(-1)
-    w = chunk.weight[..., None]
-    expected = _immediate(logp, chunk.action_advantages, best)
-    pg = -(w * (chunk.advantages * taken + expected)).sum()
-    ent = (w * entropy).sum()
-    return pg - ent_coef * ent, (pg, ent)
-
-
-@functools.lru_cache(maxsize=None)
-def make_block_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
-    """`make_grad_fn` for BlockChunks (embed_every > 1)."""
-    best = counterfactual_loss == "best"
-
-    @jax.jit
-    def grad_fn(params, arrays, chunk, ent_coef):
-        TRACES["grad_blocks"] += 1
-        (loss, (pg, ent)), grads = jax.value_and_grad(
-            lambda p: block_chunk_loss(policy.net, p, arrays, chunk, ent_coef, best), has_aux=True)(params)
-        return grads, (loss, pg, ent)
-
-    return grad_fn
+    return _loss(block_log_probs(net, params, arrays, chunk), chunk, ent_coef, best)
 
 
 def choose_steps(config: PlacetoConfig, t_len: int, rng: np.random.Generator) -> np.ndarray:
@@ -233,7 +215,7 @@ def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro:
     """Summed gradient over the chosen steps (all, or `grad_steps` random ones) and (loss, pg, entropy).
 
     adv: float64[T, B] advantage of the sampled actions; action_adv: float[T, B, Dm] of every device. With
-    embed_every > 1 the steps are sampled in blocks (`block_policy_gradient`; grad_fn from `make_block_grad_fn`).
+    embed_every > 1 the steps are sampled in blocks (`block_policy_gradient`; grad_fn from `make_grad_fn`).
     selection: the sample, drawn beforehand with `choose_steps` (the same draw from the same rng).
     """
     if config.embed_every > 1:

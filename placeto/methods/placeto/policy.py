@@ -134,16 +134,20 @@ def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, dev
         zeros = jnp.zeros((1,), jnp.int32)
         return net.init(key, arrays, jnp.zeros((1, n_pad), jnp.int32), jnp.zeros((1, n_pad)), zeros, zeros)
 
+    def _sample(logp, obs: Observation, key, greedy):
+        sampled = jax.random.categorical(jax.random.fold_in(key, obs.t), logp, axis=-1)
+        actions = jnp.where(greedy, jnp.argmax(logp, axis=-1), sampled).astype(jnp.int32)
+        return actions, jnp.take_along_axis(logp, actions[:, None], axis=-1)[:, 0]
+
+    def _state_args(obs: Observation):
+        b = obs.placement.shape[0]
+        return obs.placement, obs.start, jnp.full((b,), obs.node, jnp.int32), jnp.full((b,), obs.t, jnp.int32)
+
     @jax.jit
     def act(params, arrays: GraphArrays, obs: Observation, key, greedy):
         """Sample (key folded with the step) or, where greedy, take the argmax: (actions int32[B], logp f32[B])."""
         TRACES["act"] += 1
-        b = obs.placement.shape[0]
-        nodes, ts = jnp.full((b,), obs.node, jnp.int32), jnp.full((b,), obs.t, jnp.int32)
-        logp = log_probs(net, params, arrays, obs.placement, obs.start, nodes, ts)
-        sampled = jax.random.categorical(jax.random.fold_in(key, obs.t), logp, axis=-1)
-        actions = jnp.where(greedy, jnp.argmax(logp, axis=-1), sampled).astype(jnp.int32)
-        return actions, jnp.take_along_axis(logp, actions[:, None], axis=-1)[:, 0]
+        return _sample(log_probs(net, params, arrays, *_state_args(obs)), obs, key, greedy)
 
     @jax.jit
     def jitted_log_probs(params, arrays: GraphArrays, placement, start, nodes, ts):
@@ -160,15 +164,6 @@ def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, dev
         TRACES["head"] += 1
         logits = net.apply(params, arrays, placement, start, nodes, ts, embeddings=embeddings)
         return jax.nn.log_softmax(logits, axis=-1)
-
-    def _sample(logp, obs: Observation, key, greedy):
-        sampled = jax.random.categorical(jax.random.fold_in(key, obs.t), logp, axis=-1)
-        actions = jnp.where(greedy, jnp.argmax(logp, axis=-1), sampled).astype(jnp.int32)
-        return actions, jnp.take_along_axis(logp, actions[:, None], axis=-1)[:, 0]
-
-    def _state_args(obs: Observation):
-        b = obs.placement.shape[0]
-        return obs.placement, obs.start, jnp.full((b,), obs.node, jnp.int32), jnp.full((b,), obs.t, jnp.int32)
 
     @jax.jit
     def act_refresh(params, arrays: GraphArrays, obs: Observation, key, greedy):
