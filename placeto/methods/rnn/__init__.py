@@ -11,31 +11,8 @@ The MethodSpec (config, presets, inputs, network) the shared per-graph code look
 
 from __future__ import annotations
 
-from placeto.methods.base import Method
 from placeto.methods.rnn.config import PRESETS, RnnConfig
+from placeto.methods.pergraph_method import pergraph_method
 
-
-def _train(args, graphs, clusters, workers=None) -> int:
-    from placeto.methods.pergraph_cli import train_from_args
-
-    return train_from_args(RnnConfig.METHOD, args, graphs, clusters, workers=workers)
-
-
-def _run(variant, graph, cluster, seed=0, budget=None, seconds=None, checkpoint=None, finetune_episodes=0):
-    from placeto.methods.pergraph_place import run_pergraph
-
-    del finetune_episodes  # per graph: trained longer instead (finetunes=False)
-    return run_pergraph(variant, graph, cluster, seed, budget, seconds, checkpoint)
-
-
-def _load(run_dir):
-    from placeto.methods.rundir import load_run
-
-    config, params, _ = load_run(run_dir)
-    return config, params
-
-
-METHOD = Method(
-    name=RnnConfig.METHOD, description="RNN placer (2017): op embeddings, seq2seq LSTM with attention, REINFORCE per graph",
-    config_cls=RnnConfig, presets=PRESETS, variants=(RnnConfig.METHOD,), train=_train, run=_run,
-    load=_load, per_graph=True)
+METHOD = pergraph_method(
+    RnnConfig, PRESETS, "RNN placer (2017): op embeddings, seq2seq LSTM with attention, REINFORCE per graph")
