@@ -252,6 +252,7 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{TRAIN} --out newrun --set lr=nan", f"{TRAIN} --out newrun --set seed=99999999999999999999999",
         f"{TRAIN} --out newrun --set hidden=0", f"{TRAIN} --out newrun --set max_devices=500",
         f"{TRAIN} --out newrun --set episodes=1e3", f"{TRAIN} --out newrun --devices 9 --set max_devices=8",
+        f"{TRAIN} --out newrun --set embed_every=0", f"{TRAIN} --out newrun --set counterfactual_loss=worst",
         f"{PLACE} --checkpoint run_ok --out new.json --samples -1",
         f"{PLACE} --checkpoint run_ok --out new.json --seed -1", f"{EVAL} --repeats 0", f"{EVAL} --devices 0",
         "compare g.json --methods single --seed 99999999999999999999999", "compare g.json --budget 0",
