@@ -1,0 +1,161 @@
+"""The README cannot rot: every command of its ```bash blocks runs here, and every flag the README and docs/ give
+a `placeto` command exists in that command's parser.
+
+The blocks run in order, each in one bash process (`set -e`: a failing command fails the test), in a scratch
+directory holding a copy of datasets/ and examples/ (so `place --hardware`, which caches profiles in the graph
+file, leaves the repository's files alone), with JAX's compilation cache and placeto's calibration cache in the
+scratch directory too. Budgets are made small (SMALLER: the README shows the real ones) and the hardware runs
+time fewer steps (EXTRA); `make demo` and `make test` are the set-up, not run here (CI runs `make test`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from readme_commands import code_blocks, commands, placeto_invocation
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "experiments" / "README.md"]
+SETUP = ("make demo", "make test")  # the set-up block: CI runs `make test` itself
+README_MAX_BYTES = 15_000
+SMALLER = [  # (pattern, replacement) applied to every README command before it runs
+    (r"--episodes \d+", "--episodes 2"),
+    (r"--seconds [\d.]+", "--seconds 0.2"),
+    (r"--minutes [\d.]+", "--minutes 0.5"),
+]
+EXTRA = [  # (pattern a command must match, flags appended): fewer timed steps on the hardware
+    (r"^placeto place .*--hardware", "--top 1 --repeats 2"),
+    (r"^placeto eval .*--hardware", "--repeats 2 --warmup 1"),
+]
+
+
+def shrink(command: str) -> str:
+    for pattern, repl in SMALLER:
+        command = re.sub(pattern, repl, command)
+    for pattern, flags in EXTRA:
+        if re.search(pattern, command):
+            command = f"{command} {flags}"
+    return command
+
+
+def bash_blocks(path: Path):
+    return [b for b in code_blocks(path) if b.lang in ("bash", "sh")]
+
+
+def runnable_blocks():
+    return [b for b in bash_blocks(README) if not all(c in SETUP for c in commands(b.text))]
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory):
+    work = tmp_path_factory.mktemp("readme")
+    shutil.copytree(ROOT / "datasets", work / "datasets")
+    shutil.copytree(ROOT / "examples", work / "examples", ignore=shutil.ignore_patterns("__pycache__", "*.json.gz"))
+    return work
+
+
+def test_readme_size_and_setup():
+    assert README.stat().st_size <= README_MAX_BYTES, f"README is {README.stat().st_size} bytes"
+    setup = [c for b in bash_blocks(README) for c in commands(b.text) if c in SETUP]
+    assert setup == list(SETUP), "the README's first block is the two set-up commands"
+    assert len(runnable_blocks()) >= 3
+
+
+@pytest.mark.parametrize("index", range(len(runnable_blocks())))
+def test_readme_block_runs(index, scratch):
+    block = runnable_blocks()[index]
+    script = "\n".join(shrink(c) for c in commands(block.text))
+    bindir = Path(sys.executable).parent
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
+    env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}", JAX_PLATFORMS="cpu",
+               PLACETO_CACHE=str(scratch / "cache"), PLACETO_CACHE_DIR=str(scratch / "jax-cache"),
+               MPLBACKEND="Agg")
+    proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=scratch, env=env, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, (f"README block at {block.where} failed (exit {proc.returncode}):\n{script}\n"
+                                  f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}")
+
+
+def test_shrink_rewrites_budgets():
+    assert shrink("placeto train --family nmt --out r --episodes 400") == "placeto train --family nmt --out r --episodes 2"
+    assert shrink("placeto place G --hardware --seconds 1 --out P") == \
+        "placeto place G --hardware --seconds 0.2 --out P --top 1 --repeats 2"
+    assert shrink("placeto graph info G") == "placeto graph info G"
+
+
+# ---- flags against the parser ---------------------------------------------------------------------------------
+def subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
+def resolve(parser: argparse.ArgumentParser, words: list[str]) -> tuple[argparse.ArgumentParser, list[str]]:
+    """The (sub)parser a command's leading words name, and the words that named it."""
+    used = []
+    for w in words:
+        subs = subparsers(parser)
+        if w not in subs:
+            break
+        parser, used = subs[w], used + [w]
+    return parser, used
+
+
+def documented_invocations():
+    found = []
+    for path in [README, *DOCS]:
+        for block in bash_blocks(path):
+            for command in commands(block.text):
+                inv = placeto_invocation(command)
+                if inv is not None:
+                    found.append((block.where, command, *inv))
+    return found
+
+
+def test_docs_exist_and_have_commands():
+    assert (ROOT / "docs" / "commands.md").exists()
+    assert len(documented_invocations()) >= 30
+
+
+def test_documented_flags_exist():
+    from placeto.cli import build_parser
+
+    root = build_parser()
+    bad = []
+    for where, command, words, flags in documented_invocations():
+        parser, used = resolve(root, words)
+        if subparsers(parser):
+            bad.append(f"{where}: `{command}`: `placeto {' '.join(used)}` needs a subcommand")
+            continue
+        known = {s for a in parser._actions for s in a.option_strings}
+        bad += [f"{where}: `{command}`: no {f} in `placeto {' '.join(used)}`" for f in flags if f not in known]
+    assert not bad, "\n".join(bad)
+
+
+def test_flag_check_catches_a_wrong_flag():
+    from placeto.cli import build_parser
+
+    parser, used = resolve(build_parser(), ["simulate", "G.json"])
+    known = {s for a in parser._actions for s in a.option_strings}
+    assert used == ["simulate"] and "--placement" in known and "--no-such-flag" not in known
+
+
+def test_glossary_names_every_method():
+    from placeto.baselines import METHODS
+    from placeto.methods import registry
+
+    text = README.read_text()
+    glossary = text[text.index("## Glossary"):text.index("## Results")]
+    names = [*METHODS, *(v for n in registry.names() for v in registry.get(n).variants)]
+    missing = [n for n in names if f"`{n}`" not in glossary]
+    assert not missing, f"methods without a glossary line: {missing}"
