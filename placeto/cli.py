@@ -96,7 +96,7 @@ def cmd_datasets_build(args: argparse.Namespace) -> int:
 
 def cmd_import_jax(args: argparse.Namespace) -> int:
     from simulator.export import describe, export_path, export_program
-    from simulator.importer import describe_state, import_step
+    from simulator.importer import describe_state, import_step, name_from_path
     from simulator.io import save_graph
     from simulator.result import critical_path
 
@@ -107,7 +107,8 @@ def cmd_import_jax(args: argparse.Namespace) -> int:
     written = [p for p in (args.out, args.grouped_out) if p]
     for path in written + ([str(export_path(p)) for p in written] if args.export else []):
         check_output_path(path)
-    imported = import_step(args.function, args.args_spec, ANALYTIC_KINDS, args.name, args.params, args.opt_state,
+    name = args.name or name_from_path(args.out)
+    imported = import_step(args.function, args.args_spec, ANALYTIC_KINDS, name, args.params, args.opt_state,
                            grouped=bool(args.grouped_out), groups=args.groups,
                            max_cp_growth=args.max_cp_growth / 100)
     graph, grouping = imported.graph, imported.grouping
@@ -227,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="JSON list of example-argument pytrees with {shape, dtype} leaves, @file.json, or "
                           "module:factory returning the example arguments")
     imp.add_argument("--out", required=True, help="op graph file (.json or .json.gz)")
-    imp.add_argument("--name", help="graph name (default: the function name)")
+    imp.add_argument("--name", help="graph name, as `graph info` and the tables print it (default: the --out file's "
+                                    "name without .json/.json.gz, e.g. my_step for --out my_step.json.gz)")
     imp.add_argument("--grouped-out", help="also write the grouped graph here")
     imp.add_argument("--groups", type=POSITIVE, default=None,
                      help="at most this many groups in --grouped-out, as far as --max-cp-growth allows (the report "

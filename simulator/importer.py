@@ -116,6 +116,14 @@ def parse_args_spec(args_spec: str, from_data: str | None = None) -> tuple[Any, 
     return tuple(args)
 
 
+def name_from_path(path: str | os.PathLike) -> str:
+    """A graph's default name from the file it is written to: "runs/my_step.json.gz" -> "my_step"."""
+    name = Path(path).name
+    for suffix in (".gz", ".json"):
+        name = name.removesuffix(suffix)
+    return name or Path(path).name
+
+
 def trace_import(spec: str, args_spec: str, name: str | None = None, params: str | None = None,
                  opt_state: str | None = None, persistent_argnums: tuple[int, ...] | None = None,
                  from_data: str | None = None) -> Traced:
@@ -137,8 +145,40 @@ def trace_import(spec: str, args_spec: str, name: str | None = None, params: str
     fn = resolve(spec)
     if not callable(fn):
         raise InputError(f"{spec!r} is not callable")
-    return trace(fn, *parse_args_spec(args_spec, from_data), name=name or spec.partition(":")[2], params=params,
-                 opt_state=opt_state, persistent_argnums=persistent_argnums)
+    args = parse_args_spec(args_spec, from_data)
+    check_arity(fn, spec, len(args))
+    return trace(fn, *args, name=name or spec.partition(":")[2], params=params, opt_state=opt_state,
+                 persistent_argnums=persistent_argnums)
+
+
+def check_arity(fn: Any, spec: str, n_args: int) -> None:
+    """InputError naming `spec` and the counts when `fn` cannot take `n_args` positional arguments (the args
+    spec's entries); nothing when it can, or when its signature cannot be read (a C function)."""
+    import inspect
+
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*range(n_args))
+        return
+    except TypeError:
+        pass
+    params = list(signature.parameters.values())
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    required = sum(p.default is p.empty for p in positional)
+    keyword = [p.name for p in params if p.kind == p.KEYWORD_ONLY and p.default is p.empty]
+    if any(p.kind == p.VAR_POSITIONAL for p in params):
+        takes = f"at least {required}"
+    else:
+        takes = f"{required}" if required == len(positional) else f"{required} to {len(positional)}"
+    if keyword and (n_args >= required if takes.startswith("at") else required <= n_args <= len(positional)):
+        raise InputError(f"{spec} needs the keyword argument(s) {', '.join(keyword)}, which an args spec cannot "
+                         f"give (its entries are positional): wrap it in a function of positional arguments")
+    raise InputError(f"{spec}({', '.join(p.name for p in positional)}) takes {takes} positional "
+                     f"argument{'' if takes.split()[-1] == '1' else 's'}, but --args-spec gives {n_args} example "
+                     f"argument{'' if n_args == 1 else 's'}")
 
 
 class Imported(NamedTuple):

@@ -16,10 +16,16 @@ def test_import_jax_writes_costed_op_and_grouped_graphs(tmp_path, capsys):
                  "--grouped-out", str(grouped), "--groups", "2"]) == 0
     g = load_graph(out)
     assert "dot_general" in g.ops and g.meta["source"]["args_spec"] == spec
+    assert g.name == "mm" and load_graph(grouped).name == "mm"  # named after --out, not the function "matmul"
     assert g.cost_for("k80").max() > 0 and g.cost_for("cpu").max() > g.cost_for("h100").max()
     assert load_graph(grouped).n_nodes <= g.n_nodes
     assert main(["import-jax", "jax.numpy:nope", "--args-spec", spec, "--out", str(out)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+    three = json.dumps([{"shape": [2, 2]}] * 3)  # matmul(a, b) takes two
+    assert main(["import-jax", "jax.numpy:matmul", "--args-spec", three, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "jax.numpy:matmul(a, b) takes 2 positional arguments, but --args-spec gives 3" in err
 
 
 def test_graph_info_and_simulate(tmp_path, capsys):

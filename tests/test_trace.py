@@ -213,6 +213,29 @@ def test_trace_import_json_and_factory(tmp_path, monkeypatch):
     for bad_spec in ("[{\"shape\": [2, -1]}]", "[{\"shape\": [2], \"dtype\": \"nope\"}]", "{\"a\": 1}", "[1]"):
         with pytest.raises(InputError):
             trace_import("toy_model:step", bad_spec)
+    for wrong in ('[{"w": {"shape": [3, 2]}}]', spec[:-1] + ', {"shape": [1]}]'):  # one too few, one too many
+        with pytest.raises(InputError, match=r"toy_model:step\(params, x\) takes 2 positional arguments, but "
+                                             r"--args-spec gives [13] example argument"):
+            trace_import("toy_model:step", wrong)
+
+
+def test_check_arity_counts_defaults_varargs_and_keywords():
+    from simulator.importer import check_arity
+
+    def f(a, b=1, *rest):
+        return a
+
+    def g(a, *, key):
+        return a
+
+    check_arity(f, "m:f", 1)
+    check_arity(f, "m:f", 5)
+    check_arity(len, "builtins:len", 1)
+    with pytest.raises(InputError, match=r"m:f\(a, b\) takes at least 1 positional argument, but --args-spec "
+                                         r"gives 0 example arguments"):
+        check_arity(f, "m:f", 0)
+    with pytest.raises(InputError, match="needs the keyword argument\\(s\\) key"):
+        check_arity(g, "m:g", 1)
 
 
 def test_node_names_are_readable(mlp):
