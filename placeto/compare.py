@@ -304,7 +304,10 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 
 def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
-    """A bar chart per graph (runtime per method, grouped by device count) as `<out_dir>/<graph>.png`."""
+    """A bar chart per graph as `<out_dir>/<graph>.png`: the simulated step time (ms) of each method, grouped by
+    device count, in the colours of placeto.plot_style (learned methods outlined in black); hatched bars ran out
+    of memory; a dashed line marks each device count's lower bound; methods that do not apply are listed in the
+    legend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -314,35 +317,71 @@ def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for g in dict.fromkeys(r.graph for r in rows):
-        mine = [r for r in rows if r.graph == g and r.applies]
-        methods = list(dict.fromkeys(r.method for r in mine))
-        counts = sorted({r.n_devices for r in mine})
-        by = {(r.n_devices, r.method): r for r in mine}
-        width = 0.8 / len(methods)
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.5 * len(counts) * len(methods) + 2), 4))
-        colors = plt.get_cmap("tab10")
-        for j, m in enumerate(methods):
-            drawn = [(i, r) for i, n in enumerate(counts) if (r := by.get((n, m))) is not None and r.applies]
-            for k, (i, r) in enumerate(drawn):
-                x = i + (j - (len(methods) - 1) / 2) * width
-                ax.bar(x, r.runtime_us / 1e3, width, color=colors(j % 10), hatch="//" if r.oom else None,
-                       label=m if k == 0 else None)
-                if r.oom:
-                    ax.text(x, r.runtime_us / 1e3, "OOM", ha="center", va="bottom", fontsize=7, rotation=90)
-        for i, n in enumerate(counts):
-            lb = next((r.lower_bound_us for r in mine if r.n_devices == n), None)
-            if lb is not None:
-                ax.hlines(lb / 1e3, i - 0.45, i + 0.45, colors="black", linestyles="dashed", linewidth=1)
-        ax.set_xticks(range(len(counts)), [f"{n} devices" for n in counts])
-        ax.set_ylabel("simulated runtime (ms)")
-        ax.set_title(f"{g} (dashed: lower bound)")
-        ax.legend(fontsize=8, ncol=2)
-        fig.tight_layout()
+        fig = _compare_figure(plt, [r for r in rows if r.graph == g], g)
         path = out_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', g)}.png"
         fig.savefig(path, dpi=120)
         plt.close(fig)
         paths.append(path)
     return paths
+
+
+def _compare_figure(plt, rows: Sequence[Row], graph: str):
+    """One graph's bar chart (see plot_compare)."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from placeto import plot_style
+
+    mine = [r for r in rows if r.applies]
+    methods = list(dict.fromkeys(r.method for r in mine))
+    counts = sorted({r.n_devices for r in rows})
+    by = {(r.n_devices, r.method): r for r in mine}
+    colors = plot_style.colors(methods)
+    width = 0.84 / max(1, len(methods))
+    fig, ax = plt.subplots(figsize=(min(18.0, max(5.0, 0.24 * len(counts) * len(methods) + 1.5)) + 2.8, 4.6),
+                           layout="constrained")
+    for j, m in enumerate(methods):
+        for i, n in enumerate(counts):
+            r = by.get((n, m))
+            if r is None:
+                continue
+            x = i + (j - (len(methods) - 1) / 2) * width
+            ax.bar(x, r.runtime_us / 1e3, width, hatch="///" if r.oom else None,
+                   **plot_style.bar_style(m, colors[m]))
+            if r.oom:
+                ax.text(x, r.runtime_us / 1e3, "OOM", ha="center", va="bottom", fontsize=7, rotation=90)
+    for i, n in enumerate(counts):
+        lb = next((r.lower_bound_us for r in rows if r.n_devices == n), None)
+        if lb is not None and not math.isnan(lb):
+            ax.hlines(lb / 1e3, i - 0.46, i + 0.46, colors="black", linestyles="dashed", linewidth=1.2)
+    ax.set_xticks(range(len(counts)), [f"{n} devices" for n in counts])
+    ax.set_xlim(-0.55, len(counts) - 0.45)
+    top = max([r.runtime_us / 1e3 for r in mine] + [0.0])
+    if top > 0:  # room above the tallest bar for its "OOM" label
+        ax.set_ylim(0, top * (1.14 if any(r.oom for r in mine) else 1.05))
+    ax.set_ylabel("simulated step time (ms)")
+    ax.set_title(f"{graph}: simulated step time of each method's placement")
+    ax.grid(axis="y", alpha=0.3)
+    handles = [Patch(label=m, **plot_style.bar_style(m, colors[m])) for m in methods]
+    handles.append(Line2D([], [], color="black", linestyle="dashed", label="lower bound (max of critical\n"
+                          "path, compute / devices)"))
+    if any(plot_style.is_learned(m) for m in methods):
+        handles.append(Patch(facecolor="white", edgecolor="black", linewidth=1.4, label=plot_style.LEARNED_NOTE))
+    if any(r.oom for r in mine):
+        handles.append(Patch(facecolor="white", edgecolor="gray", hatch="///", label="out of memory (OOM)"))
+    absent = list(dict.fromkeys(r.method for r in rows if not r.applies and r.method not in methods))
+    if absent:
+        handles.append(Patch(facecolor="none", edgecolor="none", label="does not apply (no bar):\n"
+                             + _wrap(", ".join(absent), 30)))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=8,
+              title="method", title_fontsize=8)
+    return fig
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
 
 
 # ---- families -------------------------------------------------------------------------------------------------

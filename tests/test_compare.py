@@ -76,6 +76,29 @@ def test_plot(rows, tmp_path):
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
+def test_plot_legend_explains_every_mark(rows):
+    """Bars in the shared method colours, and legend entries for the lower bound, OOM and inapplicable methods."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from placeto import plot_style
+    from placeto.compare import _compare_figure
+
+    fig = _compare_figure(plt, [r for r in rows if r.graph == "huge"], "huge")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:4] == ["single", "metis", "etf", "local-search"]  # expert does not apply: no bar, listed
+    assert any(t.startswith("lower bound") for t in labels) and "out of memory (OOM)" in labels
+    assert any(t.startswith("does not apply") and "expert" in t for t in labels)
+    faces = {to_hex(p.get_facecolor()) for p in ax.patches}
+    assert {plot_style.color(m) for m in labels[:4]} <= faces
+    assert any(p.get_hatch() for p in ax.patches)  # the single device's OOM bar on 2 devices
+    plt.close(fig)
+
+
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     from placeto.methods.placeto.config import tiny

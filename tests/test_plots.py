@@ -1,0 +1,88 @@
+"""Plots that explain themselves: the Gantt chart's legend and labels, `placeto plot` on short and empty runs of
+each kind of metrics (Placeto's, the sequence methods')."""
+
+import csv
+
+import matplotlib
+import numpy as np
+import pytest
+
+from placeto.plots_train import PLACETO, SEQUENCE, _read, plot_run
+from simulator import cluster_preset, simulate
+from simulator.errors import InputError
+from simulator.generate import layered_dag
+from simulator.plots import gantt, gantt_figure
+
+matplotlib.use("Agg")
+
+
+def test_gantt_says_what_every_row_and_line_is(tmp_path):
+    import matplotlib.pyplot as plt
+
+    graph, cluster = layered_dag(40, seed=0), cluster_preset("placeto-k80", 2)
+    placement = (np.arange(graph.n_nodes) % 2).astype(np.int32)
+    result = simulate(graph, placement, cluster)
+    assert len(result.transfers.device)  # the bus rows have bars
+    fig = gantt_figure(result, cluster, "g on 2 devices")
+    ax = fig.axes[0]
+    rows = [t.get_text() for t in ax.get_yticklabels()]
+    assert rows == [f"{d} {k}" for d in cluster.device_names for k in ("compute", "bus")]
+    assert ax.get_xlabel().endswith("(ms)")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert any(t.startswith("bus row") and "transfer" in t for t in legend)
+    assert any(t.startswith("dashed line") and "runtime" in t for t in legend)
+    assert any(t.startswith("dotted line") and "lower bound" in t for t in legend)
+    lines = {(ln.get_linestyle(), round(ln.get_xdata()[0], 6)) for ln in ax.get_lines()}
+    assert ("--", round(result.runtime * 1e-3, 6)) in lines
+    assert f"{result.runtime * 1e-3:.3f} ms" in ax.get_title() and ax.get_title().startswith("g on 2 devices")
+    plt.close(fig)
+    gantt(result, cluster, tmp_path / "g.png")
+    assert (tmp_path / "g.png").stat().st_size > 1000
+
+
+def _write_metrics(run, fields, rows):
+    run.mkdir(parents=True, exist_ok=True)
+    with (run / "metrics.csv").open("w", newline="") as f:
+        w = csv.DictWriter(f, fields)
+        w.writeheader()
+        w.writerows(rows)
+
+
+PLACETO_ROW = {"update": 1, "episode": 4, "graph": "g", "sim_calls": 990, "final_ratio": 2.4, "best_runtime": 48.0,
+               "lower_bound": 26.0, "entropy": 0.6}
+SEQ_FIELDS = ("update", "samples", "seconds", "task", "mean_objective_us", "best_us")
+
+
+def test_plot_one_point_is_marked_and_noted(tmp_path):
+    _write_metrics(tmp_path, list(PLACETO_ROW), [PLACETO_ROW])
+    notes = []
+    assert plot_run(tmp_path, notes.append)[0].stat().st_size > 1000
+    assert len(notes) == 1 and "one point" in notes[0] and "g" in notes[0]
+    panels, data = _read(tmp_path)
+    assert panels == PLACETO and data["g"]["best_runtime"].tolist() == [48.0]
+
+
+def test_plot_without_rows_says_no_data(tmp_path):
+    _write_metrics(tmp_path, SEQ_FIELDS, [])
+    notes = []
+    assert plot_run(tmp_path, notes.append)[0].exists()
+    assert len(notes) == 1 and "no metrics rows yet" in notes[0]
+
+
+def test_plot_sequence_metrics_per_task(tmp_path):
+    rows = [{"update": u, "samples": 16 * u, "seconds": 0.5 * u, "task": t, "mean_objective_us": 5000 - u,
+             "best_us": 4000 - u} for u in range(1, 5) for t in ("a", "b")]
+    _write_metrics(tmp_path, SEQ_FIELDS, rows)
+    notes = []
+    plot_run(tmp_path, notes.append)
+    assert notes == []
+    panels, data = _read(tmp_path)
+    assert panels == SEQUENCE and sorted(data) == ["a", "b"] and data["a"]["samples"].tolist() == [16, 32, 48, 64]
+
+
+def test_plot_bad_run_directory(tmp_path):
+    with pytest.raises(InputError, match="no metrics.csv"):
+        plot_run(tmp_path / "nothing")
+    _write_metrics(tmp_path, ["update", "graph", "final_ratio"], [{"update": 1, "graph": "g", "final_ratio": 2}])
+    with pytest.raises(InputError, match="no column"):
+        plot_run(tmp_path)
