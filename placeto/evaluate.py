@@ -287,7 +287,10 @@ def format_row(row: EvalRow, width: int = 28) -> str:
 
 
 def plot_agreement(rows: Sequence[EvalRow], path: PathLike, title: str = "") -> None:
-    """Scatter of measured (median, IQR bars) against simulated step time with the y = x line, as a PNG."""
+    """Scatter of measured (median, interquartile bars) against simulated step time (ms) with the y = x line, as a
+    PNG. Each placement is named in the legend and coloured by its method (placeto.plot_style; eval's file names
+    `<graph>.<D>dev.<method>.json` count as their method); axes turn logarithmic when times span over 20x, and
+    zoom in on the points when they all lie in the top 70% of the range."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -296,24 +299,61 @@ def plot_agreement(rows: Sequence[EvalRow], path: PathLike, title: str = "") -> 
     measured = [r for r in rows if r.measured is not None]
     if not measured:
         raise InputError("--plot needs --hardware (nothing was measured)")
-    sim = np.array([r.simulated_us for r in measured]) / 1e3
-    med = np.array([r.measured.median_us for r in measured]) / 1e3
-    err = np.array([[r.measured.median_us - r.measured.q25_us, r.measured.q75_us - r.measured.median_us]
-                    for r in measured]).T / 1e3
-    fig, ax = plt.subplots(figsize=(5.5, 5))
-    ax.errorbar(sim, med, yerr=err, fmt="o", capsize=3, label="placement: median step, bar: interquartile range")
-    for r, x, y in zip(measured, sim, med):
-        ax.annotate(Path(r.name).stem, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    hi = max(sim.max(), med.max()) * 1.1
-    ax.plot([0, hi], [0, hi], "k--", lw=0.8, label="measured = simulated")
-    ax.set(xlim=(0, hi), ylim=(0, hi), xlabel="simulated step time (ms)", ylabel="measured step time (ms)",
-           title=title)
-    ax.legend(loc="upper left", fontsize=8)
+    fig = _agreement_figure(plt, measured, title)
     buf = io.BytesIO()
-    fig.tight_layout()
     fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
     atomic_write_bytes(path, buf.getvalue())
+
+
+def _agreement_figure(plt, measured: Sequence[EvalRow], title: str):
+    """The figure of plot_agreement, from rows that were all measured."""
+    import textwrap
+
+    from matplotlib.lines import Line2D
+
+    from placeto import plot_style
+
+    names = [_short_name(r.name) for r in measured]
+    colors = plot_style.colors(names)
+    fig, ax = plt.subplots(figsize=(8.5 if len(measured) > 6 else 6.5, 5.2), layout="constrained")
+    seen: dict[str, int] = {}
+    for r, name in zip(measured, names):
+        m = r.measured
+        k = seen[colors[name]] = seen.get(colors[name], -1) + 1  # a second placement of one colour: new marker
+        learned = plot_style.is_learned(name)
+        ax.errorbar(r.simulated_us / 1e3, m.median_us / 1e3, fmt="osv^D"[k % 5], capsize=3, ms=7 if learned else 6,
+                    yerr=[[(m.median_us - m.q25_us) / 1e3], [(m.q75_us - m.median_us) / 1e3]], color=colors[name],
+                    mec="black" if learned else colors[name], label=name)
+    times = [t / 1e3 for r in measured for t in (r.simulated_us, r.measured.q25_us, r.measured.q75_us) if t > 0]
+    lo, hi = min(times), max(times)
+    log = hi / lo > 20
+    # log: a margin of 1.5x; linear: from 0 unless every point lies in the top 70% (then zoom in on them)
+    lo, hi = (lo / 1.5, hi * 1.5) if log else (0.0 if lo < 0.3 * hi else lo - 0.1 * (hi - lo), hi * 1.05)
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="simulated step time (ms)", ylabel="measured step time (ms)",
+           xscale="log" if log else "linear", yscale="log" if log else "linear")
+    ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=10)
+    ax.grid(alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="gray", marker="o", linestyle="-", markersize=5),
+                Line2D([], [], color="black", linestyle="--", lw=0.8)]
+    labels += ["dot: median measured step;\nbar: interquartile range", "measured = simulated"]
+    if any(plot_style.is_learned(n) for n in names):
+        handles.append(Line2D([], [], color="white", marker="o", mec="black", linestyle="none"))
+        labels.append("black edge: learned method")
+    ax.legend(handles, labels, fontsize=8, title="placement", title_fontsize=8,
+              **(dict(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0) if len(measured) > 6 else
+                 dict(loc="best")))
+    return fig
+
+
+def _short_name(name: str) -> str:
+    """A placement's label: its file name without .json / .json.gz, or the method name as given."""
+    stem = Path(name).name
+    for suffix in (".gz", ".json"):
+        stem = stem[:-len(suffix)] if stem.endswith(suffix) else stem
+    return stem
 
 
 # ---- command line ------------------------------------------------------------------------------------------

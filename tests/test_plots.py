@@ -86,3 +86,37 @@ def test_plot_bad_run_directory(tmp_path):
     _write_metrics(tmp_path, ["update", "graph", "final_ratio"], [{"update": 1, "graph": "g", "final_ratio": 2}])
     with pytest.raises(InputError, match="no column"):
         plot_run(tmp_path)
+
+
+def _timing(median_us, spread_us):
+    from simulator.hardware import Timing
+
+    return Timing(median_us, median_us - spread_us, median_us + spread_us, median_us - 2 * spread_us,
+                  median_us + 2 * spread_us, np.array([median_us]))
+
+
+def test_agreement_plot_colours_placements_by_method(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_hex
+
+    from placeto import plot_style
+    from placeto.evaluate import EvalRow, _agreement_figure, plot_agreement
+
+    rows = [EvalRow("/p/nmt_004.2dev.etf.json", 4100, _timing(5200, 200)),
+            EvalRow("single device", 6000, _timing(4700, 50)), EvalRow("mine.json", 3000, None),
+            EvalRow("/p/nmt_004.2dev.gdp-search.json", 3600, _timing(4900, 100))]
+    measured = [r for r in rows if r.measured is not None]
+    fig = _agreement_figure(plt, measured, "t")
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[:3] == ["nmt_004.2dev.etf", "single device", "nmt_004.2dev.gdp-search"]
+    assert any("interquartile" in t for t in labels) and "measured = simulated" in labels
+    assert "black edge: learned method" in labels
+    dots = [ln for ln in ax.get_lines() if ln.get_marker() not in ("None", "", None) and ln.get_linestyle() == "None"]
+    assert {to_hex(ln.get_color()) for ln in dots} == {plot_style.color(m) for m in ("etf", "single", "gdp-search")}
+    assert ax.get_xlabel() == "simulated step time (ms)" and ax.get_ylabel() == "measured step time (ms)"
+    plt.close(fig)
+    plot_agreement(rows, tmp_path / "a.png", "t")
+    assert (tmp_path / "a.png").stat().st_size > 1000
+    with pytest.raises(InputError, match="needs --hardware"):
+        plot_agreement([rows[2]], tmp_path / "b.png")
