@@ -246,7 +246,7 @@ def main(argv=None) -> int:
     add_worker_arguments(p, "graphs (one Ray task per graph, one CPU each)")
     args = p.parse_args(argv)
     try:
-        methods = resolve_methods(args.methods, with_policy=True)
+        methods = resolve_methods(args.methods)
         workers = spec_from_args(args)
         graphs = (sorted((load_graph(f) for f in (ROOT / "datasets" / "benchmarks").glob("*.json.gz")),
                          key=lambda g: g.name) if args.benchmarks else load_family(args.family, "test"))

@@ -13,15 +13,37 @@ import sys
 from typing import Callable, Sequence
 
 from placeto.arguments import (COUNT, DEVICE_SPEC, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS,
-                               OneLineParser, add_cluster_arguments, cluster_from_args, comma_list)
+                               DEFAULT_DEVICES, OneLineParser, add_cluster_arguments, add_preset_argument,
+                               cluster_from_args, comma_list)
 from placeto.cli_placers import cmd_place, cmd_policies, cmd_train
 from placeto.distributed import WorkerError, add_worker_arguments
 from placeto.on_hardware import DEFAULT_METHODS as DEFAULT_HARDWARE_METHODS
-from simulator.cluster import PRESETS
 from simulator.errors import InputError
 from simulator.io import check_output_path
 
 Command = Callable[[argparse.Namespace], int]
+
+EPISODES_HELP = ("training budget in sampled complete placements (default: the --config preset's). placeto counts "
+                 "episodes: each visits every node (config passes times, one simulator call per visit) and ends in "
+                 "one complete placement; rounded up to a multiple of episodes_per_update. gdp, rnn, hierarchical "
+                 "count placements sampled and simulated, in whole updates of samples_per_update (gdp: rounded "
+                 "down, at least one update; rnn, hierarchical: rounded up). A resumed run continues up to it")
+
+DESCRIPTION = """placeto: place the operations of a neural network's training step on devices (GPUs, CPUs) so
+that the step finishes soonest, with learned policies (Placeto, gdp; shipped, or trained here) or classical
+placers, judged by a fast simulator and, for this machine, measured on its devices."""
+
+EPILOG = """workflow, on a shipped test graph (see `placeto <command> --help` for every option and default):
+  placeto graph info datasets/nmt/nmt_004.json.gz                 # size, compute, critical path, lower bounds
+  placeto place datasets/nmt/nmt_004.json.gz --out p.json         # zero-shot, with the shipped general policy
+  placeto compare datasets/nmt/nmt_004.json.gz --seconds 1        # every method, the same wall-clock budget
+  placeto simulate datasets/nmt/nmt_004.json.gz --placement p.json --gantt p.png   # one step, as a Gantt chart
+  placeto place datasets/nmt/nmt_004.json.gz --hardware --out here.json   # placed for, and run on, this machine
+  placeto eval datasets/nmt/nmt_004.json.gz --placement here.json --hardware   # measured against simulated
+
+Device counts: the placement or cluster file's when one is given (a --devices that differs is an error), else
+--devices, else %d."""
+EPILOG %= DEFAULT_DEVICES
 
 
 # ---- graph / simulate -------------------------------------------------------------------------------------
@@ -49,7 +71,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     if args.gantt:
         check_output_path(args.gantt)
     graph = load_graph(args.file)
-    cluster = cluster_from_args(args)
+    cluster = cluster_from_args(args, placement=args.placement)  # the placement file's count, checked
     placement = load_placement(args.placement, graph, cluster.n_devices)
     result = simulate(graph, placement.assignment, cluster)
     if args.gantt:
@@ -191,18 +213,19 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(prog="placeto", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="placeto", description=DESCRIPTION, epilog=EPILOG)
     sub = parser.add_subparsers(dest="command", required=True)
 
     graph = sub.add_parser("graph", help="inspect graph files").add_subparsers(dest="graph_command", required=True)
     info = graph.add_parser("info", help="nodes, edges, total compute, critical path, lower bounds")
-    info.add_argument("file")
+    info.add_argument("file", help="graph file (.json or .json.gz)")
     info.add_argument("--kind", default="k80", help="device kind whose costs to summarise")
     info.set_defaults(func=cmd_graph_info)
 
     sim = sub.add_parser("simulate", help="simulate one training step of a placed graph")
-    sim.add_argument("file")
-    sim.add_argument("--placement", required=True, help="placement JSON file")
+    sim.add_argument("file", help="graph file (.json or .json.gz)")
+    sim.add_argument("--placement", required=True,
+                     help="placement JSON file (from `place`, or `compare --save-placements`); it records its devices")
     add_cluster_arguments(sim)
     sim.add_argument("--json", action="store_true", help="print the full result as JSON")
     sim.add_argument("--gantt", help="write a Gantt chart of the schedule to this PNG")
@@ -214,9 +237,11 @@ def build_parser() -> argparse.ArgumentParser:
     datasets = sub.add_parser("datasets", help="graph families and benchmark models").add_subparsers(
         dest="datasets_command", required=True)
     build = datasets.add_parser("build", help="trace, cost and group the families and benchmarks")
-    build.add_argument("--family", default="all", choices=["cifar10", "ptb", "nmt", "benchmarks", "all"])
+    build.add_argument("--family", default="all", choices=["cifar10", "ptb", "nmt", "benchmarks", "all"],
+                       help="the family to build (benchmarks: the benchmark models)")
     build.add_argument("--out", default=None, help="root folder (default: the repository's datasets/)")
-    build.add_argument("--seed", type=SEED, default=0)
+    build.add_argument("--seed", type=SEED, default=0,
+                       help="seed of the families' hyperparameters, architectures and train/test split")
     build.add_argument("--workers", type=WORKERS, default=2, help="tracing processes")
     build.add_argument("--only", help="comma list of graph names to rebuild (manifest left as is)")
     build.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -236,7 +261,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "says how many it made and why)")
     imp.add_argument("--max-cp-growth", type=PERCENT, default=5.0, metavar="PERCENT",
                      help="grouping lengthens the critical path (K80 costs, free communication) by at most this "
-                          "many percent (default 5)")
+                          "many percent")
     imp.add_argument("--params", metavar="PATH",
                      help="key path of the parameters in the arguments, as jax.tree_util.keystr prints it, e.g. "
                           "'[0].params' (default: found from the structure: flax TrainState, optax, nnx, equinox, "
@@ -266,24 +291,31 @@ def build_parser() -> argparse.ArgumentParser:
     add_program_arguments(prof)
     prof.set_defaults(func=cmd_profile)
 
-    tr = sub.add_parser("train", help="train a Placeto policy on a family or on graphs (resumes after a kill)")
+    tr = sub.add_parser("train", help="train a placement policy (placeto, gdp, rnn or hierarchical) on a family or "
+                                      "on graphs (resumes after a kill)")
     what = tr.add_mutually_exclusive_group(required=True)
     what.add_argument("--family", help="train on the train split of datasets/<FAMILY> (a comma list, or 'all')")
     what.add_argument("--graph", nargs="+", help="graph files to train on")
-    tr.add_argument("--devices", type=comma_list(DEVICES), default=[4],
-                    help="device counts of the preset, e.g. 4 or 2,4,8 (mixed)")
-    tr.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
-    tr.add_argument("--cluster", help="cluster JSON file (overrides --preset/--devices)")
+    tr.add_argument("--devices", type=comma_list(DEVICES), default=None,
+                    help="device counts of the preset, e.g. 4, or 2,4,8 to train one policy on all three (default: "
+                         "the cluster file's count when given, else 4; a different count is an error)")
+    add_preset_argument(tr)
+    tr.add_argument("--cluster", help="cluster JSON file, e.g. from `placeto calibrate` (instead of --preset; its "
+                                      "device count is the run's)")
     tr.add_argument("--method", choices=["placeto", "gdp", "rnn", "hierarchical"], default="placeto",
-                    help="placeto (default), gdp (single-shot GNN + segment attention, PPO), rnn (the 2017 "
+                    help="placeto (a GNN that improves a placement node by node), gdp (single-shot GNN + segment "
+                         "attention, PPO), rnn (the 2017 "
                          "seq2seq placer) or hierarchical (the 2018 grouper + placer); rnn and hierarchical train "
                          "per graph: one --graph, one --devices count")
     tr.add_argument("--init-from", help="start from this trained policy (a shipped name or a run directory)")
     tr.add_argument("--out", required=True, help="run directory (checkpoints, metrics, best placements)")
-    tr.add_argument("--config", default="default", choices=["default", "tiny"], help="configuration preset")
-    tr.add_argument("--episodes", type=COUNT, help="total episodes (default: the preset's)")
-    tr.add_argument("--minutes", type=MINUTES, help="stop (with a checkpoint) after this many minutes")
-    tr.add_argument("--seed", type=SEED)
+    tr.add_argument("--config", default="default", choices=["default", "tiny"],
+                    help="configuration preset of the method (tiny: a small network and budget, for tests)")
+    tr.add_argument("--episodes", type=COUNT, help=EPISODES_HELP)
+    tr.add_argument("--minutes", type=MINUTES, help="stop (with a checkpoint) after this many minutes (default: when "
+                                                    "--episodes are done)")
+    tr.add_argument("--seed", type=SEED, help="seed of the parameters and the sampling (default: the --config "
+                                              "preset's)")
     tr.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in --out")
     add_worker_arguments(tr)
     tr.add_argument("--set", nargs="+", default=[], metavar="FIELD=VALUE",
@@ -293,38 +325,45 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(func=cmd_train)
 
     pl = sub.add_parser("place", help="place a graph with a trained policy (zero-shot, fine-tuned, or guiding search)")
-    pl.add_argument("graph")
+    pl.add_argument("graph", help="graph file (.json or .json.gz)")
     pl.add_argument("--checkpoint", default=None,
                     help="a shipped policy's name (see `placeto policies`) or a run directory of `placeto train` "
                          "(default: the shipped general policy)")
-    add_cluster_arguments(pl, default_devices=None, device_list=True)
-    from placeto.baselines import METHODS as BASELINES
+    add_cluster_arguments(pl, device_list=True)
+    from placeto.baselines import DEFAULT_BUDGET, METHODS as BASELINES
 
     pl.add_argument("--method", choices=["placeto", "placeto-search", "gdp", "gdp-search", "rnn", "hierarchical",
                                          *BASELINES],
                     default=None,
-                    help="placeto: greedy + sampled episodes; placeto-search: policy-guided search (the default "
-                         "when a budget is given); gdp: one forward pass + sampled placements; gdp-search: the "
+                    help="placeto: greedy + sampled episodes; placeto-search: policy-guided search; gdp: one "
+                         "forward pass + sampled placements; gdp-search: the "
                          "search guided by a gdp policy (default policy: gdp-general); rnn / hierarchical: from "
                          "their run directory (--checkpoint), or trained from scratch on the graph within --budget "
                          "/ --seconds; or any baseline of "
-                         "`placeto compare` (random, local-search and sa spend --budget, default 1000, or --seconds)")
-    pl.add_argument("--seconds", type=float, default=None, help="wall-clock budget (compilation excluded)")
-    pl.add_argument("--budget", type=COUNT, default=None, help="simulator-call budget")
+                         f"`placeto compare` (random, local-search and sa spend --budget, default {DEFAULT_BUDGET}, "
+                         "or --seconds) (default: the --checkpoint run's method, else placeto, or placeto-search "
+                         "when a budget is given)")
+    pl.add_argument("--seconds", type=float, default=None,
+                    help="wall-clock budget of the method in seconds, compilation excluded (default: none; with "
+                         "--hardware, 2 per candidate)")
+    pl.add_argument("--budget", type=COUNT, default=None,
+                    help="simulator-call budget of the method (default: none: placeto places greedily, a "
+                         f"searching baseline spends {DEFAULT_BUDGET})")
     pl.add_argument("--finetune-episodes", type=COUNT, default=0,
                     help="train a copy of the policy on this graph for this many episodes first (inside the budget)")
     pl.add_argument("--samples", type=COUNT, default=0,
                     help="sampled episodes besides the greedy one, without a budget (the best placement is kept)")
-    pl.add_argument("--seed", type=SEED, default=0)
+    pl.add_argument("--seed", type=SEED, default=0, help="seed of the method's sampling and search")
     pl.add_argument("--out", required=True, help="placement file to write")
     hw = pl.add_argument_group("placing for this machine (--hardware)")
     hw.add_argument("--hardware", action="store_true",
                     help="place for the local devices: profile the graph on them (cached in the graph file), "
                          "calibrate them (cached), place with --candidates (and --method), run the best --top "
                          "placements and the single device for real, keep the fastest measured. --devices: a count "
-                         "or a list such as gpu:0,cpu:0 (default: every GPU, else 2 host CPU devices)")
+                         "or a list such as gpu:0,cpu:0 (default: the --cluster file's count, else every GPU, else 2 "
+                         "host CPU devices)")
     hw.add_argument("--candidates", default=",".join(DEFAULT_HARDWARE_METHODS),
-                    help="comma list of methods whose placements compete (each gets --seconds, default 2)")
+                    help="comma list of methods whose placements compete (each gets --seconds, 2 when not given)")
     hw.add_argument("--top", type=POSITIVE, default=3, help="how many of the best simulated placements run for real")
     hw.add_argument("--repeats", type=POSITIVE, default=7, help="timed steps per placement run for real")
     hw.add_argument("--plot", help="write the measured against simulated step times of the placements run to this "
@@ -344,11 +383,13 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("eval", help="simulate placements, and with --hardware run them on local JAX devices")
     add_eval_arguments(ev)
     ev.set_defaults(func=run_eval)
-    cal = sub.add_parser("calibrate", help="measure delta1, delta2 and bandwidth of local devices")
+    cal = sub.add_parser("calibrate", help="fit a cluster file to local devices: per-op overheads (delta1, delta2), "
+                                           "transfer bandwidth and latency, host dispatch and transfer times")
     add_calibrate_arguments(cal)
     cal.set_defaults(func=run_calibrate)
 
-    cmp = sub.add_parser("compare", help="run every placement method on graphs and device counts")
+    cmp = sub.add_parser("compare", help="run every placement method (baselines and the shipped learned policies) "
+                                         "on graphs and device counts, at one budget")
     add_compare_arguments(cmp)
     cmp.set_defaults(func=cmd_compare)
     return parser

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from placeto.arguments import cluster_from_args
+from placeto.arguments import DEFAULT_DEVICES, cluster_from_args, resolve_devices, spec_count
 from simulator.cluster import Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.io import check_output_path
@@ -27,7 +27,10 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     """`place --hardware`: placeto.on_hardware.place_on_hardware, then the placement file and the report."""
     from simulator.host_devices import default_local_spec, ensure_host_devices
 
-    spec = args.devices if args.devices is not None else default_local_spec()
+    cluster = load_cluster(args.cluster) if args.cluster else None
+    if cluster is not None:  # the cluster file's count, or --devices checked against it
+        resolve_devices(spec_count(args.devices), [(f"cluster {args.cluster}", cluster.n_devices)])
+    spec = args.devices if args.devices is not None else (cluster.n_devices if cluster else default_local_spec())
     ensure_host_devices(spec)  # before anything imports jax
     from simulator.io import load_graph, save_placement
 
@@ -38,9 +41,8 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
         methods.append(args.method)
     from placeto.compare import resolve_methods
 
-    resolve_methods(methods, with_policy=True)  # unknown names: one line
+    resolve_methods(methods)  # unknown names: one line
     graph = load_graph(args.graph)
-    cluster = load_cluster(args.cluster) if args.cluster else None
     outcome = place_on_hardware(graph, args.graph, spec, methods, seconds=args.seconds or 2.0, top=args.top,
                                 repeats=args.repeats, seed=args.seed, cluster=cluster)
     save_placement(args.out, outcome.best.placement, outcome.cluster.device_names)
@@ -68,8 +70,11 @@ def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
     else:
         graphs = [load_graph(g) for g in args.graph]
     if args.cluster:
-        return graphs, [load_cluster(args.cluster)]
-    return graphs, [cluster_preset(args.preset, d) for d in dict.fromkeys(args.devices)]
+        cluster = load_cluster(args.cluster)
+        for count in dict.fromkeys(args.devices or []):  # a given --devices must be the file's count
+            resolve_devices(count, [(f"cluster {args.cluster}", cluster.n_devices)])
+        return graphs, [cluster]
+    return graphs, [cluster_preset(args.preset, d) for d in dict.fromkeys(args.devices or [DEFAULT_DEVICES])]
 
 
 def cmd_place(args: argparse.Namespace) -> int:
@@ -85,9 +90,7 @@ def cmd_place(args: argparse.Namespace) -> int:
             raise InputError("--plot draws the placements run for real: it needs --hardware")
     if args.hardware:
         return _place_on_hardware(args)
-    if args.devices is None:
-        args.devices = 4 if not args.cluster else None
-    elif not isinstance(args.devices, int):
+    if args.devices is not None and not isinstance(args.devices, int):
         raise InputError("--devices as a platform:index list names local devices: it needs --hardware")
     graph = load_graph(args.graph)
     cluster = cluster_from_args(args)

@@ -1,11 +1,11 @@
 """The comparison harness: every method on every graph and device count, simulated, tabulated and plotted.
 
-`compare` runs each method (see `placeto.baselines`, plus "placeto" when a trained policy is given) and simulates
-its placement once with the full simulator (runtime and memory). A method that does not apply (no shipped expert
-placement, no CPU device) still gets a row, with `runtime_us` NaN and the reason in `note`; tables print it as
-"—", as the papers' tables print "-". Rows whose placement runs out of memory keep their runtime but are marked
-`oom` and printed "OOM"; `ratio_to_best` divides by the best runtime among the placements that fit in memory
-(among all of them if none fits).
+`compare` runs each method (see `placeto.baselines`, and the learned methods of `placeto.methods`, by default with
+their shipped policies) and simulates its placement once with the full simulator (runtime and memory). A method that
+does not apply (no shipped expert placement, no CPU device) still gets a row, with `runtime_us` NaN and the reason
+in `note`; tables print it as "—", as the papers' tables print "-". Rows whose placement runs out of memory keep
+their runtime but are marked `oom` and printed "OOM"; `ratio_to_best` divides by the best runtime among the
+placements that fit in memory (among all of them if none fits).
 """
 
 from __future__ import annotations
@@ -21,14 +21,14 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from placeto.arguments import DEVICES, comma_list
+from placeto.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, comma_list
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
 from placeto.distributed import WorkerSpec
 from placeto.objective import metered
 from placeto.methods import registry
-from placeto.policies import resolve_checkpoint
+from placeto.policies import DEFAULT_POLICY, resolve_checkpoint
 from placeto.families import SPLITS, load_family
-from simulator.cluster import PRESETS, Cluster, cluster_preset
+from simulator.cluster import Cluster, cluster_preset
 from simulator.errors import InputError
 from simulator.graph import Graph
 from simulator.io import PathLike, atomic_write_bytes, load_graph
@@ -44,6 +44,9 @@ POLICY_METHOD = LEARNED[0]
 # trained from scratch on each graph inside the method's budget (the seeds' RNN placer and hierarchical planner);
 # not in "all" (training is slow): name them
 PER_GRAPH = registry.PER_GRAPH
+# names that stand for several methods in a --methods list: "all" (the default) is every baseline and every
+# family-trained learned method, each with its shipped policy unless --checkpoint gives one of its kind
+METHOD_SETS = {"all": (*METHODS, *LEARNED), "baselines": tuple(METHODS), "learned": LEARNED}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,18 +72,20 @@ class Row:
         return not math.isnan(self.runtime_us)
 
 
-def resolve_methods(methods: str | Sequence[str], with_policy: bool) -> list[str]:
-    """Method names from "all", "a,b" or a list; the learned ones are added to "all" when a policy is given."""
+def resolve_methods(methods: str | Sequence[str]) -> list[str]:
+    """Method names, in order and once each, from "a,b" or a list, where a name of METHOD_SETS ("all",
+    "baselines", "learned") stands for its methods. InputError on an unknown name or an empty list."""
     if isinstance(methods, str):
-        methods = list(METHODS) + (list(LEARNED) if with_policy else []) if methods == "all" else \
-            [m.strip() for m in methods.split(",") if m.strip()]
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
     known = set(METHODS) | set(LEARNED) | set(PER_GRAPH)
     for m in methods:
-        if m not in known:
-            raise InputError(f"unknown method {m!r} (known: {', '.join([*METHODS, *LEARNED, *PER_GRAPH])})")
-    if not methods:
+        if m not in known and m not in METHOD_SETS:
+            names = ", ".join([*METHOD_SETS, *METHODS, *LEARNED, *PER_GRAPH])
+            raise InputError(f"unknown method {m!r} (known: {names})")
+    names = [name for m in methods for name in METHOD_SETS.get(m, (m,))]
+    if not names:
         raise InputError("no methods given")
-    return list(dict.fromkeys(methods))
+    return list(dict.fromkeys(names))
 
 
 def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str | Sequence[str] = "all",
@@ -88,7 +93,8 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
             seconds: float | None = None, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
             progress: bool = True, save_placements: str | Path | None = None,
             workers: WorkerSpec | None = None) -> list[Row]:
-    """Run `methods` on every graph for every device count of preset `cluster_name`; one Row per triple.
+    """Run `methods` (resolve_methods: "all" is every baseline and the learned methods) on every graph for every
+    device count of preset `cluster_name`; one Row per triple.
     With `save_placements`, every placement made is written there (`placement_files`), atomically, as it is made.
     With `workers` (a placeto.distributed.WorkerSpec) each graph's rows are one Ray task, graphs run
     concurrently and rows come back in the serial order (with a call budget, the serial rows, times aside);
@@ -99,7 +105,7 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
     `compile_seconds`). Learned methods use the policy `checkpoint` (a run directory or shipped name; None: the
     default shipped policy), fine-tuned `finetune_episodes` episodes on each graph first.
     """
-    names = resolve_methods(methods, checkpoint is not None)
+    names = resolve_methods(methods)
     policy = dict(checkpoint=checkpoint, finetune_episodes=finetune_episodes)
     device_counts = list(device_counts)
     files = placement_files(graphs, save_placements) if save_placements is not None else None
@@ -390,24 +396,28 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `placeto compare`."""
     p.add_argument("graphs", nargs="*", help="graph files (or use --family)")
     p.add_argument("--family", help="compare on datasets/<FAMILY> (its manifest's graphs)")
-    p.add_argument("--split", default="test", choices=[*SPLITS, "all"], help="family split (default: test)")
-    p.add_argument("--devices", type=comma_list(DEVICES), default=[2, 4, 8], help="device counts, e.g. 2,4,8")
-    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), help="cluster preset")
+    p.add_argument("--split", default="test", choices=[*SPLITS, "all"], help="family split")
+    p.add_argument("--devices", type=comma_list(DEVICES), default=[DEFAULT_DEVICES],
+                   help="device counts of the preset, each compared apart, e.g. 2,4,8")
+    add_preset_argument(p, with_cluster=False)
     p.add_argument("--methods", default="all",
-                   help=f"'all' or a comma list of: {', '.join([*METHODS, *LEARNED, *PER_GRAPH])} (rnn and "
-                        f"hierarchical, trained from scratch on each graph within the budget, only when named)")
-    p.add_argument("--checkpoint", help="trained policy (shipped name or run directory); adds the learned methods "
-                                        "to 'all'. Methods of the other kind (Placeto / gdp), and all of them "
-                                        "without --checkpoint, use their kind's default shipped policy")
+                   help="comma list of methods and sets. all: every baseline and the learned methods "
+                        f"({', '.join(LEARNED)}) with their shipped policies ({DEFAULT_POLICY} for placeto, "
+                        f"{registry.get('gdp').default_checkpoint} for gdp) or --checkpoint; baselines: "
+                        f"{', '.join(METHODS)}; learned: the learned methods only; {' and '.join(PER_GRAPH)} (trained "
+                        "from scratch on each graph within the budget) only when named")
+    p.add_argument("--checkpoint", help="trained policy for the learned methods of its kind (Placeto or gdp): a "
+                                        "shipped name or a run directory (default: each kind's shipped policy)")
     p.add_argument("--budget", type=int, default=None,
-                   help=f"simulator calls of every searching or sampling method per graph (default {DEFAULT_BUDGET}"
+                   help=f"simulator calls of every searching or sampling method per graph (default: {DEFAULT_BUDGET}"
                         ", or unlimited with --seconds)")
     p.add_argument("--seconds", type=float, default=None,
-                   help="wall-clock budget per graph of every searching or sampling method, its inference and "
-                        "fine-tuning included (jit compilation excluded, reported apart)")
+                   help="wall-clock budget in seconds per graph of every searching or sampling method, its "
+                        "inference and fine-tuning included, jit compilation excluded and reported apart (default: "
+                        "none, the --budget alone)")
     p.add_argument("--finetune-episodes", type=int, default=0,
                    help="fine-tune the policy on each graph for this many episodes first (inside the budget)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of every method's sampling and search")
     p.add_argument("--out", help="directory for compare.csv, compare.md (and plots with --plot)")
     p.add_argument("--save-placements", metavar="DIR",
                    help="write every placement made here, one placement file per graph x devices x method: "

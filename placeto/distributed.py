@@ -74,8 +74,7 @@ def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> 
     p.add_argument("--ray-address", default=None, metavar="ADDR",
                    help="join this Ray cluster (HOST:PORT of `ray start --head`, ray://HOST:PORT, or auto)")
     p.add_argument("--worker-timeout", type=float_in(1.0, 1e6), default=WorkerSpec.timeout_s, metavar="S",
-                   help="stop with an error when the workers give no result for S seconds "
-                        f"(default {WorkerSpec.timeout_s:.0f})")
+                   help="stop with an error when the workers give no result for S seconds")
 
 
 def spec_from_args(args: argparse.Namespace) -> WorkerSpec | None:

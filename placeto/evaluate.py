@@ -42,14 +42,15 @@ import numpy as np
 
 from placeto.agreement import (MIN_RANKED, Agreement, Concordance, EvalRow, agreement, concordance,  # noqa: F401
                                format_agreement, spearman, spearman_note)  # (re-exported: eval's statistics)
-from placeto.arguments import COUNT, DEVICE_SPEC, POSITIVE
+from placeto.arguments import (COUNT, DEVICE_SPEC, POSITIVE, devices_help, placement_devices, resolve_devices,
+                               spec_count)
 from placeto.families import program_of  # noqa: F401  (re-exported; it lives beside retrace)
 from placeto.calibration import check_parallelism, cluster_summary, describe_devices, refit
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.fit import WORKLOAD_FREE
 from simulator.graph import DEFAULT_KIND, Graph
-from simulator.io import PathLike, atomic_write_bytes, check_output_path, load_graph, load_placement, read_json
+from simulator.io import PathLike, atomic_write_bytes, check_output_path, load_graph, load_placement
 
 MODES = ("auto", "program", "synthetic")
 
@@ -362,8 +363,8 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--placement", nargs="+", required=True, help="placement JSON file(s) for this graph")
     p.add_argument("--hardware", action="store_true", help="also run each placement on local JAX devices")
     p.add_argument("--devices", type=DEVICE_SPEC, default=None,
-                   help="number of devices (default: the cluster's, else the first placement file's, else 2), or "
-                        "with --hardware the local devices as a platform:index list, e.g. gpu:0,cpu:0")
+                   help=devices_help("the placement and cluster files' count") + ". With --hardware also local "
+                        "devices as a platform:index list, e.g. gpu:0,cpu:0")
     p.add_argument("--cluster", help="cluster JSON (default with --hardware: calibrate now; without: --preset)")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
                    help="cluster preset when simulating only and no --cluster is given")
@@ -398,13 +399,9 @@ def add_program_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _device_count(args: argparse.Namespace) -> int:
-    if args.devices is not None:
-        return args.devices if isinstance(args.devices, int) else len(args.devices)
-    if args.cluster:
-        return load_cluster(args.cluster).n_devices
-    first = read_json(args.placement[0])
-    devices = first.get("devices") if isinstance(first, dict) else None
-    return len(devices) if isinstance(devices, list) and devices else 2  # a malformed file fails when loaded
+    files = [(f"cluster {args.cluster}", load_cluster(args.cluster).n_devices)] if args.cluster else []
+    files += [(f"placement {path}", placement_devices(path)) for path in args.placement]
+    return resolve_devices(spec_count(args.devices), files)  # a malformed placement file fails when loaded
 
 
 def run_eval(args: argparse.Namespace) -> int:
