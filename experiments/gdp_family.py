@@ -182,18 +182,19 @@ def part_curves(graph_name: str, devices: int, minutes: float, runs: Path) -> tu
         with (out / "metrics.csv").open() as f:
             rs = list(csv.DictReader(f))
         curves[method] = np.array([[float(r[calls]), float(r[secs]), float(r[best]) / 1e3] for r in rs])
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    for method, c in curves.items():
-        axes[0].plot(c[:, 0], c[:, 2], label=method)
-        axes[1].plot(c[:, 1], c[:, 2], label=method)
-    for ax, x in zip(axes, ("simulator calls", "wall seconds")):
+    from placeto import plot_style
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
+    for method, c in curves.items():  # best so far: a step at each improvement
+        axes[0].step(c[:, 0], c[:, 2], where="post", label=method, **plot_style.line_style(method))
+        axes[1].step(c[:, 1], c[:, 2], where="post", label=method, **plot_style.line_style(method))
+    for ax, x in zip(axes, ("simulator calls (log scale)", "training wall time (s, log scale)")):
         ax.set_xscale("log")
         ax.set_xlabel(x)
-        ax.set_ylabel("best runtime found (ms)")
-        ax.legend()
+        ax.set_ylabel("best simulated runtime found (ms)")
+        ax.legend(title="method", fontsize=8)
         ax.grid(alpha=0.3)
     fig.suptitle(f"Trained from scratch on {graph_name} at {devices} devices ({minutes:g} min each)")
-    fig.tight_layout()
     png = RESULTS / "gdp_convergence.png"
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)

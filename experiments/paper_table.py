@@ -561,38 +561,44 @@ def markdown(table_rows: list[dict], budgets: dict[str, set]) -> str:
 
 def plot_row(graph: str, devices: int, runs: list[tuple[int, str, dict]], ref: dict, path: Path,
              targets: list[float] = ()) -> None:
+    """Best-so-far runtime of every run of one row against training wall time, placements and simulator calls,
+    in the methods' shared colours (placeto.plot_style); the single device, the expert and the target as
+    horizontal lines, explained in one legend right of the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.6), sharey=True)
-    colors = {"placeto": "tab:blue", "rnn": "tab:orange"}
+    from placeto import plot_style
+
+    fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), sharey=True, layout="constrained")
     labels = {"placeto": "Placeto", "rnn": "RNN placer (2017)"}
     xs = [("wall_s", "training wall time (s)", False),
-          ("placements", "complete placements sampled (Placeto episodes, RNN samples), log", True),
-          ("sim_calls", "simulator calls, log", True)]
+          ("placements", "complete placements sampled\n(Placeto episodes, RNN samples; log scale)", True),
+          ("sim_calls", "simulator calls (log scale)", True)]
     for ax, (key, xlabel, log) in zip(axes, xs):
         for seed, method, curve in sorted(runs, key=lambda t: (t[1], t[0])):
             pts = [p for p in curve["points"] if p[key] is not None and (not log or p[key] > 0)]
             if not pts:
                 continue
-            ax.step([p[key] for p in pts], [p["best_ms"] for p in pts], where="post", color=colors.get(method),
-                    label=labels.get(method, method) + (f" seed {seed}" if seed else ""), alpha=0.9 if not seed else 0.6)
+            ax.step([p[key] for p in pts], [p["best_ms"] for p in pts], where="post", marker="o" if len(pts) < 3
+                    else None, label=labels.get(method, method) + (f" seed {seed}" if seed else ""),
+                    alpha=0.9 if not seed else 0.6, **plot_style.line_style(method))
         if ref.get("single_ms") is not None:
-            ax.axhline(ref["single_ms"], ls="--", color="gray", label="single device (all nodes on GPU 0)")
+            ax.axhline(ref["single_ms"], ls="--", lw=1.2, color=plot_style.color("single"),
+                       label="single device (all nodes on GPU 0)")
         if ref.get("expert_ms") is not None:
-            ax.axhline(ref["expert_ms"], ls="--", color="green", label="human expert placement")
+            ax.axhline(ref["expert_ms"], ls="--", lw=1.2, color=plot_style.color("expert"),
+                       label="human expert placement")
         for i, t in enumerate(sorted(set(targets))):
-            ax.axhline(t, ls=":", color="black", label=f"target: {WITHIN} x best learned" if i == 0 else None)
+            ax.axhline(t, ls=":", lw=1.2, color="black", label=f"target: {WITHIN} x best learned" if i == 0 else None)
         if log:
             ax.set_xscale("log")
         ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("best runtime so far (ms, simulated step)")
-    axes[0].legend(fontsize=8)
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="outside right upper", fontsize=8)
     fig.suptitle(f"{graph}, {devices} devices ({PRESET}): best-so-far runtime while training from scratch")
-    fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

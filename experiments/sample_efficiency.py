@@ -244,30 +244,38 @@ def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[flo
 
 
 def plot(rows: list[dict], graph: str, path: Path) -> None:
-    """Best-so-far objective / best found vs simulator calls, one panel per device count."""
+    """Best-so-far objective / best found vs simulator calls, one panel per device count, in the methods' shared
+    colours (placeto.plot_style: learned thick and solid); the dashed line is the target (WITHIN x best)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
+
+    from placeto import plot_style
 
     devices = sorted({r["n_devices"] for r in rows if r["graph"] == graph})
     tg = targets(rows)
-    fig, axes = plt.subplots(1, len(devices), figsize=(5.5 * len(devices), 4), squeeze=False)
+    colors = plot_style.colors(r["method"] for r in rows if r["graph"] == graph)
+    fig, axes = plt.subplots(1, len(devices), figsize=(5.2 * len(devices) + 1.8, 4.2), squeeze=False,
+                             layout="constrained")
     for ax, d in zip(axes[0], devices):
         best = tg[(graph, d)] / WITHIN
         for r in rows:
             if r["graph"] == graph and r["n_devices"] == d and r["trace"]:
                 tr = np.asarray(r["trace"], np.float64)
                 ax.step(np.append(tr[:, 1], r["calls"]), np.append(tr[:, 2], tr[-1, 2]) / best, where="post",
-                        label=r["method"])
-        ax.axhline(WITHIN, color="black", linestyle="dashed", linewidth=1)
+                        label=r["method"], **plot_style.line_style(r["method"], colors[r["method"]]))
+        ax.axhline(WITHIN, color="black", linestyle=":", linewidth=1.2)
         ax.set_xscale("log")
-        ax.set_xlabel("simulator calls")
+        ax.set_xlabel("simulator calls (log scale)")
         ax.set_ylabel("best objective so far / best found")
-        ax.set_title(f"{graph}, {d} devices (dashed: target)")
+        ax.set_title(f"{graph}, {d} devices")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
+    handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels())}
+    handles[f"target: {WITHIN} x best found"] = Line2D([], [], color="black", linestyle=":", linewidth=1.2)
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8, title="method",
+               title_fontsize=8)
     fig.savefig(path, dpi=110)
     plt.close(fig)
 

@@ -286,28 +286,46 @@ def per_transfer_us(result: dict) -> float:
 
 
 def plot(results: list[dict], path: Path) -> None:
+    """Measured (pooled median) against simulated step time per simulator model, one panel each: colour = the
+    placement's method (placeto.plot_style), marker = graph and device count."""
     import io
+    import textwrap
 
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.lines import Line2D
 
+    from placeto import plot_style
     from simulator.io import atomic_write_bytes
 
-    fig, axes = plt.subplots(1, len(MODELS), figsize=(5 * len(MODELS), 5))
-    for ax, model in zip(axes, MODELS):
+    colors = plot_style.colors(row["placement"] for r in results for row in r["rows"])
+    markers = {f"{r['graph']} {r['devices']}d": "osD^vP*Xph"[k % 10] for k, r in enumerate(results)}
+    fig, axes = plt.subplots(2, (len(MODELS) + 1) // 2, figsize=(12.5, 9), layout="constrained", squeeze=False)
+    for ax, model in zip(axes.flat, MODELS):
         lo, hi = float("inf"), 0.0
         for r in results:
-            sim = [row["simulated_us"][model] / 1e3 for row in r["rows"]]
-            meas = [_median_iqr(row["runs"][0] + row["runs"][1])[0] / 1e3 for row in r["rows"]]
-            ax.plot(sim, meas, "o" if r["devices"] == 2 else "^", label=f"{r['graph']} {r['devices']}d")
-            lo, hi = min(lo, *sim, *meas), max(hi, *sim, *meas)
+            for row in r["rows"]:
+                sim = row["simulated_us"][model] / 1e3
+                meas = _median_iqr(row["runs"][0] + row["runs"][1])[0] / 1e3
+                ax.plot(sim, meas, markers[f"{r['graph']} {r['devices']}d"], color=colors[row["placement"]], ms=5,
+                        mec="black" if plot_style.is_learned(row["placement"]) else "none", mew=0.6, alpha=0.85)
+                lo, hi = min(lo, sim, meas), max(hi, sim, meas)
         ax.plot([lo / 1.2, hi * 1.2], [lo / 1.2, hi * 1.2], "k--", lw=0.8)
-        ax.set(xscale="log", yscale="log", xlabel=f"simulated ms ({model})", ylabel="measured ms (both runs)",
-               title=f"model: {model}")
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.set(xscale="log", yscale="log", xlabel="simulated step time (ms, log)", title=f"model: {model}")
+        ax.grid(alpha=0.3, which="both", lw=0.4)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("measured step time (ms, log; median of both runs)")
+    named: dict[str, list[str]] = {}  # one legend entry per colour: placements of one method share it
+    for name, c in colors.items():
+        named.setdefault(c, []).append(name)
+    handles = [Line2D([], [], marker="o", ls="none", color=c, label="\n".join(textwrap.wrap(", ".join(names), 24)),
+                      mec="black" if plot_style.is_learned(names[0]) else "none") for c, names in named.items()]
+    handles += [Line2D([], [], marker=m, ls="none", color="gray", label=g) for g, m in markers.items()]
+    handles += [Line2D([], [], color="black", ls="--", lw=0.8, label="measured = simulated")]
+    fig.legend(handles=handles, loc="outside right upper", fontsize=7, title="colour: placement;\nmarker: graph",
+               title_fontsize=7)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)

@@ -28,10 +28,11 @@ LEARNED = {  # saturated warm hues
     "hierarchical": "#e6ab02",
 }
 CLASSICAL = {  # muted or cool hues, grouped: trivial (greys), partitioners (blues), list schedulers (purples,
-    # cyan), searches (greens, light cyan), the human expert (olive)
+    # cyan), random (light and mid blue-cyan), searches (greens), the human expert (olive)
     "single": "#7f7f7f",
     "cpu-only": "#c7c7c7",
     "round-robin": "#4d4d4d",
+    "contiguous": "#252525",
     "metis": "#1f77b4",
     "scotch": "#aec7e8",
     "mincut": "#08306b",
@@ -40,6 +41,7 @@ CLASSICAL = {  # muted or cool hues, grouped: trivial (greys), partitioners (blu
     "m-topo": "#54278f",
     "heft": "#17becf",
     "random": "#9edae5",
+    "uniform": "#67a9cf",
     "local-search": "#2ca02c",
     "sa": "#98df8a",
     "expert": "#bcbd22",
@@ -49,6 +51,7 @@ COLORS = {**LEARNED, **CLASSICAL}
 ALIASES = {
     "single-device": "single", "single-gpu": "single", "random-search": "random", "human": "expert",
     "human-expert": "expert", "gdp-zero-shot": "gdp", "placeto-zero-shot": "placeto",
+    "trained": "placeto",  # experiments/sim_vs_hardware.py: the Placeto policy of --checkpoints
 }
 # for names without a colour: each at least MIN_DELTA_E from every named colour (tested); black is left out (it
 # draws reference lines) and so are colours too pale to see on white
@@ -78,6 +81,8 @@ def canonical(label: str) -> str | None:
             return s
         if s in ALIASES:
             return ALIASES[s]
+        if s.startswith("policy-"):  # a shipped Placeto policy by name (experiments/sim_vs_hardware.py)
+            return "placeto"
     return None
 
 

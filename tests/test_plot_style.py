@@ -40,6 +40,22 @@ def _module_lists(path: Path, names: tuple[str, ...]) -> list[str]:
     return out
 
 
+def _tuple_names(path: Path, function: str) -> list[str]:
+    """The names of the `(name, placement)` tuples a function builds: string first elements, and f-strings with a
+    constant prefix ("policy-{name}") as that prefix + "x"."""
+    tree = ast.parse(path.read_text())
+    fn = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name == function)
+    out = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Tuple) and len(node.elts) == 2:
+            first = node.elts[0]
+            if isinstance(first, ast.Constant) and isinstance(first.value, str):
+                out.append(first.value)
+            elif isinstance(first, ast.JoinedStr) and isinstance(first.values[0], ast.Constant):
+                out.append(first.values[0].value + "x")
+    return out
+
+
 def _candidate_names() -> list[str]:
     """The literal names placeto.on_hardware gives its candidates (`Candidate("single device", ...)`)."""
     tree = ast.parse((ROOT / "placeto" / "on_hardware.py").read_text())
@@ -60,12 +76,14 @@ def plotted_names() -> set[str]:
         found = _module_lists(ROOT / "experiments" / file, lists)
         assert found, f"experiments/{file}: no {lists}"
         names |= set(found)
+    names |= set(_tuple_names(ROOT / "experiments" / "sim_vs_hardware.py", "placements"))
     return names
 
 
 def test_every_plotted_name_has_its_own_colour():
     names = plotted_names()
-    assert {"single device", "placeto-finetuned", "gdp fine-tuned", "round-robin", "random-search"} <= names
+    assert {"single device", "placeto-finetuned", "gdp fine-tuned", "round-robin", "random-search", "uniform",
+            "policy-x"} <= names
     unnamed = sorted(n for n in names if plot_style.canonical(n) is None)
     assert not unnamed, f"no colour in placeto.plot_style.COLORS for {unnamed}"
     # distinct names that are not spellings of one method have distinct colours
