@@ -10,6 +10,7 @@ per graph by the best runtime any method found at any budget, averaged over the 
 
     PYTHONPATH=. python experiments/anytime.py --family nmt --devices 4 --seconds 0.1,1,10
     PYTHONPATH=. python experiments/anytime.py --benchmarks --devices 2,4,8 --seconds 0.1,1,10
+    PYTHONPATH=. python experiments/anytime.py --family nmt --replot    # redraw the curves PNGs, no runs
 
 Writes experiments/results/anytime_<family>.md (+ .csv, _traces.json.gz, _curves_<devices>dev_<S>s.png);
 rerunning with other --devices, --seconds or --methods adds to the same files (rows and traces of other
@@ -183,14 +184,19 @@ def overall(rows: list[dict]) -> list[str]:
 
 def plot_curves(traces: dict, rows: list[dict], path: Path, title: str, seconds: float) -> None:
     """Mean over graphs of best-so-far / best-of-all vs wall seconds (log, up to `seconds`) and vs simulator calls
-    (log). traces: {(graph, devices, method): ((s, calls, best_us), ...)} of runs at one budget."""
+    (log), one row of panels per device count, in the methods' shared colours (placeto.plot_style: learned
+    methods thick and solid, classical ones dashed). traces: {(graph, devices, method): ((s, calls, best_us),
+    ...)} of runs at one budget."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from placeto import plot_style
+
     devices = sorted({k[1] for k in traces})
-    fig, axes = plt.subplots(len(devices), 2, figsize=(11, 3.6 * len(devices)), squeeze=False)
+    fig, axes = plt.subplots(len(devices), 2, figsize=(12, 3.6 * len(devices) + 0.6), squeeze=False,
+                             layout="constrained")
     best = {}
     for r in rows:
         key = (r["graph"], r["n_devices"])
@@ -199,9 +205,9 @@ def plot_curves(traces: dict, rows: list[dict], path: Path, title: str, seconds:
     made = {(r["graph"], r["n_devices"], r["method"]): r["simulator_calls"] for r in rows if r["seconds"] == seconds}
     grid_s = np.logspace(-2, math.log10(seconds), 60)
     grid_c = np.logspace(0, math.log10(max([10, *(made.get(k, 0) for k in traces)])), 60)
+    colors = plot_style.colors(dict.fromkeys(k[2] for k in traces))
     for i, d in enumerate(devices):
-        methods = list(dict.fromkeys(k[2] for k in traces if k[1] == d))
-        for m in methods:
+        for m in dict.fromkeys(k[2] for k in traces if k[1] == d):
             keys = [k for k in traces if k[1] == d and k[2] == m and traces[k]]
             for j, (grid, col) in enumerate(((grid_s, 0), (grid_c, 1))):
                 curves = []
@@ -213,18 +219,39 @@ def plot_curves(traces: dict, rows: list[dict], path: Path, title: str, seconds:
                         vals[grid > made.get(k, math.inf)] = np.nan
                     curves.append(vals)
                 if curves:  # the mean over graphs, where every graph's run still counts
-                    axes[i, j].plot(grid, np.asarray(curves).mean(axis=0), label=m)
-        for j, xlabel in enumerate(("wall seconds per graph", "simulator calls")):
+                    axes[i, j].plot(grid, np.asarray(curves).mean(axis=0), label=m,
+                                    **plot_style.line_style(m, colors[m]))
+        for j, xlabel in enumerate(("wall seconds per graph (log scale)", "simulator calls (log scale)")):
             ax = axes[i, j]
             ax.set_xscale("log")
             ax.set_xlabel(xlabel)
-            ax.set_ylabel("best objective / best found")
-            ax.set_title(f"{title}, {d} devices, {seconds:g} s runs")
+            ax.set_ylabel("best runtime so far / best found\n(mean over graphs; 1 = best of all)")
+            ax.set_title(f"{d} devices")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
-    fig.tight_layout()
+    handles = {label: h for ax in axes.flat for h, label in zip(*ax.get_legend_handles_labels())}
+    fig.legend(handles.values(), handles.keys(), loc="outside right upper", fontsize=8, title="method",
+               title_fontsize=8)
+    fig.suptitle(f"{title}: best placement found within {seconds:g} s per graph (solid: learned, dashed: "
+                 f"classical)")
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def replot(out: Path, name: str) -> list[Path]:
+    """Redraw every `anytime_<name>_curves_<devices>dev_<S>s.png` in `out` from the CSV and kept traces (no
+    runs); returns the files drawn."""
+    rows, kept = merge(out / f"anytime_{name}.csv", []), load_traces(out / f"anytime_{name}_traces.json.gz")
+    drawn = []
+    for png in sorted(out.glob(f"anytime_{name}_curves_*dev_*s.png")):
+        got = re.fullmatch(rf"anytime_{re.escape(name)}_curves_([0-9_]+)dev_([0-9.e+-]+)s\.png", png.name)
+        if got is None:
+            continue
+        devices, s = {int(x) for x in got.group(1).split("_")}, float(got.group(2))
+        at_s = {(g, d, m): tr for (g, d, t, m), tr in kept.items() if t == s and d in devices}
+        if at_s:
+            plot_curves(at_s, rows, png, name, s)
+            drawn.append(png)
+    return drawn
 
 
 def main(argv=None) -> int:
@@ -241,6 +268,8 @@ def main(argv=None) -> int:
     p.add_argument("--finetune-episodes", type=COUNT, default=0)
     p.add_argument("--graphs", type=COUNT, default=0, help="only the first N graphs (0: all)")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results"))
+    p.add_argument("--replot", action="store_true",
+                   help="only redraw the curves PNGs already in --out from the CSV and kept traces (no runs)")
     from placeto.distributed import add_worker_arguments, spec_from_args
 
     add_worker_arguments(p, "graphs (one Ray task per graph, one CPU each)")
@@ -256,6 +285,9 @@ def main(argv=None) -> int:
     graphs = graphs[:args.graphs] if args.graphs else graphs
     devices, budgets = args.devices, args.seconds
     name = "benchmarks" if args.benchmarks else args.family
+    if args.replot:
+        print("\n".join(str(p) for p in replot(Path(args.out), name)) or "anytime: no curves to redraw")
+        return 0
     rows, traces = run(graphs, devices, budgets, methods, args.checkpoint, args.finetune_episodes, workers)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
