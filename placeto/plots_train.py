@@ -65,10 +65,17 @@ def _read(run_dir: Path) -> tuple[tuple[Panel, ...], dict[str, dict[str, np.ndar
         raise InputError(f"{path}: no column {missing[0]!r} (columns: {', '.join(sorted(fields))})")
     per: dict[str, dict[str, list[float]]] = {}
     for row in rows:
-        cols = per.setdefault(row[key] if key else run_dir.name, {})
+        cols = per.setdefault(row[key] if key else _only_graph(run_dir), {})
         for c in columns:
             cols.setdefault(c, []).append(float(row[c]) if row[c] not in ("", None) else math.nan)
     return panels, {s: {c: np.asarray(v) for c, v in cols.items()} for s, cols in per.items()}
+
+
+def _only_graph(run_dir: Path) -> str:
+    """The graph a per-graph run (rnn, hierarchical: no graph column) trained on: its one best/<graph>@<D>d.json,
+    else "all graphs"."""
+    best = sorted((run_dir / "best").glob("*.json"))
+    return best[0].name.removesuffix(".json") if len(best) == 1 else "all graphs"
 
 
 def _smooth(y: np.ndarray, k: int) -> np.ndarray:

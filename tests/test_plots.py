@@ -80,6 +80,17 @@ def test_plot_sequence_metrics_per_task(tmp_path):
     assert panels == SEQUENCE and sorted(data) == ["a", "b"] and data["a"]["samples"].tolist() == [16, 32, 48, 64]
 
 
+def test_plot_per_graph_run_named_after_its_graph(tmp_path):
+    fields = [f for f in SEQ_FIELDS if f != "task"]  # rnn / hierarchical: one graph, no task column
+    _write_metrics(tmp_path, fields, [{"update": 1, "samples": 16, "seconds": 80.0, "mean_objective_us": 5e4,
+                                       "best_us": 4e4}])
+    (tmp_path / "best").mkdir()
+    (tmp_path / "best" / "nmt_l2@2d.json").write_text("{}")
+    notes = []
+    plot_run(tmp_path, notes.append)
+    assert list(_read(tmp_path)[1]) == ["nmt_l2@2d"] and "nmt_l2@2d has one point" in notes[0]
+
+
 def test_plot_bad_run_directory(tmp_path):
     with pytest.raises(InputError, match="no metrics.csv"):
         plot_run(tmp_path / "nothing")
