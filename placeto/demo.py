@@ -49,6 +49,13 @@ def simulator_section(out: Path, seed: int) -> None:
     print(f"Gantt chart: {out / 'gantt_round_robin_4dev.png'}")
 
 
+def describe_program(program: dict) -> str:
+    """A family graph's program as one readable phrase: {"kind": "nmt", "kwargs": {"layers": 2, "batch": 32,
+    "seed": 7}} -> "nmt, layers 2, batch 32" (the seed left out)."""
+    kwargs = ", ".join(f"{k} {v}" for k, v in program.get("kwargs", {}).items() if k != "seed")
+    return f"{program.get('kind', '?')}, {kwargs}" if kwargs else str(program.get("kind", "?"))
+
+
 def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: int = 4) -> None:
     """A family's statistics, then the human expert and single-device placements of a benchmark model."""
     from placeto.families import DATASETS, load_family, load_manifest
@@ -57,9 +64,8 @@ def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: 
     print(f"\n== Dataset: family {family!r} ({len(manifest['graphs'])} graphs traced from JAX training steps) ==")
     print(f"{'graph':<10} {'split':<5} {'ops':>6} {'groups':>6} {'compute ms':>10} {'LB 4 ms':>8}  program")
     for e in manifest["graphs"][:8]:
-        kw = {k: v for k, v in e["program"]["kwargs"].items() if k != "seed"}
         print(f"{e['name']:<10} {e['split']:<5} {e['ops']:>6} {e['groups']:>6} {e['total_compute_us'] / 1e3:>10.2f} "
-              f"{e['lower_bound_us']['4'] / 1e3:>8.2f}  {kw}")
+              f"{e['lower_bound_us']['4'] / 1e3:>8.2f}  {describe_program(e['program'])}")
     print(f"... {len(manifest['graphs']) - 8} more (see {DATASETS / family / 'manifest.json'})")
     graph = next(g for g in load_family("benchmarks", split=None) if g.name == benchmark)
     cluster = cluster_preset("placeto-k80", n_devices)
@@ -83,8 +89,10 @@ def policy_section(family: str = "nmt", n_devices: int = 4):
     cluster = cluster_preset("placeto-k80", n_devices)
     print(f"\n== Placeto: the shipped '{DEFAULT_POLICY}' policy places the unseen {graph.name} ({graph.n_nodes} "
           f"groups) zero-shot on {n_devices} K80s ==")
-    for p in shipped_policies():
-        print(f"shipped policy {p.name:<10} {p.provenance.get('summary', '')}")
+    shipped = shipped_policies()
+    summary = next((p.provenance.get("summary", "") for p in shipped if p.name == DEFAULT_POLICY), "")
+    print(f"policy '{DEFAULT_POLICY}': trained on {summary} (one of {len(shipped)} shipped policies: "
+          f"`placeto policies` lists them)")
     prep = guided.prepare(DEFAULT_POLICY, graph, cluster, sampling=False)
     t0 = time.perf_counter()
     placement, _, _ = guided.greedy_with_prior(prep)

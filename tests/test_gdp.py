@@ -116,6 +116,8 @@ def test_cli_train_place_compare(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", "--method", "gdp", "--graph", str(tmp_path / "g.json"), "--devices", "2,3",
                  "--config", "tiny", "--episodes", "64", "--out", str(run), "--set", "samples_per_update=8"]) == 0
+    err = capsys.readouterr().err  # the progress bar: placements sampled, of the 64 --episodes asked
+    assert "64/64" in err and "placement" in err and "best=" in err and "compiling the first update" in err
     assert is_gdp_run(run) and (run / "metrics.csv").is_file()
     assert json.loads((run / "config.json").read_text())["samples_per_update"] == 8  # --set takes GdpConfig fields
     assert main(["place", str(tmp_path / "g.json"), "--checkpoint", str(run), "--devices", "3",

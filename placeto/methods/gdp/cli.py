@@ -34,7 +34,7 @@ def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) ->
     if args.init_from:
         init_config, init = load_run(args.init_from)
         check_init_model(init_config, config, args.init_from)
-    s = train(config, graphs, clusters, args.out, resume=not args.fresh, init=init, workers=workers)
+    s = train(config, graphs, clusters, args.out, resume=not args.fresh, init=init, workers=workers, progress=True)
     print(f"{args.out}: gdp, {s.updates} updates, {s.samples} placements ({s.updates - s.start_update} updates "
           f"now, {s.wall_seconds:.0f} s, {s.sim_calls_per_second:.0f} simulator calls/s)")
     for key, objective in sorted(s.best_objective.items()):

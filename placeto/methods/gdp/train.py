@@ -122,18 +122,22 @@ def _metrics_writer(out: Path, keep_until: int):
 
 
 def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], out: str | Path,
-          resume: bool = True, init: Any = None, log=None, workers: WorkerSpec | None = None) -> TrainSummary:
+          resume: bool = True, init: Any = None, log=None, workers: WorkerSpec | None = None,
+          progress: bool = False) -> TrainSummary:
     """Train (or resume) a gdp policy into run directory `out`; see the module docstring.
 
     Args:
       init: parameters to start from instead of a fresh initialisation (fine-tuning a family policy).
       log: optional callable(str) for one progress line per checkpoint.
       workers: a placeto.distributed.WorkerSpec: sample and simulate on Ray (see the module docstring).
+      progress: a tqdm bar on stderr in placements sampled (config.updates * samples_per_update in all), with
+        their rate, the ETA, the update's task and the best placement's objective so far.
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     with RunLock(out):
-        return _train_locked(config, make_tasks(graphs, clusters, config), out, resume, init, log, workers)
+        return _train_locked(config, make_tasks(graphs, clusters, config), out, resume, init, log, workers,
+                             progress)
 
 
 def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
@@ -145,8 +149,19 @@ def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Draw
     return drawn
 
 
+def progress_bar(config: GdpConfig, samples: int, enabled: bool):
+    """A tqdm bar counting placements sampled: `samples` of config.updates * samples_per_update done (a
+    resumed run starts there); says it is compiling until the first update ends."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=config.updates * config.samples_per_update, initial=samples, unit="placement",
+               disable=not enabled, dynamic_ncols=True)
+    bar.set_postfix_str("compiling the first update", refresh=True)
+    return bar
+
+
 def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool, init: Any, log,
-                  workers: WorkerSpec | None = None) -> TrainSummary:
+                  workers: WorkerSpec | None = None, progress: bool = False) -> TrainSummary:
     t0 = time.perf_counter()
     if resume:
         _check_config(out, config)
@@ -160,7 +175,8 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
     start_update, saved, last_save = st.update, None, -math.inf
     f, writer = _metrics_writer(out, st.update)
     root = jax.random.key(config.seed)
-    with f, metered() as m, open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]) as pool:
+    with f, metered() as m, open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]) as pool, \
+            progress_bar(config, st.samples, progress) as bar:
         while st.update < config.updates and time.perf_counter() - t0 < 60 * config.time_limit_minutes:
             task, key = tasks[st.update % len(tasks)], jax.random.fold_in(root, st.update)
             drawn = None if pool is None else _draw_on(pool, st.update % len(tasks), config, st.params, key)
@@ -171,10 +187,10 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
                 best[task.key] = r.best_objective
                 save_placement(out / "best" / f"{_safe(task.key)}.json", r.best_placement, task.cluster.device_names)
             st = RunState(r.params, r.opt_state, st.update + 1, st.samples + config.samples_per_update, best)
-            writer.writerow({"update": st.update - 1, "samples": st.samples, "seconds": f"{time.perf_counter() - t0:.2f}",
-                             "task": task.key, "loss": f"{r.loss:.6g}", "entropy": f"{r.entropy:.4f}",
-                             "mean_objective_us": f"{r.mean_objective:.3f}", "batch_best_us": f"{r.best_objective:.3f}",
-                             "best_us": f"{best[task.key]:.3f}", "sim_calls_per_s": f"{m.calls / m.elapsed():.1f}"})
+            writer.writerow(_metrics_row(st, task.key, r, time.perf_counter() - t0, m.calls / m.elapsed()))
+            bar.update(config.samples_per_update)
+            bar.set_postfix(task=task.key[:16], best=f"{best[task.key] / 1e3:.3f}ms",
+                            batch=f"{r.mean_objective / 1e3:.3f}ms", refresh=False)
             if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
                 f.flush()
                 _save(out, st)
@@ -186,6 +202,14 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
             _save(out, st)
     wall = time.perf_counter() - t0
     return TrainSummary(st.update, st.samples, start_update, m.calls, wall, m.calls / max(wall, 1e-9), dict(st.best))
+
+
+def _metrics_row(st: RunState, key: str, r: Any, seconds: float, calls_per_s: float) -> dict[str, Any]:
+    """metrics.csv's row of the update just done (`st` after it, `r` its ppo.StepResult)."""
+    return {"update": st.update - 1, "samples": st.samples, "seconds": f"{seconds:.2f}", "task": key,
+            "loss": f"{r.loss:.6g}", "entropy": f"{r.entropy:.4f}", "mean_objective_us": f"{r.mean_objective:.3f}",
+            "batch_best_us": f"{r.best_objective:.3f}", "best_us": f"{st.best[key]:.3f}",
+            "sim_calls_per_s": f"{calls_per_s:.1f}"}
 
 
 def _safe(key: str) -> str:
