@@ -98,7 +98,8 @@ def test_cli_train_place_compare(tmp_path, capsys, monkeypatch):
                  "tiny", "--episodes", "64", "--out", str(run)]) == 0
     assert json.loads((run / "config.json").read_text())["method"] == "rnn"
     assert (run / "metrics.csv").read_text().count("\n") == 5 and (run / "best" / "two_chains@2d.json").is_file()
-    capsys.readouterr()
+    err = capsys.readouterr().err  # the progress bar, in placements sampled (--episodes 64: 4 updates of 16)
+    assert "64/64" in err and "placement" in err and "best=" in err and "compiling the first update" in err
     assert main(["place", str(tmp_path / "g.json"), "--checkpoint", str(run), "--devices", "2", "--samples", "15",
                  "--out", str(tmp_path / "p.json")]) == 0
     out = capsys.readouterr().out

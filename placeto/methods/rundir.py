@@ -147,6 +147,7 @@ class MetricsLog:
         self.csv = csv.DictWriter(self.file, FIELDS, extrasaction="ignore", lineterminator="\n")
         self.tb = SummaryWriter(str(out / "tb"))
         self.bar = tqdm(total=total, initial=initial, unit="placement", disable=not progress, dynamic_ncols=True)
+        self.bar.set_postfix_str("compiling the first update", refresh=True)  # until then the bar shows nothing
 
     def row(self, metrics: dict[str, Any], step: int) -> None:
         self.csv.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in metrics.items()})
