@@ -7,6 +7,7 @@ kill, edited by hand, or written by a run with another model config. Whoever rea
     read_blob(run_dir / CHECKPOINT, keys)   msgpack -> dict holding `keys`
     restore(template, state, where, src)    a state dict into `template`'s pytree: same keys, shapes, dtype
                                             kinds, finite floats; else an InputError naming the leaf
+    param_template(init)                    the template for restore: init's pytree, traced, never run
     check_devices(config, n, src)           a policy of config.max_devices can place on n devices
     with RunLock(run_dir): ...              one writer per run directory (a second gets an InputError)
     save_table_run / load_table_run         a run directory that also keeps its optimizer state, step and a
@@ -19,7 +20,7 @@ import fcntl
 import math
 import os
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -79,6 +80,16 @@ def restore(template: Any, state: Any, where: str, source: PathLike) -> Any:
     expected = serialization.to_state_dict(template)
     _check_tree(expected, state, where, str(source))
     return serialization.from_state_dict(template, state)
+
+
+def param_template(init: Callable[[], Any]) -> Any:
+    """The pytree `init()` returns (a flax init), with zero-filled numpy leaves of its shapes and dtypes: the
+    template for `restore`, which keeps the structure and replaces every leaf.
+
+    Traced once (jax.eval_shape), never run: running a flax init compiles each initializer and layer op apart,
+    seconds of a placement command's start-up for values that restore throws away.
+    """
+    return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), jax.eval_shape(init))
 
 
 def _check_tree(expected: Any, got: Any, where: str, source: str) -> None:

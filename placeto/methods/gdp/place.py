@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from placeto.baselines import MethodRun
-from placeto.checkpoint_io import CHECKPOINT, CONFIG, read_blob, restore
+from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob, restore
 from placeto.methods.gdp.config import NAME
 from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
@@ -65,7 +65,8 @@ def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
 
     probe = make_task(layered_dag(8, seed=0), cluster_preset("placeto-k80", min(2, config.max_devices)), config)
     path = run_dir / CHECKPOINT
-    return config, restore(init_params(config, probe), read_blob(path)["params"], "params", path)
+    template = param_template(lambda: init_params(config, probe))
+    return config, restore(template, read_blob(path)["params"], "params", path)
 
 
 def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> np.ndarray:

@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from placeto.methods.placeto import env as E
-from placeto.checkpoint_io import check_devices, read_blob, restore
+from placeto.checkpoint_io import check_devices, param_template, read_blob, restore
 from placeto.checkpoint_io import read_config as read_method_config
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays
@@ -39,9 +39,8 @@ def load_params(checkpoint_dir: str | Path, arrays: GraphArrays) -> tuple[Placet
     """(config, params) of a run directory, for placement with a trained policy."""
     d = Path(checkpoint_dir)
     config = read_config(d)
-    policy = make_policy(config)
-    params = policy.init(jax.random.key(0), arrays)
-    return config, restore(params, read_blob(d / CHECKPOINT)["params"], "params", d / CHECKPOINT)
+    template = param_template(lambda: make_policy(config).init(jax.random.key(0), arrays))
+    return config, restore(template, read_blob(d / CHECKPOINT)["params"], "params", d / CHECKPOINT)
 
 
 class PlaceResult(NamedTuple):
@@ -123,7 +122,8 @@ def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]
     # Parameter shapes do not depend on the graph: any small graph gives the template.
     probe = layered_dag(8, seed=0)
     cluster = cluster_preset("placeto-k80", min(2, config.max_devices))
-    arrays = graph_arrays(probe, cluster, np.arange(probe.n_nodes, dtype=np.int32), config.max_devices)
-    template = make_policy(config).init(jax.random.key(0), arrays)
+    arrays = jax.device_put(graph_arrays(probe, cluster, np.arange(probe.n_nodes, dtype=np.int32),
+                                         config.max_devices))  # jax arrays: indexed by tracers in the trace
+    template = param_template(lambda: make_policy(config).init(jax.random.key(0), arrays))
     path = resolve_checkpoint(checkpoint) / CHECKPOINT
     return config, restore(template, read_blob(path)["params"], "params", path)  # shapes checked: InputError

@@ -1,0 +1,110 @@
+"""JAX's persistent compilation cache for every `placeto` command, so a second command compiles little.
+
+A learned-method command compiles its jitted functions (the policy's step, the gdp forward pass) for the padded
+size of the graph: seconds of XLA work, the same every time. With the cache on, XLA's executables are written
+to disk after the first command and read back by the next one that compiles the same function for the same
+shapes (on the same JAX version and machine); tracing still happens, compiling does not.
+
+Where it lives, from the environment variable PLACETO_CACHE_DIR:
+  unset          $XDG_CACHE_HOME/placeto/jax, else ~/.cache/placeto/jax
+  a path         that directory (created if missing)
+  off            no persistent cache (nor the one JAX_COMPILATION_CACHE_DIR would give)
+A directory that cannot be created or written is not an error: one warning on stderr, and the command runs
+without the cache. Entries are small (about 0.1 MB for a placement command's policy step); when the `filelock`
+package is installed, JAX keeps the directory under MAX_BYTES by dropping the least recently used entries
+(and locks it while reading and writing), else it only grows. Deleting the directory is always safe.
+
+`enable()` (called once at the start of placeto.cli.main) sets JAX's own options: through jax.config if JAX is
+already imported, and through their JAX_* environment variables otherwise, so that commands that never import
+JAX do not pay for its import, and worker processes started by the command inherit the cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Mapping, MutableMapping
+
+ENV = "PLACETO_CACHE_DIR"
+OFF = "off"
+MIN_COMPILE_SECONDS = 0.0  # keep every executable: reading one back costs less than compiling the smallest
+MAX_BYTES = 2 << 30  # with filelock: least recently used entries go beyond 2 GiB
+HELP = ("compilation cache: compiled JAX functions are kept in $XDG_CACHE_HOME/placeto/jax (else "
+        "~/.cache/placeto/jax),\nso a second command on a graph of the same size skips most of its compilation. "
+        f"{ENV}=DIR moves the\ncache, {ENV}={OFF} turns it off.")
+
+_warned = False  # an unusable directory is reported once per process
+
+
+def cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The cache directory (absolute; not created here) that `environ` asks for, or None where it says off.
+
+    PLACETO_CACHE_DIR if set (an empty value counts as unset), else $XDG_CACHE_HOME/placeto/jax when
+    XDG_CACHE_HOME is an absolute path (the XDG rule: a relative one is ignored), else ~/.cache/placeto/jax.
+    """
+    given = environ.get(ENV, "").strip()
+    if given.lower() == OFF:
+        return None
+    if given:
+        return Path(given).expanduser().absolute()
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "placeto" / "jax"
+
+
+def usable(path: Path) -> str | None:
+    """None if `path` is (or can be made) a directory this process can write files in, else why not (one
+    line). Creates the directory and writes and removes one probe file."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
+            pass
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def jax_options(path: Path | None) -> dict[str, object]:
+    """JAX config names -> values that turn the persistent cache on in `path`, or off (None)."""
+    if path is None:
+        return {"jax_enable_compilation_cache": False}
+    options: dict[str, object] = {
+        "jax_enable_compilation_cache": True,
+        "jax_compilation_cache_dir": str(path),
+        "jax_persistent_cache_min_compile_time_secs": MIN_COMPILE_SECONDS,
+        "jax_persistent_cache_min_entry_size_bytes": -1,  # -1: any size, and JAX may not raise it
+    }
+    if importlib.util.find_spec("filelock") is not None:  # JAX's size limit needs it (else an error per compile)
+        options["jax_compilation_cache_max_size"] = MAX_BYTES
+    return options
+
+
+def enable(environ: MutableMapping[str, str] = os.environ) -> Path | None:
+    """Point JAX's persistent compilation cache at `cache_dir(environ)`, or turn it off; returns the directory
+    in use, or None (off, or unusable: then one warning on stderr, and JAX runs without a persistent cache).
+
+    Call before the first compilation: JAX opens its cache once per process, at the first compile.
+    """
+    global _warned
+    path = cache_dir(environ)
+    problem = None if path is None else usable(path)
+    if problem is not None:
+        if not _warned:
+            print(f"placeto: warning: compilation cache {path}: {problem}; running without it "
+                  f"(set {ENV} to another directory, or to {OFF})", file=sys.stderr)
+            _warned = True
+        path = None
+    for name, value in jax_options(path).items():
+        _set(name, value, environ)
+    return path
+
+
+def _set(name: str, value: object, environ: MutableMapping[str, str]) -> None:
+    """One JAX option: in jax.config when JAX is imported, and in `environ` (read by a later `import jax`, and
+    inherited by subprocesses)."""
+    environ[name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
+    if "jax" in sys.modules:
+        sys.modules["jax"].config.update(name, value)
