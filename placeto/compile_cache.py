@@ -13,6 +13,8 @@ A directory that cannot be created or written is not an error: one warning on st
 without the cache. Entries are small (about 0.1 MB for a placement command's policy step); when the `filelock`
 package is installed, JAX keeps the directory under MAX_BYTES by dropping the least recently used entries
 (and locks it while reading and writing), else it only grows. Deleting the directory is always safe.
+Keep one cache per machine: where a home directory is shared by machines of other CPUs, point
+PLACETO_CACHE_DIR at a local directory.
 
 `enable()` (called once at the start of placeto.cli.main) sets JAX's own options: through jax.config if JAX is
 already imported, and through their JAX_* environment variables otherwise, so that commands that never import
@@ -89,11 +91,15 @@ def enable(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     Call before the first compilation: JAX opens its cache once per process, at the first compile.
     """
     global _warned
-    path = cache_dir(environ)
-    problem = None if path is None else usable(path)
+    try:
+        path = cache_dir(environ)
+        problem = None if path is None else usable(path)
+    except RuntimeError as e:  # Path.home(): no home directory to put it under
+        path, problem = None, str(e)
     if problem is not None:
         if not _warned:
-            print(f"placeto: warning: compilation cache {path}: {problem}; running without it "
+            where = f" {path}" if path is not None else ""
+            print(f"placeto: warning: compilation cache{where}: {problem}; running without it "
                   f"(set {ENV} to another directory, or to {OFF})", file=sys.stderr)
             _warned = True
         path = None

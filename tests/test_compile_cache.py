@@ -64,6 +64,17 @@ def test_unusable_directory_warns_once_and_runs_without(tmp_path, monkeypatch, c
     assert environ["JAX_ENABLE_COMPILATION_CACHE"] == "false"
 
 
+def test_no_home_directory_warns_and_runs_without(monkeypatch, capsys):
+    monkeypatch.setattr(compile_cache, "_warned", False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert compile_cache.enable({}) is None
+    assert capsys.readouterr().err.startswith("placeto: warning: compilation cache: Could not determine home")
+
+
 def test_usable_creates_the_directory(tmp_path):
     path = tmp_path / "x" / "y"
     assert compile_cache.usable(path) is None
