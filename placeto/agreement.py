@@ -1,5 +1,5 @@
-"""How well simulated step times predict measured ones: errors, Spearman rank correlation (only from
-MIN_RANKED placements on; "n/a" with the reason otherwise, never "nan"), and a pairwise concordance in which
+"""How well simulated step times predict measured ones: errors, Spearman rank correlation (printed with its n;
+only from MIN_RANKED placements on, "n/a" with the reason otherwise, never "nan"), and a pairwise concordance in which
 placements whose measured interquartile ranges overlap count as ties. Used by `placeto eval`
 (placeto.evaluate) and experiments/sim_vs_hardware.py."""
 
@@ -10,7 +10,8 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-MIN_RANKED = 3  # placements needed before a rank correlation is reported
+MIN_RANKED = 5  # placements needed before a rank correlation is reported (with fewer, one swap moves it by 0.3+)
+ERROR_MEANING = "error = (simulated - measured) / measured median step time (+: the simulator predicts slower)"
 
 
 class EvalRow(NamedTuple):
@@ -67,7 +68,7 @@ def agreement(rows: Sequence[EvalRow]) -> Agreement:
 def spearman_note(sim: Sequence[float], meas: Sequence[float]) -> str:
     """Why `spearman(sim, meas)` is undefined, or "" when it is not."""
     if len(sim) < MIN_RANKED:
-        return f"needs >= {MIN_RANKED} placements, got {len(sim)}"
+        return f"n={len(sim)}: needs >= {MIN_RANKED} placements"
     if np.ptp(np.asarray(sim, dtype=np.float64)) == 0:
         return "every placement simulates to the same time"
     if np.ptp(np.asarray(meas, dtype=np.float64)) == 0:
@@ -117,10 +118,46 @@ def _overlap(a: Any, b: Any) -> bool:
     return a.q25_us <= b.q75_us and b.q25_us <= a.q75_us
 
 
+def format_spearman(a: Agreement) -> str:
+    """"Spearman 0.80 (n=7)", or "Spearman n/a (<reason>)" when undefined (never "nan")."""
+    if a.spearman_note:
+        return f"Spearman n/a ({a.spearman_note})"
+    return f"Spearman {a.spearman:.2f} (n={a.n})"
+
+
 def format_agreement(a: Agreement) -> str:
-    """The summary line: errors and Spearman, each "n/a (reason)" when undefined (never "nan")."""
+    """The summary line: errors of the simulated against the measured median step times over the measured
+    placements, and the Spearman rank correlation with its n ("n/a (reason)" when undefined, never "nan")."""
     if a.n == 0:
         return "median |error| n/a, Spearman n/a (nothing measured)"
-    rho = f"{a.spearman:.3f}" if not a.spearman_note else f"n/a ({a.spearman_note})"
-    return (f"median |error| {a.median_ape:.1f}%  mean |error| {a.mean_ape:.1f}%  Spearman {rho}  "
-            f"({a.n} placements)")
+    return (f"median |error| {a.median_ape:.1f}%, mean |error| {a.mean_ape:.1f}% over {a.n} placement"
+            f"{'' if a.n == 1 else 's'}; {format_spearman(a)}")
+
+
+def short_name(name: str) -> str:
+    """A placement's name as tables print it: the file name of a path ("runs/etf.json" -> "etf.json")."""
+    return name.replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def versus_single(rows: Sequence[EvalRow], single: EvalRow) -> list[str]:
+    """Summary lines comparing the other measured placements with `single`, a measured single-device placement
+    (speeds as single's median over theirs: 2.00x = twice as fast): the fastest measured and, when any, those
+    measured slower than the single device, with how many the simulator had predicted faster."""
+    base = single.measured.median_us
+    others = [r for r in rows if r is not single and r.measured is not None]
+    if not others:
+        return []
+    lines = []
+    best = min(others, key=lambda r: r.measured.median_us)
+    if best.measured.median_us < base:
+        lines.append(f"fastest measured: {short_name(best.name)}, {base / best.measured.median_us:.2f}x the speed of "
+                     f"the single device ({short_name(single.name)})")
+    slower = sorted((r for r in others if r.measured.median_us > base), key=lambda r: r.measured.median_us)
+    if slower:
+        speeds = ", ".join(f"{short_name(r.name)} {base / r.measured.median_us:.2f}x" for r in slower)
+        predicted = sum(r.simulated_us < single.simulated_us for r in slower)
+        tail = (f"; the simulator predicted {'it' if len(slower) == 1 else f'{predicted} of them'} faster than the "
+                f"single device" if predicted else "")
+        lines.append(f"measured SLOWER than the single device ({short_name(single.name)}, {base / 1e3:.3f} ms): "
+                     f"{speeds} its speed{tail}")
+    return lines

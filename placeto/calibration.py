@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
-from typing import Sequence
+import textwrap
+from pathlib import Path
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
@@ -23,12 +24,25 @@ from simulator.graph import Graph
 from simulator.io import check_output_path
 
 
+CALIBRATE_DESCRIPTION = (
+    "Run small calibration graphs (chains, hops, fan-outs of synthetic kernels) on local JAX devices and fit the "
+    "cluster model's six timing parameters to their step times by least squares: delta1 (per op, us), delta2 "
+    "(per transfer, us), bandwidth (B/us), latency (per transfer, us), and the host's dispatch and transfer times "
+    "(us, shared by the devices). Writes a cluster file (those, and each device's kind and memory) for "
+    "`simulate --cluster`, `eval --cluster`, `place --cluster`, and prints the fit probe by probe; then measures "
+    "how concurrently the devices run independent work (the simulator assumes they do).")
+
+
 def add_calibrate_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = p.description or textwrap.fill(CALIBRATE_DESCRIPTION, 78)  # the formatter keeps line breaks
     p.add_argument("--devices", type=DEVICE_SPEC, default=2,
                    help="local devices to calibrate: a count (the first N of the default backend), or a "
                         "platform:index list, e.g. gpu:0,cpu:0 (mixed: each device keeps its own kind)")
-    p.add_argument("--out", required=True, help="cluster JSON file to write")
-    p.add_argument("--repeats", type=POSITIVE, default=7, help="trials per measurement (median)")
+    p.add_argument("--out", required=True,
+                   help="cluster JSON file to write: delta1, delta2, bandwidth, latency, host dispatch and "
+                        "transfer times, and each device's kind and memory")
+    p.add_argument("--repeats", type=POSITIVE, default=7,
+                   help="steps timed per calibration graph (the fit uses their lower quartile)")
     p.add_argument("--name", help="cluster name (default: the device kinds, e.g. local-cpu-calibrated)")
 
 
@@ -73,29 +87,65 @@ def cluster_summary(cluster: Cluster) -> str:
     return text
 
 
-def check_parallelism(spec: int | tuple) -> float:
-    """Measure and print how concurrently the local devices of `spec` (a count n, or a platform:index list) run
-    (simulator.calibrate.measure_parallelism), with a warning when far below n: the simulator assumes devices
-    run concurrently, and this machine then cannot. Mixed platforms are not measured (their kernels differ in
-    speed, so the ratio would not say it): 1.0 is returned."""
+CONCURRENT = 0.75  # devices "run concurrently" when n independent chains finish at least 0.75 n times faster
+
+
+class Concurrency(NamedTuple):
+    """How concurrently the local devices ran independent work (simulator.calibrate.measure_parallelism)."""
+
+    n: int  # devices
+    speedup: float  # n independent ~1 ms kernel chains, one per device, over the same chained on one device
+    cores: int  # CPU cores of this machine (os.cpu_count)
+    load: float  # 1-minute load average when measured
+    platform: str  # the devices' platform, "cpu" for host CPU devices (which share the machine's cores)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether the devices ran in parallel as the simulator assumes (speedup >= CONCURRENT * n)."""
+        return self.speedup >= CONCURRENT * self.n
+
+    @property
+    def ceiling(self) -> int:
+        """The most this machine can give: n devices, but host CPU devices at most one per core."""
+        return min(self.n, self.cores) if self.platform == "cpu" else self.n
+
+
+def measure_concurrency(spec: int | tuple) -> Concurrency | None:
+    """Measure how concurrently the local devices of `spec` (a count n, or a platform:index list) run; None for
+    one device or mixed platforms (their kernels differ in speed, so the ratio would not say it)."""
     from simulator.host_devices import device_count, local_devices
 
-    n = device_count(spec)
-    if n < 2:
-        return 1.0
+    if device_count(spec) < 2:
+        return None
     devices = local_devices(spec)
     if len({d.platform for d in devices}) > 1:
-        return 1.0
+        return None
     from simulator.calibrate import measure_parallelism
 
-    speedup = measure_parallelism(devices)
-    cores = os.cpu_count() or 1
-    print(f"parallel speedup of {n} devices on independent work: {speedup:.2f} (ideal {min(n, cores)}; "
-          f"{cores} cores, load average {os.getloadavg()[0]:.1f})")
-    if speedup < 0.75 * min(n, cores):
-        print(f"warning: these {n} devices do not run concurrently (fewer or busy cores): measured step times "
-              f"will not show the parallelism the simulator assumes", file=sys.stderr)
-    return speedup
+    return Concurrency(len(devices), measure_parallelism(devices), os.cpu_count() or 1, os.getloadavg()[0],
+                       devices[0].platform)
+
+
+def concurrency_line(c: Concurrency) -> str:
+    """One line: the measured parallel speedup against the n the simulator assumes and, when the devices do not
+    run concurrently, what that means for measured and simulated speedups."""
+    what = (f"{c.n} host CPU devices sharing {c.cores} core{'s' if c.cores > 1 else ''} (load {c.load:.1f})"
+            if c.platform == "cpu" else f"{c.n} {c.platform} devices")
+    cap = f", at most {c.ceiling}x on {c.cores} cores" if c.ceiling < c.n else ""
+    ran = f"devices: {what} ran independent work {c.speedup:.2f}x as fast as one (the simulator assumes {c.n}x{cap})"
+    if c.concurrent:
+        return f"{ran}: concurrent, as simulated"
+    return (f"{ran}: NOT concurrent, so no measured speedup over one device can appear here; the simulated gains "
+            f"need devices that run in parallel (e.g. GPUs)")
+
+
+def check_parallelism(spec: int | tuple) -> Concurrency | None:
+    """Measure (`measure_concurrency`) and print `concurrency_line`; None (nothing printed) for one device or
+    mixed platforms."""
+    c = measure_concurrency(spec)
+    if c is not None:
+        print(concurrency_line(c))
+    return c
 
 
 def refit(path: str, graph: Graph, cluster: Cluster, placements: Sequence[np.ndarray],
@@ -107,10 +157,10 @@ def refit(path: str, graph: Graph, cluster: Cluster, placements: Sequence[np.nda
     measured = [r.measured.median_us for r in rows]
     start = cluster_params(cluster)
     print(f"refitting the cluster to the {len(rows)} measured placements ...", flush=True)
-    fit = fit_on_placements(graph, placements, measured, start, cluster, names=[r.name for r in rows])
+    fit = fit_on_placements(graph, placements, measured, start, cluster, names=[Path(r.name).name for r in rows])
     held = held_out_predictions(graph, placements, measured, start, cluster)
     save_cluster(fit.cluster, path)
-    print(format_fit(fit))
+    print(format_fit(fit, label="placement"))
     held_rows = [EvalRow(r.name, float(h), r.measured) for r, h in zip(rows, held)]
     print(f"held out (each placement simulated with the fit on the others): {format_agreement(agreement(held_rows))}")
     print(f"{path}: {cluster_summary(fit.cluster)}")

@@ -20,8 +20,12 @@ profiles count one dispatch per op, several times what a fused group costs: with
 simulator.step_profile) and simulates with that; `--costs units` times each alone as its own call
 (`simulator.calibrate.profile_plan`); `--costs graph` simulates the graph's recorded costs.
 
-The summary reports the median error and the Spearman rank correlation of simulated against measured times;
-a correlation needs at least MIN_RANKED (3) placements and is printed "n/a (reason)" otherwise, never "nan".
+The summary says what is compared (each placement's simulated step time against its measured median step
+time: error = (simulated - measured) / measured), the median and mean |error| and the Spearman rank correlation
+with its n (it needs at least MIN_RANKED (5) placements and is printed "n/a (reason)" otherwise, never "nan");
+given a single-device placement, the placements measured faster and slower than it; and whether the devices ran
+concurrently (placeto.calibration.concurrency_line): on host CPU devices sharing cores they do not, and measured
+speedups over one device cannot appear.
 
 This module does not import JAX at import time: the CLI must first set the host device count
 (`simulator.host_devices.ensure_host_devices`).
@@ -36,16 +40,18 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from placeto.agreement import (MIN_RANKED, Agreement, Concordance, EvalRow, agreement, concordance,  # noqa: F401
-                               format_agreement, spearman, spearman_note)  # (re-exported: eval's statistics)
+from placeto.agreement import (ERROR_MEANING, MIN_RANKED, Agreement, Concordance, EvalRow,  # noqa: F401
+                               agreement, concordance, format_agreement, format_spearman, spearman,
+                               spearman_note, versus_single)  # (re-exported: eval's statistics)
 from placeto.arguments import (COUNT, DEVICE_SPEC, POSITIVE, devices_help, placement_devices, resolve_devices,
                                spec_count)
 from placeto.families import program_of  # noqa: F401  (re-exported; it lives beside retrace)
-from placeto.calibration import check_parallelism, cluster_summary, describe_devices, refit
+from placeto.calibration import Concurrency, cluster_summary, concurrency_line, describe_devices, \
+    measure_concurrency, refit
 from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.fit import WORKLOAD_FREE
@@ -408,6 +414,8 @@ def run_eval(args: argparse.Namespace) -> int:
     for path in (args.plot, args.json, args.refit):
         if path:
             check_output_path(path)
+    if args.plot and not args.hardware:
+        raise InputError("--plot draws measured against simulated step times: it needs --hardware")
     if args.refit:
         if not args.hardware:
             raise InputError("--refit fits the cluster to measured step times: it needs --hardware")
@@ -466,15 +474,16 @@ def run_eval(args: argparse.Namespace) -> int:
         how = "each device's consecutive units as one jitted stage" if staged else "one task per unit"
         print(f"hardware: {', '.join(f'{d.platform}:{d.id}' for d in runner.devices)}, {runner.mode} execution "
               f"({how}), median of {args.repeats} steps after {args.warmup} warm-up (the first compiles)")
+    if runner is not None:
+        print(f"simulated: the simulator's step time on the cluster above; measured: real steps; {ERROR_MEANING}")
     print(f"{'placement':<28} {'simulated ms':>12}" + (f" {'measured ms':>12}  [IQR, min]  error" if runner else ""))
     rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
     summary = agreement(rows)
     if runner is not None:
-        print(format_agreement(summary))
+        print("\n".join(summary_lines(rows, [p for _, p in placements], measure_concurrency(spec))))
     if args.plot:
-        rho = f"{summary.spearman:.2f}" if not summary.spearman_note else "n/a"
         plot_agreement(rows, args.plot, f"{graph.name}, {n} devices: median |error| {summary.median_ape:.0f}%, "
-                                        f"Spearman {rho}")
+                                        f"{format_spearman(summary)}")
         print(f"plot             {args.plot}")
     if args.json:
         write_rows_json(args.json, graph, cluster, rows, summary)
@@ -501,9 +510,24 @@ def _eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluste
         fit = calibrate_fit(spec)
         print(f"calibration fit: R^2 {fit.r2:.3f}, RMS relative error {fit.rms_relative * 100:.1f}% over "
               f"{len(fit.names)} probes (`placeto calibrate` prints them)")
-        check_parallelism(spec)
         return fit.cluster
     return cluster_preset(args.preset, n)
+
+
+def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray],
+                  concurrency: Concurrency | None) -> list[str]:
+    """eval --hardware's summary: what the errors compare and the agreement (Spearman with its n), the
+    placements measured faster or slower than the fastest measured single-device placement (when one was
+    given), and whether the devices ran concurrently (None: not measured, one device or mixed platforms)."""
+    lines = [f"summary, simulated against measured step time: {format_agreement(agreement(rows))}"]
+    one = [len(np.unique(p)) == 1 for p in placements]  # single-device placements: compared with, not listed
+    singles = [r for r, single in zip(rows, one) if single and r.measured is not None]
+    if singles:
+        best = min(singles, key=lambda r: r.measured.median_us)
+        lines += versus_single([best] + [r for r, single in zip(rows, one) if not single], best)
+    if concurrency is not None:
+        lines.append(concurrency_line(concurrency))
+    return lines
 
 
 def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequence[EvalRow],

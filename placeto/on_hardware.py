@@ -14,6 +14,11 @@ fastest measured (`placeto place G --hardware`).
 5. return the fastest measured (median). Doing no harm: the single device is always a candidate, so the answer is
    never measured slower than it in the same run; the speedup over it is printed with its spread (the ratio of
    the single device's quartiles to the winner's).
+
+The report says which placement is kept and why, every measured placement's speed relative to the single
+device (those measured slower by name), and whether the devices ran concurrently (placeto.calibration): host
+CPU devices share the machine's cores, so there the simulated gains of a placement over several devices cannot
+show in the measured times.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class Outcome(NamedTuple):
     speedup: float  # single.median / best.median
     spread: tuple[float, float]  # (single.q25 / best.q75, single.q75 / best.q25)
     runner: Any = None  # placeto.evaluate.HardwareRunner that measured them (its compiled stages are reused)
+    concurrency: Any = None  # placeto.calibration.Concurrency of the devices (None: not measured)
 
 
 def cache_dir() -> Path:
@@ -153,6 +159,7 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     from simulator.host_devices import local_devices
     from simulator.io import save_graph
 
+    from placeto.calibration import measure_concurrency
     from placeto.evaluate import hardware_runner
     from placeto.profiling import profile
 
@@ -187,29 +194,44 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     best, speedup, spread = pick(measured, single)
     by_placement = {m.placement.tobytes(): m for m in measured}
     ranked = [by_placement.get(c.placement.tobytes(), c) for c in ranked]
-    return Outcome(best, single, ranked, cluster, speedup, spread, runner)
+    return Outcome(best, single, ranked, cluster, speedup, spread, runner, measure_concurrency(spec))
 
 
 def report(outcome: Outcome) -> str:
-    """The candidates' table and the verdict, as printed by `placeto place --hardware`."""
-    lines = [f"{'placement':<16} {'simulated ms':>12} {'measured ms':>12}  [IQR]"]
+    """The candidates' table (each measured one's speed relative to the single device: its median over theirs),
+    the placement kept and why, and the devices' concurrency, as printed by `placeto place --hardware`."""
+    base = outcome.single.measured.median_us
+    lines = [f"{'placement':<16} {'simulated ms':>12} {'measured ms':>12}  {'[IQR]':<15} {'vs single':>9}"]
     for c in outcome.candidates:
         m = c.measured
-        measured = (f"{m.median_us / 1e3:>12.3f}  [{m.q25_us / 1e3:.3f}-{m.q75_us / 1e3:.3f}]" if m is not None
-                    else f"{'not run':>12}")
-        mark = "  <- fastest measured" if c is outcome.best else ""
+        measured = (f"{m.median_us / 1e3:>12.3f}  {f'[{m.q25_us / 1e3:.3f}-{m.q75_us / 1e3:.3f}]':<15} "
+                    f"{base / m.median_us:>8.2f}x" if m is not None else f"{'not run':>12}")
+        mark = "  <- kept (fastest measured)" if c is outcome.best else ""
         lines.append(f"{c.name:<16} {c.simulated_us / 1e3:>12.3f} {measured}{mark}")
-    lo, hi = outcome.spread
-    others = [c for c in outcome.candidates if c.measured is not None and c.name != "single device"]
-    if outcome.best.name != "single device":
-        lines.append(f"{outcome.best.name}: {outcome.speedup:.2f}x the single device's measured speed "
-                     f"(spread {lo:.2f}-{hi:.2f}x: the single device's quartiles over the placement's)")
-    elif others:
-        runner_up = min(others, key=lambda c: c.measured.median_us)
-        lines.append(f"the single device is the fastest measured: the best placement over "
-                     f"{outcome.cluster.n_devices} devices ({runner_up.name}) ran at "
-                     f"{outcome.single.measured.median_us / runner_up.measured.median_us:.2f}x its speed on this "
-                     f"machine, so the single device is returned")
-    else:
-        lines.append("no method found a placement other than the single device")
+    lines.append(verdict(outcome))
+    if outcome.concurrency is not None:
+        from placeto.calibration import concurrency_line
+
+        lines.append(concurrency_line(outcome.concurrency))
     return "\n".join(lines)
+
+
+def verdict(outcome: Outcome) -> str:
+    """One line: the placement kept and why, naming the placements measured slower than the single device."""
+    single = outcome.single
+    others = [c for c in outcome.candidates if c.measured is not None and c is not single]
+    slower = sorted((c for c in others if c.measured.median_us > single.measured.median_us),
+                    key=lambda c: c.measured.median_us)
+    speeds = ", ".join(f"{c.name} {single.measured.median_us / c.measured.median_us:.2f}x" for c in slower)
+    if outcome.best is not single:
+        lo, hi = outcome.spread
+        text = (f"kept: {outcome.best.name}, {outcome.speedup:.2f}x the single device's measured speed (spread "
+                f"{lo:.2f}-{hi:.2f}x: the single device's quartiles over the placement's)")
+        return text + (f"; measured slower than the single device: {speeds} its speed" if slower else "")
+    if not others:
+        return "kept: the single device (no method found a placement other than it)"
+    predicted = [c for c in slower if c.simulated_us < single.simulated_us]
+    why = (f", although simulated up to {single.simulated_us / min(c.simulated_us for c in predicted):.2f}x "
+           f"faster" if predicted else "")
+    return (f"kept: the single device, the fastest measured: every placement over {outcome.cluster.n_devices} "
+            f"devices measured slower ({speeds} its speed){why}; a placement is kept only when measured faster")

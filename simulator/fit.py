@@ -236,14 +236,16 @@ def _starts(probes: Sequence[Probe], free: Sequence[str]) -> list[np.ndarray]:
     return [np.array([per_op * scale for _ in free]) for scale in (0.1, 0.02, 0.5)]
 
 
-def format_fit(fit: Fit) -> str:
-    """The fit report: parameters, then one line per probe (measured, simulated, residual), then R^2."""
+def format_fit(fit: Fit, label: str = "probe") -> str:
+    """The fit report: parameters, then one line per probe (measured, simulated, residual; the first column
+    `label`, as wide as the longest name), then R^2."""
     p = fit.params
+    width = max([14, len(label)] + [len(n) for n in fit.names])
     lines = [f"fitted: delta1 {p['delta1_us']:.2f} us, dispatch {p['dispatch_us']:.2f} us (shared host), delta2 "
              f"{p['delta2_us']:.2f} us, bandwidth {1e6 / p['us_per_mb']:.0f} B/us, latency {p['latency_us']:.2f} us, "
              f"transfer {p['transfer_us']:.2f} us (shared host)",
-             f"{'probe':<14} {'measured us':>12} {'simulated us':>12} {'residual':>10}"]
+             f"{label:<{width}} {'measured us':>12} {'simulated us':>12} {'residual':>10}"]
     for name, m, s in zip(fit.names, fit.measured_us, fit.simulated_us):
-        lines.append(f"{name:<14} {m:>12.1f} {s:>12.1f} {(s - m) / m * 100:>+9.1f}%")
-    lines.append(f"R^2 {fit.r2:.4f}, RMS relative error {fit.rms_relative * 100:.1f}% over {len(fit.names)} probes")
+        lines.append(f"{name:<{width}} {m:>12.1f} {s:>12.1f} {(s - m) / m * 100:>+9.1f}%")
+    lines.append(f"R^2 {fit.r2:.4f}, RMS relative error {fit.rms_relative * 100:.1f}% over {len(fit.names)} {label}s")
     return "\n".join(lines)

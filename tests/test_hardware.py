@@ -267,7 +267,8 @@ def test_bad_inputs_are_clear_errors(report):
     assert "placement has 5 entries" in errors["wrong_length"]
     assert "uses device 2 but 2 devices" in errors["bad_device"]
     assert report["eval_short"][0] == "error" and "entries but graph 'mlp'" in report["eval_short"][1]
-    assert report["eval_3dev"][0] == "error" and "3 devices requested but JAX has 2" in report["eval_3dev"][1]
+    assert report["eval_3dev"][0] == "error"  # the 2-device placement file disagrees before JAX is asked
+    assert "--devices 3 but placement" in report["eval_3dev"][1] and "has 2 devices" in report["eval_3dev"][1]
     assert "no 'gpu' backend" in errors["no_gpu"] and "gpu:0" in errors["no_gpu"]
     assert "cpu:2: JAX has 2 cpu device(s)" in errors["cpu_index"]
 
@@ -315,7 +316,10 @@ def test_calibrate_and_eval_command_lines(report):
     code, text = report["eval"]
     assert code == 0, text
     assert "one.json" in text and "rr.json" in text and "median |error|" in text
-    assert "Spearman n/a (needs >= 3 placements, got 2)" in text and "nan" not in text, text
+    assert "Spearman n/a (n=2: needs >= 5 placements)" in text and "nan" not in text, text
+    assert "error = (simulated - measured) / measured median step time" in text, text
+    assert "devices: 2 host CPU devices sharing" in text and "the simulator assumes 2x" in text, text
+    assert "fastest measured: rr.json" in text or "measured SLOWER than the single device (one.json" in text, text
     rows = json.loads((report["tmp"] / "rows.json").read_text())
     assert [r["placement"].rsplit("/", 1)[-1] for r in rows["rows"]] == ["one.json", "rr.json"]
     assert all(r["measured"]["median_us"] > 0 and r["simulated_us"] > 0 for r in rows["rows"])
@@ -329,7 +333,11 @@ def test_eval_refit_writes_a_cluster_fitted_to_the_measured_placements(report):
     assert code == 0, text
     assert "refitting the cluster to the 6 measured placements" in text and "r3.json" in text and "R^2" in text
     assert "held out (each placement simulated with the fit on the others): median |error|" in text
-    assert "(6 placements)" in text and "nan" not in text, text
+    assert "over 6 placements; Spearman" in text and "(n=6)" in text and "nan" not in text, text
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("placement ") and "residual" in line)
+    header, row = lines[at], next(line for line in lines[at:] if line.startswith("r3.json"))
+    assert row.index("%") == header.index("residual") + len("residual") - 1, text  # the refit table's columns
     refitted = load_cluster(report["tmp"] / "refit.json")
     calibrated = load_cluster(report["tmp"] / "cluster.json")
     assert refitted.n_devices == 2
@@ -350,18 +358,19 @@ def test_agreement_and_spearman():
     def row(sim, meas):
         return EvalRow("p", sim, Timing(meas, meas, meas, meas, meas, np.array([meas])))
 
-    rows = [row(100, 100), row(220, 200), row(270, 300), row(500, 400)]
+    rows = [row(100, 100), row(220, 200), row(270, 300), row(500, 400), row(600, 500)]
     a = agreement(rows)
-    assert a.n == 4 and a.spearman == pytest.approx(1.0)
-    assert a.median_ape == pytest.approx(10.0) and a.mean_ape == pytest.approx((0 + 10 + 10 + 25) / 4)
-    assert spearman([1, 2, 3, 4], [4, 3, 2, 1]) == pytest.approx(-1.0)
-    assert math.isnan(spearman([1, 2], [1, 2]))
+    assert a.n == 5 and a.spearman == pytest.approx(1.0)
+    assert a.median_ape == pytest.approx(10.0) and a.mean_ape == pytest.approx((0 + 10 + 10 + 25 + 20) / 5)
+    assert spearman([1, 2, 3, 4, 5], [5, 4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(spearman([1, 2, 3, 4], [1, 2, 3, 4]))  # fewer than MIN_RANKED (5) points
     assert math.isnan(agreement([EvalRow("p", 1.0)]).median_ape)
     # Undefined correlations are "n/a" with the reason, never "nan"
-    assert "Spearman 1.000  (4 placements)" in format_agreement(a) and not a.spearman_note
-    two = format_agreement(agreement(rows[:2]))
-    assert "Spearman n/a (needs >= 3 placements, got 2)" in two and "nan" not in two
-    tied = format_agreement(agreement([row(100, 100), row(200, 100), row(300, 100)]))
+    assert format_agreement(a) == "median |error| 10.0%, mean |error| 13.0% over 5 placements; Spearman 1.00 (n=5)"
+    assert not a.spearman_note
+    four = format_agreement(agreement(rows[:4]))  # a rank correlation over 4 points is left out, with the reason
+    assert "Spearman n/a (n=4: needs >= 5 placements)" in four and "nan" not in four
+    tied = format_agreement(agreement([row(100 * k, 100) for k in range(1, 6)]))
     assert "Spearman n/a (every placement measures the same time)" in tied
     assert format_agreement(agreement([EvalRow("p", 1.0)])) == "median |error| n/a, Spearman n/a (nothing measured)"
 

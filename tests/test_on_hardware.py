@@ -35,11 +35,17 @@ def test_pick_the_fastest_median_with_its_speedup_and_spread():
 def test_report_says_why_the_single_device_is_kept():
     single, slow = _candidate("single device", 100.0), _candidate("etf", 150.0)
     cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e9) for i in range(2)), 0.0, 0.0, 1e3)
-    text = report(Outcome(single, single, [single, slow], cluster, 1.0, (0.9, 1.1)))
-    assert "fastest measured" in text and "0.67x its speed" in text and "single device is returned" in text
-    fast = _candidate("etf", 50.0)
-    text = report(Outcome(fast, single, [fast, single], cluster, 2.0, (1.6, 2.4)))
-    assert "etf: 2.00x the single device's measured speed (spread 1.60-2.40x" in text
+    text = report(Outcome(single, single, [slow._replace(simulated_us=500.0), single], cluster, 1.0, (0.9, 1.1)))
+    assert ("kept: the single device, the fastest measured: every placement over 2 devices measured slower (etf "
+            "0.67x its speed), although simulated up to 2.00x faster; a placement is kept only when measured "
+            "faster") in text
+    assert text.splitlines()[1].split()[-1] == "0.67x" and "<- kept" in text.splitlines()[2]
+    fast, slow = _candidate("etf", 50.0), _candidate("m-sct", 400.0)
+    text = report(Outcome(fast, single, [fast, single, slow], cluster, 2.0, (1.6, 2.4)))
+    assert ("kept: etf, 2.00x the single device's measured speed (spread 1.60-2.40x: the single device's quartiles "
+            "over the placement's); measured slower than the single device: m-sct 0.25x its speed") in text
+    header, first = text.splitlines()[:2]
+    assert first.index("2.00x") + 5 == header.index("vs single") + 9  # the speed column under its header
 
 
 def test_place_hardware_end_to_end(tmp_path):
@@ -57,7 +63,9 @@ def test_place_hardware_end_to_end(tmp_path):
             "--out", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png")]
     first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400)
     assert first.returncode == 0, first.stderr[-3000:]
-    assert "profiling nmt_002" in first.stdout and "<- fastest measured" in first.stdout
+    assert "profiling nmt_002" in first.stdout and "<- kept (fastest measured)" in first.stdout
+    assert "devices: 2 host CPU devices sharing" in first.stdout and "the simulator assumes 2x" in first.stdout
+    assert "\nkept: " in first.stdout  # which placement is kept, and why, on stdout
     assert "single device" in first.stdout and (tmp_path / "p.png").stat().st_size > 0
     placement = json.loads((tmp_path / "p.json").read_text())
     assert len(placement["devices"]) == 2 and len(placement["placement"]) > 0
