@@ -384,8 +384,10 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
                         "(default without --hardware: graph)")
     p.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps per placement (median reported)")
     p.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
-    p.add_argument("--plot", help="write simulated vs measured to this PNG")
-    p.add_argument("--json", help="write the rows and the agreement to this JSON file")
+    p.add_argument("--plot", metavar="PNG", help="with --hardware: draw each placement's measured against its "
+                                                 "simulated step time to this PNG")
+    p.add_argument("--json", metavar="FILE", help="write the rows (simulated and measured step times, us) and the "
+                                                  "agreement (errors, Spearman) to this JSON file")
     p.add_argument("--refit", metavar="CLUSTER_JSON",
                    help=f"with --hardware and at least {len(WORKLOAD_FREE) + 1} placements: fit the cluster's per-op "
                         "and per-transfer costs to the measured steps (simulator.fit.fit_on_placements), write that "
