@@ -1,7 +1,7 @@
 """Start-up time of `placeto place`: the first command (a cold compilation cache), the second (warm) and the
 cache turned off, side by side, for the shipped Placeto policy and the shipped gdp policy.
 
-Each command runs as a subprocess, exactly as a user types it, with PLACETO_CACHE_DIR set to a fresh temporary
+Each command runs as a subprocess, exactly as a user types it, with PLACETO_COMPILE_CACHE set to a fresh temporary
 directory (cold, then warm: the same directory) or to `off` (placeto.compile_cache). Measured per command: the
 wall time, the CPU time (user + system; the machine may be loaded, CPU time is the steadier figure), and JAX's
 own compile log (JAX_LOG_COMPILES=1): the seconds spent tracing, lowering to MLIR and compiling with XLA, where
@@ -59,8 +59,8 @@ def placeto_command() -> list[str]:
 
 def run_once(args: list[str], cache: str, out: Path | None, root: Path = ROOT) -> Run:
     """Run `placeto ARGS` on the code under `root` (its directory the working directory) with
-    PLACETO_CACHE_DIR=`cache` and JAX's compile log on; its measurements."""
-    env = {**os.environ, "PLACETO_CACHE_DIR": cache, "JAX_LOG_COMPILES": "1", "PYTHONPATH": str(root)}
+    PLACETO_COMPILE_CACHE=`cache` and JAX's compile log on; its measurements."""
+    env = {**os.environ, "PLACETO_COMPILE_CACHE": cache, "JAX_LOG_COMPILES": "1", "PYTHONPATH": str(root)}
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.run(placeto_command() + args, cwd=root, env=env, capture_output=True, text=True)
@@ -139,7 +139,7 @@ def report(results: dict[str, dict[str, Run]], floor: Run, command: str, repeats
         "",
         f"`placeto place {graph} --checkpoint POLICY --devices {devices} --out p.json`, run as a subprocess: "
         "first with an empty compilation cache (cold), then again with the cache the first run wrote (warm), "
-        "then with the cache off (`PLACETO_CACHE_DIR=off`). "
+        "then with the cache off (`PLACETO_COMPILE_CACHE=off`). "
         + (f"Median of {repeats} repeats. " if repeats > 1 else "")
         + "Seconds. *JAX compile* = tracing + lowering + XLA compile, from JAX's own log (`JAX_LOG_COMPILES=1`); "
         "*XLA compile* includes reading executables back from the persistent cache; *printed*: the compile "

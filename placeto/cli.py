@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    compile_cache.enable()  # before any JAX compilation: PLACETO_CACHE_DIR (placeto.compile_cache)
+    compile_cache.enable()  # before any JAX compilation: PLACETO_COMPILE_CACHE (placeto.compile_cache)
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below

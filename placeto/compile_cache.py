@@ -5,8 +5,9 @@ size of the graph: seconds of XLA work, the same every time. With the cache on, 
 to disk after the first command and read back by the next one that compiles the same function for the same
 shapes (on the same JAX version and machine); tracing still happens, compiling does not.
 
-Where it lives, from the environment variable PLACETO_CACHE_DIR:
-  unset          $XDG_CACHE_HOME/placeto/jax, else ~/.cache/placeto/jax
+Where it lives, from the environment variable PLACETO_COMPILE_CACHE:
+  unset          jax/ in placeto's cache root: $PLACETO_CACHE (the root of everything placeto caches, also the
+                 calibrated clusters of `place --hardware`), else $XDG_CACHE_HOME/placeto, else ~/.cache/placeto
   a path         that directory (created if missing)
   off            no persistent cache (nor the one JAX_COMPILATION_CACHE_DIR would give)
 A directory that cannot be created or written is not an error: one warning on stderr, and the command runs
@@ -14,7 +15,7 @@ without the cache. Entries are small (about 0.1 MB for a placement command's pol
 package is installed, JAX keeps the directory under MAX_BYTES by dropping the least recently used entries
 (and locks it while reading and writing), else it only grows. Deleting the directory is always safe.
 Keep one cache per machine: where a home directory is shared by machines of other CPUs, point
-PLACETO_CACHE_DIR at a local directory.
+PLACETO_CACHE (or PLACETO_COMPILE_CACHE) at a local directory.
 
 `enable()` (called once at the start of placeto.cli.main) sets JAX's own options: through jax.config if JAX is
 already imported, and through their JAX_* environment variables otherwise, so that commands that never import
@@ -30,31 +31,39 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, MutableMapping
 
-ENV = "PLACETO_CACHE_DIR"
+ENV = "PLACETO_COMPILE_CACHE"
+ROOT_ENV = "PLACETO_CACHE"
 OFF = "off"
 MIN_COMPILE_SECONDS = 0.0  # keep every executable: reading one back costs less than compiling the smallest
 MAX_BYTES = 2 << 30  # with filelock: least recently used entries go beyond 2 GiB
-HELP = ("compilation cache: compiled JAX functions are kept in $XDG_CACHE_HOME/placeto/jax (else "
-        "~/.cache/placeto/jax),\nso a second command on a graph of the same size skips most of its compilation. "
-        f"{ENV}=DIR moves the\ncache, {ENV}={OFF} turns it off.")
+HELP = ("caches: compiled JAX functions are kept in ~/.cache/placeto/jax (or $XDG_CACHE_HOME/placeto/jax), so "
+        "a second\ncommand on a graph of the same size skips most of its compilation; calibrated clusters beside "
+        f"them.\n{ROOT_ENV}=DIR moves both, {ENV}=DIR the compilation cache alone, {ENV}={OFF} turns it off.")
 
 _warned = False  # an unusable directory is reported once per process
 
 
-def cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """The cache directory (absolute; not created here) that `environ` asks for, or None where it says off.
+def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """Placeto's cache root (not created here): PLACETO_CACHE if set (an empty value counts as unset), else
+    $XDG_CACHE_HOME/placeto when XDG_CACHE_HOME is an absolute path (the XDG rule: a relative one is ignored),
+    else ~/.cache/placeto. RuntimeError where there is no home directory to put it under."""
+    given = environ.get(ROOT_ENV, "").strip()
+    if given:
+        return Path(given).expanduser().absolute()
+    xdg = environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "placeto"
 
-    PLACETO_CACHE_DIR if set (an empty value counts as unset), else $XDG_CACHE_HOME/placeto/jax when
-    XDG_CACHE_HOME is an absolute path (the XDG rule: a relative one is ignored), else ~/.cache/placeto/jax.
-    """
+
+def cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
+    """The compilation cache directory (absolute; not created here) that `environ` asks for, or None where it
+    says off: PLACETO_COMPILE_CACHE if set (an empty value counts as unset), else cache_root()/jax."""
     given = environ.get(ENV, "").strip()
     if given.lower() == OFF:
         return None
     if given:
         return Path(given).expanduser().absolute()
-    xdg = environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "placeto" / "jax"
+    return cache_root(environ) / "jax"
 
 
 def usable(path: Path) -> str | None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import platform
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
@@ -37,7 +36,6 @@ from simulator.errors import InputError
 from simulator.graph import Graph
 
 DEFAULT_METHODS = ("etf", "m-sct", "local-search")
-CACHE_ENV = "PLACETO_CACHE"
 
 
 class Candidate(NamedTuple):
@@ -63,11 +61,11 @@ class Outcome(NamedTuple):
 
 
 def cache_dir() -> Path:
-    """Where calibrated clusters are kept between runs."""
-    if os.environ.get(CACHE_ENV):
-        return Path(os.environ[CACHE_ENV])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "placeto"
+    """Where calibrated clusters are kept between runs: placeto's cache root (PLACETO_CACHE, else
+    $XDG_CACHE_HOME/placeto, else ~/.cache/placeto; placeto.compile_cache.cache_root)."""
+    from placeto.compile_cache import cache_root
+
+    return cache_root()
 
 
 def needs_profile(graph: Graph, devices: Sequence[Any]) -> list[Any]:

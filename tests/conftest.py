@@ -6,4 +6,4 @@ as they did before the cache existed; tests/test_compile_cache.py turns it on in
 
 import os
 
-os.environ["PLACETO_CACHE_DIR"] = "off"
+os.environ["PLACETO_COMPILE_CACHE"] = "off"

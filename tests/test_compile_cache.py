@@ -1,4 +1,4 @@
-"""The persistent compilation cache of `placeto` commands (placeto.compile_cache): where PLACETO_CACHE_DIR puts
+"""The persistent compilation cache of `placeto` commands (placeto.compile_cache): where PLACETO_COMPILE_CACHE puts
 it, `off`, an unusable directory (one warning, no cache), and a second command reading what the first wrote."""
 
 from __future__ import annotations
@@ -31,6 +31,10 @@ def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):
     assert compile_cache.cache_dir({ENV: "~/c"}) == Path.home() / "c"
     assert compile_cache.cache_dir({ENV: "off"}) is None
     assert compile_cache.cache_dir({ENV: " OFF "}) is None
+    root = compile_cache.ROOT_ENV  # placeto's cache root moves the compilation cache with it
+    assert compile_cache.cache_dir({root: "/r"}) == Path("/r/jax")
+    assert compile_cache.cache_dir({root: "/r", ENV: "/a"}) == Path("/a")
+    assert compile_cache.cache_dir({root: "/r", ENV: "off"}) is None
 
 
 def test_jax_options_turn_the_cache_on_or_off(tmp_path):

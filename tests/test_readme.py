@@ -77,7 +77,7 @@ def test_readme_block_runs(index, scratch):
     bindir = Path(sys.executable).parent
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
     env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}", JAX_PLATFORMS="cpu",
-               PLACETO_CACHE=str(scratch / "cache"), PLACETO_CACHE_DIR=str(scratch / "jax-cache"),
+               PLACETO_CACHE=str(scratch / "cache"), PLACETO_COMPILE_CACHE=str(scratch / "jax-cache"),
                MPLBACKEND="Agg")
     proc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=scratch, env=env, capture_output=True,
                           text=True, timeout=900)
@@ -86,7 +86,8 @@ def test_readme_block_runs(index, scratch):
 
 
 def test_shrink_rewrites_budgets():
-    assert shrink("placeto train --family nmt --out r --episodes 400") == "placeto train --family nmt --out r --episodes 2"
+    assert shrink("placeto train --family nmt --out r --episodes 400") == \
+        "placeto train --family nmt --out r --episodes 2"
     assert shrink("placeto place G --hardware --seconds 1 --out P") == \
         "placeto place G --hardware --seconds 0.2 --out P --top 1 --repeats 2"
     assert shrink("placeto graph info G") == "placeto graph info G"
