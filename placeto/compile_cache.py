@@ -11,9 +11,11 @@ Where it lives, from the environment variable PLACETO_COMPILE_CACHE:
   a path         that directory (created if missing)
   off            no persistent cache (nor the one JAX_COMPILATION_CACHE_DIR would give)
 A directory that cannot be created or written is not an error: one warning on stderr, and the command runs
-without the cache. Entries are small (about 0.1 MB for a placement command's policy step); when the `filelock`
-package is installed, JAX keeps the directory under MAX_BYTES by dropping the least recently used entries
-(and locks it while reading and writing), else it only grows. Deleting the directory is always safe.
+without the cache. Entries are small (about 0.1 MB for a placement command's policy step, one per function and
+padded graph size). The directory only grows: JAX's size limit (jax_compilation_cache_max_size) is left unset,
+because its least-recently-used bookkeeping (an "-atime" file per entry under a file lock) fails with a
+FileNotFoundError warning per compile on entries written without it, e.g. by another JAX program sharing the
+directory. Deleting the directory is always safe.
 Keep one cache per machine: where a home directory is shared by machines of other CPUs, point
 PLACETO_CACHE (or PLACETO_COMPILE_CACHE) at a local directory.
 
@@ -24,7 +26,6 @@ JAX do not pay for its import, and worker processes started by the command inher
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import tempfile
@@ -35,7 +36,6 @@ ENV = "PLACETO_COMPILE_CACHE"
 ROOT_ENV = "PLACETO_CACHE"
 OFF = "off"
 MIN_COMPILE_SECONDS = 0.0  # keep every executable: reading one back costs less than compiling the smallest
-MAX_BYTES = 2 << 30  # with filelock: least recently used entries go beyond 2 GiB
 HELP = ("caches: compiled JAX functions are kept in ~/.cache/placeto/jax (or $XDG_CACHE_HOME/placeto/jax), so "
         "a second\ncommand on a graph of the same size skips most of its compilation; calibrated clusters beside "
         f"them.\n{ROOT_ENV}=DIR moves both, {ENV}=DIR the compilation cache alone, {ENV}={OFF} turns it off.")
@@ -88,8 +88,6 @@ def jax_options(path: Path | None) -> dict[str, object]:
         "jax_persistent_cache_min_compile_time_secs": MIN_COMPILE_SECONDS,
         "jax_persistent_cache_min_entry_size_bytes": -1,  # -1: any size, and JAX may not raise it
     }
-    if importlib.util.find_spec("filelock") is not None:  # JAX's size limit needs it (else an error per compile)
-        options["jax_compilation_cache_max_size"] = MAX_BYTES
     return options
 
 
