@@ -27,8 +27,8 @@ Command = Callable[[argparse.Namespace], int]
 EPISODES_HELP = ("training budget in sampled complete placements (default: the --config preset's). placeto counts "
                  "episodes: each visits every node (config passes times, one simulator call per visit) and ends in "
                  "one complete placement; rounded up to a multiple of episodes_per_update. gdp, rnn, hierarchical "
-                 "count placements sampled and simulated, in whole updates of samples_per_update (gdp: rounded "
-                 "down, at least one update; rnn, hierarchical: rounded up). A resumed run continues up to it")
+                 "count placements sampled and simulated, rounded up to whole updates of samples_per_update. A "
+                 "resumed run continues up to it")
 
 DESCRIPTION = """placeto: place the operations of a neural network's training step on devices (GPUs, CPUs) so
 that the step finishes soonest, with learned policies (Placeto, gdp; shipped, or trained here) or classical

@@ -76,8 +76,9 @@ class GdpConfig:
 
     @property
     def updates(self) -> int:
-        """Number of PPO updates the budget allows."""
-        return max(1, self.episodes // self.samples_per_update)
+        """Number of PPO updates: enough for `episodes` sampled placements (rounded up to whole updates of
+        samples_per_update, as rnn and hierarchical round; at least one)."""
+        return max(1, -(-self.episodes // self.samples_per_update))
 
     def replace(self, **changes: Any) -> "GdpConfig":
         return dataclasses.replace(self, **changes)
