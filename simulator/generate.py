@@ -1,4 +1,4 @@
-"""Random layered DAGs: test inputs, benchmark inputs and the demo graph."""
+"""Random DAG generators (layered DAGs, chains of branching blocks): test, benchmark and demo inputs."""
 
 from __future__ import annotations
 
@@ -43,3 +43,49 @@ def layered_dag(n_nodes: int, seed: int = 0, width: int | None = None, max_fan_i
             p = int(rng.integers(0, earlier)) if rng.random() < skip_prob else int(rng.choice(prev))
             edges.append((p, i, int(rng.integers(0, n_out[p]))))
     return make_graph(f"layered_{n_nodes}_s{seed}", nodes, edges, {"generator": "layered_dag", "seed": seed})
+
+
+def branching_blocks(n_nodes: int, seed: int = 0, branches: tuple[int, int] = (2, 6),
+                     depth: tuple[int, int] = (1, 6), mean_cost_us: float = 100.0,
+                     mean_bytes: float = 400_000.0, residual_prob: float = 0.5) -> Graph:
+    """A random chain of branching blocks of exactly `n_nodes` nodes (at least 1), deterministic in `seed`: the
+    shape of Inception/NASNet cells and of residual networks, unlike `layered_dag`'s wide layers.
+
+    Each block forks from the previous block's join node into `branches[0]`..`branches[1]` parallel branches,
+    each a chain of `depth[0]`..`depth[1]` nodes, which a join node concatenates; with probability
+    `residual_prob` the join also reads the block's input directly (a skip connection). The last block is cut
+    short when the node count runs out (its branches then end without a join). Costs (microseconds) are
+    lognormal around `mean_cost_us` with 5% zero-cost nodes; every node has one output of lognormal size
+    around `mean_bytes` bytes; every 7th node holds its output size as persistent bytes (a weight).
+    """
+    if n_nodes < 1:
+        raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")
+    rng = np.random.default_rng(seed)
+    ops, edges = ["input"], []
+    head = 0  # the node every branch of the next block reads
+    while len(ops) < n_nodes:
+        ends = []
+        for _ in range(int(rng.integers(branches[0], branches[1] + 1))):
+            prev = head
+            for _ in range(int(rng.integers(depth[0], depth[1] + 1))):
+                if len(ops) == n_nodes:
+                    break
+                ops.append(["conv", "matmul", "relu", "add"][len(ops) % 4])
+                edges.append((prev, len(ops) - 1, 0))
+                prev = len(ops) - 1
+            if prev != head:
+                ends.append(prev)
+        if len(ops) == n_nodes:
+            break
+        ops.append("concat")
+        join = len(ops) - 1
+        edges += [(e, join, 0) for e in ends]
+        if rng.random() < residual_prob:
+            edges.append((head, join, 0))
+        head = join
+    cost = rng.lognormal(np.log(mean_cost_us), 1.0, n_nodes)
+    cost[rng.random(n_nodes) < 0.05] = 0.0
+    sizes = np.round(rng.lognormal(np.log(mean_bytes), 1.0, n_nodes)).astype(np.int64)
+    nodes = [{"name": f"b{i}", "op": ops[i], "cost": float(np.round(cost[i], 3)), "out_bytes": [int(sizes[i])],
+              "persistent_bytes": int(sizes[i]) if i % 7 == 0 else 0} for i in range(n_nodes)]
+    return make_graph(f"blocks_{n_nodes}_s{seed}", nodes, edges, {"generator": "branching_blocks", "seed": seed})
