@@ -1,86 +1,382 @@
-"""GDP at scale: a 50,000-node graph placed zero-shot (one forward pass + one simulation), timed, with peak memory.
+"""GDP at scale against the list schedulers, local search and the human expert (issue 32, part 2).
 
-Run as `python -m experiments.gdp_scale [--checkpoint RUN] [--nodes 50000] [--devices 8]`. Without a
-checkpoint the default GdpConfig's freshly initialised parameters are used (the cost is the same; the quality is
-not). Writes experiments/results/gdp_scale.md. Wall times: graph generation (not counted), GDP inputs (features,
-topological order, padding), the first forward pass (jit compilation included), a second forward pass, the one
-simulation; peak resident memory of the process (ru_maxrss).
+    python -m experiments.gdp_scale                    # the whole grid; resumable: finished rows are kept
+    python -m experiments.gdp_scale --quick            # the 10k generated graphs at 4 devices only
+    python -m experiments.gdp_scale --graphs layered_50k --devices 8 --seconds 30
+
+Graphs: the ungrouped op graphs of the benchmarks nmt_l8, rnnlm_l8 and nasnet (traced once, cached in
+--cache with their expert placements), and generated graphs of two structures at 10,000 and 50,000 nodes:
+`layered_dag` (wide random layers) and `branching_blocks` (a chain of fork/join blocks). Cluster: the
+placeto-k80 preset at 4 and 8 devices. Methods, each reusing the project's own (`placeto.baselines.run_method`,
+`placeto.compare.run_learned`, `placeto.methods.gdp.place`):
+
+- single, expert (the benchmarks' human placement: a layer per device; nasnet's is the single device), etf, m-sct;
+- local-search and gdp-search with the same wall time, --seconds S each (compilation apart);
+- gdp: the shipped gdp-general policy, one forward pass on the op graph (argmax per node), zero-shot;
+- gdp-coarse (an ablation, in this experiment only): the graph grouped to 400 groups as Placeto's large-graph
+  path does (`placeto.coarsen.for_policy`), gdp-general's one pass on the groups, the placement expanded to the
+  ops; its time includes the grouping.
+
+Every row is simulated once on the op graph (runtime, out of memory). Rows are appended to the CSV as they
+finish, with the command that made them; a rerun skips the rows already there. The markdown (regenerated from
+the whole CSV each time) gives runtimes in ms with the ratio to etf, the wall seconds of each method, the lower
+bound, and the rows of the grid still missing.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import dataclasses
+import math
 import os
-import resource
 import sys
 import time
 from pathlib import Path
+from typing import Callable, Sequence
 
-import jax
 import numpy as np
 
-from placeto.methods.gdp.config import GdpConfig
-from placeto.methods.gdp.model import make_net
-from placeto.methods.gdp.place import _sample, load_run
-from placeto.methods.gdp.ppo import init_params, make_task
-from simulator import cluster_preset, simulate
-from simulator.generate import layered_dag
+RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+OP_GRAPHS = ("nmt_l8", "rnnlm_l8", "nasnet")
+GENERATED = {"layered_10k": ("layered_dag", 10_000), "blocks_10k": ("branching_blocks", 10_000),
+             "layered_50k": ("layered_dag", 50_000), "blocks_50k": ("branching_blocks", 50_000)}
+GRAPHS = (*OP_GRAPHS, *GENERATED)
+DEVICES = (4, 8)
+METHODS = ("single", "expert", "etf", "m-sct", "local-search", "gdp", "gdp-coarse", "gdp-search")
+QUICK = {"graphs": ("layered_10k", "blocks_10k"), "devices": (4,)}
+PRESET = "placeto-k80"
 
-RESULTS = Path(__file__).parent / "results" / "gdp_scale.md"
+
+@dataclasses.dataclass(frozen=True)
+class Result:
+    """One method on one graph and device count, as a CSV line."""
+
+    graph: str  # a key of GRAPHS
+    nodes: int
+    devices: int
+    method: str  # a name of METHODS
+    runtime_ms: float  # simulated runtime of the placement; NaN where the method does not apply
+    lower_bound_ms: float  # max(critical path, total compute / devices)
+    oom: bool  # the placement exceeds some device's memory
+    place_s: float  # wall seconds to place, compilation excluded
+    compile_s: float  # one-time wall seconds of learned methods (policy loading, jit compilation)
+    calls: int  # simulator calls the method made
+    note: str  # why the method does not apply, else ""
+    command: str  # the command line that made this row
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--checkpoint", help="gdp run directory (default: untrained default-config parameters)")
-    p.add_argument("--nodes", type=int, default=50000)
-    p.add_argument("--devices", type=int, default=8)
-    p.add_argument("--out", type=Path, default=RESULTS)
-    args = p.parse_args(argv)
-    graph, cluster = layered_dag(args.nodes, seed=0), cluster_preset("placeto-k80", args.devices)
+# ---- graphs -----------------------------------------------------------------------------------------------------
+def load(name: str, cache: Path):
+    """The graph called `name` (a key of GRAPHS). Op graphs are traced once (a minute or two) and cached as
+    `cache/<name>.json.gz`, with the expert placement of every device count in meta["expert_placement"]."""
+    from simulator import generate
+
+    if name in GENERATED:
+        generator, n = GENERATED[name]
+        return getattr(generate, generator)(n, seed=0)
+    if name not in OP_GRAPHS:
+        raise ValueError(f"unknown graph {name!r} (known: {', '.join(GRAPHS)})")
+    from simulator.io import load_graph, save_graph
+
+    path = cache / f"{name}.json.gz"
+    if not path.exists():
+        save_graph(trace_op_graph(name), path)
+    return load_graph(path)
+
+
+def trace_op_graph(name: str):
+    """The ungrouped op graph of benchmark `name` (analytic costs), its expert placements in meta."""
+    from placeto.families import (DEVICE_COUNTS, SINGLE_DEVICE_EXPERT, benchmark_specs, expert_op_placement,
+                                  trace_spec)
+
+    spec = next(s for s in benchmark_specs() if s.name == name)
+    program, traced = trace_spec(spec)
+    ops = traced.graph
+    if spec.kind in SINGLE_DEVICE_EXPERT:
+        experts = {str(d): [0] * ops.n_nodes for d in DEVICE_COUNTS}
+    else:
+        experts = {str(d): expert_op_placement(ops, program.meta["layer_groups"], d).tolist() for d in DEVICE_COUNTS}
+    return dataclasses.replace(ops, name=name, meta={**ops.meta, "expert_placement": experts})
+
+
+# ---- one row ----------------------------------------------------------------------------------------------------
+def place(method: str, graph, cluster, seconds: float, checkpoint: str, seed: int = 0):
+    """(int32[N] placement, place seconds, compile seconds, simulator calls) of `method` (see the module
+    docstring). Raises placeto.baselines.NotApplicable where it does not apply."""
+    from placeto.baselines import run_method
+    from placeto.compare import run_learned
+
+    if method in ("gdp", "gdp-coarse"):
+        return one_pass(graph, cluster, checkpoint, coarse=method == "gdp-coarse")
+    if method == "gdp-search":
+        run, compile_s = run_learned(method, graph, cluster, seed, None, seconds, checkpoint)
+        return run.placement, run.seconds, compile_s, run.simulator_calls
+    if method == "local-search":
+        run = run_method(method, graph, cluster, seed, budget=None, seconds=seconds)
+    else:
+        run = run_method(method, graph, cluster, seed)
+    return run.placement, run.seconds, 0.0, run.simulator_calls
+
+
+def one_pass(graph, cluster, checkpoint: str, coarse: bool):
+    """gdp's zero-shot placement: one forward pass of the policy (`timed_greedy`: inputs + pass, timed after a
+    first compiling call), on the op graph or (`coarse`) on its 400-group coarsening, expanded to the ops; the
+    grouping's seconds count as placing time. No simulator call."""
+    from placeto.coarsen import for_policy
+    from placeto.methods.gdp.place import load_run, timed_greedy
+    from placeto.policies import resolve_checkpoint
+
     t0 = time.perf_counter()
-    config, params = load_run(args.checkpoint) if args.checkpoint else (GdpConfig(), None)
-    task = make_task(graph, cluster, config)
-    params = params if params is not None else init_params(config, task)
-    t_inputs = time.perf_counter() - t0
-    net = make_net(config)
-    t1 = time.perf_counter()
-    _, greedy = _sample(net, params, task.inputs, jax.random.key(0), 1)
-    placement = np.asarray(jax.block_until_ready(greedy))[:graph.n_nodes]
-    t_first = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(1), 1))
-    t_second = time.perf_counter() - t2
-    t3 = time.perf_counter()
-    placed = simulate(graph, placement, cluster)
-    t_sim = time.perf_counter() - t3
-    total = time.perf_counter() - t0
-    single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster)
-    rss_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
-    lines = [
-        "# GDP zero-shot at scale", "",
-        f"Command: `{' '.join(['python -m experiments.gdp_scale', *(argv if argv is not None else sys.argv[1:])])}`",
-        f"({os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; policy: "
-        f"{args.checkpoint or 'untrained default GdpConfig'}; hidden {config.hidden}, segment {config.segment}, "
-        f"{config.attn_layers} attention layers, {config.sage_rounds} GraphSAGE rounds)", "",
-        "| quantity | value |", "|---|---:|",
-        f"| nodes / edges / padded nodes | {graph.n_nodes} / {graph.n_edges} / {task.inputs.nodes.shape[0]} |",
-        f"| devices | {cluster.n_devices} |",
-        f"| inputs (features, order, padding), s | {t_inputs:.2f} |",
-        f"| first forward pass + sample (jit compile included), s | {t_first:.2f} |",
-        f"| second forward pass + sample, s | {t_second:.2f} |",
-        f"| one simulation, s | {t_sim:.3f} |",
-        f"| **total zero-shot (inputs + first pass + simulation), s** | **{total:.2f}** |",
-        f"| peak resident memory of the process, GB | {rss_gb:.2f} |",
-        f"| gdp runtime, ms | {placed.runtime / 1e3:.1f}{' (OOM)' if placed.any_oom else ''} |",
-        f"| single-device runtime, ms | {single.runtime / 1e3:.1f}{' (OOM)' if single.any_oom else ''} |",
-        f"| lower bound, ms | {placed.lower_bound / 1e3:.1f} |",
-        f"| devices used by the placement | {len(np.unique(placement))} |",
-    ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    config, params = load_run(resolve_checkpoint(checkpoint))
+    load_s = time.perf_counter() - t0
+    view = for_policy(graph) if coarse else None
+    placement, seconds, first = timed_greedy(config, params, view.graph if coarse else graph, cluster)
+    if coarse:
+        return view.expand(placement), seconds + view.seconds, load_s + first - seconds, 0
+    return placement, seconds, load_s + first - seconds, 0
+
+
+def run_row(name: str, graph, n_devices: int, method: str, seconds: float, checkpoint: str,
+            command: str) -> Result:
+    """`method` on `graph` at `n_devices` placeto-k80 devices, simulated once."""
+    from placeto.baselines import NotApplicable
+    from simulator import cluster_preset, simulate
+    from simulator.result import lower_bound
+
+    cluster = cluster_preset(PRESET, n_devices)
+    base = dict(graph=name, nodes=graph.n_nodes, devices=n_devices, method=method,
+                lower_bound_ms=lower_bound(graph, cluster) / 1e3, command=command)
+    try:
+        placement, place_s, compile_s, calls = place(method, graph, cluster, seconds, checkpoint)
+    except NotApplicable as e:
+        return Result(**base, runtime_ms=math.nan, oom=False, place_s=0.0, compile_s=0.0, calls=0, note=str(e))
+    sim = simulate(graph, np.asarray(placement, np.int32), cluster)
+    return Result(**base, runtime_ms=float(sim.runtime) / 1e3, oom=bool(sim.any_oom), place_s=place_s,
+                  compile_s=compile_s, calls=int(calls), note="")
+
+
+# ---- the CSV of finished rows -----------------------------------------------------------------------------------
+def read_rows(path: Path) -> list[Result]:
+    """The rows of a CSV written by `write_rows` ([] if the file does not exist)."""
+    if not path.exists():
+        return []
+    kinds = {f.name: f.type for f in dataclasses.fields(Result)}
+    convert = {"int": int, "float": lambda v: math.nan if v == "" else float(v), "bool": lambda v: v == "True",
+               "str": str}
+    with path.open(newline="") as f:
+        return [Result(**{k: convert[kinds[k]](v) for k, v in d.items()}) for d in csv.DictReader(f)]
+
+
+def write_rows(path: Path, rows: Sequence[Result]) -> None:
+    from simulator.io import atomic_write_csv
+
+    atomic_write_csv(path, [dataclasses.asdict(r) for r in rows], [f.name for f in dataclasses.fields(Result)])
+
+
+def grid(graphs: Sequence[str], devices: Sequence[int], methods: Sequence[str]) -> list[tuple[str, int, str]]:
+    """(graph, devices, method) of every row asked, graph by graph, in the order given."""
+    return [(g, d, m) for g in graphs for d in devices for m in methods]
+
+
+# ---- the markdown -----------------------------------------------------------------------------------------------
+def ratio_to_etf(rows: Sequence[Result]) -> dict[tuple[str, int, str], float]:
+    """{(graph, devices, method): runtime / etf's runtime on that graph and device count} for the rows that ran
+    beside an etf row."""
+    etf = {(r.graph, r.devices): r.runtime_ms for r in rows if r.method == "etf" and not math.isnan(r.runtime_ms)}
+    return {(r.graph, r.devices, r.method): r.runtime_ms / etf[r.graph, r.devices] for r in rows
+            if (r.graph, r.devices) in etf and not math.isnan(r.runtime_ms)}
+
+
+def geomean(values: Sequence[float]) -> float:
+    return float(np.exp(np.mean(np.log(values)))) if len(values) else math.nan
+
+
+def _table(rows: Sequence[Result], methods: Sequence[str], cell: Callable[[Result], str]) -> list[str]:
+    """One line per (graph, devices), one column per method; "…": not run yet, "—": does not apply."""
+    by = {(r.graph, r.devices, r.method): r for r in rows}
+    order = {g: i for i, g in enumerate(GRAPHS)}
+    keys = sorted(dict.fromkeys((r.graph, r.devices) for r in rows), key=lambda k: (order.get(k[0], len(order)), k))
+    lines = ["| graph | nodes | devices | lower bound | " + " | ".join(methods) + " |",
+             "|---|---:|---:|---:|" + "---:|" * len(methods)]
+    for g, d in keys:
+        first = next(r for r in rows if (r.graph, r.devices) == (g, d))
+        cells = [("…" if (g, d, m) not in by else "—" if math.isnan(by[g, d, m].runtime_ms) else cell(by[g, d, m]))
+                 for m in methods]
+        lines.append(f"| {g} | {first.nodes} | {d} | {first.lower_bound_ms:.1f} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def summary(rows: Sequence[Result], methods: Sequence[str]) -> list[str]:
+    """Per method: geometric mean ratio to etf (its rows, and at 8 devices), mean seconds; then the paired
+    comparisons: gdp-coarse against gdp, gdp-search against local search, and issue 32's targets."""
+    ratios = ratio_to_etf(rows)
+    lines = ["| method | geo-mean x etf | geo-mean x etf, 8 devices | mean place s | mean compile s | rows |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for m in methods:
+        ran = [r for r in rows if r.method == m and (r.graph, r.devices, m) in ratios]
+        if ran:
+            at8 = [ratios[r.graph, r.devices, m] for r in ran if r.devices == 8]
+            at8_text = f"{geomean(at8):.3f}" if at8 else "—"
+            lines.append(f"| {m} | {geomean([ratios[r.graph, r.devices, m] for r in ran]):.3f} | {at8_text} | "
+                         f"{np.mean([r.place_s for r in ran]):.2f} | {np.mean([r.compile_s for r in ran]):.2f} | "
+                         f"{len(ran)} |")
+    lines += ["", "Each method's rows are those it ran beside etf; the paired lines below compare like with like."]
+    coarse = paired(ratios, "gdp-coarse", "gdp")
+    if coarse:
+        a, b, better, n = coarse
+        verdict = ("it clearly helps" if a <= 1.5 and b >= 2 * a else "it helps" if a < b else "it does not help")
+        lines += ["", f"- Ablation gdp-coarse (gdp-general's one pass on the 400-group coarsening, expanded to the "
+                  f"ops) against gdp (one pass on the op graph): geometric mean {a:.2f}x etf against {b:.2f}x, "
+                  f"better in {better} of {n} graph x device rows: {verdict}."]
+    search = paired(ratios, "gdp-search", "local-search")
+    if search:
+        a, b, better, n = search
+        lines.append(f"- gdp-search against local search at equal wall time: geometric mean {a:.3f}x etf against "
+                     f"{b:.3f}x, better in {better} of {n} rows.")
+    return lines + targets(rows, ratios)
+
+
+def paired(ratios: dict, method: str, other: str) -> tuple[float, float, int, int] | None:
+    """(geo-mean x etf of `method`, of `other`, rows where `method` is better, rows) over the (graph, devices)
+    where both ran; None if there are none."""
+    pairs = [(v, ratios[k[:2] + (other,)]) for k, v in ratios.items() if k[2] == method and k[:2] + (other,) in ratios]
+    if not pairs:
+        return None
+    return geomean([p[0] for p in pairs]), geomean([p[1] for p in pairs]), sum(a < b for a, b in pairs), len(pairs)
+
+
+def targets(rows: Sequence[Result], ratios: dict) -> list[str]:
+    """Issue 32's done-when, where the rows exist: at 8 devices, gdp (one pass) and gdp-search against the expert
+    on the op graphs; gdp on the 50k graphs within 1.10x etf in < 60 s."""
+    by = {(r.graph, r.devices, r.method): r for r in rows if not math.isnan(r.runtime_ms)}
+    lines = []
+    for m in ("gdp", "gdp-coarse", "gdp-search"):
+        gains = [1 - by[g, 8, m].runtime_ms / by[g, 8, "expert"].runtime_ms for g in OP_GRAPHS
+                 if (g, 8, m) in by and (g, 8, "expert") in by]
+        if gains:
+            lines.append(f"- Target 1 (op graphs, 8 devices, >= 10% better than the expert on average): {m} "
+                         f"{100 * np.mean(gains):+.1f}% over {len(gains)} graphs.")
+    for m in ("gdp", "gdp-coarse"):
+        big = [(g, ratios[g, 8, m], by[g, 8, m].place_s) for g in GENERATED if GENERATED[g][1] == 50_000
+               and (g, 8, m) in ratios]
+        for g, x, s in big:
+            ok = "met" if x <= 1.10 and s < 60 else "not met"
+            lines.append(f"- Target 2 ({g}, 8 devices, one pass within 1.10x etf in < 60 s): {m} {x:.2f}x etf in "
+                         f"{s:.1f} s: {ok}.")
+    return lines
+
+
+def missing_text(missing: Sequence[tuple[str, int, str]]) -> str:
+    """"g 4d: all; h 8d: m-sct, gdp" from (graph, devices, method) triples."""
+    by: dict[tuple[str, int], list[str]] = {}
+    for g, d, m in missing:
+        by.setdefault((g, d), []).append(m)
+    return "; ".join(f"{g} {d}d: " + ("all" if len(ms) == len(METHODS) else ", ".join(ms)) for (g, d), ms in by.items())
+
+
+def markdown(rows: Sequence[Result], missing: Sequence[tuple[str, int, str]], fill_command: str) -> str:
+    """The results page: commands, runtimes (x etf), wall seconds, summary, missing rows."""
+    methods = [m for m in METHODS if any(r.method == m for r in rows)]
+    ratios = ratio_to_etf(rows)
+    commands = {}
+    for r in rows:
+        commands[r.command] = commands.get(r.command, 0) + 1
+
+    def runtime(r: Result) -> str:
+        x = ratios.get((r.graph, r.devices, r.method))
+        return f"{r.runtime_ms:.1f}" + (" OOM" if r.oom else "") + (f" ({x:.2f})" if x is not None else "")
+
+    def seconds(r: Result) -> str:
+        return f"{r.place_s:.1f}" + (f" (+{r.compile_s:.1f})" if r.compile_s > 0 else "")
+
+    lines = ["# GDP at scale: one pass, coarse-to-fine and search against the list schedulers and the expert", "",
+             "Commands (each row of gdp_scale.csv records the one that made it; a rerun keeps finished rows):"]
+    lines += [f"- `{c}` ({n} rows)" for c, n in commands.items()]
+    lines += ["", f"({os.cpu_count()} cores, load average at the last write {os.getloadavg()[0]:.1f}; {PRESET} "
+              "preset; shipped gdp-general policy. local-search and gdp-search: the same wall time, the --seconds "
+              "of the command; gdp and gdp-coarse: one forward pass, zero-shot, no simulator call.)", "",
+              "## Simulated runtime, ms (ratio to etf)", "",
+              *_table(rows, methods, runtime), "",
+              "OOM: the placement exceeds a device's memory. —: does not apply (no expert placement). …: not run "
+              "yet.", "", "## Wall seconds to place (+ one-time compilation and policy loading)", "",
+              *_table(rows, methods, seconds), "",
+              "gdp and gdp-coarse: the policy's inputs (features, order, padding) and one forward pass, after a "
+              "first compiling call; gdp-coarse adds the grouping. gdp-search: its forward pass and the search.",
+              "", "## Summary", "", *summary(rows, methods), ""]
+    if missing:
+        lines += ["## Missing rows", "", f"{len(missing)} rows of the grid are not measured yet: "
+                  + missing_text(missing) + ".",
+                  f"`{fill_command}` measures them (finished rows are kept).", ""]
+    return "\n".join(lines)
+
+
+# ---- main -------------------------------------------------------------------------------------------------------
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    def names(known: Sequence[str], kind: type = str):
+        def parse(text: str) -> tuple:
+            items = tuple(kind(s.strip()) for s in text.split(",") if s.strip())
+            bad = [s for s in items if s not in known]
+            if bad or not items:
+                raise argparse.ArgumentTypeError(f"{text!r}: choose from {', '.join(map(str, known))}")
+            return items
+        return parse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="the 10k generated graphs at 4 devices only")
+    p.add_argument("--graphs", type=names(GRAPHS), default=GRAPHS, help=f"comma list of {', '.join(GRAPHS)}")
+    p.add_argument("--devices", type=names(DEVICES, int), default=DEVICES, help="comma list of 4, 8")
+    p.add_argument("--methods", type=names(METHODS), default=METHODS, help=f"comma list of {', '.join(METHODS)}")
+    p.add_argument("--seconds", type=float, default=30.0, help="wall seconds of local-search and of gdp-search")
+    p.add_argument("--checkpoint", default="gdp-general", help="the gdp policy (shipped name or run directory)")
+    p.add_argument("--cache", type=Path, default=ROOT / "runs" / "gdp_scale_graphs", help="traced op graphs")
+    p.add_argument("--out", type=Path, default=RESULTS / "gdp_scale.md", help="markdown; the CSV beside it")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.graphs, args.devices = QUICK["graphs"], QUICK["devices"]
+    if not 0 < args.seconds <= 3600:
+        p.error(f"--seconds must be in (0, 3600], got {args.seconds}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    command = " ".join(["python -m experiments.gdp_scale", *(argv if argv is not None else sys.argv[1:])])
+    csv_path = args.out.with_suffix(".csv")
+    rows = read_rows(csv_path)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    done = {(r.graph, r.devices, r.method) for r in rows}
+    todo = [k for k in grid(args.graphs, args.devices, args.methods) if k not in done]
+    print(f"{len(todo)} rows to run ({len(rows)} already in {csv_path})", flush=True)
+    graph, graph_name = None, None
+    for k, (name, n_dev, method) in enumerate(todo, 1):
+        if name != graph_name:
+            t0 = time.perf_counter()
+            graph, graph_name = load(name, args.cache), name
+            print(f"{name}: {graph.n_nodes} nodes, {graph.n_edges} edges ({time.perf_counter() - t0:.1f} s)",
+                  flush=True)
+        t0 = time.perf_counter()
+        row = run_row(name, graph, n_dev, method, args.seconds, args.checkpoint, command)
+        rows.append(row)
+        write_rows(csv_path, rows)
+        etf = next((r.runtime_ms for r in rows if (r.graph, r.devices, r.method) == (name, n_dev, "etf")), math.nan)
+        print(f"[{k}/{len(todo)}] {name} {n_dev}d {method}: {row.runtime_ms:.1f} ms (x etf {row.runtime_ms / etf:.2f}"
+              f", lower bound {row.lower_bound_ms:.1f}) placed in {row.place_s:.1f} s (+{row.compile_s:.1f} s "
+              f"compile; {time.perf_counter() - t0:.0f} s in all){' ' + row.note if row.note else ''}", flush=True)
+        write_markdown(args, rows)
+    write_markdown(args, rows)
+    return 0
+
+
+def write_markdown(args: argparse.Namespace, rows: Sequence[Result]) -> None:
+    from simulator.io import atomic_write_bytes
+
+    done = {(r.graph, r.devices, r.method) for r in rows}
+    missing = [k for k in grid(GRAPHS, DEVICES, METHODS) if k not in done]
+    fill = f"python -m experiments.gdp_scale --seconds {args.seconds:g}"
+    atomic_write_bytes(args.out, markdown(rows, missing, fill).encode())
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
