@@ -303,7 +303,8 @@ def markdown(rows: Sequence[Result], missing: Sequence[tuple[str, int, str]], fi
               "yet.", "", "## Wall seconds to place (+ one-time compilation and policy loading)", "",
               *_table(rows, methods, seconds), "",
               "gdp and gdp-coarse: the policy's inputs (features, order, padding) and one forward pass, after a "
-              "first compiling call; gdp-coarse adds the grouping. gdp-search: its forward pass and the search.",
+              "first compiling call; gdp-coarse adds the grouping. gdp-search: its forward pass and the search, within "
+              "--seconds (the harness counts its inputs with the compilation).",
               "", "## Summary", "", *summary(rows, methods), ""]
     if missing:
         lines += ["## Missing rows", "", f"{len(missing)} rows of the grid are not measured yet: "
