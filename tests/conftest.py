@@ -1,9 +1,41 @@
-"""Shared test setup: no test writes into the user's JAX compilation cache (placeto.compile_cache).
+"""Shared test setup.
 
-The `placeto` commands the tests run (in-process or as subprocesses, which inherit the environment) compile
-as they did before the cache existed; tests/test_compile_cache.py turns it on in temporary directories.
+Compilation cache: no test writes into the user's JAX compilation cache (placeto.compile_cache). Each test
+process (each pytest-xdist worker) gets its own temporary one instead, which the `placeto` commands the tests
+run inherit (in-process, or as subprocesses through the environment), so a policy compiled by one test is read
+back by the next; it is removed when the process exits. tests/test_compile_cache.py and tests/test_readme.py
+set their own.
+
+Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
+`serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
+process on a 2-core machine would disturb. Plain `pytest tests` runs everything in one process.
 """
 
+import atexit
 import os
+import shutil
+import tempfile
 
-os.environ["PLACETO_COMPILE_CACHE"] = "off"
+import pytest
+
+_CACHE = tempfile.mkdtemp(prefix="placeto-test-jax-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
+os.environ["PLACETO_COMPILE_CACHE"] = _CACHE
+
+SERIAL = (  # test files, or file::test name prefixes
+    "test_hardware.py",
+    "test_on_hardware.py",
+    "test_compare.py::test_learned_rows_share_the_budget",
+    "test_search.py::test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start",
+)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "serial: run alone, not beside another test process (see tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.nodeid.rsplit("/", 1)[-1]
+        if any(name == s or name.startswith(s + "::") or name.startswith(s + "[") for s in SERIAL):
+            item.add_marker(pytest.mark.serial)
