@@ -39,7 +39,8 @@ def test_markdown_marks_missing_inapplicable_and_judges_the_ablation():
     text = gs.markdown(rows, [("nasnet", 8, "gdp")], "python -m experiments.gdp_scale --seconds 30")
     table = next(line for line in text.splitlines() if line.startswith("| layered_10k | 10000 | 4 |"))
     assert "| — |" in table and "500.0 (5.00)" in table and "120.0 (1.20)" in table and "…" in table
-    assert "1.20x etf against 5.00x" in text and "it clearly helps" in text
+    assert "all graphs: geometric mean 1.20x etf against 5.00x" in text and "it clearly helps" in text
+    assert "the generated graphs: geometric mean 1.20x" in text and "op graphs:" not in text
     assert "nasnet 8d: gdp" in text and "`python -m experiments.gdp_scale --seconds 30` measures them" in text
     worse = gs.markdown([_row(), _row(method="gdp", runtime=200.0), _row(method="gdp-coarse", runtime=300.0)], [],
                         "x")
@@ -73,7 +74,7 @@ def test_targets_compare_gdp_with_the_expert_and_etf_at_8_devices():
             _row(graph="blocks_50k", devices=8, runtime=100.0),
             _row(graph="blocks_50k", devices=8, method="gdp", runtime=130.0, place_s=20.0)]
     lines = gs.targets(rows, gs.ratio_to_etf(rows))
-    assert any("gdp +15.0% over 1 graphs" in line for line in lines)
+    assert any("gdp +15.0% on average over 1 graphs (geometric mean 0.85x" in line for line in lines)
     assert any("layered_50k" in line and "1.05x etf in 20.0 s: met" in line for line in lines)
     assert any("blocks_50k" in line and "1.30x etf in 20.0 s: not met" in line for line in lines)
 
