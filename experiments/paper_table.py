@@ -393,8 +393,8 @@ def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bo
         got = {m: curves.get((g, d, s, m)) for m in METHODS}
         bests = [v[0]["best_ms"] for v in got.values() if v is not None and v[0]["best_ms"] is not None]
         target = WITHIN * min(bests) if bests else None
-        row = {"graph": g, "devices": d, "seed": s, "single_ms": ref.get("single_ms"), "expert_ms": ref.get("expert_ms"),
-               "target_ms": target}
+        row = {"graph": g, "devices": d, "seed": s, "single_ms": ref.get("single_ms"),
+               "expert_ms": ref.get("expert_ms"), "target_ms": target}
         for m in METHODS:
             if got[m] is None:
                 row[m] = None

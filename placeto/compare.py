@@ -24,7 +24,6 @@ from tqdm import tqdm
 from placeto.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, comma_list
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
 from placeto.distributed import WorkerSpec
-from placeto.objective import metered
 from placeto.methods import registry
 from placeto.policies import DEFAULT_POLICY, resolve_checkpoint
 from placeto.families import SPLITS, load_family

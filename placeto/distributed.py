@@ -225,7 +225,8 @@ class RayPool:
 
 def open_pool(workers: WorkerSpec | None, kind: str, config, pairs: Sequence[tuple]):
     """A context manager giving a RayPool of `kind` workers (placeto.workers.make_worker; `kind`: the worker
-    class's "module:Class" path) for the (graph, cluster) pairs, ended on exit; without `workers`, one giving None (rollouts stay in this process)."""
+    class's "module:Class" path) for the (graph, cluster) pairs, ended on exit; without `workers`, one giving None
+    (rollouts stay in this process)."""
     if workers is None:
         return contextlib.nullcontext()
     return RayPool(workers, kind, (config, list(pairs)))
