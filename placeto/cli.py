@@ -297,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
                                       "on graphs (resumes after a kill)")
     what = tr.add_mutually_exclusive_group(required=True)
     what.add_argument("--family", help="train on the train split of datasets/<FAMILY> (a comma list, or 'all')")
-    what.add_argument("--graph", nargs="+", help="graph files to train on")
+    what.add_argument("--graph", nargs="+", help="graph files to train on (a directory: its *.json and *.json.gz "
+                                                 "files, by name)")
     tr.add_argument("--devices", type=comma_list(DEVICES), default=None,
                     help="device counts of the preset, e.g. 4, or 2,4,8 to train one policy on all three (default: "
                          "the cluster file's count when given, else 4; a different count is an error)")
@@ -311,8 +312,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "per graph: one --graph, one --devices count")
     tr.add_argument("--init-from", help="start from this trained policy (a shipped name or a run directory)")
     tr.add_argument("--out", required=True, help="run directory (checkpoints, metrics, best placements)")
-    tr.add_argument("--config", default="default", choices=["default", "tiny"],
-                    help="configuration preset of the method (tiny: a small network and budget, for tests)")
+    tr.add_argument("--config", default="default", choices=["default", "tiny", "large"],
+                    help="configuration preset of the method (tiny: a small network and budget, for tests; large: "
+                         "gdp's large-graph policy, decisions in list-scheduling order conditioned on the devices "
+                         "already chosen)")
     tr.add_argument("--episodes", type=COUNT, help=EPISODES_HELP)
     tr.add_argument("--minutes", type=MINUTES, help="stop (with a checkpoint) after this many minutes (default: when "
                                                     "--episodes are done)")

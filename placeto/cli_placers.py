@@ -7,6 +7,7 @@ as one line with exit status 2.
 from __future__ import annotations
 
 import argparse
+import re
 
 from placeto.arguments import DEFAULT_DEVICES, cluster_from_args, resolve_devices, spec_count
 from simulator.cluster import Cluster, cluster_preset, load_cluster
@@ -20,6 +21,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
     workers = spec_from_args(args)  # None without --workers
     method = registry.get(getattr(args, "method", None) or registry.DEFAULT)
+    if args.config not in method.presets:
+        raise InputError(f"--config {args.config} is not a preset of {method.name} (it has "
+                         f"{', '.join(method.presets)})")
     return method.train(args, *_train_inputs(args), workers)
 
 
@@ -58,6 +62,23 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     return 0
 
 
+def graph_files(paths: list[str]) -> list[str]:
+    """The train command's --graph arguments as files: a directory stands for its graph files (*.json,
+    *.json.gz), sorted by name; InputError for a directory without any."""
+    from pathlib import Path
+
+    out = []
+    for p in paths:
+        if Path(p).is_dir():
+            found = sorted(str(f) for f in Path(p).iterdir() if f.name.endswith((".json", ".json.gz")))
+            if not found:
+                raise InputError(f"{p}: a directory without graph files (*.json, *.json.gz)")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
 def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
     """(graphs, clusters) the train command's --family/--graph and --cluster/--preset/--devices name."""
     from simulator.io import load_graph
@@ -68,7 +89,7 @@ def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
         names = FAMILIES if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
         graphs = [g for name in names for g in load_family(name, "train")]
     else:
-        graphs = [load_graph(g) for g in args.graph]
+        graphs = [load_graph(g) for g in graph_files(args.graph)]
     if args.cluster:
         cluster = load_cluster(args.cluster)
         for count in dict.fromkeys(args.devices or []):  # a given --devices must be the file's count
@@ -176,8 +197,9 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
 
 
 def _reproducing(command: str, policy_dir) -> str:
-    """The policy's recorded command with --set for every config field whose default has changed since (read from
-    its config.json with its method's config class), so that rerunning it trains the same configuration."""
+    """The policy's recorded command with --set for every config field whose default (that of the command's
+    --config preset) has changed since (read from its config.json with its method's config class), so that
+    rerunning it trains the same configuration."""
     from placeto.checkpoint_io import read_config
     from placeto.config_fields import pinned_overrides
     from placeto.methods import registry
@@ -185,8 +207,10 @@ def _reproducing(command: str, policy_dir) -> str:
     method = registry.checkpoint_method(policy_dir)
     if method is None or command == "?":
         return command
-    cls = registry.get(method).config_cls
-    pins = pinned_overrides(read_config(policy_dir, cls), cls(), command)
+    spec = registry.get(method)
+    preset = re.search(r"--config (\S+)", command)  # the defaults the command started from
+    current = spec.presets.get(preset.group(1), spec.config_cls) if preset else spec.config_cls
+    pins = pinned_overrides(read_config(policy_dir, spec.config_cls), current(), command)
     if not pins:
         return command
     if " --set " in command:

@@ -25,6 +25,7 @@ from placeto.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, com
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
 from placeto.distributed import WorkerSpec
 from placeto.methods import registry
+from placeto.methods.base import LARGE_GRAPH_NODES
 from placeto.policies import DEFAULT_POLICY, resolve_checkpoint
 from placeto.families import SPLITS, load_family
 from simulator.cluster import Cluster, cluster_preset
@@ -235,7 +236,7 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
     if checkpoint is not None:
         resolve_checkpoint(checkpoint)  # InputError on a name that is neither shipped nor a run directory
     if registry.policy_kind(registry.checkpoint_method(checkpoint)) != method.name:
-        checkpoint = method.default_checkpoint  # each kind of learned method its own kind of policy
+        checkpoint = method.default_for(graph.n_nodes)  # each kind of learned method its own kind of policy
     return method.run(name, graph, cluster, seed, budget, seconds, checkpoint, finetune_episodes)
 
 
@@ -402,7 +403,8 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default="all",
                    help="comma list of methods and sets. all: every baseline and the learned methods "
                         f"({', '.join(LEARNED)}) with their shipped policies ({DEFAULT_POLICY} for placeto, "
-                        f"{registry.get('gdp').default_checkpoint} for gdp) or --checkpoint; baselines: "
+                        f"{registry.get('gdp').default_checkpoint} for gdp, {registry.get('gdp').large_checkpoint} "
+                        f"above {LARGE_GRAPH_NODES} nodes) or --checkpoint; baselines: "
                         f"{', '.join(METHODS)}; learned: the learned methods only; {' and '.join(PER_GRAPH)} (trained "
                         "from scratch on each graph within the budget) only when named")
     p.add_argument("--checkpoint", help="trained policy for the learned methods of its kind (Placeto or gdp): a "

@@ -23,6 +23,7 @@ LoadFn = Callable[[Path], tuple[Any, Any]]
 # (graph, cluster, checkpoint, samples, seed) -> (placement int32[N], simulator calls): zero-shot placement
 # without a budget (`placeto place` with no --budget / --seconds)
 PlaceFn = Callable[..., tuple[Any, int]]
+LARGE_GRAPH_NODES = 1000  # above this, a method's large_checkpoint (if any) is its default (coarsen's threshold)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,4 +41,10 @@ class Method:
     per_graph: bool = False  # trained on the one graph it places (rnn, hierarchical), not on a family
     finetunes: bool = False  # `run` accepts finetune_episodes > 0 (fine-tuning on the graph before placing)
     default_checkpoint: str | None = None  # shipped policy used when no checkpoint of this method is given
+    large_checkpoint: str | None = None  # ... instead, for graphs of more than LARGE_GRAPH_NODES nodes
+
+    def default_for(self, n_nodes: int) -> str | None:
+        """The shipped policy used for a graph of `n_nodes` nodes when no checkpoint of this method is given."""
+        return self.large_checkpoint if self.large_checkpoint and n_nodes > LARGE_GRAPH_NODES else \
+            self.default_checkpoint
     place: PlaceFn | None = None  # zero-shot placement without a budget (None: every placement goes through run)

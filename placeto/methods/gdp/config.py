@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 NAME = "gdp"  # config.json's "method" field of a gdp run directory
+DECODERS = ("independent", "heft", "etf")  # GdpConfig.decoder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +27,15 @@ class GdpConfig:
     """Attention heads."""
     max_devices: int = 8
     """Device axis padding: the policy places on any cluster of up to this many devices."""
+    decoder: str = "independent"
+    """How a placement is read off the network. "independent": every node's device drawn from its own
+    distribution, all at once (seed 003's single shot). "heft" and "etf": list decoders, decisions conditioned on
+    the devices already chosen: the nodes in a list scheduler's order (HEFT's static upward rank, or m-ETF's
+    earliest-start ready node), each device's logit the network's score plus a learned per-node weight times
+    -log1p(finish gap / cost unit), the finish gap being how much later the node would finish there than on the
+    best device given the placement so far; devices the node's memory does not fit are masked as the list
+    schedulers do (placeto.methods.gdp.decoder). Still one forward pass; the decoding is a sequential numba loop
+    (experiments/results/gdp_scale.md compares them)."""
 
     # ---- PPO ----------------------------------------------------------------------------------------------
     episodes: int = 1_000_000
@@ -65,6 +75,8 @@ class GdpConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "sage_rounds" else 1):
                 raise ValueError(f"GdpConfig: {name} must be a positive integer, got {v!r}")
+        if self.decoder not in DECODERS:
+            raise ValueError(f"GdpConfig: decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
         if self.hidden % self.heads:
             raise ValueError(f"GdpConfig: hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         for name in ("clip", "lr", "entropy", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
@@ -85,13 +97,15 @@ class GdpConfig:
 
     def model_fields(self) -> tuple:
         """The fields that fix the parameter shapes."""
-        return (self.hidden, self.sage_rounds, self.attn_layers, self.heads, self.max_devices)
+        fields = (self.hidden, self.sage_rounds, self.attn_layers, self.heads, self.max_devices)
+        return fields if self.decoder == "independent" else (*fields, self.decoder)
 
     def model_config(self) -> "GdpConfig":
         """This config with every non-model field at its default: what the network is built from, so that runs
         differing only in budget, seed or PPO settings share compiled functions."""
         return GdpConfig(hidden=self.hidden, sage_rounds=self.sage_rounds, segment=self.segment,
-                         attn_layers=self.attn_layers, heads=self.heads, max_devices=self.max_devices)
+                         attn_layers=self.attn_layers, heads=self.heads, max_devices=self.max_devices,
+                         decoder=self.decoder)
 
     def to_json(self) -> str:
         d = {"method": NAME, **dataclasses.asdict(self)}
@@ -142,6 +156,14 @@ class FinetuneSettings:
         _check_temperature("FinetuneSettings", self.temperature)
 
     @classmethod
+    def default_for(cls, config: GdpConfig) -> "FinetuneSettings":
+        """The defaults above for the "independent" decoder; for a list decoder, whose placements are decoded one
+        by one on the host (a 26k-node placement takes ~0.2 s), batches of 16 at the policy's own temperature."""
+        if config.decoder == "independent":
+            return cls()
+        return cls(samples_per_update=16, temperature=1.0)
+
+    @classmethod
     def of_training(cls, config: GdpConfig) -> "FinetuneSettings":
         """The settings `config` was trained with (the ablation's baseline)."""
         return cls(config.samples_per_update, config.ppo_epochs, config.lr, config.temperature)
@@ -163,4 +185,11 @@ def tiny(**changes: Any) -> GdpConfig:
                      samples_per_update=16, ppo_epochs=3, lr=3e-3, checkpoint_seconds=0.0).replace(**changes)
 
 
-PRESETS = {"default": GdpConfig, "tiny": tiny}
+def large(**changes: Any) -> GdpConfig:
+    """The large-graph policy (shipped as gdp-large): the "etf" list decoder, 16 placements per update and 2 epochs
+    (an update on a 26k-node graph takes ~6 s here: the decoding is sequential per placement)."""
+    return GdpConfig(decoder="etf", samples_per_update=16, ppo_epochs=2, lr=1e-3, entropy=0.001, temperature=1.0,
+                     checkpoint_seconds=120.0).replace(**changes)
+
+
+PRESETS = {"default": GdpConfig, "tiny": tiny, "large": large}

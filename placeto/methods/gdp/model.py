@@ -13,6 +13,8 @@
 
 from __future__ import annotations
 
+import math
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -22,6 +24,12 @@ from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.inputs import GdpInputs
 
 NEG = -1e9  # logit of a padded device
+FINISH_WEIGHT_INIT = 20.0
+"""A list decoder's initial weight of the finish gap (placeto.methods.gdp.decoder): a device finishing half a
+cost unit later than the best starts e^-8 times less likely. With 4, a fresh policy's samples were close to
+uniform on generated graphs, whose finish gaps are mostly transfers of about half a cost unit, and PPO learned
+nothing from them. The load gap's weight starts at 0 and may turn negative (consolidate) or positive (spread):
+experiments/results/gdp_decoder.md measures both directions helping on some graphs and hurting on others."""
 
 
 class SegmentAttention(nn.Module):
@@ -75,7 +83,9 @@ class ConcatDense(nn.Module):
 
 
 class GdpNet(nn.Module):
-    """GdpInputs -> logits float32[Np, Dm] (node order; NEG on padded devices, 0 rows on padding nodes)."""
+    """GdpInputs -> logits float32[Np, Dm] (node order; NEG on padded devices, 0 rows on padding nodes); with
+    a list decoder (config.decoder "heft" or "etf"), (scores float32[Np, Dm], weights float32[Np, 2] of the finish
+    gap (> 0) and of the load gap)."""
 
     config: GdpConfig
 
@@ -98,12 +108,27 @@ class GdpNet(nn.Module):
         bilinear = jnp.einsum("nh,ndh->nd", node_query, dev_key) / jnp.sqrt(c.hidden)
         hid = nn.relu(ConcatDense(c.hidden, name="head_hidden")(z[:, None, :], *dev_in))  # [Np, Dm, H]
         logits = nn.Dense(1, name="head_out")(hid)[..., 0] + bilinear  # [Np, Dm]
-        return jnp.where(x.dev_mask[None, :], logits, NEG)
+        if c.decoder == "independent":
+            return jnp.where(x.dev_mask[None, :], logits, NEG)
+        # A list decoder (placeto.methods.gdp.decoder): scores and load-gap weight start at 0 and the finish-gap
+        # weight large, so that a fresh policy's greedy decoding is its list scheduler's placement exactly (ties
+        # to the lower device) and its samples break the ties at random.
+        gain = self.param("static_gain", nn.initializers.zeros_init(), ())
+        bias = jnp.asarray([math.log(math.expm1(FINISH_WEIGHT_INIT)), 0.0])  # softplus(bias[0]) = the init
+        raw = nn.Dense(2, name="list_weight", kernel_init=nn.initializers.zeros_init(), bias_init=lambda *_: bias)(z)
+        weight = jnp.stack([nn.softplus(raw[:, 0]), raw[:, 1]], axis=-1)  # finish gap > 0, load gap of any sign
+        return jnp.where(x.dev_mask[None, :], gain * logits, NEG), weight  # [Np, Dm], [Np, 2]
 
 
 def make_net(config: GdpConfig) -> GdpNet:
     """The network of `config`'s model fields (equal for configs that differ elsewhere: one compilation)."""
     return GdpNet(config.model_config())
+
+
+def heads(net: GdpNet, params, x: GdpInputs) -> tuple[jax.Array, jax.Array | None]:
+    """(float32[Np, Dm] scores, float32[Np, 2] list-decoder weights or None for the "independent" decoder)."""
+    out = net.apply(params, x)
+    return out if isinstance(out, tuple) else (out, None)
 
 
 def log_policy(net: GdpNet, params, x: GdpInputs, temperature: float = 1.0) -> jax.Array:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from placeto.baselines import MethodRun
@@ -21,7 +22,8 @@ from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob,
 from placeto.methods.gdp.config import NAME
 from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
-from placeto.methods.gdp.ppo import Drawn, init_params, make_optimizer, make_task, ppo_step, sample_batch
+from placeto.methods.gdp.ppo import (Drawn, _heads, _uniforms, draw, init_params, make_optimizer, make_task,
+                                     ppo_step, sample_batch)
 from placeto.objective import meter, metered, score_batch
 from simulator.cluster import Cluster
 from simulator.errors import InputError
@@ -70,11 +72,14 @@ def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
 
 
 def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> np.ndarray:
-    """int32[N] each node on its most likely device: one forward pass, no simulation."""
+    """int32[N] each node on its most likely device: one forward pass, no simulation (with a list decoder,
+    its greedy decoding: each node on its most likely device given those chosen before it)."""
     if cluster.n_devices > config.max_devices:
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices (max_devices), not "
                          f"{cluster.n_devices}")
     task = make_task(graph, cluster, config)
+    if config.decoder != "independent":
+        return _greedy_decoding(config, make_net(config), params, task).acts[0]
     _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
     return np.asarray(greedy)[:graph.n_nodes].astype(np.int32)
 
@@ -90,16 +95,38 @@ def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster)
 
 
 _sample = jax.jit(sample, static_argnames=("net", "batch"))
+TIE_SEED = 0  # a list decoder's greedy decoding breaks exact ties with uniforms of jax.random.key(TIE_SEED)
+
+
+def _greedy_decoding(config: GdpConfig, net, params, task):
+    """A list decoder's greedy decoding of `task` (decoder.Decoding with B = 1): each node on its most likely
+    device given the earlier ones, exact ties broken at random by uniforms of key(TIE_SEED), the same for every
+    call (m-ETF's own rule, the lowest device, measured 1.03-1.15x worse on the op graphs: gdp_decoder.md)."""
+    from placeto.methods.gdp.decoder import decode
+
+    scores, weight = (np.asarray(a) for a in _heads(net, params, task.inputs))
+    ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), jnp.zeros(1, jnp.uint32), task.graph.n_nodes), np.float64)
+    return decode(task.graph, task.cluster, scores, weight, config.temperature, ties, config.decoder, greedy=True)
+
+
+def _warm_decoder(order: str) -> None:
+    """Compile (or load) the list decoder's numba kernel on a tiny graph, outside any meter."""
+    from placeto.methods.gdp.decoder import decode
+    from simulator.cluster import cluster_preset
+    from simulator.generate import layered_dag
+
+    g = layered_dag(8, seed=0)
+    decode(g, cluster_preset("placeto-k80", 2), np.zeros((g.n_nodes, 2)), np.ones((g.n_nodes, 2)), 1.0, None, order)
 
 
 def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0, budget: float | None = None,
             seconds: float | None = None, finetune_episodes: int = 0, search: bool = False,
             tune: FinetuneSettings | None = None) -> tuple[MethodRun, float]:
     """(MethodRun, compile seconds): see the module docstring. `finetune_episodes` sampled placements of
-    PPO fine-tuning first (`tune`'s settings, default FinetuneSettings(); charged to the budget, its compilation
-    is not). `search` (method gdp-search): after the greedy placement, the policy's per-node device distributions
-    are the prior of placeto-search's annealing (`placeto.search.prior.search_from_prior`) for the rest of the
-    budget, instead of sampled placements."""
+    PPO fine-tuning first (`tune`'s settings, default FinetuneSettings.default_for the policy; charged to the
+    budget, its compilation is not). `search` (method gdp-search): after the greedy placement, the policy's
+    per-node device distributions are the prior of placeto-search's annealing
+    (`placeto.search.prior.search_from_prior`) for the rest of the budget, instead of sampled placements."""
     from placeto.policies import resolve_checkpoint
 
     t0 = time.perf_counter()
@@ -108,8 +135,11 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices, not {cluster.n_devices}",
                          str(checkpoint))
     net, task = make_net(config), make_task(graph, cluster, config)
-    tuning = (tune or FinetuneSettings()).apply(config)
-    if search:  # compile, unmetered
+    tuning = (tune or FinetuneSettings.default_for(config)).apply(config)
+    if config.decoder != "independent":  # compile, unmetered
+        jax.block_until_ready(_heads(net, params, task.inputs))
+        _warm_decoder(config.decoder)
+    elif search:
         jax.block_until_ready(_log_policy(net, params, task.inputs))
     else:
         jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(0), config.samples_per_update))
@@ -136,6 +166,8 @@ def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np
     placements while the meter lasts; int32[N] the best of them and of `extra` ((placement, objective) pairs)."""
     graph, cluster, n, m = task.graph, task.cluster, task.graph.n_nodes, meter()
     key = jax.random.key(seed)
+    if config.decoder != "independent":
+        return _sampled_decodings(config, net, params, task, key, extra)
     draws, greedy = _sample(net, params, task.inputs, key, config.samples_per_update)
     best_p = np.asarray(greedy)[:n]
     best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
@@ -150,6 +182,21 @@ def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np
     return best_p
 
 
+def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, extra: list) -> np.ndarray:
+    """`_sampled` for a list decoder: the greedy decoding, then batches of sampled decodings."""
+    graph, cluster, m = task.graph, task.cluster, meter()
+    best_p = _greedy_decoding(config, net, params, task).acts[0]
+    best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
+    best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
+    while not m.exhausted() and m.calls_left() >= 1:
+        k = int(min(config.samples_per_update, m.calls_left()))
+        drawn = draw(net, config.replace(samples_per_update=k), params, task, jax.random.fold_in(key, m.calls))
+        if drawn.objective.min() < best:
+            b = int(np.argmin(drawn.objective))
+            best, best_p = float(drawn.objective[b]), drawn.acts[b, :graph.n_nodes].copy()
+    return best_p
+
+
 _log_policy = jax.jit(log_policy, static_argnames=("net",))
 
 
@@ -160,7 +207,13 @@ def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit:
     from placeto.search.prior import search_from_prior
 
     d = cluster.n_devices
-    logp = np.asarray(_log_policy(net, params, task.inputs), np.float64)[:graph.n_nodes, :d]
+    if net.config.decoder != "independent":  # each node's distribution at its greedy decision
+        dec = _greedy_decoding(net.config, net, params, task)
+        scores, weight = (np.asarray(a, np.float64) for a in _heads(net, params, task.inputs))
+        logits = scores[:graph.n_nodes, :d] + np.einsum("ndk,nk->nd", dec.feat[0], weight[:graph.n_nodes])
+        logp = np.where(dec.allowed[0], logits, -np.inf)
+    else:
+        logp = np.asarray(_log_policy(net, params, task.inputs), np.float64)[:graph.n_nodes, :d]
     prior = np.exp(logp - logp.max(1, keepdims=True))
     prior /= prior.sum(1, keepdims=True)
     greedy = prior.argmax(1).astype(np.int32)
@@ -185,12 +238,21 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
     for u in range(updates):
         if meter().exhausted() or meter().calls_left() < batch + 1:
             break
-        acts, logp, greedy = (np.asarray(a) for a in sample_batch(net, params, task.inputs, jax.random.fold_in(root, u),
-                                                                  batch, config.temperature))
-        rows = np.concatenate([acts[:, :n], greedy[None, :n]])
-        obj = score_batch(task.graph, rows, task.cluster, config.memory_penalty_per_gb)
+        if config.decoder != "independent":
+            drawn = draw(net, config, params, task, jax.random.fold_in(root, u))
+            greedy = _greedy_decoding(config, net, params, task).acts[0]
+            rows = np.concatenate([drawn.acts[:, :n], greedy[None]])
+            obj = np.concatenate([drawn.objective, score_batch(task.graph, greedy[None], task.cluster,
+                                                               config.memory_penalty_per_gb)])
+        else:
+            acts, logp, greedy = (np.asarray(a) for a in sample_batch(net, params, task.inputs,
+                                                                      jax.random.fold_in(root, u), batch,
+                                                                      config.temperature))
+            rows = np.concatenate([acts[:, :n], greedy[None, :n]])
+            obj = score_batch(task.graph, rows, task.cluster, config.memory_penalty_per_gb)
+            drawn = Drawn(acts, logp, obj[:batch])
         if obj.min() < best:
             best_p, best = rows[int(np.argmin(obj))].copy(), float(obj.min())
-        r = ppo_step(net, config, optimizer, params, opt_state, task, None, Drawn(acts, logp, obj[:batch]))
+        r = ppo_step(net, config, optimizer, params, opt_state, task, None, drawn)
         params, opt_state = r.params, r.opt_state
     return params, best_p, best

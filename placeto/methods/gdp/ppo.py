@@ -8,6 +8,11 @@ advantage is the reward minus the batch mean, divided by the batch standard devi
 The ratio is taken per node decision, every node of a placement sharing its placement's advantage: the ratio
 of a whole placement is a product of N per-node ratios, which leaves [1 - clip, 1 + clip] after the first
 tiny step when N is in the thousands, so PPO's clip would stop all learning.
+
+With a list decoder (placeto.methods.gdp.decoder) a placement is decoded node by node on the host, each
+decision's logits depending on the devices already chosen; a sample keeps its per-decision features and masks
+(Drawn.feat, Drawn.allowed), from which the loss re-evaluates the log-probabilities under new parameters.
+Sample i of an update is decoded from uniforms drawn from fold_in(key, i) alone, however the batch is split.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import optax
 
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.inputs import GdpInputs, gdp_inputs
-from placeto.methods.gdp.model import GdpNet, log_policy, make_net
+from placeto.methods.gdp.model import NEG, GdpNet, heads, log_policy, make_net
 from placeto.objective import objective_scale, score_batch
 from simulator.cluster import Cluster
 from simulator.graph import Graph
@@ -87,28 +92,48 @@ def sample_batch(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int, 
     return acts, logp[jnp.arange(logp.shape[0])[None, :], acts], jnp.argmax(logp, axis=-1).astype(jnp.int32)
 
 
-def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old_logp, adv):
+def decoded_log_policy(scores, weight, feat, allowed, temperature: float = 1.0) -> jax.Array:
+    """float32[B, Np, Dm] a list decoder's log-probabilities at each recorded decision: log-softmax of
+    (scores + sum_k weight[:, k] * feat[..., k]) / temperature over the allowed devices
+    (placeto.methods.gdp.decoder).
+
+    scores: float32[Np, Dm]; weight: float32[Np, K]; feat: float32[B, Np, Dm, K]; allowed: bool[B, Np, Dm]."""
+    logits = (scores[None] + jnp.einsum("bndk,nk->bnd", feat, weight)) / temperature
+    return jax.nn.log_softmax(jnp.where(allowed, logits, NEG), axis=-1)
+
+
+def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old_logp, adv, feat=None,
+             allowed=None):
     """Clipped surrogate (per node, see the module docstring) minus the entropy bonus; (loss, entropy).
 
-    acts: int32[B, Np]; old_logp: float32[B, Np]; adv: float32[B]. Padding nodes are masked out.
+    acts: int32[B, Np]; old_logp: float32[B, Np]; adv: float32[B]; feat, allowed: a list decoder's records
+    float32[B, Np, Dm, K] and bool[B, Np, Dm] (None for the independent decoder). Padding nodes are masked out.
     """
-    logp_all = log_policy(net, params, x, config.temperature)  # [Np, Dm]
-    logp = logp_all[jnp.arange(logp_all.shape[0])[None, :], acts]  # [B, Np]
+    rows = jnp.arange(acts.shape[1])[None, :]
+    if feat is None:
+        logp_all = log_policy(net, params, x, config.temperature)  # [Np, Dm]
+        logp = logp_all[rows, acts]  # [B, Np]
+    else:
+        scores, weight = heads(net, params, x)
+        logp_all = decoded_log_policy(scores, weight, feat, allowed, config.temperature)  # [B, Np, Dm]
+        logp = jnp.take_along_axis(logp_all, acts[..., None], axis=-1)[..., 0]
     mask = x.node_mask.astype(jnp.float32)
     ratio = jnp.exp(logp - old_logp)
     a = adv[:, None]
     surrogate = jnp.minimum(ratio * a, jnp.clip(ratio, 1 - config.clip, 1 + config.clip) * a)
     n_real = jnp.maximum(mask.sum(), 1.0)
     pg = -(surrogate * mask).sum() / (acts.shape[0] * n_real)
-    entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)
-    entropy = (entropy * mask).sum() / n_real
+    entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)  # [Np] or [B, Np]
+    entropy = (entropy * mask).sum() / (n_real * (1 if feat is None else acts.shape[0]))
     return pg - config.entropy * entropy, entropy
 
 
 @functools.partial(jax.jit, static_argnames=("net", "config", "optimizer"))
-def ppo_update(net: GdpNet, config: PpoSettings, optimizer, params, opt_state, x: GdpInputs, acts, old_logp, adv):
+def ppo_update(net: GdpNet, config: PpoSettings, optimizer, params, opt_state, x: GdpInputs, acts, old_logp, adv,
+               feat=None, allowed=None):
     """`config.epochs` Adam steps on one batch, in one compiled scan; returns (params, opt_state, loss, entropy)."""
-    grad_fn = jax.value_and_grad(lambda p: ppo_loss(net, config, p, x, acts, old_logp, adv), has_aux=True)
+    grad_fn = jax.value_and_grad(lambda p: ppo_loss(net, config, p, x, acts, old_logp, adv, feat, allowed),
+                                 has_aux=True)
 
     def epoch(carry, _):
         p, s = carry
@@ -133,10 +158,15 @@ class Drawn(NamedTuple):
     acts: np.ndarray  # int32[B, Np] device of every (padded) node
     logp: np.ndarray  # float32[B, Np] log-probability of each node's device under the sampling parameters
     objective: np.ndarray  # float64[B] memory-penalised runtime, microseconds
+    feat: np.ndarray | None = None  # float32[B, Np, Dm, K] a list decoder's features (decoder.Decoding.feat)
+    allowed: np.ndarray | None = None  # bool[B, Np, Dm] its masks
 
 
 def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> Drawn:
-    """config.samples_per_update placements of `task` from one key (`sample_batch`), scored (metered)."""
+    """config.samples_per_update placements of `task` from one key (`sample_batch`; for a list decoder
+    `draw_range` of the whole batch), scored (metered)."""
+    if config.decoder != "independent":
+        return draw_range(net, config, params, task, key, 0, config.samples_per_update)
     acts, logp, _ = sample_batch(net, params, task.inputs, key, config.samples_per_update, config.temperature)
     acts = np.asarray(acts)
     obj = score_batch(task.graph, acts[:, :task.graph.n_nodes], task.cluster, config.memory_penalty_per_gb)
@@ -147,6 +177,8 @@ def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Arra
     """Samples [lo, hi) of a batch drawn one key per sample: sample i is categorical(fold_in(key, i)) of the one
     forward pass, so the batch is the same however [0, B) is split into ranges (placeto.distributed); not
     `draw`'s batch for the same key. Scored (metered)."""
+    if config.decoder != "independent":
+        return _decode_range(net, config, params, task, key, lo, hi)
     logp_all = _forward(net, params, task.inputs, config.temperature)  # one compiled program whatever the range
     acts, logp = _sample_rows(logp_all, jax.vmap(lambda i: jax.random.fold_in(key, i))(
         jnp.arange(lo, hi, dtype=jnp.uint32)))
@@ -173,9 +205,39 @@ def _sample_rows(logp_all: jax.Array, keys: jax.Array):
     return jax.lax.map(one, keys)
 
 
+def _decode_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array, lo: int, hi: int) -> Drawn:
+    """`draw_range` for a list decoder: sample i decoded from uniforms of fold_in(key, i); padded to Np, Dm."""
+    from placeto.methods.gdp.decoder import decode
+
+    scores, weight = (np.asarray(a) for a in _heads(net, params, task.inputs))
+    n, d = task.graph.n_nodes, task.cluster.n_devices
+    dec = decode(task.graph, task.cluster, scores, weight, config.temperature,
+                 np.asarray(_uniforms(key, jnp.arange(lo, hi, dtype=jnp.uint32), n), np.float64), config.decoder)
+    n_pad, d_max = scores.shape
+    b = hi - lo
+    acts, logp = np.zeros((b, n_pad), np.int32), np.zeros((b, n_pad), np.float32)
+    feat = np.zeros((b, n_pad, d_max, dec.feat.shape[-1]), np.float32)
+    allowed = np.zeros((b, n_pad, d_max), np.bool_)
+    acts[:, :n], logp[:, :n], feat[:, :n, :d], allowed[:, :n, :d] = dec
+    obj = score_batch(task.graph, dec.acts, task.cluster, config.memory_penalty_per_gb)
+    return Drawn(acts, logp, obj, feat, allowed)
+
+
+@functools.partial(jax.jit, static_argnames=("net",))
+def _heads(net: GdpNet, params, x: GdpInputs):
+    """(scores float32[Np, Dm], weights float32[Np]) of a list decoder (model.heads), jitted."""
+    return heads(net, params, x)
+
+
+@functools.partial(jax.jit, static_argnames=("n",))
+def _uniforms(key: jax.Array, index: jax.Array, n: int) -> jax.Array:
+    """float32[K, n]: row k uniform in [0, 1) from fold_in(key, index[k]) alone."""
+    return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i), (n,)))(index)
+
+
 def concat_drawn(parts) -> Drawn:
     """The samples of `parts` (ranges of one batch, in order) as one Drawn."""
-    return Drawn(*(np.concatenate(field) for field in zip(*parts)))
+    return Drawn(*(None if field[0] is None else np.concatenate(field) for field in zip(*parts)))
 
 
 def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task: Task, key: jax.Array,
@@ -185,8 +247,10 @@ def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task:
     drawn = drawn if drawn is not None else draw(net, config, params, task, key)
     obj, placements = drawn.objective, drawn.acts[:, :task.graph.n_nodes]
     adv = advantages(obj, task.scale)
+    decoded = () if drawn.feat is None else (jnp.asarray(drawn.feat), jnp.asarray(drawn.allowed))
     params, opt_state, loss, ent = ppo_update(net, PpoSettings.of(config), optimizer, params, opt_state, task.inputs,
-                                              jnp.asarray(drawn.acts), jnp.asarray(drawn.logp), jnp.asarray(adv))
+                                              jnp.asarray(drawn.acts), jnp.asarray(drawn.logp), jnp.asarray(adv),
+                                              *decoded)
     b = int(np.argmin(obj))
     return StepResult(params, opt_state, float(loss), float(ent), float(obj.mean()), float(obj[b]),
                       placements[b].copy())

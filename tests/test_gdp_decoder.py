@@ -1,0 +1,164 @@
+"""gdp's list decoders (placeto.methods.gdp.decoder): the numba kernels equal the plain reference, their limits
+are HEFT and m-ETF, a fresh policy decodes m-ETF's placement, PPO re-evaluates exactly the log-probabilities it
+sampled, batches do not depend on how they are split, training resumes bit for bit, and the place / search /
+fine-tune paths run on it. Tiny configs only."""
+
+import jax
+import numpy as np
+import pytest
+
+from placeto.baselines.etf import etf
+from placeto.baselines.heft import heft
+from placeto.methods.gdp.config import GdpConfig, tiny
+from placeto.methods.gdp.decoder import decode, decode_reference
+from placeto.methods.gdp.model import make_net
+from placeto.methods.gdp.place import greedy_placement, load_run, run_gdp
+from placeto.methods.gdp.ppo import (_heads, concat_drawn, decoded_log_policy, draw, draw_range, init_params,
+                                     make_task)
+from placeto.methods.gdp.train import train
+from placeto.objective import metered, score_batch
+from simulator import cluster_preset, simulate
+from simulator.cluster import Cluster, Device
+from simulator.generate import branching_blocks, layered_dag
+
+CONFIG = tiny(decoder="etf", samples_per_update=8)
+N = 60  # every graph here has about N nodes: one padded shape, one compilation of each jitted function
+
+
+def _outputs(graph, cluster, config=CONFIG):
+    task = make_task(graph, cluster, config)
+    params = init_params(config, task)
+    return task, params, *(np.asarray(a) for a in _heads(make_net(config), params, task.inputs))
+
+
+def _tight(graph, n_dev):
+    """placeto-k80 devices with 30% of an even share of the graph's memory: the tiers decide."""
+    total = float(graph.persistent_bytes.sum() + graph.node_out_bytes.sum())
+    return Cluster("tight", tuple(Device(f"/gpu:{i}", "k80", total / n_dev * 0.3) for i in range(n_dev)),
+                   5.7, 25.0, 7600.0)
+
+
+@pytest.mark.parametrize("order", ["heft", "etf"])
+@pytest.mark.parametrize("seed", range(3))
+def test_kernels_equal_the_reference_sampled_and_greedy(seed, order):
+    graph = (layered_dag if seed % 2 else branching_blocks)(N - seed, seed=seed)
+    cluster = _tight(graph, 3) if seed == 2 else cluster_preset("placeto-k80", 2 + seed)
+    _, _, scores, weight = _outputs(graph, cluster)
+    uniforms = np.random.default_rng(seed).random((3, graph.n_nodes))
+    for u, temperature, greedy in ((uniforms, 1.7, False), (None, 1.0, True), (uniforms, 1.0, True)):
+        fast, ref = decode(graph, cluster, scores, weight, temperature, u, order, greedy), \
+            decode_reference(graph, cluster, scores, weight, temperature, u, order, greedy)
+        for a, b in zip(fast, ref):
+            np.testing.assert_array_equal(a, b)
+    if seed == 2:  # the memory tiers masked some devices at some decisions
+        assert not fast.allowed.all()
+
+
+@pytest.mark.parametrize("order, scheduler", [("heft", heft), ("etf", etf)])
+def test_no_scores_and_a_huge_weight_is_the_list_scheduler(order, scheduler):
+    graph = layered_dag(150, seed=4)
+    for cluster in (cluster_preset("placeto-k80", 4), _tight(graph, 3)):
+        d = cluster.n_devices
+        weight = np.tile([1e6, 0.0], (graph.n_nodes, 1))
+        dec = decode(graph, cluster, np.zeros((graph.n_nodes, d)), weight, 1.0, None, order)
+        np.testing.assert_array_equal(dec.acts[0], scheduler(graph, cluster))
+
+
+def test_ppo_reevaluates_the_sampled_log_probabilities_and_splits_do_not_matter():
+    graph, cluster = layered_dag(N, seed=2), cluster_preset("placeto-k80", 3)
+    task, params, scores, weight = _outputs(graph, cluster)
+    net, key = make_net(CONFIG), jax.random.key(5)
+    with metered():
+        whole = draw(net, CONFIG, params, task, key)
+        parts = concat_drawn([draw_range(net, CONFIG, params, task, key, 0, 5),
+                              draw_range(net, CONFIG, params, task, key, 5, CONFIG.samples_per_update)])
+    for a, b in zip(whole, parts):
+        np.testing.assert_array_equal(a, b)
+    logp = np.asarray(decoded_log_policy(scores, weight, whole.feat, whole.allowed, CONFIG.temperature))
+    chosen = np.take_along_axis(logp, whole.acts[..., None], -1)[..., 0][:, :graph.n_nodes]
+    np.testing.assert_allclose(chosen, whole.logp[:, :graph.n_nodes], atol=1e-5)
+    assert len({tuple(a) for a in whole.acts}) > 1  # the samples differ
+    np.testing.assert_array_equal(whole.objective, score_batch(graph, whole.acts[:, :graph.n_nodes], cluster))
+
+
+def test_train_resumes_bit_for_bit(tmp_path):
+    graphs, clusters = [layered_dag(N, 0)], [cluster_preset("placeto-k80", 2), cluster_preset("placeto-k80", 3)]
+    config = CONFIG.replace(episodes=3 * 8)
+    train(config, graphs, clusters, tmp_path / "a")
+    train(config.replace(episodes=1 * 8), graphs, clusters, tmp_path / "b")
+    s = train(config, graphs, clusters, tmp_path / "b")
+    assert s.start_update == 1 and s.updates == 3
+    assert (tmp_path / "a" / "checkpoint.msgpack").read_bytes() == (tmp_path / "b" / "checkpoint.msgpack").read_bytes()
+    loaded, params = load_run(tmp_path / "a")
+    assert loaded == config and loaded.decoder == "etf"
+    p = greedy_placement(loaded, params, graphs[0], clusters[0])
+    assert p.shape == (graphs[0].n_nodes,) and simulate(graphs[0], p, clusters[0]).runtime > 0
+
+
+def test_place_search_and_finetune_run_on_the_eft_decoder(tmp_path):
+    graph, cluster = layered_dag(N, seed=9), cluster_preset("placeto-k80", 3)
+    train(CONFIG.replace(episodes=8), [layered_dag(N, seed=1)], cluster, tmp_path / "run")
+    config, params = load_run(tmp_path / "run")
+    greedy = float(score_batch(graph, greedy_placement(config, params, graph, cluster)[None], cluster)[0])
+    for kwargs in ({"budget": 20}, {"budget": 30, "search": True}, {"budget": 30, "finetune_episodes": 16}):
+        run, _ = run_gdp(graph, cluster, tmp_path / "run", seed=1, **kwargs)
+        again, _ = run_gdp(graph, cluster, tmp_path / "run", seed=1, **kwargs)
+        assert run.simulator_calls <= kwargs["budget"] and np.array_equal(run.placement, again.placement)
+        assert float(score_batch(graph, run.placement[None], cluster)[0]) <= greedy
+
+
+def test_decoder_is_a_model_field_and_old_configs_keep_the_independent_decoder():
+    d = {"method": "gdp", **{k: v for k, v in GdpConfig().__dict__.items() if k != "decoder"}}
+    assert GdpConfig.from_dict(d).decoder == "independent"
+    assert len({GdpConfig(decoder=d).model_fields() for d in ("independent", "heft", "etf")}) == 3
+    with pytest.raises(ValueError, match="decoder"):
+        GdpConfig(decoder="autoregressive")
+
+
+def test_a_fresh_policy_is_the_list_scheduler_up_to_its_tie_breaks():
+    """Scores and load weight start at 0: fresh parameters decode m-ETF's (HEFT's) placement with ties to the lowest
+    device; the one pass (greedy_placement) breaks the ties with key(TIE_SEED)'s uniforms, the same every call."""
+    from placeto.methods.gdp.place import TIE_SEED
+    from placeto.methods.gdp.ppo import _uniforms
+
+    graph, cluster = branching_blocks(N, seed=6), cluster_preset("placeto-k80", 4)
+    ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), np.zeros(1, np.uint32), graph.n_nodes), np.float64)
+    for order, scheduler in (("etf", etf), ("heft", heft)):
+        config = CONFIG.replace(decoder=order)
+        task, params, scores, weight = _outputs(graph, cluster, config)
+        assert not scores.any() and not weight[:, 1].any()
+        np.testing.assert_array_equal(decode(graph, cluster, scores, weight, 1.0, None, order).acts[0],
+                                      scheduler(graph, cluster))
+        one_pass = greedy_placement(config, params, graph, cluster)
+        np.testing.assert_array_equal(one_pass, decode(graph, cluster, scores, weight, 1.0, ties, order, True).acts[0])
+        np.testing.assert_array_equal(one_pass, greedy_placement(config, params, graph, cluster))
+
+
+def test_cli_trains_on_a_directory_of_graphs_and_checks_the_preset(tmp_path, capsys):
+    from placeto.cli import main
+    from simulator import save_graph
+
+    (tmp_path / "graphs").mkdir()
+    for seed in (1, 2):
+        save_graph(layered_dag(N, seed=seed), tmp_path / "graphs" / f"g{seed}.json.gz")
+    assert main(["train", "--method", "gdp", "--config", "tiny", "--set", "decoder=etf", "samples_per_update=8",
+                 "--graph", str(tmp_path / "graphs"), "--devices", "2", "--episodes", "16",
+                 "--out", str(tmp_path / "run")]) == 0
+    assert len(list((tmp_path / "run" / "best").iterdir())) == 2  # both graphs of the directory trained on
+    assert main(["train", "--config", "large", "--graph", str(tmp_path / "graphs"), "--out",
+                 str(tmp_path / "p")]) == 2
+    assert "--config large is not a preset of placeto" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["train", "--method", "gdp", "--graph", str(tmp_path / "empty"), "--out", str(tmp_path / "q")]) == 2
+    assert "without graph files" in capsys.readouterr().err
+
+
+def test_graphs_above_the_threshold_default_to_the_shipped_large_graph_policy():
+    from placeto.methods import registry
+    from placeto.methods.base import LARGE_GRAPH_NODES
+    from placeto.policies import resolve_checkpoint
+
+    gdp = registry.get("gdp")
+    assert gdp.default_for(LARGE_GRAPH_NODES) == "gdp-general" and gdp.default_for(LARGE_GRAPH_NODES + 1) == "gdp-large"
+    config, _ = load_run(resolve_checkpoint("gdp-large"))
+    assert config.decoder == "etf" and registry.get("placeto").default_for(10**6) is None
