@@ -1,17 +1,25 @@
-"""The training set of the large-graph gdp policy (shipped as gdp-large) and its training command (issue 32).
+"""The large-graph gdp policy (gdp-large): its training graphs, the PPO run, the ablation that decides what ships,
+and the shipping (issue 32).
 
-    python -m experiments.gdp_large --write-graphs runs/gdp_large_graphs   # writes the graphs, prints the command
-    python -m experiments.gdp_large --train --minutes 75                   # writes them if needed, then trains
-    python -m experiments.gdp_large --ship                                 # evaluates the run, ships gdp-large
+    python -m experiments.gdp_large                       # writes the training graphs, prints the commands
+    python -m experiments.gdp_large --train --minutes 37  # the PPO run (runs/gdp_large; rerun to resume)
+    python -m experiments.gdp_large --ablation            # -> experiments/results/gdp_large_training.md
+    python -m experiments.gdp_large --ship                # ships gdp-large (the initialisation: see below)
 
-The set: generated graphs of both of gdp_scale's structures (`layered_dag`, `branching_blocks`) at 2,000, 5,000,
-10,000 and 20,000 nodes, seeds 1 and 2 (gdp_scale's graphs use seed 0 and 50,000 nodes stay unseen), and the
-ungrouped op graphs of nmt_l8, rnnlm_l8 and nasnet (traced once, shared with gdp_scale's cache), on 4 and 8
-placeto-k80 devices. Training is `placeto train --method gdp --config large` on those files: resumable, so
-`--train` again continues a killed or timed-out run. `--ship` evaluates the run's one pass on gdp_scale's held-out
-10k generated graphs (seed 0) at 8 devices against m-ETF and copies it into placeto/shipped/gdp-large with its
-provenance: the `placeto train` command with --episodes at the placements it reached (equal seeds give equal
-checkpoints, so the command reproduces it).
+The training set: generated graphs of both of gdp_scale's structures (`layered_dag`, `branching_blocks`) at
+2,000, 5,000, 10,000 and 20,000 nodes, seeds 1 and 2 (gdp_scale's graphs use seed 0 and 50,000 nodes stay
+unseen), and the ungrouped op graphs of nmt_l8, rnnlm_l8 and nasnet (traced once, copied from gdp_scale's cache),
+on 4 and 8 placeto-k80 devices, in one directory that `placeto train --graph DIR` reads by name.
+
+`--ablation` compares the one pass (greedy decoding) of the PPO run with that of the same network at its
+initialisation (`placeto train ... --episodes 0`: no update) on gdp_scale's op graphs and held-out 10k graphs at
+4 and 8 devices, and the PPO run's sampled placements per task at its first and last updates (metrics.csv).
+What it measured: 37 minutes of PPO (433 updates) made the one pass worse, 1.016x m-ETF against 0.870x
+(geometric mean over 10 rows), and the samples of the op graphs worse (nasnet at 8 devices: mean 151.7 -> 187.3
+ms): the network's scores drift under a whole-placement reward and break the decoder's ties deterministically,
+where breaking them at random is what places the op graphs below m-ETF (gdp_decoder.md). So `--ship` ships the
+initialisation, whose command is `placeto train --method gdp --config large ... --episodes 0 --seed 0`, with the
+evaluation in its provenance.
 """
 
 from __future__ import annotations
@@ -54,15 +62,22 @@ def write_graphs(out: Path, op_cache: Path) -> list[Path]:
 
 
 def train_command(graphs: Path, run: Path, minutes: float | None, episodes: int | None = None) -> list[str]:
-    """The `placeto train` command line of the large-graph policy (paths relative to the repository when inside)."""
+    """The `placeto train` command line of a large-config run (paths relative to the repository when inside)."""
     def rel(p: Path) -> str:
         p = p.resolve()
         return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
 
     cmd = ["placeto", "train", "--method", "gdp", "--config", "large", "--graph", rel(graphs), "--devices", DEVICES,
            "--out", rel(run)]
-    cmd += ["--episodes", str(episodes)] if episodes else []
-    return cmd + (["--minutes", f"{minutes:g}"] if minutes else [])
+    cmd += ["--episodes", str(episodes)] if episodes is not None else []
+    return cmd + (["--minutes", f"{minutes:g}"] if minutes else []) + ["--seed", "0"]
+
+
+def run_command(cmd: list[str]) -> int:
+    """Run a `placeto ...` command line from the repository root with this interpreter's placeto."""
+    exe = Path(sys.executable).with_name("placeto")
+    print(shlex.join(cmd), flush=True)
+    return subprocess.call([str(exe) if exe.exists() else cmd[0], *cmd[1:]], cwd=ROOT)
 
 
 def train_minutes(run: Path) -> float:
@@ -79,9 +94,12 @@ def train_minutes(run: Path) -> float:
     return (total + last) / 60
 
 
-def evaluate(run: Path, cache: Path) -> dict:
-    """One pass (greedy decoding) of the run on gdp_scale's held-out 10k generated graphs at 8 devices: runtime,
-    ratio to m-ETF, seconds (after a first compiling call)."""
+ABLATION_GRAPHS = ("nmt_l8", "rnnlm_l8", "nasnet", "layered_10k", "blocks_10k")
+
+
+def one_pass_x_etf(run: Path, cache: Path, graphs=ABLATION_GRAPHS, devices=(4, 8)) -> dict[str, dict]:
+    """{"graph@Dd": {runtime_us, x_etf, seconds}}: the run's one pass (greedy decoding, timed after a first
+    compiling call) on gdp_scale's graphs, against m-ETF."""
     from experiments.gdp_scale import load
     from placeto.baselines.etf import etf
     from placeto.methods.gdp.place import load_run, timed_greedy
@@ -89,30 +107,81 @@ def evaluate(run: Path, cache: Path) -> dict:
 
     config, params = load_run(run)
     out = {}
-    for name in ("layered_10k", "blocks_10k"):
-        graph, cluster = load(name, cache), cluster_preset("placeto-k80", 8)
-        placement, seconds, _ = timed_greedy(config, params, graph, cluster)
-        runtime = simulate(graph, placement, cluster).runtime
-        base = simulate(graph, etf(graph, cluster), cluster).runtime
-        out[name] = {"runtime_us": round(float(runtime), 3), "x_etf": round(float(runtime / base), 4),
-                     "seconds": round(seconds, 2)}
-        print(f"{name} @ 8 devices: one pass {runtime / 1e3:.1f} ms = {runtime / base:.3f}x etf in {seconds:.1f} s",
-              flush=True)
+    for name in graphs:
+        graph = load(name, cache)
+        for d in devices:
+            cluster = cluster_preset("placeto-k80", d)
+            placement, seconds, _ = timed_greedy(config, params, graph, cluster)
+            runtime = simulate(graph, placement, cluster).runtime
+            base = simulate(graph, etf(graph, cluster), cluster).runtime
+            out[f"{name}@{d}d"] = {"runtime_us": round(float(runtime), 3), "x_etf": round(float(runtime / base), 4),
+                                   "seconds": round(seconds, 2)}
+            print(f"{run.name}: {name} @ {d} devices: {runtime / 1e3:.1f} ms = {runtime / base:.3f}x etf in "
+                  f"{seconds:.1f} s", flush=True)
     return out
 
 
-def ship_run(run: Path, graphs: Path, cache: Path) -> Path:
-    """Evaluate `run` and ship it as gdp-large (see the module docstring)."""
+def sample_means(run: Path, tasks=("nmt_l8", "rnnlm_l8", "nasnet")) -> list[tuple[str, int, float, float]]:
+    """(task, updates on it, mean objective ms of its first update's samples, of its last) from metrics.csv."""
+    import csv
+
+    by: dict[str, list[float]] = {}
+    with (run / "metrics.csv").open(newline="") as f:
+        for r in csv.DictReader(f):
+            by.setdefault(r["task"], []).append(float(r["mean_objective_us"]) / 1e3)
+    return [(k, len(v), v[0], v[-1]) for k, v in sorted(by.items()) if k.split("@")[0] in tasks]
+
+
+def ablation(trained: Path, init: Path, cache: Path, out: Path) -> None:
+    """Write gdp_large_training.md: the one pass of `trained` against `init`, and the trained run's samples."""
+    import numpy as np
+
+    from simulator.io import atomic_write_bytes
+
+    a, b = one_pass_x_etf(trained, cache), one_pass_x_etf(init, cache)
+    geo = [float(np.exp(np.mean(np.log([r[k]["x_etf"] for k in r])))) for r in (a, b)]
+    lines = ["# gdp-large: does PPO training improve the list decoder's one pass?", "",
+             "Command: `python -m experiments.gdp_large --ablation` (after `--train`, stopped after 37 minutes; placeto-k80; "
+             "one pass = forward pass + greedy decoding, exact ties broken at random with the fixed seed).", "",
+             f"Trained: {trained.name}, {train_minutes(trained):.1f} minutes, {sample_count(trained)} placements "
+             f"sampled; initialisation: {init.name} (`--episodes 0`).", "",
+             "| graph @ devices | trained, ms (x etf) | initialisation, ms (x etf) |", "|---|---:|---:|"]
+    for k in a:
+        lines.append(f"| {k} | {a[k]['runtime_us'] / 1e3:.1f} ({a[k]['x_etf']:.3f}) | "
+                     f"{b[k]['runtime_us'] / 1e3:.1f} ({b[k]['x_etf']:.3f}) |")
+    lines += [f"| geometric mean x etf | {geo[0]:.3f} | {geo[1]:.3f} |", "",
+              "The PPO run's sampled placements of the op graphs (mean of each update's batch, ms):", "",
+              "| task | updates | first | last |", "|---|---:|---:|---:|"]
+    lines += [f"| {t} | {n} | {first:.1f} | {last:.1f} |" for t, n, first, last in sample_means(trained)]
+    verdict = "helps" if geo[0] < geo[1] else "does not help"
+    lines += ["", f"Training {verdict}: the one pass is {geo[0]:.3f}x etf trained against {geo[1]:.3f}x at the "
+              "initialisation. The network's scores and load weight start at 0 (its greedy decoding is m-ETF's "
+              "with ties broken at random, which places the op graphs below m-ETF: gdp_decoder.md); under a "
+              "whole-placement reward on 10k-26k-node graphs (16 placements per update) they drift and break the "
+              "ties deterministically. gdp-large ships "
+              + ("the trained run." if geo[0] < geo[1] else "the initialisation (`--episodes 0`)."), ""]
+    atomic_write_bytes(out, "\n".join(lines).encode())
+    print(f"wrote {out}")
+
+
+def sample_count(run: Path) -> int:
     from placeto.checkpoint_io import CHECKPOINT, read_blob
+
+    return int(read_blob(run / CHECKPOINT, ("samples",))["samples"])
+
+
+def ship_run(run: Path, graphs: Path, cache: Path) -> Path:
+    """Ship `run` (the initialisation) as gdp-large, its one pass on the ablation's graphs in its provenance."""
     from placeto.methods.registry import ship
 
-    samples = int(read_blob(run / CHECKPOINT, ("samples",))["samples"])
-    command = shlex.join(train_command(graphs, run, None, samples) + ["--seed", "0"])
+    samples = sample_count(run)
     return ship(run, "gdp-large", {
-        "summary": "gdp with the etf list decoder on 10k-26k-node graphs (generated and the ungrouped nmt_l8, "
-                   "rnnlm_l8, nasnet) at 4 and 8 devices; its graphs: python -m experiments.gdp_large",
-        "command": command, "train_minutes": round(train_minutes(run), 1), "episodes": samples,
-        "one_pass_8_devices": evaluate(run, cache), "machine": "2 cores, no GPU (JAX on CPU)"})
+        "summary": "gdp with the etf list decoder, for graphs of more than 1,000 nodes: the large config at its "
+                   "initialisation (PPO made its one pass worse: experiments/results/gdp_large_training.md; "
+                   "its graphs: python -m experiments.gdp_large)",
+        "command": shlex.join(train_command(graphs, run, None, samples)),
+        "train_minutes": round(train_minutes(run), 1), "episodes": samples,
+        "one_pass": one_pass_x_etf(run, cache), "machine": "2 cores, no GPU (JAX on CPU)"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,21 +190,31 @@ def main(argv: list[str] | None = None) -> int:
                    help="directory of the generated training graphs")
     p.add_argument("--op-cache", type=Path, default=ROOT / "runs" / "gdp_scale_graphs",
                    help="traced op graphs (shared with experiments/gdp_scale.py)")
-    p.add_argument("--run", type=Path, default=ROOT / "runs" / "gdp_large", help="training run directory")
-    p.add_argument("--train", action="store_true", help="run the training command (resumes an existing run)")
+    p.add_argument("--run", type=Path, default=ROOT / "runs" / "gdp_large", help="the PPO run's directory")
+    p.add_argument("--init-run", type=Path, default=ROOT / "runs" / "gdp_large_init",
+                   help="the initialisation's run directory (--episodes 0)")
+    p.add_argument("--train", action="store_true", help="run the PPO training (resumes an existing run)")
     p.add_argument("--minutes", type=float, default=None, help="training wall-time limit of this call")
-    p.add_argument("--ship", action="store_true", help="evaluate the run and ship it as gdp-large")
+    p.add_argument("--ablation", action="store_true", help="write experiments/results/gdp_large_training.md")
+    p.add_argument("--ship", action="store_true", help="ship the initialisation as gdp-large")
     args = p.parse_args(argv)
     write_graphs(args.write_graphs, args.op_cache)
-    cmd = train_command(args.write_graphs, args.run, args.minutes)
-    print(shlex.join(cmd), flush=True)
-    if args.ship:
-        print(f"shipped {ship_run(args.run, args.write_graphs, args.op_cache)}")
+    train = train_command(args.write_graphs, args.run, args.minutes)
+    init = train_command(args.write_graphs, args.init_run, None, 0)
+    if args.train:
+        return run_command(train)
+    if args.ablation or args.ship:
+        from placeto.checkpoint_io import CHECKPOINT
+
+        if not (args.init_run / CHECKPOINT).exists() and run_command(init) != 0:
+            return 1
+        if args.ablation:
+            ablation(args.run, args.init_run, args.op_cache, ROOT / "experiments" / "results" / "gdp_large_training.md")
+        if args.ship:
+            print(f"shipped {ship_run(args.init_run, args.write_graphs, args.op_cache)}")
         return 0
-    if not args.train:
-        return 0
-    exe = Path(sys.executable).with_name("placeto")
-    return subprocess.call([str(exe) if exe.exists() else cmd[0], *cmd[1:]], cwd=ROOT)
+    print(f"PPO run: {shlex.join(train)}\ninitialisation: {shlex.join(init)}")
+    return 0
 
 
 if __name__ == "__main__":

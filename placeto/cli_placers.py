@@ -143,13 +143,17 @@ def cmd_place(args: argparse.Namespace) -> int:
     if args.seconds is not None and not 0 < args.seconds <= 86400:
         raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
     if budgeted or method != "placeto":
+        from placeto import policies
         from placeto.compare import run_learned
 
         budget = args.budget if args.budget is not None else (None if args.seconds is not None else 10**9)
         run, compile_s = run_learned(method, graph, cluster, args.seed, budget, args.seconds, args.checkpoint,
                                      args.finetune_episodes)
         placement, calls = run.placement, run.simulator_calls
-        how = f"{method}, {run.seconds:.2f} s + {compile_s:.1f} s compilation"
+        kind = registry.of_variant(method)
+        policy = args.checkpoint if args.checkpoint is not None else \
+            None if kind.per_graph else kind.default_for(graph.n_nodes) or policies.DEFAULT_POLICY
+        how = f"{method}{f' with {policy}' if policy else ''}, {run.seconds:.2f} s + {compile_s:.1f} s compilation"
     else:
         placement, calls = registry.get(method).place(graph, cluster, args.checkpoint, args.samples, args.seed)
         how = method

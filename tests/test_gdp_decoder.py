@@ -91,6 +91,10 @@ def test_train_resumes_bit_for_bit(tmp_path):
     assert (tmp_path / "a" / "checkpoint.msgpack").read_bytes() == (tmp_path / "b" / "checkpoint.msgpack").read_bytes()
     loaded, params = load_run(tmp_path / "a")
     assert loaded == config and loaded.decoder == "etf"
+    z = train(config.replace(episodes=0), graphs, clusters, tmp_path / "z")  # no update: the initialisation
+    assert z.updates == 0 and z.samples == 0
+    init = init_params(config, make_task(graphs[0], clusters[0], config))
+    assert jax.tree.all(jax.tree.map(np.array_equal, load_run(tmp_path / "z")[1], init))
     p = greedy_placement(loaded, params, graphs[0], clusters[0])
     assert p.shape == (graphs[0].n_nodes,) and simulate(graphs[0], p, clusters[0]).runtime > 0
 

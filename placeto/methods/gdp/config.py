@@ -39,7 +39,8 @@ class GdpConfig:
 
     # ---- PPO ----------------------------------------------------------------------------------------------
     episodes: int = 1_000_000
-    """Training budget: total placements sampled (and simulated), over all tasks."""
+    """Training budget: total placements sampled (and simulated), over all tasks (0: no update; the run holds
+    the initial parameters, e.g. a list decoder's starting policy)."""
     samples_per_update: int = 512
     """Placements sampled from the current policy per update (on one task). They share one forward pass, so a
     large batch costs little beyond its simulations: on the nmt family at 4 devices, 512 reached the same
@@ -73,7 +74,7 @@ class GdpConfig:
         for name in ("hidden", "sage_rounds", "segment", "attn_layers", "heads", "max_devices", "episodes",
                      "samples_per_update", "ppo_epochs"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "sage_rounds" else 1):
+            if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name in ("sage_rounds", "episodes") else 1):
                 raise ValueError(f"GdpConfig: {name} must be a positive integer, got {v!r}")
         if self.decoder not in DECODERS:
             raise ValueError(f"GdpConfig: decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
@@ -89,8 +90,8 @@ class GdpConfig:
     @property
     def updates(self) -> int:
         """Number of PPO updates: enough for `episodes` sampled placements (rounded up to whole updates of
-        samples_per_update, as rnn and hierarchical round; at least one)."""
-        return max(1, -(-self.episodes // self.samples_per_update))
+        samples_per_update, as rnn and hierarchical round; 0 for 0)."""
+        return -(-self.episodes // self.samples_per_update)
 
     def replace(self, **changes: Any) -> "GdpConfig":
         return dataclasses.replace(self, **changes)
@@ -186,8 +187,10 @@ def tiny(**changes: Any) -> GdpConfig:
 
 
 def large(**changes: Any) -> GdpConfig:
-    """The large-graph policy (shipped as gdp-large): the "etf" list decoder, 16 placements per update and 2 epochs
-    (an update on a 26k-node graph takes ~6 s here: the decoding is sequential per placement)."""
+    """The large-graph config: the "etf" list decoder, 16 placements per update and 2 epochs (an update on a
+    26k-node graph takes ~6 s here: the decoding is sequential per placement). The shipped gdp-large is this
+    config at its initialisation (`--episodes 0`): PPO with it made the one pass worse
+    (experiments/results/gdp_large_training.md)."""
     return GdpConfig(decoder="etf", samples_per_update=16, ppo_epochs=2, lr=1e-3, entropy=0.001, temperature=1.0,
                      checkpoint_seconds=120.0).replace(**changes)
 

@@ -188,9 +188,14 @@ def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, ext
     best_p = _greedy_decoding(config, net, params, task).acts[0]
     best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
     best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
+    per_sample = 0.0  # seconds a decoded and simulated sample took: batches shrink to the time left
     while not m.exhausted() and m.calls_left() >= 1:
-        k = int(min(config.samples_per_update, m.calls_left()))
+        k = int(min(config.samples_per_update, m.calls_left(), m.seconds_left() / max(per_sample, 1e-9)))
+        if k < 1:
+            break
+        t0 = time.perf_counter()
         drawn = draw(net, config.replace(samples_per_update=k), params, task, jax.random.fold_in(key, m.calls))
+        per_sample = (time.perf_counter() - t0) / k
         if drawn.objective.min() < best:
             b = int(np.argmin(drawn.objective))
             best, best_p = float(drawn.objective[b]), drawn.acts[b, :graph.n_nodes].copy()
@@ -226,7 +231,7 @@ def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit:
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
     """`updates` PPO updates on one task from `params` (fresh Adam state) with `config`'s batch, epochs and
     learning rate (run_gdp passes the policy's config with FinetuneSettings applied); stops early when the meter's
-    budget cannot pay for another batch. Each update's forward pass also gives the current greedy placement,
+    budget cannot pay for another batch, or its time left for another update as long as the last one. Each update's forward pass also gives the current greedy placement,
     simulated with the batch (one call more; not learned from). Returns (tuned parameters, best placement int32[N]
     sampled or greedy on the way or None, its objective in microseconds or inf)."""
     best_p, best = None, math.inf
@@ -235,9 +240,11 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
     net, optimizer = make_net(config), make_optimizer(config)
     opt_state, root = optimizer.init(params), jax.random.key(seed)
     n, batch = task.graph.n_nodes, config.samples_per_update
+    last = 0.0  # seconds the last update took: no update is started that the time left cannot pay for
     for u in range(updates):
-        if meter().exhausted() or meter().calls_left() < batch + 1:
+        if meter().exhausted() or meter().calls_left() < batch + 1 or meter().seconds_left() < last:
             break
+        t0 = time.perf_counter()
         if config.decoder != "independent":
             drawn = draw(net, config, params, task, jax.random.fold_in(root, u))
             greedy = _greedy_decoding(config, net, params, task).acts[0]
@@ -255,4 +262,5 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
             best_p, best = rows[int(np.argmin(obj))].copy(), float(obj.min())
         r = ppo_step(net, config, optimizer, params, opt_state, task, None, drawn)
         params, opt_state = r.params, r.opt_state
+        last = time.perf_counter() - t0
     return params, best_p, best
