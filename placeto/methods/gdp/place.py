@@ -231,9 +231,10 @@ def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit:
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
     """`updates` PPO updates on one task from `params` (fresh Adam state) with `config`'s batch, epochs and
     learning rate (run_gdp passes the policy's config with FinetuneSettings applied); stops early when the meter's
-    budget cannot pay for another batch, or its time left for another update as long as the last one. Each update's forward pass also gives the current greedy placement,
-    simulated with the batch (one call more; not learned from). Returns (tuned parameters, best placement int32[N]
-    sampled or greedy on the way or None, its objective in microseconds or inf)."""
+    budget cannot pay for another batch, or its time left for another update as long as the last one. Each
+    update's forward pass also gives the current greedy placement, simulated with the batch (one call more; not
+    learned from). Returns (tuned parameters, best placement int32[N] sampled or greedy on the way or None, its
+    objective in microseconds or inf)."""
     best_p, best = None, math.inf
     if updates <= 0:
         return params, best_p, best
