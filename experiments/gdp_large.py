@@ -142,7 +142,8 @@ def ablation(trained: Path, init: Path, cache: Path, out: Path) -> None:
     geo = [float(np.exp(np.mean(np.log([r[k]["x_etf"] for k in r])))) for r in (a, b)]
     lines = ["# gdp-large: does PPO training improve the list decoder's one pass?", "",
              "Command: `python -m experiments.gdp_large --ablation` (after `--train`, stopped after 37 minutes; "
-             "placeto-k80; one pass = forward pass + greedy decoding, exact ties broken at random with the fixed seed).", "",
+             "placeto-k80; one pass = forward pass + greedy decoding, exact ties broken at random with the fixed "
+             "seed).", "",
              f"Trained: {trained.name}, {train_minutes(trained):.1f} minutes, {sample_count(trained)} placements "
              f"sampled; initialisation: {init.name} (`--episodes 0`).", "",
              "| graph @ devices | trained, ms (x etf) | initialisation, ms (x etf) |", "|---|---:|---:|"]
