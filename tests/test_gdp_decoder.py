@@ -99,12 +99,12 @@ def test_train_resumes_bit_for_bit(tmp_path):
     assert p.shape == (graphs[0].n_nodes,) and simulate(graphs[0], p, clusters[0]).runtime > 0
 
 
-def test_place_search_and_finetune_run_on_the_eft_decoder(tmp_path):
+def test_place_and_search_run_on_the_list_decoder(tmp_path):
     graph, cluster = layered_dag(N, seed=9), cluster_preset("placeto-k80", 3)
     train(CONFIG.replace(episodes=0), [layered_dag(N, seed=1)], cluster, tmp_path / "run")  # the initialisation
     config, params = load_run(tmp_path / "run")
     greedy = float(score_batch(graph, greedy_placement(config, params, graph, cluster)[None], cluster)[0])
-    for kwargs in ({"budget": 30, "search": True}, {"budget": 30, "finetune_episodes": 16}):  # then samples
+    for kwargs in ({"budget": 30, "search": True}, {"budget": 20}):  # (fine-tuning: train's PPO step and draw)
         run, _ = run_gdp(graph, cluster, tmp_path / "run", seed=1, **kwargs)
         assert run.simulator_calls <= kwargs["budget"]
         assert float(score_batch(graph, run.placement[None], cluster)[0]) <= greedy
