@@ -75,6 +75,45 @@ def _lower_bound(v, prob, tl, out):
 
 
 @numba.njit(cache=True)
+def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower):
+    """(start, device, index in ready) of the ready (node, device) pair of `best_tier` that can start first, at
+    max(input-ready, device free, floor); ties: earlier topological position, then lower device. Cached
+    estimates first, so the static lower bounds prune more of the stale ones, which are re-estimated."""
+    n, n_dev = prob.cost.shape
+    bs, bt, bd, bi = np.inf, n, n_dev, -1
+    for stale in (False, True):
+        for i in range(n_ready):
+            v = ready[i]
+            for d in range(n_dev):
+                if valid[v, d] == stale or tier(v, d, prob, tl) != best_tier:
+                    continue
+                if stale:
+                    if (max(max(lower[v, d], tl.avail[d]), floor), prob.topo_pos[v], d) >= (bs, bt, bd):
+                        continue  # its start is at least this bound, so it cannot beat the best
+                    est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
+                    valid[v, d] = True
+                s = max(max(est[v, d], tl.avail[d]), floor)
+                if (s, prob.topo_pos[v], d) < (bs, bt, bd):
+                    bs, bt, bd, bi = s, prob.topo_pos[v], d, i
+    return bs, bd, bi
+
+
+@numba.njit(cache=True)
+def after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower):
+    """After v was placed (and taken out of ready): forget the estimates it made stale, add the children it made
+    ready (with their lower bounds). Returns the new n_ready."""
+    _invalidate(ready, n_ready, prob, tl, valid, xfer)
+    for j in range(prob.ch_off[v], prob.ch_off[v + 1]):
+        w = prob.ch[j]
+        pending[w] -= 1
+        if pending[w] == 0:
+            _lower_bound(w, prob, tl, lower[w])
+            ready[n_ready] = w
+            n_ready += 1
+    return n_ready
+
+
+@numba.njit(cache=True)
 def _etf_kernel(prob, tl):
     n, n_dev = prob.cost.shape
     pending = prob.par_off[1:] - prob.par_off[:-1]
@@ -92,31 +131,10 @@ def _etf_kernel(prob, tl):
     for _ in range(n):
         best_tier = _best_tier(ready, n_ready, prob, tl)
         floor = t_last if best_tier == 0 else max(t_last, tl.avail.max())
-        bs, bt, bd, bi = np.inf, n, n_dev, -1
-        for stale in (False, True):  # cached pairs first, so the bound prunes more of the stale ones
-            for i in range(n_ready):
-                v = ready[i]
-                for d in range(n_dev):
-                    if valid[v, d] == stale or tier(v, d, prob, tl) != best_tier:
-                        continue
-                    if stale:
-                        if (max(max(lower[v, d], tl.avail[d]), floor), prob.topo_pos[v], d) >= (bs, bt, bd):
-                            continue  # its start is at least this bound, so it cannot beat the best
-                        est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
-                        valid[v, d] = True
-                    s = max(max(est[v, d], tl.avail[d]), floor)
-                    if (s, prob.topo_pos[v], d) < (bs, bt, bd):
-                        bs, bt, bd, bi = s, prob.topo_pos[v], d, i
+        bs, bd, bi = earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower)
         v = ready[bi]
         ready[bi] = ready[n_ready - 1]
         n_ready -= 1
         place(v, bd, bs, prob, tl)
         t_last = bs
-        _invalidate(ready, n_ready, prob, tl, valid, xfer)
-        for j in range(prob.ch_off[v], prob.ch_off[v + 1]):
-            w = prob.ch[j]
-            pending[w] -= 1
-            if pending[w] == 0:
-                _lower_bound(w, prob, tl, lower[w])
-                ready[n_ready] = w
-                n_ready += 1
+        n_ready = after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower)

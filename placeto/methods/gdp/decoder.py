@@ -42,7 +42,7 @@ import numpy as np
 
 from placeto.baselines._listsched import State, build_problem, heft_order
 from placeto.baselines._listsched_numba import new_timeline, place, ready_time, tier
-from placeto.baselines.etf import _best_tier, _invalidate, _lower_bound
+from placeto.baselines.etf import _best_tier, after_placing, earliest_pair
 from placeto.features import cost_unit
 from simulator.cluster import Cluster
 from simulator.graph import Graph
@@ -188,21 +188,7 @@ def _etf_decode(prob, tl, scores, weight, inv_unit, inv_temp, uniforms, greedy, 
     for _ in range(n):
         best_tier = _best_tier(ready, n_ready, prob, tl)
         floor = t_last if best_tier == 0 else max(t_last, tl.avail.max())
-        bs, bt, bd, bi = np.inf, n, n_dev, -1
-        for stale in (False, True):
-            for i in range(n_ready):
-                v = ready[i]
-                for d in range(n_dev):
-                    if valid[v, d] == stale or tier(v, d, prob, tl) != best_tier:
-                        continue
-                    if stale:
-                        if (max(max(lower[v, d], tl.avail[d]), floor), prob.topo_pos[v], d) >= (bs, bt, bd):
-                            continue
-                        est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
-                        valid[v, d] = True
-                    s = max(max(est[v, d], tl.avail[d]), floor)
-                    if (s, prob.topo_pos[v], d) < (bs, bt, bd):
-                        bs, bt, bd, bi = s, prob.topo_pos[v], d, i
+        bs, _, bi = earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower)
         v = ready[bi]
         ready[bi] = ready[n_ready - 1]
         n_ready -= 1
@@ -218,14 +204,7 @@ def _etf_decode(prob, tl, scores, weight, inv_unit, inv_temp, uniforms, greedy, 
         acts[v], logp[v] = pick, lp
         place(v, pick, start[pick], prob, tl)
         t_last = bs
-        _invalidate(ready, n_ready, prob, tl, valid, xfer)
-        for j in range(prob.ch_off[v], prob.ch_off[v + 1]):
-            w = prob.ch[j]
-            pending[w] -= 1
-            if pending[w] == 0:
-                _lower_bound(w, prob, tl, lower[w])
-                ready[n_ready] = w
-                n_ready += 1
+        n_ready = after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower)
 
 
 def decode_reference(graph: Graph, cluster: Cluster, scores: np.ndarray, weight: np.ndarray, temperature: float,
