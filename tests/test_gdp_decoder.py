@@ -166,3 +166,21 @@ def test_graphs_above_the_threshold_default_to_the_shipped_large_graph_policy():
     assert gdp.default_for(LARGE_GRAPH_NODES) == "gdp-general" and gdp.default_for(LARGE_GRAPH_NODES + 1) == "gdp-large"
     config, _ = load_run(resolve_checkpoint("gdp-large"))
     assert config.decoder == "etf" and registry.get("placeto").default_for(10**6) is None
+
+
+def test_a_checkpoint_with_an_unknown_decoder_is_one_line_and_exit_2(tmp_path, capsys):
+    import json
+
+    from placeto.cli import main
+    from simulator import save_graph
+
+    graph = layered_dag(20, seed=2)
+    save_graph(graph, tmp_path / "g.json")
+    (tmp_path / "run").mkdir()
+    config = json.loads(CONFIG.to_json())
+    (tmp_path / "run" / "config.json").write_text(json.dumps({**config, "decoder": "beam"}))
+    (tmp_path / "run" / "checkpoint.msgpack").write_bytes(b"")
+    assert main(["place", str(tmp_path / "g.json"), "--checkpoint", str(tmp_path / "run"), "--method", "gdp",
+                 "--devices", "2", "--out", str(tmp_path / "p.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decoder" in err[0] and "config.json" in err[0] and "Traceback" not in err[0]
