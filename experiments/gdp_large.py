@@ -177,9 +177,10 @@ def ship_run(run: Path, graphs: Path, cache: Path) -> Path:
 
     samples = sample_count(run)
     return ship(run, "gdp-large", {
-        "summary": "gdp with the etf list decoder, for graphs of more than 1,000 nodes: the large config at its "
-                   "initialisation (PPO made its one pass worse: experiments/results/gdp_large_training.md; "
-                   "its graphs: python -m experiments.gdp_large)",
+        "summary": "gdp with the etf list decoder, for graphs of more than 1,000 nodes, placing communication-bound "
+                   "ones coarse-to-fine through 1,000 groups: the large config at its initialisation (PPO made its "
+                   "one pass worse: experiments/results/gdp_large_training.md; its graphs: python -m "
+                   "experiments.gdp_large)",
         "command": shlex.join(train_command(graphs, run, None, samples)),
         "train_minutes": round(train_minutes(run), 1), "episodes": samples,
         "one_pass": one_pass_x_etf(run, cache), "machine": "2 cores, no GPU (JAX on CPU)"})

@@ -24,7 +24,11 @@ placeto-k80 preset at 4 and 8 devices. Methods, each reusing the project's own (
   "heft" decoders' one pass with fresh, untrained parameters of the large config, seed 0);
 - issue 32's first target on the op graphs at 8 devices: local-search-10k (local search for 10,000 simulator
   calls; its wall time is the budget of) gdp-large-tuned (PPO fine-tuning of gdp-large on the graph, then sampled
-  decodings, the best kept).
+  decodings, the best kept);
+- the coarse-to-fine ablation: gdp-large places a graph whose communication-to-computation ratio is high through
+  its grouping (GdpConfig.coarse_groups); gdp-large-ops, -ops-sampled, -ops-search and -ops-tuned are the same
+  rows with the same parameters placing the op graph itself (coarse_groups 0: `ops_checkpoint`), run where
+  gdp-large places coarse-to-fine (elsewhere they are gdp-large's rows).
 
 Every row is simulated once on the op graph (runtime, out of memory). Rows are appended to the CSV as they
 finish, with the command that made them; a rerun skips the rows already there. The markdown (regenerated from
@@ -55,9 +59,11 @@ GRAPHS = (*OP_GRAPHS, *GENERATED)
 DEVICES = (4, 8)
 METHODS = ("single", "expert", "etf", "heft", "m-sct", "local-search", "gdp", "gdp-coarse", "gdp-search", "gdp-large",
            "gdp-etf-fresh", "gdp-heft-fresh", "gdp-large-sampled", "gdp-large-search", "local-search-10k",
-           "gdp-large-tuned")
+           "gdp-large-tuned", "gdp-large-ops", "gdp-large-ops-sampled", "gdp-large-ops-search", "gdp-large-ops-tuned")
 LARGE = ("gdp-large", "gdp-large-sampled", "gdp-large-search", "gdp-large-tuned")  # run with --large-checkpoint
-TARGET_1_ONLY = ("local-search-10k", "gdp-large-tuned")  # op graphs at 8 devices only
+OPS = {f"gdp-large-ops{m[9:]}": m for m in LARGE}  # the ablation without coarse-to-fine -> its gdp-large row
+OPS_OF = {m: o for o, m in OPS.items()}
+TARGET_1_ONLY = ("local-search-10k", "gdp-large-tuned", "gdp-large-ops-tuned")  # op graphs at 8 devices only
 TUNE_EPISODES = 2048  # gdp-large-tuned: placements of PPO fine-tuning (then sampled decodings) within its budget
 QUICK = {"graphs": ("layered_10k", "blocks_10k"), "devices": (4,)}
 PRESET = "placeto-k80"
@@ -125,6 +131,13 @@ def place(method: str, graph, cluster, seconds: float, checkpoint: str, seed: in
 
     if method in TARGET_1_ONLY and (graph.name not in OP_GRAPHS or cluster.n_devices != 8):
         raise NotApplicable("issue 32's first target only: the op graphs at 8 devices")
+    if method in OPS:
+        from placeto.methods.gdp.place import coarse_view, load_run
+        from placeto.policies import resolve_checkpoint
+
+        if not coarse_view(graph, cluster, load_run(resolve_checkpoint(checkpoint))[0]):
+            raise NotApplicable("the large policy places this graph at the op level: the row is gdp-large's")
+        method, checkpoint = OPS[method], ops_checkpoint(checkpoint)
     if method in ("gdp", "gdp-coarse", "gdp-large"):
         return one_pass(graph, cluster, checkpoint, coarse=method == "gdp-coarse")
     if method in ("gdp-etf-fresh", "gdp-heft-fresh"):
@@ -143,6 +156,25 @@ def place(method: str, graph, cluster, seconds: float, checkpoint: str, seed: in
     else:
         run = run_method(method, graph, cluster, seed)
     return run.placement, run.seconds, 0.0, run.simulator_calls
+
+
+def ops_checkpoint(checkpoint: str) -> str:
+    """The run directory runs/<name>_ops: `checkpoint`'s policy (the same files) with coarse_groups 0."""
+    import json
+    import shutil
+
+    from placeto.policies import resolve_checkpoint
+    from simulator.io import atomic_write_bytes
+
+    src = Path(str(resolve_checkpoint(checkpoint)))
+    out = ROOT / "runs" / f"{src.name}_ops"
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.is_file() and f.name != "config.json":
+            shutil.copyfile(f, out / f.name)
+    config = json.loads((src / "config.json").read_text())
+    atomic_write_bytes(out / "config.json", (json.dumps({**config, "coarse_groups": 0}, indent=1) + "\n").encode())
+    return str(out)
 
 
 def one_pass(graph, cluster, checkpoint: str, coarse: bool):
@@ -189,7 +221,7 @@ def run_row(name: str, graph, n_devices: int, method: str, seconds: float, check
     cluster = cluster_preset(PRESET, n_devices)
     base = dict(graph=name, nodes=graph.n_nodes, devices=n_devices, method=method,
                 lower_bound_ms=lower_bound(graph, cluster) / 1e3, command=command)
-    if method == "gdp-large-tuned":
+    if method in ("gdp-large-tuned", "gdp-large-ops-tuned"):
         ls = [r for r in rows if (r.graph, r.devices, r.method) == (name, n_devices, "local-search-10k")]
         seconds = ls[0].place_s if ls and not math.isnan(ls[0].runtime_ms) else seconds
     try:
@@ -272,7 +304,8 @@ def summary(rows: Sequence[Result], methods: Sequence[str]) -> list[str]:
                   "against its one pass on the op graph"),
                  ("gdp-etf-fresh", "gdp", "one pass of the etf list decoder with fresh parameters against one of "
                   "gdp-general's independent decoder"),
-                 ("gdp-etf-fresh", "gdp-heft-fresh", "the etf order against the heft order, fresh parameters"))
+                 ("gdp-etf-fresh", "gdp-heft-fresh", "the etf order against the heft order, fresh parameters"),
+                 *((m, OPS_OF[m], "coarse-to-fine against the same policy at the op level") for m in LARGE))
     for method, other, what in ablations:
         for label, graphs in (("all graphs", GRAPHS), ("the benchmark op graphs", OP_GRAPHS),
                               ("the generated graphs", tuple(GENERATED))):
@@ -283,9 +316,11 @@ def summary(rows: Sequence[Result], methods: Sequence[str]) -> list[str]:
                 lines.append(f"- Ablation {method} vs {other} ({what}), {label}: geometric mean {a:.3f}x etf against "
                              f"{b:.3f}x, better in {better} of {n} graph x device rows: {verdict}.")
     if any(r.method == "gdp-large" for r in rows):
-        lines.append("- gdp-large is the large config at its initialisation, so its rows equal gdp-etf-fresh's: PPO "
-                     "training made the one pass worse (experiments/results/gdp_large_training.md).")
-    for method in ("gdp-search", "gdp-large-sampled", "gdp-large-search"):
+        lines.append("- gdp-large is the large config at its initialisation, so where it places at the op level (and "
+                     "gdp-large-ops everywhere) its rows equal gdp-etf-fresh's: PPO training made the one pass worse "
+                     "(experiments/results/gdp_large_training.md).")
+    for method in ("gdp-search", "gdp-large-sampled", "gdp-large-search", "gdp-large-ops-sampled",
+                   "gdp-large-ops-search"):
         search = paired(ratios, method, "local-search")
         if search:
             a, b, better, n = search
@@ -312,8 +347,9 @@ def targets(rows: Sequence[Result], ratios: dict) -> list[str]:
     etf and local search."""
     by = {(r.graph, r.devices, r.method): r for r in rows if not math.isnan(r.runtime_ms)}
     lines = []
-    for m in ("gdp", "gdp-coarse", "gdp-search", "gdp-large", "gdp-large-sampled", "gdp-large-search",
-              "local-search-10k", "gdp-large-tuned"):
+    for m in ("gdp", "gdp-coarse", "gdp-search", "gdp-large-ops", "gdp-large-ops-sampled", "gdp-large-ops-search",
+              "gdp-large-ops-tuned", "gdp-large", "gdp-large-sampled", "gdp-large-search", "local-search-10k",
+              "gdp-large-tuned"):
         x = [by[g, 8, m].runtime_ms / by[g, 8, "expert"].runtime_ms for g in OP_GRAPHS
              if (g, 8, m) in by and (g, 8, "expert") in by]
         if x:
@@ -439,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {graph.n_nodes} nodes, {graph.n_edges} edges ({time.perf_counter() - t0:.1f} s)",
                   flush=True)
         t0 = time.perf_counter()
-        checkpoint = args.large_checkpoint if method in LARGE else args.checkpoint
+        checkpoint = args.large_checkpoint if method in LARGE or method in OPS else args.checkpoint
         row = run_row(name, graph, n_dev, method, args.seconds, checkpoint, command, rows)
         rows.append(row)
         write_rows(csv_path, rows)

@@ -184,3 +184,59 @@ def test_a_checkpoint_with_an_unknown_decoder_is_one_line_and_exit_2(tmp_path, c
                  "--devices", "2", "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "decoder" in err[0] and "config.json" in err[0] and "Traceback" not in err[0]
+
+
+def test_communication_ratio_is_transfer_time_over_compute():
+    from placeto.features import communication_ratio
+    from simulator.result import min_costs
+
+    graph, cluster = layered_dag(N, seed=5), cluster_preset("placeto-k80", 3)
+    comm = 0.0
+    for src, out in zip(graph.edge_src.tolist(), graph.edge_out.tolist()):
+        nbytes = float(graph.out_bytes[graph.out_offsets[src] + out])
+        comm += cluster.delta2_us + cluster.latency_us + nbytes / cluster.bandwidth_bytes_per_us
+    assert communication_ratio(graph, cluster) == pytest.approx(comm / float(min_costs(graph, cluster).sum()))
+    cheap = layered_dag(N, seed=5, mean_cost_us=5.0)  # the same draws, costs 20x smaller (rounded)
+    assert communication_ratio(cheap, cluster) == pytest.approx(20 * communication_ratio(graph, cluster), rel=1e-4)
+
+
+def test_coarse_to_fine_places_the_groups_and_scores_every_sample_on_the_ops(tmp_path):
+    """A communication-bound graph above coarse_groups is placed through its grouping: one device per group, every
+    objective the op graph's; a compute-bound one (or coarse_groups 0) is placed as it is."""
+    from placeto.methods.gdp.place import coarse_view, placing_task
+
+    graph, cluster = layered_dag(N, seed=5, mean_cost_us=5.0), cluster_preset("placeto-k80", 3)
+    config = CONFIG.replace(coarse_groups=20)
+    assert coarse_view(graph, cluster, config)
+    assert not coarse_view(graph, cluster, CONFIG) and not coarse_view(layered_dag(N, seed=5), cluster, config)
+    task, _ = placing_task(graph, cluster, config)
+    assert task.graph.n_nodes <= 20 and task.ops is graph and task.op_group.shape == (N,)
+    acts = np.random.default_rng(0).integers(0, 3, (4, task.graph.n_nodes))
+    with metered() as m:
+        np.testing.assert_array_equal(task.score(acts, 1.0), score_batch(graph, acts[:, task.op_group], cluster))
+    assert m.calls == 8
+
+    def one_device_per_group(p):
+        return p.shape == (N,) and all(len(set(p[task.op_group == g].tolist())) == 1
+                                       for g in range(task.graph.n_nodes))
+
+    train(config.replace(episodes=0), [layered_dag(N, seed=1)], cluster, tmp_path / "run")
+    loaded, params = load_run(tmp_path / "run")
+    assert loaded.coarse_groups == 20
+    greedy = greedy_placement(loaded, params, graph, cluster)
+    assert one_device_per_group(greedy)
+    np.testing.assert_array_equal(greedy, greedy_placement(loaded, params, graph, cluster))  # deterministic
+    first = float(score_batch(graph, greedy[None], cluster)[0])
+    for kwargs in ({"budget": 20}, {"budget": 30, "search": True}):  # search: on the ops, from the groups' prior
+        run, _ = run_gdp(graph, cluster, tmp_path / "run", seed=1, **kwargs)
+        assert run.placement.shape == (N,) and run.simulator_calls <= kwargs["budget"]
+        assert float(score_batch(graph, run.placement[None], cluster)[0]) <= first
+        assert "search" in kwargs or one_device_per_group(run.placement)
+
+
+def test_coarse_groups_must_be_a_non_negative_integer():
+    for bad in (-1, 2.5, True):
+        with pytest.raises(ValueError, match="coarse_groups"):
+            GdpConfig(coarse_groups=bad)
+    with pytest.raises(ValueError, match="coarse_ccr"):
+        GdpConfig(coarse_ccr=-1.0)

@@ -37,6 +37,18 @@ class GdpConfig:
     schedulers do (placeto.methods.gdp.decoder). Still one forward pass; the decoding is a sequential numba loop
     (experiments/results/gdp_scale.md compares them)."""
 
+    coarse_groups: int = 0
+    """Coarse-to-fine placing (0: off). A graph of more than this many nodes whose communication-to-computation
+    ratio exceeds `coarse_ccr` (`placeto.features.communication_ratio`) is grouped to this many groups
+    (`placeto.coarsen.for_policy`: colocation, contractions that delay nothing, critical-path-greedy merging); the
+    policy places the groups, the placement is expanded to the ops, and every sample is scored on the op graph
+    (placeto.methods.gdp.place.placing_task). Placing only: training places the graphs it is given."""
+    coarse_ccr: float = 4.0
+    """The communication-to-computation ratio above which `coarse_groups` applies. On placeto-k80 the traced op
+    graphs of gdp_scale are at 10.5-14.8 and the grouping's one pass places them 0.56-1.06x the op-level one
+    pass at 8 devices; its generated graphs are at 0.9-1.4 and the grouping places them 1.4-2.3x worse
+    (experiments/results/gdp_scale.md, gdp-large-ops against gdp-large)."""
+
     # ---- PPO ----------------------------------------------------------------------------------------------
     episodes: int = 1_000_000
     """Training budget: total placements sampled (and simulated), over all tasks (0: no update; the run holds
@@ -80,8 +92,10 @@ class GdpConfig:
             raise ValueError(f"GdpConfig: decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
         if self.hidden % self.heads:
             raise ValueError(f"GdpConfig: hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
+        if isinstance(self.coarse_groups, bool) or not isinstance(self.coarse_groups, int) or self.coarse_groups < 0:
+            raise ValueError(f"GdpConfig: coarse_groups must be a non-negative integer, got {self.coarse_groups!r}")
         for name in ("clip", "lr", "entropy", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
-                     "time_limit_minutes"):
+                     "time_limit_minutes", "coarse_ccr"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isnan(v):
                 raise ValueError(f"GdpConfig: {name} must be a non-negative number, got {v!r}")
@@ -188,11 +202,14 @@ def tiny(**changes: Any) -> GdpConfig:
 
 def large(**changes: Any) -> GdpConfig:
     """The large-graph config: the "etf" list decoder, 16 placements per update and 2 epochs (an update on a
-    26k-node graph takes ~6 s here: the decoding is sequential per placement). The shipped gdp-large is this
+    26k-node graph takes ~6 s here: the decoding is sequential per placement), and coarse-to-fine placing of
+    communication-bound graphs over 1,000 nodes (coarse_groups). The shipped gdp-large is this
     config at its initialisation (`--episodes 0`): PPO with it made the one pass worse
     (experiments/results/gdp_large_training.md)."""
+    from placeto.coarsen import MAX_POLICY_NODES  # the largest graph the other policies place as it is
+
     return GdpConfig(decoder="etf", samples_per_update=16, ppo_epochs=2, lr=1e-3, entropy=0.001, temperature=1.0,
-                     checkpoint_seconds=120.0).replace(**changes)
+                     checkpoint_seconds=120.0, coarse_groups=MAX_POLICY_NODES).replace(**changes)
 
 
 PRESETS = {"default": GdpConfig, "tiny": tiny, "large": large}

@@ -1,5 +1,9 @@
 """Placing with a trained gdp policy: zero-shot (one forward pass), sampled, or fine-tuned first.
 
+Coarse-to-fine (GdpConfig.coarse_groups): `placing_task` groups a large, communication-bound graph first; the
+policy then places the groups in every mode, each placement is expanded to the ops and scored on the op graph,
+and the grouping's wall time is part of the placing time.
+
 `run_gdp` is the compare row "gdp" (placeto.compare.run_learned dispatches to it): the policy is loaded and
 its functions compiled outside the meter (reported as compile seconds); inside it, optional PPO fine-tuning
 on the graph, then the greedy placement and, while the call budget allows, batches of sampled placements;
@@ -22,7 +26,7 @@ from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob,
 from placeto.methods.gdp.config import NAME
 from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
-from placeto.methods.gdp.ppo import (Drawn, _heads, _uniforms, draw, init_params, make_optimizer, make_task,
+from placeto.methods.gdp.ppo import (Drawn, Task, _heads, _uniforms, draw, init_params, make_optimizer, make_task,
                                      ppo_step, sample_batch)
 from placeto.objective import meter, metered, score_batch
 from simulator.cluster import Cluster
@@ -71,17 +75,38 @@ def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
     return config, restore(template, read_blob(path)["params"], "params", path)
 
 
+def coarse_view(graph: Graph, cluster: Cluster, config: GdpConfig) -> bool:
+    """True if `config` places `graph` coarse-to-fine on `cluster`: more than coarse_groups nodes and a
+    communication-to-computation ratio above coarse_ccr (GdpConfig.coarse_groups)."""
+    from placeto.features import communication_ratio
+
+    return 0 < config.coarse_groups < graph.n_nodes and communication_ratio(graph, cluster) > config.coarse_ccr
+
+
+def placing_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> tuple[Task, float]:
+    """(the task the policy places `graph` through, the wall seconds spent grouping): `graph`'s own, or with
+    `coarse_view`, that of its grouping to config.coarse_groups groups (placeto.coarsen.for_policy), whose
+    placements are expanded to `graph`'s ops and scored there."""
+    if not coarse_view(graph, cluster, config):
+        return make_task(graph, cluster, config), 0.0
+    from placeto.coarsen import for_policy
+
+    view = for_policy(graph, config.coarse_groups, config.coarse_groups)
+    return make_task(graph, cluster, config, view.grouping), view.seconds
+
+
 def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> np.ndarray:
     """int32[N] each node on its most likely device: one forward pass, no simulation (with a list decoder,
-    its greedy decoding: each node on its most likely device given those chosen before it)."""
+    its greedy decoding: each node on its most likely device given those chosen before it). Coarse-to-fine
+    where `coarse_view` says so: the groups' greedy placement, expanded to the ops."""
     if cluster.n_devices > config.max_devices:
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices (max_devices), not "
                          f"{cluster.n_devices}")
-    task = make_task(graph, cluster, config)
+    task, _ = placing_task(graph, cluster, config)
     if config.decoder != "independent":
-        return _greedy_decoding(config, make_net(config), params, task).acts[0]
+        return task.op_placements(_greedy_decoding(config, make_net(config), params, task).acts[0])
     _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
-    return np.asarray(greedy)[:graph.n_nodes].astype(np.int32)
+    return task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
 
 
 def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
@@ -126,7 +151,9 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     PPO fine-tuning first (`tune`'s settings, default FinetuneSettings.default_for the policy; charged to the
     budget, its compilation is not). `search` (method gdp-search): after the greedy placement, the policy's
     per-node device distributions are the prior of placeto-search's annealing
-    (`placeto.search.prior.search_from_prior`) for the rest of the budget, instead of sampled placements."""
+    (`placeto.search.prior.search_from_prior`) for the rest of the budget, instead of sampled placements.
+    Coarse-to-fine where `coarse_view` says so: the grouping's seconds are charged to the time budget and counted
+    in the run's seconds."""
     from placeto.policies import resolve_checkpoint
 
     t0 = time.perf_counter()
@@ -134,7 +161,7 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     if cluster.n_devices > config.max_devices:
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices, not {cluster.n_devices}",
                          str(checkpoint))
-    net, task = make_net(config), make_task(graph, cluster, config)
+    net, (task, group_s) = make_net(config), placing_task(graph, cluster, config)
     tuning = (tune or FinetuneSettings.default_for(config)).apply(config)
     if config.decoder != "independent":  # compile, unmetered
         jax.block_until_ready(_heads(net, params, task.inputs))
@@ -147,34 +174,35 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
         if finetune_episodes > 0:
             finetune(tuning, params, task, seed, 1)
-    compile_s = time.perf_counter() - t0
+    compile_s = time.perf_counter() - t0 - group_s
     calls = math.inf if budget is None else budget
-    with metered(max_calls=calls, seconds=seconds) as m:
+    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - group_s, 0.0)) as m:
         updates = -(-finetune_episodes // tuning.samples_per_update)
         params, seen_p, seen = finetune(tuning, params, task, seed, updates)
         extra = [] if seen_p is None else [(seen_p, seen)]  # the best placement sampled while fine-tuning
         if search:
-            best_p = _search(graph, cluster, net, params, task, seed, calls, extra)
+            best_p = _search(net, params, task, seed, calls, extra)
         else:
-            best_p = _sampled(config, net, params, task, seed, extra)
+            best_p = task.op_placements(_sampled(config, net, params, task, seed, extra))
         elapsed = m.elapsed()
-    return MethodRun(best_p.astype(np.int32), m.calls, elapsed, tuple(m.trace)), compile_s
+    trace = tuple((t + group_s, c, b) for t, c, b in m.trace)  # (seconds, calls, best), grouping first
+    return MethodRun(best_p.astype(np.int32), m.calls, elapsed + group_s, trace), compile_s
 
 
 def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np.ndarray:
     """The gdp method inside its meter: the greedy placement, then batches of config.samples_per_update sampled
     placements while the meter lasts; int32[N] the best of them and of `extra` ((placement, objective) pairs)."""
-    graph, cluster, n, m = task.graph, task.cluster, task.graph.n_nodes, meter()
+    n, m = task.graph.n_nodes, meter()
     key = jax.random.key(seed)
     if config.decoder != "independent":
         return _sampled_decodings(config, net, params, task, key, extra)
     draws, greedy = _sample(net, params, task.inputs, key, config.samples_per_update)
     best_p = np.asarray(greedy)[:n]
-    best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
+    best = float(task.score(best_p[None], config.memory_penalty_per_gb)[0])
     best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
     while not m.exhausted() and m.calls_left() >= 1:
         rows = np.asarray(draws)[:int(min(config.samples_per_update, m.calls_left())), :n]
-        obj = score_batch(graph, rows, cluster, config.memory_penalty_per_gb)
+        obj = task.score(rows, config.memory_penalty_per_gb)
         if obj.min() < best:
             best, best_p = float(obj.min()), rows[int(np.argmin(obj))]
         key = jax.random.fold_in(key, m.calls)
@@ -184,9 +212,9 @@ def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np
 
 def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, extra: list) -> np.ndarray:
     """`_sampled` for a list decoder: the greedy decoding, then batches of sampled decodings."""
-    graph, cluster, m = task.graph, task.cluster, meter()
+    graph, m = task.graph, meter()
     best_p = _greedy_decoding(config, net, params, task).acts[0]
-    best = float(score_batch(graph, best_p[None], cluster, config.memory_penalty_per_gb)[0])
+    best = float(task.score(best_p[None], config.memory_penalty_per_gb)[0])
     best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
     per_sample = 0.0  # seconds a decoded and simulated sample took: batches shrink to the time left
     while not m.exhausted() and m.calls_left() >= 1:
@@ -205,12 +233,14 @@ def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, ext
 _log_policy = jax.jit(log_policy, static_argnames=("net",))
 
 
-def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit: float, extra: list) -> np.ndarray:
+def _search(net, params, task, seed: int, limit: float, extra: list) -> np.ndarray:
     """gdp-search: the policy's greedy placement (argmax per node, one simulation) and prior (float[N, D]: each
     node's device distribution) start and steer placeto-search's annealing, until the meter's count reaches
-    `limit` or it runs out; `extra`: more (placement, objective) start candidates."""
+    `limit` or it runs out; `extra`: more (placement, objective) start candidates, placements of task.graph.
+    Coarse-to-fine: the groups' distributions are their ops' and the search runs on the op graph. int32[N ops]."""
     from placeto.search.prior import search_from_prior
 
+    graph, cluster = task.graph, task.cluster
     d = cluster.n_devices
     if net.config.decoder != "independent":  # each node's distribution at its greedy decision
         dec = _greedy_decoding(net.config, net, params, task)
@@ -221,11 +251,14 @@ def _search(graph: Graph, cluster: Cluster, net, params, task, seed: int, limit:
         logp = np.asarray(_log_policy(net, params, task.inputs), np.float64)[:graph.n_nodes, :d]
     prior = np.exp(logp - logp.max(1, keepdims=True))
     prior /= prior.sum(1, keepdims=True)
-    greedy = prior.argmax(1).astype(np.int32)
-    score = float(score_batch(graph, greedy[None], cluster)[0])
+    greedy = task.op_placements(prior.argmax(1))
+    prior = prior if task.op_group is None else prior[task.op_group]
+    extra = [(task.op_placements(p), o) for p, o in extra]
+    ops = graph if task.ops is None else task.ops
+    score = float(score_batch(ops, greedy[None], cluster)[0])
     if meter().exhausted():
         return min([(greedy, score), *extra], key=lambda c: c[1])[0]
-    return search_from_prior(graph, cluster, greedy, score, prior, np.random.default_rng(seed), limit, extra)
+    return search_from_prior(ops, cluster, greedy, score, prior, np.random.default_rng(seed), limit, extra)
 
 
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
@@ -233,8 +266,8 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
     learning rate (run_gdp passes the policy's config with FinetuneSettings applied); stops early when the meter's
     budget cannot pay for another batch, or its time left for another update as long as the last one. Each
     update's forward pass also gives the current greedy placement, simulated with the batch (one call more; not
-    learned from). Returns (tuned parameters, best placement int32[N] sampled or greedy on the way or None, its
-    objective in microseconds or inf)."""
+    learned from). Returns (tuned parameters, best placement int32[N] of task.graph sampled or greedy on the way
+    or None, its objective in microseconds or inf)."""
     best_p, best = None, math.inf
     if updates <= 0:
         return params, best_p, best
@@ -250,14 +283,13 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
             drawn = draw(net, config, params, task, jax.random.fold_in(root, u))
             greedy = _greedy_decoding(config, net, params, task).acts[0]
             rows = np.concatenate([drawn.acts[:, :n], greedy[None]])
-            obj = np.concatenate([drawn.objective, score_batch(task.graph, greedy[None], task.cluster,
-                                                               config.memory_penalty_per_gb)])
+            obj = np.concatenate([drawn.objective, task.score(greedy[None], config.memory_penalty_per_gb)])
         else:
             acts, logp, greedy = (np.asarray(a) for a in sample_batch(net, params, task.inputs,
                                                                       jax.random.fold_in(root, u), batch,
                                                                       config.temperature))
             rows = np.concatenate([acts[:, :n], greedy[None, :n]])
-            obj = score_batch(task.graph, rows, task.cluster, config.memory_penalty_per_gb)
+            obj = task.score(rows, config.memory_penalty_per_gb)
             drawn = Drawn(acts, logp, obj[:batch])
         if obj.min() < best:
             best_p, best = rows[int(np.argmin(obj))].copy(), float(obj.min())

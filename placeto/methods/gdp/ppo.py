@@ -31,6 +31,7 @@ from placeto.methods.gdp.model import NEG, GdpNet, heads, log_policy, make_net
 from placeto.objective import objective_scale, score_batch
 from simulator.cluster import Cluster
 from simulator.graph import Graph
+from simulator.grouping import Grouping
 
 
 class Task(NamedTuple):
@@ -41,6 +42,19 @@ class Task(NamedTuple):
     cluster: Cluster
     inputs: GdpInputs
     scale: float  # single-device runtime, microseconds: rewards are -objective / scale
+    ops: Graph | None = None  # coarse-to-fine: the op graph whose runtime is the objective, `graph` its grouping
+    op_group: np.ndarray | None = None  # int32[N ops] the node of `graph` each op of `ops` belongs to
+
+    def op_placements(self, acts: np.ndarray) -> np.ndarray:
+        """int32[..., N ops] from placements of `graph`'s nodes (int[..., N]): expanded when coarse."""
+        acts = np.asarray(acts, np.int32)
+        return acts if self.op_group is None else acts[..., self.op_group]
+
+    def score(self, acts: np.ndarray, per_gb: float) -> np.ndarray:
+        """float64[B] objectives (us, metered) of placements int[B, N] of `graph`'s nodes, simulated on the op
+        graph (`ops` when coarse)."""
+        return score_batch(self.graph if self.ops is None else self.ops, self.op_placements(acts), self.cluster,
+                           per_gb)
 
 
 class StepResult(NamedTuple):
@@ -55,7 +69,13 @@ class StepResult(NamedTuple):
     best_placement: np.ndarray  # int32[N]
 
 
-def make_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> Task:
+def make_task(graph: Graph, cluster: Cluster, config: GdpConfig, grouping: Grouping | None = None) -> Task:
+    """The task of placing `graph` on `cluster`; with `grouping` (of `graph`), of placing its groups, each
+    placement expanded to `graph`'s ops and scored there."""
+    if grouping is not None:
+        task = make_task(grouping.graph, cluster, config)
+        return task._replace(key=f"{graph.name}@{cluster.n_devices}d", scale=objective_scale(graph, cluster),
+                             ops=graph, op_group=np.asarray(grouping.op_to_group, np.int32))
     inputs = gdp_inputs(graph, cluster, config.max_devices, config.segment)
     return Task(f"{graph.name}@{cluster.n_devices}d", graph, cluster, inputs, objective_scale(graph, cluster))
 
@@ -169,7 +189,7 @@ def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> 
         return draw_range(net, config, params, task, key, 0, config.samples_per_update)
     acts, logp, _ = sample_batch(net, params, task.inputs, key, config.samples_per_update, config.temperature)
     acts = np.asarray(acts)
-    obj = score_batch(task.graph, acts[:, :task.graph.n_nodes], task.cluster, config.memory_penalty_per_gb)
+    obj = task.score(acts[:, :task.graph.n_nodes], config.memory_penalty_per_gb)
     return Drawn(acts, np.asarray(logp), obj)
 
 
@@ -183,7 +203,7 @@ def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Arra
     acts, logp = _sample_rows(logp_all, jax.vmap(lambda i: jax.random.fold_in(key, i))(
         jnp.arange(lo, hi, dtype=jnp.uint32)))
     acts = np.asarray(acts)
-    obj = score_batch(task.graph, acts[:, :task.graph.n_nodes], task.cluster, config.memory_penalty_per_gb)
+    obj = task.score(acts[:, :task.graph.n_nodes], config.memory_penalty_per_gb)
     return Drawn(acts, np.asarray(logp), obj)
 
 
@@ -219,7 +239,7 @@ def _decode_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.A
     feat = np.zeros((b, n_pad, d_max, dec.feat.shape[-1]), np.float32)
     allowed = np.zeros((b, n_pad, d_max), np.bool_)
     acts[:, :n], logp[:, :n], feat[:, :n, :d], allowed[:, :n, :d] = dec
-    obj = score_batch(task.graph, dec.acts, task.cluster, config.memory_penalty_per_gb)
+    obj = task.score(dec.acts, config.memory_penalty_per_gb)
     return Drawn(acts, logp, obj, feat, allowed)
 
 
