@@ -404,8 +404,11 @@ def markdown(rows: Sequence[Result], missing: Sequence[tuple[str, int, str]], fi
     lines += [f"- `{c}` ({n} rows)" for c, n in commands.items()]
     lines += ["", f"({os.cpu_count()} cores, load average at the last write {os.getloadavg()[0]:.1f}; {PRESET} "
               "preset; gdp, gdp-coarse, gdp-search: the shipped gdp-general policy; gdp-large*: the large-graph "
-              "policy (gdp-large). local-search, gdp-search, gdp-large-sampled, gdp-large-search: the same wall "
-              "time, the --seconds of the command; gdp-large-tuned: local-search-10k's wall time on that graph; "
+              "policy (gdp-large), coarse-to-fine where the graph's communication-to-computation ratio says so; "
+              "gdp-large-ops*: the same policy placing the op graph itself, on the graphs where gdp-large goes "
+              "coarse. local-search, gdp-search, gdp-large-sampled, gdp-large-search: the same wall "
+              "time, the --seconds of the command; gdp-large-tuned, gdp-large-ops-tuned: local-search-10k's wall "
+              "time on that graph; "
               "gdp, gdp-coarse, gdp-large and the fresh ablations: one forward pass (+ the greedy decoding), "
               "zero-shot, no simulator call. Column names: the module docstring.)", "",
               "## Simulated runtime, ms (ratio to etf)", "",
@@ -414,7 +417,8 @@ def markdown(rows: Sequence[Result], missing: Sequence[tuple[str, int, str]], fi
               "yet.", "", "## Wall seconds to place (+ one-time compilation and policy loading)", "",
               *_table(rows, methods, seconds), "",
               "gdp, gdp-coarse, gdp-large: the policy's inputs (features, order, padding), one forward pass (and "
-              "the list decoding), after a first compiling call; gdp-coarse adds the grouping. The searches: their "
+              "the list decoding), after a first compiling call; gdp-coarse and a coarse-to-fine gdp-large add the "
+              "grouping (the searches and samplers too, charged to their wall time). The searches: their "
               "forward pass and search within their wall time (the harness counts the inputs with the compilation).",
               "", "## Summary", "", *summary(rows, methods), ""]
     if missing:

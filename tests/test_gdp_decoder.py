@@ -227,11 +227,36 @@ def test_coarse_to_fine_places_the_groups_and_scores_every_sample_on_the_ops(tmp
     assert one_device_per_group(greedy)
     np.testing.assert_array_equal(greedy, greedy_placement(loaded, params, graph, cluster))  # deterministic
     first = float(score_batch(graph, greedy[None], cluster)[0])
-    for kwargs in ({"budget": 20}, {"budget": 30, "search": True}):  # search: on the ops, from the groups' prior
+    op_level = greedy_placement(loaded.replace(coarse_groups=0), params, graph, cluster)
+    views = [first, float(score_batch(graph, op_level[None], cluster)[0])]  # the groups' one pass, the ops'
+    for kwargs in ({"budget": 20}, {"budget": 30, "search": True}):  # search: on the ops, from the better prior
         run, _ = run_gdp(graph, cluster, tmp_path / "run", seed=1, **kwargs)
         assert run.placement.shape == (N,) and run.simulator_calls <= kwargs["budget"]
-        assert float(score_batch(graph, run.placement[None], cluster)[0]) <= first
-        assert "search" in kwargs or one_device_per_group(run.placement)
+        assert float(score_batch(graph, run.placement[None], cluster)[0]) <= min(views)
+        assert "search" in kwargs or one_device_per_group(run.placement)  # the groups' view won: their samples
+    assert views[0] < views[1]
+
+
+def test_the_simulating_modes_spend_their_budget_on_the_better_view(tmp_path):
+    """Forced coarse (coarse_ccr 0) on a compute-bound graph, where the grouping loses: run_gdp keeps to the ops."""
+    from placeto.methods.gdp.place import _better_view, coarse_view, placing_task
+
+    graph, cluster = layered_dag(N, seed=5), cluster_preset("placeto-k80", 3)
+    train(CONFIG.replace(episodes=0, coarse_groups=20, coarse_ccr=0.0), [layered_dag(N, seed=1)], cluster,
+          tmp_path / "run")
+    config, params = load_run(tmp_path / "run")
+    assert coarse_view(graph, cluster, config)
+    views = [float(score_batch(graph, greedy_placement(c, params, graph, cluster)[None], cluster)[0])
+             for c in (config, config.replace(coarse_groups=0))]
+    assert views[1] < views[0]
+    coarse, _ = placing_task(graph, cluster, config)
+    ops = make_task(graph, cluster, config)
+    with metered() as m:
+        for order in ([coarse, ops], [ops, coarse]):
+            assert _better_view(config, make_net(config), params, order) is ops
+    assert m.calls == 4  # one greedy placement of each view, scored on the ops
+    run, _ = run_gdp(graph, cluster, tmp_path / "run", seed=1, budget=20)
+    assert float(score_batch(graph, run.placement[None], cluster)[0]) <= views[1]
 
 
 def test_coarse_groups_must_be_a_non_negative_integer():

@@ -1,8 +1,10 @@
 """Placing with a trained gdp policy: zero-shot (one forward pass), sampled, or fine-tuned first.
 
 Coarse-to-fine (GdpConfig.coarse_groups): `placing_task` groups a large, communication-bound graph first; the
-policy then places the groups in every mode, each placement is expanded to the ops and scored on the op graph,
-and the grouping's wall time is part of the placing time.
+one pass places the groups, expanded to the ops. The modes that simulate (`run_gdp`) decode both views greedily,
+the groups and the op graph itself, score both on the op graph (two simulator calls) and spend the rest of their
+budget (fine-tuning, samples, search) on the better view; every placement is scored on the op graph, and the
+grouping's wall time is part of the placing time.
 
 `run_gdp` is the compare row "gdp" (placeto.compare.run_learned dispatches to it): the policy is loaded and
 its functions compiled outside the meter (reported as compile seconds); inside it, optional PPO fine-tuning
@@ -152,8 +154,9 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     budget, its compilation is not). `search` (method gdp-search): after the greedy placement, the policy's
     per-node device distributions are the prior of placeto-search's annealing
     (`placeto.search.prior.search_from_prior`) for the rest of the budget, instead of sampled placements.
-    Coarse-to-fine where `coarse_view` says so: the grouping's seconds are charged to the time budget and counted
-    in the run's seconds."""
+    Coarse-to-fine where `coarse_view` says so: the better of the two views' greedy placements decides where the
+    budget goes (module docstring); the grouping's seconds are charged to the time budget and counted in the run's
+    seconds."""
     from placeto.policies import resolve_checkpoint
 
     t0 = time.perf_counter()
@@ -162,21 +165,24 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices, not {cluster.n_devices}",
                          str(checkpoint))
     net, (task, group_s) = make_net(config), placing_task(graph, cluster, config)
+    views = [task] if task.ops is None else [task, make_task(graph, cluster, config)]  # the groups, the ops
     tuning = (tune or FinetuneSettings.default_for(config)).apply(config)
-    if config.decoder != "independent":  # compile, unmetered
-        jax.block_until_ready(_heads(net, params, task.inputs))
-        _warm_decoder(config.decoder)
-    elif search:
-        jax.block_until_ready(_log_policy(net, params, task.inputs))
-    else:
-        jax.block_until_ready(_sample(net, params, task.inputs, jax.random.key(0), config.samples_per_update))
-    with metered():  # loads (or compiles) the simulator and the PPO update; these simulations are charged to no one
-        score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
-        if finetune_episodes > 0:
-            finetune(tuning, params, task, seed, 1)
+    for view in views:  # compile, unmetered
+        if config.decoder != "independent":
+            jax.block_until_ready(_heads(net, params, view.inputs))
+            _warm_decoder(config.decoder)
+        elif search:
+            jax.block_until_ready(_log_policy(net, params, view.inputs))
+        else:
+            jax.block_until_ready(_sample(net, params, view.inputs, jax.random.key(0), config.samples_per_update))
+        with metered():  # loads (or compiles) the simulator and the PPO update; these calls are charged to no one
+            score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
+            if finetune_episodes > 0:
+                finetune(tuning, params, view, seed, 1)
     compile_s = time.perf_counter() - t0 - group_s
     calls = math.inf if budget is None else budget
     with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - group_s, 0.0)) as m:
+        task = _better_view(config, net, params, views)
         updates = -(-finetune_episodes // tuning.samples_per_update)
         params, seen_p, seen = finetune(tuning, params, task, seed, updates)
         extra = [] if seen_p is None else [(seen_p, seen)]  # the best placement sampled while fine-tuning
@@ -187,6 +193,22 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         elapsed = m.elapsed()
     trace = tuple((t + group_s, c, b) for t, c, b in m.trace)  # (seconds, calls, best), grouping first
     return MethodRun(best_p.astype(np.int32), m.calls, elapsed + group_s, trace), compile_s
+
+
+def _better_view(config: GdpConfig, net, params, views: list[Task]) -> Task:
+    """The view (a Task of the same op graph: its grouping, or itself) whose greedy placement has the lower
+    objective on the op graph (one metered simulation each; ties: the first); with one view, or a meter that
+    cannot pay for these calls and one more (the chosen view's own greedy placement), the first and no simulation."""
+    if len(views) == 1 or meter().calls_left() < len(views) + 1:
+        return views[0]
+    objective = []
+    for view in views:
+        if config.decoder != "independent":
+            greedy = _greedy_decoding(config, net, params, view).acts[0]
+        else:
+            greedy = np.asarray(_sample(net, params, view.inputs, jax.random.key(0), 1)[1])[:view.graph.n_nodes]
+        objective.append(float(view.score(greedy[None], config.memory_penalty_per_gb)[0]))
+    return views[int(np.argmin(objective))]
 
 
 def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np.ndarray:
@@ -213,10 +235,13 @@ def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np
 def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, extra: list) -> np.ndarray:
     """`_sampled` for a list decoder: the greedy decoding, then batches of sampled decodings."""
     graph, m = task.graph, meter()
+    t0 = time.perf_counter()
     best_p = _greedy_decoding(config, net, params, task).acts[0]
     best = float(task.score(best_p[None], config.memory_penalty_per_gb)[0])
     best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
-    per_sample = 0.0  # seconds a decoded and simulated sample took: batches shrink to the time left
+    # seconds a decoded and simulated sample takes (at first the greedy one's, forward pass included): batches
+    # shrink to the time left
+    per_sample = time.perf_counter() - t0
     while not m.exhausted() and m.calls_left() >= 1:
         k = int(min(config.samples_per_update, m.calls_left(), m.seconds_left() / max(per_sample, 1e-9)))
         if k < 1:
