@@ -163,7 +163,13 @@ def cmd_place(args: argparse.Namespace) -> int:
     print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator calls) -> {args.out}")
     from placeto import coarsen
 
-    if method != "gdp" and graph.n_nodes > coarsen.MAX_POLICY_NODES:
+    if method.startswith("gdp"):
+        from placeto.methods.gdp.place import coarse_note
+
+        note = coarse_note(graph, cluster, policy, simulating=calls > 1) if policy else None  # >1: both views
+        if note:
+            print(f"  ({note})")
+    elif graph.n_nodes > coarsen.MAX_POLICY_NODES:
         print(f"  ({graph.n_nodes} nodes: placed as {coarsen.COARSE_GROUPS} groups by the policy, then expanded)")
     print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
     print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")

@@ -60,14 +60,20 @@ def is_gdp_checkpoint(name_or_dir: PathLike | None) -> bool:
         return False
 
 
+def load_config(run_dir: PathLike) -> GdpConfig:
+    """The config of a gdp run directory; InputError naming the file if it is not a readable one."""
+    path = Path(str(run_dir)) / CONFIG
+    d = read_json(path)
+    try:
+        return GdpConfig.from_dict(d if isinstance(d, dict) else {})
+    except (TypeError, ValueError) as e:
+        raise InputError(str(e), str(path)) from None
+
+
 def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
     """(config, params) of a gdp run directory; InputError naming the file if it is not a readable one."""
     run_dir = Path(str(run_dir))
-    d = read_json(run_dir / CONFIG)
-    try:
-        config = GdpConfig.from_dict(d if isinstance(d, dict) else {})
-    except (TypeError, ValueError) as e:
-        raise InputError(str(e), str(run_dir / CONFIG)) from None
+    config = load_config(run_dir)
     from simulator.cluster import cluster_preset
     from simulator.generate import layered_dag
 
@@ -83,6 +89,23 @@ def coarse_view(graph: Graph, cluster: Cluster, config: GdpConfig) -> bool:
     from placeto.features import communication_ratio
 
     return 0 < config.coarse_groups < graph.n_nodes and communication_ratio(graph, cluster) > config.coarse_ccr
+
+
+def coarse_note(graph: Graph, cluster: Cluster, checkpoint: PathLike, simulating: bool) -> str | None:
+    """One line saying how the gdp policy `checkpoint` placed `graph` coarse-to-fine, or None if it did not
+    (or `checkpoint` is no gdp policy). `simulating`: both views were scored (run_gdp with more than one call)."""
+    from placeto.features import communication_ratio
+    from placeto.policies import resolve_checkpoint
+
+    if not is_gdp_checkpoint(checkpoint):
+        return None
+    config = load_config(resolve_checkpoint(checkpoint))
+    if not coarse_view(graph, cluster, config):
+        return None
+    how = ("decoded as its groups and as ops, the budget spent on the better" if simulating
+           else "placed as its groups, then expanded")
+    return (f"{graph.n_nodes} nodes, communication/computation {communication_ratio(graph, cluster):.1f} > "
+            f"{config.coarse_ccr:g}: coarse-to-fine through {config.coarse_groups} groups, {how}")
 
 
 def placing_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> tuple[Task, float]:
