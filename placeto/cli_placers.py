@@ -156,17 +156,16 @@ def cmd_place(args: argparse.Namespace) -> int:
         how = f"{method}{f' with {policy}' if policy else ''}, {run.seconds:.2f} s + {compile_s:.1f} s compilation"
     else:
         placement, calls = registry.get(method).place(graph, cluster, args.checkpoint, args.samples, args.seed)
-        how = method
+        how, policy = method, args.checkpoint
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
     save_placement(args.out, placement, cluster.device_names)
     print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator calls) -> {args.out}")
     from placeto import coarsen
 
-    if method.startswith("gdp"):
-        from placeto.methods.gdp.place import coarse_note
-
-        note = coarse_note(graph, cluster, policy, simulating=calls > 1) if policy else None  # >1: both views
+    kind = registry.of_variant(method) if method in registry.all_variants() else None
+    if kind is not None and kind.note is not None:
+        note = kind.note(graph, cluster, policy, calls) if policy else None
         if note:
             print(f"  ({note})")
     elif graph.n_nodes > coarsen.MAX_POLICY_NODES:

@@ -203,6 +203,7 @@ def test_communication_ratio_is_transfer_time_over_compute():
 def test_coarse_to_fine_places_the_groups_and_scores_every_sample_on_the_ops(tmp_path):
     """A communication-bound graph above coarse_groups is placed through its grouping: one device per group, every
     objective the op graph's; a compute-bound one (or coarse_groups 0) is placed as it is."""
+    from placeto.methods.gdp import METHOD
     from placeto.methods.gdp.place import coarse_view, placing_task
 
     graph, cluster = layered_dag(N, seed=5, mean_cost_us=5.0), cluster_preset("placeto-k80", 3)
@@ -223,6 +224,10 @@ def test_coarse_to_fine_places_the_groups_and_scores_every_sample_on_the_ops(tmp
     train(config.replace(episodes=0), [layered_dag(N, seed=1)], cluster, tmp_path / "run")
     loaded, params = load_run(tmp_path / "run")
     assert loaded.coarse_groups == 20
+    note = METHOD.note  # what `placeto place` prints
+    assert "coarse-to-fine through 20 groups, placed as its groups" in note(graph, cluster, tmp_path / "run", 1)
+    assert "decoded as its groups and as ops" in note(graph, cluster, tmp_path / "run", 5)
+    assert note(layered_dag(N, seed=5), cluster, tmp_path / "run", 5) is None
     greedy = greedy_placement(loaded, params, graph, cluster)
     assert one_device_per_group(greedy)
     np.testing.assert_array_equal(greedy, greedy_placement(loaded, params, graph, cluster))  # deterministic

@@ -23,6 +23,8 @@ LoadFn = Callable[[Path], tuple[Any, Any]]
 # (graph, cluster, checkpoint, samples, seed) -> (placement int32[N], simulator calls): zero-shot placement
 # without a budget (`placeto place` with no --budget / --seconds)
 PlaceFn = Callable[..., tuple[Any, int]]
+# (graph, cluster, checkpoint, simulator calls) -> a line on how the method's policy read this graph, or None
+NoteFn = Callable[..., "str | None"]
 LARGE_GRAPH_NODES = 1000  # above this, a method's large_checkpoint (if any) is its default (coarsen's threshold)
 
 
@@ -48,3 +50,4 @@ class Method:
         return self.large_checkpoint if self.large_checkpoint and n_nodes > LARGE_GRAPH_NODES else \
             self.default_checkpoint
     place: PlaceFn | None = None  # zero-shot placement without a budget (None: every placement goes through run)
+    note: NoteFn | None = None  # what `placeto place` adds about how the policy read the graph (None: nothing)

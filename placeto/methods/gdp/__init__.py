@@ -33,6 +33,12 @@ def _run(variant, graph, cluster, seed=0, budget=None, seconds=None, checkpoint=
     return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, variant == "gdp-search")
 
 
+def _note(graph, cluster, checkpoint, calls):
+    from placeto.methods.gdp.place import coarse_note
+
+    return coarse_note(graph, cluster, checkpoint, simulating=calls > 1)  # more than one call: both views scored
+
+
 def _load(run_dir):
     from placeto.methods.gdp.place import load_run
 
@@ -42,4 +48,4 @@ def _load(run_dir):
 METHOD = Method(
     name=NAME, description="GDP: GraphSAGE + segment-recurrent attention, one-shot placements, PPO on families",
     config_cls=GdpConfig, presets=PRESETS, variants=("gdp", "gdp-search"), train=_train, run=_run, load=_load,
-    finetunes=True, default_checkpoint="gdp-general", large_checkpoint="gdp-large")
+    finetunes=True, default_checkpoint="gdp-general", large_checkpoint="gdp-large", note=_note)

@@ -40,9 +40,10 @@ class GdpConfig:
     coarse_groups: int = 0
     """Coarse-to-fine placing (0: off). A graph of more than this many nodes whose communication-to-computation
     ratio exceeds `coarse_ccr` (`placeto.features.communication_ratio`) is grouped to this many groups
-    (`placeto.coarsen.for_policy`: colocation, contractions that delay nothing, critical-path-greedy merging); the
-    policy places the groups, the placement is expanded to the ops, and every sample is scored on the op graph
-    (placeto.methods.gdp.place.placing_task). Placing only: training places the graphs it is given."""
+    (`placeto.coarsen.for_policy`: colocation, contractions that delay nothing, critical-path-greedy merging). The
+    one pass places the groups and expands the placement to the ops; with a budget, the greedy placements of the
+    groups and of the ops are both simulated and the rest goes to the better view, every sample scored on the op
+    graph (placeto.methods.gdp.place). Placing only: training places the graphs it is given."""
     coarse_ccr: float = 4.0
     """The communication-to-computation ratio above which `coarse_groups` applies. On placeto-k80 the traced op
     graphs of gdp_scale are at 10.5-14.8 and the grouping's one pass places them 0.56-1.06x the op-level one
