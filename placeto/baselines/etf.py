@@ -99,6 +99,37 @@ def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, 
 
 
 @numba.njit(cache=True)
+def etf_start(prob):
+    """m-ETF's bookkeeping before its first choice: (pending int64[N] unplaced parents of each node, ready
+    int64[N] whose first n_ready entries are the sources, n_ready, and per (node, device) the cached input-ready
+    estimates est float64[N, D], their validity valid bool[N, D], whether they need a transfer xfer bool[N, D]
+    (so channels can change them) and their static lower bounds lower float64[N, D])."""
+    n, n_dev = prob.cost.shape
+    pending = prob.par_off[1:] - prob.par_off[:-1]
+    ready = np.empty(n, np.int64)  # ready[:n_ready] unordered; ties are broken by topological position
+    n_ready = 0
+    for v in range(n):
+        if pending[v] == 0:
+            ready[n_ready] = v
+            n_ready += 1
+    return (pending, ready, n_ready, np.zeros((n, n_dev)), np.zeros((n, n_dev), np.bool_),
+            np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)))
+
+
+@numba.njit(cache=True)
+def pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer, lower):
+    """m-ETF's next choice, its node taken off ready: (node, device, start, best tier, floor, new n_ready). The
+    pair is `earliest_pair`'s among the ready pairs of the lowest memory tier, no earlier than `t_last` (the last
+    start) nor, outside tier 0, than every device's free time (the floor)."""
+    best_tier = _best_tier(ready, n_ready, prob, tl)
+    floor = t_last if best_tier == 0 else max(t_last, tl.avail.max())
+    bs, bd, bi = earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower)
+    v = ready[bi]
+    ready[bi] = ready[n_ready - 1]
+    return v, bd, bs, best_tier, floor, n_ready - 1
+
+
+@numba.njit(cache=True)
 def after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower):
     """After v was placed (and taken out of ready): forget the estimates it made stale, add the children it made
     ready (with their lower bounds). Returns the new n_ready."""
@@ -115,26 +146,10 @@ def after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower):
 
 @numba.njit(cache=True)
 def _etf_kernel(prob, tl):
-    n, n_dev = prob.cost.shape
-    pending = prob.par_off[1:] - prob.par_off[:-1]
-    ready = np.empty(n, np.int64)  # ready[:n_ready] unordered; ties are broken by topological position
-    n_ready = 0
-    est = np.zeros((n, n_dev))  # cached input-ready estimates of ready nodes
-    valid = np.zeros((n, n_dev), np.bool_)
-    xfer = np.zeros((n, n_dev), np.bool_)  # the estimate needs a transfer (so channels can change it)
-    lower = np.zeros((n, n_dev))  # static lower bounds of est, to skip re-estimating pairs that cannot win
-    for v in range(n):
-        if pending[v] == 0:
-            ready[n_ready] = v
-            n_ready += 1
+    pending, ready, n_ready, est, valid, xfer, lower = etf_start(prob)
     t_last = 0.0
-    for _ in range(n):
-        best_tier = _best_tier(ready, n_ready, prob, tl)
-        floor = t_last if best_tier == 0 else max(t_last, tl.avail.max())
-        bs, bd, bi = earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower)
-        v = ready[bi]
-        ready[bi] = ready[n_ready - 1]
-        n_ready -= 1
+    for _ in range(prob.cost.shape[0]):
+        v, bd, bs, _, _, n_ready = pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer, lower)
         place(v, bd, bs, prob, tl)
         t_last = bs
         n_ready = after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower)

@@ -42,7 +42,7 @@ import numpy as np
 
 from placeto.baselines._listsched import State, build_problem, heft_order
 from placeto.baselines._listsched_numba import new_timeline, place, ready_time, tier
-from placeto.baselines.etf import _best_tier, after_placing, earliest_pair
+from placeto.baselines.etf import after_placing, etf_start, pop_earliest
 from placeto.features import cost_unit
 from simulator.cluster import Cluster
 from simulator.graph import Graph
@@ -171,27 +171,13 @@ def _etf_decode(prob, tl, scores, weight, inv_unit, inv_temp, uniforms, greedy, 
     """`placeto.baselines.etf._etf_kernel`'s node choice (with its cached estimates and pruning), the device
     chosen by `_choose` among the node's devices of the best tier, each at max(input-ready, free, floor)."""
     n, n_dev = prob.cost.shape
-    pending = prob.par_off[1:] - prob.par_off[:-1]
-    ready = np.empty(n, np.int64)
-    n_ready = 0
-    est = np.zeros((n, n_dev))
-    valid = np.zeros((n, n_dev), np.bool_)
-    xfer = np.zeros((n, n_dev), np.bool_)
-    lower = np.zeros((n, n_dev))
+    pending, ready, n_ready, est, valid, xfer, lower = etf_start(prob)
     ok = np.empty(n_dev, np.bool_)
     start, logit, load = np.empty(n_dev), np.empty(n_dev), np.zeros(n_dev)
-    for v in range(n):
-        if pending[v] == 0:
-            ready[n_ready] = v
-            n_ready += 1
     t_last = 0.0
     for _ in range(n):
-        best_tier = _best_tier(ready, n_ready, prob, tl)
-        floor = t_last if best_tier == 0 else max(t_last, tl.avail.max())
-        bs, _, bi = earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower)
-        v = ready[bi]
-        ready[bi] = ready[n_ready - 1]
-        n_ready -= 1
+        v, _, bs, best_tier, floor, n_ready = pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer,
+                                                           lower)
         for d in range(n_dev):
             ok[d] = tier(v, d, prob, tl) == best_tier
             if ok[d]:
