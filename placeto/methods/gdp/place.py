@@ -190,17 +190,19 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     net, (task, group_s) = make_net(config), placing_task(graph, cluster, config)
     views = [task] if task.ops is None else [task, make_task(graph, cluster, config)]  # the groups, the ops
     tuning = (tune or FinetuneSettings.default_for(config)).apply(config)
-    for view in views:  # compile, unmetered
+    if config.decoder != "independent":  # compile, unmetered
+        _warm_decoder(config.decoder)
+    with metered():  # loads (or compiles) the simulator; this call is charged to no one
+        score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
+    for view in views:  # the network (and the PPO update) compiled for each view's shapes, unmetered
         if config.decoder != "independent":
             jax.block_until_ready(_heads(net, params, view.inputs))
-            _warm_decoder(config.decoder)
         elif search:
             jax.block_until_ready(_log_policy(net, params, view.inputs))
         else:
             jax.block_until_ready(_sample(net, params, view.inputs, jax.random.key(0), config.samples_per_update))
-        with metered():  # loads (or compiles) the simulator and the PPO update; these calls are charged to no one
-            score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
-            if finetune_episodes > 0:
+        if finetune_episodes > 0:
+            with metered():  # charged to no one
                 finetune(tuning, params, view, seed, 1)
     compile_s = time.perf_counter() - t0 - group_s
     calls = math.inf if budget is None else budget
@@ -302,11 +304,10 @@ def _search(net, params, task, seed: int, limit: float, extra: list) -> np.ndarr
     greedy = task.op_placements(prior.argmax(1))
     prior = prior if task.op_group is None else prior[task.op_group]
     extra = [(task.op_placements(p), o) for p, o in extra]
-    ops = graph if task.ops is None else task.ops
-    score = float(score_batch(ops, greedy[None], cluster)[0])
+    score = float(score_batch(task.op_graph, greedy[None], cluster)[0])
     if meter().exhausted():
         return min([(greedy, score), *extra], key=lambda c: c[1])[0]
-    return search_from_prior(ops, cluster, greedy, score, prior, np.random.default_rng(seed), limit, extra)
+    return search_from_prior(task.op_graph, cluster, greedy, score, prior, np.random.default_rng(seed), limit, extra)
 
 
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:

@@ -45,6 +45,11 @@ class Task(NamedTuple):
     ops: Graph | None = None  # coarse-to-fine: the op graph whose runtime is the objective, `graph` its grouping
     op_group: np.ndarray | None = None  # int32[N ops] the node of `graph` each op of `ops` belongs to
 
+    @property
+    def op_graph(self) -> Graph:
+        """The graph whose runtime is the objective: `ops` when coarse, else `graph`."""
+        return self.graph if self.ops is None else self.ops
+
     def op_placements(self, acts: np.ndarray) -> np.ndarray:
         """int32[..., N ops] from placements of `graph`'s nodes (int[..., N]): expanded when coarse."""
         acts = np.asarray(acts, np.int32)
@@ -53,8 +58,7 @@ class Task(NamedTuple):
     def score(self, acts: np.ndarray, per_gb: float) -> np.ndarray:
         """float64[B] objectives (us, metered) of placements int[B, N] of `graph`'s nodes, simulated on the op
         graph (`ops` when coarse)."""
-        return score_batch(self.graph if self.ops is None else self.ops, self.op_placements(acts), self.cluster,
-                           per_gb)
+        return score_batch(self.op_graph, self.op_placements(acts), self.cluster, per_gb)
 
 
 class StepResult(NamedTuple):
