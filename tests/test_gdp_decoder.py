@@ -168,7 +168,9 @@ def test_graphs_above_the_threshold_default_to_the_shipped_large_graph_policy():
     assert config.decoder == "etf" and registry.get("placeto").default_for(10**6) is None
 
 
-def test_a_checkpoint_with_an_unknown_decoder_is_one_line_and_exit_2(tmp_path, capsys):
+@pytest.mark.parametrize("field, value", [("decoder", "beam"), ("coarse_groups", -1), ("coarse_groups", "many"),
+                                          ("coarse_ccr", -2.0), ("coarse_ccr", None)])
+def test_a_checkpoint_with_a_bad_decoding_field_is_one_line_and_exit_2(tmp_path, capsys, field, value):
     import json
 
     from placeto.cli import main
@@ -178,12 +180,12 @@ def test_a_checkpoint_with_an_unknown_decoder_is_one_line_and_exit_2(tmp_path, c
     save_graph(graph, tmp_path / "g.json")
     (tmp_path / "run").mkdir()
     config = json.loads(CONFIG.to_json())
-    (tmp_path / "run" / "config.json").write_text(json.dumps({**config, "decoder": "beam"}))
+    (tmp_path / "run" / "config.json").write_text(json.dumps({**config, field: value}))
     (tmp_path / "run" / "checkpoint.msgpack").write_bytes(b"")
     assert main(["place", str(tmp_path / "g.json"), "--checkpoint", str(tmp_path / "run"), "--method", "gdp",
                  "--devices", "2", "--out", str(tmp_path / "p.json")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "decoder" in err[0] and "config.json" in err[0] and "Traceback" not in err[0]
+    assert len(err) == 1 and field in err[0] and "config.json" in err[0] and "Traceback" not in err[0]
 
 
 def test_communication_ratio_is_transfer_time_over_compute():
