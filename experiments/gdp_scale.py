@@ -28,7 +28,9 @@ placeto-k80 preset at 4 and 8 devices. Methods, each reusing the project's own (
 - the coarse-to-fine ablation: gdp-large places a graph whose communication-to-computation ratio is high through
   its grouping (GdpConfig.coarse_groups); gdp-large-ops, -ops-sampled, -ops-search and -ops-tuned are the same
   rows with the same parameters placing the op graph itself (coarse_groups 0: `ops_checkpoint`), run where
-  gdp-large places coarse-to-fine (elsewhere they are gdp-large's rows).
+  gdp-large places coarse-to-fine (elsewhere they are gdp-large's rows); gdp-large-grouped, gdp-large's one pass
+  through the grouping on every graph of more than 1,000 nodes (coarse_ccr 0: `variant_checkpoint`), the test of
+  the ratio's threshold.
 
 Every row is simulated once on the op graph (runtime, out of memory). Rows are appended to the CSV as they
 finish, with the command that made them; a rerun skips the rows already there. The markdown (regenerated from
@@ -59,7 +61,8 @@ GRAPHS = (*OP_GRAPHS, *GENERATED)
 DEVICES = (4, 8)
 METHODS = ("single", "expert", "etf", "heft", "m-sct", "local-search", "gdp", "gdp-coarse", "gdp-search", "gdp-large",
            "gdp-etf-fresh", "gdp-heft-fresh", "gdp-large-sampled", "gdp-large-search", "local-search-10k",
-           "gdp-large-tuned", "gdp-large-ops", "gdp-large-ops-sampled", "gdp-large-ops-search", "gdp-large-ops-tuned")
+           "gdp-large-tuned", "gdp-large-ops", "gdp-large-ops-sampled", "gdp-large-ops-search", "gdp-large-ops-tuned",
+           "gdp-large-grouped")
 LARGE = ("gdp-large", "gdp-large-sampled", "gdp-large-search", "gdp-large-tuned")  # run with --large-checkpoint
 OPS = {f"gdp-large-ops{m[9:]}": m for m in LARGE}  # the ablation without coarse-to-fine -> its gdp-large row
 OPS_OF = {m: o for o, m in OPS.items()}
@@ -138,6 +141,8 @@ def place(method: str, graph, cluster, seconds: float, checkpoint: str, seed: in
         if not coarse_view(graph, cluster, load_run(resolve_checkpoint(checkpoint))[0]):
             raise NotApplicable("the large policy places this graph at the op level: the row is gdp-large's")
         method, checkpoint = OPS[method], ops_checkpoint(checkpoint)
+    if method == "gdp-large-grouped":
+        return one_pass(graph, cluster, variant_checkpoint(checkpoint, "grouped", coarse_ccr=0.0), coarse=False)
     if method in ("gdp", "gdp-coarse", "gdp-large"):
         return one_pass(graph, cluster, checkpoint, coarse=method == "gdp-coarse")
     if method in ("gdp-etf-fresh", "gdp-heft-fresh"):
@@ -160,6 +165,12 @@ def place(method: str, graph, cluster, seconds: float, checkpoint: str, seed: in
 
 def ops_checkpoint(checkpoint: str) -> str:
     """The run directory runs/<name>_ops: `checkpoint`'s policy (the same files) with coarse_groups 0."""
+    return variant_checkpoint(checkpoint, "ops", coarse_groups=0)
+
+
+def variant_checkpoint(checkpoint: str, suffix: str, **changes) -> str:
+    """The run directory runs/<name>_<suffix>: `checkpoint`'s policy (the same files), its config.json's fields
+    `changes` replaced."""
     import json
     import shutil
 
@@ -167,13 +178,13 @@ def ops_checkpoint(checkpoint: str) -> str:
     from simulator.io import atomic_write_bytes
 
     src = Path(str(resolve_checkpoint(checkpoint)))
-    out = ROOT / "runs" / f"{src.name}_ops"
+    out = ROOT / "runs" / f"{src.name}_{suffix}"
     out.mkdir(parents=True, exist_ok=True)
     for f in src.iterdir():
         if f.is_file() and f.name != "config.json":
             shutil.copyfile(f, out / f.name)
     config = json.loads((src / "config.json").read_text())
-    atomic_write_bytes(out / "config.json", (json.dumps({**config, "coarse_groups": 0}, indent=1) + "\n").encode())
+    atomic_write_bytes(out / "config.json", (json.dumps({**config, **changes}, indent=1) + "\n").encode())
     return str(out)
 
 
@@ -305,7 +316,9 @@ def summary(rows: Sequence[Result], methods: Sequence[str]) -> list[str]:
                  ("gdp-etf-fresh", "gdp", "one pass of the etf list decoder with fresh parameters against one of "
                   "gdp-general's independent decoder"),
                  ("gdp-etf-fresh", "gdp-heft-fresh", "the etf order against the heft order, fresh parameters"),
-                 *((m, OPS_OF[m], "coarse-to-fine against the same policy at the op level") for m in LARGE))
+                 *((m, OPS_OF[m], "coarse-to-fine against the same policy at the op level") for m in LARGE),
+                 ("gdp-large-grouped", "gdp-etf-fresh", "gdp-large's one pass through its 1,000 groups whatever the "
+                  "communication-to-computation ratio (coarse_ccr 0) against the same network at the op level"))
     for method, other, what in ablations:
         for label, graphs in (("all graphs", GRAPHS), ("the benchmark op graphs", OP_GRAPHS),
                               ("the generated graphs", tuple(GENERATED))):
@@ -408,9 +421,9 @@ def markdown(rows: Sequence[Result], missing: Sequence[tuple[str, int, str]], fi
               "gdp-large-ops*: the same policy placing the op graph itself, on the graphs where gdp-large goes "
               "coarse. local-search, gdp-search, gdp-large-sampled, gdp-large-search: the same wall "
               "time, the --seconds of the command; gdp-large-tuned, gdp-large-ops-tuned: local-search-10k's wall "
-              "time on that graph; "
-              "gdp, gdp-coarse, gdp-large and the fresh ablations: one forward pass (+ the greedy decoding), "
-              "zero-shot, no simulator call. Column names: the module docstring.)", "",
+              "time on that graph; gdp, gdp-coarse, gdp-large, gdp-large-grouped and the fresh ablations: one "
+              "forward pass (+ the greedy decoding), zero-shot, no simulator call. Column names: the module "
+              "docstring.)", "",
               "## Simulated runtime, ms (ratio to etf)", "",
               *_table(rows, methods, runtime), "",
               "OOM: the placement exceeds a device's memory. —: does not apply (no expert placement). …: not run "
@@ -479,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name}: {graph.n_nodes} nodes, {graph.n_edges} edges ({time.perf_counter() - t0:.1f} s)",
                   flush=True)
         t0 = time.perf_counter()
-        checkpoint = args.large_checkpoint if method in LARGE or method in OPS else args.checkpoint
+        checkpoint = args.large_checkpoint if method in (*LARGE, *OPS, "gdp-large-grouped") else args.checkpoint
         row = run_row(name, graph, n_dev, method, args.seconds, checkpoint, command, rows)
         rows.append(row)
         write_rows(csv_path, rows)
