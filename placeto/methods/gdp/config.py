@@ -46,9 +46,9 @@ class GdpConfig:
     graph (placeto.methods.gdp.place). Placing only: training places the graphs it is given."""
     coarse_ccr: float = 4.0
     """The communication-to-computation ratio above which `coarse_groups` applies. On placeto-k80 the traced op
-    graphs of gdp_scale are at 10.5-14.8 and the grouping's one pass places them 0.56-1.06x the op-level one
-    pass at 8 devices; its generated graphs are at 0.9-1.4 and the grouping places them 1.4-2.3x worse
-    (experiments/results/gdp_scale.md, gdp-large-ops against gdp-large)."""
+    graphs of gdp_scale are at 10.5-14.8 and the grouping's one pass places them 0.55-1.13x the op-level one
+    pass; its generated graphs are at 0.9-1.4 and the grouping places them 1.09-2.33x worse, on all 8 rows
+    (experiments/results/gdp_scale.md: gdp-large-grouped against gdp-etf-fresh, at 4 and 8 devices)."""
 
     # ---- PPO ----------------------------------------------------------------------------------------------
     episodes: int = 1_000_000
