@@ -417,7 +417,9 @@ def markdown(rows: Sequence[Result], missing: Sequence[tuple[str, int, str]], fi
     lines += [f"- `{c}` ({n} rows)" for c, n in commands.items()]
     lines += ["", f"({os.cpu_count()} cores, load average at the last write {os.getloadavg()[0]:.1f}; {PRESET} "
               "preset; gdp, gdp-coarse, gdp-search: the shipped gdp-general policy; gdp-large*: the large-graph "
-              "policy (gdp-large), coarse-to-fine where the graph's communication-to-computation ratio says so; "
+              "policy (gdp-large: NOT a learned policy but the large config at its initialisation, 0 episodes, a softened "
+              "m-ETF heuristic; only the -tuned rows learn, by PPO on the graph), coarse-to-fine where the graph's "
+              "communication-to-computation ratio says so; "
               "gdp-large-ops*: the same policy placing the op graph itself, on the graphs where gdp-large goes "
               "coarse. local-search, gdp-search, gdp-large-sampled, gdp-large-search: the same wall "
               "time, the --seconds of the command; gdp-large-tuned, gdp-large-ops-tuned: local-search-10k's wall "

@@ -98,10 +98,10 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_datasets_build(args: argparse.Namespace) -> int:
     import time
 
-    from placeto.families import DATASETS, FAMILIES, build, load_manifest, write_readme
+    from placeto.families import ALL_FAMILIES, DATASETS, build, load_manifest, write_readme
 
     check_output_path(args.out or DATASETS, directory=True)
-    families = [*FAMILIES, "benchmarks"] if args.family == "all" else [args.family]
+    families = [*ALL_FAMILIES, "benchmarks"] if args.family == "all" else [args.family]
     for family in families:
         t0 = time.perf_counter()
         out = build(family, args.out or DATASETS, seed=args.seed, workers=args.workers,
@@ -235,12 +235,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     from placeto.compare import add_compare_arguments
     from placeto.evaluate import add_program_arguments
+    from placeto.families import ALL_FAMILIES
 
     datasets = sub.add_parser("datasets", help="graph families and benchmark models").add_subparsers(
         dest="datasets_command", required=True)
     build = datasets.add_parser("build", help="trace, cost and group the families and benchmarks")
-    build.add_argument("--family", default="all", choices=["cifar10", "ptb", "nmt", "benchmarks", "all"],
-                       help="the family to build (benchmarks: the benchmark models)")
+    build.add_argument("--family", default="all", choices=[*ALL_FAMILIES, "benchmarks", "all"],
+                       help="the family to build (benchmarks: the benchmark models; all: every family and them)")
     build.add_argument("--out", default=None, help="root folder (default: the repository's datasets/)")
     build.add_argument("--seed", type=SEED, default=0,
                        help="seed of the families' hyperparameters, architectures and train/test split")
@@ -296,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr = sub.add_parser("train", help="train a placement policy (placeto, gdp, rnn or hierarchical) on a family or "
                                       "on graphs (resumes after a kill)")
     what = tr.add_mutually_exclusive_group(required=True)
-    what.add_argument("--family", help="train on the train split of datasets/<FAMILY> (a comma list, or 'all')")
+    what.add_argument("--family", help="train on the train split of datasets/<FAMILY> (a comma list, or 'all': "
+                                       f"{', '.join(ALL_FAMILIES)})")
     what.add_argument("--graph", nargs="+", help="graph files to train on (a directory: its *.json and *.json.gz "
                                                  "files, by name)")
     tr.add_argument("--devices", type=comma_list(DEVICES), default=None,

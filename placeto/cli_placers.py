@@ -83,10 +83,10 @@ def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
     """(graphs, clusters) the train command's --family/--graph and --cluster/--preset/--devices name."""
     from simulator.io import load_graph
 
-    from placeto.families import FAMILIES, load_family
+    from placeto.families import ALL_FAMILIES, load_family
 
     if args.family:
-        names = FAMILIES if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
+        names = ALL_FAMILIES if args.family == "all" else [f.strip() for f in args.family.split(",") if f.strip()]
         graphs = [g for name in names for g in load_family(name, "train")]
     else:
         graphs = [load_graph(g) for g in graph_files(args.graph)]

@@ -21,14 +21,14 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 from tqdm import tqdm
 
-from placeto.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, comma_list
+from placeto.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, comma_list, resolve_devices
 from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
 from placeto.distributed import WorkerSpec
 from placeto.methods import registry
 from placeto.methods.base import LARGE_GRAPH_NODES
 from placeto.policies import DEFAULT_POLICY, resolve_checkpoint
 from placeto.families import SPLITS, load_family
-from simulator.cluster import Cluster, cluster_preset
+from simulator.cluster import Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
 from simulator.io import PathLike, atomic_write_bytes, load_graph
@@ -89,12 +89,13 @@ def resolve_methods(methods: str | Sequence[str]) -> list[str]:
 
 
 def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str | Sequence[str] = "all",
-            cluster_name: str = "placeto-k80", seed: int = 0, budget: float | None = DEFAULT_BUDGET,
+            cluster_name: str | Cluster = "placeto-k80", seed: int = 0, budget: float | None = DEFAULT_BUDGET,
             seconds: float | None = None, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
             progress: bool = True, save_placements: str | Path | None = None,
             workers: WorkerSpec | None = None) -> list[Row]:
     """Run `methods` (resolve_methods: "all" is every baseline and the learned methods) on every graph for every
-    device count of preset `cluster_name`; one Row per triple.
+    device count of preset `cluster_name`; one Row per triple. `cluster_name` may also be a Cluster (e.g. from a
+    cluster file): then every device count must be its own.
     With `save_placements`, every placement made is written there (`placement_files`), atomically, as it is made.
     With `workers` (a placeto.distributed.WorkerSpec) each graph's rows are one Ray task, graphs run
     concurrently and rows come back in the serial order (with a call budget, the serial rows, times aside);
@@ -108,6 +109,8 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
     names = resolve_methods(methods)
     policy = dict(checkpoint=checkpoint, finetune_episodes=finetune_episodes)
     device_counts = list(device_counts)
+    for n_dev in dict.fromkeys(device_counts):
+        cluster_of(cluster_name, n_dev)  # InputError now, not after the first graph's runs
     files = placement_files(graphs, save_placements) if save_placements is not None else None
     runs = [(graph, device_counts, names, cluster_name, seed, budget, seconds, policy) for graph in graphs]
     with tqdm(total=len(graphs) * len(device_counts) * len(names), disable=not progress, unit="run") as bar:
@@ -116,7 +119,7 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
 
             def done(k: int, result: tuple[list[Row], list]) -> None:
                 for n_dev, name, placement in result[1] if files else []:
-                    files[id(graphs[k])](cluster_preset(cluster_name, n_dev), name)(placement)
+                    files[id(graphs[k])](cluster_of(cluster_name, n_dev), name)(placement)
                 bar.update(len(result[0]))
 
             return [row for rows, _ in map_ordered(workers, graph_rows_task, runs, done) for row in rows]
@@ -124,14 +127,14 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
         return [row for run in runs for row in _graph_rows(*run, files=files, bar=bar)[0]]
 
 
-def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str, seed: int,
-                budget: float | None, seconds: float | None, policy: dict, files: dict | None = None,
+def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str | Cluster,
+                seed: int, budget: float | None, seconds: float | None, policy: dict, files: dict | None = None,
                 bar=None) -> tuple[list[Row], list[tuple[int, str, np.ndarray]]]:
     """(rows of `graph`, every device count x method, ratios set; the placements made as (devices, method,
     placement)). Placements are written through `files` (`placement_files`) as they are made."""
     rows, made = [], []
     for n_dev in device_counts:
-        cluster = cluster_preset(cluster_name, n_dev)
+        cluster = cluster_of(cluster_name, n_dev)
         raw = []
         for name in names:
             if bar is not None:
@@ -150,25 +153,37 @@ def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluste
     return rows, made
 
 
-def graph_rows_task(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str, seed: int,
-                    budget: float | None, seconds: float | None, policy: dict):
+def graph_rows_task(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str | Cluster,
+                    seed: int, budget: float | None, seconds: float | None, policy: dict):
     """`_graph_rows` in a Ray task (placeto.distributed.map_ordered): the process's compilations warmed up first,
     placements returned rather than written."""
     warm_up([n for n in names if n not in LEARNED and n not in PER_GRAPH], cluster_name)
     return _graph_rows(graph, device_counts, names, cluster_name, seed, budget, seconds, policy)
 
 
-def warm_up(names: Sequence[str], cluster_name: str = "placeto-k80") -> None:
+def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -> None:
     """Run each method once on a tiny graph so that numba's one-time compilation (or cache loading) is not
-    charged to the first graph's timed run."""
+    charged to the first graph's timed run (on 2 devices of the preset, or on the given Cluster)."""
     from simulator.generate import layered_dag
 
-    graph, cluster = layered_dag(12, seed=0), cluster_preset(cluster_name, 2)
+    cluster = cluster_name if isinstance(cluster_name, Cluster) else cluster_preset(cluster_name, 2)
+    graph = layered_dag(12, seed=0)  # plain-number costs: any device kind
     for name in names:
         try:
             run_method(name, graph, cluster, 0, budget=32)
         except InputError:  # not applicable on the tiny graph (no expert placement, no CPU): nothing to compile
             pass
+
+
+def cluster_of(cluster_name: str | Cluster, n_devices: int) -> Cluster:
+    """Preset `cluster_name` with `n_devices` devices, or `cluster_name` itself if it is a Cluster (InputError
+    unless it has `n_devices` devices)."""
+    if not isinstance(cluster_name, Cluster):
+        return cluster_preset(cluster_name, n_devices)
+    if cluster_name.n_devices != n_devices:
+        where = f"cluster {cluster_name.source or cluster_name.name}"
+        raise InputError(f"{where} has {cluster_name.n_devices} devices, not {n_devices}")
+    return cluster_name
 
 
 def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
@@ -392,14 +407,23 @@ def _wrap(text: str, width: int) -> str:
 
 # ---- families -------------------------------------------------------------------------------------------------
 # ---- CLI --------------------------------------------------------------------------------------------------------
+class DefaultCounts(list):
+    """compare's --devices default ([DEFAULT_DEVICES]): a list that says it was not given, so that with --cluster
+    only a --devices the user typed is checked against the file's count."""
+
+
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     """Arguments of `placeto compare`."""
     p.add_argument("graphs", nargs="*", help="graph files (or use --family)")
     p.add_argument("--family", help="compare on datasets/<FAMILY> (its manifest's graphs)")
     p.add_argument("--split", default="test", choices=[*SPLITS, "all"], help="family split")
-    p.add_argument("--devices", type=comma_list(DEVICES), default=[DEFAULT_DEVICES],
-                   help="device counts of the preset, each compared apart, e.g. 2,4,8")
-    add_preset_argument(p, with_cluster=False)
+    p.add_argument("--devices", type=comma_list(DEVICES), default=DefaultCounts([DEFAULT_DEVICES]),
+                   help="device counts of the preset, each compared apart, e.g. 2,4,8; with --cluster, the file's "
+                        "count (another count is an error)")
+    where = p.add_mutually_exclusive_group()
+    add_preset_argument(where, with_cluster=False)
+    where.add_argument("--cluster", help="cluster JSON file, e.g. from `placeto calibrate` (instead of --preset; its "
+                                         "device count is the comparison's)")
     p.add_argument("--methods", default="all",
                    help="comma list of methods and sets. all: every baseline and the learned methods "
                         f"({', '.join(LEARNED)}) with their shipped policies ({DEFAULT_POLICY} for placeto, "
@@ -451,9 +475,19 @@ def run_compare(args: argparse.Namespace) -> int:
         from simulator.io import check_output_path
 
         check_output_path(args.save_placements, directory=True)
+    cluster, devices = args.preset, args.devices
+    if getattr(args, "cluster", None):  # its count, or --devices checked against it (as train's)
+        cluster = load_cluster(args.cluster)
+        if not isinstance(args.devices, DefaultCounts):
+            for count in dict.fromkeys(args.devices):
+                resolve_devices(count, [(f"cluster {args.cluster}", cluster.n_devices)])
+        devices = [cluster.n_devices]
     graphs = ([load_graph(f) for f in args.graphs] if args.graphs else
               load_family(args.family, None if args.split == "all" else args.split))
-    rows = compare(graphs, args.devices, args.methods, args.preset, args.seed, budget, args.seconds,
+    if isinstance(cluster, Cluster):
+        for graph in graphs:  # one line naming the graph and the kind, before any method runs
+            graph.cost_matrix(cluster.kinds)
+    rows = compare(graphs, devices, args.methods, cluster, args.seed, budget, args.seconds,
                    args.checkpoint, args.finetune_episodes, progress=not args.quiet,
                    save_placements=args.save_placements, workers=workers)
     table = markdown_table(rows)

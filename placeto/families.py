@@ -1,11 +1,13 @@
 """Graph families and benchmark models: sample programs, trace, cost, group, split, write with a manifest.
 
 A family is 32 programs of one kind whose hyperparameters (and, for the ENAS families, cell architectures) are
-drawn from a seed. Each program's training step is traced to an op graph (`simulator.trace`), given analytic
-roofline costs for every GPU spec of `simulator.costs` (`ANALYTIC_KINDS`), and grouped (`simulator.grouping`).
-The grouped graph is what is shipped and placed; its meta records how to rebuild the op graph (`program`) and the
-op -> group map (`grouping.op_to_group`), so placements expand to ops and graphs can be re-traced for profiling
-and hardware runs. Everything is a pure function of the seed: the same seed writes byte-identical files.
+drawn from a seed: Placeto's three (FAMILIES: cifar10, ptb, nmt) and five more (NEW_FAMILIES: transformer, mlp,
+matmul, moe, cnn; ALL_FAMILIES holds all eight). Each program's training step is traced to an op graph
+(`simulator.trace`), given analytic roofline costs for every GPU spec of `simulator.costs` (`ANALYTIC_KINDS`), and
+grouped (`simulator.grouping`). The grouped graph is what is shipped and placed; its meta records how to rebuild
+the op graph (`program`) and the op -> group map (`grouping.op_to_group`), so placements expand to ops and graphs
+can be re-traced for profiling and hardware runs. Everything is a pure function of the seed: the same seed writes
+byte-identical files.
 
 Layout: `datasets/<family>/manifest.json` plus `<graph>.json.gz`; benchmarks in `datasets/benchmarks/` with human
 expert placements (`<graph>.expert_<D>dev.json`).
@@ -30,7 +32,9 @@ DATASETS = Path(__file__).resolve().parent.parent / "datasets"  # the repository
 SPLITS = ("train", "test")
 ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")  # their shares of the op costs drive the grouping
 LATER_KINDS = ("h100-pcie", "h200")  # fused-group rooflines added after grouping: the groups stay as they were
-FAMILIES = ("cifar10", "ptb", "nmt")
+FAMILIES = ("cifar10", "ptb", "nmt")  # Placeto's families
+NEW_FAMILIES = ("transformer", "mlp", "matmul", "moe", "cnn")  # modern programs, sampled the same way
+ALL_FAMILIES = FAMILIES + NEW_FAMILIES  # a family's index here seeds its specs and split: append only
 N_GRAPHS, N_TEST = 32, 8
 DEVICE_COUNTS = (2, 4, 8)
 SINGLE_DEVICE_EXPERT = ("inception_v3", "nasnet")  # the seeds' expert placement for these: one GPU
@@ -65,17 +69,60 @@ def _nmt(rng: np.random.Generator) -> dict[str, Any]:
     return {"layers": 2, "src_len": length, "tgt_len": length, "batch": _choice(rng, [16, 32, 64, 128])}
 
 
+def _transformer(rng: np.random.Generator) -> dict[str, Any]:
+    return {"d_model": _choice(rng, [64, 128, 256]), "heads": _choice(rng, [2, 4, 8]),
+            "layers": int(rng.integers(1, 5)), "seq_len": _choice(rng, [32, 64, 128]),
+            "batch": _choice(rng, [4, 8, 16]), "mlp_ratio": _choice(rng, [2, 4]), "lm": bool(rng.integers(2))}
+
+
+def _micro_batches(rng: np.random.Generator, layers: int, lo: int, hi: int) -> int:
+    """Micro-batches M in {2, 4, 8, 16, 32} with lo <= layers * M <= hi (the graph's copies of its layers)."""
+    return _choice(rng, [m for m in (2, 4, 8, 16, 32) if lo <= layers * m <= hi] or [2])
+
+
+def _mlp(rng: np.random.Generator) -> dict[str, Any]:
+    depth, layer_norm = int(rng.integers(2, 13)), bool(rng.integers(2))
+    weight = depth * (2 if layer_norm else 1)  # a layer-normalised layer has about twice the ops
+    return {"depth": depth, "width": _choice(rng, [64, 128, 256, 512]), "taper": _choice(rng, [1.0, 0.75, 0.5]),
+            "batch": _choice(rng, [64, 128, 256]), "micro_batches": _micro_batches(rng, weight, 32, 128),
+            "layer_norm": layer_norm, "activation": int(rng.integers(1, 5)),
+            "in_features": _choice(rng, [256, 784, 1024]), "classes": _choice(rng, [10, 100])}
+
+
+def _matmul(rng: np.random.Generator) -> dict[str, Any]:
+    chains = _choice(rng, [1, 2, 4, 8])
+    length = int(rng.integers(-(-40 // chains), min(64, 112 // chains) + 1))  # 40-112 matmuls in all
+    return {"chains": chains, "length": length, "size": _choice(rng, [128, 256, 512, 1024]),
+            "expand": _choice(rng, [1, 2, 4]), "rows": _choice(rng, [32, 64, 128, 256]),
+            "nonlinear": bool(rng.integers(2))}
+
+
+def _moe(rng: np.random.Generator) -> dict[str, Any]:
+    experts = int(rng.integers(2, 9))
+    return {"experts": experts, "top_k": _choice(rng, [1, 2]), "moe_layers": int(rng.integers(1, 3)),
+            "d_model": _choice(rng, [64, 128, 256]), "hidden": _choice(rng, [128, 256, 512]),
+            "seq_len": _choice(rng, [16, 32, 64]), "batch": _choice(rng, [4, 8, 16])}
+
+
+def _cnn(rng: np.random.Generator) -> dict[str, Any]:
+    stages, convs = int(rng.integers(2, 5)), int(rng.integers(1, 4))
+    return {"stages": stages, "convs": convs, "channels": _choice(rng, [8, 16, 32]), "kernel": _choice(rng, [3, 5]),
+            "image_size": _choice(rng, [16, 32, 64]), "batch": _choice(rng, [64, 128]),
+            "micro_batches": _micro_batches(rng, stages * convs, 32, 96), "dense_width": _choice(rng, [64, 128, 256])}
+
+
 SAMPLERS: dict[str, Callable[[np.random.Generator], dict[str, Any]]] = {
-    "cifar10": _cifar10, "ptb": _ptb, "nmt": _nmt}
+    "cifar10": _cifar10, "ptb": _ptb, "nmt": _nmt, "transformer": _transformer, "mlp": _mlp, "matmul": _matmul,
+    "moe": _moe, "cnn": _cnn}
 
 
 def family_specs(family: str, seed: int = 0) -> list[GraphSpec]:
     """The N_GRAPHS graph specs of `family`, deterministic in `seed`."""
     if family not in SAMPLERS:
-        raise InputError(f"unknown family {family!r} (known: {', '.join(FAMILIES)}, benchmarks)")
+        raise InputError(f"unknown family {family!r} (known: {', '.join(ALL_FAMILIES)}, benchmarks)")
     specs = []
     for i in range(N_GRAPHS):
-        rng = np.random.default_rng([seed, FAMILIES.index(family), i])
+        rng = np.random.default_rng([seed, ALL_FAMILIES.index(family), i])
         kwargs = {"seed": int(rng.integers(2**31)), **SAMPLERS[family](rng)}
         specs.append(GraphSpec(f"{family}_{i:03d}", family, kwargs, target_groups=int(rng.integers(100, 301))))
     return specs
@@ -91,7 +138,7 @@ def benchmark_specs() -> list[GraphSpec]:
 
 def split_of(family: str, seed: int) -> list[str]:
     """A fixed train/test split: N_TEST graphs of a seeded permutation are "test", the rest "train"."""
-    perm = np.random.default_rng([seed, FAMILIES.index(family), 10**6]).permutation(N_GRAPHS)
+    perm = np.random.default_rng([seed, ALL_FAMILIES.index(family), 10**6]).permutation(N_GRAPHS)
     test = set(perm[:N_TEST].tolist())
     return ["test" if i in test else "train" for i in range(N_GRAPHS)]
 
@@ -200,7 +247,7 @@ def graph_entry(graph: Graph, file: str) -> dict[str, Any]:
 # ---- building a family ------------------------------------------------------------------------------------
 def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: int = 2,
           only: list[str] | None = None, progress: bool = True) -> Path:
-    """Build `family` ("cifar10", "ptb", "nmt" or "benchmarks") under `out_root/<family>/` with its manifest.
+    """Build `family` (one of ALL_FAMILIES, or "benchmarks") under `out_root/<family>/` with its manifest.
 
     `workers` processes trace in parallel (spawned, so JAX starts fresh in each); `only` restricts to the named
     graphs (the manifest is then not rewritten). Returns the family folder.
@@ -383,13 +430,18 @@ def _regroup(graph: Graph, traced, where: str) -> np.ndarray:
 
 
 # ---- datasets/README.md ----------------------------------------------------------------------------------
-README_HEAD = """# Datasets
+README_END = "<!-- end of generated tables -->"  # write_readme owns README.md above this line, keeps what follows
+README_HEAD = """<!-- Written by placeto.families.write_readme (placeto datasets build) down to the line that closes the
+generated tables; text below that line is kept as it is. -->
+
+# Datasets
 
 Graph families in the style of Placeto's (ENAS cifar10 conv cells, ENAS ptb recurrent cells, nmt with varied
-length and batch; 32 graphs each with a fixed 24/8 train/test split) and the seeds' benchmark models, all traced
-from real JAX/Flax training steps (forward, backward, optimizer update) in `placeto/zoo/`, given analytic
-roofline costs (`simulator/costs.py`: op by op for K80 and a generic CPU, the seeds' TensorFlow setting; each
-group as one fused computation for V100, A100, H100 SXM and PCIe, H200), and grouped (`simulator/grouping.py`).
+length and batch; 32 graphs each with a fixed 24/8 train/test split), five families of other model kinds sampled
+the same way, and the seeds' benchmark models, all traced from real JAX/Flax training steps (forward, backward,
+optimizer update) in `placeto/zoo/`, given analytic roofline costs (`simulator/costs.py`: op by op for K80 and a
+generic CPU, the seeds' TensorFlow setting; each group as one fused computation for V100, A100, H100 SXM and
+PCIe, H200), and grouped (`simulator/grouping.py`; targets of 100-300 groups, 400-1000 for the benchmarks).
 Each `<family>/manifest.json` lists the graph files, their split and statistics; each graph's meta says how to
 rebuild its op graph (`program`), maps ops to groups (`grouping.op_to_group`) and keys every op
 (`grouping.op_keys`: primitive, forward/backward, scope, outputs), so a re-trace under another JAX is mapped
@@ -397,9 +449,31 @@ onto the groups (`simulator/retrace_map.py`). Benchmarks ship human expert place
 (`<graph>.expert_<D>dev.json`, also in the graph's `meta.expert_placement`). Graphs profiled on local devices
 carry measured costs under the device's kind (`local-cpu`, `local-h200`, ...).
 
+The five newer families (`placeto.families.NEW_FAMILIES`; hyperparameters drawn per graph from the seed,
+`placeto/families.py`):
+
+- `transformer` (`placeto/zoo/transformer.py`): 1-4 pre-LN blocks (multi-head attention + gelu MLP, Adam);
+  by a coin flip per graph, a causal language model (token and position embeddings, final projection and
+  softmax loss) or encoder blocks on features with a regression loss; d_model 64/128/256, heads 2/4/8, MLP
+  ratio 2/4, sequence 32/64/128, batch 4/8/16.
+- `mlp` (`placeto/zoo/mlp.py`): 2-12 dense layers of width 64-512 (constant or narrowing by 0.75 or 0.5 a
+  layer), relu/gelu/tanh/silu, with or without layer norm, batch 64-256, momentum SGD; the batch runs as 2-32
+  micro-batches (gradient accumulation: 32-128 layer copies in all, a layer-normalised layer counting twice),
+  each a parallel copy of the network.
+- `matmul` (`placeto/zoo/matmul_chain.py`): 1, 2, 4 or 8 parallel chains of bias-free matmuls summed at the end
+  (40-112 matmuls in all, at most 64 a chain), width 128-1024 alternating with 1x/2x/4x wider intermediates,
+  32-256 rows, tanh between matmuls or none, mean squared error, Adam.
+- `moe` (`placeto/zoo/moe.py`): 1-2 residual mixture-of-experts layers of 2-8 gelu-MLP experts with a softmax
+  router keeping the top 1 or 2 gates (dense dispatch: every expert sees every token, outputs weighted by the
+  gates) and a load-balancing loss; d_model 64-256, expert width 128-512, 64-1024 tokens, Adam.
+- `cnn` (`placeto/zoo/cnn.py`): a plain VGG-style CNN, 2-4 stages of 1-3 convolutions (3x3 or 5x5, relu, no
+  batch norm) each ending in 2x2 max pooling, 8-32 channels doubling per stage, images 16-64 pixels, then a dense
+  layer and softmax loss, momentum SGD; batch 64 or 128 run as 4-32 micro-batches (32-96 conv copies in all).
+
 Rebuild (byte for byte; measured costs already in a file are kept):
 
-    placeto datasets build --family all        # or cifar10 | ptb | nmt | benchmarks
+    placeto datasets build --family all        # or cifar10 | ptb | nmt | transformer | mlp | matmul | moe | cnn
+                                               #    | benchmarks (one family: --family moe)
     placeto profile datasets/benchmarks/*.json.gz    # measured costs of this machine (a separate step)
 
 Widths are reduced against the papers' models to keep tracing and profiling fast on a laptop; the structure
@@ -413,7 +487,7 @@ def readme_table(root: str | Path = DATASETS) -> str:
     lines = ["| family | graphs | ops | groups | edges | compute ms | critical path ms | LB 2 | LB 4 | LB 8 |",
              "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     rows = []
-    for family in (*FAMILIES, "benchmarks"):
+    for family in (*ALL_FAMILIES, "benchmarks"):
         if not (Path(root) / family / "manifest.json").exists():
             continue
         graphs = load_manifest(family, root)["graphs"]
@@ -432,13 +506,32 @@ def _span(values: list[float], fmt: str = "{:.0f}") -> str:
     return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
 
 
+def hand_written(readme: str) -> str:
+    """The part of an existing README.md that write_readme keeps: what follows the README_END line; in a README
+    written before that line existed, whatever follows the statistics table. Stripped of blank lines around it."""
+    if README_END in readme:
+        return readme.split(README_END, 1)[1].strip("\n")
+    lines = readme.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("| family | graphs |")]
+    if not starts:
+        return ""
+    end = starts[0]
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join(lines[end:]).strip("\n")
+
+
 def write_readme(root: str | Path = DATASETS) -> None:
-    """(Re)write `root/README.md` from the manifests."""
-    text = README_HEAD + "\n" + readme_table(root)
+    """(Re)write `root/README.md`: README_HEAD, the statistics tables of the manifests (`readme_table`), the
+    README_END line, then the hand-written text that followed README_END in the existing file (`hand_written`),
+    unchanged: sections that others maintain go below that line. Writing twice gives the same file."""
+    path = Path(root) / "README.md"
+    kept = hand_written(path.read_text()) if path.is_file() else ""
+    text = README_HEAD + "\n" + readme_table(root) + "\n" + README_END + "\n" + (f"\n{kept}\n" if kept else "")
     Path(root).mkdir(parents=True, exist_ok=True)
     from simulator.io import atomic_write_bytes
 
-    atomic_write_bytes(Path(root) / "README.md", text.encode())
+    atomic_write_bytes(path, text.encode())
 
 
 def program_of(graph: Graph, program: str | None = None,

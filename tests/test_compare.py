@@ -173,6 +173,62 @@ def test_run_compare(tmp_path, capsys):
         run_compare(_args(str(tmp_path / "g.json.gz"), "--plot"))
 
 
+def test_compare_runs_on_a_cluster_file(tmp_path, capsys):
+    """--cluster FILE: every method placed and simulated on the file's cluster, at its device count."""
+    from placeto.baselines import run_method
+    from placeto.cli import main
+    from simulator import Cluster, Device, lower_bound, save_cluster, simulate
+
+    graph = layered_dag(40, seed=0)
+    save_graph(graph, tmp_path / "g.json")
+    cluster = Cluster("slow-links", tuple(Device(f"/dev:{i}", "custom", 12e9) for i in range(3)), delta1_us=50.0,
+                      delta2_us=200.0, bandwidth_bytes_per_us=100.0, latency_us=10.0)
+    save_cluster(cluster, tmp_path / "c.json")
+    out = tmp_path / "out"
+    for devices in ([], ["--devices", "3"]):  # the file's count, or the same count given
+        assert main(["compare", str(tmp_path / "g.json"), "--cluster", str(tmp_path / "c.json"), *devices,
+                     "--methods", "single,etf", "--quiet", "--out", str(out)]) == 0
+        table = capsys.readouterr().out
+        line = next(t for t in table.splitlines() if t.startswith("| layered_40_s0 |"))
+        assert line.startswith(f"| layered_40_s0 | 3 | {lower_bound(graph, cluster) / 1e3:.2f} |")
+        with open(out / "compare.csv") as f:
+            rows = {r["method"]: r for r in csv.DictReader(f)}
+        assert {r["n_devices"] for r in rows.values()} == {"3"}
+        for method in ("single", "etf"):
+            placement = run_method(method, graph, cluster, 0).placement
+            assert float(rows[method]["runtime_us"]) == simulate(graph, placement, cluster).runtime
+        preset = cluster_preset("placeto-k80", 3)
+        assert float(rows["etf"]["runtime_us"]) != simulate(graph, run_method("etf", graph, preset, 0).placement,
+                                                             preset).runtime
+
+
+def test_compare_cluster_file_errors_are_one_line(tmp_path, capsys):
+    from placeto.cli import main
+    from simulator import save_cluster
+
+    save_graph(layered_dag(20, seed=0), tmp_path / "g.json")
+    save_graph(layered_dag(20, seed=0, kinds=("k80", "cpu")), tmp_path / "kinds.json")
+    save_cluster(cluster_preset("placeto-k80", 2), tmp_path / "c2.json")
+    (tmp_path / "bad.json").write_text('{"format": "placeto-cluster", "version": 1, "name": "x", "devices": [], '
+                                       '"delta1_us": 1, "delta2_us": 1, "bandwidth_bytes_per_us": 1}')
+    (tmp_path / "text.json").write_text("not json")
+    (tmp_path / "h100.json").write_text(json.dumps(cluster_preset("h100-nvlink", 2).to_dict()))
+    g, run = str(tmp_path / "g.json"), ["--methods", "single", "--quiet"]
+    for argv, expected in (
+            ([g, "--cluster", str(tmp_path / "bad.json")], "no devices"),
+            ([g, "--cluster", str(tmp_path / "text.json")], "text.json"),
+            ([g, "--cluster", str(tmp_path / "missing.json")], "missing.json"),
+            ([g, "--cluster", str(tmp_path / "c2.json"), "--devices", "4"], "--devices 4 but cluster"),
+            ([str(tmp_path / "kinds.json"), "--cluster", str(tmp_path / "h100.json")], "'h100'")):
+        assert main(["compare", *argv, *run]) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err and expected in err, (argv, err)
+    with pytest.raises(SystemExit) as stop:  # argparse: --preset and --cluster exclude each other
+        main(["compare", g, "--preset", "placeto-k80", "--cluster", str(tmp_path / "c2.json"), *run])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "not allowed with argument" in err
+
+
 def test_benchmark_script(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     script = [sys.executable, str(ROOT / "experiments" / "compare_benchmarks.py")]

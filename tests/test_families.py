@@ -6,22 +6,81 @@ import gzip
 import numpy as np
 import pytest
 
-from placeto.families import (DATASETS, DEVICE_COUNTS, FAMILIES, N_GRAPHS, N_TEST, benchmark_specs, build_graph,
-                              expert_op_placement, family_specs, load_family, load_manifest, split_of)
+from placeto.families import (ALL_FAMILIES, DATASETS, DEVICE_COUNTS, FAMILIES, N_GRAPHS, N_TEST, NEW_FAMILIES,
+                              benchmark_specs, build_graph, expert_op_placement, family_specs, load_family,
+                              load_manifest, split_of)
 from simulator import cluster_preset, load_graph, simulate
+from simulator.errors import InputError
 from simulator.io import dumps_graph
 from simulator.stats import graph_stats
 
-ALL = (*FAMILIES, "benchmarks")
+ALL = (*ALL_FAMILIES, "benchmarks")
 
 
 def test_specs_and_splits_are_deterministic():
-    for family in FAMILIES:
+    for family in ALL_FAMILIES:
         a, b = family_specs(family, 0), family_specs(family, 0)
         assert a == b and len(a) == N_GRAPHS
         assert family_specs(family, 1) != a
         split = split_of(family, 0)
         assert split == split_of(family, 0) and split.count("test") == N_TEST
+
+
+def test_placeto_families_keep_their_seeds():
+    """FAMILIES is Placeto's three, first in ALL_FAMILIES, so their specs and splits (seeded by the index) are the
+    shipped ones; the new families' kwargs are what a graph file may name (check_program_args)."""
+    from placeto.zoo.registry import check_program_args
+
+    assert ALL_FAMILIES[:3] == FAMILIES == ("cifar10", "ptb", "nmt") and set(NEW_FAMILIES).isdisjoint(FAMILIES)
+    for family in ALL_FAMILIES:
+        shipped = load_manifest(family)["graphs"]
+        assert [e["program"]["kwargs"] for e in shipped] == [s.kwargs for s in family_specs(family, 0)]
+        assert [e["split"] for e in shipped] == split_of(family, 0)
+    for family in NEW_FAMILIES:
+        for spec in family_specs(family, 0):
+            check_program_args(spec.kind, spec.kwargs)
+    with pytest.raises(InputError, match="known: cifar10, ptb, nmt, transformer, mlp, matmul, moe, cnn"):
+        family_specs("resnet")
+
+
+@pytest.mark.parametrize("family", NEW_FAMILIES)
+def test_new_family_program_is_a_training_step(family):
+    """A tiny config of each new family's program: one jitted step gives a finite loss and updates every
+    parameter, and tracing it twice writes the same graph."""
+    import jax
+
+    from placeto.families import trace_spec, GraphSpec
+    from placeto.zoo.registry import CONFIGS
+
+    tiny = dataclasses.asdict(CONFIGS[family].tiny())
+    kwargs = {"seed": 3, **{k: v for k, v in tiny.items() if type(v) in (int, float, bool)}}
+    program, traced = trace_spec(GraphSpec("t", family, kwargs, 0))
+    assert list(program.params) == program.meta["layers"] and program.meta["family"] == family
+    args = (program.params, program.opt_state, program.batch)
+    new_params, _, loss = jax.jit(program.step).lower(*args).compile(
+        compiler_options={"xla_backend_optimization_level": 0})(*args)
+    assert np.isfinite(float(loss))
+    assert all(not np.array_equal(a, b) for a, b in zip(jax.tree.leaves(program.params), jax.tree.leaves(new_params)))
+    again = trace_spec(GraphSpec("t", family, kwargs, 0))[1]
+    assert 50 < traced.graph.n_nodes < 2000 and dumps_graph(again.graph) == dumps_graph(traced.graph)
+
+
+def test_write_readme_keeps_the_text_below_its_marker(tmp_path):
+    """write_readme rewrites the head and tables and keeps what follows README_END, or, in a README from before
+    the marker, what follows the statistics table; writing twice gives the same file."""
+    from placeto.families import README_END, write_readme
+
+    readme = tmp_path / "README.md"
+    table = "| family | graphs |\n|---|--:|\n| nmt | 32 |\n"
+    readme.write_text(f"# Datasets\n\nold text\n\n{table}\n## Generated\n\nmine\n")
+    write_readme(tmp_path)
+    first = readme.read_text()
+    assert "old text" not in first and first.endswith(f"{README_END}\n\n## Generated\n\nmine\n")
+    readme.write_text(first + "more\n")
+    write_readme(tmp_path)
+    assert readme.read_text() == first + "more\n"
+    write_readme(tmp_path)
+    assert readme.read_text() == first + "more\n"
 
 
 def test_expert_placement_puts_layers_on_successive_devices():

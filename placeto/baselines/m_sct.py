@@ -80,6 +80,10 @@ def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
     if n_e == 0:
         return np.zeros(0)
     p = prob.cost.mean(axis=1)
+    # In units of the mean op cost: HiGHS's tolerances are absolute (1e-7), so in microseconds they would choose
+    # among the LP's many optimal vertices differently for the same graph in other units (scale_units).
+    unit = _lp_unit(p, comm)
+    p, comm = p / unit, comm / unit
     e, s_var, w_var = np.arange(n_e), n_e + np.arange(n), n_e + n  # variables: [x (P), s (N), w]
     lp = _Rows()
     lp.add(np.repeat(e, 3), np.stack([s_var[src], s_var[dst], e], 1).ravel(),  # s_i - s_j + c_ij x_ij <= -p_i
@@ -100,6 +104,15 @@ def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
     if res.status != 0:
         raise RuntimeError(f"m-sct: the favourite-child LP failed: {res.message}")
     return res.x[:n_e]
+
+
+def _lp_unit(cost: np.ndarray, comm: np.ndarray) -> float:
+    """The LP's time unit, us: the mean positive node cost (else the mean positive communication time, else 1)."""
+    for x in (cost, comm):
+        pos = x[x > 0]
+        if pos.size:
+            return float(pos.mean())
+    return 1.0
 
 
 def favourite_children(prob: ScheduleProblem, threshold: float = THRESHOLD) -> np.ndarray:

@@ -6,13 +6,18 @@ import dataclasses
 import math
 from typing import Any, Callable, Mapping
 
+from placeto.zoo.cnn import CNNConfig, build_cnn
 from placeto.zoo.common import Program
 from placeto.zoo.enas_cifar10 import Cifar10Config, build_cifar10
 from placeto.zoo.enas_ptb import PTBConfig, build_ptb
 from placeto.zoo.inception_v3 import InceptionConfig, build_inception_v3
+from placeto.zoo.matmul_chain import MatmulConfig, build_matmul
+from placeto.zoo.mlp import MLPConfig, build_mlp
+from placeto.zoo.moe import MoEConfig, build_moe
 from placeto.zoo.nasnet import NASNetConfig, build_nasnet
 from placeto.zoo.nmt import NMTConfig, build_nmt
 from placeto.zoo.rnnlm import RNNLMConfig, build_rnnlm
+from placeto.zoo.transformer import TransformerConfig, build_transformer
 from simulator.errors import InputError
 from simulator.limits import MAX_SEED, short_repr
 
@@ -23,11 +28,18 @@ PROGRAMS: dict[str, Callable[..., Program]] = {
     "rnnlm": build_rnnlm,
     "inception_v3": build_inception_v3,
     "nasnet": build_nasnet,
+    "transformer": build_transformer,
+    "mlp": build_mlp,
+    "matmul": build_matmul,
+    "moe": build_moe,
+    "cnn": build_cnn,
 }
 
 
 CONFIGS: dict[str, type] = {"cifar10": Cifar10Config, "ptb": PTBConfig, "nmt": NMTConfig, "rnnlm": RNNLMConfig,
-                            "inception_v3": InceptionConfig, "nasnet": NASNetConfig}
+                            "inception_v3": InceptionConfig, "nasnet": NASNetConfig,
+                            "transformer": TransformerConfig, "mlp": MLPConfig, "matmul": MatmulConfig,
+                            "moe": MoEConfig, "cnn": CNNConfig}
 MAX_SIZE = 65536  # largest integer config field (a width, length, batch or count) accepted from a graph file
 
 

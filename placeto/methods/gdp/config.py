@@ -37,6 +37,12 @@ class GdpConfig:
     schedulers do (placeto.methods.gdp.decoder). Still one forward pass; the decoding is a sequential numba loop
     (experiments/results/gdp_scale.md compares them)."""
 
+    greedy_ties: str = "random"
+    """How a list decoder's greedy decoding (the one pass) breaks exact ties between devices: "random" (uniforms
+    of a fixed key: on the ungrouped op graphs 0.84x m-ETF, experiments/results/gdp_decoder.md) or "lowest" (m-ETF's
+    own rule: at the initialisation the one pass is then m-ETF's placement exactly; on the grouped family graphs
+    "random" is 1.01-1.10x m-ETF, experiments/results/generalization.md)."""
+
     coarse_groups: int = 0
     """Coarse-to-fine placing (0: off). A graph of more than this many nodes whose communication-to-computation
     ratio exceeds `coarse_ccr` (`placeto.features.communication_ratio`) is grouped to this many groups
@@ -72,6 +78,21 @@ class GdpConfig:
     temperature: float = 1.0
     """The policy that is sampled and trained is the softmax of the logits divided by this (> 1: flatter); the
     greedy placement (argmax) does not depend on it. Fine-tuning raises it (FinetuneSettings)."""
+    keep_single: bool = False
+    """The one pass (greedy placement) returns the single device (every node on the first accelerator,
+    placeto.baselines.single) where that simulates faster than the decoded placement: two simulator calls, so the
+    one pass is never slower than the single device (on a GPU+CPU cluster m-ETF's order and the decoder's finish
+    times can still lean on the slow device)."""
+    baseline: str = "mean"
+    """What a sample's reward is compared with: "mean", the batch mean (the advantage then over the batch standard
+    deviation); or "greedy", the policy's own one pass on the task (a self-critical baseline, Rennie et al. 2017,
+    as Kool et al. 2019 train their attention placers of routes): a sample is pushed up only if it beats the greedy
+    decoding, so training improves the one pass, not only the sampled placements (one more decoding and one
+    more simulator call per update). List decoders only."""
+    imitation: float = 0.0
+    """Weight of a cross-entropy toward the list scheduler's own choice at every decision a list decoder recorded
+    (the allowed device where the node finishes first, the lowest on ties: m-ETF's rule for the "etf" decoder),
+    added to the PPO loss: what the policy knows from the list scheduler anchors what RL learns beyond it."""
     memory_penalty_per_gb: float = 1.0
     """Objective's memory penalty (placeto.objective), in single-device runtimes per GB above capacity."""
 
@@ -89,13 +110,19 @@ class GdpConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (0 if name in ("sage_rounds", "episodes") else 1):
                 raise ValueError(f"GdpConfig: {name} must be a positive integer, got {v!r}")
+        if self.baseline not in ("mean", "greedy"):
+            raise ValueError(f"GdpConfig: baseline must be 'mean' or 'greedy', got {self.baseline!r}")
+        if self.decoder == "independent" and (self.baseline != "mean" or self.imitation):
+            raise ValueError("GdpConfig: baseline 'greedy' and imitation need a list decoder (decoder heft or etf)")
+        if self.greedy_ties not in ("random", "lowest"):
+            raise ValueError(f"GdpConfig: greedy_ties must be 'random' or 'lowest', got {self.greedy_ties!r}")
         if self.decoder not in DECODERS:
             raise ValueError(f"GdpConfig: decoder must be one of {', '.join(DECODERS)}, got {self.decoder!r}")
         if self.hidden % self.heads:
             raise ValueError(f"GdpConfig: hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if isinstance(self.coarse_groups, bool) or not isinstance(self.coarse_groups, int) or self.coarse_groups < 0:
             raise ValueError(f"GdpConfig: coarse_groups must be a non-negative integer, got {self.coarse_groups!r}")
-        for name in ("clip", "lr", "entropy", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
+        for name in ("clip", "lr", "entropy", "imitation", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
                      "time_limit_minutes", "coarse_ccr"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isnan(v):

@@ -59,7 +59,8 @@ def _build(graph: Graph, cluster: Cluster, max_devices: int, segment: int) -> Gd
     n_pad = padded_nodes(n, segment)
     ch_off, ch = graph.children
     senders = np.repeat(np.arange(n, dtype=np.int32), np.diff(ch_off))
-    e_pad = max(bucket(len(senders)), 1)
+    e_pad = max(bucket(len(senders)), 2 * n_pad)  # as placeto.features.edge_bucket: one edge size per node size
+    # for most graphs, so a family of graphs compiles the policy once per node bucket, not per (node, edge) pair
     padded = ja.pad(ja.graphs_tuple(static_node_features(graph, cluster), senders, ch.astype(np.int32)),
                     n_pad, e_pad + (e_pad == len(senders)))
     in_deg, out_deg = np.zeros(n_pad, np.float32), np.zeros(n_pad, np.float32)

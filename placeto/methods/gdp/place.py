@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from placeto.baselines import MethodRun
@@ -28,8 +27,8 @@ from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob,
 from placeto.methods.gdp.config import NAME
 from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
-from placeto.methods.gdp.ppo import (Drawn, Task, _heads, _uniforms, draw, init_params, make_optimizer, make_task,
-                                     ppo_step, sample_batch)
+from placeto.methods.gdp.ppo import (Drawn, Task, _heads, draw, greedy_decoding, init_params,
+                                     make_optimizer, make_task, ppo_step, sample_batch)
 from placeto.objective import meter, metered, score_batch
 from simulator.cluster import Cluster
 from simulator.errors import InputError
@@ -122,16 +121,27 @@ def placing_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> tuple[Tas
 
 def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> np.ndarray:
     """int32[N] each node on its most likely device: one forward pass, no simulation (with a list decoder,
-    its greedy decoding: each node on its most likely device given those chosen before it). Coarse-to-fine
-    where `coarse_view` says so: the groups' greedy placement, expanded to the ops."""
+    its greedy decoding: each node on its most likely device given those chosen before it; with
+    config.keep_single, two simulations: `or_single`). Coarse-to-fine where `coarse_view` says so: the groups'
+    greedy placement, expanded to the ops."""
     if cluster.n_devices > config.max_devices:
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices (max_devices), not "
                          f"{cluster.n_devices}")
     task, _ = placing_task(graph, cluster, config)
     if config.decoder != "independent":
-        return task.op_placements(_greedy_decoding(config, make_net(config), params, task).acts[0])
-    _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
-    return task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
+        placement = task.op_placements(_greedy_decoding(config, make_net(config), params, task).acts[0])
+    else:
+        _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
+        placement = task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
+    return or_single(placement, graph, cluster, config) if config.keep_single else placement
+
+
+def or_single(placement: np.ndarray, graph: Graph, cluster: Cluster, config: GdpConfig) -> np.ndarray:
+    """int32[N] `placement`, or the single device's placement where that simulates faster (two metered calls)."""
+    from placeto.baselines import single
+
+    cands = np.stack([np.asarray(placement, np.int32), np.asarray(single(graph, cluster), np.int32)])
+    return cands[int(np.argmin(score_batch(graph, cands, cluster, config.memory_penalty_per_gb)))]
 
 
 def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
@@ -145,18 +155,9 @@ def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster)
 
 
 _sample = jax.jit(sample, static_argnames=("net", "batch"))
-TIE_SEED = 0  # a list decoder's greedy decoding breaks exact ties with uniforms of jax.random.key(TIE_SEED)
-
-
 def _greedy_decoding(config: GdpConfig, net, params, task):
-    """A list decoder's greedy decoding of `task` (decoder.Decoding with B = 1): each node on its most likely
-    device given the earlier ones, exact ties broken at random by uniforms of key(TIE_SEED), the same for every
-    call (m-ETF's own rule, the lowest device, measured 1.03-1.15x worse on the op graphs: gdp_decoder.md)."""
-    from placeto.methods.gdp.decoder import decode
-
-    scores, weight = (np.asarray(a) for a in _heads(net, params, task.inputs))
-    ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), jnp.zeros(1, jnp.uint32), task.graph.n_nodes), np.float64)
-    return decode(task.graph, task.cluster, scores, weight, config.temperature, ties, config.decoder, greedy=True)
+    """ppo.greedy_decoding: the one pass of a list decoder."""
+    return greedy_decoding(config, net, params, task)
 
 
 def _warm_decoder(order: str) -> None:

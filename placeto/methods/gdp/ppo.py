@@ -13,6 +13,10 @@ With a list decoder (placeto.methods.gdp.decoder) a placement is decoded node by
 decision's logits depending on the devices already chosen; a sample keeps its per-decision features and masks
 (Drawn.feat, Drawn.allowed), from which the loss re-evaluates the log-probabilities under new parameters.
 Sample i of an update is decoded from uniforms drawn from fold_in(key, i) alone, however the batch is split.
+
+Two options of a list decoder's training (GdpConfig): `baseline` "greedy" compares each sample's reward with the
+policy's own greedy decoding (one more decoding and simulation per update), so what improves is the one pass;
+`imitation` adds a cross-entropy toward the list scheduler's choice at every recorded decision (`scheduler_choice`).
 """
 
 from __future__ import annotations
@@ -101,10 +105,12 @@ class PpoSettings(NamedTuple):
     entropy: float
     epochs: int
     temperature: float
+    imitation: float = 0.0
 
     @classmethod
     def of(cls, config: GdpConfig) -> "PpoSettings":
-        return cls(float(config.clip), float(config.entropy), int(config.ppo_epochs), float(config.temperature))
+        return cls(float(config.clip), float(config.entropy), int(config.ppo_epochs), float(config.temperature),
+                   float(config.imitation))
 
 
 @functools.partial(jax.jit, static_argnames=("net", "batch"))
@@ -127,11 +133,13 @@ def decoded_log_policy(scores, weight, feat, allowed, temperature: float = 1.0) 
 
 
 def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old_logp, adv, feat=None,
-             allowed=None):
-    """Clipped surrogate (per node, see the module docstring) minus the entropy bonus; (loss, entropy).
+             allowed=None, target=None):
+    """Clipped surrogate (per node, see the module docstring) minus the entropy bonus, plus config.imitation
+    times the cross-entropy toward `target`; (loss, entropy).
 
     acts: int32[B, Np]; old_logp: float32[B, Np]; adv: float32[B]; feat, allowed: a list decoder's records
-    float32[B, Np, Dm, K] and bool[B, Np, Dm] (None for the independent decoder). Padding nodes are masked out.
+    float32[B, Np, Dm, K] and bool[B, Np, Dm] (None for the independent decoder); target: int32[B, Np] the list
+    scheduler's device at each decision (`scheduler_choice`; None: no imitation). Padding nodes are masked out.
     """
     rows = jnp.arange(acts.shape[1])[None, :]
     if feat is None:
@@ -149,14 +157,25 @@ def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old
     pg = -(surrogate * mask).sum() / (acts.shape[0] * n_real)
     entropy = -(jnp.exp(logp_all) * logp_all).sum(-1)  # [Np] or [B, Np]
     entropy = (entropy * mask).sum() / (n_real * (1 if feat is None else acts.shape[0]))
-    return pg - config.entropy * entropy, entropy
+    loss = pg - config.entropy * entropy
+    if target is not None and config.imitation:
+        tlogp = jnp.take_along_axis(logp_all, target[..., None], axis=-1)[..., 0]  # [B, Np]
+        loss = loss - config.imitation * (tlogp * mask).sum() / (acts.shape[0] * n_real)
+    return loss, entropy
+
+
+def scheduler_choice(feat: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """int32[B, Np] the list scheduler's device at every recorded decision: the allowed device whose finish-gap
+    feature is largest (feat[..., 0] = -log1p(finish gap / cost unit), 0 where the node finishes first), the lowest
+    on ties (m-ETF's rule; with the "heft" decoder, HEFT's). feat: float[B, Np, Dm, K]; allowed: bool[B, Np, Dm]."""
+    return np.argmax(np.where(allowed, feat[..., 0], -np.inf), axis=-1).astype(np.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("net", "config", "optimizer"))
 def ppo_update(net: GdpNet, config: PpoSettings, optimizer, params, opt_state, x: GdpInputs, acts, old_logp, adv,
-               feat=None, allowed=None):
+               feat=None, allowed=None, target=None):
     """`config.epochs` Adam steps on one batch, in one compiled scan; returns (params, opt_state, loss, entropy)."""
-    grad_fn = jax.value_and_grad(lambda p: ppo_loss(net, config, p, x, acts, old_logp, adv, feat, allowed),
+    grad_fn = jax.value_and_grad(lambda p: ppo_loss(net, config, p, x, acts, old_logp, adv, feat, allowed, target),
                                  has_aux=True)
 
     def epoch(carry, _):
@@ -169,11 +188,30 @@ def ppo_update(net: GdpNet, config: PpoSettings, optimizer, params, opt_state, x
     return params, opt_state, loss[0], ent[0]
 
 
-def advantages(objective: np.ndarray, scale: float) -> np.ndarray:
-    """float32[B]: reward (-objective / scale) minus the batch mean, over the batch standard deviation."""
+def advantages(objective: np.ndarray, scale: float, baseline: float | None = None) -> np.ndarray:
+    """float32[B]: reward (-objective / scale) minus the batch mean (or minus -baseline / scale: the greedy
+    decoding's objective, us), over the batch standard deviation."""
     r = -np.asarray(objective, np.float64) / scale
-    a = r - r.mean()
-    return (a / (a.std() + 1e-8)).astype(np.float32)
+    a = r - (r.mean() if baseline is None else -baseline / scale)
+    return (a / (r.std() + 1e-8)).astype(np.float32) if baseline is not None else (a / (a.std() + 1e-8)).astype(
+        np.float32)
+
+
+TIE_SEED = 0  # a list decoder's greedy decoding breaks exact ties with uniforms of jax.random.key(TIE_SEED)
+
+
+def greedy_decoding(config: GdpConfig, net: GdpNet, params, task: Task):
+    """A list decoder's greedy decoding of `task` (decoder.Decoding with B = 1): each node on its most likely
+    device given the earlier ones, exact ties broken at random by uniforms of key(TIE_SEED), the same for every
+    call (m-ETF's own rule, the lowest device, measured 1.03-1.15x worse on the op graphs: gdp_decoder.md), or
+    with config.greedy_ties "lowest" by that rule."""
+    from placeto.methods.gdp.decoder import decode
+
+    scores, weight = (np.asarray(a) for a in _heads(net, params, task.inputs))
+    if config.greedy_ties == "lowest":
+        return decode(task.graph, task.cluster, scores, weight, config.temperature, None, config.decoder, greedy=True)
+    ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), jnp.zeros(1, jnp.uint32), task.graph.n_nodes), np.float64)
+    return decode(task.graph, task.cluster, scores, weight, config.temperature, ties, config.decoder, greedy=True)
 
 
 class Drawn(NamedTuple):
@@ -270,8 +308,13 @@ def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task:
     update; see the module docstring."""
     drawn = drawn if drawn is not None else draw(net, config, params, task, key)
     obj, placements = drawn.objective, drawn.acts[:, :task.graph.n_nodes]
-    adv = advantages(obj, task.scale)
+    base = None
+    if config.baseline == "greedy":
+        base = float(task.score(greedy_decoding(config, net, params, task).acts, config.memory_penalty_per_gb)[0])
+    adv = advantages(obj, task.scale, base)
     decoded = () if drawn.feat is None else (jnp.asarray(drawn.feat), jnp.asarray(drawn.allowed))
+    if decoded and config.imitation:
+        decoded = (*decoded, jnp.asarray(scheduler_choice(drawn.feat, drawn.allowed)))
     params, opt_state, loss, ent = ppo_update(net, PpoSettings.of(config), optimizer, params, opt_state, task.inputs,
                                               jnp.asarray(drawn.acts), jnp.asarray(drawn.logp), jnp.asarray(adv),
                                               *decoded)

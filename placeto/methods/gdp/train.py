@@ -64,8 +64,15 @@ class RunState(NamedTuple):
     best: dict[str, float]  # task key -> best objective, microseconds
 
 
-def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], config: GdpConfig) -> list[Task]:
-    """Every graph on every cluster, graph-major."""
+def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, config: GdpConfig) -> list[Task]:
+    """Every graph on every cluster, graph-major (clusters None: `graphs` are (graph, cluster) pairs)."""
+    if clusters is None:
+        pairs = list(graphs)
+        graphs, clusters = [g for g, _ in pairs], [c for _, c in pairs]
+        for c in clusters:
+            if c.n_devices > config.max_devices:
+                raise InputError(f"cluster {c.name!r} has {c.n_devices} devices; max_devices is {config.max_devices}")
+        return [make_task(g, c, config) for g, c in pairs]
     clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
     if not graphs or not clusters:
         raise InputError("gdp training needs at least one graph and one cluster")
@@ -121,7 +128,7 @@ def _metrics_writer(out: Path, keep_until: int):
     return f, csv.DictWriter(f, FIELDS)
 
 
-def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], out: str | Path,
+def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, out: str | Path,
           resume: bool = True, init: Any = None, log=None, workers: WorkerSpec | None = None,
           progress: bool = False) -> TrainSummary:
     """Train (or resume) a gdp policy into run directory `out`; see the module docstring.

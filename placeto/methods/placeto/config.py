@@ -14,7 +14,7 @@ from placeto.config_fields import check_types_and_ranges
 from placeto.config_fields import parse_overrides as _parse_overrides
 
 VisitOrder = Literal["topo", "reverse_topo", "random_fixed"]
-InitPlacement = Literal["single", "random"]
+InitPlacement = Literal["single", "random", "etf"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,7 +47,11 @@ class PlacetoConfig:
     passes: int = 1
     """Times each node is visited per episode (Placeto's n): an episode has passes * N steps."""
     init_placement: InitPlacement = "single"
-    """Placement an episode starts from: every node on device 0, or uniformly random per node."""
+    """Placement an episode starts from: every node on device 0 ("single", Placeto's), uniformly random per node,
+    or "etf": what a list scheduler knows, m-ETF's placement (placeto.baselines.etf), or the single device (the
+    first accelerator) where that simulates faster (2 simulator calls per graph, once). Since an episode returns the best placement it
+    visited, a greedy pass from "etf" is never slower (simulated) than both m-ETF and the single device; the
+    policy learns which moves improve on them."""
     memory_penalty_per_gb: float = 1.0
     """Rewards use runtime + this * reward_scale * (GB above capacity, summed over devices); 0 disables."""
 
@@ -129,7 +133,7 @@ class PlacetoConfig:
                   "gamma": 0.0 <= self.gamma <= 1.0, "lr": self.lr > 0 and self.lr_end > 0,
                   "group_agg": self.group_agg in ("mean", "sum"),
                   "visit_order": self.visit_order in ("topo", "reverse_topo", "random_fixed"),
-                  "init_placement": self.init_placement in ("single", "random"),
+                  "init_placement": self.init_placement in ("single", "random", "etf"),
                   "counterfactual_loss": self.counterfactual_loss in ("expected", "best")}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:

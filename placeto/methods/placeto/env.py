@@ -38,8 +38,9 @@ class EnvContext:
     visit_seq: np.ndarray  # int32[T] node visited at each step, T = passes * N
     reward_scale: float  # microseconds: runtime with every node on device 0 (no penalty), > 0
     memory_penalty_per_gb: float  # see PlacetoConfig
-    init_placement: str  # "single" | "random"
+    init_placement: str  # "single" | "random" | "etf"
     lower_bound: float  # microseconds
+    start_placement: np.ndarray | None = None  # int32[N] where "single" and "etf" episodes start (None: device 0)
 
     @property
     def n_nodes(self) -> int:
@@ -95,7 +96,24 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
     arrays = graph_arrays(graph, cluster, seq, config.max_devices)
     ctx = EnvContext(graph, cluster, arrays, seq, 1.0, config.memory_penalty_per_gb, config.init_placement,
                      lower_bound(graph, cluster))
-    return dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
+    ctx = dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
+    if config.init_placement == "etf":
+        ctx = dataclasses.replace(ctx, start_placement=list_start(graph, cluster, config.memory_penalty_per_gb))
+    return ctx
+
+
+def list_start(graph: Graph, cluster: Cluster, per_gb: float) -> np.ndarray:
+    """int32[N] the "etf" start: m-ETF's placement, or the single device (`placeto.baselines.single`: every node
+    on the first accelerator) where that scores better (lower memory-penalised simulated runtime; m-ETF on ties).
+    Two simulator calls, memoised in graph.cache."""
+    from placeto.baselines import etf, single
+
+    key = ("placeto.list_start", cluster, per_gb)
+    if key not in graph.cache:
+        cands = np.stack([np.asarray(etf(graph, cluster), np.int32), np.asarray(single(graph, cluster), np.int32)])
+        scores = objective.score_batch(graph, cands, cluster, per_gb)
+        graph.cache[key] = cands[int(np.argmin(scores))]
+    return graph.cache[key].copy()
 
 
 def penalised_runtime(ctx: EnvContext, result: SimResult) -> float:
@@ -147,6 +165,8 @@ def reset(ctx: EnvContext, seed: int | np.random.Generator, batch: int = 1,
     n, d = ctx.n_nodes, ctx.cluster.n_devices
     rng = np.random.default_rng(seed)
     place = np.zeros((batch, ctx.n_pad), dtype=np.int32)
+    if placement is None and ctx.start_placement is not None:
+        placement = ctx.start_placement
     if placement is not None:
         place[:, :n] = np.broadcast_to(np.asarray(placement, dtype=np.int32), (batch, n))
     elif ctx.init_placement == "random":

@@ -5,7 +5,8 @@ policy on the B states at once; the numbers of row b then depend on B (XLA's mat
 differently in batches of different sizes) and on where b sits in the batch. Here every episode e of an update is
 a function of (key, seed, e) alone:
 
-    initial placement   ctx.init_placement; "random" draws episode e's devices from default_rng([seed, e])
+    initial placement   ctx.init_placement; "random" draws episode e's devices from default_rng([seed, e]),
+                        "single" and "etf" start every episode from ctx.start_placement (device 0 if None)
     action at step t    categorical(fold_in(fold_in(key, e), t), log pi(state of e)); the policy evaluates
                         one state at a time under `jax.lax.map`, the same compiled body for every episode
                         whatever the number of episodes in the call (checked bitwise in tests)
@@ -117,7 +118,8 @@ def initial_placements(ctx: E.EnvContext, seed: int, lo: int, hi: int) -> np.nda
     """int32[hi - lo, N] starting placement of episodes [lo, hi) (see the module docstring)."""
     n, d = ctx.n_nodes, ctx.cluster.n_devices
     if ctx.init_placement != "random":
-        return np.zeros((hi - lo, n), np.int32)
+        start = np.zeros(n, np.int32) if ctx.start_placement is None else ctx.start_placement
+        return np.broadcast_to(np.asarray(start, np.int32), (hi - lo, n)).copy()
     return np.stack([np.random.default_rng([seed, e]).integers(0, d, size=n, dtype=np.int32)
                      for e in range(lo, hi)]).reshape(hi - lo, n)
 

@@ -188,10 +188,16 @@ class Task(NamedTuple):
     key: str
 
 
-def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], seed: int) -> list[Task]:
-    """Every graph on every cluster. One cluster: the graphs in turn, keyed by graph name. Several (mixed
+def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, seed: int) -> list[Task]:
+    """Every graph on every cluster (clusters None: `graphs` are (graph, cluster) pairs, keyed `<graph>@<D>d`). One cluster: the graphs in turn, keyed by graph name. Several (mixed
     device counts): keys `<graph>@<D>d`, in a seeded permutation so that consecutive updates mix graphs and
     device counts (the order is a function of the seed: a resumed run continues the same sequence)."""
+    if clusters is None:  # (graph, cluster) pairs: each graph on its own cluster, in a seeded permutation
+        pairs = list(graphs)
+        keys = graph_keys([g for g, _ in pairs])
+        tasks = [Task(g, c, f"{k}@{c.n_devices}d") for (g, c), k in zip(pairs, keys)]
+        order = np.random.default_rng([seed, len(tasks)]).permutation(len(tasks))
+        return [tasks[i] for i in order]
     clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
     keys = graph_keys(graphs)
     if len(clusters) == 1:
@@ -201,11 +207,12 @@ def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster], s
     return [tasks[i] for i in order]
 
 
-def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster],
+def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster] | None,
           out_dir: str | Path, resume: bool = True, init_params: Any = None,
           workers: WorkerSpec | None = None) -> TrainSummary:
-    """Train one policy on `graphs` on `cluster` (or on every cluster of a list: mixed device counts), one
-    (graph, cluster) task per update in turn; write the run to out_dir.
+    """Train one policy on `graphs` on `cluster` (or on every cluster of a list: mixed device counts; or, with
+    cluster None, on `graphs` given as (graph, cluster) pairs), one (graph, cluster) task per update in turn;
+    write the run to out_dir.
 
     With resume and a checkpoint in out_dir, continues from it (same model config expected) up to
     config.episodes; stops early (with a checkpoint) after config.time_limit_minutes. A fresh run starts from
@@ -226,13 +233,13 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
                   out: Path, resume: bool, init_params: Any, workers: WorkerSpec | None = None) -> TrainSummary:
     """`train` once it holds the run directory's lock. Nothing is written before the configuration is known to
     fit the checkpoint it resumes from."""
-    for c in [cluster] if isinstance(cluster, Cluster) else cluster:
-        check_devices(config, c.n_devices, out)
+    tasks = make_tasks(graphs, cluster, config.seed)
+    for t in tasks:
+        check_devices(config, t.cluster.n_devices, out)
     if resume and (out / CHECKPOINT).exists():  # fail fast: before any model is built or any file written
         check_same_model(out, config)
         read_blob(out / CHECKPOINT, CHECKPOINT_FIELDS)
     policy, optimizer = make_policy(config), make_optimizer(config)
-    tasks = make_tasks(graphs, cluster, config.seed)
     contexts = [E.make_context(t.graph, t.cluster, config) for t in tasks]
     arrays = [jax.device_put(c.arrays) for c in contexts]
     keys = [t.key for t in tasks]

@@ -1,0 +1,374 @@
+"""Zero-shot generalization to families a policy never saw: train without a group of families, place its test
+graphs in one pass, compare with what a user would otherwise run.
+
+Protocol (placeto.distribution): the families fall into four groups (recurrent: ptb, nmt; convolutional: cifar10,
+cnn; dense: transformer, mlp, matmul, moe; generated: chains, fork-join, layered, skip). For each group G, a
+Placeto policy and a gdp policy are trained on the train splits of every family outside G; each family of G is
+then placed with them, zero-shot, on its test split. The policies trained on every group (`--held-out none`) are
+the shipped `general` and `gdp-general`; they are judged on the test splits of all families (in distribution).
+
+Both policies start from what a list scheduler knows:
+- Placeto: every episode starts from m-ETF's placement (or the single device where that simulates faster:
+  PlacetoConfig.init_placement "etf"), the policy visits each node once and the episode keeps the best placement
+  it visited. Training imitates, on the states the policy itself visits (DAgger), the best single move at each
+  node (one-step lookahead over all devices, "keep" on ties: counterfactual_loss "best"), plus REINFORCE on the
+  per-step reward.
+- gdp: the "etf" list decoder, whose initialisation is m-ETF exactly (scores 0, finish-gap weight 20, exact
+  ties to the lowest device: GdpConfig.greedy_ties "lowest"); PPO then trains the per-node scores and weights.
+
+Columns: single device, etf, m-sct, local search at the Placeto pass's wall time and at 1 s, the Placeto and gdp
+one passes (no search, no fine-tuning). Ratios are to etf; geometric means per family, device count and overall.
+
+    python -m experiments.generalization train --method placeto --held-out dense --minutes 8
+    python -m experiments.generalization evaluate            # -> experiments/results/generalization.md, .csv
+    python -m experiments.generalization ship                # the all-groups runs -> placeto/shipped/
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from placeto import distribution as dist  # noqa: E402
+
+RUNS = ROOT / "runs" / "generalization"
+RESULTS = ROOT / "experiments" / "results"
+EVAL_CLUSTERS = (("placeto-k80", 2), ("placeto-k80", 4), ("placeto-k80", 8), ("h100-nvlink-cpu", 4))
+TRAIN_GRAPHS = 12  # train-split graphs per traced family (each on the 4 TRAINING clusters)
+METHODS = ("single", "etf", "m-sct", "ls@policy", "ls@1s", "placeto", "gdp@init", "gdp")
+
+
+def placeto_config(minutes: float):
+    from placeto.methods.placeto.config import PlacetoConfig
+
+    return PlacetoConfig(init_placement="etf", counterfactual=True, counterfactual_loss="best", gamma=0.0,
+                         lr=1e-3, lr_end=1e-3, entropy=0.003, entropy_end=0.0, grad_steps=32, episodes=10**6,
+                         time_limit_minutes=minutes, checkpoint_seconds=60.0, progress=True)
+
+
+def gdp_config(minutes: float):
+    from placeto.methods.gdp.config import large
+
+    return large(greedy_ties="lowest", keep_single=True, baseline="greedy", imitation=0.1, lr=3e-4, entropy=0.001, episodes=10**8,
+                 time_limit_minutes=minutes, checkpoint_seconds=60.0)
+
+
+def run_dir(method: str, held_out: str) -> Path:
+    return RUNS / f"{method}-without-{held_out}"
+
+
+def train(method: str, held_out: str, minutes: float, max_graphs: int = TRAIN_GRAPHS,
+          overrides: list[str] | None = None) -> Path:
+    """Train (or resume) `method` on every group but `held_out` ("none": all) for `minutes` more; `overrides`:
+    FIELD=VALUE changes of the method's config (e.g. a later stage's entropy)."""
+    from placeto.config_fields import parse_overrides
+    from placeto.methods.gdp.config import GdpConfig
+    from placeto.methods.placeto.config import PlacetoConfig
+
+    tasks = dist.training_tasks(None if held_out == "none" else held_out, max_graphs=max_graphs)
+    pairs = [(t.graph, t.cluster) for t in tasks]
+    out = run_dir(method, held_out)
+    print(f"{out}: {len(pairs)} tasks ({len({t.family for t in tasks})} families)", flush=True)
+    if method == "placeto":
+        from placeto.methods.placeto.train import train as train_placeto
+
+        config = placeto_config(minutes).replace(**parse_overrides(overrides or [], PlacetoConfig))
+        s = train_placeto(config, pairs, None, out)
+        print(f"{out}: {s.episodes} episodes, {s.wall_seconds:.0f} s", flush=True)
+    else:
+        from placeto.methods.gdp.train import train as train_gdp
+
+        config = gdp_config(minutes).replace(**parse_overrides(overrides or [], GdpConfig))
+        s = train_gdp(config, pairs, None, out, progress=True)
+        print(f"{out}: {s.updates} updates, {s.wall_seconds:.0f} s", flush=True)
+    return out
+
+
+# ---- evaluation -------------------------------------------------------------------------------------------
+def _one_pass(method: str, checkpoint: Path, graph, cluster) -> tuple[np.ndarray, float]:
+    """(placement, wall seconds) of one zero-shot pass (compilation excluded: the pass is timed twice)."""
+    if method == "placeto":
+        from placeto.methods.placeto.place import place
+
+        place(graph, cluster, checkpoint)
+        t0 = time.perf_counter()
+        p = place(graph, cluster, checkpoint).placement
+        return p, time.perf_counter() - t0
+    from placeto.methods.gdp.place import load_run, timed_greedy
+
+    config, params = load_run(checkpoint)
+    p, seconds, _ = timed_greedy(config, params, graph, cluster)
+    return p, seconds
+
+
+def task_key(task: dist.Task) -> str:
+    """A row's identity: graph, cluster and device count."""
+    return f"{task.graph.name}|{task.cluster.name}|{task.cluster.n_devices}"
+
+
+def setting(cluster) -> str:
+    """The device-count column: "4", or "4 gpu+cpu" where one device is a CPU (heterogeneous speeds)."""
+    mixed = "cpu" in cluster.kinds and len(set(cluster.kinds)) > 1
+    return f"{cluster.n_devices}{' gpu+cpu' if mixed else ''}"
+
+
+def baseline_row(task: dist.Task, seed: int = 0) -> dict:
+    """What a user runs without a policy, on one task: single device, etf, m-sct, local search for 1 s; the
+    memory-penalised simulated step time (us) and the wall seconds of each."""
+    from placeto.baselines import run_method
+    from placeto.objective import score_batch
+
+    g, c = task.graph, task.cluster
+    row = {"key": task_key(task), "family": task.family, "graph": g.name, "nodes": g.n_nodes, "cluster": c.name,
+           "devices": setting(c)}
+    runs = {}
+    for name, label in (("single", "single"), ("etf", "etf"), ("m-sct", "m-sct"), ("local-search", "ls@1s")):
+        runs[label] = run_method(name, g, c, seed, budget=None, seconds=1.0) if name == "local-search" \
+            else run_method(name, g, c, seed)
+    t0 = time.perf_counter()
+    placements = [r.placement for r in runs.values()] + [_gdp_init_pass(g, c)]
+    secs = [r.seconds for r in runs.values()] + [time.perf_counter() - t0]
+    scores = score_batch(g, np.stack(placements), c)
+    for label, s, sec in zip([*runs, "gdp@init"], scores, secs):
+        row[f"{label}_us"], row[f"{label}_s"] = round(float(s), 3), round(sec, 4)
+    return row
+
+
+def _gdp_init_pass(graph, cluster) -> np.ndarray:
+    """The gdp one pass at the initialisation of the config it trains (no learning: m-ETF's order, the device of
+    earliest finish, exact ties to the lowest, the single device kept where faster): what PPO starts from."""
+    from placeto.methods.gdp.place import greedy_placement
+    from placeto.methods.gdp.ppo import init_params, make_task
+
+    config = gdp_config(0.0)
+    return greedy_placement(config, init_params(config, make_task(graph, cluster, config)), graph, cluster)
+
+
+def policy_row(task: dist.Task, checkpoints: dict[str, Path], seed: int = 0) -> dict:
+    """The policies' one passes on one task and local search given the Placeto pass's wall time."""
+    from placeto.baselines import run_method
+    from placeto.objective import score_batch
+
+    g, c = task.graph, task.cluster
+    runs, secs = {}, {}
+    for name in ("placeto", "gdp"):
+        runs[name], secs[name] = _one_pass(name, checkpoints[name], g, c)
+    r = run_method("local-search", g, c, seed, budget=None, seconds=max(secs["placeto"], 0.01))
+    runs["ls@policy"], secs["ls@policy"] = r.placement, r.seconds
+    scores = score_batch(g, np.stack(list(runs.values())), c)
+    row = {"key": task_key(task)}
+    for (label, _), s in zip(runs.items(), scores):
+        row[f"{label}_us"], row[f"{label}_s"] = round(float(s), 3), round(secs[label], 4)
+    return row
+
+
+def _cached_rows(path: Path, todo: list, compute) -> dict[str, dict]:
+    """{key: row} of every item of `todo` ((key, args) pairs), computed by compute(*args) unless already in the
+    CSV at `path` (appended as they come: a killed evaluation resumes)."""
+    from tqdm import tqdm
+
+    rows = {}
+    if path.is_file():
+        with open(path) as f:
+            rows = {r["key"]: r for r in csv.DictReader(f)}
+    missing = [(k, a) for k, a in todo if k not in rows]
+    if missing:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = not path.is_file()
+        with open(path, "a", newline="") as f, tqdm(total=len(missing), desc=path.stem, unit="task") as bar:
+            writer = None
+            for k, args in missing:
+                row = compute(*args)
+                if writer is None:
+                    writer = csv.DictWriter(f, list(row))
+                    if fresh:
+                        writer.writeheader()
+                writer.writerow(row)
+                f.flush()
+                rows[k] = {key: str(v) for key, v in row.items()}
+                bar.update()
+    return rows
+
+
+def evaluate(max_graphs: int | None = None) -> tuple[list[dict], list[dict]]:
+    """(held-out rows, in-distribution rows) over every family's test split: each family placed by the policies
+    trained without its group, and by the all-groups policies. Baselines are computed once per task; results
+    are cached in experiments/results/generalization_*.csv (delete them to recompute)."""
+    tasks = [t for fam in dist.families() for t in dist.family_tasks(fam, "test", clusters=EVAL_CLUSTERS,
+                                                                      max_graphs=max_graphs)]
+    base = _cached_rows(RESULTS / "generalization_baselines.csv", [(task_key(t), (t,)) for t in tasks], baseline_row)
+    out = []
+    for label, group_of in (("heldout", dist.group_of), ("inside", lambda fam: "none")):
+        todo = [(task_key(t), (t, {m: run_dir(m, group_of(t.family)) for m in ("placeto", "gdp")})) for t in tasks]
+        pol = _cached_rows(RESULTS / f"generalization_{label}.csv", todo, policy_row)
+        out.append([{**base[task_key(t)], **pol[task_key(t)]} for t in tasks])
+    return out[0], out[1]
+
+
+def _gm(values) -> float:
+    v = np.asarray(list(values), np.float64)
+    return float(np.exp(np.log(v).mean())) if v.size else math.nan
+
+
+def summary_table(rows: list[dict], by: tuple[str, ...]) -> list[str]:
+    """Markdown rows: geometric means over etf of every method, per `by` key, plus worst placeto/gdp ratios."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(tuple(str(r[k]) for k in by), []).append(r)
+    lines = [f"| {' | '.join(by)} | tasks | " + " | ".join(METHODS) + " | placeto worst | gdp worst | "
+             "placeto > single | gdp > single |",
+             "|" + "---|" * (len(by) + 1) + "---:|" * (len(METHODS) + 4)]
+    for key in sorted(groups, key=lambda k: (dist.families().index(k[0]) if k[0] in dist.families() else -1, k)):
+        rs = groups[key]
+        ratio = {m: [float(r[f"{m}_us"]) / float(r["etf_us"]) for r in rs] for m in METHODS}
+        worse = {m: sum(float(r[f"{m}_us"]) > float(r["single_us"]) * (1 + 1e-9) for r in rs) for m in ("placeto", "gdp")}
+        lines.append(f"| {' | '.join(key)} | {len(rs)} | " + " | ".join(f"{_gm(ratio[m]):.3f}" for m in METHODS)
+                     + f" | {max(ratio['placeto']):.3f} | {max(ratio['gdp']):.3f} | {worse['placeto']} | "
+                     f"{worse['gdp']} |")
+    ratio = {m: [float(r[f"{m}_us"]) / float(r["etf_us"]) for r in rows] for m in METHODS}
+    worse = {m: sum(float(r[f"{m}_us"]) > float(r["single_us"]) * (1 + 1e-9) for r in rows) for m in ("placeto", "gdp")}
+    lines.append(f"| **all** |{' |' * (len(by) - 1)} {len(rows)} | " + " | ".join(f"**{_gm(ratio[m]):.3f}**" for m in METHODS)
+                 + f" | {max(ratio['placeto']):.3f} | {max(ratio['gdp']):.3f} | {worse['placeto']} | {worse['gdp']} |")
+    return lines
+
+
+def _seconds_line(rows: list[dict]) -> str:
+    shown = [m for m in METHODS if m != "gdp@init"]  # its seconds include compiling a fresh network per size
+    med = {m: float(np.median([float(r[f"{m}_s"]) for r in rows])) for m in shown}
+    return ("Median wall seconds per task (compilation excluded for the policies): "
+            + ", ".join(f"{m} {med[m]:.3f}" for m in shown) + ".")
+
+
+def _provenance(method: str, group: str) -> str:
+    """"<n> episodes|updates, <m> min" of a run: the minutes summed over its sessions (a resumed run's clock
+    restarts), from its metrics.csv."""
+    rows = _read_rows(run_dir(method, group) / "metrics.csv")
+    if not rows:
+        return "no run"
+    col, count = ("wall_s", "episode") if method == "placeto" else ("seconds", "update")
+    secs = [float(r[col]) for r in rows]
+    total = sum(a for a, b in zip(secs, secs[1:] + [0.0]) if b < a)  # the last time of every session
+    return f"{rows[-1][count]} {count}s, {total / 60:.1f} min"
+
+
+def _kind(row: dict) -> str:
+    """"identical K80s", "GPU+CPU" or "generated" (its own cluster): the clusters' kinds of speed."""
+    if str(row["family"]).startswith("gen-"):
+        return "generated"
+    return "GPU+CPU" if "gpu+cpu" in str(row["devices"]) else "identical K80s"
+
+
+def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
+    for rows in (held, inside):
+        for r in rows:
+            r["clusters"] = _kind(r)
+    k80_4 = [r for r in inside if r["family"] in ("nmt", "ptb", "cifar10") and r["devices"] == "4"
+             and r["cluster"] == "placeto-k80"]
+    lines = ["# Zero-shot generalization to held-out families", "",
+             f"Command: `{command}` (this 2-core CPU machine; simulated, memory-penalised step times; ratios to "
+             "etf, geometric means).", "",
+             __doc__.split("\n\n", 1)[1].split("\n    python", 1)[0].strip(), "",
+             "Training runs (`runs/generalization/<method>-without-<group>`, resumable; the minutes are summed over "
+             "sessions):", ""]
+    for g in (*dist.GROUPS, "none"):
+        lines.append(f"- without {g}: placeto {_provenance('placeto', g)}; gdp {_provenance('gdp', g)}")
+    lines += ["", "Test tasks: the 8 test graphs of each traced family on 2, 4 and 8 identical K80s and on a GPU+CPU "
+              "machine (h100-nvlink-cpu: 3 H100s and the host CPU), and the 8 test graphs of each generated family "
+              f"on its own cluster (2-8 devices, up to {dist.GEN_MAX_NODES} nodes).", "",
+              "Columns: `ls@policy` local search given the Placeto pass's wall time; `gdp@init` the gdp one pass at "
+              "the initialisation PPO starts from (no learning; on identical devices it is m-ETF exactly), so "
+              "`gdp` against `gdp@init` is what RL learned; Placeto's pass starts from the better of etf and "
+              "single, so `placeto` against min(etf, single) is what it learned; `worst`: the largest ratio to "
+              "etf; `> single`: test tasks where the one pass is slower than the single device.", "",
+              "## Held-out families (each family placed by the policies trained without its group)", "",
+              *summary_table(held, ("family",)), "", "By kind of cluster:", "",
+              *summary_table(held, ("clusters",)), "", "By family and device count:", "",
+              *summary_table(held, ("family", "devices")), "", _seconds_line(held), ""]
+    if inside:
+        lines += ["## In distribution: the shipped `general` and `gdp-general` (trained on every group's train "
+                  "splits) on the test splits", "", *summary_table(inside, ("family",)), "", "By kind of cluster:",
+                  "", *summary_table(inside, ("clusters",)), ""]
+        if k80_4:
+            lines += ["The measure of the issue (the 24 test graphs of nmt, ptb and cifar10 at 4 K80s; the "
+                      "previous `general` was 1.12x etf):", "", *summary_table(k80_4, ("family",)), ""]
+        lines += [_seconds_line(inside), ""]
+    path = RESULTS / "generalization.md"
+    tmp = path.with_suffix(".md.tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+    return path
+
+
+def ship() -> None:
+    """The all-groups runs become the shipped `general` (Placeto) and `gdp-general` (gdp), with provenance: the
+    command, training time and updates, and the zero-shot geometric means over etf of generalization.md."""
+    from placeto.methods.registry import ship as ship_run
+
+    inside = _read_rows(RESULTS / "generalization_inside.csv")
+    base = {r["key"]: r for r in _read_rows(RESULTS / "generalization_baselines.csv")}
+    for method, name in (("placeto", "general"), ("gdp", "gdp-general")):
+        src = run_dir(method, "none")
+        x_etf = {}
+        for fam in dist.families():
+            rs = [r for r in inside if r["key"].split("|")[0].startswith(fam + "_") and r["key"] in base]
+            if rs:
+                x_etf[fam] = round(_gm(float(r[f"{method}_us"]) / float(base[r["key"]]["etf_us"]) for r in rs), 4)
+        prov = {"summary": f"{method} on the wide distribution (placeto.distribution: 8 traced families on 2, 4, 8 "
+                           "K80s and a GPU+CPU machine, 4 generated families on their own clusters), starting from "
+                           "m-ETF (experiments/generalization.py)",
+                "command": f"python -m experiments.generalization train --method {method} --held-out none "
+                           "--minutes M (rerun to resume), then python -m experiments.generalization ship",
+                "training": _provenance(method, "none"),
+                "zero_shot_x_etf_on_test_splits": x_etf,
+                "machine": "trained on a 16-core box's CPUs (JAX on the CPU) and this 2-core CPU machine"}
+        ship_run(src, name, prov)
+        print(f"shipped {src} as {name}")
+
+
+def _read_rows(path: Path) -> list[dict]:
+    if not path.is_file():
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train")
+    t.add_argument("--method", choices=("placeto", "gdp"), required=True)
+    t.add_argument("--held-out", choices=(*dist.GROUPS, "none"), required=True)
+    t.add_argument("--minutes", type=float, required=True)
+    t.add_argument("--graphs", type=int, default=TRAIN_GRAPHS, help="train graphs per traced family")
+    t.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="config changes (a later stage)")
+    e = sub.add_parser("evaluate")
+    e.add_argument("--graphs", type=int, default=None, help="test graphs per family (default: all 8)")
+    sub.add_parser("ship")
+    args = p.parse_args(argv)
+    from placeto import compile_cache
+
+    compile_cache.enable()  # as every placeto command: runs and evaluations of the same shapes compile once
+    if args.cmd == "train":
+        train(args.method, args.held_out, args.minutes, args.graphs, args.set)
+    elif args.cmd == "evaluate":
+        held, inside = evaluate(args.graphs)
+        cmd = "python -m experiments.generalization evaluate" + (f" --graphs {args.graphs}" if args.graphs else "")
+        print(write_report(held, inside, cmd))
+    else:
+        ship()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
