@@ -11,10 +11,12 @@ Both policies start from what a list scheduler knows:
 - Placeto: every episode starts from m-ETF's placement (or the single device where that simulates faster:
   PlacetoConfig.init_placement "etf"), the policy visits each node once and the episode keeps the best placement
   it visited. Training imitates, on the states the policy itself visits (DAgger), the best single move at each
-  node (one-step lookahead over all devices, "keep" on ties: counterfactual_loss "best"), plus REINFORCE on the
-  per-step reward.
+  node (one-step lookahead over all devices, "keep" on ties: counterfactual_loss "best"); gamma 0 leaves
+  REINFORCE nothing beyond it. A second stage weighs the steps whose best is a move 4x (move_weight).
 - gdp: the "etf" list decoder, whose initialisation is m-ETF exactly (scores 0, finish-gap weight 20, exact
-  ties to the lowest device: GdpConfig.greedy_ties "lowest"); PPO then trains the per-node scores and weights.
+  ties to the lowest device: GdpConfig.greedy_ties "lowest"); PPO then trains the per-node scores and weights
+  against the policy's own one pass (baseline "greedy"), anchored by a cross-entropy toward m-ETF's choice
+  (imitation 0.1). Its one pass keeps the single device where that simulates faster (keep_single: 2 calls).
 
 Columns: single device, etf, m-sct, local search at the Placeto pass's wall time and at 1 s, the Placeto and gdp
 one passes (no search, no fine-tuning). Ratios are to etf; geometric means per family, device count and overall.
@@ -43,6 +45,11 @@ sys.path.insert(0, str(ROOT))
 from placeto import distribution as dist  # noqa: E402
 
 RUNS = ROOT / "runs" / "generalization"
+STAGES = {  # how every run of generalization.md was trained (the minutes of each run: its "Training runs" line)
+    "placeto": "python -m experiments.generalization train --method placeto --held-out GROUP --minutes M "
+               "(rerun to resume), then the same with --set move_weight=4 --minutes 8 (none: 15)",
+    "gdp": "python -m experiments.generalization train --method gdp --held-out GROUP --minutes M (rerun to resume)",
+}
 RESULTS = ROOT / "experiments" / "results"
 EVAL_CLUSTERS = (("placeto-k80", 2), ("placeto-k80", 4), ("placeto-k80", 8), ("h100-nvlink-cpu", 4))
 TRAIN_GRAPHS = 12  # train-split graphs per traced family (each on the 4 TRAINING clusters)
@@ -60,8 +67,8 @@ def placeto_config(minutes: float):
 def gdp_config(minutes: float):
     from placeto.methods.gdp.config import large
 
-    return large(greedy_ties="lowest", keep_single=True, baseline="greedy", imitation=0.1, lr=3e-4, entropy=0.001, episodes=10**8,
-                 time_limit_minutes=minutes, checkpoint_seconds=60.0)
+    return large(greedy_ties="lowest", keep_single=True, baseline="greedy", imitation=0.1, lr=3e-4, entropy=0.001,
+                 episodes=10**8, time_limit_minutes=minutes, checkpoint_seconds=60.0)
 
 
 def run_dir(method: str, held_out: str) -> Path:
@@ -232,13 +239,15 @@ def summary_table(rows: list[dict], by: tuple[str, ...]) -> list[str]:
     for key in sorted(groups, key=lambda k: (dist.families().index(k[0]) if k[0] in dist.families() else -1, k)):
         rs = groups[key]
         ratio = {m: [float(r[f"{m}_us"]) / float(r["etf_us"]) for r in rs] for m in METHODS}
-        worse = {m: sum(float(r[f"{m}_us"]) > float(r["single_us"]) * (1 + 1e-9) for r in rs) for m in ("placeto", "gdp")}
+        worse = {m: sum(float(r[f"{m}_us"]) > float(r["single_us"]) * (1 + 1e-9) for r in rs)
+                 for m in ("placeto", "gdp")}
         lines.append(f"| {' | '.join(key)} | {len(rs)} | " + " | ".join(f"{_gm(ratio[m]):.3f}" for m in METHODS)
                      + f" | {max(ratio['placeto']):.3f} | {max(ratio['gdp']):.3f} | {worse['placeto']} | "
                      f"{worse['gdp']} |")
     ratio = {m: [float(r[f"{m}_us"]) / float(r["etf_us"]) for r in rows] for m in METHODS}
     worse = {m: sum(float(r[f"{m}_us"]) > float(r["single_us"]) * (1 + 1e-9) for r in rows) for m in ("placeto", "gdp")}
-    lines.append(f"| **all** |{' |' * (len(by) - 1)} {len(rows)} | " + " | ".join(f"**{_gm(ratio[m]):.3f}**" for m in METHODS)
+    lines.append(f"| **all** |{' |' * (len(by) - 1)} {len(rows)} | "
+                 + " | ".join(f"**{_gm(ratio[m]):.3f}**" for m in METHODS)
                  + f" | {max(ratio['placeto']):.3f} | {max(ratio['gdp']):.3f} | {worse['placeto']} | {worse['gdp']} |")
     return lines
 
@@ -269,6 +278,29 @@ def _kind(row: dict) -> str:
     return "GPU+CPU" if "gpu+cpu" in str(row["devices"]) else "identical K80s"
 
 
+def _stage1_lines(held: list[dict], inside: list[dict]) -> list[str]:
+    """What Placeto's second stage (move_weight 4) changed: the Placeto column of the runs after the first stage
+    alone (generalization_*_stage1.csv, written by `evaluate` before the second stage), beside the final one."""
+    out = []
+    for label, rows, name in (("held out", held, "heldout"), ("in distribution", inside, "inside")):
+        old = {r["key"]: r for r in _read_rows(RESULTS / f"generalization_{name}_stage1.csv")}
+        both = [r for r in rows if r["key"] in old]
+        for kind in ("identical K80s", "GPU+CPU", "generated"):
+            rs = [r for r in both if _kind(r) == kind]
+            if rs:
+                first = _gm(float(old[r["key"]]["placeto_us"]) / float(r["etf_us"]) for r in rs)
+                final = _gm(float(r["placeto_us"]) / float(r["etf_us"]) for r in rs)
+                out.append(f"| {label} | {kind} | {len(rs)} | {first:.3f} | {final:.3f} |")
+    if not out:
+        return []
+    return ["## Placeto's two stages", "",
+            "Stage 1 learns the best single move's cross-entropy with every step weighted alike; from m-ETF's "
+            "placement most steps' best is to stay, so the policy learned to stay almost everywhere. Stage 2 weighs "
+            "the steps whose best is a move 4x (PlacetoConfig.move_weight). Placeto's one pass x etf (geometric "
+            "means; stage 1 from generalization_*_stage1.csv):", "",
+            "| test tasks | clusters | tasks | after stage 1 | after stage 2 |", "|---|---|---:|---:|---:|", *out, ""]
+
+
 def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
     for rows in (held, inside):
         for r in rows:
@@ -280,7 +312,11 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
              "etf, geometric means).", "",
              __doc__.split("\n\n", 1)[1].split("\n    python", 1)[0].strip(), "",
              "Training runs (`runs/generalization/<method>-without-<group>`, resumable; the minutes are summed over "
-             "sessions):", ""]
+             f"sessions). Placeto: `{STAGES['placeto']}`; gdp: `{STAGES['gdp']}`. The first 10.5 minutes of each "
+             "Placeto run ran on the CPUs of a 16-core box (JAX on the CPU, the runs side by side), the rest and "
+             "every gdp run here. (A first gdp recipe trained there, with PPO's batch-mean baseline and no "
+             "imitation anchor, placed the nmt, ptb and cifar10 test graphs at 1.01-1.05x etf on 4 and 8 K80s, in "
+             "distribution: not used.)", ""]
     for g in (*dist.GROUPS, "none"):
         lines.append(f"- without {g}: placeto {_provenance('placeto', g)}; gdp {_provenance('gdp', g)}")
     lines += ["", "Test tasks: the 8 test graphs of each traced family on 2, 4 and 8 identical K80s and on a GPU+CPU "
@@ -303,6 +339,7 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
             lines += ["The measure of the issue (the 24 test graphs of nmt, ptb and cifar10 at 4 K80s; the "
                       "previous `general` was 1.12x etf):", "", *summary_table(k80_4, ("family",)), ""]
         lines += [_seconds_line(inside), ""]
+    lines += _stage1_lines(held, inside)
     path = RESULTS / "generalization.md"
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text("\n".join(lines) + "\n")
@@ -327,11 +364,11 @@ def ship() -> None:
         prov = {"summary": f"{method} on the wide distribution (placeto.distribution: 8 traced families on 2, 4, 8 "
                            "K80s and a GPU+CPU machine, 4 generated families on their own clusters), starting from "
                            "m-ETF (experiments/generalization.py)",
-                "command": f"python -m experiments.generalization train --method {method} --held-out none "
-                           "--minutes M (rerun to resume), then python -m experiments.generalization ship",
+                "command": STAGES[method].replace("GROUP", "none") + "; then python -m experiments.generalization ship",
                 "training": _provenance(method, "none"),
                 "zero_shot_x_etf_on_test_splits": x_etf,
-                "machine": "trained on a 16-core box's CPUs (JAX on the CPU) and this 2-core CPU machine"}
+                "machine": ("the first 10.5 minutes on a 16-core box's CPUs (JAX on the CPU), the rest on this 2-core "
+                            "CPU machine") if method == "placeto" else "this 2-core CPU machine (JAX on the CPU)"}
         ship_run(src, name, prov)
         print(f"shipped {src} as {name}")
 

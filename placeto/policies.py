@@ -21,8 +21,8 @@ from simulator.io import PathLike
 
 SHIPPED = Path(__file__).resolve().parent / "shipped"
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
-DEFAULT_POLICY = "general"  # trained on all three families at 2, 4 and 8 devices
-DEFAULT_GDP = "gdp-general"  # the gdp methods' default: gdp on all three families at 2, 4 and 8 devices
+DEFAULT_POLICY = "general"  # trained on the wide distribution (placeto.distribution), starting from m-ETF
+DEFAULT_GDP = "gdp-general"  # the gdp methods' default: gdp on the wide distribution, from m-ETF
 
 
 class ShippedPolicy(NamedTuple):

@@ -98,10 +98,10 @@ def tiny_graph(tmp_path_factory) -> Path:
 
 
 def _place(graph: Path, cache: str, out: Path) -> subprocess.CompletedProcess:
-    """`placeto place` with the shipped gdp policy (its forward pass is one jitted function), JAX's compile log
-    on (it reports persistent-cache hits)."""
+    """`placeto place` with a shipped gdp policy of the independent decoder (gdp-nmt: its forward pass is one jitted
+    function), JAX's compile log on (it reports persistent-cache hits)."""
     env = {**os.environ, ENV: cache, "JAX_LOG_COMPILES": "1"}
-    proc = subprocess.run([sys.executable, "-m", "placeto.cli", "place", str(graph), "--checkpoint", "gdp-general",
+    proc = subprocess.run([sys.executable, "-m", "placeto.cli", "place", str(graph), "--checkpoint", "gdp-nmt",
                            "--devices", "2", "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

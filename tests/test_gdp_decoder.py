@@ -121,8 +121,7 @@ def test_decoder_is_a_model_field_and_old_configs_keep_the_independent_decoder()
 def test_a_fresh_policy_is_the_list_scheduler_up_to_its_tie_breaks():
     """Scores and load weight start at 0: fresh parameters decode m-ETF's (HEFT's) placement with ties to the lowest
     device; the one pass (greedy_placement) breaks the ties with key(TIE_SEED)'s uniforms, the same every call."""
-    from placeto.methods.gdp.place import TIE_SEED
-    from placeto.methods.gdp.ppo import _uniforms
+    from placeto.methods.gdp.ppo import TIE_SEED, _uniforms
 
     graph, cluster = branching_blocks(N, seed=6), cluster_preset("placeto-k80", 4)
     ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), np.zeros(1, np.uint32), graph.n_nodes), np.float64)

@@ -181,3 +181,17 @@ def test_best_device_targets_prefer_the_current_device_on_ties():
     np.testing.assert_array_equal(t[0, 1], [1, 0, 0])
     np.testing.assert_array_equal(t[1, 0], [0, 1, 0])
     np.testing.assert_array_equal(t[1, 1], [0.5, 0, 0.5])
+
+
+def test_best_device_targets_weigh_the_moves():
+    from types import SimpleNamespace
+
+    from placeto.methods.placeto.train import best_device_targets
+
+    placement = np.zeros((1, 2, 3), np.int8)  # step 0 places node 0, on device 0 in both episodes
+    rewards = np.array([[[0.2, 0.1, 0.0], [0.0, 0.3, 0.1]]])  # episode 0: stay is best; episode 1: move to 1
+    ro = SimpleNamespace(action_rewards=rewards, placement=placement, nodes=np.array([0]))
+    t = best_device_targets(ro, move_weight=4.0)
+    np.testing.assert_array_equal(t[0, 0], [1, 0, 0])  # staying keeps weight 1
+    np.testing.assert_array_equal(t[0, 1], [0, 4, 0])
+    np.testing.assert_array_equal(best_device_targets(ro)[0, 1], [0, 1, 0])

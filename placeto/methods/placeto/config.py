@@ -49,8 +49,8 @@ class PlacetoConfig:
     init_placement: InitPlacement = "single"
     """Placement an episode starts from: every node on device 0 ("single", Placeto's), uniformly random per node,
     or "etf": what a list scheduler knows, m-ETF's placement (placeto.baselines.etf), or the single device (the
-    first accelerator) where that simulates faster (2 simulator calls per graph, once). Since an episode returns the best placement it
-    visited, a greedy pass from "etf" is never slower (simulated) than both m-ETF and the single device; the
+    first accelerator) where that simulates faster (2 simulator calls per graph, once). Since an episode returns
+    the best placement it visited, a greedy pass from "etf" is never slower (simulated) than both m-ETF and the single device; the
     policy learns which moves improve on them."""
     memory_penalty_per_gb: float = 1.0
     """Rewards use runtime + this * reward_scale * (GB above capacity, summed over devices); 0 disables."""
@@ -96,6 +96,11 @@ class PlacetoConfig:
     1 - pi(best) there. The best immediate device at every step (one-step lookahead on the states the policy
     visits) is itself a good policy: from the single-device start, one pass places nmt_004 at 0.84x the single
     device (two passes: 0.79x, 4 K80s)."""
+    move_weight: float = 1.0
+    """With counterfactual_loss "best": weight of the steps whose best immediate device is a move (not the node's
+    current device) in the cross-entropy. From a good start (init_placement "etf") most steps' best is to stay, so
+    an unweighted cross-entropy learns to stay almost everywhere; the shipped `general` was trained at 1, then 4
+    (experiments/results/generalization.md, "Placeto's two stages")."""
     normalize_advantages: bool = True
     """Divide each update's advantages by their root mean square (one scale for the sampled and, when
     counterfactual, the per-device advantages), so the entropy bonus and the learning rate mean the same thing on
@@ -168,7 +173,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "hidden": (1, 4096), "rounds": (0, 64), "embed_every": (1, 10**6), "max_devices": (1, 127), "passes": (1, 100),
     "memory_penalty_per_gb": (0, 1e9), "episodes": (0, 10**9), "episodes_per_update": (1, 4096),
     "lr": (0, 1e3), "lr_end": (0, 1e3), "entropy": (0, 1e3), "entropy_end": (0, 1e3),
-    "entropy_decay_fraction": (0, 1), "grad_clip": (0, 1e9), "gamma": (0, 1), "baseline_window": (1, 10**6),
+    "entropy_decay_fraction": (0, 1), "move_weight": (0, 1e6),
+    "grad_clip": (0, 1e9), "gamma": (0, 1), "baseline_window": (1, 10**6),
     "grad_steps": (0, 10**6), "grad_chunk_nodes": (1, 10**9), "seed": (0, 2**32 - 1),
     "time_limit_minutes": (0, 1e9), "checkpoint_seconds": (0, 1e9), "log_every": (1, 10**9),
 }

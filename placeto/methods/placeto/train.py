@@ -189,7 +189,8 @@ class Task(NamedTuple):
 
 
 def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, seed: int) -> list[Task]:
-    """Every graph on every cluster (clusters None: `graphs` are (graph, cluster) pairs, keyed `<graph>@<D>d`). One cluster: the graphs in turn, keyed by graph name. Several (mixed
+    """Every graph on every cluster (clusters None: `graphs` are (graph, cluster) pairs, keyed `<graph>@<D>d`).
+    One cluster: the graphs in turn, keyed by graph name. Several (mixed
     device counts): keys `<graph>@<D>d`, in a seeded permutation so that consecutive updates mix graphs and
     device counts (the order is a function of the seed: a resumed run continues the same sequence)."""
     if clusters is None:  # (graph, cluster) pairs: each graph on its own cluster, in a seeded permutation
@@ -321,7 +322,7 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     t_len, b = adv.shape
     action_adv = np.zeros((t_len, b, config.max_devices))
     if config.counterfactual and config.counterfactual_loss == "best":
-        action_adv[..., :ro.action_rewards.shape[-1]] = best_device_targets(ro)
+        action_adv[..., :ro.action_rewards.shape[-1]] = best_device_targets(ro, config.move_weight)
         if config.normalize_advantages:  # the targets are a distribution: only the sampled advantages scale
             adv = adv / max(math.sqrt(float((adv ** 2).mean())), 1e-8) if np.any(adv) else adv
         return adv, action_adv
@@ -336,10 +337,11 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     return adv, action_adv
 
 
-def best_device_targets(ro: Rollout) -> np.ndarray:
+def best_device_targets(ro: Rollout, move_weight: float = 1.0) -> np.ndarray:
     """float64[T, B, D] target distribution of counterfactual_loss "best": one-hot on the device of highest
     immediate reward (ro.action_rewards), the node's current device when it ties for best, else uniform over the
-    tied devices (ties: within 1e-9 of the step's best, rewards being fractions of the single-device runtime)."""
+    tied devices (ties: within 1e-9 of the step's best, rewards being fractions of the single-device runtime);
+    rows whose target is a move (not the current device) times `move_weight` (PlacetoConfig.move_weight)."""
     r = ro.action_rewards  # [T, B, D]
     tied = r >= r.max(-1, keepdims=True) - 1e-9
     t_idx = np.arange(r.shape[0])
@@ -348,7 +350,7 @@ def best_device_targets(ro: Rollout) -> np.ndarray:
     target = tied / tied.sum(-1, keepdims=True)
     stay = np.zeros_like(target)
     np.put_along_axis(stay, current[..., None], 1.0, axis=-1)
-    return np.where(keep[..., None], stay, target)
+    return np.where(keep[..., None], stay, move_weight * target)
 
 
 def _pool_collect(pool, task: int, batch: int):
