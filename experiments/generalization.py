@@ -259,6 +259,17 @@ def _seconds_line(rows: list[dict]) -> str:
             + ", ".join(f"{m} {med[m]:.3f}" for m in shown) + ".")
 
 
+def _train_totals(method: str, group: str) -> tuple[float, int]:
+    """(minutes summed over sessions, complete placements sampled) of a run, from its metrics.csv."""
+    rows = _read_rows(run_dir(method, group) / "metrics.csv")
+    if not rows:
+        return 0.0, 0
+    col = "wall_s" if method == "placeto" else "seconds"
+    secs = [float(r[col]) for r in rows]
+    minutes = sum(a for a, b in zip(secs, secs[1:] + [0.0]) if b < a) / 60
+    return round(minutes, 1), int(rows[-1]["episode" if method == "placeto" else "samples"])
+
+
 def _provenance(method: str, group: str) -> str:
     """"<n> episodes|updates, <m> min" of a run: the minutes summed over its sessions (a resumed run's clock
     restarts), from its metrics.csv."""
@@ -366,6 +377,8 @@ def ship() -> None:
                            "m-ETF (experiments/generalization.py)",
                 "command": STAGES[method].replace("GROUP", "none") + "; then python -m experiments.generalization ship",
                 "training": _provenance(method, "none"),
+                "train_minutes": _train_totals(method, "none")[0],
+                "episodes": _train_totals(method, "none")[1],
                 "zero_shot_x_etf_on_test_splits": x_etf,
                 "machine": ("the first 10.5 minutes on a 16-core box's CPUs (JAX on the CPU), the rest on this 2-core "
                             "CPU machine") if method == "placeto" else "this 2-core CPU machine (JAX on the CPU)"}

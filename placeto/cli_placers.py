@@ -214,7 +214,7 @@ def _reproducing(command: str, policy_dir) -> str:
     from placeto.methods import registry
 
     method = registry.checkpoint_method(policy_dir)
-    if method is None or command == "?":
+    if method is None or not command.startswith("placeto train"):  # e.g. a script's command: it sets its config
         return command
     spec = registry.get(method)
     preset = re.search(r"--config (\S+)", command)  # the defaults the command started from
