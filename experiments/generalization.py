@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import json
 import math
 import shutil
@@ -112,11 +113,19 @@ def _one_pass(method: str, checkpoint: Path, graph, cluster) -> tuple[np.ndarray
         t0 = time.perf_counter()
         p = place(graph, cluster, checkpoint).placement
         return p, time.perf_counter() - t0
-    from placeto.methods.gdp.place import load_run, timed_greedy
+    from placeto.methods.gdp.place import timed_greedy
 
-    config, params = load_run(checkpoint)
+    config, params = _gdp_run(checkpoint)
     p, seconds, _ = timed_greedy(config, params, graph, cluster)
     return p, seconds
+
+
+@functools.lru_cache(maxsize=None)
+def _gdp_run(checkpoint: Path):
+    """(config, params) of a gdp run directory, read once per evaluation."""
+    from placeto.methods.gdp.place import load_run
+
+    return load_run(checkpoint)
 
 
 def task_key(task: dist.Task) -> str:
@@ -271,15 +280,12 @@ def _train_totals(method: str, group: str) -> tuple[float, int]:
 
 
 def _provenance(method: str, group: str) -> str:
-    """"<n> episodes|updates, <m> min" of a run: the minutes summed over its sessions (a resumed run's clock
-    restarts), from its metrics.csv."""
+    """"<n> episodes|updates, <m> min" of a run (`_train_totals`'s minutes), from its metrics.csv."""
     rows = _read_rows(run_dir(method, group) / "metrics.csv")
     if not rows:
         return "no run"
-    col, count = ("wall_s", "episode") if method == "placeto" else ("seconds", "update")
-    secs = [float(r[col]) for r in rows]
-    total = sum(a for a, b in zip(secs, secs[1:] + [0.0]) if b < a)  # the last time of every session
-    return f"{rows[-1][count]} {count}s, {total / 60:.1f} min"
+    count = "episode" if method == "placeto" else "update"
+    return f"{rows[-1][count]} {count}s, {_train_totals(method, group)[0]:.1f} min"
 
 
 def _kind(row: dict) -> str:
@@ -366,7 +372,7 @@ def ship() -> None:
     inside = _read_rows(RESULTS / "generalization_inside.csv")
     base = {r["key"]: r for r in _read_rows(RESULTS / "generalization_baselines.csv")}
     for method, name in (("placeto", "general"), ("gdp", "gdp-general")):
-        src = run_dir(method, "none")
+        src, totals = run_dir(method, "none"), _train_totals(method, "none")
         x_etf = {}
         for fam in dist.families():
             rs = [r for r in inside if r["key"].split("|")[0].startswith(fam + "_") and r["key"] in base]
@@ -377,8 +383,8 @@ def ship() -> None:
                            "m-ETF (experiments/generalization.py)",
                 "command": STAGES[method].replace("GROUP", "none") + "; then python -m experiments.generalization ship",
                 "training": _provenance(method, "none"),
-                "train_minutes": _train_totals(method, "none")[0],
-                "episodes": _train_totals(method, "none")[1],
+                "train_minutes": totals[0],
+                "episodes": totals[1],
                 "zero_shot_x_etf_on_test_splits": x_etf,
                 "machine": ("the first 10.5 minutes on a 16-core box's CPUs (JAX on the CPU), the rest on this 2-core "
                             "CPU machine") if method == "placeto" else "this 2-core CPU machine (JAX on the CPU)"}

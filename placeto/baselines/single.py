@@ -22,3 +22,12 @@ def cpu_only(graph: Graph, cluster: Cluster, seed: int = 0) -> np.ndarray:
     if not cpus:
         raise NotApplicable(f"cluster {cluster.name!r} has no {CPU_KIND!r} device")
     return np.full(graph.n_nodes, cpus[0], dtype=np.int32)
+
+
+def or_single(graph: Graph, cluster: Cluster, placement: np.ndarray, per_gb: float) -> np.ndarray:
+    """int32[N] `placement`, or `single`'s where that scores better (lower memory-penalised simulated runtime,
+    `placeto.objective.score_batch` with `per_gb`; `placement` on ties): two metered simulator calls."""
+    from placeto.objective import score_batch
+
+    cands = np.stack([np.asarray(placement, np.int32), single(graph, cluster)])
+    return cands[int(np.argmin(score_batch(graph, cands, cluster, per_gb)))]

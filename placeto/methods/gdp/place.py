@@ -122,26 +122,22 @@ def placing_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> tuple[Tas
 def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> np.ndarray:
     """int32[N] each node on its most likely device: one forward pass, no simulation (with a list decoder,
     its greedy decoding: each node on its most likely device given those chosen before it; with
-    config.keep_single, two simulations: `or_single`). Coarse-to-fine where `coarse_view` says so: the groups'
+    config.keep_single, two simulations: `placeto.baselines.single.or_single`). Coarse-to-fine where `coarse_view` says so: the groups'
     greedy placement, expanded to the ops."""
     if cluster.n_devices > config.max_devices:
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices (max_devices), not "
                          f"{cluster.n_devices}")
     task, _ = placing_task(graph, cluster, config)
     if config.decoder != "independent":
-        placement = task.op_placements(_greedy_decoding(config, make_net(config), params, task).acts[0])
+        placement = task.op_placements(greedy_decoding(config, make_net(config), params, task).acts[0])
     else:
         _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
         placement = task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
-    return or_single(placement, graph, cluster, config) if config.keep_single else placement
+    if config.keep_single:
+        from placeto.baselines.single import or_single
 
-
-def or_single(placement: np.ndarray, graph: Graph, cluster: Cluster, config: GdpConfig) -> np.ndarray:
-    """int32[N] `placement`, or the single device's placement where that simulates faster (two metered calls)."""
-    from placeto.baselines import single
-
-    cands = np.stack([np.asarray(placement, np.int32), np.asarray(single(graph, cluster), np.int32)])
-    return cands[int(np.argmin(score_batch(graph, cands, cluster, config.memory_penalty_per_gb)))]
+        return or_single(graph, cluster, placement, config.memory_penalty_per_gb)
+    return placement
 
 
 def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
@@ -155,11 +151,6 @@ def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster)
 
 
 _sample = jax.jit(sample, static_argnames=("net", "batch"))
-def _greedy_decoding(config: GdpConfig, net, params, task):
-    """ppo.greedy_decoding: the one pass of a list decoder."""
-    return greedy_decoding(config, net, params, task)
-
-
 def _warm_decoder(order: str) -> None:
     """Compile (or load) the list decoder's numba kernel on a tiny graph, outside any meter."""
     from placeto.methods.gdp.decoder import decode
@@ -230,7 +221,7 @@ def _better_view(config: GdpConfig, net, params, views: list[Task]) -> Task:
     objective = []
     for view in views:
         if config.decoder != "independent":
-            greedy = _greedy_decoding(config, net, params, view).acts[0]
+            greedy = greedy_decoding(config, net, params, view).acts[0]
         else:
             greedy = np.asarray(_sample(net, params, view.inputs, jax.random.key(0), 1)[1])[:view.graph.n_nodes]
         objective.append(float(view.score(greedy[None], config.memory_penalty_per_gb)[0]))
@@ -262,7 +253,7 @@ def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, ext
     """`_sampled` for a list decoder: the greedy decoding, then batches of sampled decodings."""
     graph, m = task.graph, meter()
     t0 = time.perf_counter()
-    best_p = _greedy_decoding(config, net, params, task).acts[0]
+    best_p = greedy_decoding(config, net, params, task).acts[0]
     best = float(task.score(best_p[None], config.memory_penalty_per_gb)[0])
     best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
     # seconds a decoded and simulated sample takes (at first the greedy one's, forward pass included): batches
@@ -294,7 +285,7 @@ def _search(net, params, task, seed: int, limit: float, extra: list) -> np.ndarr
     graph, cluster = task.graph, task.cluster
     d = cluster.n_devices
     if net.config.decoder != "independent":  # each node's distribution at its greedy decision
-        dec = _greedy_decoding(net.config, net, params, task)
+        dec = greedy_decoding(net.config, net, params, task)
         scores, weight = (np.asarray(a, np.float64) for a in _heads(net, params, task.inputs))
         logits = scores[:graph.n_nodes, :d] + np.einsum("ndk,nk->nd", dec.feat[0], weight[:graph.n_nodes])
         logp = np.where(dec.allowed[0], logits, -np.inf)
@@ -331,7 +322,7 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
         t0 = time.perf_counter()
         if config.decoder != "independent":
             drawn = draw(net, config, params, task, jax.random.fold_in(root, u))
-            greedy = _greedy_decoding(config, net, params, task).acts[0]
+            greedy = greedy_decoding(config, net, params, task).acts[0]
             rows = np.concatenate([drawn.acts[:, :n], greedy[None]])
             obj = np.concatenate([drawn.objective, task.score(greedy[None], config.memory_penalty_per_gb)])
         else:

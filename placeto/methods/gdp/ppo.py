@@ -193,8 +193,8 @@ def advantages(objective: np.ndarray, scale: float, baseline: float | None = Non
     decoding's objective, us), over the batch standard deviation."""
     r = -np.asarray(objective, np.float64) / scale
     a = r - (r.mean() if baseline is None else -baseline / scale)
-    return (a / (r.std() + 1e-8)).astype(np.float32) if baseline is not None else (a / (a.std() + 1e-8)).astype(
-        np.float32)
+    spread = a.std() if baseline is None else r.std()
+    return (a / (spread + 1e-8)).astype(np.float32)
 
 
 TIE_SEED = 0  # a list decoder's greedy decoding breaks exact ties with uniforms of jax.random.key(TIE_SEED)

@@ -64,22 +64,20 @@ class RunState(NamedTuple):
     best: dict[str, float]  # task key -> best objective, microseconds
 
 
-def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, config: GdpConfig) -> list[Task]:
+def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None,
+               config: GdpConfig) -> list[Task]:
     """Every graph on every cluster, graph-major (clusters None: `graphs` are (graph, cluster) pairs)."""
     if clusters is None:
         pairs = list(graphs)
-        graphs, clusters = [g for g, _ in pairs], [c for _, c in pairs]
-        for c in clusters:
-            if c.n_devices > config.max_devices:
-                raise InputError(f"cluster {c.name!r} has {c.n_devices} devices; max_devices is {config.max_devices}")
-        return [make_task(g, c, config) for g, c in pairs]
-    clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
-    if not graphs or not clusters:
+    else:
+        clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
+        pairs = [(g, c) for g in graphs for c in clusters]
+    if not pairs:
         raise InputError("gdp training needs at least one graph and one cluster")
-    for c in clusters:
+    for _, c in pairs:
         if c.n_devices > config.max_devices:
             raise InputError(f"cluster {c.name!r} has {c.n_devices} devices; max_devices is {config.max_devices}")
-    return [make_task(g, c, config) for g in graphs for c in clusters]
+    return [make_task(g, c, config) for g, c in pairs]
 
 
 def _save(out: Path, st: RunState) -> None:

@@ -50,8 +50,8 @@ class PlacetoConfig:
     """Placement an episode starts from: every node on device 0 ("single", Placeto's), uniformly random per node,
     or "etf": what a list scheduler knows, m-ETF's placement (placeto.baselines.etf), or the single device (the
     first accelerator) where that simulates faster (2 simulator calls per graph, once). Since an episode returns
-    the best placement it visited, a greedy pass from "etf" is never slower (simulated) than both m-ETF and the single device; the
-    policy learns which moves improve on them."""
+    the best placement it visited, a greedy pass from "etf" is never slower (simulated) than both m-ETF and the
+    single device; the policy learns which moves improve on them."""
     memory_penalty_per_gb: float = 1.0
     """Rewards use runtime + this * reward_scale * (GB above capacity, summed over devices); 0 disables."""
 

@@ -106,13 +106,12 @@ def list_start(graph: Graph, cluster: Cluster, per_gb: float) -> np.ndarray:
     """int32[N] the "etf" start: m-ETF's placement, or the single device (`placeto.baselines.single`: every node
     on the first accelerator) where that scores better (lower memory-penalised simulated runtime; m-ETF on ties).
     Two simulator calls, memoised in graph.cache."""
-    from placeto.baselines import etf, single
+    from placeto.baselines import etf
+    from placeto.baselines.single import or_single
 
     key = ("placeto.list_start", cluster, per_gb)
     if key not in graph.cache:
-        cands = np.stack([np.asarray(etf(graph, cluster), np.int32), np.asarray(single(graph, cluster), np.int32)])
-        scores = objective.score_batch(graph, cands, cluster, per_gb)
-        graph.cache[key] = cands[int(np.argmin(scores))]
+        graph.cache[key] = or_single(graph, cluster, etf(graph, cluster), per_gb)
     return graph.cache[key].copy()
 
 

@@ -193,17 +193,15 @@ def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | 
     One cluster: the graphs in turn, keyed by graph name. Several (mixed
     device counts): keys `<graph>@<D>d`, in a seeded permutation so that consecutive updates mix graphs and
     device counts (the order is a function of the seed: a resumed run continues the same sequence)."""
-    if clusters is None:  # (graph, cluster) pairs: each graph on its own cluster, in a seeded permutation
+    if clusters is None:  # (graph, cluster) pairs: each graph on its own cluster
         pairs = list(graphs)
-        keys = graph_keys([g for g, _ in pairs])
-        tasks = [Task(g, c, f"{k}@{c.n_devices}d") for (g, c), k in zip(pairs, keys)]
-        order = np.random.default_rng([seed, len(tasks)]).permutation(len(tasks))
-        return [tasks[i] for i in order]
-    clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
-    keys = graph_keys(graphs)
-    if len(clusters) == 1:
-        return [Task(g, clusters[0], k) for g, k in zip(graphs, keys)]
-    tasks = [Task(g, c, f"{k}@{c.n_devices}d") for g, k in zip(graphs, keys) for c in clusters]
+        tasks = [Task(g, c, f"{k}@{c.n_devices}d") for (g, c), k in zip(pairs, graph_keys([g for g, _ in pairs]))]
+    else:
+        clusters = [clusters] if isinstance(clusters, Cluster) else list(clusters)
+        keys = graph_keys(graphs)
+        if len(clusters) == 1:
+            return [Task(g, clusters[0], k) for g, k in zip(graphs, keys)]
+        tasks = [Task(g, c, f"{k}@{c.n_devices}d") for g, k in zip(graphs, keys) for c in clusters]
     order = np.random.default_rng([seed, len(tasks)]).permutation(len(tasks))
     return [tasks[i] for i in order]
 
