@@ -253,6 +253,11 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{TRAIN} --out newrun --set hidden=0", f"{TRAIN} --out newrun --set max_devices=500",
         f"{TRAIN} --out newrun --set episodes=1e3", f"{TRAIN} --out newrun --devices 9 --set max_devices=8",
         f"{TRAIN} --out newrun --set embed_every=0", f"{TRAIN} --out newrun --set counterfactual_loss=worst",
+        f"{TRAIN} --out newrun --set init_placement=best", f"{TRAIN} --out newrun --set move_weight=-1",
+        f"{TRAIN} --out newrun --set move_weight=nan",
+        f"{TRAIN} --method gdp --out newrun --set baseline=greedy",  # needs a list decoder
+        f"{TRAIN} --method gdp --out newrun --set decoder=etf greedy_ties=highest",
+        f"{TRAIN} --method gdp --out newrun --set decoder=etf imitation=-1",
         f"{PLACE} --checkpoint run_ok --out new.json --samples -1",
         f"{PLACE} --checkpoint run_ok --out new.json --seed -1", f"{EVAL} --repeats 0", f"{EVAL} --devices 0",
         "compare g.json --methods single --seed 99999999999999999999999", "compare g.json --budget 0",

@@ -168,7 +168,9 @@ def test_graphs_above_the_threshold_default_to_the_shipped_large_graph_policy():
 
 
 @pytest.mark.parametrize("field, value", [("decoder", "beam"), ("coarse_groups", -1), ("coarse_groups", "many"),
-                                          ("coarse_ccr", -2.0), ("coarse_ccr", None)])
+                                          ("coarse_ccr", -2.0), ("coarse_ccr", None), ("greedy_ties", "highest"),
+                                          ("baseline", "median"), ("imitation", -1.0), ("imitation", "lots"),
+                                          ("keep_single", "yes"), ("keep_single", 1)])
 def test_a_checkpoint_with_a_bad_decoding_field_is_one_line_and_exit_2(tmp_path, capsys, field, value):
     import json
 

@@ -114,6 +114,8 @@ class GdpConfig:
             raise ValueError(f"GdpConfig: baseline must be 'mean' or 'greedy', got {self.baseline!r}")
         if self.decoder == "independent" and (self.baseline != "mean" or self.imitation):
             raise ValueError("GdpConfig: baseline 'greedy' and imitation need a list decoder (decoder heft or etf)")
+        if not isinstance(self.keep_single, bool):
+            raise ValueError(f"GdpConfig: keep_single must be true or false, got {self.keep_single!r}")
         if self.greedy_ties not in ("random", "lowest"):
             raise ValueError(f"GdpConfig: greedy_ties must be 'random' or 'lowest', got {self.greedy_ties!r}")
         if self.decoder not in DECODERS:
