@@ -333,7 +333,7 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
              "Placeto run ran on the CPUs of a 16-core box (JAX on the CPU, the runs side by side), the rest and "
              "every gdp run here. (A first gdp recipe trained there, with PPO's batch-mean baseline and no "
              "imitation anchor, placed the nmt, ptb and cifar10 test graphs at 1.01-1.05x etf on 4 and 8 K80s, in "
-             "distribution: not used.)", ""]
+             "distribution, in a check made outside this script: not used.)", ""]
     for g in (*dist.GROUPS, "none"):
         lines.append(f"- without {g}: placeto {_provenance('placeto', g)}; gdp {_provenance('gdp', g)}")
     lines += ["", "Test tasks: the 8 test graphs of each traced family on 2, 4 and 8 identical K80s and on a GPU+CPU "
