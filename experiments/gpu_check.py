@@ -62,7 +62,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     from placeto.zoo.registry import build_program_from_data
     from simulator.calibrate import profile_plan
     from placeto.on_hardware import cached_cluster
-    from simulator.hardware import _unit_order, run_plan, units_plan
+    from simulator.hardware import run_plan, unit_order, units_plan
     from simulator.host_devices import kind_of
     from simulator.io import load_graph
     from simulator.step_profile import profile_units
@@ -76,13 +76,17 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     args = jax.device_put((built.params, built.opt_state, built.batch), device)
     plain = jax.jit(built.step)
 
-    order = _unit_order(prog.units)
+    order = unit_order(prog.units)
     sp = profile_units(prog.units, prog.values, order, device, repeats=max(3, repeats // 2), outputs=prog.outputs)
-    row.update(step_sum_us=float(sp.cost_us.sum()), step_unattributed_us=sp.unattributed_us, events=sp.events)
+    row.update(step_sum_us=float(sp.cost_us.sum()), step_unattributed_us=sp.unattributed_us, events=sp.events,
+               step_steps=sp.steps, step_attributed=sp.attributed_fraction, step_wall_us=sp.wall_us,
+               step_launch_us=sp.launch_us)
     kind = _analytic_kind(device)
     row["analytic_kind"] = kind
     row["analytic_sum_us"] = float(graph.cost_for(kind).sum()) if kind in graph.costs else float("nan")
-    log(f"{name}: profiled in the step {row['step_sum_us'] / 1e3:.3f} ms, analytic {kind} "
+    log(f"{name}: profiled in the step {row['step_sum_us'] / 1e3:.3f} ms ({sp.steps} steps traced, "
+        f"{sp.attributed_fraction:.1%} of the kernel time attributed; the step alone {sp.wall_us / 1e3:.3f} ms, "
+        f"launch {sp.launch_us / 1e3:.3f} ms), analytic {kind} "
         f"{row['analytic_sum_us'] / 1e3:.3f} ms ({time.perf_counter() - t0:.0f} s)")
 
     single = np.zeros(len(prog.units), dtype=np.int32)
@@ -161,6 +165,13 @@ def markdown(rows: list[dict], device, argv: list[str]) -> str:
                      f"{r['units_sum_us'] / 1e3:.3f} ({r['units_sum_us'] / p:.2f}) | "
                      f"{r['staged_us'] / 1e3:.3f} ({r['staged_us'] / p:.2f}) | "
                      f"{r['per_unit_us'] / 1e3:.3f} ({r['per_unit_us'] / p:.2f}) |")
+    lines += ["", "The profile in the step: kernel (GPU) or thunk (CPU) time attributed to units per traced step, the "
+              "units' step timed alone (no profiler) and what it costs beyond its kernels (launch):", "",
+              "| graph | steps traced | events per step | attributed | profiled | step alone | launch |",
+              "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['graph']} | {r['step_steps']} | {r['events']} | {r['step_attributed']:.1%} | "
+                     f"{r['step_sum_us'] / 1e3:.3f} | {r['step_wall_us'] / 1e3:.3f} | {r['step_launch_us'] / 1e3:.3f} |")
     lines += ["", "2-device placement (etf on the profiled costs of both devices), run by the staged harness:", "",
               "| graph | devices | units on the 2nd | measured | simulated | staged single device | "
               "measured / single |", "|---|---|---|---|---|---|---|"]

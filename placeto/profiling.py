@@ -97,14 +97,16 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
 
 def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
     """(float64[U] microseconds per unit on `device`, what to record about the measurement)."""
-    from simulator.hardware import _unit_order, units_plan
+    from simulator.hardware import unit_order, units_plan
 
     if method == "step":
         from simulator.step_profile import profile_units
 
-        sp = profile_units(prog.units, prog.values, _unit_order(prog.units), device, repeats, warmup,
+        sp = profile_units(prog.units, prog.values, unit_order(prog.units), device, repeats, warmup,
                            prog.outputs)
         return sp.cost_us, {"busy_us": round(sp.busy_us, 3), "unattributed_us": round(sp.unattributed_us, 3),
+                            "step_wall_us": round(sp.wall_us, 3), "launch_us": round(sp.launch_us, 3),
+                            "steps_traced": sp.steps,
                             "events_per_step": sp.events, "xla_flops": _finite(sp.flops),
                             "xla_bytes_accessed": _finite(sp.bytes_accessed)}
     if method == "units":

@@ -9,15 +9,25 @@ unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
 * the event's `hlo_op` stat (else its name) names an instruction of the compiled HLO module; that instruction's
   `metadata.op_name` carries the unit's scope (a fusion carries its root's). An instruction without one (a copy
   XLA inserted) takes the unit of its first operand that has one; what is left is reported as unattributed;
-* events running at the same time share the elapsed time equally (XLA:CPU runs independent thunks on several
-  threads), so the units' times add up to the time the device was busy, not to more;
-* on a GPU (one stream, timestamps from the device) the idle gap before a kernel, within the step, is the launch
-  latency of that kernel and is charged to its unit (`charge_gaps`): a launch-bound step is then accounted for;
-  on the CPU the gaps hold the profiler's own per-event work (measured ~4 us per thunk) and are left out.
+* a GPU's kernels inside a command buffer (a CUDA graph: XLA:GPU's default) all carry the buffer's `hlo_op`
+  (`command_buffer_1`), which names no instruction; the kernel's own name does (the fusion's name with `_` for
+  `.`), so each event is attributed by the first of its `hlo_op`, its name and its scope (`name` stat) that
+  names a unit. cuBLAS kernels outside a buffer carry `hlo_op` = their custom-call;
+* on the host's threads (XLA:CPU runs independent thunks on several threads) events running at the same time
+  share the elapsed time equally, so the units' times add up to the time the device was busy; on a device
+  plane (one GPU stream) every kernel is charged its own duration: the kernels a CUDA graph runs side by side
+  are the step's work (rnnlm_l2 on an H200: 686 us of kernels in a 600 us span, 853 us per real step);
+* idle gaps are never charged: under the profiler each kernel launched outside a command buffer waits ~8 us
+  (rnnlm_l2: a 0.63 ms step traced as 3.4-3.9 ms), on the CPU the gaps hold the profiler's own per-event work
+  (~4 us per thunk). What launching a step costs beyond its kernels is measured outside the profiler instead:
+  `StepProfile.wall_us` (the compiled step timed alone) minus `busy_us` is `launch_us`;
+* GPU events carry no `run_id`: the traced steps come back as one run and are split at their `steps - 1`
+  largest idle gaps (between steps the host blocks on the outputs and launches the next: 0.45-1.5 ms, against
+  at most a few us between the kernels of one step).
 
 A unit's cost is its median over the traced steps, in microseconds. `StepProfile.busy_us` (the sum) is what the
 simulator takes as one device's step time for the single-device placement; compare it with the plain jitted step
-(experiments/gpu_check.py does).
+(experiments/gpu_check.py does). `profile_trace` reads a saved trace (tests/data/gpu_traces: real H200 traces).
 XLA's `cost_analysis()` of the compiled step (flops, bytes accessed) is kept beside it as a cross-check.
 """
 
@@ -50,6 +60,20 @@ class StepProfile(NamedTuple):
     events: int  # kernel/thunk events per step (median)
     flops: float  # XLA cost_analysis of the compiled step (nan when unavailable)
     bytes_accessed: float
+    wall_us: float = float("nan")  # median of the compiled step timed alone (no profiler), microseconds
+    on_device: bool = False  # the events came from a device plane (a GPU stream), not the host's threads
+
+    @property
+    def launch_us(self) -> float:
+        """What a step costs beyond its kernels (launch, synchronisation), microseconds: wall_us - busy_us, at
+        least 0 (nan when the step was not timed)."""
+        return max(0.0, self.wall_us - self.busy_us) if np.isfinite(self.wall_us) else float("nan")
+
+    @property
+    def attributed_fraction(self) -> float:
+        """Share of the events' time attributed to a unit (1.0 when there were none)."""
+        total = self.busy_us + self.unattributed_us
+        return self.busy_us / total if total > 0 else 1.0
 
 
 def step_function(units: Sequence[Any], order: Sequence[int],
@@ -112,63 +136,136 @@ def _normal(name: str) -> str:
     return name.replace("_", ".").lower()
 
 
-def attribute(events: Sequence[tuple[float, float, str]], units: dict[str, int], n_units: int,
-              charge_gaps: bool) -> tuple[np.ndarray, float]:
+def _unit_of(names: str | tuple[str, ...], units: dict[str, int], by_norm: dict[str, int]) -> int:
+    """The unit of an event: the first of its names that is an instruction of `units` (exactly, or with `_`
+    for `.`) or that carries a unit scope; -1 if none does."""
+    for n in (names,) if isinstance(names, str) else names:
+        u = units.get(n, by_norm.get(_normal(n), -1))
+        if u >= 0:
+            return u
+        scopes = _SCOPE_RE.findall(n)
+        if scopes:
+            return int(scopes[-1])
+    return -1
+
+
+def attribute(events: Sequence[tuple[float, float, Any]], units: dict[str, int], n_units: int,
+              share_overlaps: bool = True) -> tuple[np.ndarray, float]:
     """(float64[U] attributed microseconds, unattributed microseconds) of one step's events.
 
-    events: (start_ns, duration_ns, instruction name). Overlapping events share the elapsed time equally; with
-    `charge_gaps`, idle time between the first event's start and an event's start is charged to that event.
+    events: (start_ns, duration_ns, names): names is an instruction name or a tuple of candidates (`hlo_op`,
+    the event's name, its scope), the first that names a unit wins. With `share_overlaps` (host threads),
+    events running at the same time share the elapsed time equally; without (a GPU stream), each event is
+    charged its own duration. Idle gaps are charged to nobody.
     """
     by_norm = {_normal(k): v for k, v in units.items()}
     cost = np.zeros(n_units)
-    lost = 0.0
     if not events:
-        return cost, lost
-    idx = [units.get(n, by_norm.get(_normal(n), -1)) for _, _, n in events]
-    bounds = sorted({t for s, d, _ in events for t in (s, s + d)})
-    # sweep: split the timeline at every start/end, share each segment among the events covering it
-    starts = sorted(range(len(events)), key=lambda k: events[k][0])
-    active: set[int] = set()
-    nxt = 0
-    share = np.zeros(len(events))
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        while nxt < len(starts) and events[starts[nxt]][0] <= a:
-            active.add(starts[nxt])
-            nxt += 1
-        active = {k for k in active if events[k][0] + events[k][1] > a}
-        if active:
+        return cost, 0.0
+    idx = [_unit_of(n, units, by_norm) for _, _, n in events]
+    if share_overlaps:
+        share = np.zeros(len(events))
+        bounds = sorted({t for s, d, _ in events for t in (s, s + d)})
+        # sweep: split the timeline at every start/end, share each segment among the events covering it
+        starts = sorted(range(len(events)), key=lambda k: events[k][0])
+        active: set[int] = set()
+        nxt = 0
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            while nxt < len(starts) and events[starts[nxt]][0] <= a:
+                active.add(starts[nxt])
+                nxt += 1
+            active = {k for k in active if events[k][0] + events[k][1] > a}
             for k in active:
                 share[k] += (b - a) / len(active)
-        elif charge_gaps and nxt < len(starts):
-            share[starts[nxt]] += b - a  # idle: the next kernel's launch
+    else:
+        share = np.array([float(d) for _, d, _ in events])
+    lost = 0.0
     for k, u in enumerate(idx):
-        if u >= 0:
+        if 0 <= u < n_units:
             cost[u] += share[k] / 1e3
         else:
             lost += share[k] / 1e3
     return cost, lost
 
 
-def _events_by_run(path: str, module: str) -> tuple[dict[Any, list], bool]:
-    """run id -> [(start_ns, duration_ns, instruction)] of the module's kernels/thunks in an xplane file, and
-    whether they came from a device plane (a GPU/TPU timeline) rather than the host's threads."""
-    from jax.profiler import ProfileData
+def split_steps(events: Sequence[tuple[float, float, Any]], steps: int) -> list[list]:
+    """`events` of `steps` consecutive steps cut into their steps at the `steps - 1` largest idle gaps (the
+    time from the latest end so far to the next start), in start order; fewer groups if there are fewer
+    gaps."""
+    ordered = sorted(events, key=lambda e: e[0])
+    if steps <= 1 or len(ordered) < 2:
+        return [ordered] if ordered else []
+    ends = np.maximum.accumulate(np.array([s + d for s, d, _ in ordered], dtype=np.float64))
+    gaps = np.array([s for s, _, _ in ordered[1:]], dtype=np.float64) - ends[:-1]
+    cuts = sorted(np.argsort(-gaps, kind="stable")[:steps - 1] + 1)
+    return [ordered[a:b] for a, b in zip([0, *cuts], [*cuts, len(ordered)])]
 
-    data = ProfileData.from_file(path)
-    device_runs: dict[Any, list] = {}
+
+def trace_events(data: Any, module: str, steps: int) -> tuple[list[list], bool]:
+    """([events of each traced step], whether they came from a device plane) of `module`'s kernels (GPU) or
+    thunks (XLA:CPU) in a jax.profiler.ProfileData. An event is (start_ns, duration_ns, (hlo_op, name, scope)).
+
+    Host events are grouped by their `run_id`. Device events carry none: each is given the run of the host call
+    that launched it (its `correlation_id` names a host launch event, inside the host's execute event that has
+    the `run_id`); where that fails for any event, the device events are cut by `split_steps`.
+    """
+    device: list = []  # (event, correlation id)
     host_runs: dict[Any, list] = {}
+    spans: list[tuple[tuple, float, float, Any]] = []  # host execute calls: (line, start, end, run id)
+    launches: list[tuple[tuple, float, Any]] = []  # host launch calls: (line, start, correlation id)
     for plane in data.planes:
         on_device = plane.name.startswith("/device:")
-        for line in plane.lines:
+        for li, line in enumerate(plane.lines):
             for e in line.events:
                 stats = dict(e.stats)
                 op = stats.get("hlo_op")
+                if not on_device and op is None:  # a host call: an execute (run id) or a launch (correlation)
+                    if "run_id" in stats:
+                        spans.append(((plane.name, li), e.start_ns, e.start_ns + e.duration_ns, stats["run_id"]))
+                    elif "correlation_id" in stats:
+                        launches.append(((plane.name, li), e.start_ns, stats["correlation_id"]))
+                    continue
                 mod = str(stats.get("hlo_module", ""))
                 if op is None or (mod and not mod.endswith(module) and module not in mod):
                     continue
-                runs = device_runs if on_device else host_runs
-                runs.setdefault(stats.get("run_id", 0), []).append((e.start_ns, e.duration_ns, str(op)))
-    return (device_runs, True) if device_runs else (host_runs, False)
+                event = (e.start_ns, e.duration_ns, (str(op), str(e.name), str(stats.get("name", ""))))
+                if on_device:
+                    device.append((event, stats.get("correlation_id")))
+                else:
+                    host_runs.setdefault(stats.get("run_id", 0), []).append(event)
+    if not device:
+        return list(host_runs.values()), False
+    first = {}  # run id -> its execute call's start: the steps in order
+    for _, a, _, r in spans:
+        first[r] = min(a, first.get(r, a))
+    run_of = {}  # correlation id -> (start of its run, run id)
+    for line, t, corr in launches:
+        run = next((r for ln, a, b, r in spans if ln == line and a <= t <= b), None)
+        if run is not None:
+            run_of[corr] = (first[run], run)
+    if all(c in run_of for _, c in device):
+        by_run: dict[Any, list] = {}
+        for ev, c in device:
+            by_run.setdefault(run_of[c], []).append(ev)
+        return [sorted(by_run[r], key=lambda e: e[0]) for r in sorted(by_run)], True
+    return split_steps([ev for ev, _ in device], steps), True
+
+
+def profile_trace(data: Any, hlo_text: str, n_units: int, steps: int,
+                  wall_us: float = float("nan")) -> StepProfile:
+    """The StepProfile of a saved trace of `steps` calls of a compiled step: `data` a jax.profiler.ProfileData,
+    `hlo_text` the step's compiled HLO (the unit scopes), `wall_us` the step timed alone if it was."""
+    module = _module_name(hlo_text)
+    runs, on_device = trace_events(data, module, steps)
+    if not runs:
+        raise InputError(f"the profiler trace holds no kernel events of module {module!r}")
+    units_of = instruction_units(hlo_text)
+    per_run = [attribute(ev, units_of, n_units, share_overlaps=not on_device) for ev in runs]
+    costs = np.stack([c for c, _ in per_run])
+    return StepProfile(np.median(costs, axis=0), float(np.median(costs.sum(axis=1))),
+                       float(statistics.median(lost for _, lost in per_run)), len(per_run),
+                       int(statistics.median(len(ev) for ev in runs)), float("nan"), float("nan"),
+                       float(wall_us), on_device)
 
 
 def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[int], device: Any,
@@ -176,8 +273,11 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     """Every unit's device time inside one compiled step of the whole program on `device` (see the module
     docstring). units: [U] simulator.hardware.UnitProgram; values: per op, its resident array (None elsewhere);
     order: a topological order of the units; outputs: the step's outputs (`step_function`; None: every value
-    passed between units)."""
+    passed between units). The step is also timed alone, `repeats` times, outside the profiler (`wall_us`)."""
+    import time
+
     import jax
+    from jax.profiler import ProfileData
 
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
@@ -188,10 +288,13 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     args = [jax.device_put(values[s.node], device) for s in keys]
     compiled = jax.jit(step).lower(*args).compile()  # the arguments are committed to `device`: so is the step
     hlo = compiled.as_text()
-    module = _module_name(hlo)
-    units_of = instruction_units(hlo)
     for _ in range(max(1, warmup)):
         jax.block_until_ready(compiled(*args))
+    walls = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(compiled(*args))
+        walls.append((time.perf_counter() - t0) * 1e6)
     with tempfile.TemporaryDirectory(prefix="placeto-trace-") as tmp:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # device and XLA events only: no Python frames (overhead, noise)
@@ -204,16 +307,11 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
         files = sorted(glob.glob(f"{tmp}/**/*.xplane.pb", recursive=True))
         if not files:
             raise InputError("jax.profiler wrote no trace (is the profiler available in this jax build?)")
-        runs, on_device = _events_by_run(files[-1], module)
-    if not runs:
-        raise InputError(f"the profiler trace holds no kernel events of module {module!r}")
-    per_run = [attribute(ev, units_of, len(units), charge_gaps=on_device) for ev in runs.values()]
-    costs = np.stack([c for c, _ in per_run])
+        data = ProfileData.from_file(files[-1])
+        sp = profile_trace(data, hlo, len(units), repeats, statistics.median(walls))
     analysis = _cost_analysis(compiled)
-    return StepProfile(np.median(costs, axis=0), float(np.median(costs.sum(axis=1))),
-                       float(statistics.median(lost for _, lost in per_run)), len(per_run),
-                       int(statistics.median(len(ev) for ev in runs.values())),
-                       analysis.get("flops", float("nan")), analysis.get("bytes accessed", float("nan")))
+    return sp._replace(flops=analysis.get("flops", float("nan")),
+                       bytes_accessed=analysis.get("bytes accessed", float("nan")))
 
 
 def _module_name(hlo_text: str) -> str:
