@@ -370,8 +370,9 @@ RETRACE_NOTES: Callable[[str], None] = _print_note  # where `retrace` reports a 
 def _groups_of_retrace(graph: Graph, traced, where: str):
     """(traced, op_to_group int32[N_ops]) of a grouped graph's re-trace. A re-trace with the file's ops (same count
     and, when the file has them, the same op keys) keeps meta.grouping.op_to_group; one that differs (another JAX
-    version) is mapped onto the file's groups (simulator.retrace_map), or regrouped by the file's rules when that
-    gives the same group count; the one-line note goes to RETRACE_NOTES and to traced.graph.meta["retrace_note"]."""
+    version) is mapped onto the file's groups by op keys (simulator.retrace_map), or, where the file has no keys or
+    too few match, regrouped by the file's rules when that gives the same group count (never mapped by position;
+    otherwise an InputError asking for a rebuild); the one-line note goes to RETRACE_NOTES and to traced.graph.meta["retrace_note"]."""
     from simulator.retrace_map import MIN_MATCHED, map_ops, op_keys, quotient_acyclic
 
     grouping = graph.meta["grouping"]
@@ -388,19 +389,18 @@ def _groups_of_retrace(graph: Graph, traced, where: str):
 
     head = (f"{graph.name}: re-traced under jax {jax.__version__}: {n_new} ops vs {old.size} in the file "
             f"(built under {built})")
-    m = map_ops(traced.graph, traced.input_leaf, graph, old, old_keys)
-    trusted = m.how == "position" or m.exact + m.loose >= MIN_MATCHED * n_new
-    if trusted and quotient_acyclic(traced.graph, m.op_to_group, graph.n_nodes):
-        matched = (f"{m.exact} matched by key, {m.loose} by a looser key" if m.how == "keys" else
-                   f"no op keys in the file: {m.exact} inputs matched by leaf, {m.loose} ops mapped by position")
-        note = (f"{head}; {matched}, {m.joined} joined a neighbour's group, {m.moved} moved to keep the groups "
-                f"acyclic, {m.empty_groups} groups left empty")
+    m = None if old_keys is None else map_ops(traced.graph, traced.input_leaf, graph, old, old_keys)
+    if m is not None and m.exact + m.loose >= MIN_MATCHED * n_new and quotient_acyclic(traced.graph, m.op_to_group,
+                                                                                          graph.n_nodes):
+        note = (f"{head}; {m.exact} matched by key, {m.loose} by a looser key, {m.joined} joined a neighbour's "
+                f"group, {m.moved} moved to keep the groups acyclic, {m.empty_groups} groups left empty")
         if m.moved + m.empty_groups > 0.25 * n_new:  # a mapping this loose no longer stands for the file's groups
             note += f" (rebuild it under this JAX: placeto datasets build --only {graph.name} --out DIR)"
         op_to_group = m.op_to_group
-    else:
+    else:  # no keys to map by (never by position) or too few matched: the file's rules, else refused
         op_to_group = _regroup(graph, traced, where)
-        note = f"{head}; regrouped by the file's rules ({graph.n_nodes} groups)"
+        why = "the file has no op keys" if m is None else "too few ops matched by key"
+        note = f"{head}; {why}: regrouped by the file's rules ({graph.n_nodes} groups)"
     RETRACE_NOTES(note)
     graph_meta = {**traced.graph.meta, "retrace_note": note}
     return dataclasses.replace(traced, graph=dataclasses.replace(traced.graph, meta=graph_meta)), op_to_group

@@ -477,7 +477,7 @@ def units_plan(units: Sequence[UnitProgram], values: Sequence[Any], placement: S
     from simulator.trace import Source
 
     place = _placement_array(placement, len(units), len(devices), what)
-    order = _check_order(order if order is not None else _unit_order(units), len(units))
+    order = unit_order(units, None if order is None else _check_order(order, len(units)))
     unit_of_value = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
     unit_of_value.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
     flat_out = tuple((a, int(place[unit_of_value[a]])) if isinstance(a, Source) else Const(a.val) for a in outputs)
@@ -583,8 +583,11 @@ def _stage_body(bodies: Sequence[Callable], wiring: Sequence[tuple], outputs: Se
     return body
 
 
-def _unit_order(units: Sequence[UnitProgram]) -> list[int]:
-    """A topological order of the units (ties by unit index)."""
+def unit_order(units: Sequence[UnitProgram], priority: Sequence[int] | None = None) -> list[int]:
+    """A topological order of the units: of the units whose inputs are all made, the one first in `priority`
+    (a permutation of the units, e.g. the simulated start order; None: by unit index). A `priority` that is
+    already topological comes back unchanged; one that is not (a file's group graph against a re-traced
+    program whose ops moved between groups) is repaired, not refused."""
     import heapq
 
     from simulator.trace import Source
@@ -598,16 +601,20 @@ def _unit_order(units: Sequence[UnitProgram]) -> list[int]:
     for u, v in edges:
         children[u].append(v)
         indeg[v] += 1
-    ready = [u for u in range(n_units) if indeg[u] == 0]
+    rank = list(range(n_units))
+    if priority is not None:
+        for k, u in enumerate(priority):
+            rank[u] = k
+    ready = [(rank[u], u) for u in range(n_units) if indeg[u] == 0]
     heapq.heapify(ready)
     order = []
     while ready:
-        u = heapq.heappop(ready)
+        _, u = heapq.heappop(ready)
         order.append(u)
         for v in children[u]:
             indeg[v] -= 1
             if indeg[v] == 0:
-                heapq.heappush(ready, v)
+                heapq.heappush(ready, (rank[v], v))
     if len(order) != n_units:
         raise InputError("the units (groups) of this program form a cycle")
     return order

@@ -11,9 +11,10 @@ index (`Traced.input_leaf`), which does not depend on the JAX version.
 (k-th occurrence to k-th occurrence), then by primitive+direction+scope, then by direction+scope; each op still unmatched joins the
 group of a matched producer or consumer (same scope first), repeated until none is left; then every op whose
 group comes before a producer's group in a topological order of the file's groups moves into that producer's
-group, which makes the group quotient acyclic. Files without op keys are mapped by position (the file keeps no
-per-op identity to align with): input leaves by leaf index, equation j of N_new to equation j * N_eq / N_new
-of the file. Groups may end up with no ops (they then do nothing). Pure functions, deterministic.
+group, which makes the group quotient acyclic. Groups may end up with no ops (they then do nothing). A file
+without op keys keeps no per-op identity to align with: it is never mapped (by position, say, which is close to
+arbitrary: nmt_l2 built under jax 0.10.0 and re-traced under 0.11.2 moved 7,097 of 7,462 ops that way); the
+caller regroups the re-trace by the file's own rules or refuses it. Pure functions, deterministic.
 """
 
 from __future__ import annotations
@@ -35,12 +36,11 @@ class OpMapping(NamedTuple):
     """A re-trace's ops mapped onto a file's groups.
 
     op_to_group: int32[N_new] group (of the file, in [0, G)) of every re-traced op.
-    exact: ops matched by their full key (or, without keys, input leaves matched by leaf index).
-    loose: ops matched by primitive+direction+scope or direction+scope (without keys: equations by position).
+    exact: ops matched by their full key.
+    loose: ops matched by primitive+direction+scope or direction+scope.
     joined: ops that took a neighbour's group.
     moved: ops moved to a producer's group to keep the group quotient acyclic.
     empty_groups: groups left without ops.
-    how: "keys" or "position" (a file without op keys).
     """
 
     op_to_group: np.ndarray
@@ -49,7 +49,6 @@ class OpMapping(NamedTuple):
     joined: int
     moved: int
     empty_groups: int
-    how: str
 
 
 def scope(name_stack: str) -> str:
@@ -106,21 +105,6 @@ def _match_keys(old_keys: Sequence[str], old_group: np.ndarray, new_keys: Sequen
                     group[j] = old_group[i]
                     counts[level] += 1
     return counts[0], counts[1] + counts[2]
-
-
-def _match_position(old_group: np.ndarray, op_graph: Graph, input_leaf: np.ndarray,
-                    group: np.ndarray) -> tuple[int, int]:
-    """A file without op keys: its first ops are the argument leaves in leaf order (the tracer's layout), so the
-    p-th input node of the re-trace takes the p-th file op's group; the other ops map by relative position.
-    Returns (exact, loose)."""
-    inputs = np.flatnonzero(np.asarray(input_leaf) >= 0)[:old_group.size]
-    group[inputs] = old_group[np.arange(inputs.size)]
-    old_rest = np.arange(inputs.size, old_group.size)
-    new_rest = np.flatnonzero(group < 0)
-    if old_rest.size and new_rest.size:
-        group[new_rest] = old_group[old_rest[(np.arange(new_rest.size) * old_rest.size) // new_rest.size]]
-        return int(inputs.size), int(new_rest.size)
-    return int(inputs.size), 0
 
 
 def _join_neighbours(op_graph: Graph, scopes: Sequence[str], group: np.ndarray, rank: np.ndarray) -> int:
@@ -198,22 +182,17 @@ def quotient_acyclic(op_graph: Graph, op_to_group: np.ndarray, n_groups: int) ->
 
 
 def map_ops(op_graph: Graph, input_leaf: np.ndarray, grouped: Graph, old_group: np.ndarray,
-            old_keys: Sequence[str] | None) -> OpMapping:
+            old_keys: Sequence[str]) -> OpMapping:
     """Map the ops of `op_graph` (a re-trace; input_leaf int[N_new] as in Traced) onto the groups of `grouped`
-    (the file: G nodes), whose trace had op_to_group `old_group` (int[N_file]) and op keys `old_keys` (str[N_file],
-    None for a file built before op keys). See the module doc."""
+    (the file: G nodes), whose trace had op_to_group `old_group` (int[N_file]) and op keys `old_keys`
+    (str[N_file]). See the module doc."""
     new_keys = op_keys(op_graph, input_leaf)
     scopes = [k.split("|", 3)[2] for k in new_keys]
     group = np.full(op_graph.n_nodes, -1, dtype=np.int64)
     old_group = np.asarray(old_group, dtype=np.int64)
-    if old_keys is not None:
-        exact, loose = _match_keys(old_keys, old_group, new_keys, group)
-        how = "keys"
-    else:
-        exact, loose = _match_position(old_group, op_graph, input_leaf, group)
-        how = "position"
+    exact, loose = _match_keys(old_keys, old_group, new_keys, group)
     rank = group_rank(grouped)
     joined = _join_neighbours(op_graph, scopes, group, rank)
     moved = make_monotone(op_graph, group, rank)
     empty = grouped.n_nodes - np.unique(group).size
-    return OpMapping(group.astype(np.int32), exact, loose, joined, moved, int(empty), how)
+    return OpMapping(group.astype(np.int32), exact, loose, joined, moved, int(empty))

@@ -91,7 +91,7 @@ def test_changed_trace_is_mapped_by_key(files, notes, monkeypatch, built, traced
     assert exact >= min(n_file, traced.graph.n_nodes) - 2  # every op both traces share keeps its key
 
 
-def test_old_file_without_op_keys_maps_by_position(files, notes, monkeypatch, tmp_path):
+def test_old_file_without_op_keys_is_regrouped_never_mapped_by_position(files, notes, monkeypatch, tmp_path):
     graph = load_graph(files["plain"])
     grouping = {k: v for k, v in graph.meta["grouping"].items() if k not in ("op_keys", "jax_version")}
     old = dataclasses.replace(graph, meta={**graph.meta, "grouping": grouping})
@@ -99,7 +99,14 @@ def test_old_file_without_op_keys_maps_by_position(files, notes, monkeypatch, tm
     monkeypatch.setattr(placeto.zoo, "build_program", perturbed_build)
     traced, op_to_group = retrace(old)
     check_mapping(old, traced, op_to_group)
-    assert len(notes) == 1 and "no op keys in the file" in notes[0] and "an unknown JAX" in notes[0]
+    assert len(notes) == 1 and "the file has no op keys: regrouped by the file's rules" in notes[0]
+    assert "an unknown JAX" in notes[0] and "position" not in notes[0]
+    from simulator.grouping import group
+    assert op_to_group.tolist() == group(traced.graph, grouping["target_groups"]).op_to_group.tolist()
+    no_rules = dataclasses.replace(old, meta={**old.meta, "grouping": {**grouping, "target_groups": None}})
+    with pytest.raises(InputError, match=r"rebuild the graph under this JAX") as err:  # refused, not guessed
+        retrace(no_rules)
+    assert "\n" not in str(err.value)
 
 
 def test_monotone_repair_breaks_a_cycle():
