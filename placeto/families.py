@@ -32,6 +32,7 @@ DATASETS = Path(__file__).resolve().parent.parent / "datasets"  # the repository
 SPLITS = ("train", "test")
 ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")  # their shares of the op costs drive the grouping
 LATER_KINDS = ("h100-pcie", "h200")  # fused-group rooflines added after grouping: the groups stay as they were
+COST_KINDS = ANALYTIC_KINDS + LATER_KINDS  # every kind of simulator.costs.SPECS: what built and imported graphs carry
 FAMILIES = ("cifar10", "ptb", "nmt")  # Placeto's families
 NEW_FAMILIES = ("transformer", "mlp", "matmul", "moe", "cnn")  # modern programs, sampled the same way
 ALL_FAMILIES = FAMILIES + NEW_FAMILIES  # a family's index here seeds its specs and split: append only
@@ -279,7 +280,7 @@ def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: 
     if only is None:
         graphs = [{**entries[s.name], "split": split} for s, split in zip(specs, splits)]
         write_json(out / "manifest.json", {"family": family, "seed": seed,
-                                           "cost_kinds": list(ANALYTIC_KINDS + LATER_KINDS), "graphs": graphs})
+                                           "cost_kinds": list(COST_KINDS), "graphs": graphs})
     return out
 
 

@@ -29,7 +29,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from simulator.errors import InputError
-from simulator.graph import Graph
+
+# `Graph` in the annotations is simulator.graph.Graph, not imported here: Graph.cost_for imports this module for the
+# costs it derives on demand (`derived_costs`), and an import back would be a cycle.
 
 TFLOP = 1e12
 GB = 1e9
@@ -313,6 +315,39 @@ def analytic_costs(graph: Graph, kind: str) -> np.ndarray:
             raise InputError(f"node {graph.names[i]!r}: no 'flops' attribute; analytic costs need a traced graph")
         out[i] = node_time_us(spec, op, attrs)
     return out
+
+
+def _described(op: str, attrs: Mapping[str, Any]) -> bool:
+    """Whether a node carries the op description `node_time_us` needs (a free op needs none): its 'flops' and its
+    bytes ('bytes_accessed' or the output shapes), as simulator.trace writes them. A group of a grouped graph
+    ('n_ops' set) sums its ops' flops but not their bytes: not described."""
+    return op in FREE_OPS or ("flops" in attrs and "n_ops" not in attrs
+                              and ("bytes_accessed" in attrs or "out_shapes" in attrs))
+
+
+def derived_costs(graph: Graph, kind: str) -> np.ndarray:
+    """float64[N] analytic roofline microseconds of every node on a device of `kind`, for a kind `graph` records
+    no costs for: what `annotate_costs` writes at import (`analytic_costs`), from the per-op descriptions of a
+    traced graph. Graph.cost_for calls it and keeps the result on the graph object (never in its file).
+
+    Raises InputError (one line: the kinds the graph has and how to get `kind`) when `kind` has no analytic model
+    (not in SPECS), or the graph has no op descriptions: a grouped graph (its nodes are groups; a group's fused
+    cost needs its ops, see `fused_group_costs`), or a graph written with costs only.
+    """
+    has = f"graph {graph.name!r} has no costs for device kind {kind!r} (it has: {', '.join(graph.kinds) or 'none'})"
+    if kind not in SPECS:
+        raise InputError(f"{has}, and {kind!r} is no analytic kind ({', '.join(SPECS)}): add its costs with "
+                         f"`placeto profile` on such a device, or use a cluster of a kind the graph has")
+    if all(_described(op, attrs) for op, attrs in zip(graph.ops, graph.attrs)):
+        return analytic_costs(graph, kind)
+    meta = graph.meta
+    if "op_to_group" in (meta.get("grouping") or {}):
+        how = ("rebuild it with `placeto datasets build`" if "program" in meta else
+               "import it again with `placeto import-jax`, which writes costs for every analytic kind")
+        raise InputError(f"{has}; its nodes are groups, without the op descriptions analytic costs need: {how}, "
+                         f"or use a cluster of a kind it has")
+    raise InputError(f"{has}, nor op descriptions (per-op flops and shapes, as `placeto import-jax` writes) to "
+                     f"derive them from: add {kind!r} costs to the file, or use a cluster of a kind it has")
 
 
 def annotate_costs(graph: Graph, kinds: Sequence[str] = ("k80",)) -> Graph:

@@ -100,14 +100,15 @@ class Graph:
     def cost_for(self, kind: str) -> np.ndarray:
         """float64[N] compute time in microseconds of every node on a device of `kind`.
 
-        Uses the kind's own cost where recorded, else the plain-number cost. Raises InputError naming the first
-        node that has neither.
+        Uses the kind's own cost where recorded, else the plain-number cost; a kind with neither gets the
+        analytic costs derived from the graph's op descriptions (`derived_cost`). Every simulation, baseline and
+        feature reads its costs here (through `cost_matrix`). Raises InputError naming the first node that has
+        no cost, or (one line) the kinds the graph has when none can be derived.
         """
         own = self.costs.get(kind)
         default = self.costs.get(DEFAULT_KIND)
         if own is None and default is None:
-            raise InputError(f"graph {self.name!r} has no costs for device kind {kind!r} "
-                             f"(it has: {', '.join(self.kinds) or 'none'})")
+            return self.derived_cost(kind)
         if own is None:
             cost = default
         elif default is None:
@@ -118,6 +119,25 @@ class Graph:
         if missing.size:
             raise InputError(f"node {self.names[missing[0]]!r}: no cost for device kind {kind!r}")
         return cost
+
+    def has_costs(self, kind: str) -> bool:
+        """Whether `cost_for(kind)` gives costs: recorded, plain-number or derived (`kind in costs` says recorded)."""
+        try:
+            self.cost_for(kind)
+        except InputError:
+            return False
+        return True
+
+    def derived_cost(self, kind: str) -> np.ndarray:
+        """float64[N] (read-only) analytic microseconds for a kind the graph records no costs for
+        (simulator.costs.derived_costs: a traced graph's roofline costs on that device), computed once per graph
+        object and kind and kept in `cache`: `costs`, `kinds` and the graph's file stay as they were."""
+        key = ("derived cost", kind)
+        if key not in self.cache:
+            from simulator.costs import derived_costs  # imports jax: only when a kind is missing
+
+            self.cache[key] = _frozen(derived_costs(self, kind))
+        return self.cache[key]
 
     def cost_matrix(self, device_kinds: Sequence[str]) -> np.ndarray:
         """float64[N, D] compute time in microseconds of every node on each of D devices of the given kinds."""

@@ -14,22 +14,27 @@ import numpy as np
 
 from simulator.cluster import Cluster
 from simulator.errors import InputError
-from simulator.graph import Graph
+from simulator.graph import DEFAULT_KIND, Graph
 
 
 def scale_units(graph: Graph, cluster: Cluster, factor: float) -> tuple[Graph, Cluster]:
     """(graph, cluster) with every time and byte count multiplied by `factor` (> 0, finite), bandwidth kept.
 
-    Graph: the costs of every device kind (us; NaN stays NaN), every output's bytes and every node's persistent
-    bytes. Cluster: delta1, delta2, latency, every host's dispatch and transfer times (us) and every device's
-    memory (bytes). Names, structure, attrs and meta are unchanged. The scaled byte counts need not be whole
-    numbers. InputError if a scaled value leaves the limits of `simulator.limits` (e.g. a cost above
+    Graph: the costs of every device kind (us; NaN stays NaN; a cluster kind the graph derives from its op
+    descriptions, Graph.cost_for, is recorded first so that it scales too), every output's bytes and every node's
+    persistent bytes. Cluster: delta1, delta2, latency, every host's dispatch and transfer times (us) and every
+    device's memory (bytes). Names, structure, attrs and meta are unchanged. The scaled byte counts need not be
+    whole numbers. InputError if a scaled value leaves the limits of `simulator.limits` (e.g. a cost above
     MAX_COST_US).
     """
     f = float(factor)
     if not (np.isfinite(f) and f > 0):
         raise InputError(f"scale factor must be a finite number > 0, got {factor!r}")
-    g = dataclasses.replace(graph, costs={kind: cost * f for kind, cost in graph.costs.items()},
+    costs = dict(graph.costs)
+    for kind in dict.fromkeys(cluster.kinds):  # costs derived from the op descriptions (Graph.cost_for) scale too
+        if kind not in costs and DEFAULT_KIND not in costs and graph.has_costs(kind):
+            costs[kind] = graph.cost_for(kind)
+    g = dataclasses.replace(graph, costs={kind: cost * f for kind, cost in costs.items()},
                             out_bytes=graph.out_bytes * f, persistent_bytes=graph.persistent_bytes * f)
     c = dataclasses.replace(
         cluster,

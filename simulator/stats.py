@@ -29,8 +29,9 @@ class GraphStats:
 
 
 def pick_kind(graph: Graph, preferred: str | None = None) -> str:
-    """`preferred` when the graph has costs for it (or plain-number costs), else the graph's first kind."""
-    if preferred and (preferred in graph.costs or DEFAULT_KIND in graph.costs):
+    """`preferred` when the graph has costs for it (recorded, plain-number or derived: Graph.has_costs), else the
+    graph's first kind."""
+    if preferred and (preferred in graph.costs or DEFAULT_KIND in graph.costs or graph.has_costs(preferred)):
         return preferred
     return next(iter(graph.costs), DEFAULT_KIND)
 
