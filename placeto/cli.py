@@ -124,7 +124,7 @@ def cmd_import_jax(args: argparse.Namespace) -> int:
     from simulator.io import save_graph
     from simulator.result import critical_path
 
-    from placeto.families import ANALYTIC_KINDS
+    from placeto.families import COST_KINDS
 
     if args.groups is not None and not args.grouped_out:
         raise InputError("--groups is the target of --grouped-out: give --grouped-out FILE")
@@ -132,17 +132,17 @@ def cmd_import_jax(args: argparse.Namespace) -> int:
     for path in written + ([str(export_path(p)) for p in written] if args.export else []):
         check_output_path(path)
     name = args.name or name_from_path(args.out)
-    imported = import_step(args.function, args.args_spec, ANALYTIC_KINDS, name, args.params, args.opt_state,
+    imported = import_step(args.function, args.args_spec, COST_KINDS, name, args.params, args.opt_state,
                            grouped=bool(args.grouped_out), groups=args.groups,
                            max_cp_growth=args.max_cp_growth / 100)
     graph, grouping = imported.graph, imported.grouping
     print(f"traced {args.function} in {imported.seconds:.1f} s: {graph.n_nodes} ops, {graph.n_edges} edges")
     print(describe_state(imported.traced))
     save_graph(graph, args.out)
-    print(f"{args.out}: {graph.n_nodes} ops, costs for {', '.join(ANALYTIC_KINDS)}")
+    print(f"{args.out}: {graph.n_nodes} ops, costs for {', '.join(COST_KINDS)}")
     if grouping is not None:
         save_graph(grouping.graph, args.grouped_out)
-        kind = ANALYTIC_KINDS[0]
+        kind = COST_KINDS[0]
         cp = [critical_path(g, g.cost_for(kind)) / 1e3 for g in (graph, grouping.graph)]
         print(f"{args.grouped_out}: {grouping.report.describe()} [{kind}: critical path {cp[0]:.2f} -> "
               f"{cp[1]:.2f} ms]")
@@ -366,9 +366,10 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--hardware", action="store_true",
                     help="place for the local devices: profile the graph on them (cached in the graph file), "
                          "calibrate them (cached), place with --candidates (and --method), run the best --top "
-                         "placements and the single device for real, keep the fastest measured. --devices: a count "
-                         "or a list such as gpu:0,cpu:0 (default: the --cluster file's count, else every GPU, else 2 "
-                         "host CPU devices)")
+                         "placements and the single device for real, keep the fastest measured and print its speed "
+                         "against the plain jax.jit of the step (a fresh process, default threading). --devices: a "
+                         "count or a list such as gpu:0,cpu:0 (default: the --cluster file's count, else every GPU, "
+                         "else 2 host CPU devices)")
     hw.add_argument("--candidates", default=",".join(DEFAULT_HARDWARE_METHODS),
                     help="comma list of methods whose placements compete (each gets --seconds, 2 when not given)")
     hw.add_argument("--top", type=POSITIVE, default=3, help="how many of the best simulated placements run for real")

@@ -23,9 +23,11 @@ simulator.step_profile) and simulates with that; `--costs units` times each alon
 The summary says what is compared (each placement's simulated step time against its measured median step
 time: error = (simulated - measured) / measured), the median and mean |error| and the Spearman rank correlation
 with its n (it needs at least MIN_RANKED (5) placements and is printed "n/a (reason)" otherwise, never "nan");
-given a single-device placement, the placements measured faster and slower than it; and whether the devices ran
-concurrently (placeto.calibration.concurrency_line): on host CPU devices sharing cores they do not, and measured
-speedups over one device cannot appear.
+given a single-device placement, the placements measured faster and slower than it; the fastest measured placement
+against the plain jit of the graph's step, timed in a fresh process with JAX's defaults before and after the
+placements (placeto.plain_jit: the baseline to read speedups against); and whether the devices ran concurrently
+(placeto.calibration.concurrency_line): on host CPU devices sharing cores they do not, and measured speedups over
+one device cannot appear.
 
 This module does not import JAX at import time: the CLI must first set the host device count
 (`simulator.host_devices.ensure_host_devices`).
@@ -126,15 +128,15 @@ def simulation_cluster(graph: Graph, cluster: Cluster) -> tuple[Cluster, str | N
     """(`cluster`, None) if the graph has costs for every device's kind; else, device by device, a device whose
     kind the graph lacks takes the analytic costs of the same model ("local-h100" -> "h100") or else "cpu", with
     a warning naming them; InputError if a device has neither. Mixed clusters keep a kind per device."""
-    if DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds):
+    if DEFAULT_KIND in graph.costs or all(graph.has_costs(k) for k in cluster.kinds):  # recorded or derived
         return cluster, None
     has = ", ".join(graph.kinds) or "none"
     devices, swaps = [], {}
     for d in cluster.devices:
-        if d.kind in graph.costs:
+        if graph.has_costs(d.kind):
             devices.append(d)
             continue
-        analytic = next((k for k in (d.kind.removeprefix("local-"), "cpu") if k in graph.costs), None)
+        analytic = next((k for k in (d.kind.removeprefix("local-"), "cpu") if graph.has_costs(k)), None)
         if analytic is None:
             if not can_run_program(graph):
                 raise InputError(f"graph {graph.name!r} cannot be run here: no {d.kind!r} or 'cpu' costs (it has: "
@@ -478,20 +480,35 @@ def run_eval(args: argparse.Namespace) -> int:
               f"({how}), median of {args.repeats} steps after {args.warmup} warm-up (the first compiles)")
     if runner is not None:
         print(f"simulated: the simulator's step time on the cluster above; measured: real steps; {ERROR_MEANING}")
+    plain = _plain_jit(args, spec) if runner is not None else ()  # before the placements run (and after)
     print(f"{'placement':<28} {'simulated ms':>12}" + (f" {'measured ms':>12}  [IQR, min]  error" if runner else ""))
     rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
     summary = agreement(rows)
     if runner is not None:
-        print("\n".join(summary_lines(rows, [p for _, p in placements], measure_concurrency(spec))))
+        plain += _plain_jit(args, spec) if plain[0].available else ()  # (unavailable: it would be again)
+        rig = all(d.platform == "cpu" for d in runner.devices)
+        print("\n".join(summary_lines(rows, [p for _, p in placements], measure_concurrency(spec), plain, rig)))
     if args.plot:
         plot_agreement(rows, args.plot, f"{graph.name}, {n} devices: median |error| {summary.median_ape:.0f}%, "
                                         f"{format_spearman(summary)}")
         print(f"plot             {args.plot}")
     if args.json:
-        write_rows_json(args.json, graph, cluster, rows, summary)
+        write_rows_json(args.json, graph, cluster, rows, summary, plain)
     if args.refit:
         refit(args.refit, graph, cluster, [p for _, p in placements], rows)
     return 0
+
+
+def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> tuple:
+    """(placeto.plain_jit.PlainJit,): the plain jit of the graph file's step (its zoo or exported program) in a
+    fresh process; a graph run through --program gets an unavailable one (the child imports nothing)."""
+    from placeto import plain_jit
+
+    if args.program:
+        return (plain_jit.PlainJit(why="the program named by --program is not imported by the fresh process; "
+                                       "export it with `import-jax --export`"),)
+    return (plain_jit.measure_for(args.graph, spec, args.repeats, args.warmup, args.exported,
+                                  progress=lambda line: print(line, flush=True)),)
 
 
 def _eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:
@@ -516,24 +533,39 @@ def _eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluste
     return cluster_preset(args.preset, n)
 
 
-def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray],
-                  concurrency: Concurrency | None) -> list[str]:
+def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray], concurrency: Concurrency | None,
+                  plain: Sequence[Any] = (), rig: bool = False) -> list[str]:
     """eval --hardware's summary: what the errors compare and the agreement (Spearman with its n), the
     placements measured faster or slower than the fastest measured single-device placement (when one was
-    given), and whether the devices ran concurrently (None: not measured, one device or mixed platforms)."""
+    given), the fastest measured placement against the plain jit of the step (placeto.plain_jit.PlainJit runs,
+    when given), what host CPU devices are (`rig`: the devices are host CPU devices), and whether the devices ran
+    concurrently (None: not measured, one device or mixed platforms)."""
+    from placeto.plain_jit import plain_line, rig_line
+
     lines = [f"summary, simulated against measured step time: {format_agreement(agreement(rows))}"]
     one = [len(np.unique(p)) == 1 for p in placements]  # single-device placements: compared with, not listed
     singles = [r for r, single in zip(rows, one) if single and r.measured is not None]
     if singles:
         best = min(singles, key=lambda r: r.measured.median_us)
         lines += versus_single([best] + [r for r, single in zip(rows, one) if not single], best)
+    measured = [r for r in rows if r.measured is not None]
+    if plain and measured:
+        fastest = min(measured, key=lambda r: r.measured.median_us)
+        lines.append(plain_line(plain, f"fastest measured placement ({_short_name(fastest.name)})",
+                                fastest.measured))
+    if rig:
+        lines.append(rig_line())
     if concurrency is not None:
         lines.append(concurrency_line(concurrency))
     return lines
 
 
 def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequence[EvalRow],
-                    summary: Agreement) -> None:
+                    summary: Agreement, plain: Sequence[Any] = ()) -> None:
+    """The rows, the agreement and (when timed) the plain jit of the step, as JSON: "plain_jit" holds its
+    timing over every run with its device and program, or {"unavailable": why}."""
+    from placeto.plain_jit import combined
+
     def timing(m):
         return None if m is None else {k: getattr(m, k) for k in ("median_us", "q25_us", "q75_us", "min_us",
                                                                   "max_us")}
@@ -543,4 +575,9 @@ def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequen
            "agreement": {k: finite(v) for k, v in summary._asdict().items()},  # spearman_note: why null
            "rows": [{"placement": r.name, "simulated_us": r.simulated_us, "measured": timing(r.measured)}
                     for r in rows]}
+    if plain:
+        both = combined(plain)
+        obj["plain_jit"] = ({**timing(both.timing()), "steps": len(both.times_us), "runs": len(plain),
+                             "device": both.device, "program": both.program} if both.available else
+                            {"unavailable": both.why})
     atomic_write_bytes(path, (json.dumps(obj, indent=1, allow_nan=False) + "\n").encode())

@@ -107,7 +107,11 @@ def _host_count(spec: int | tuple) -> int:
     if isinstance(spec, int):
         return spec
     return max((i + 1 for p, i in spec if p == "cpu"), default=1)
-SERIAL_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false", "intra_op_parallelism_threads=1")  # one core per task
+
+
+# one core per task; XLA flags only: XLA aborts on an unknown "--" flag, ignores a later word without "--" (as it
+# did "intra_op_parallelism_threads=1", no XLA flag) and reads a first one as a file of flags
+SERIAL_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false",)
 
 
 def ensure_host_devices(spec: int | tuple | str, serial: bool = True) -> None:

@@ -354,6 +354,16 @@ def test_host_device_flags():
     assert kept.count("--xla_cpu_multi_thread_eigen=true") == 1 and "--xla_cpu_multi_thread_eigen=false" not in kept
 
 
+def test_serial_flags_are_flags_xla_knows():
+    """XLA aborts on an unknown "--" flag and ignores a later word without "--" (as it did the old
+    "intra_op_parallelism_threads=1"): every serial flag is an XLA flag a fresh JAX starts with."""
+    assert all(f.startswith("--xla_") for f in SERIAL_CPU_FLAGS)
+    env = dict(os.environ, XLA_FLAGS=" ".join(SERIAL_CPU_FLAGS), JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; print(float(jnp.ones(2).sum()))"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "2.0", proc.stderr[-500:]
+
+
 def test_agreement_and_spearman():
     def row(sim, meas):
         return EvalRow("p", sim, Timing(meas, meas, meas, meas, meas, np.array([meas])))

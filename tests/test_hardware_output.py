@@ -71,6 +71,20 @@ def test_summary_lines_find_the_single_device_placement_and_print_spearman_with_
     assert lines[1].startswith("measured SLOWER than the single device (one.json, 30.000 ms): rr.json 0.75x its")
 
 
+def test_summary_lines_set_the_fastest_placement_against_plain_jit_and_say_what_host_devices_are():
+    from placeto.plain_jit import PlainJit, rig_line
+
+    rows = [_row("one.json", 20.0, 30.0), _row("P/rr.json", 15.0, 24.0)]
+    placements = [np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)]
+    plain = (PlainJit((12e3,), "cpu:0 (2 cores)", "zoo program nmt"),)
+    lines = summary_lines(rows, placements, None, plain, rig=True)
+    assert lines[-2].startswith("plain jax.jit of the step (default device and threading, a fresh process")
+    assert lines[-2].endswith("; fastest measured placement (rr): 24.000 ms = 0.50x plain jit's speed")
+    assert lines[-1] == rig_line() and len(lines) == 4
+    assert summary_lines(rows, placements, None, (PlainJit(why="no program"),))[-1].endswith("unavailable (no "
+                                                                                               "program)")
+
+
 def test_format_fit_aligns_long_placement_names():
     names = ("a.json", "a_rather_long_placement_name.json")
     params = {"delta1_us": 1.0, "dispatch_us": 2.0, "delta2_us": 3.0, "us_per_mb": 1.0, "latency_us": 4.0,

@@ -181,6 +181,7 @@ def test_eval_and_profile_run_from_the_files_alone(example, tmp_path):
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert "the graph has no 'local-cpu' costs: measuring the" in ev.stdout
     assert "exported-program execution" in ev.stdout and "rr.json" in ev.stdout
+    assert "exported program mlp.grouped.export.zip (its units in one jax.jit)" in ev.stdout  # plain jit's
     prof = run("profile", "mlp.grouped.json.gz", "--out", "p.json.gz", "--repeats", "2")
     assert prof.returncode == 0, prof.stderr[-2000:]
     assert "method step, exported mlp.grouped.export.zip" in prof.stdout

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.on_hardware import Candidate, Outcome, pick, report
+from placeto.on_hardware import RIG_COLUMN, Candidate, Outcome, Recheck, pick, report
+from placeto.plain_jit import PlainJit, rig_line
 from simulator.cluster import Cluster, Device, save_cluster
 from simulator.hardware import timing_of
 from simulator.host_devices import HOST_DEVICE_FLAG
@@ -45,7 +46,31 @@ def test_report_says_why_the_single_device_is_kept():
     assert ("kept: etf, 2.00x the single device's measured speed (spread 1.60-2.40x: the single device's quartiles "
             "over the placement's); measured slower than the single device: m-sct 0.25x its speed") in text
     header, first = text.splitlines()[:2]
-    assert first.index("2.00x") + 5 == header.index("vs single") + 9  # the speed column under its header
+    assert first.index("2.00x") + 5 == header.index(RIG_COLUMN) + len(RIG_COLUMN)  # the column under its header
+    assert rig_line() in text  # host CPU devices: the single device is the rig's control
+    gpus = Cluster("g", tuple(Device(f"/gpu:{i}", "local-h100", 1e9) for i in range(2)), 0.0, 0.0, 1e3)
+    text = report(Outcome(fast, single, [fast, single, slow], gpus, 2.0, (1.6, 2.4)))
+    header, first = text.splitlines()[:2]
+    assert first.index("2.00x") + 5 == header.index("vs single") + 9 and "test rig" not in text
+
+
+def test_report_headlines_the_fresh_speedup_and_plain_jit():
+    """The speedup printed is the one re-measured on fresh steps (the pick's own samples favour the winner), and
+    the kept placement is set against the plain jit of the step."""
+    single, fast = _candidate("single device", 200.0), _candidate("etf", 100.0)
+    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e9) for i in range(2)), 0.0, 0.0, 1e3)
+    fresh = Recheck(timing_of([150.0, 160.0, 170.0]), timing_of([190.0, 200.0, 210.0]))
+    plain = (PlainJit((50.0, 60.0, 70.0), "cpu:0 (2 cores)", "zoo program nmt"),
+             PlainJit((60.0, 70.0, 80.0), "cpu:0 (2 cores)", "zoo program nmt"))
+    text = report(Outcome(fast, single, [fast, single], cluster, 2.0, (1.6, 2.4), recheck=fresh, plain=plain))
+    assert ("kept: etf, 1.25x the single device's speed on fresh steps (spread 1.18-1.32x; 2.00x on the steps it "
+            "was picked with)") in text
+    assert "plain jax.jit of the step (default device and threading, a fresh process" in text
+    assert "; kept placement (etf, fresh steps): 0.160 ms = 0.41x plain jit's speed" in text
+    slower = Recheck(timing_of([210.0, 220.0, 230.0]), timing_of([190.0, 200.0, 210.0]))
+    text = report(Outcome(fast, single, [fast, single], cluster, 2.0, (1.6, 2.4), recheck=slower))
+    assert "0.91x the single device's speed on fresh steps" in text and "NOT confirmed" in text
+    assert "plain jax.jit" not in text  # not timed: nothing said
 
 
 def test_place_hardware_end_to_end(tmp_path):
@@ -67,6 +92,10 @@ def test_place_hardware_end_to_end(tmp_path):
     assert "devices: 2 host CPU devices sharing" in first.stdout and "the simulator assumes 2x" in first.stdout
     assert "\nkept: " in first.stdout  # which placement is kept, and why, on stdout
     assert "single device" in first.stdout and (tmp_path / "p.png").stat().st_size > 0
+    assert "the single device's speed on fresh steps" in first.stdout or "kept: the single device" in first.stdout
+    plain = next(line for line in first.stdout.splitlines() if line.startswith("plain jax.jit of the step"))
+    assert "zoo program nmt, " in plain and " runs (before and after the placements" in plain, plain
+    assert "x plain jit's speed" in plain and "host CPU devices: a test rig" in first.stdout
     placement = json.loads((tmp_path / "p.json").read_text())
     assert len(placement["devices"]) == 2 and len(placement["placement"]) > 0
     second = subprocess.run([a if a != "etf,m-sct" else "etf" for a in argv], env=env, capture_output=True,

@@ -1,0 +1,284 @@
+"""Plain jit: the graph's training step as a user runs it without placeto, the baseline of hardware speedups.
+
+`placeto place --hardware` and `eval --hardware` run placements over several local devices. Their "single
+device" placement is every unit on one of those devices, which for host CPU devices is a test rig: the process
+runs with XLA's intra-op threading off (simulator.host_devices.SERIAL_CPU_FLAGS), so that device is ONE core.
+What a user runs without placeto is `jax.jit(step)` on JAX's default device with JAX's default threading (all
+cores), and that is what `measure` times: in a FRESH process (`python -m placeto.plain_jit GRAPH`) whose
+XLA_FLAGS have the serial flags and the host device count removed (`plain_env`).
+
+The child reads only the graph file's data: the zoo program its meta names (placeto.zoo.registry maps the name
+to one of the zoo's own builders; nothing named by the file is imported), else its exported program
+(simulator.export: `G.export.zip` beside the file, or --exported), its units composed into one `jax.jit`. A
+graph with neither, a child that fails or one that runs past its time limit gives an unavailable `PlainJit`
+saying why, never an error of the command that asked.
+
+The child prints one JSON line: {"times_us": [...], "device": "...", "program": "..."}.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Mapping, NamedTuple, Sequence
+
+from simulator.errors import InputError
+from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
+
+STEPS, WARMUP = 20, 3  # timed steps and untimed ones first (the first compiles)
+TIMEOUT_S = 300.0  # the child's time limit: importing JAX, building the program, compiling and timing it
+STRIPPED_FLAGS = frozenset([HOST_DEVICE_FLAG] + [f.split("=", 1)[0] for f in SERIAL_CPU_FLAGS])
+PLATFORMS = ("default", "cpu")  # JAX's default device (the first GPU when there is one), or the host CPU
+WHAT = "plain jax.jit of the step (default device and threading, a fresh process: what you run without placeto)"
+
+
+@dataclasses.dataclass(frozen=True)
+class PlainJit:
+    """A plain `jax.jit` of the graph's training step timed in a fresh process, or why it could not be."""
+
+    times_us: tuple[float, ...] = ()
+    """float[S] every timed step, wall clock, microseconds (empty when unavailable)."""
+    device: str = ""
+    """Where it ran, e.g. "cpu:0 (8 cores)" or "gpu:0 (NVIDIA H200)"."""
+    program: str = ""
+    """What ran: "zoo program nmt", or "exported program G.export.zip (its units in one jax.jit)"."""
+    why: str = ""
+    """Why it was not measured ("" when it was)."""
+
+    @property
+    def available(self) -> bool:
+        return bool(self.times_us)
+
+    def timing(self) -> Any:
+        """simulator.hardware.Timing of the steps (call only when `available`)."""
+        from simulator.hardware import timing_of
+
+        return timing_of(self.times_us)
+
+
+def plain_env(environ: Mapping[str, str], platform: str = "default") -> dict[str, str]:
+    """A copy of `environ` for the child: XLA_FLAGS without the flags placeto sets for its host device rig
+    (`STRIPPED_FLAGS`: the host device count and the serial CPU flags, whatever their values; XLA_FLAGS removed
+    when nothing else is left), without JAX_NUM_CPU_DEVICES; with platform "cpu", JAX_PLATFORMS=cpu; with
+    "default", XLA_PYTHON_CLIENT_PREALLOCATE=false unless set: the parent holds most of a GPU's memory (JAX
+    preallocates 75%), where the child's own preallocation fails with CUDA out-of-memory errors (seen on an
+    H200) before it allocates on demand anyway."""
+    if platform not in PLATFORMS:
+        raise InputError(f"plain jit platform must be one of {', '.join(PLATFORMS)}, got {platform!r}")
+    env = dict(environ)
+    kept = [w for w in env.get("XLA_FLAGS", "").split() if w.split("=", 1)[0] not in STRIPPED_FLAGS]
+    if kept:
+        env["XLA_FLAGS"] = " ".join(kept)
+    else:
+        env.pop("XLA_FLAGS", None)
+    env.pop("JAX_NUM_CPU_DEVICES", None)
+    if platform == "cpu":
+        env["JAX_PLATFORMS"] = "cpu"
+    else:
+        env.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    return env
+
+
+def plain_platform(spec: int | tuple) -> str:
+    """The platform of the baseline for the local devices of a device spec (simulator.host_devices): "cpu" when
+    the spec lists host CPU devices only, else "default" (a count means the default backend's devices, so its
+    first device is theirs; a list naming a GPU compares against JAX's default device, the first GPU)."""
+    if isinstance(spec, int) or any(platform != "cpu" for platform, _ in spec):
+        return "default"
+    return "cpu"
+
+
+def measure(graph_path: str | os.PathLike | None, platform: str = "default", steps: int = STEPS,
+            warmup: int = WARMUP, timeout_s: float = TIMEOUT_S, exported: str | None = None,
+            python: str = sys.executable) -> PlainJit:
+    """Time the plain jit of the graph file's step in a fresh process (`main`); unavailable (with why) when the
+    file is None, the child fails or runs past `timeout_s`. InputError for a bad argument."""
+    if steps < 1 or warmup < 0:
+        raise InputError(f"plain jit: steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
+    if not timeout_s > 0:
+        raise InputError(f"plain jit: the time limit must be > 0 s, got {timeout_s}")
+    if graph_path is None:
+        return PlainJit(why="the graph has no file for a fresh process to read")
+    env = plain_env(os.environ, platform)
+    root = str(Path(__file__).resolve().parents[1])  # placeto and simulator, importable in the child
+    env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
+    argv = [python, "-m", "placeto.plain_jit", str(graph_path), "--platform", platform, "--steps", str(steps),
+            "--warmup", str(warmup)] + (["--exported", str(exported)] if exported else [])
+    try:
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return PlainJit(why=f"it ran past its {timeout_s:g} s time limit")
+    except OSError as e:
+        return PlainJit(why=f"cannot start {python}: {e.strerror or e}")
+    return parse_child(proc.returncode, proc.stdout, proc.stderr)
+
+
+def measure_for(graph_path: str | os.PathLike | None, spec: int | tuple, repeats: int = STEPS,
+                warmup: int = WARMUP, exported: str | None = None, progress: Any = print) -> PlainJit:
+    """`measure` on the baseline device of the local devices of device spec `spec` (`plain_platform`), as
+    many steps as the placements get (`repeats`, at least 5) after at least 2 warm-up, saying so first."""
+    steps = max(repeats, 5)
+    progress(f"timing the plain jax.jit of the step in a fresh process (default device and threading, {steps} "
+             f"steps) ...")
+    return measure(graph_path, plain_platform(spec), steps, max(warmup, 2), exported=exported)
+
+
+def parse_child(returncode: int, stdout: str, stderr: str) -> PlainJit:
+    """The child's result from its exit status and output: its JSON line, else unavailable with the last line
+    of its stderr (an error's one line, or a crash's last word)."""
+    lines = stdout.strip().splitlines()
+    if returncode == 0 and lines:
+        try:
+            obj = json.loads(lines[-1])
+            return PlainJit(tuple(float(t) for t in obj.get("times_us", ())), str(obj.get("device", "")),
+                            str(obj.get("program", "")), str(obj.get("why", "")))
+        except (ValueError, TypeError, AttributeError):
+            pass
+    last = (stderr.strip().splitlines() or [f"exit status {returncode}, no output"])[-1]
+    last = last.removeprefix("placeto.plain_jit: error: ")
+    return PlainJit(why=f"the fresh process failed: {last[:300]}")
+
+
+def combined(results: Sequence[PlainJit]) -> PlainJit:
+    """The steps of every available result as one (the first available one's device and program); the first
+    result's reason when none is available."""
+    ok = [r for r in results if r.available]
+    if not ok:
+        return results[0] if results else PlainJit(why="not measured")
+    return dataclasses.replace(ok[0], times_us=tuple(t for r in ok for t in r.times_us))
+
+
+def plain_line(results: Sequence[PlainJit], kept_name: str, kept: Any) -> str:
+    """One line: the plain jit's median [IQR] over every run in `results` (each run's median too when there are
+    several), and `kept` (simulator.hardware.Timing of the placement called `kept_name`) as a multiple of its
+    speed (plain median over kept median: 2.00x = twice as fast as plain jit)."""
+    both = combined(results)
+    if not both.available:
+        return f"{WHAT}: unavailable ({both.why})"
+    t = both.timing()
+    runs = [r for r in results if r.available]
+    each = (f", {len(t.times_us)} steps in {len(runs)} runs (before and after the placements: medians "
+            f"{', '.join(f'{r.timing().median_us / 1e3:.3f}' for r in runs)} ms)" if len(runs) > 1 else "")
+    return (f"{WHAT}: {t.median_us / 1e3:.3f} ms [{t.q25_us / 1e3:.3f}-{t.q75_us / 1e3:.3f}] on {both.device}, "
+            f"{both.program}{each}; {kept_name}: {kept.median_us / 1e3:.3f} ms = {t.median_us / kept.median_us:.2f}x "
+            f"plain jit's speed")
+
+
+def rig_line() -> str:
+    """What host CPU devices are, and so what the single device is against plain jit."""
+    return ("host CPU devices: a test rig (they share this machine's cores and memory, XLA's threading off): the "
+            "single device there is one core, the rig's control, not what you run without placeto; read speedups "
+            "against plain jit")
+
+
+# ---- the child process ---------------------------------------------------------------------------------------
+class Step(NamedTuple):
+    """A training step ready to jit."""
+
+    fn: Any  # fn(*args) -> the step's outputs (new parameters, optimizer state, loss, ...)
+    args: tuple  # its arguments: pytrees of arrays
+    what: str  # what it is, for the report
+
+
+def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | str:
+    """The step of a graph: its zoo program (meta.program), else its exported program (`exported`, or the file
+    beside the graph's); a string saying why when it has neither."""
+    if "program" in graph.meta:
+        from placeto.zoo.registry import build_program_from_data
+
+        program = graph.meta["program"]
+        if not isinstance(program, Mapping):
+            raise InputError(f"{graph.source or graph.name}: meta.program: expected an object")
+        built = build_program_from_data(program.get("kind"), program.get("kwargs", {}),
+                                        f"{graph.source or graph.name}: meta.program")
+        return Step(built.step, (built.params, built.opt_state, built.batch), f"zoo program {program['kind']}")
+    from simulator import export
+
+    bundle = export.find_export(graph, exported)
+    if bundle is None:
+        return ("the graph's meta names no zoo program and no exported program (`import-jax --export`) is beside "
+                "it")
+    from simulator.hardware import unit_order
+    from simulator.step_profile import step_function
+
+    values = export.values(bundle, seed)
+    step, keys = step_function(bundle.units, unit_order(bundle.units), bundle.outputs)
+    return Step(step, tuple(values[s.node] for s in keys),
+                f"exported program {Path(bundle.path).name} (its units in one jax.jit)")
+
+
+def time_step(step: Any, args: tuple, device: Any, steps: int, warmup: int) -> list[float]:
+    """Microseconds of `steps` calls of `jax.jit(step)` on `args` committed to `device`, each blocked on its
+    outputs, after `warmup` untimed calls (the first compiles); the collector off inside each timed call."""
+    import time
+
+    import jax
+
+    from simulator.hardware import gc_paused
+
+    args = jax.device_put(args, device)
+    jitted = jax.jit(step)
+    for _ in range(warmup):
+        jax.block_until_ready(jitted(*args))
+    times = []
+    for _ in range(steps):
+        with gc_paused():
+            t0 = time.perf_counter()
+            jax.block_until_ready(jitted(*args))
+            times.append((time.perf_counter() - t0) * 1e6)
+    return times
+
+
+def describe_device(device: Any) -> str:
+    """"cpu:0 (8 cores)" (the cores this process may use: XLA's default thread pool) or "gpu:0 (NVIDIA H100 80GB
+    HBM3)"."""
+    if device.platform == "cpu":
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        return f"cpu:{device.id} ({cores} cores)"
+    return f"{device.platform}:{device.id} ({device.device_kind})"
+
+
+def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported: str | None) -> dict:
+    """What the child prints: the graph's step timed on the platform's first device, or why it cannot be."""
+    from placeto import compile_cache
+    from simulator.io import load_graph
+
+    graph = load_graph(graph_path)
+    found = step_of(graph, exported)
+    if isinstance(found, str):
+        return {"why": found}
+    compile_cache.enable()  # as every placeto command: a second run compiles little
+    import jax
+
+    device = jax.devices("cpu")[0] if platform == "cpu" else jax.devices()[0]
+    return {"times_us": time_step(found.fn, found.args, device, steps, warmup), "device": describe_device(device),
+            "program": found.what}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from placeto.arguments import COUNT, POSITIVE, OneLineParser
+
+    p = OneLineParser(prog="python -m placeto.plain_jit", description="Time the plain jax.jit of a graph file's "
+                      "training step (its zoo or exported program) and print one JSON line.")
+    p.add_argument("graph", help="graph file (.json or .json.gz)")
+    p.add_argument("--platform", choices=PLATFORMS, default="default", help="run on JAX's default device or the "
+                                                                            "host CPU")
+    p.add_argument("--steps", type=POSITIVE, default=STEPS, help="timed steps")
+    p.add_argument("--warmup", type=COUNT, default=WARMUP, help="untimed steps first (the first compiles)")
+    p.add_argument("--exported", help="the graph's exported program (default: <graph>.export.zip, when there)")
+    args = p.parse_args(argv)
+    try:
+        out = run_child(args.graph, args.platform, args.steps, args.warmup, args.exported)
+    except InputError as e:
+        print(f"placeto.plain_jit: error: {e}".replace("\n", " "), file=sys.stderr)
+        return 2
+    print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
