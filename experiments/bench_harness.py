@@ -1,7 +1,7 @@
 """How much host time the placed-execution harness (simulator.hardware) adds to a training step (issue 29).
 
 For each graph (default: the rnnlm_l2 benchmark, 400 groups, and a small nmt family graph, nmt_002, 115 groups)
-it times, in one interleaved run (simulator.hardware.time_interleaved, so load changes hit every variant alike):
+it times, in one interleaved run (simulator.timing.time_interleaved, so load changes hit every variant alike):
 
     plain jit          jax.jit(step) of the program on device 0: the reference (no harness)
     staged 1dev        program_plan(stages=True), every unit on device 0: one jitted stage, one dispatch
@@ -40,7 +40,10 @@ def bench_graph(path: Path, repeats: int) -> tuple[list[tuple[str, float, int, i
     from placeto.zoo.registry import build_program_from_data
     from simulator import load_graph, load_placement
     from simulator.cluster import Cluster, Device
-    from simulator.hardware import leaf_values, program_plan, run_outputs, time_interleaved
+    from simulator.hardware import run_outputs
+    from simulator.lowering import leaf_values
+    from simulator.plans import program_plan
+    from simulator.timing import time_interleaved
     from simulator.host_devices import local_devices
 
     graph = load_graph(path)

@@ -8,7 +8,7 @@ For each benchmark graph, on the first accelerator (the CPU when there is none):
 2. the graph profiled inside the compiled step (placeto.profiling, method "step"): the sum of the units' costs
    against the plain step (target: within 25%), beside the analytic fused-group roofline of the matching kind
    (h200 / h100 / a100 / v100 / "cpu") and the per-unit method's sum (each unit its own call, net of the floor);
-3. the single-device placement run by the staged harness (simulator.hardware: one jitted stage per device run)
+3. the single-device placement run by the staged harness (simulator.plans: one jitted stage per device run)
    and by the per-unit harness (one call per unit), against the plain step (target on a GPU: within 1.3x), all
    timed in interleaved rounds (with the 2-device placement of 4.) so a change in load hits them alike;
 4. a 2-device placement run for real: GPU + host CPU on a GPU machine (the 2017 paper's setting), 2 host devices
@@ -61,8 +61,10 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     from placeto.profiling import graph_program
     from placeto.zoo.registry import build_program_from_data
     from simulator.calibrate import profile_plan
-    from placeto.on_hardware import cached_cluster
-    from simulator.hardware import run_plan, unit_order, units_plan
+    from placeto.cluster_cache import cached_cluster
+    from simulator.hardware import run_plan
+    from simulator.lowering import unit_order
+    from simulator.plans import units_plan
     from simulator.host_devices import kind_of
     from simulator.io import load_graph
     from simulator.step_profile import profile_units
@@ -132,7 +134,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
 def interleaved_us(runs: dict, repeats: int) -> dict:
     """Median microseconds of each blocking callable, timed in rounds of one call each (the order rotating by
     round, the garbage collector paused), after two untimed calls each (the first compiles)."""
-    from simulator.hardware import gc_paused
+    from simulator.timing import gc_paused
 
     for fn in runs.values():
         fn()

@@ -187,7 +187,7 @@ def summarise(result: dict) -> dict:
     same statistics of run 2 against run 1 (repeatability)."""
     from placeto.agreement import agreement, concordance, spearman
     from placeto.evaluate import EvalRow
-    from simulator.hardware import timing_of
+    from simulator.timing import timing_of
 
     run1 = [timing_of(r["runs"][0]) for r in result["rows"]]
     run2 = [timing_of(r["runs"][1]) for r in result["rows"]]

@@ -19,7 +19,7 @@ class EvalRow(NamedTuple):
 
     name: str
     simulated_us: float
-    measured: Any = None  # simulator.hardware.Timing, or None when not run on hardware
+    measured: Any = None  # simulator.timing.Timing, or None when not run on hardware
 
 
 class Agreement(NamedTuple):
@@ -95,7 +95,7 @@ class Concordance(NamedTuple):
 def concordance(predicted: Sequence[float], measured: Sequence[Any],
                 also_tied: Sequence[Any] | None = None) -> Concordance:
     """How often `predicted` (float[n]: simulated times, or another run's medians) orders two placements as
-    their measured median times (`measured`: simulator.hardware.Timing[n]) do. A pair whose measured
+    their measured median times (`measured`: simulator.timing.Timing[n]) do. A pair whose measured
     interquartile ranges overlap is a tie (and, given `also_tied`, Timing[n] of a second run, a pair whose IQRs
     overlap there too)."""
     n = len(predicted)

@@ -80,16 +80,17 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
-def float_in(lo: float, hi: float) -> Callable[[str], float]:
-    """An argparse type: a finite float in [lo, hi]."""
+def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float in [lo, hi] (with `lo_open`: in (lo, hi])."""
+    span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
 
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number in [{lo:g}, {hi:g}], got {text[:40]!r}") from None
-        if not (math.isfinite(value) and lo <= value <= hi):
-            raise argparse.ArgumentTypeError(f"expected a number in [{lo:g}, {hi:g}], got {text[:40]!r}")
+            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text[:40]!r}") from None
+        if not (math.isfinite(value) and lo <= value <= hi) or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text[:40]!r}")
         return value
 
     parse.__name__ = "number"
@@ -129,7 +130,7 @@ SEED = int_in(0, MAX_SEED)
 COUNT = int_in(0, 10**9)  # episodes, samples, warm-up runs
 POSITIVE = int_in(1, 10**9)  # repeats, groups, budgets
 WORKERS = int_in(1, 1024)
-MINUTES = float_in(0.0, 1e7)
+MINUTES = float_in(0.0, 1e7, lo_open=True)  # a time limit: finite, and not 0 (placeto read 0 as none, gdp as now)
 PERCENT = float_in(0.0, 1e6)  # a bound in percent (--max-cp-growth)
 
 
@@ -149,7 +150,8 @@ def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False)
     also takes local devices as a platform:index list (DEVICE_SPEC, e.g. gpu:0,cpu:0: `place --hardware`);
     cluster_from_args then takes the preset with that many devices."""
     local = (". With --hardware: a count or local devices as platform:index, e.g. gpu:0,cpu:0 (default there: "
-             "the cluster file's count, else every GPU, else 2 host CPU devices)") if device_list else ""
+             "the cluster file's count, else every GPU, else 2 host CPU devices; at most 4 host CPU devices per "
+             "core, at least 8)") if device_list else ""
     p.add_argument("--devices", type=DEVICE_SPEC if device_list else DEVICES, default=None,
                    help=devices_help("the cluster file's count" if device_list else
                                      "the placement or cluster file's count") + local)

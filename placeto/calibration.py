@@ -135,8 +135,33 @@ def concurrency_line(c: Concurrency) -> str:
     ran = f"devices: {what} ran independent work {c.speedup:.2f}x as fast as one (the simulator assumes {c.n}x{cap})"
     if c.concurrent:
         return f"{ran}: concurrent, as simulated"
-    return (f"{ran}: NOT concurrent, so no measured speedup over one device can appear here; the simulated gains "
+    return (f"{ran}: NOT concurrent, so running the devices at once gains nothing here; the simulated gains "
             f"need devices that run in parallel (e.g. GPUs)")
+
+
+SPEEDUP_SLACK = 1.25  # a measured speedup up to 1.25x the devices' measured concurrency is noise, not a surprise
+
+
+def beyond_concurrency(speedup: float, c: Concurrency | None) -> bool:
+    """Whether a placement measured `speedup` times the single device's speed is faster than running its devices
+    at once can explain: above SPEEDUP_SLACK times the devices' measured concurrency (`c.speedup`, at least 1).
+    False when the concurrency was not measured (one device, or mixed platforms)."""
+    return c is not None and speedup > SPEEDUP_SLACK * max(c.speedup, 1.0)
+
+
+def beyond_note(c: Concurrency, final: float, first: float | None = None) -> str:
+    """Words for a speedup over the single device that was `beyond_concurrency`: `final` the last measurement,
+    `first` the one before it when it was measured again. Where `final` is still beyond, that it held, and so
+    that the gain does not come (devices that run concurrently: not only) from running the devices at once;
+    else what the first measurement gave."""
+    allows = f"the {c.speedup:.2f}x the devices' measured concurrency allows"
+    if first is not None and not beyond_concurrency(final, c):
+        return f"measured again: the first fresh steps gave {first:.2f}x, beyond {allows}"
+    how = f" (on two sets of fresh steps: {first:.2f}x, then {final:.2f}x)" if first is not None else ""
+    why = ("more than running the devices at once can give" if c.concurrent else
+           "the gain is not from running the devices at once")
+    return (f"{final:.2f}x is BEYOND {allows}{how}: {why} (splitting the step into stages can itself make XLA "
+            f"faster; docs/hardware.md)")
 
 
 def check_parallelism(spec: int | tuple) -> Concurrency | None:

@@ -9,6 +9,7 @@ kill, edited by hand, or written by a run with another model config. Whoever rea
                                             kinds, finite floats; else an InputError naming the leaf
     param_template(init)                    the template for restore: init's pytree, traced, never run
     check_devices(config, n, src)           a policy of config.max_devices can place on n devices
+    counter(blob, key, src), objective(...) a checkpoint's counters and best objectives, typed and in range
     with RunLock(run_dir): ...              one writer per run directory (a second gets an InputError)
     save_table_run / load_table_run         a run directory that also keeps its optimizer state, step and a
                                             table of float rows (the imitation experiments; resumable)
@@ -29,9 +30,11 @@ from flax import serialization
 
 from simulator.errors import InputError
 from simulator.io import PathLike, atomic_write_bytes, read_json
+from simulator.limits import short_repr
 
 CONFIG = "config.json"
 CHECKPOINT = "checkpoint.msgpack"
+MAX_COUNTER = 2**53  # updates, samples, episodes, simulator calls: exact in a float64, beyond any run
 
 
 def read_config(run_dir: PathLike, cls: type) -> Any:
@@ -41,9 +44,12 @@ def read_config(run_dir: PathLike, cls: type) -> Any:
     d = read_json(path)
     if not isinstance(d, dict):
         raise InputError(f"expected a JSON object of {cls.__name__} fields", str(path))
+    for key, value in d.items():  # before any float() of it: an OverflowError, not a message
+        if type(value) is int and abs(value) > 2**63:
+            raise InputError(f"field {short_repr(key)}: {short_repr(value)} is out of range", str(path))
     try:
         return cls.from_dict(d)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise InputError(str(e).removeprefix(f"{cls.__name__}: "), str(path)) from None
 
 
@@ -68,6 +74,34 @@ def read_blob(path: PathLike, keys: Iterable[str] = ("params",)) -> dict[str, An
     if missing:
         raise InputError(f"checkpoint has no {', '.join(repr(k) for k in missing)}", str(path))
     return blob
+
+
+def counter(blob: Mapping[str, Any], key: str, source: PathLike) -> int:
+    """`blob[key]`, a training counter: an integer (not a bool, nor a float or string that int() would take) in
+    [0, MAX_COUNTER]; else an InputError naming `source` and the field."""
+    value = blob.get(key)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or \
+            not 0 <= int(value) <= MAX_COUNTER:
+        raise InputError(f"field {key!r}: {short_repr(value)} is not a counter (an integer in [0, 2^53])",
+                         str(source))
+    return int(value)
+
+
+def objective(value: Any, where: str, source: PathLike) -> float:
+    """A best objective read from a checkpoint (microseconds): a number >= 0, infinite before the first update;
+    else an InputError naming `source` and `where`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) or \
+            not (isinstance(value, (float, np.floating)) or abs(value) < 2**1023) or not float(value) >= 0:
+        raise InputError(f"{where}: {short_repr(value)} is not an objective (microseconds >= 0)", str(source))
+    return float(value)
+
+
+def objectives(value: Any, where: str, source: PathLike) -> dict[str, float]:
+    """A checkpoint's {task key: best objective} map (`objective` each); else an InputError."""
+    if not isinstance(value, Mapping):
+        raise InputError(f"{where}: expected a map of task -> best objective, got {type(value).__name__}",
+                         str(source))
+    return {str(k): objective(v, f"{where}[{short_repr(k)}]", source) for k, v in value.items()}
 
 
 def restore(template: Any, state: Any, where: str, source: PathLike) -> Any:

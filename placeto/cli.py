@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from typing import Callable, Sequence
 
 from placeto import compile_cache
@@ -19,8 +20,8 @@ from placeto.arguments import (COUNT, DEVICE_SPEC, DEVICES, MINUTES, PERCENT, PO
 from placeto.cli_placers import cmd_place, cmd_policies, cmd_train
 from placeto.distributed import WorkerError, add_worker_arguments
 from placeto.on_hardware import DEFAULT_METHODS as DEFAULT_HARDWARE_METHODS
-from simulator.errors import InputError
-from simulator.io import check_output_path
+from simulator.errors import TRACEBACK_ENV, InputError
+from simulator.io import check_distinct_paths, check_output_path
 
 Command = Callable[[argparse.Namespace], int]
 
@@ -71,6 +72,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator.io import load_graph, load_placement
 
     if args.gantt:
+        check_distinct_paths([("--gantt", args.gantt)], [("the graph file", args.file),
+                                                         ("the placement file", args.placement),
+                                                         ("the cluster file", getattr(args, "cluster", None))])
         check_output_path(args.gantt)
     graph = load_graph(args.file)
     cluster = cluster_from_args(args, placement=args.placement)  # the placement file's count, checked
@@ -121,7 +125,7 @@ def cmd_datasets_build(args: argparse.Namespace) -> int:
 def cmd_import_jax(args: argparse.Namespace) -> int:
     from simulator.export import describe, export_path, export_program
     from simulator.importer import describe_state, import_step, name_from_path
-    from simulator.io import save_graph
+    from simulator.io import check_readable, save_graph
     from simulator.result import critical_path
 
     from placeto.families import COST_KINDS
@@ -129,36 +133,53 @@ def cmd_import_jax(args: argparse.Namespace) -> int:
     if args.groups is not None and not args.grouped_out:
         raise InputError("--groups is the target of --grouped-out: give --grouped-out FILE")
     written = [p for p in (args.out, args.grouped_out) if p]
-    for path in written + ([str(export_path(p)) for p in written] if args.export else []):
+    exports = [(f"the export of {flag}", str(export_path(p))) for flag, p in (("--out", args.out),
+                                                                            ("--grouped-out", args.grouped_out)) if p]
+    check_distinct_paths([("--out", args.out), ("--grouped-out", args.grouped_out)] + (exports if args.export else []))
+    for path in written + ([p for _, p in exports] if args.export else []):
         check_output_path(path)
     name = args.name or name_from_path(args.out)
     imported = import_step(args.function, args.args_spec, COST_KINDS, name, args.params, args.opt_state,
                            grouped=bool(args.grouped_out), groups=args.groups,
                            max_cp_growth=args.max_cp_growth / 100)
     graph, grouping = imported.graph, imported.grouping
+    if not any(e is not None for e in imported.traced.equations):  # nothing written over an existing file
+        raise InputError(f"{args.function} traced to no operations ({graph.n_nodes} inputs and parameters, "
+                         f"nothing computed): nothing to place; nothing written")
     print(f"traced {args.function} in {imported.seconds:.1f} s: {graph.n_nodes} ops, {graph.n_edges} edges")
     print(describe_state(imported.traced))
-    save_graph(graph, args.out)
+    outputs = [(args.out, graph, None)] + ([(args.grouped_out, grouping.graph, grouping.op_to_group)]
+                                           if grouping is not None else [])
+    for path, g, _ in outputs:  # what is written must read back (simulator.io's checks), or nothing is written
+        check_readable(g, path)
+    staged = []  # exported programs, written beside their final names and moved there once all are made
+    try:
+        for path, g, op_to_group in outputs if args.export else []:
+            final = export_path(path)
+            temporary = final.with_name(f".{final.name}.{os.getpid()}.tmp")
+            staged.append((temporary, final, export_program(imported.traced, g, temporary, op_to_group)))
+        for path, g, _ in outputs:
+            save_graph(g, path)
+        for temporary, final, _ in staged:
+            os.replace(temporary, final)
+    finally:
+        for temporary, _, _ in staged:
+            temporary.unlink(missing_ok=True)
     print(f"{args.out}: {graph.n_nodes} ops, costs for {', '.join(COST_KINDS)}")
     if grouping is not None:
-        save_graph(grouping.graph, args.grouped_out)
         kind = COST_KINDS[0]
         cp = [critical_path(g, g.cost_for(kind)) / 1e3 for g in (graph, grouping.graph)]
         print(f"{args.grouped_out}: {grouping.report.describe()} [{kind}: critical path {cp[0]:.2f} -> "
               f"{cp[1]:.2f} ms]")
-    if args.export:
-        for path, g, op_to_group in ((args.out, graph, None), (args.grouped_out, grouping and grouping.graph,
-                                                               grouping and grouping.op_to_group)):
-            if path:
-                manifest = export_program(imported.traced, g, export_path(path), op_to_group)
-                print(describe(manifest, export_path(path)))
+    for _, final, manifest in staged:
+        print(describe(manifest, final))
     return 0
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
     import time
 
-    from simulator.io import load_graph, save_graph
+    from simulator.io import check_readable, load_graph, save_graph
 
     if args.out and len(args.files) != 1:
         raise InputError(f"--out takes one input file, got {len(args.files)}")
@@ -182,6 +203,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         graph = profile(before, kind=args.kind, repeats=args.repeats, warmup=args.warmup, program=args.program,
                         args_spec=args.args_spec, exported=args.exported, devices=devices, method=args.method)
         out = args.out if args.out and len(args.files) == 1 else file
+        check_readable(graph, out)  # a measurement that went wrong never replaces the file
         save_graph(graph, out)
         for kind, how in graph.meta["profile"].items():
             if how is before.meta.get("profile", {}).get(kind):
@@ -211,7 +233,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise InputError(f"--budget: expected an integer in [1, {10**9}]")
     if args.out:
         check_output_path(args.out, directory=True)
+    if getattr(args, "checkpoint", None) is not None:  # before any row runs: as `place` checks it
+        from placeto.methods import registry
+        from placeto.policies import resolve_checkpoint
+
+        registry.run_method(resolve_checkpoint(args.checkpoint))
     return run_compare(args)
+
+
+def add_verbose_argument(p: argparse.ArgumentParser) -> None:
+    """--verbose, on the commands that run the user's code (a module, a step function, an args factory)."""
+    p.add_argument("--verbose", action="store_true",
+                   help=f"on an error raised by your code, also print its traceback (or set {TRACEBACK_ENV}=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -275,6 +308,7 @@ def build_parser() -> argparse.ArgumentParser:
     imp.add_argument("--export", action="store_true",
                      help="also write each graph's program (jax.export, per op / per group) beside it as "
                           "<graph>.export.zip, so `eval --hardware` and `profile` need no import of your module")
+    add_verbose_argument(imp)
     imp.set_defaults(func=cmd_import_jax)
 
     prof = sub.add_parser("profile", help="measure every node's cost on local JAX devices (inside the compiled step)")
@@ -292,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps (or calls) per measurement")
     prof.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
     add_program_arguments(prof)
+    add_verbose_argument(prof)
     prof.set_defaults(func=cmd_profile)
 
     tr = sub.add_parser("train", help="train a placement policy (placeto, gdp, rnn or hierarchical) on a family or "
@@ -364,7 +399,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--out", required=True, help="placement file to write")
     hw = pl.add_argument_group("placing for this machine (--hardware)")
     hw.add_argument("--hardware", action="store_true",
-                    help="place for the local devices: profile the graph on them (cached in the graph file), "
+                    help="place for the local devices: profile the graph on them (cached in placeto's cache, the "
+                         "graph file untouched), "
                          "calibrate them (cached), place with --candidates (and --method), run the best --top "
                          "placements and the single device for real, keep the fastest measured and print its speed "
                          "against the plain jax.jit of the step (a fresh process, default threading). --devices: a "
@@ -376,6 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--repeats", type=POSITIVE, default=7, help="timed steps per placement run for real")
     hw.add_argument("--plot", help="write the measured against simulated step times of the placements run to this "
                                    "PNG")
+    hw.add_argument("--save-profile", action="store_true",
+                    help="also write the graph's measured profile into the graph file (default: kept in placeto's "
+                         "cache only, keyed by the graph, device, host and JAX version)")
     pl.set_defaults(func=cmd_place)
 
     pol = sub.add_parser("policies", help="list the trained policies shipped with the package")
@@ -390,6 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ev = sub.add_parser("eval", help="simulate placements, and with --hardware run them on local JAX devices")
     add_eval_arguments(ev)
+    add_verbose_argument(ev)
     ev.set_defaults(func=run_eval)
     cal = sub.add_parser("calibrate", help="fit a cluster file to local devices: per-op overheads (delta1, delta2), "
                                            "transfer bandwidth and latency, host dispatch and transfer times")
@@ -411,6 +451,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below
         return code
     except InputError as e:
+        if getattr(args, "verbose", False) or os.environ.get(TRACEBACK_ENV, "") not in ("", "0"):
+            traceback.print_exception(e)  # the user's traceback first (the cause), then the one line
         print(f"placeto: error: {e}", file=sys.stderr)
         return 2
     except WorkerError as e:  # Ray workers timed out or kept dying: the run stopped, its checkpoint kept

@@ -12,7 +12,7 @@ import re
 from placeto.arguments import DEFAULT_DEVICES, cluster_from_args, resolve_devices, spec_count
 from simulator.cluster import Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
-from simulator.io import check_output_path
+from simulator.io import check_distinct_paths, check_output_path
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -24,6 +24,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if args.config not in method.presets:
         raise InputError(f"--config {args.config} is not a preset of {method.name} (it has "
                          f"{', '.join(method.presets)})")
+    owner = None if args.fresh else registry.run_method(args.out)  # InputError: a "method" that names none
+    if owner not in (None, method.name):  # resuming another method's run would read its config as this one's
+        raise InputError(f"not a run directory of {method.name} (its \"method\" is {owner!r}); pass --fresh or "
+                         f"another --out", f"{args.out}/config.json")
     return method.train(args, *_train_inputs(args), workers)
 
 
@@ -31,6 +35,12 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     """`place --hardware`: placeto.on_hardware.place_on_hardware, then the placement file and the report."""
     from simulator.host_devices import default_local_spec, ensure_host_devices
 
+    unused = [flag for flag, given in (("--checkpoint", args.checkpoint is not None),
+                                       ("--budget", args.budget is not None), ("--samples", args.samples > 0),
+                                       ("--finetune-episodes", args.finetune_episodes > 0)) if given]
+    if unused:  # taken silently once, a missing --checkpoint run included
+        raise InputError(f"{unused[0]} is not used by --hardware (its --candidates are placed with their shipped "
+                         f"policies, --seconds each): leave it out, or place without --hardware")
     cluster = load_cluster(args.cluster) if args.cluster else None
     if cluster is not None:  # the cluster file's count, or --devices checked against it
         resolve_devices(spec_count(args.devices), [(f"cluster {args.cluster}", cluster.n_devices)])
@@ -48,7 +58,8 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     resolve_methods(methods)  # unknown names: one line
     graph = load_graph(args.graph)
     outcome = place_on_hardware(graph, args.graph, spec, methods, seconds=args.seconds or 2.0, top=args.top,
-                                repeats=args.repeats, seed=args.seed, cluster=cluster)
+                                repeats=args.repeats, seed=args.seed, cluster=cluster,
+                                save_profile=args.save_profile)
     save_placement(args.out, outcome.best.placement, outcome.cluster.device_names)
     print(report(outcome))
     print(f"-> {args.out} ({outcome.best.name})")
@@ -60,6 +71,16 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
                                         f"{outcome.best.name} kept")
         print(f"plot: {args.plot}")
     return 0
+
+
+MAX_SECONDS = 86400.0  # --seconds of a placement method: a day
+
+
+def check_seconds(seconds: float | None) -> None:
+    """InputError unless `seconds` (--seconds; None: not given) is a budget in (0, MAX_SECONDS]: never zero or
+    negative, never one that cannot expire (inf, nan, 1e300)."""
+    if seconds is not None and not 0 < seconds <= MAX_SECONDS:
+        raise InputError(f"--seconds must be in (0, {MAX_SECONDS:g}], got {seconds}")
 
 
 def graph_files(paths: list[str]) -> list[str]:
@@ -98,17 +119,30 @@ def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
     return graphs, [cluster_preset(args.preset, d) for d in dict.fromkeys(args.devices or [DEFAULT_DEVICES])]
 
 
-def cmd_place(args: argparse.Namespace) -> int:
-    import numpy as np
+def single_line(single, graph, cluster: Cluster) -> str:
+    """The `single device` line of `place`: the simulated runtime (a simulator.result.SimResult) of the cluster's
+    fastest single device (placeto.baselines.single.single_device, as `compare`'s "single" row) and its name."""
+    from placeto.baselines.single import single_device
 
+    name = cluster.devices[single_device(graph, cluster)].name
+    return f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}  ({name})"
+
+
+def cmd_place(args: argparse.Namespace) -> int:
+    from placeto.baselines.single import single as single_placement
     from simulator import simulate
     from simulator.io import load_graph, save_placement
 
+    check_distinct_paths([("--out", args.out), ("--plot", getattr(args, "plot", None))],
+                         [("the graph file", args.graph), ("the cluster file", args.cluster)])
     check_output_path(args.out)
     if getattr(args, "plot", None):
         check_output_path(args.plot)
         if not args.hardware:
             raise InputError("--plot draws the placements run for real: it needs --hardware")
+    if getattr(args, "save_profile", False) and not args.hardware:
+        raise InputError("--save-profile writes the profile that --hardware measures: it needs --hardware")
+    check_seconds(args.seconds)  # every path: a budget that can expire, and is not empty
     if args.hardware:
         return _place_on_hardware(args)
     if args.devices is not None and not isinstance(args.devices, int):
@@ -140,8 +174,6 @@ def cmd_place(args: argparse.Namespace) -> int:
     method = args.method or ("placeto-search" if args.seconds is not None or args.budget is not None else "placeto")
     if method != "placeto" and not budgeted:
         raise InputError(f"--method {method} searches: give --seconds S or --budget N")
-    if args.seconds is not None and not 0 < args.seconds <= 86400:
-        raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
     if budgeted or method != "placeto":
         from placeto import policies
         from placeto.compare import run_learned
@@ -158,7 +190,7 @@ def cmd_place(args: argparse.Namespace) -> int:
         placement, calls = registry.get(method).place(graph, cluster, args.checkpoint, args.samples, args.seed)
         how, policy = method, args.checkpoint
     placed = simulate(graph, placement, cluster)
-    single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
+    single = simulate(graph, single_placement(graph, cluster), cluster)
     save_placement(args.out, placement, cluster.device_names)
     print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator calls) -> {args.out}")
     from placeto import coarsen
@@ -171,15 +203,14 @@ def cmd_place(args: argparse.Namespace) -> int:
     elif graph.n_nodes > coarsen.MAX_POLICY_NODES:
         print(f"  ({graph.n_nodes} nodes: placed as {coarsen.COARSE_GROUPS} groups by the policy, then expanded)")
     print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
-    print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
+    print(single_line(single, graph, cluster))
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
     return 0
 
 
 def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> int:
     """`place --method NAME` for a baseline of placeto.baselines: its placement, written like any other."""
-    import numpy as np
-
+    from placeto.baselines.single import single as single_placement
     from simulator import simulate
     from simulator.io import save_placement
 
@@ -189,18 +220,16 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
                                    ("--finetune-episodes", args.finetune_episodes > 0)) if on]
     if given:
         raise InputError(f"{given[0]} is for learned methods, not the baseline {args.method!r}")
-    if args.seconds is not None and not 0 < args.seconds <= 86400:
-        raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
     budget = args.budget if args.budget is not None else (None if args.seconds is not None else DEFAULT_BUDGET)
     run = run_method(args.method, graph, cluster, args.seed, budget=budget, seconds=args.seconds)
     placed = simulate(graph, run.placement, cluster)
-    single = simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster)
+    single = simulate(graph, single_placement(graph, cluster), cluster)
     save_placement(args.out, run.placement, cluster.device_names)
     spent = f", budget {budget if budget is not None else 'unlimited'}" if args.method in BUDGETED else ""
     print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "
           f"{run.simulator_calls} simulator calls) -> {args.out}")
     print(f"  {args.method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
-    print(f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}")
+    print(single_line(single, graph, cluster))
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
     return 0
 

@@ -32,6 +32,8 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, MutableMapping
 
+from simulator.errors import InputError
+
 ENV = "PLACETO_COMPILE_CACHE"
 ROOT_ENV = "PLACETO_CACHE"
 OFF = "off"
@@ -46,13 +48,27 @@ _warned = False  # an unusable directory is reported once per process
 def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
     """Placeto's cache root (not created here): PLACETO_CACHE if set (an empty value counts as unset), else
     $XDG_CACHE_HOME/placeto when XDG_CACHE_HOME is an absolute path (the XDG rule: a relative one is ignored),
-    else ~/.cache/placeto. RuntimeError where there is no home directory to put it under."""
+    else ~/.cache/placeto. InputError (one line, naming the variable) where a "~user" in PLACETO_CACHE names no
+    user, or there is no home directory to put it under."""
     given = environ.get(ROOT_ENV, "").strip()
     if given:
-        return Path(given).expanduser().absolute()
+        return _expand(given, ROOT_ENV)
     xdg = environ.get("XDG_CACHE_HOME", "")
-    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
-    return base / "placeto"
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "placeto"
+    try:
+        return Path.home() / ".cache" / "placeto"
+    except RuntimeError as e:  # no HOME and no passwd entry
+        raise InputError(f"{e} (set {ROOT_ENV} to a directory)") from None
+
+
+def _expand(given: str, variable: str) -> Path:
+    """`given` (the value of environment `variable`) with ~ expanded, absolute; InputError if ~user is unknown."""
+    try:
+        return Path(given).expanduser().absolute()
+    except RuntimeError as e:  # "~nosuchuser/...", or "~" without a home directory
+        raise InputError(f"{variable}={given[:80]}: cannot expand {given.split('/')[0][:40]!r} ({e}); set it to "
+                         f"a directory") from None
 
 
 def cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
@@ -62,7 +78,7 @@ def cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
     if given.lower() == OFF:
         return None
     if given:
-        return Path(given).expanduser().absolute()
+        return _expand(given, ENV)
     return cache_root(environ) / "jax"
 
 
@@ -101,7 +117,7 @@ def enable(environ: MutableMapping[str, str] = os.environ) -> Path | None:
     try:
         path = cache_dir(environ)
         problem = None if path is None else usable(path)
-    except RuntimeError as e:  # Path.home(): no home directory to put it under
+    except InputError as e:  # an unknown ~user, or no home directory to put it under
         path, problem = None, str(e)
     if problem is not None:
         if not _warned:

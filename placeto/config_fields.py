@@ -19,6 +19,8 @@ def check_types_and_ranges(config: Any, ranges: dict[str, tuple[float, float]]) 
         if not ok:
             shown = "a huge integer" if type(value) is int and abs(value) > 10**30 else repr(value)[:40]
             raise ValueError(f"{name}: field {f.name!r}: {shown} is not of type {kind.__name__}")
+        if kind is float and type(value) is int and abs(value) > 2**1023:  # float() would raise OverflowError
+            raise ValueError(f"{name}: field {f.name!r}: a huge integer is out of range")
         if kind is float:
             object.__setattr__(config, f.name, value := float(value))
         if f.name in ranges:

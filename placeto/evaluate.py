@@ -9,8 +9,9 @@ together where dependencies allow (`staged_order`), and the placements' steps ar
 machine's load hits them alike.
 
 `--devices` is a count or a list of local devices (`gpu:0,cpu:0`, simulator.host_devices.parse_device_spec):
-the runner uses those devices in that order, the placements have that many devices, and the cluster (calibrated
-now, or --cluster) gives each device its own kind, so a GPU and the CPU are simulated with their own costs.
+the runner uses those devices in that order, the placements have that many devices, and the cluster (--cluster,
+else the calibration `place --hardware` caches for these devices, measured now when none is cached) gives each
+device its own kind, so a GPU and the CPU are simulated with their own costs.
 
 For the comparison to mean anything the simulator must model these devices: use the cluster `calibrate` measures
 (device kind "local-<platform>", so the graph's measured costs from `placeto profile` are used) and profile the
@@ -58,7 +59,8 @@ from simulator.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.errors import InputError
 from simulator.fit import WORKLOAD_FREE
 from simulator.graph import DEFAULT_KIND, Graph
-from simulator.io import PathLike, atomic_write_bytes, check_output_path, load_graph, load_placement
+from simulator.io import (PathLike, atomic_write_bytes, check_distinct_paths, check_output_path, load_graph,
+                          load_placement)
 
 MODES = ("auto", "program", "synthetic")
 
@@ -84,9 +86,9 @@ class HardwareRunner:
         return self.make_plan(placement, order, False)
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
-        """simulator.hardware.Timing of one step of each placement, the placements' steps interleaved
-        (simulator.hardware.time_interleaved)."""
-        from simulator.hardware import time_interleaved, timing_of
+        """simulator.timing.Timing of one step of each placement, the placements' steps interleaved
+        (simulator.timing.time_interleaved)."""
+        from simulator.timing import time_interleaved, timing_of
 
         times = time_interleaved([self.plan(p) for p in placements], repeats, warmup, self.threads)
         return [timing_of(t) for t in times]
@@ -222,7 +224,8 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     kernels taking the simulation costs; "auto" picks "program" when possible.
     """
     from simulator.calibrate import calibrate_kernel
-    from simulator.hardware import leaf_values, program_plan
+    from simulator.lowering import leaf_values
+    from simulator.plans import program_plan
     from simulator.host_devices import local_devices
     from simulator.synthetic_kernels import synthetic_plan
 
@@ -252,7 +255,7 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
         vals = export.values(bundle, seed)
 
         def make_exported(placement, order, stages=True):
-            from simulator.hardware import units_plan  # (export.bundle_plan: per-unit, as measure_units needs)
+            from simulator.plans import units_plan  # (export.bundle_plan: per-unit, as measure_units needs)
 
             return units_plan(bundle.units, vals, placement, devices, bundle.outputs, None, bundle.cache, order,
                               stages=stages)
@@ -373,7 +376,9 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", type=DEVICE_SPEC, default=None,
                    help=devices_help("the placement and cluster files' count") + ". With --hardware also local "
                         "devices as a platform:index list, e.g. gpu:0,cpu:0")
-    p.add_argument("--cluster", help="cluster JSON (default with --hardware: calibrate now; without: --preset)")
+    p.add_argument("--cluster", help="cluster JSON (default with --hardware: the cached calibration of these "
+                                     "devices, as `place --hardware` uses, calibrated now when none is cached; "
+                                     "without: --preset)")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
                    help="cluster preset when simulating only and no --cluster is given")
     p.add_argument("--mode", default="auto", choices=MODES,
@@ -415,6 +420,9 @@ def _device_count(args: argparse.Namespace) -> int:
 
 
 def run_eval(args: argparse.Namespace) -> int:
+    check_distinct_paths([("--plot", args.plot), ("--json", args.json), ("--refit", args.refit)],
+                         [("the graph file", args.graph), ("the cluster file", args.cluster)] +
+                         [("a placement file", path) for path in args.placement])
     for path in (args.plot, args.json, args.refit):
         if path:
             check_output_path(path)
@@ -442,7 +450,7 @@ def run_eval(args: argparse.Namespace) -> int:
     costs = args.costs or ("step" if args.hardware else "graph")  # on hardware: the units inside the step
     graph = load_graph(args.graph)
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
-    cluster = _eval_cluster(args, n, spec)
+    cluster = eval_cluster(args, n, spec)
     runner = None
     if args.program:
         print(f"importing {args.program} (named by --program) to re-trace the graph's program", flush=True)
@@ -511,25 +519,21 @@ def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> tuple:
                                   progress=lambda line: print(line, flush=True)),)
 
 
-def _eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:
-    """--cluster, else (with --hardware) a calibration now of the local devices `spec`, else --preset with n
-    devices."""
+def eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:
+    """--cluster, else (with --hardware) the calibrated cluster of the local devices `spec` (the one `place
+    --hardware` caches, placeto.cluster_cache.cached_cluster: calibrated now only when none is cached), else
+    --preset with n devices."""
     if args.cluster:
         cluster = load_cluster(args.cluster)
         if cluster.n_devices != n:
             raise InputError(f"--devices {n} but cluster {args.cluster} has {cluster.n_devices} devices")
         return cluster
     if args.hardware:
-        from simulator.calibrate import calibrate_fit
+        from simulator.host_devices import local_devices
 
-        from simulator.host_devices import spec_text
+        from placeto.cluster_cache import cached_cluster
 
-        print(f"calibrating local devices {spec_text(spec)} (pass --cluster from `placeto calibrate` to skip) ...",
-              flush=True)
-        fit = calibrate_fit(spec)
-        print(f"calibration fit: R^2 {fit.r2:.3f}, RMS relative error {fit.rms_relative * 100:.1f}% over "
-              f"{len(fit.names)} probes (`placeto calibrate` prints them)")
-        return fit.cluster
+        return cached_cluster(local_devices(spec), spec, progress=lambda line: print(line, flush=True))
     return cluster_preset(args.preset, n)
 
 
@@ -548,6 +552,8 @@ def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray], con
     if singles:
         best = min(singles, key=lambda r: r.measured.median_us)
         lines += versus_single([best] + [r for r, single in zip(rows, one) if not single], best)
+        lines += beyond_lines(best, [r for r, single in zip(rows, one) if not single and r.measured is not None],
+                              concurrency)
     measured = [r for r in rows if r.measured is not None]
     if plain and measured:
         fastest = min(measured, key=lambda r: r.measured.median_us)
@@ -558,6 +564,21 @@ def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray], con
     if concurrency is not None:
         lines.append(concurrency_line(concurrency))
     return lines
+
+
+def beyond_lines(single: EvalRow, others: Sequence[EvalRow], concurrency: Concurrency | None) -> list[str]:
+    """One line when the fastest of `others` (measured placements over several devices) measured faster than the
+    single device `single` than the devices' measured concurrency allows (placeto.calibration.beyond_concurrency):
+    eval measures each once, `place --hardware` measures such a speedup again."""
+    from placeto.calibration import beyond_concurrency, beyond_note
+
+    if not others:
+        return []
+    fastest = min(others, key=lambda r: r.measured.median_us)
+    speedup = single.measured.median_us / fastest.measured.median_us
+    if not beyond_concurrency(speedup, concurrency):
+        return []
+    return [f"fastest measured placement ({_short_name(fastest.name)}): {beyond_note(concurrency, speedup)}"]
 
 
 def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequence[EvalRow],

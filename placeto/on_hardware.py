@@ -2,19 +2,24 @@
 fastest measured (`placeto place G --hardware`).
 
 1. profile: the graph's units are measured on each kind of local device in use (placeto.profiling, method
-   "step"), unless the graph file already holds such a profile from this device and JAX version; the profile is
-   written back into the graph file (atomically), so the next run skips it;
+   "step"), unless the graph file or placeto's cache holds a current one (this device, host and JAX version, not
+   taken under load: placeto.profile_cache); the profile is cached there, keyed by the graph's content, so the
+   next run skips it; the graph file is never written unless asked (`save_profile`, `--save-profile`);
 2. calibrate: the cluster of these devices (simulator.calibrate.calibrate_fit), cached in the user's cache
    directory (`PLACETO_CACHE`, else `$XDG_CACHE_HOME/placeto`, else `~/.cache/placeto`) per device list, host
    and JAX version;
 3. place: every method asked for (classical or learned, as `placeto compare` runs them) against that cluster,
    the same seconds each; the placements are ranked by simulated step time, duplicates dropped;
 4. run: the best `top` candidates and the single-device placement (every unit on the device that simulates
-   fastest alone) run for real, their steps interleaved (simulator.hardware.time_interleaved);
-5. keep the fastest measured (median). Doing no harm: the single device is always a candidate, so the answer is
+   fastest alone) run for real, their steps interleaved (simulator.timing.time_interleaved);
+5. keep the fastest measured (median). Doing no harm: the single device (the cluster's fastest,
+   placeto.baselines.single) is always a candidate, timed in the same interleaved rounds, so the answer is
    never measured slower than it in the same run. The pick favours whichever placement drew fast steps, so the
    kept placement and the single device run again, interleaved, and the speedup printed is that of these fresh
-   steps (`Recheck`), with its spread (the ratio of the single device's quartiles to the kept placement's);
+   steps (`Recheck`), with its spread (the ratio of the single device's quartiles to the kept placement's). A
+   speedup beyond what the devices' measured concurrency allows (placeto.calibration.beyond_concurrency) is
+   measured once more on fresh steps; if it holds it is kept, and the report says the gain does not come from
+   running the devices at once (on host CPU devices, splitting the step into stages can itself be faster);
 6. the baseline a user would run without placeto: the plain `jax.jit` of the graph's step with JAX's default
    device and threading, timed in a fresh process before and after the placements (placeto.plain_jit).
 
@@ -27,15 +32,11 @@ several devices cannot show in the measured times; the report says so.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import platform
-from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from simulator.cluster import Cluster, load_cluster, save_cluster
+from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
 
@@ -49,15 +50,15 @@ class Candidate(NamedTuple):
     name: str  # the method (or "single device")
     placement: np.ndarray  # int32[N] device index per node
     simulated_us: float
-    measured: Any = None  # simulator.hardware.Timing, None if not run
+    measured: Any = None  # simulator.timing.Timing, None if not run
 
 
 class Recheck(NamedTuple):
     """The kept placement and the single device measured again after the pick, interleaved, on fresh steps: the
     samples a placement was picked with favour it (the fastest of several noisy medians is biased low)."""
 
-    kept: Any  # simulator.hardware.Timing of the kept placement
-    single: Any  # simulator.hardware.Timing of the single device (the same Timing when it is the one kept)
+    kept: Any  # simulator.timing.Timing of the kept placement
+    single: Any  # simulator.timing.Timing of the single device (the same Timing when it is the one kept)
 
     @property
     def speedup(self) -> float:
@@ -83,75 +84,21 @@ class Outcome(NamedTuple):
     concurrency: Any = None  # placeto.calibration.Concurrency of the devices (None: not measured)
     recheck: Recheck | None = None  # the kept placement and the single device on fresh steps (None: not run)
     plain: tuple = ()  # placeto.plain_jit.PlainJit before and after the placements ran (empty: not measured)
-
-
-def cache_dir() -> Path:
-    """Where calibrated clusters are kept between runs: placeto's cache root (PLACETO_CACHE, else
-    $XDG_CACHE_HOME/placeto, else ~/.cache/placeto; placeto.compile_cache.cache_root)."""
-    from placeto.compile_cache import cache_root
-
-    return cache_root()
-
-
-def needs_profile(graph: Graph, devices: Sequence[Any]) -> list[Any]:
-    """The first device of each kind in `devices` whose kind the graph has no current profile of (method "step",
-    the same device model and JAX version)."""
-    import jax
-
-    from simulator.host_devices import kind_of
-
-    todo, seen = [], set()
-    for d in devices:
-        kind = kind_of(d)
-        if kind in seen:
-            continue
-        seen.add(kind)
-        how = graph.meta.get("profile", {}).get(kind) or {}
-        current = (kind in graph.costs and how.get("method") == "step" and how.get("jax_version") == jax.__version__
-                   and how.get("device") == str(getattr(d, "device_kind", d)))
-        if not current:
-            todo.append(d)
-    return todo
-
-
-def cached_cluster(devices: Sequence[Any], spec: Any, repeats: int = 7,
-                   progress: Callable[[str], None] = print) -> Cluster:
-    """The calibrated cluster of `devices` (resolved from the --devices `spec`), from the cache or measured now
-    and cached (simulator.calibrate.calibrate_fit)."""
-    import jax
-
-    from simulator.calibrate import calibrate_fit
-
-    key = json.dumps([[d.platform, d.id, str(d.device_kind)] for d in devices] + [platform.node(), jax.__version__])
-    path = cache_dir() / "clusters" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
-    if path.exists():
-        try:
-            cluster = load_cluster(path)
-            if cluster.n_devices == len(devices):
-                progress(f"cluster: {path} (cached calibration; delete it to measure again)")
-                return cluster
-        except InputError:
-            pass  # a damaged cache entry is measured again
-    progress(f"calibrating {len(devices)} local devices (cached afterwards in {path}) ...")
-    fit = calibrate_fit(spec, repeats)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_cluster(fit.cluster, path)
-    return fit.cluster
+    flagged: Recheck | None = None  # a first recheck whose speedup was beyond the devices' concurrency (then
+    #                                 `recheck` is the second, on fresh steps again); None: none was
 
 
 def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seconds: float, seed: int = 0,
                     progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
     """(every method's placement ranked by simulated time without duplicates, the single-device candidate:
-    all nodes on the device that simulates fastest alone)."""
+    all nodes on the cluster's fastest single device, placeto.baselines.single, as in `place` and `compare`)."""
     from simulator import simulate
 
+    from placeto.baselines.single import single as single_placement
     from placeto.compare import _run_one
 
-    singles = []
-    for d in range(cluster.n_devices):
-        p = np.full(graph.n_nodes, d, dtype=np.int32)
-        singles.append(Candidate("single device", p, float(simulate(graph, p, cluster).runtime)))
-    single = min(singles, key=lambda c: c.simulated_us)
+    p = single_placement(graph, cluster)
+    single = Candidate("single device", p, float(simulate(graph, p, cluster).runtime))
     found: dict[bytes, Candidate] = {single.placement.tobytes(): single}
     for name in methods:
         kept: list[np.ndarray] = []
@@ -176,23 +123,27 @@ def pick(measured: Sequence[Candidate], single: Candidate) -> tuple[Candidate, f
 def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: Sequence[str] = DEFAULT_METHODS,
                       seconds: float = 2.0, top: int = 3, repeats: int = 7, warmup: int = 2, seed: int = 0,
                       cluster: Cluster | None = None, progress: Callable[[str], None] = print,
-                      plain: bool = True) -> Outcome:
-    """Profile (cached in the graph file at `graph_path`), calibrate (cached), place with `methods`, run the best
-    `top` candidates and the single device on the local devices of `spec` (a count or a device list, see
-    simulator.host_devices), keep the fastest measured and run it and the single device again on fresh steps.
-    With `plain`, the plain jit of the graph file's step is timed in a fresh process before and after
-    (placeto.plain_jit). Call ensure_host_devices(spec) before JAX starts."""
+                      plain: bool = True, save_profile: bool = False) -> Outcome:
+    """Profile (cached in placeto's cache; also written into the graph file at `graph_path` with `save_profile`),
+    calibrate (cached), place with `methods`, run the best `top` candidates and the single device on the local
+    devices of `spec` (a count or a device list, see simulator.host_devices), keep the fastest measured and run
+    it and the single device again on fresh steps: twice when the first gives a speedup beyond the devices'
+    measured concurrency (placeto.calibration.beyond_concurrency). With `plain`, the plain jit of the graph
+    file's step is timed in a fresh process before and after (placeto.plain_jit). Call
+    ensure_host_devices(spec) before JAX starts."""
     from simulator.host_devices import local_devices
 
     from placeto import plain_jit
-    from placeto.calibration import measure_concurrency
+    from placeto.calibration import beyond_concurrency, measure_concurrency
     from placeto.evaluate import hardware_runner
 
     if top < 1:
         raise InputError(f"--top must be >= 1, got {top}")
     devices = local_devices(spec)
-    graph = ensure_profile(graph, graph_path, devices, progress)
+    graph = ensure_profile(graph, graph_path, devices, progress, save_profile)
     if cluster is None:
+        from placeto.cluster_cache import cached_cluster
+
         cluster = cached_cluster(devices, spec, progress=progress)
     elif cluster.n_devices != len(devices):
         raise InputError(f"the cluster has {cluster.n_devices} devices, --devices names {len(devices)}")
@@ -210,32 +161,68 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     measured = [c._replace(measured=t) for c, t in zip(chosen, timings)]
     single = measured[-1]
     best, speedup, spread = pick(measured, single)
-    again = recheck(runner, best, single, repeats, warmup, progress)
+    concurrency = measure_concurrency(spec)
+    again, flagged = recheck(runner, best, single, repeats, warmup, progress), None
+    if best is not single and beyond_concurrency(again.speedup, concurrency):
+        progress(f"{best.name} measured {again.speedup:.2f}x the single device's speed, beyond the devices' "
+                 f"measured concurrency ({concurrency.speedup:.2f}x): measuring both again ...")
+        again, flagged = recheck(runner, best, single, repeats, warmup, progress), again
     after = ((plain_jit.measure_for(graph_path, spec, repeats, warmup, progress=progress),)
              if before and before[0].available else ())  # (an unavailable one would be again: not re-run)
     by_placement = {m.placement.tobytes(): m for m in measured}
     ranked = [by_placement.get(c.placement.tobytes(), c) for c in ranked]
-    return Outcome(best, single, ranked, cluster, speedup, spread, runner, measure_concurrency(spec), again,
-                   before + after)
+    return Outcome(best, single, ranked, cluster, speedup, spread, runner, concurrency, again, before + after,
+                   flagged)
 
 
 def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
-                   progress: Callable[[str], None] = print) -> Graph:
-    """`graph` with a current step profile of every kind of `devices` (`needs_profile`): measured now where
-    missing and written back to `graph_path` (when given), else as it is."""
+                   progress: Callable[[str], None] = print, save: bool = False) -> Graph:
+    """`graph` with a current step profile of every kind of `devices` (placeto.profile_cache.stale): the
+    graph's own where current, else placeto's cache's, else measured now and cached there. The graph file is
+    left as it is, unless `save` (then the graph with its profiles is written to `graph_path`)."""
     from simulator.io import save_graph
 
-    from placeto.profiling import profile
+    from placeto import profile_cache
+    from placeto.profiling import profile, under_load
 
-    todo = needs_profile(graph, devices)
-    if not todo:
-        progress(f"profile: cached in {graph_path or 'the graph'} ({', '.join(sorted(graph.meta['profile']))})")
-        return graph
-    progress(f"profiling {graph.name} on {', '.join(str(d.device_kind) for d in todo)} (inside the compiled "
-             f"step; cached in the graph file) ...")
-    graph = profile(graph, devices=todo, repeats=5, warmup=2)
-    if graph_path is not None:
+    first = {}
+    for d in devices:
+        first.setdefault(profile_cache.profile_key(graph, d), d)  # the first device of each kind
+    todo, found = [], []
+    for key, d in first.items():
+        own = graph.meta.get("profile", {}).get(key.kind) if key.kind in graph.costs else None
+        if own is not None and profile_cache.stale(own, key) is None:
+            found.append(f"{key.kind} in {graph_path or 'the graph'}")
+            continue
+        entry = profile_cache.read(key, graph)
+        if entry is not None and profile_cache.stale(entry.profile, key) is None:
+            graph = profile_cache.with_entry(graph, key.kind, entry)
+            found.append(f"{key.kind} in {entry.path}")
+            continue
+        why = [f"the {key.kind} profile in {graph_path or 'the graph'} {profile_cache.stale(own, key)}"] if own else []
+        why += [f"the cached {key.kind} profile {profile_cache.stale(entry.profile, key)}"] if entry else []
+        if why:
+            progress(f"profile: {'; '.join(why)}: measuring it again")
+        todo.append((key, d))
+    if found:
+        progress(f"profile: cached ({'; '.join(found)})")
+    if todo:
+        progress(f"profiling {graph.name} on {', '.join(str(d.device_kind) for _, d in todo)} (inside the compiled "
+                 f"step; cached in {profile_cache.entry_path(todo[0][0], graph.name).parent}, the graph file "
+                 f"untouched) ...")
+        graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
+        for key, _ in todo:
+            try:
+                profile_cache.write(key, graph)
+            except (OSError, InputError) as e:  # an unwritable cache: this run still has its profile
+                progress(f"profile: not cached ({e})")
+            how = graph.meta["profile"][key.kind]
+            if under_load(how):
+                progress(f"profile: {key.kind} measured under load (load {how['load_1min']:g} on {how['cores']} "
+                         f"cores): used now, measured again next time")
+    if save and graph_path is not None:
         save_graph(graph, graph_path)
+        progress(f"profile: written into {graph_path} (--save-profile)")
     return graph
 
 
@@ -293,8 +280,11 @@ def on_host_rig(outcome: Outcome) -> bool:
 
 
 def verdict(outcome: Outcome) -> str:
-    """One line: the placement kept and why (its speedup over the single device on fresh steps when rechecked),
-    naming the placements measured slower than the single device."""
+    """One line: the placement kept and why (its speedup over the single device on fresh steps when rechecked,
+    and whether that is beyond what the devices' measured concurrency allows), naming the placements measured
+    slower than the single device."""
+    from placeto.calibration import beyond_concurrency, beyond_note
+
     single = outcome.single
     others = [c for c in outcome.candidates if c.measured is not None and c is not single]
     slower = sorted((c for c in others if c.measured.median_us > single.measured.median_us),
@@ -306,12 +296,18 @@ def verdict(outcome: Outcome) -> str:
         lo, hi = r.spread
         text = (f"kept: {outcome.best.name}, {r.speedup:.2f}x the single device's speed on fresh steps (spread "
                 f"{lo:.2f}-{hi:.2f}x; {outcome.speedup:.2f}x on the steps it was picked with)")
+        if outcome.flagged is not None:
+            text += "; " + beyond_note(outcome.concurrency, r.speedup, outcome.flagged.speedup)
+        elif beyond_concurrency(r.speedup, outcome.concurrency):  # (an Outcome built without the re-measurement)
+            text += "; " + beyond_note(outcome.concurrency, r.speedup)
         return text + ("; NOT confirmed: slower than the single device on fresh steps" if r.speedup < 1 else "") \
             + tail
     if outcome.best is not single:
         lo, hi = outcome.spread
         text = (f"kept: {outcome.best.name}, {outcome.speedup:.2f}x the single device's measured speed (spread "
                 f"{lo:.2f}-{hi:.2f}x: the single device's quartiles over the placement's)")
+        if beyond_concurrency(outcome.speedup, outcome.concurrency):
+            text += "; " + beyond_note(outcome.concurrency, outcome.speedup)
         return text + tail
     if not others:
         return "kept: the single device (no method found a placement other than it)"

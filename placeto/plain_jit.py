@@ -54,8 +54,8 @@ class PlainJit:
         return bool(self.times_us)
 
     def timing(self) -> Any:
-        """simulator.hardware.Timing of the steps (call only when `available`)."""
-        from simulator.hardware import timing_of
+        """simulator.timing.Timing of the steps (call only when `available`)."""
+        from simulator.timing import timing_of
 
         return timing_of(self.times_us)
 
@@ -154,7 +154,7 @@ def combined(results: Sequence[PlainJit]) -> PlainJit:
 
 def plain_line(results: Sequence[PlainJit], kept_name: str, kept: Any) -> str:
     """One line: the plain jit's median [IQR] over every run in `results` (each run's median too when there are
-    several), and `kept` (simulator.hardware.Timing of the placement called `kept_name`) as a multiple of its
+    several), and `kept` (simulator.timing.Timing of the placement called `kept_name`) as a multiple of its
     speed (plain median over kept median: 2.00x = twice as fast as plain jit)."""
     both = combined(results)
     if not both.available:
@@ -202,7 +202,7 @@ def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | st
     if bundle is None:
         return ("the graph's meta names no zoo program and no exported program (`import-jax --export`) is beside "
                 "it")
-    from simulator.hardware import unit_order
+    from simulator.lowering import unit_order
     from simulator.step_profile import step_function
 
     values = export.values(bundle, seed)
@@ -218,7 +218,7 @@ def time_step(step: Any, args: tuple, device: Any, steps: int, warmup: int) -> l
 
     import jax
 
-    from simulator.hardware import gc_paused
+    from simulator.timing import gc_paused
 
     args = jax.device_put(args, device)
     jitted = jax.jit(step)

@@ -13,13 +13,17 @@ Three ways to measure, `method`:
 Costs go under the device's kind (simulator.host_devices.kind_of: "local-cpu", "local-h200", ...), or a name the
 user gives when all devices are of one kind; the calibrated cluster of `placeto calibrate` uses the same kinds,
 so `eval --costs graph` and `place --hardware` simulate with them. meta.profile[kind] records the method, the
-device, the JAX version and, for `step`, the busy time and XLA's flop and byte counts of the compiled step.
+device, the JAX version, the host (platform.node()), the machine's load when the measurement began (1-minute load
+average and cores: `machine_load`; a profile taken `under_load` says so and is not kept as final by `place
+--hardware`) and, for `step`, the busy time and XLA's flop and byte counts of the compiled step.
 """
 
 from __future__ import annotations
 
+import os
+import platform
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -27,6 +31,9 @@ from simulator.errors import InputError
 from simulator.graph import Graph
 
 METHODS = ("step", "units", "ops")
+MAX_LOAD_PER_CORE = 0.5  # a profile taken while the 1-minute load average, less 1 for placeto's own process
+#                          (a run just before counts too), exceeded 0.5 x cores was taken under load
+LOAD_ENV = "PLACETO_MAX_LOAD_PER_CORE"  # overrides MAX_LOAD_PER_CORE (a shared machine that is never idle)
 
 
 class Program(NamedTuple):
@@ -45,7 +52,7 @@ def graph_program(graph: Graph, program: str | None = None, args_spec: str | Non
     """The units of `graph`'s program: its exported program (simulator.export), else a re-trace (a zoo program
     of its meta, or the `program` the user named; placeto.families.retrace maps a re-trace that differs)."""
     from simulator import export
-    from simulator.hardware import leaf_values, unit_programs
+    from simulator.lowering import leaf_values, unit_programs
 
     bundle = export.find_export(graph, exported) if program is None else None
     if bundle is not None:
@@ -89,15 +96,47 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
         raise InputError(f"graph {graph.name!r}: --method ops re-traces the program; an exported program can only "
                          f"be profiled by units (--method step or units)")
     for name, device in by_kind.items():
+        load = machine_load()  # before the measurement: its own work would count as load
         cost, info = measure(prog, device, method, repeats, warmup)
         graph = with_measured(graph, kind or name, np.round(cost, 3), {
-            "method": method, "repeats": repeats, "warmup": warmup, "source": prog.source, **info}, device)
+            "method": method, "repeats": repeats, "warmup": warmup, "source": prog.source, **load, **info}, device)
     return graph
+
+
+def machine_load() -> dict[str, Any]:
+    """What a profile records of the machine it is taken on: "host" (platform.node()), "load_1min" (the 1-minute
+    load average, runnable processes; None where the OS has none) and "cores" (os.cpu_count())."""
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        load = None
+    return {"host": platform.node(), "load_1min": load, "cores": os.cpu_count()}
+
+
+def max_load_per_core(environ: Mapping[str, str] = os.environ) -> float:
+    """The load per core above which a profile counts as taken under load: $PLACETO_MAX_LOAD_PER_CORE when set
+    to a number >= 0, else MAX_LOAD_PER_CORE (0.5)."""
+    try:
+        value = float(environ.get(LOAD_ENV, ""))
+    except ValueError:
+        return MAX_LOAD_PER_CORE
+    return value if value >= 0 else MAX_LOAD_PER_CORE
+
+
+def under_load(how: Mapping[str, Any]) -> bool:
+    """Whether the profile recorded as `how` (a meta.profile entry) was taken under load: its load_1min, less 1
+    for placeto's own process, above `max_load_per_core()` x its cores (on 2 cores: a load above 2.0). An entry
+    without them (a profile older than the rule) is not."""
+    load, cores = how.get("load_1min"), how.get("cores")
+    if not isinstance(load, (int, float)) or not isinstance(cores, int) or cores < 1:
+        return False
+    return load - 1.0 > max_load_per_core() * cores
 
 
 def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
     """(float64[U] microseconds per unit on `device`, what to record about the measurement)."""
-    from simulator.hardware import unit_order, units_plan
+    from simulator.lowering import unit_order
+    from simulator.plans import units_plan
 
     if method == "step":
         from simulator.step_profile import profile_units

@@ -48,9 +48,10 @@ from simulator.cluster import Cluster, Device
 from simulator.errors import InputError
 from simulator.fit import Fit, Probe, calibration_probes, cluster_with, fit_cluster
 from simulator.graph import DEFAULT_KIND
-from simulator.hardware import Plan, _compiled, run_plan
+from simulator.hardware import Plan, run_plan
 from simulator.host_devices import device_count, kind_of, local_devices
-from simulator.synthetic_kernels import KernelModel, _kernel_body
+from simulator.plans import compile_task
+from simulator.synthetic_kernels import KernelModel, kernel_body
 
 DEFAULT_MEMORY = 64 * 10**9  # bytes, when the machine does not say
 
@@ -94,7 +95,7 @@ def measure_parallelism(devices: Sequence, kernel_us: float = 1000.0, per_device
     import jax.numpy as jnp
 
     kernel = calibrate_kernel(devices[0])
-    fns = [_compiled(_kernel_body((4,), kernel.size), d) for d in devices]
+    fns = [compile_task(kernel_body((4,), kernel.size), d) for d in devices]
     trips = [jax.device_put(jnp.int32(kernel.iterations(kernel_us, 4)), d) for d in devices]
     tok0 = [jax.device_put(jnp.zeros((), jnp.int8), d) for d in devices]
 
@@ -160,8 +161,8 @@ def kernel_task_us(kernel: KernelModel) -> Callable[[int], float]:
 def measure_probes(devices: Sequence, probes: Sequence[Probe], repeats: int = 7, warmup: int = 2) -> list[Probe]:
     """The probes with measured_us: the lower quartile of `repeats` steps each, run by simulator.hardware as
     placed graphs are (synthetic kernels taking each node's cost), the probes interleaved round by round as placements
-    are (simulator.hardware.time_interleaved). Lower quartile: on a shared machine load only adds."""
-    from simulator.hardware import time_interleaved
+    are (simulator.timing.time_interleaved). Lower quartile: on a shared machine load only adds."""
+    from simulator.timing import time_interleaved
     from simulator.synthetic_kernels import synthetic_plan
 
     kernels = [calibrate_kernel(d) for d in devices]  # each device's own: mixed devices run it at different speeds
@@ -176,7 +177,7 @@ def dispatch_floor_us(device: Any, repeats: int = 21, q: float = 0.5) -> float:
     import jax
     import jax.numpy as jnp
 
-    fn = _compiled(lambda x: (x + 1,), device)
+    fn = compile_task(lambda x: (x + 1,), device)
     tok, x = (jax.device_put(jnp.zeros((), t), device) for t in (jnp.int8, jnp.float32))
     return _median_us(lambda: jax.block_until_ready(fn(tok, x)), repeats, q)
 
@@ -213,7 +214,7 @@ def calibrate_kernel(device: Any, size: int = 64, repeats: int = 7) -> KernelMod
     n_iter, fill = 1000, 8 * 2**20
 
     def per_kernel_us(iters: int, out_bytes: int) -> float:
-        fn = _compiled(_kernel_body((out_bytes,), size), device)
+        fn = compile_task(kernel_body((out_bytes,), size), device)
         tok0 = jax.device_put(jnp.zeros((), jnp.int8), device)
         trips = jax.device_put(jnp.int32(iters), device)
 

@@ -24,3 +24,24 @@ class InputError(ValueError):
 def _one_line(text: str) -> str:
     """Line breaks escaped, so a message naming a file or node with a newline in its name stays one line."""
     return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
+MAX_MESSAGE = 300  # characters of a user exception's first line kept in the one-line message
+TRACEBACK_ENV = "PLACETO_TRACEBACK"  # set to 1: the CLI prints the traceback of an error's cause (as --verbose)
+
+
+class UserCodeError(InputError):
+    """An exception raised by the user's own code: a module, function or args factory named on the command line
+    (`import-jax`, `--program`, `--args-spec module:factory`). One line names it, the exception's type and the
+    first line of its message; the exception is the __cause__, whose traceback `--verbose` (or
+    PLACETO_TRACEBACK=1) prints."""
+
+    def __init__(self, what: str, error: BaseException):
+        lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+        text = lines[0] if lines else ""
+        if len(text) > MAX_MESSAGE:
+            text = text[:MAX_MESSAGE - 3] + "..."
+        more = " ..." if len(lines) > 1 and not text.endswith("...") else ""
+        super().__init__(f"{what} raised {type(error).__name__}{': ' + text if text else ''}{more} (--verbose or "
+                         f"{TRACEBACK_ENV}=1 shows the traceback)")
+        self.error = error

@@ -61,7 +61,7 @@ def fingerprint(graph: Graph) -> str:
 
 
 class Bundle(NamedTuple):
-    """An exported program, loaded: its units (simulator.hardware.UnitProgram) and values."""
+    """An exported program, loaded: its units (simulator.lowering.UnitProgram) and values."""
 
     path: str
     units: tuple  # [U] UnitProgram, U = the graph's node count
@@ -113,7 +113,7 @@ def export_program(traced: Any, graph: Graph, path: PathLike, op_to_group: np.nd
     import jax
     from jax import export as jax_export
 
-    from simulator.hardware import unit_programs
+    from simulator.lowering import unit_programs
     from simulator.trace import Source
 
     units = unit_programs(traced, op_to_group)
@@ -280,7 +280,7 @@ def load_export(path: PathLike, graph: Graph) -> Bundle:
 
 
 def _unit(u: Any, k: int, n_ops: int, functions: list) -> Any:
-    from simulator.hardware import UnitProgram
+    from simulator.lowering import UnitProgram
 
     where = f"manifest.json: units[{k}]"
     if not isinstance(u, dict):
@@ -330,7 +330,7 @@ def values(bundle: Bundle, seed: int = 0) -> list:
     parameters seeded random arrays of their shapes (floats standard normal, integers zero)."""
     import jax
 
-    from simulator.profile import _random_operand
+    from simulator.profile import random_operand
 
     n_ops = max([max(u.values, default=-1) for u in bundle.units] + [-1]) + 1
     out: list = [None] * n_ops
@@ -341,14 +341,14 @@ def values(bundle: Bundle, seed: int = 0) -> list:
             out[op] = bundle.consts[op]
         else:
             dt = jax.random.key(0).dtype if dtype == "key<fry>" else jax.numpy.dtype(dtype)
-            out[op] = _random_operand(jax.ShapeDtypeStruct(shape, dt), rng)
+            out[op] = random_operand(jax.ShapeDtypeStruct(shape, dt), rng)
     return out
 
 
 def bundle_plan(bundle: Bundle, vals: Sequence[Any], placement: Sequence[int], devices: Sequence,
                 order: Sequence[int] | None = None):
     """The simulator.hardware.Plan of the exported program placed unit by unit (placement: int[U])."""
-    from simulator.hardware import units_plan
+    from simulator.plans import units_plan
 
     return units_plan(bundle.units, vals, placement, devices, bundle.outputs, None, bundle.cache, order)
 

@@ -46,7 +46,8 @@ target (MobileNetV2 asked for 300 groups stopped at 421 without it, most holding
 The grouped graph's critical path is never below the op graph's; after (a) and (b) only (target None) it is
 the op graph's under the grouping weight, unless colocation merges lengthened it. Nodes with different
 colocation names are never merged; an uncolocated node merged into a colocated one takes its name. The grouped
-graph gets, per kind, the sum of member costs (NaN if any member has none), except for the XLA-era analytic
+graph gets, per kind, the sum of member costs as the simulator reads them (Graph.cost_for: a member without the
+kind's own cost counts its plain-number cost; NaN if it has neither), except for the XLA-era analytic
 kinds of a traced graph (simulator.costs.FUSED_KINDS: v100, a100, h100, ...), whose group cost is the roofline
 of the group as one fused computation (simulator.costs.fused_group_costs). Deterministic: ties break on op
 indices, never on set order.
@@ -64,7 +65,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 
 from simulator.errors import InputError
-from simulator.graph import Graph, make_graph
+from simulator.graph import DEFAULT_KIND, Graph, make_graph
 from simulator.quotient import Quotient, quotient_topo_order
 
 _WAVE = 64  # step (c): nodes whose labels one contraction raises each way before leaving the rest stale
@@ -392,7 +393,7 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
     pos[outs] = local
     edges = np.stack([g[src[cross]], g[dst[cross]], pos[gid]], axis=1)
     edges = np.unique(edges, axis=0) if len(edges) else edges.reshape(0, 3)
-    costs = {k: _group_costs(graph, g, k, c, n_groups) for k, c in graph.costs.items()}
+    costs = {k: _group_costs(graph, g, k, _effective_cost(graph, k), n_groups) for k in graph.costs}
     persistent = np.bincount(g, weights=graph.persistent_bytes, minlength=n_groups)
     nodes = []
     for k, mem in enumerate(members):
@@ -411,6 +412,14 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
     meta["grouping"] = {"from": graph.name, "n_ops": graph.n_nodes, "n_groups": n_groups, "target_groups": target}
     grouped = make_graph(graph.name, nodes, [tuple(e) for e in edges.tolist()], meta)
     return Grouping(grouped, members, g)
+
+
+def _effective_cost(graph: Graph, kind: str) -> np.ndarray:
+    """float64[N] the cost of every op on `kind` as Graph.cost_for reads it: its own, else its plain-number
+    (DEFAULT_KIND) cost, NaN with neither. Summing raw per-kind costs instead lost every kind of a graph whose
+    nodes mix the two (a group of one op of each had no cost at all)."""
+    own, default = graph.costs[kind], graph.costs.get(DEFAULT_KIND)
+    return own if default is None or kind == DEFAULT_KIND else np.where(np.isnan(own), default, own)
 
 
 def _group_costs(graph: Graph, g: np.ndarray, kind: str, cost: np.ndarray, n_groups: int) -> np.ndarray:

@@ -14,6 +14,11 @@ backend, or a list of `platform:index` entries, e.g. "gpu:0,cpu:0" (a GPU and th
 host devices as its largest cpu index needs), and only checks the devices once it has; `local_devices(spec)`
 resolves the spec to JAX devices (`jax.devices(platform)[index]` for a list). This module must not import jax at
 import time: importing it is how callers get to set XLA_FLAGS before jax is imported.
+
+Host devices are bounded (`max_host_devices()`: 4 per core of this machine, at least 8): each is a label over the
+same cores, and XLA allocates per device as the backend starts (`cpu:99999` once grew past 3 GB before anything
+said no). A cpu index at or past the bound is refused when the spec is parsed, a count past it when the host
+devices are asked for (`ensure_host_devices`; a count may also name GPUs or simulated devices, up to 1024).
 """
 
 from __future__ import annotations
@@ -26,22 +31,34 @@ from simulator.errors import InputError
 HOST_DEVICE_FLAG = "--xla_force_host_platform_device_count"
 PLATFORMS = {"cpu": "cpu", "gpu": "gpu", "cuda": "gpu", "rocm": "gpu", "tpu": "tpu"}  # spelling -> jax platform
 MAX_SPEC_DEVICES = 1024  # as simulator.limits.MAX_DEVICES
+HOST_DEVICES_PER_CORE, MIN_HOST_DEVICES = 4, 8  # max_host_devices()
 
 DeviceSpec = int | tuple[tuple[str, int], ...]  # a count, or (platform, index) per device
+
+
+def max_host_devices() -> int:
+    """The most host CPU devices a command may ask XLA for: 4 per core of this machine, at least 8."""
+    return max(MIN_HOST_DEVICES, HOST_DEVICES_PER_CORE * (os.cpu_count() or 1))
+
+
+def _digits(text: str) -> bool:
+    """ASCII digits only (str.isdigit also takes '¹' or '٣', which int() refuses or reads unexpectedly)."""
+    return text.isascii() and text.isdigit()
 
 
 def parse_device_spec(text: str | int) -> int | tuple[tuple[str, int], ...]:
     """A device count ("2") or a comma list of platform:index ("gpu:0,cpu:0" -> (("gpu", 0), ("cpu", 0))).
 
     InputError (one line, naming the offending entry) for anything else: an unknown platform, a missing or
-    non-numeric index, an empty entry, a device listed twice, a count outside [1, 1024].
+    non-numeric index, an empty entry, a device listed twice, a count outside [1, 1024], a cpu index at or past
+    max_host_devices().
     """
     if isinstance(text, int) and not isinstance(text, bool):
         text = str(text)
     if not isinstance(text, str):
         raise InputError(f"--devices: expected a count or platform:index list, got {text!r}")
     words = text.strip()
-    if words.isdigit() and len(words) <= 6:
+    if _digits(words) and len(words) <= 6:
         if not 1 <= int(words) <= MAX_SPEC_DEVICES:
             raise InputError(f"--devices: a count must be in [1, {MAX_SPEC_DEVICES}], got {int(words)}")
         return int(words)
@@ -49,13 +66,17 @@ def parse_device_spec(text: str | int) -> int | tuple[tuple[str, int], ...]:
     for k, part in enumerate(words.split(",")):
         platform, colon, index = part.strip().partition(":")
         shown = part.strip()[:40]
-        if not colon or not index.isdigit() or len(index) > 6:
+        if not colon or not _digits(index) or len(index) > 6:
             raise InputError(f"--devices: entry {k} {shown!r} is not platform:index (e.g. gpu:0,cpu:0) nor a "
                              f"device count")
         if platform.lower() not in PLATFORMS:
             raise InputError(f"--devices: entry {k} {shown!r}: unknown platform {platform[:20]!r} (known: "
                              f"{', '.join(PLATFORMS)})")
         entry = (PLATFORMS[platform.lower()], int(index))
+        if entry[0] == "cpu" and entry[1] >= max_host_devices():
+            raise InputError(f"--devices: entry {k} {shown!r}: at most {max_host_devices()} host CPU devices here "
+                             f"(cpu:0 to cpu:{max_host_devices() - 1}: {HOST_DEVICES_PER_CORE} per core, at least "
+                             f"{MIN_HOST_DEVICES})")
         if entry in entries:
             raise InputError(f"--devices: entry {k} {shown!r} names {entry[0]}:{entry[1]} a second time")
         entries.append(entry)
@@ -122,13 +143,16 @@ def ensure_host_devices(spec: int | tuple | str, serial: bool = True) -> None:
     largest cpu index + 1) and, with `serial`, single-threaded ops (`SERIAL_CPU_FLAGS`). If jax is already
     initialised, only checks: raises InputError when a device of the spec is missing (`local_devices`). (If jax
     is imported but no backend has started yet, the device count is set through `jax_num_cpu_devices`; the
-    threading flags may then come too late.)
+    threading flags may then come too late.) InputError for more host devices than max_host_devices().
     """
     if isinstance(spec, str):
         spec = parse_device_spec(spec)
     if isinstance(spec, bool) or not isinstance(spec, (int, tuple)) or (isinstance(spec, int) and spec < 1):
         raise InputError(f"device count must be a positive integer, got {spec!r}")
     n = _host_count(spec)
+    if n > max_host_devices():
+        raise InputError(f"--devices {spec_text(spec)}: at most {max_host_devices()} host CPU devices here "
+                         f"({HOST_DEVICES_PER_CORE} per core, at least {MIN_HOST_DEVICES})")
     if "jax" not in sys.modules:
         os.environ["XLA_FLAGS"] = _with_flags(os.environ.get("XLA_FLAGS", ""), n, serial)
         return

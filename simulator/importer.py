@@ -25,7 +25,7 @@ from typing import Any, NamedTuple, Sequence
 
 import jax
 
-from simulator.errors import InputError
+from simulator.errors import InputError, UserCodeError
 from simulator.graph import Graph
 from simulator.trace import Traced, trace
 
@@ -45,8 +45,10 @@ def resolve(spec: str) -> Any:
     importable_cwd()
     try:
         obj = importlib.import_module(module_name)
-    except ImportError as e:
+    except ModuleNotFoundError as e:
         raise InputError(f"{spec!r}: cannot import {module_name!r}: {e}") from None
+    except (Exception, SystemExit) as e:  # the module's own code failed: a SyntaxError, an ImportError inside it
+        raise UserCodeError(f"{spec!r}: importing {module_name!r}", e) from e
     for part in qualname.split("."):
         if not hasattr(obj, part):
             raise InputError(f"{spec!r}: {module_name!r} has no attribute {qualname!r}")
@@ -110,10 +112,38 @@ def parse_args_spec(args_spec: str, from_data: str | None = None) -> tuple[Any, 
             raise e.with_source(from_data) if from_data else e
         except RecursionError:
             raise InputError("args spec: nested too deeply", from_data) from None
-    args = resolve(text)()
+    factory = resolve(text)
+    if not callable(factory):
+        raise InputError(f"args spec {text!r} is not callable (a factory returning the example arguments)")
+    _check_no_arguments(factory, text)
+    args = call_user(factory, f"args spec {text!r}")
     if not isinstance(args, (tuple, list)):
         raise InputError(f"args spec {text!r}: the factory must return a tuple of positional arguments")
     return tuple(args)
+
+
+def call_user(fn: Any, what: str, *args: Any) -> Any:
+    """`fn(*args)`, where `fn` is the user's code: an exception it raises becomes a UserCodeError naming `what`
+    (one line; the exception is kept as its cause, for --verbose)."""
+    try:
+        return fn(*args)
+    except UserCodeError:
+        raise
+    except (Exception, SystemExit) as e:
+        raise UserCodeError(what, e) from e
+
+
+def _check_no_arguments(factory: Any, text: str) -> None:
+    """InputError unless the args factory can be called without arguments (when its signature can be read)."""
+    import inspect
+
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise InputError(f"args spec {text!r}: the factory must take no arguments, it takes "
+                         f"{inspect.signature(factory)}") from None
+    except ValueError:  # no signature to read (a C function): calling it will tell
+        pass
 
 
 def name_from_path(path: str | os.PathLike) -> str:
@@ -147,8 +177,20 @@ def trace_import(spec: str, args_spec: str, name: str | None = None, params: str
         raise InputError(f"{spec!r} is not callable")
     args = parse_args_spec(args_spec, from_data)
     check_arity(fn, spec, len(args))
-    return trace(fn, *args, name=name or spec.partition(":")[2], params=params, opt_state=opt_state,
-                 persistent_argnums=persistent_argnums)
+    return trace(_as_user_code(fn, spec), *args, name=name or spec.partition(":")[2], params=params,
+                 opt_state=opt_state, persistent_argnums=persistent_argnums)
+
+
+def _as_user_code(fn: Any, spec: str) -> Any:
+    """`fn` (the user's step) whose exceptions while it is traced become UserCodeErrors naming `spec`: a shape
+    mismatch, a Python `if` on a traced value, an exception of its own."""
+    import functools
+
+    @functools.wraps(fn)
+    def step(*args: Any) -> Any:
+        return call_user(fn, spec, *args)
+
+    return step
 
 
 def check_arity(fn: Any, spec: str, n_args: int) -> None:

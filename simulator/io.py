@@ -31,7 +31,8 @@ import numpy as np
 
 from simulator.errors import InputError
 from simulator.graph import DEFAULT_KIND, Graph, make_graph
-from simulator.limits import MAX_INDEX, integer
+from simulator.limits import MAX_INDEX, field as _field, integer
+from simulator.meta import check_meta, check_meta_fits
 
 FORMAT = "placeto-graph"
 VERSION = 1
@@ -112,6 +113,22 @@ def check_output_path(path: PathLike, directory: bool = False) -> None:
         raise InputError(f"cannot write in {probe_dir}: {e.strerror or e}", str(path)) from None
 
 
+def check_distinct_paths(outputs: Sequence[tuple[str, PathLike | None]],
+                         inputs: Sequence[tuple[str, PathLike | None]] = ()) -> None:
+    """InputError unless every output path (flag, path; None: not given) names its own file and none of the inputs
+    ((what, path), e.g. ("the graph file", "g.json")): `--out X --grouped-out X` would write one result over the
+    other, `place g.json --out g.json` a placement over the graph. Paths are compared resolved (symbolic links,
+    `./`, `..` followed)."""
+    seen: dict[str, str] = {os.path.realpath(path): what for what, path in inputs if path}
+    for flag, path in outputs:
+        if not path:
+            continue
+        key = os.path.realpath(path)
+        if key in seen:
+            raise InputError(f"{flag} {str(path)[:200]} is {seen[key]}: give each output its own file")
+        seen[key] = f"also {flag}"
+
+
 def write_json(path: PathLike, obj: Any, text: str | None = None) -> None:
     """Atomically write `obj` (or the pre-rendered `text`) as JSON; gzip (mtime 0) when the name ends in .gz."""
     data = (text if text is not None else json.dumps(obj, indent=1) + "\n").encode()
@@ -140,20 +157,6 @@ def read_json(path: PathLike) -> Any:
 
 
 # ---- graphs ----------------------------------------------------------------------------------------------
-def _field(obj: Mapping, key: str, where: str, types: type | tuple[type, ...], default: Any = ...) -> Any:
-    if not isinstance(obj, Mapping):
-        raise InputError(f"{where}: expected an object")
-    if key not in obj:
-        if default is ...:
-            raise InputError(f"{where}: missing field {key!r}")
-        return default
-    value = obj[key]
-    types = types if isinstance(types, tuple) else (types,)
-    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        raise InputError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
-    return value
-
-
 def graph_from_dict(d: Any, source: str | None = None) -> Graph:
     """Parse and validate the file-format dictionary; errors name `source` and the node or field."""
     try:
@@ -200,40 +203,11 @@ def _graph_from_dict(d: Any, source: str | None) -> Graph:
             if nm not in index:
                 raise InputError(f"edge #{i} ({src!r} -> {dst!r}): field {role!r}: unknown node {nm!r}")
         edges.append((index[src], index[dst], out))
-    return make_graph(name, nodes, edges, meta, source=source)
-
-
-def check_meta(meta: Mapping[str, Any]) -> None:
-    """InputError unless the meta keys other modules read have the documented shape.
-
-    program: {"kind": str, "kwargs": object} (a zoo program; placeto.zoo validates the values); source:
-    {"function": str | null, "args_spec": str | null} (data only: never imported, see simulator.trace);
-    grouping.op_to_group: [int]; expert_placement: {"<devices>": [int]}. Other keys are free-form.
-    """
-    program = meta.get("program")
-    if program is not None:
-        _field(program, "kind", "meta.program", str)
-        _field(program, "kwargs", "meta.program", dict, {})
-    source = meta.get("source")
-    if source is not None:
-        _field(source, "function", "meta.source", (str, type(None)), None)
-        _field(source, "args_spec", "meta.source", (str, type(None)), None)
-    grouping = meta.get("grouping")
-    if grouping is not None:
-        _int_list(_field(grouping, "op_to_group", "meta.grouping", list, []), "meta.grouping.op_to_group")
-    expert = meta.get("expert_placement")
-    if expert is not None:
-        if not isinstance(expert, Mapping):
-            raise InputError("meta.expert_placement: expected an object {\"<devices>\": [device per node]}")
-        for k, v in expert.items():
-            if not isinstance(v, list):
-                raise InputError(f"meta.expert_placement[{k!r}]: expected a list of device indices")
-            _int_list(v, f"meta.expert_placement[{k!r}]")
-
-
-def _int_list(values: list, where: str) -> None:
-    for i, v in enumerate(values):
-        integer(v, f"{where}[{i}]", 0, MAX_INDEX)
+    if not nodes:
+        raise InputError("field 'nodes': the graph has no nodes (nothing to place)")
+    graph = make_graph(name, nodes, edges, meta, source=source)
+    check_meta_fits(graph)
+    return graph
 
 
 def _number(x: float) -> int | float:
@@ -284,6 +258,19 @@ def dumps_graph(graph: Graph) -> str:
 def load_graph(path: PathLike) -> Graph:
     """Read and validate a graph file (.json or .json.gz)."""
     return graph_from_dict(read_json(path), str(path))
+
+
+def check_readable(graph: Graph, path: PathLike) -> None:
+    """InputError naming `path` unless `graph`, as save_graph would write it there, reads back through
+    load_graph's checks: a command calls it before it writes over a file, so a bad result never replaces it."""
+    try:
+        text = dumps_graph(graph)
+    except ValueError as e:  # a NaN or infinity where JSON has none
+        raise InputError(f"not written: the result is not a valid graph ({e})", str(path)) from None
+    try:
+        graph_from_dict(json.loads(text), str(path))
+    except InputError as e:
+        raise InputError(f"not written: the result is not a valid graph ({e.detail})", str(path)) from None
 
 
 def save_graph(graph: Graph, path: PathLike) -> None:

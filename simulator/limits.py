@@ -18,7 +18,7 @@ tensors).
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -116,3 +116,19 @@ def check_graph_on_cluster(graph: Any, cluster: Any, cost: np.ndarray) -> None:
     check_simulable(cost, graph.out_bytes, cluster.delta1_us, cluster.delta2_us, cluster.bandwidth_bytes_per_us,
                     f"graph {graph.name!r} on cluster {cluster.name!r}", " and ".join(sources) or None,
                     cluster.latency_us, float(hosts.dispatch_us.max()), float(hosts.transfer_us.max()))
+
+
+def field(obj: Mapping, key: str, where: str, types: type | tuple[type, ...], default: Any = ...) -> Any:
+    """obj[key] if it is of `types` (a bool only where bool is named); `default` when missing (none given:
+    InputError); InputError naming `where` and the key otherwise."""
+    if not isinstance(obj, Mapping):
+        raise InputError(f"{where}: expected an object")
+    if key not in obj:
+        if default is ...:
+            raise InputError(f"{where}: missing field {key!r}")
+        return default
+    value = obj[key]
+    types = types if isinstance(types, tuple) else (types,)
+    if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+        raise InputError(f"{where}: field {key!r} has the wrong type ({type(value).__name__})")
+    return value

@@ -31,7 +31,9 @@ def local_kind() -> str:
     return jax.devices()[0].platform
 
 
-def _random_operand(aval: Any, rng: np.random.Generator) -> Any:
+def random_operand(aval: Any, rng: np.random.Generator) -> Any:
+    """A random array of `aval`'s shape and dtype: floats standard normal, integers and booleans zero (indices stay
+    in range, integer loops run their counted trips), PRNG keys split from key 0."""
     shape, dtype = aval.shape, aval.dtype
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         keys = jax.random.split(jax.random.key(0), max(1, int(np.prod(shape))))
@@ -57,7 +59,8 @@ def _bind_fn(eqn: jcore.JaxprEqn) -> Callable:
     return apply
 
 
-def _signature(eqn: jcore.JaxprEqn) -> str:
+def equation_signature(eqn: jcore.JaxprEqn) -> str:
+    """What makes two equations do the same work: primitive, operand avals (literals by value) and params."""
     ops = [f"lit:{a.val!r}:{a.aval}" if isinstance(a, jcore.Literal) else str(a.aval) for a in eqn.invars]
     params = sorted((k, repr(v)) for k, v in eqn.params.items())
     return f"{eqn.primitive.name}|{ops}|{params}"
@@ -77,7 +80,7 @@ def _median_us(fn: Callable, args: Sequence[Any], repeats: int, warmup: int) -> 
 def time_equation(eqn: jcore.JaxprEqn, repeats: int = 5, warmup: int = 2, seed: int = 0) -> float:
     """Median microseconds of one call of the equation alone on the default device (random operands)."""
     rng = np.random.default_rng(seed)
-    operands = [_random_operand(a.aval, rng) for a in eqn.invars if not isinstance(a, jcore.Literal)]
+    operands = [random_operand(a.aval, rng) for a in eqn.invars if not isinstance(a, jcore.Literal)]
     return _median_us(jax.jit(_bind_fn(eqn)), operands, repeats, warmup)
 
 
@@ -96,7 +99,7 @@ def profile_graph(traced: Traced, repeats: int = 5, warmup: int = 2, seed: int =
     for i, eqn in enumerate(traced.equations):
         if eqn is None:
             continue  # input, param, const
-        key = _signature(eqn)
+        key = equation_signature(eqn)
         if key not in cache:
             cache[key] = time_equation(eqn, repeats, warmup, seed)
         out[i] = cache[key]

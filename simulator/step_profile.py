@@ -80,7 +80,7 @@ def step_function(units: Sequence[Any], order: Sequence[int],
                   outputs: Sequence[Any] | None = None) -> tuple[Callable, list]:
     """(f(*values) -> the values of `outputs`, the value Sources f takes in order).
 
-    units: [U] simulator.hardware.UnitProgram; order: a topological order of the units; outputs: the step's
+    units: [U] simulator.lowering.UnitProgram; order: a topological order of the units; outputs: the step's
     outputs (Sources; anything else is skipped), so f is the program a single-device placement runs; None: every
     value passed between units, so each unit's results are materialised (no fusion across units). Each unit's
     body runs under `jax.named_scope(f"placeto_unit_{u}")`.
@@ -271,7 +271,7 @@ def profile_trace(data: Any, hlo_text: str, n_units: int, steps: int,
 def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[int], device: Any,
                   repeats: int = 5, warmup: int = 2, outputs: Sequence[Any] | None = None) -> StepProfile:
     """Every unit's device time inside one compiled step of the whole program on `device` (see the module
-    docstring). units: [U] simulator.hardware.UnitProgram; values: per op, its resident array (None elsewhere);
+    docstring). units: [U] simulator.lowering.UnitProgram; values: per op, its resident array (None elsewhere);
     order: a topological order of the units; outputs: the step's outputs (`step_function`; None: every value
     passed between units). The step is also timed alone, `repeats` times, outside the profiler (`wall_us`)."""
     import time

@@ -19,7 +19,8 @@ from typing import Callable, NamedTuple, Sequence
 import numpy as np
 
 from simulator.graph import Graph
-from simulator.hardware import Plan, Task, _check_order, _compiled, _finish, _placement_array
+from simulator.hardware import Plan, Task
+from simulator.plans import check_order, compile_task, finish_plan, placement_array
 
 _KERNELS: dict = {}  # (output sizes, matrix side, device) -> jitted synthetic kernel
 
@@ -36,7 +37,7 @@ class KernelModel(NamedTuple):
         return max(0, int(round((cost_us - out_bytes / self.fill_bytes_per_us) / self.iter_us)))
 
 
-def _kernel_body(out_bytes: tuple[int, ...], size: int) -> Callable:
+def kernel_body(out_bytes: tuple[int, ...], size: int) -> Callable:
     """f(n_iter, *inputs) -> outputs of the given byte sizes (uint8), after n_iter matmuls seeded by the inputs
     (so the kernel waits for them and nothing is constant-folded)."""
     import jax
@@ -67,8 +68,8 @@ def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, 
     kernels = [kernel] * len(devices) if isinstance(kernel, KernelModel) else list(kernel)
     if len(kernels) != len(devices):
         raise ValueError(f"{len(kernels)} kernel models for {len(devices)} devices")
-    place = _placement_array(placement, n, len(devices), "nodes")
-    order = _check_order(order if order is not None else graph.topo_order, n)
+    place = placement_array(placement, n, len(devices), "nodes")
+    order = check_order(order if order is not None else graph.topo_order, n)
     par_off = graph.parents[0]
     edges = sorted(set(zip(graph.edge_dst.tolist(), graph.edge_src.tolist(), graph.edge_out.tolist())))
     inputs_of: list[list[Source]] = [[] for _ in range(n)]
@@ -91,9 +92,9 @@ def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, 
         resident[(trips, dev)] = jax.device_put(jnp.int32(iterations), devices[dev])
         key = (sizes, kernels[dev].size, devices[dev])
         if key not in _KERNELS:
-            _KERNELS[key] = _compiled(_kernel_body(sizes, kernels[dev].size), devices[dev])
+            _KERNELS[key] = compile_task(kernel_body(sizes, kernels[dev].size), devices[dev])
         tasks.append(Task(i, dev, _KERNELS[key], (trips, *inputs_of[i]), outs, ()))
     child_off = graph.children[0]
     sinks = [i for i in range(n) if child_off[i + 1] == child_off[i]]
     flat_out = tuple((Source(i, j), int(place[i])) for i in sinks for j in range(int(graph.n_outputs[i])))
-    return _finish(tasks, owner, resident, devices, flat_out, None)
+    return finish_plan(tasks, owner, resident, devices, flat_out, None)

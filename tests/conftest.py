@@ -1,10 +1,10 @@
 """Shared test setup.
 
-Compilation cache: no test writes into the user's JAX compilation cache (placeto.compile_cache). Each test
-process (each pytest-xdist worker) gets its own temporary one instead, which the `placeto` commands the tests
-run inherit (in-process, or as subprocesses through the environment), so a policy compiled by one test is read
-back by the next; it is removed when the process exits. tests/test_compile_cache.py and tests/test_readme.py
-set their own.
+Compilation cache: no test writes into the user's JAX compilation cache (placeto.compile_cache), nor into
+placeto's cache root (PLACETO_CACHE: calibrations, profiles). Each test process (each pytest-xdist worker) gets
+its own temporary ones instead, which the `placeto` commands the tests run inherit (in-process, or as
+subprocesses through the environment), so a policy compiled by one test is read back by the next; they are
+removed when the process exits. tests/test_compile_cache.py and tests/test_readme.py set their own.
 
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
@@ -21,6 +21,10 @@ import pytest
 _CACHE = tempfile.mkdtemp(prefix="placeto-test-jax-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["PLACETO_COMPILE_CACHE"] = _CACHE
+if not os.environ.get("PLACETO_CACHE"):  # calibrations and profiles (eval/place --hardware): not the user's either
+    _ROOT = tempfile.mkdtemp(prefix="placeto-test-cache-")
+    atexit.register(shutil.rmtree, _ROOT, ignore_errors=True)
+    os.environ["PLACETO_CACHE"] = _ROOT
 
 SERIAL = (  # test files, or file::test name prefixes
     "test_hardware.py",

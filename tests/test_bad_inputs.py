@@ -94,6 +94,19 @@ JSON_FILES = {
     "c_host_nan.json": _cluster({"host": "h"}, hosts=[{"name": "h", "dispatch_us": float("nan")}]),
     "c_host_unknown.json": _cluster({"host": "zz"}, hosts=[{"name": "h"}]),
     "c_host_missing.json": _cluster({"host": "h"}, hosts=[{"name": "h", "transfer_us": 40}]),
+    # metadata read back (issue 41): profiles, groupings, zoo programs too large to build, no nodes
+    "prof_list.json": _graph(meta={"profile": [1]}), "prof_str.json": _graph(meta={"profile": "x"}),
+    "prof_entry_list.json": _graph(meta={"profile": {"default": [1]}}),
+    "prof_cores_str.json": _graph(meta={"profile": {"default": {"cores": "4"}}}),
+    "prof_kind_missing.json": _graph(meta={"profile": {"local-cpu": {"method": "step"}}}),
+    "otg_empty.json": _graph(meta={"grouping": {"op_to_group": []}}),
+    "otg_zero.json": _graph(meta={"grouping": {"op_to_group": [0, 0, 0, 0, 0]}}),
+    "meta_huge_width.json": _graph(meta={"program": {"kind": "nmt", "kwargs": {"hidden": 65536}}}),
+    "meta_huge_depth.json": _graph(meta={"program": {"kind": "nmt", "kwargs": {"layers": 60000}}}),
+    "meta_huge_taper.json": _graph(meta={"program": {"kind": "mlp", "kwargs": {"taper": 3.0, "depth": 12}}}),
+    "meta_huge_float.json": _graph(meta={"program": {"kind": "mlp", "kwargs": {"taper": 10**400}}}),
+    "no_nodes.json": _graph(nodes=[], edges=[]),
+    "keep.json": GRAPH,  # a valid file a failing import-jax must leave as it is
 }
 RAW_FILES = {
     "cost_digits.json": json.dumps(_graph({"cost": 1})).replace('"cost": 1,', f'"cost": {BIG},', 1).encode(),
@@ -101,6 +114,15 @@ RAW_FILES = {
     "truncated.json.gz": gzip.compress(json.dumps(GRAPH).encode())[:-20],
     "nested.json": b"[" * 100_000 + b"]" * 100_000, "notjson.json": b'{"format": ', "empty.json": b"",
     "binary.json": bytes(range(256)) * 4, "p_nested.json": b"{" * 50_000,
+    # the user's own code for import-jax (importable from the working directory, as `python -m` would)
+    "usercode.py": b"import jax.numpy as jnp\n"
+                   b"def ok(a, b):\n    return a @ b\n"
+                   b"def raises(a, b):\n    raise RuntimeError('boom in user code')\n"
+                   b"def shapes(a, b):\n    return a @ jnp.ones((3, 5))\n"
+                   b"def identity(a, b):\n    return a\n"
+                   b"def factory_raises():\n    raise ValueError('factory failed')\n"
+                   b"def factory_takes(x):\n    return (x,)\n",
+    "usersyntax.py": b"def f(:\n    pass\n", "userimport.py": b"raise KeyError('at import')\n",
     "evil/evil.py": b"import pathlib\npathlib.Path(__file__).with_name('IMPORTED').write_text('x')\n"
                     b"def step(x):\n    return x\ndef example_args():\n    return ([1.0],)\n",
 }
@@ -174,11 +196,35 @@ def _build_runs(root: Path) -> None:
             "run_shape": ({**cfg, "hidden": 32}, blob), "run_cfg_type": ({**cfg, "hidden": "16"}, blob),
             "run_cfg_nan": ({**cfg, "lr": float("nan")}, blob), "run_cfg_list": ([1, 2], blob),
             "run_cfg_text": ("{hidden: 16", blob), "run_nockpt": (cfg, None)}
+    runs.update({"run_method_list": ({**cfg, "method": [1]}, blob), "run_method_num": ({**cfg, "method": 5}, blob),
+                 "run_method_unknown": ({**cfg, "method": "nope"}, blob)})
     for name, (c, ckpt) in runs.items():
         (root / name).mkdir()
         (root / name / "config.json").write_text(c if isinstance(c, str) else json.dumps(c))
         if ckpt is not None:
             (root / name / "checkpoint.msgpack").write_bytes(ckpt)
+    _build_gdp_runs(root)
+
+
+def _build_gdp_runs(root: Path) -> None:
+    """gdp run directories (tiny config) whose checkpoint's update, samples or best are malformed: checked before
+    the parameters are (which are a stand-in here)."""
+    import numpy as np
+    from flax import serialization
+
+    from placeto.methods.gdp.config import PRESETS
+
+    cfg = PRESETS["tiny"]().to_json()
+    good = {"params": {"w": np.zeros(2, np.float32)}, "opt_state": {}, "update": 3, "samples": 48,
+            "best": {"g@2d": 12.5}}
+    for name, change in (("update_float", {"update": 1.5}), ("update_neg", {"update": -3}),
+                         ("update_str", {"update": "5"}), ("update_huge", {"update": 2**63}),
+                         ("samples_list", {"samples": [1]}), ("best_int", {"best": 5}),
+                         ("best_str", {"best": {"g@2d": "x"}}), ("best_neg", {"best": {"g@2d": -1.0}})):
+        (root / f"run_gdp_{name}").mkdir()
+        (root / f"run_gdp_{name}" / "config.json").write_text(cfg)
+        (root / f"run_gdp_{name}" / "checkpoint.msgpack").write_bytes(serialization.msgpack_serialize({**good,
+                                                                                                     **change}))
 
 
 def _build_pergraph_runs(root: Path) -> None:
@@ -350,6 +396,40 @@ CASES: list[tuple[str, str, str | None]] = [
     ("place-baseline-checkpoint", f"{PLACE} --method etf --checkpoint run_ok --out new.json", None),
     ("place-baseline-expert", f"{PLACE} --method expert --out new.json", None),
     ("place-baseline-seconds", f"{PLACE} --method sa --seconds 0 --out new.json", None),
+    # issue 41: the newer features' inputs. --hardware takes the flags other paths check (time limits, run
+    # directories), device lists are bounded, metadata read back is validated, run directories' "method" and
+    # gdp counters are typed, the user's code fails in one line, and no failing import-jax touches a file
+    *[(f"hw41-{i}", f"place g.json --hardware --out new.json {flags}", None) for i, flags in enumerate([
+        "--seconds inf", "--seconds 1e300", "--seconds 0", "--seconds -1", "--seconds nan",
+        "--checkpoint missing_run", "--checkpoint run_ok", "--budget 5", "--devices cpu:99999", "--devices cpu:¹",
+        "--devices 1000", "--devices cpu:0,cpu:4096"])],
+    ("hw41-profile-devices", "profile g.json --devices cpu:99999", None),
+    ("hw41-train-minutes-0", f"{TRAIN} --out newrun --minutes 0", None),
+    *[(f"meta41-{n}", f"graph info {n}.json", None) for n in (
+        "prof_list", "prof_str", "prof_entry_list", "prof_cores_str", "prof_kind_missing", "otg_empty", "otg_zero",
+        "no_nodes")],
+    *[(f"meta41-profile-{n}", f"profile {n}.json", None) for n in (
+        "prof_list", "otg_zero", "meta_huge_width", "meta_huge_depth", "meta_huge_taper", "meta_huge_float")],
+    *[(f"run41-{n}", f"{PLACE} --checkpoint {n} --out new.json", None) for n in (
+        "run_method_list", "run_method_num", "run_method_unknown")],
+    ("run41-compare-method-list", "compare g.json --methods placeto --devices 2 --budget 2 --checkpoint "
+                                  "run_method_list", None),
+    ("run41-train-method-list", f"{TRAIN} --out run_method_list", None),
+    ("run41-train-other-method", f"{TRAIN} --method gdp --out run_ok", None),
+    ("run41-init-from-gdp", f"{TRAIN} --out newrun --init-from run_gdp_update_float", None),
+    *[(f"gdp41-{n}", f"{TRAIN} --method gdp --out run_gdp_{n}", None) for n in (
+        "update_float", "update_neg", "update_str", "update_huge", "samples_list", "best_int", "best_str",
+        "best_neg")],
+    *[(f"user41-{i}", f"import-jax {fn} --args-spec {spec} --out keep.json {flags}", None)
+      for i, (fn, spec, flags) in enumerate([
+          ("usercode:raises", SPEC, ""), ("usercode:shapes", SPEC, ""), ("usersyntax:f", SPEC, ""),
+          ("userimport:f", SPEC, ""), ("usercode:ok", "usercode:factory_raises", ""),
+          ("usercode:ok", "usercode:factory_takes", ""), ("usercode:identity", SPEC, ""),
+          ("usercode:ok", SPEC, "--grouped-out keep.json"), ("usercode:ok", SPEC, "--grouped-out ./keep.json"),
+          ("usercode:ok", SPEC, "--grouped-out new2.json --export --out new2.json.gz")])],
+    ("out41-place-over-graph", "place g.json --devices 2 --out g.json", None),
+    ("out41-simulate-gantt-over-placement", f"{SIM} --gantt p.json", None),
+    ("out41-eval-json-over-placement", f"{EVAL} --json p.json", None),
     # rollouts on Ray workers (issue 16): counts, an address without workers, a malformed or unreachable address
     *[(f"workers-{i}", cmd, None) for i, cmd in enumerate([
         f"{TRAIN} --out newrun --workers 0", f"{TRAIN} --out newrun --workers -1",
@@ -515,6 +595,43 @@ def test_per_graph_messages_name_the_file_and_the_field(results):
               "pergraph-19": ("checkpoint.msgpack", "truncated or corrupt"),
               "pergraph-20": ("run_rnn_cfg/config.json", "'hidden'"),
               "pergraph-22": ("unknown method 'hierarchcal'",)}
+    for case, words in expect.items():
+        for word in words:
+            assert word in results[case]["stderr"], (case, word, results[case]["stderr"])
+
+
+def test_issue_41_messages_name_the_file_the_field_and_the_function(results):
+    expect = {"hw41-0": ("--seconds", "(0, 86400]"), "hw41-5": ("--checkpoint", "not used by --hardware"),
+              "hw41-8": ("cpu:99999", "at most", "host CPU devices"), "hw41-9": ("'cpu:¹'", "not platform:index"),
+              "hw41-10": ("--devices 1000", "host CPU devices"),
+              "meta41-prof_list": ("prof_list.json", "meta.profile"),
+              "meta41-prof_cores_str": ("prof_cores_str.json", "field 'cores'"),
+              "meta41-prof_kind_missing": ("'local-cpu' has no costs",),
+              "meta41-otg_empty": ("otg_empty.json", "meta.grouping.op_to_group", "empty"),
+              "meta41-otg_zero": ("otg_zero.json", "meta.grouping.op_to_group", "4 nodes"),
+              "meta41-no_nodes": ("no_nodes.json", "no nodes"),
+              "meta41-profile-meta_huge_width": ("meta_huge_width.json", "hidden 65536", "largest"),
+              "meta41-profile-meta_huge_depth": ("meta_huge_depth.json", "layers 60000"),
+              "meta41-profile-meta_huge_taper": ("meta_huge_taper.json", "taper"),
+              "run41-run_method_list": ("run_method_list/config.json", "field 'method'", "[1]"),
+              "run41-compare-method-list": ("run_method_list/config.json", "field 'method'"),
+              "run41-train-method-list": ("run_method_list/config.json", "field 'method'"),
+              "run41-train-other-method": ("run_ok/config.json", "not a run directory of gdp"),
+              "run41-init-from-gdp": ("run_gdp_update_float", "a gdp run directory, not a Placeto one"),
+              "gdp41-update_float": ("checkpoint.msgpack", "field 'update'", "1.5"),
+              "gdp41-update_huge": ("checkpoint.msgpack", "field 'update'"),
+              "gdp41-samples_list": ("checkpoint.msgpack", "field 'samples'"),
+              "gdp41-best_str": ("checkpoint.msgpack", "field 'best'"),
+              "user41-0": ("usercode:raises raised RuntimeError: boom in user code", "--verbose"),
+              "user41-1": ("usercode:shapes raised TypeError", "dot_general"),
+              "user41-2": ("importing 'usersyntax' raised SyntaxError",),
+              "user41-3": ("importing 'userimport' raised KeyError",),
+              "user41-4": ("'usercode:factory_raises' raised ValueError: factory failed",),
+              "user41-5": ("factory must take no arguments", "(x)"),
+              "user41-6": ("usercode:identity traced to no operations", "nothing written"),
+              "user41-7": ("--grouped-out keep.json is also --out",),
+              "out41-place-over-graph": ("--out g.json is the graph file",),
+              "out41-simulate-gantt-over-placement": ("--gantt p.json is the placement file",)}
     for case, words in expect.items():
         for word in words:
             assert word in results[case]["stderr"], (case, word, results[case]["stderr"])

@@ -44,6 +44,41 @@ def test_single_and_cpu_only_on_a_cluster_with_a_cpu():
         get_method("cpu-only")(graph, cluster_preset("placeto-k80", 2), 0)
 
 
+def test_single_device_is_the_fastest_one_in_every_command(tmp_path, capsys):
+    """On a GPU + CPU preset (the CPU is device 0) `place`, `compare`, `simulate` and `place --hardware`'s ranking
+    mean the same single device: the GPU, where the graph simulates fastest; a CPU-only-fast cluster picks the
+    CPU, and identical devices the first accelerator."""
+    import json
+
+    from placeto.baselines.single import single_device
+    from placeto.cli import main
+    from placeto.on_hardware import rank_candidates
+    from simulator.io import load_graph
+
+    g = "datasets/nmt/nmt_002.json.gz"
+    graph, cluster = load_graph(g), cluster_preset("h100-nvlink-cpu", 2)  # /cpu:0, /gpu:0
+    assert single_device(graph, cluster) == 1
+    common = ["--preset", "h100-nvlink-cpu", "--devices", "2"]
+    assert main(["place", g, "--method", "etf", *common, "--out", str(tmp_path / "p.json")]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "single device" in x)
+    assert line.endswith("(/gpu:0)")
+    assert main(["compare", g, "--methods", "single", *common, "--quiet", "--save-placements",
+                 str(tmp_path / "s")]) == 0
+    saved = next((tmp_path / "s").iterdir())
+    assert set(json.loads(saved.read_text())["placement"]) == {1}
+    capsys.readouterr()
+    assert main(["simulate", g, "--placement", str(saved), *common]) == 0
+    simulated = capsys.readouterr().out.split()[1]  # "runtime  X ms ..."
+    assert line.split()[2] == simulated  # place's single device = compare's single row, simulated alike
+    _, single = rank_candidates(graph, cluster, [], 0.1, progress=lambda x: None)
+    assert set(single.placement) == {1}
+    slow_gpu = Cluster("c", (Device("/cpu:0", "cpu", 64 * GB), Device("/gpu:0", "k80", 64 * GB)), 0.0, 0.0, 1e3)
+    fast = layered_dag(20, seed=0, kinds=("k80", "cpu"))
+    fast = fast.with_costs("k80", fast.costs["cpu"] * 10)  # a GPU 10x slower than the CPU here
+    assert single_device(fast, slow_gpu) == 0
+    assert single_device(fast, cluster_preset("placeto-k80", 4)) == 0
+
+
 def test_expert_from_meta_or_file(tmp_path):
     base = layered_dag(20, seed=0)
     shipped = {"2": [i % 2 for i in range(20)], "4": [i % 4 for i in range(20)]}

@@ -270,3 +270,23 @@ def test_joined_names_reach_the_target_and_keep_colocation():
         if name is not None:
             final.setdefault(name, set()).add(joined.graph.colocation[joined.op_to_group[i]])
     assert final and all(len(v) == 1 and None not in v for v in final.values())
+
+
+def test_a_graph_mixing_kind_costs_and_plain_costs_keeps_its_kinds_when_grouped():
+    """A node with {"k80": .., "cpu": ..} beside nodes with a plain-number cost: each group's cost on a kind is
+    what the simulator reads for its ops (the kind's own, else the plain number), so the grouping keeps k80 and
+    cpu. Summing raw per-kind costs once left every kind NaN, and gdp's coarse view (coarse_groups=1) said
+    "has no costs for device kind 'k80' (it has: none)" (issue 41)."""
+    from placeto.methods.gdp.config import tiny
+    from placeto.methods.gdp.place import placing_task
+    from simulator.cluster import cluster_preset
+
+    nodes = [{"name": n, "op": "x", "cost": c, "out_bytes": [1e8]}
+             for n, c in zip("abcd", [{"k80": 10.0, "cpu": 30.0}, 20.0, 5.0, 1.0])]
+    graph = make_graph("mixed", nodes, [(0, 1, 0), (0, 2, 0), (1, 3, 0), (2, 3, 0)])
+    grouped = group(graph, 1).graph
+    assert grouped.n_nodes == 1 and set(grouped.kinds) == {"k80", "cpu"}
+    assert grouped.cost_for("k80").tolist() == [graph.cost_for("k80").sum()] == [36.0]
+    assert grouped.cost_for("cpu").tolist() == [56.0]
+    task, _ = placing_task(graph, cluster_preset("placeto-k80", 2), tiny(coarse_groups=1))
+    assert task.graph.n_nodes == 1 and task.graph.cost_for("k80").tolist() == [36.0]

@@ -1,5 +1,5 @@
-"""simulator.hardware (and host_devices, synthetic_kernels) / simulator.calibrate / placeto.evaluate: placed
-execution on real (host) devices.
+"""simulator.hardware (and lowering, plans, timing, host_devices, synthetic_kernels) / simulator.calibrate /
+placeto.evaluate: placed execution on real (host) devices.
 
 The hardware checks run in one subprocess started with XLA_FLAGS for 2 host devices (this process may have
 started JAX with one device already); it prints a JSON report the tests below assert on.
@@ -25,7 +25,7 @@ from simulator import make_graph, save_graph, save_placement
 from simulator.cluster import Cluster, Device, load_cluster
 from simulator.errors import InputError
 from simulator.generate import layered_dag
-from simulator.hardware import Timing
+from simulator.timing import Timing
 from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, _with_flags
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,7 +36,7 @@ SCRIPT = textwrap.dedent('''
     ensure_host_devices(2)  # XLA_FLAGS already asks for 2: this adds the single-thread flags
     import jax, jax.numpy as jnp, numpy as np, optax
     from simulator import make_graph, save_graph, save_placement
-    from simulator import hardware as hw, host_devices
+    from simulator import hardware as hw, host_devices, lowering, plans
     from simulator.errors import InputError
     from simulator.grouping import group
     from simulator.importer import trace_import
@@ -66,7 +66,7 @@ SCRIPT = textwrap.dedent('''
     args = mlp_args()
     reference = jax.jit(mlp_step)(*args)
     traced = trace_import("__main__:mlp_step", "__main__:mlp_args", name="mlp")
-    values = hw.leaf_values(traced, args)
+    values = lowering.leaf_values(traced, args)
     devices = host_devices.local_devices(2)
     grouping = group(traced.graph, 12)
     rng = np.random.default_rng(0)
@@ -75,7 +75,7 @@ SCRIPT = textwrap.dedent('''
         n_units = traced.graph.n_nodes if op_to_group is None else grouping.graph.n_nodes
         for threads, stages in ((True, False), (False, False), (None, True), (True, True)):
             placement = rng.integers(0, 2, n_units)
-            plan = hw.program_plan(traced, values, placement, devices, op_to_group, stages=stages)
+            plan = plans.program_plan(traced, values, placement, devices, op_to_group, stages=stages)
             for step in range(2):  # the second step reuses the resident values: none may have been donated
                 flat, env = hw.run_plan(plan, threads=threads)
             out = jax.tree_util.tree_unflatten(plan.out_tree, flat)
@@ -92,9 +92,9 @@ SCRIPT = textwrap.dedent('''
                                    "dispatches": sum(t.fn is not None for t in plan.tasks),
                                    "donated": sum(len(t.donated) for t in plan.tasks),
                                    "computing_units": sum(u.body is not None for u in
-                                                          hw.unit_programs(traced, op_to_group))})
+                                                          lowering.unit_programs(traced, op_to_group))})
     # staged, all on one device: a single stage whose outputs equal the plain step's, twice in a row
-    one = hw.program_plan(traced, values, np.zeros(traced.graph.n_nodes, int), devices, None, stages=True)
+    one = plans.program_plan(traced, values, np.zeros(traced.graph.n_nodes, int), devices, None, stages=True)
     for step in range(2):
         out = hw.run_outputs(one)
     report["one_stage"] = {"dispatches": sum(t.fn is not None for t in one.tasks),
@@ -119,8 +119,8 @@ SCRIPT = textwrap.dedent('''
     expect_error("cpu_index", lambda: host_devices.local_devices((("cpu", 0), ("cpu", 2))))
     report["listed"] = [d.id for d in host_devices.local_devices("cpu:1,cpu:0")]
     expect_error("ensure_too_many", lambda: host_devices.ensure_host_devices(3))
-    expect_error("wrong_length", lambda: hw.program_plan(traced, values, np.zeros(5, int), devices))
-    expect_error("bad_device", lambda: hw.program_plan(traced, values, np.full(traced.graph.n_nodes, 2), devices))
+    expect_error("wrong_length", lambda: plans.program_plan(traced, values, np.zeros(5, int), devices))
+    expect_error("bad_device", lambda: plans.program_plan(traced, values, np.full(traced.graph.n_nodes, 2), devices))
     report["errors"] = errors
 
     # a cost-only chain: synthetic kernels should take about the recorded costs
@@ -195,12 +195,12 @@ SCRIPT = textwrap.dedent('''
     ztraced, zgroups, zargs = program_of(zoo)
     built = build_program_from_data(zoo.meta["program"]["kind"], zoo.meta["program"]["kwargs"])
     zref = jax.tree.leaves(jax.jit(built.step)(built.params, built.opt_state, built.batch))
-    zvalues = hw.leaf_values(ztraced, zargs)
+    zvalues = lowering.leaf_values(ztraced, zargs)
     rr = (np.arange(zoo.n_nodes) % 2).astype(np.int32)
     report["zoo"] = {}
     for name, placement, order in (("one", np.zeros(zoo.n_nodes, np.int32), zoo.topo_order),
                                    ("rr", rr, staged_order(zoo, rr, zoo.topo_order))):
-        plan = hw.program_plan(ztraced, zvalues, placement, devices, zgroups, order, stages=True)
+        plan = plans.program_plan(ztraced, zvalues, placement, devices, zgroups, order, stages=True)
         for step in range(2):
             got = jax.tree.leaves(hw.run_outputs(plan))
         report["zoo"][name] = {"allclose": len(got) == len(zref) and all(
@@ -478,11 +478,11 @@ def test_ensure_host_devices_before_and_after_jax_starts():
 
 
 def test_interleaved_timing_rotates_the_order_warms_each_step_and_pauses_the_collector(monkeypatch):
-    """simulator.hardware.time_interleaved: after the warm-up of every plan, round r starts at plan r mod P; each
+    """simulator.timing.time_interleaved: after the warm-up of every plan, round r starts at plan r mod P; each
     timed step follows an untimed step of the same plan; the collector is off only inside timed steps."""
     import gc
 
-    import simulator.hardware as H
+    import simulator.timing as H
 
     calls = []
     monkeypatch.setattr(H, "run_plan", lambda plan, threads=True: calls.append((plan, gc.isenabled())))
@@ -560,7 +560,7 @@ def test_default_local_spec_without_gpus_is_two_host_devices(monkeypatch):
 
 def test_unit_order_repairs_an_order_that_is_not_topological():
     from programs import mlp_step
-    from simulator.hardware import unit_order, unit_programs
+    from simulator.lowering import unit_order, unit_programs
     from simulator.trace import trace
 
     step, *args = mlp_step()
@@ -583,7 +583,7 @@ CHANGED_TRACE = textwrap.dedent('''
     import jax, numpy as np
     sys.path.insert(0, sys.argv[1])
     from programs import mlp_step
-    from simulator import hardware as hw, host_devices
+    from simulator import hardware as hw, host_devices, lowering, plans
     from simulator.grouping import group
     from simulator.trace import trace
     from placeto.evaluate import dispatch_order
@@ -602,10 +602,10 @@ CHANGED_TRACE = textwrap.dedent('''
     costed = grouping.graph.with_costs("default", rng.uniform(1.0, 10.0, grouping.graph.n_nodes))
     order = dispatch_order(costed, placement, cluster)  # topological for the file's groups only
     devices = host_devices.local_devices(4)
-    units = hw.unit_programs(traced, moved, grouping.graph.n_nodes)
-    print(hw.unit_order(units, order) == [int(u) for u in order])
+    units = lowering.unit_programs(traced, moved, grouping.graph.n_nodes)
+    print(lowering.unit_order(units, order) == [int(u) for u in order])
     for stages in (False, True):
-        plan = hw.program_plan(traced, hw.leaf_values(traced, args), placement, devices, moved, order, stages)
+        plan = plans.program_plan(traced, lowering.leaf_values(traced, args), placement, devices, moved, order, stages)
         out = jax.tree_util.tree_unflatten(plan.out_tree, hw.run_plan(plan)[0])
         ok = all(np.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(jax.tree.leaves(out),
                                                                           jax.tree.leaves(reference)))

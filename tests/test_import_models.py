@@ -111,7 +111,7 @@ def test_docs_show_the_example_file():
 
 def _exported_example(example):
     """(Traced step, grouped graph, its exported bundle, op values, the step's array outputs by jax.jit)."""
-    from simulator import export, hardware
+    from simulator import export, lowering
     from simulator.io import load_graph
 
     out, _, _ = example
@@ -127,7 +127,7 @@ def _exported_example(example):
     reference = jax.tree.leaves(jax.jit(ex.train_step)(*args))  # TrainState.step, a Python int, is static here
     assert len(traced.outputs) == len(reference)
     want = [x for x, a in zip(reference, traced.outputs) if isinstance(a, Source)]
-    return traced, grouped, bundle, hardware.leaf_values(traced, args), want
+    return traced, grouped, bundle, lowering.leaf_values(traced, args), want
 
 
 def test_exported_program_computes_the_step(example):
@@ -143,15 +143,15 @@ def test_exported_program_computes_the_step(example):
 
 
 def test_staged_exported_units_compute_the_step(example):
-    """hardware.units_plan(stages=True) on the exported units computes the step, step after step, also when two
+    """plans.units_plan(stages=True) on the exported units computes the step, step after step, also when two
     device indices name one physical device (a device_put there returns the very array, so received copies must
     not be donated)."""
-    from simulator import hardware
+    from simulator import hardware, plans
 
     _, grouped, bundle, values, want = _exported_example(example)
     for placement in (np.zeros(grouped.n_nodes, int), np.arange(grouped.n_nodes) % 2):
-        plan = hardware.units_plan(bundle.units, values, placement, jax.devices()[:1] * 2, bundle.outputs, None,
-                                   bundle.cache, None, stages=True)
+        plan = plans.units_plan(bundle.units, values, placement, jax.devices()[:1] * 2, bundle.outputs, None,
+                                bundle.cache, None, stages=True)
         assert sum(t.fn is not None for t in plan.tasks) <= grouped.n_nodes
         for _ in range(2):  # the second step reads the resident values again
             flat, _ = hardware.run_plan(plan)

@@ -13,7 +13,7 @@ import pytest
 from placeto.on_hardware import RIG_COLUMN, Candidate, Outcome, Recheck, pick, report
 from placeto.plain_jit import PlainJit, rig_line
 from simulator.cluster import Cluster, Device, save_cluster
-from simulator.hardware import timing_of
+from simulator.timing import timing_of
 from simulator.host_devices import HOST_DEVICE_FLAG
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,22 +73,58 @@ def test_report_headlines_the_fresh_speedup_and_plain_jit():
     assert "plain jax.jit" not in text  # not timed: nothing said
 
 
+def test_a_speedup_beyond_the_devices_concurrency_is_flagged():
+    """Devices that run independent work 1.14x as fast as one cannot make a placement 3x faster by running at
+    once: such a speedup is flagged (place --hardware measures it again), and if it holds the report says the gain
+    is not from concurrency; within SPEEDUP_SLACK of the concurrency it is noise, not flagged."""
+    from placeto.calibration import SPEEDUP_SLACK, Concurrency, beyond_concurrency
+
+    serial = Concurrency(2, 1.14, 2, 0.3, "cpu")
+    assert beyond_concurrency(3.0, serial) and not beyond_concurrency(1.14 * SPEEDUP_SLACK, serial)
+    assert not beyond_concurrency(3.0, None)  # not measured (one device, or mixed platforms): nothing to say
+    assert beyond_concurrency(1.3, Concurrency(2, 0.8, 2, 0.3, "cpu"))  # a concurrency below 1 counts as 1
+    assert not beyond_concurrency(2.2, Concurrency(2, 1.95, 16, 0.3, "cpu"))
+    single, fast = _candidate("single device", 300.0), _candidate("etf", 100.0)
+    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e9) for i in range(2)), 0.0, 0.0, 1e3)
+    first = Recheck(timing_of([95.0, 100.0, 105.0]), timing_of([290.0, 300.0, 310.0]))
+    held = Recheck(timing_of([105.0, 110.0, 115.0]), timing_of([320.0, 330.0, 340.0]))
+    text = report(Outcome(fast, single, [fast, single], cluster, 3.0, (2.5, 3.5), concurrency=serial,
+                          recheck=held, flagged=first))
+    assert ("3.00x is BEYOND the 1.14x the devices' measured concurrency allows (on two sets of fresh steps: 3.00x, "
+            "then 3.00x): the gain is not from running the devices at once") in text
+    gone = Recheck(timing_of([250.0, 260.0, 270.0]), timing_of([290.0, 300.0, 310.0]))
+    text = report(Outcome(fast, single, [fast, single], cluster, 3.0, (2.5, 3.5), concurrency=serial,
+                          recheck=gone, flagged=first))
+    assert ("1.15x the single device's speed on fresh steps" in text and "measured again: the first fresh steps "
+            "gave 3.00x, beyond the 1.14x the devices' measured concurrency allows") in text and "BEYOND" not in text
+    from placeto.agreement import EvalRow
+    from placeto.evaluate import summary_lines
+
+    rows = [EvalRow("one.json", 300.0, timing_of([300.0] * 3)), EvalRow("etf.json", 200.0, timing_of([100.0] * 3))]
+    lines = summary_lines(rows, [np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)], serial)
+    assert ("fastest measured placement (etf): 3.00x is BEYOND the 1.14x the devices' measured concurrency "
+            "allows: the gain is not from running the devices at once") in "\n".join(lines)
+
+
 def test_place_hardware_end_to_end(tmp_path):
     """On 2 host devices (a subprocess: XLA_FLAGS before JAX starts), with a given cluster so nothing is
-    calibrated: the graph is profiled (and the profile cached in the file: a second run says so), the placements
-    run for real, the fastest measured is written and plotted."""
+    calibrated: the graph is profiled (the profile cached in placeto's cache, the graph file byte-identical: a
+    second run says so), the placements run for real, the fastest measured is written and plotted."""
     graph = tmp_path / "g.json.gz"
     shutil.copyfile(ROOT / "datasets" / "nmt" / "nmt_002.json.gz", graph)
+    original = graph.read_bytes()
     cluster = Cluster("local", tuple(Device(f"/cpu:{i}", "local-cpu", 1e10) for i in range(2)), 20.0, 30.0, 1e3)
     save_cluster(cluster, tmp_path / "c.json")
     env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu",
-               PLACETO_CACHE=str(tmp_path / "cache"))
+               PLACETO_CACHE=str(tmp_path / "cache"), PLACETO_MAX_LOAD_PER_CORE="1000")  # (a busy test machine
+    #                                                   would make every profile one taken under load)
     argv = [sys.executable, "-m", "placeto.cli", "place", str(graph), "--hardware", "--devices", "2", "--cluster",
             str(tmp_path / "c.json"), "--candidates", "etf,m-sct", "--seconds", "0.2", "--top", "1", "--repeats", "2",
             "--out", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png")]
     first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400)
     assert first.returncode == 0, first.stderr[-3000:]
     assert "profiling nmt_002" in first.stdout and "<- kept (fastest measured)" in first.stdout
+    assert graph.read_bytes() == original  # the input file untouched
     assert "devices: 2 host CPU devices sharing" in first.stdout and "the simulator assumes 2x" in first.stdout
     assert "\nkept: " in first.stdout  # which placement is kept, and why, on stdout
     assert "single device" in first.stdout and (tmp_path / "p.png").stat().st_size > 0
@@ -101,7 +137,8 @@ def test_place_hardware_end_to_end(tmp_path):
     second = subprocess.run([a if a != "etf,m-sct" else "etf" for a in argv], env=env, capture_output=True,
                             text=True, timeout=400)
     assert second.returncode == 0, second.stderr[-3000:]
-    assert "profile: cached" in second.stdout and "profiling" not in second.stdout
+    assert "profile: cached (local-cpu in " in second.stdout and "profiling" not in second.stdout
+    assert graph.read_bytes() == original
     bad = subprocess.run(argv[:-4] + ["--top", "0", "--out", str(tmp_path / "q.json")], env=env,
                          capture_output=True, text=True, timeout=100)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1

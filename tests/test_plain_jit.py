@@ -6,7 +6,7 @@ from placeto import plain_jit
 from placeto.plain_jit import PlainJit, combined, parse_child, plain_env, plain_line, plain_platform, rig_line
 from simulator.errors import InputError
 from simulator.graph import make_graph
-from simulator.hardware import timing_of
+from simulator.timing import timing_of
 from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
 from simulator.io import save_graph
 

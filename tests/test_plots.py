@@ -100,7 +100,7 @@ def test_plot_bad_run_directory(tmp_path):
 
 
 def _timing(median_us, spread_us):
-    from simulator.hardware import Timing
+    from simulator.timing import Timing
 
     return Timing(median_us, median_us - spread_us, median_us + spread_us, median_us - 2 * spread_us,
                   median_us + 2 * spread_us, np.array([median_us]))

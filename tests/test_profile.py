@@ -28,7 +28,7 @@ def test_profile_positive_and_cached(traced, monkeypatch):
     is_eqn = np.array([e is not None for e in traced.equations])
     assert np.all(np.isfinite(times)) and np.all(times[is_eqn] > 0) and np.all(times[~is_eqn] == 0)
     assert len(calls) < is_eqn.sum()  # identical equations (e.g. the three tanh backward muls) timed once
-    sigs = [profile._signature(e) for e in traced.equations if e is not None]
+    sigs = [profile.equation_signature(e) for e in traced.equations if e is not None]
     assert len(calls) == len(set(sigs))
 
 

@@ -2,8 +2,8 @@
 a `placeto` command exists in that command's parser.
 
 The blocks run in order, each in one bash process (`set -e`: a failing command fails the test), in a scratch
-directory holding a copy of datasets/ and examples/ (so `place --hardware`, which caches profiles in the graph
-file, leaves the repository's files alone), with JAX's compilation cache and placeto's calibration cache in the
+directory holding a copy of datasets/ and examples/ (the commands write beside them; `place --hardware` leaves
+the graph file as it is), with JAX's compilation cache and placeto's caches (calibrations, profiles) in the
 scratch directory too. Budgets are made small (SMALLER: the README shows the real ones) and the hardware runs
 time fewer steps (EXTRA); `make demo` and `make test` are the set-up, not run here (CI runs `make test`).
 """

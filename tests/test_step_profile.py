@@ -12,7 +12,7 @@ import pytest
 
 from simulator import costs
 from simulator.cluster import MACHINES, PRESETS, cluster_preset
-from simulator.hardware import leaf_values, unit_order, unit_programs
+from simulator.lowering import leaf_values, unit_order, unit_programs
 from simulator.step_profile import attribute, instruction_units, profile_trace, profile_units, split_steps
 from simulator.trace import trace
 

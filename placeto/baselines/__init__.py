@@ -2,7 +2,7 @@
 
 | name | what it optimises | simulator calls |
 |---|---|---|
-| `single` | nothing: every node on the first accelerator ("Single-GPU") | 0 |
+| `single` | nothing: every node on the fastest single device (simulated; ties: the first accelerator) | 0 |
 | `cpu-only` | nothing: every node on the CPU (clusters with a "cpu" device only) | 0 |
 | `random` | best of `budget` uniform random placements | budget |
 | `expert` | the human placement shipped in `graph.meta["expert_placement"]` | 0 |

@@ -15,6 +15,7 @@ from typing import Any
 from placeto.methods.base import Method
 from simulator.errors import InputError
 from simulator.io import PathLike, atomic_write_bytes, write_json
+from simulator.limits import short_repr
 
 PACKAGES = {
     "placeto": "placeto.methods.placeto",
@@ -56,28 +57,36 @@ def all_variants() -> tuple[str, ...]:
 
 def run_method(run_dir: PathLike | None) -> str | None:
     """The method of a run directory (its config.json's "method", DEFAULT without one); None when `run_dir` is
-    None or has no readable config.json."""
+    None or has no readable config.json. InputError naming the file when its "method" names no learned method
+    (a number, a list, an unknown name): a run directory this project wrote always names its own."""
     if run_dir is None:
         return None
     path = Path(str(run_dir)) / "config.json"
     try:
         d = json.loads(path.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
-    method = d.get("method", DEFAULT) if isinstance(d, dict) else None
-    return method if method in PACKAGES else None
+    if not isinstance(d, dict):
+        return None
+    method = d.get("method", DEFAULT)
+    if not isinstance(method, str) or method not in PACKAGES:
+        raise InputError(f"field 'method': {short_repr(method)} is not a learned method (known: "
+                         f"{', '.join(PACKAGES)})", str(path))
+    return method
 
 
 def checkpoint_method(name_or_dir: PathLike | None) -> str | None:
-    """The method of a shipped policy name or run directory (None for None or anything unresolvable)."""
+    """The method of a shipped policy name or run directory (None for None or anything unresolvable; InputError
+    for a run directory whose config.json names no learned method, see run_method)."""
     from placeto.policies import resolve_checkpoint
 
     if name_or_dir is None:
         return None
     try:
-        return run_method(resolve_checkpoint(name_or_dir))
+        path = resolve_checkpoint(name_or_dir)
     except InputError:
         return None
+    return run_method(path)
 
 
 def policy_kind(method: str | None) -> str:

@@ -26,13 +26,14 @@ import math
 import re
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import jax
 import numpy as np
 from flax import serialization
 
-from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
+from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, counter, objective, read_blob,
+                                  restore)
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig
 from placeto.methods.pergraph_specs import get_spec
@@ -41,6 +42,7 @@ from placeto.objective import metered, record
 from placeto.workers import Pair, from_key_data
 from simulator.cluster import Cluster
 from simulator.errors import InputError
+from simulator.limits import number, short_repr
 from simulator.graph import Graph
 from simulator.io import PathLike, atomic_write_bytes, check_output_path, read_json, save_placement
 
@@ -93,20 +95,37 @@ def _save(out: Path, st: RunState, task: dict[str, Any]) -> None:
     atomic_write_bytes(out / CHECKPOINT, serialization.msgpack_serialize(blob))
 
 
+def stored_task(blob: Mapping[str, Any], path: PathLike) -> dict[str, Any]:
+    """A checkpoint's task {graph: name, nodes: count, devices: count}; InputError naming `path` otherwise."""
+    stored = blob["task"]
+    if not isinstance(stored, Mapping) or set(stored) != {"graph", "nodes", "devices"} or \
+            not isinstance(stored["graph"], str) or \
+            not all(type(stored[k]) is int and 0 <= stored[k] <= 2**31 for k in ("nodes", "devices")):
+        raise InputError(f"field 'task': expected a map {{graph: name, nodes: count, devices: count}}, got "
+                         f"{short_repr(stored, 120)}", str(path))
+    return dict(stored)
+
+
 def _load(out: Path, template: RunState, task: dict[str, Any]) -> RunState | None:
     """The checkpoint restored into `template`, None without one; InputError if it is of another task or model."""
     path = out / CHECKPOINT
     if not path.exists():
         return None
     blob = read_blob(path, BLOB_KEYS)
-    if dict(blob["task"]) != task:
-        raise InputError(f"the run trains on {dict(blob['task'])}, not {task}: per-graph policies resume on their "
-                         f"own graph and device count; pass --fresh or another --out", str(path))
+    stored = stored_task(blob, path)
+    if stored != task:
+        raise InputError(f"the run trains on {short_repr(stored, 200)}, not {task}: per-graph policies resume on "
+                         f"their own graph and device count; pass --fresh or another --out", str(path))
+    baseline = blob["baseline"]
+    if not isinstance(baseline, Mapping) or "value" not in baseline or "count" not in baseline:
+        raise InputError("field 'baseline': expected a map {value, count}", str(path))
     try:
-        base = Baseline(float(blob["baseline"]["value"]), int(blob["baseline"]["count"]))
-        counters = int(blob["update"]), int(blob["samples"]), float(blob["best"])
-    except (TypeError, ValueError, KeyError) as e:
-        raise InputError(f"malformed training state ({type(e).__name__}: {e})", str(path)) from None
+        value = number(baseline["value"], "field 'baseline': value", -math.inf)
+    except InputError as e:
+        raise e.with_source(str(path)) from None
+    base = Baseline(value, counter(baseline, "count", path))
+    counters = counter(blob, "update", path), counter(blob, "samples", path), objective(blob["best"], "field 'best'",
+                                                                                          path)
     return RunState(restore(template.params, blob["params"], "params", path),
                     restore(template.opt_state, blob["opt_state"], "opt_state", path), base, *counters)
 
@@ -256,7 +275,7 @@ def run_method(run_dir: PathLike | None) -> str | None:
     except InputError:
         return None
     method = d.get("method") if isinstance(d, dict) else None
-    return method if method in PER_GRAPH else None
+    return method if isinstance(method, str) and method in PER_GRAPH else None
 
 
 def load_run(run_dir: PathLike) -> tuple[PerGraphConfig, Any, dict[str, Any]]:
@@ -282,10 +301,8 @@ def load_run(run_dir: PathLike) -> tuple[PerGraphConfig, Any, dict[str, Any]]:
     template = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes)
     path = run_dir / CHECKPOINT
     blob = read_blob(path, ("params", "task"))
-    task = blob["task"]
-    if not isinstance(task, dict) or set(task) != {"graph", "nodes", "devices"}:
-        raise InputError("checkpoint's task is not {graph, nodes, devices}", str(path))
-    return config, restore(template, blob["params"], "params", path), dict(task)
+    task = stored_task(blob, path)
+    return config, restore(template, blob["params"], "params", path), task
 
 
 WORKER = "placeto.methods.rundir:PerGraphWorker"  # the per-graph methods' worker kind (placeto.workers.make_worker)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any, Callable, Mapping
 
@@ -41,6 +42,8 @@ CONFIGS: dict[str, type] = {"cifar10": Cifar10Config, "ptb": PTBConfig, "nmt": N
                             "transformer": TransformerConfig, "mlp": MLPConfig, "matmul": MatmulConfig,
                             "moe": MoEConfig, "cnn": CNNConfig}
 MAX_SIZE = 65536  # largest integer config field (a width, length, batch or count) accepted from a graph file
+SIZE_BUDGET = 4.0  # a graph file's program may be at most this many times the largest the project builds (below)
+REFERENCE_DRAWS = 2000  # draws of a family's sampler that find the largest value of each field it builds
 
 
 def build_program_from_data(kind: Any, kwargs: Any, where: str = "meta.program") -> Program:
@@ -57,8 +60,12 @@ def check_program_args(kind: Any, kwargs: Any, where: str = "meta.program") -> N
     """InputError naming `where` unless (kind, kwargs) names one of the zoo's own programs, sensibly sized.
 
     Only the zoo's own builders can run: `kind` must be a key of PROGRAMS, and `kwargs` may hold `seed` (an
-    integer in [0, 2^32)) and scalar fields of the kind's config dataclass, each of the field's type
-    (integers in [1, MAX_SIZE], floats in (0, MAX_SIZE], booleans).
+    integer in [0, 2^32)) and scalar fields of the kind's config dataclass, each of the field's type (integers in
+    [1, MAX_SIZE], floats in (0, MAX_SIZE], booleans). The program must also be about as large as the ones the
+    project builds (`reference_sizes`): a float field at most the largest built (mlp's taper and inception's width
+    grow sizes geometrically), and the integer fields together at most SIZE_BUDGET times it (the product of each
+    field's ratio to the largest built, where above 1), so a graph file cannot ask for a model that traces for
+    minutes or fills the memory.
     """
     if not isinstance(kind, str) or kind not in PROGRAMS:
         raise InputError(f"{where}.kind: unknown program kind {short_repr(kind)} (known: {', '.join(PROGRAMS)})")
@@ -66,14 +73,14 @@ def check_program_args(kind: Any, kwargs: Any, where: str = "meta.program") -> N
         raise InputError(f"{where}.kwargs: expected an object")
     fields = {f.name: f for f in dataclasses.fields(CONFIGS[kind])}
     for key, value in kwargs.items():
-        at = f"{where}.kwargs.{key}"
+        at = f"{where}.kwargs.{str(key)[:40]}"
         default = 0 if key == "seed" else fields[key].default if key in fields else None
         if key == "seed":
             ok = type(value) is int and 0 <= value <= MAX_SEED
         elif type(default) is int:
             ok = type(value) is int and 1 <= value <= MAX_SIZE
         elif type(default) is float:
-            ok = type(value) in (int, float) and math.isfinite(value) and 0 < value <= MAX_SIZE
+            ok = type(value) in (int, float) and 0 < value <= MAX_SIZE and math.isfinite(value)  # huge ints first
         elif type(default) is bool:
             ok = type(value) is bool
         else:
@@ -81,6 +88,47 @@ def check_program_args(kind: Any, kwargs: Any, where: str = "meta.program") -> N
                              f"{', '.join(k for k, f in fields.items() if type(f.default) in (int, float, bool))})")
         if not ok:
             raise InputError(f"{at}: bad value {short_repr(value)} for a field of type {type(default).__name__}")
+    _check_size(kind, kwargs, where)
+
+
+def _check_size(kind: str, kwargs: Mapping[str, Any], where: str) -> None:
+    """The size rule of check_program_args, on arguments whose types and ranges are checked."""
+    largest = reference_sizes(kind)
+    growth, grown = 1.0, []
+    for key, value in kwargs.items():
+        if key == "seed" or type(value) is bool or key not in largest:
+            continue
+        ratio = value / largest[key]
+        if isinstance(value, float) and ratio > 1:
+            raise InputError(f"{where}.kwargs.{key}: {value:g} is larger than any {kind!r} program the project "
+                             f"builds (at most {largest[key]:g})")
+        if ratio > 1:
+            growth *= ratio
+            grown.append(f"{key} {value} > {largest[key]:g}")
+    if growth > SIZE_BUDGET:
+        raise InputError(f"{where}.kwargs: asks for a {kind!r} program {growth:.3g}x the largest the project builds "
+                         f"({', '.join(grown)}; at most {SIZE_BUDGET:g}x in all)")
+
+
+@functools.cache
+def reference_sizes(kind: str) -> dict[str, float]:
+    """The largest value of each numeric config field of `kind` that the project builds: its default, the
+    benchmarks' (list_benchmarks) and its family's (placeto.family_samplers.SAMPLERS, REFERENCE_DRAWS seeded draws)."""
+    import numpy as np
+
+    from placeto.family_samplers import SAMPLERS
+
+    largest = {f.name: f.default for f in dataclasses.fields(CONFIGS[kind])
+               if type(f.default) in (int, float)}
+    built = [spec.kwargs for spec in list_benchmarks() if spec.kind == kind]
+    if kind in SAMPLERS:
+        rng = np.random.default_rng(0)
+        built += [SAMPLERS[kind](rng) for _ in range(REFERENCE_DRAWS)]
+    for kwargs in built:
+        for key, value in kwargs.items():
+            if key in largest and type(value) in (int, float):
+                largest[key] = max(largest[key], value)
+    return largest
 
 
 def build_program(kind: str, **kwargs: Any) -> Program:

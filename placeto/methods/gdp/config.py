@@ -129,8 +129,9 @@ class GdpConfig:
         for name in ("clip", "lr", "entropy", "imitation", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
                      "time_limit_minutes", "coarse_ccr"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0 or math.isnan(v):
-                raise ValueError(f"GdpConfig: {name} must be a non-negative number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 2**63 and not v == math.inf:
+                shown = "a huge integer" if isinstance(v, int) and v > 2**63 else repr(v)[:40]
+                raise ValueError(f"GdpConfig: {name} must be a non-negative number, got {shown}")
         _check_temperature("GdpConfig", self.temperature)
 
     @property

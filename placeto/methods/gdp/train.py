@@ -25,7 +25,8 @@ from typing import Any, NamedTuple, Sequence
 import jax
 from flax import serialization
 
-from placeto.checkpoint_io import CHECKPOINT, CONFIG, RunLock, check_finite, read_blob, restore
+from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, counter, objectives, read_blob,
+                                  restore)
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.gdp.workers import WORKER
 from placeto.methods.gdp.config import GdpConfig
@@ -91,10 +92,11 @@ def _load(out: Path, template: RunState) -> RunState | None:
     if not path.exists():
         return None
     blob = read_blob(path, ("params", "opt_state", "update", "samples", "best"))
+    update, samples = counter(blob, "update", path), counter(blob, "samples", path)
+    best = objectives(blob["best"], "field 'best'", path)
     params = restore(template.params, blob["params"], "params", path)
     opt_state = restore(template.opt_state, blob["opt_state"], "opt_state", path)
-    best = {str(k): float(v) for k, v in dict(blob["best"]).items()}
-    return RunState(params, opt_state, int(blob["update"]), int(blob["samples"]), best)
+    return RunState(params, opt_state, update, samples, best)
 
 
 def _check_config(out: Path, config: GdpConfig) -> None:

@@ -125,6 +125,10 @@ class PlacetoConfig:
     # ---- bookkeeping --------------------------------------------------------------------------------------
     checkpoint_seconds: float = 60.0
     """Wall time between checkpoints (one is also written after the first update and at the end)."""
+    snapshot_seconds: float = 0.0
+    """Wall time between snapshots of the parameters kept in snapshots/<update>.msgpack (a checkpoint is
+    overwritten; snapshots stay), so a checkpoint can be chosen afterwards on graphs the run did not train on
+    (experiments/generalization.py select); 0: none."""
     log_every: int = 1
     """Updates between metric rows (CSV + TensorBoard)."""
     progress: bool = True
@@ -176,7 +180,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "entropy_decay_fraction": (0, 1), "move_weight": (0, 1e6),
     "grad_clip": (0, 1e9), "gamma": (0, 1), "baseline_window": (1, 10**6),
     "grad_steps": (0, 10**6), "grad_chunk_nodes": (1, 10**9), "seed": (0, 2**32 - 1),
-    "time_limit_minutes": (0, 1e9), "checkpoint_seconds": (0, 1e9), "log_every": (1, 10**9),
+    "time_limit_minutes": (0, 1e9), "checkpoint_seconds": (0, 1e9), "snapshot_seconds": (0, 1e9),
+    "log_every": (1, 10**9),
 }
 
 

@@ -22,6 +22,7 @@ from placeto.methods.placeto.policy import make_policy
 from placeto.methods.placeto.rollout import collect_rollout
 from simulator.cluster import Cluster
 from simulator.graph import Graph
+from simulator.errors import InputError
 from simulator.io import PathLike
 
 
@@ -103,10 +104,20 @@ def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samp
 
 
 def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
-    """The PlacetoConfig of a shipped policy or run directory."""
+    """The PlacetoConfig of a shipped policy or run directory (InputError for another method's run directory: its
+    config.json's "method", which a Placeto run leaves out or sets to "placeto")."""
     from placeto.policies import resolve_checkpoint
+    from simulator.io import read_json
+    from simulator.limits import short_repr
 
-    return read_config(resolve_checkpoint(checkpoint))  # validated: InputError naming config.json and the field
+    path = resolve_checkpoint(checkpoint)
+    d = read_json(path / "config.json")
+    method = d.get("method", "placeto") if isinstance(d, dict) else "placeto"
+    if method != "placeto":
+        what = f"a {method} run directory" if isinstance(method, str) else f"config.json's \"method\" is " \
+                                                                              f"{short_repr(method)}"
+        raise InputError(f"{what}, not a Placeto one", str(path))
+    return read_config(path)  # validated: InputError naming config.json and the field
 
 
 def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]:

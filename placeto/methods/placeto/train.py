@@ -11,8 +11,9 @@ One update = B episodes sampled in parallel on one graph (graphs taken in turn),
                         (placeto.methods.placeto.gradient, with the baseline and the schedules)
     apply               clip, Adam with an exponentially decaying learning rate (one compiled update for all runs)
 
-A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorBoard) and best/<graph>.json
-(best placement seen per training graph). Rerunning `train` on the same directory resumes. While a `train` runs, it
+A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorBoard), best/<graph>.json
+(best placement seen per training graph) and, with `snapshot_seconds`, snapshots/<update>.msgpack (the parameters
+every so often, to choose a checkpoint from afterwards). Rerunning `train` on the same directory resumes. While a `train` runs, it
 holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is written after the first update, every
 `checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping the last checkpoint.
 
@@ -41,7 +42,8 @@ import optax
 from flax import serialization
 
 from placeto.methods.placeto import env as E
-from placeto.checkpoint_io import CHECKPOINT, RunLock, check_devices, check_finite, check_same_model, read_blob, restore
+from placeto.checkpoint_io import (CHECKPOINT, MAX_COUNTER, RunLock, check_devices, check_finite, check_same_model,
+                                   counter, objectives, read_blob, restore)
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.placeto.rollout_workers import WORKER
@@ -85,6 +87,19 @@ class TrainState:
     best_runtime: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
+SNAPSHOTS = "snapshots"  # in a run directory: params-only blobs, <update>.msgpack (PlacetoConfig.snapshot_seconds)
+
+
+def save_snapshot(out_dir: Path, st: TrainState) -> Path:
+    """The parameters alone, as a checkpoint file's "params" (placement reads nothing else), written atomically
+    to snapshots/<update>.msgpack."""
+    path = out_dir / SNAPSHOTS / f"{st.update:08d}.msgpack"
+    path.parent.mkdir(exist_ok=True)
+    atomic_write_bytes(path, serialization.msgpack_serialize({"params": serialization.to_state_dict(st.params),
+                                                              "update": st.update, "episode": st.episode}))
+    return path
+
+
 def save_checkpoint(out_dir: Path, st: TrainState) -> None:
     """flax.serialization bytes of the whole state, written atomically."""
     blob = {"params": serialization.to_state_dict(st.params), "opt_state": serialization.to_state_dict(st.opt_state),
@@ -108,16 +123,22 @@ def load_checkpoint(out_dir: Path, template: TrainState) -> TrainState | None:
         return None
     blob = read_blob(path, CHECKPOINT_FIELDS)
     key_data = np.asarray(jax.random.key_data(template.key))
+    counters = {k: counter(blob, k, path) for k in ("episode", "update", "sim_calls")}
+    best = objectives(blob["best_runtime"], "field 'best_runtime'", path)
     try:
-        baselines = {k: Baseline(np.asarray(v["returns"], np.float32), np.asarray(v["count"], np.int64))
-                     for k, v in blob["baselines"].items()}
-        counters = {k: int(blob[k]) for k in ("episode", "update", "sim_calls")}
-        best = {k: float(v) for k, v in blob["best_runtime"].items()}
+        baselines = {}
+        for k, v in blob["baselines"].items():
+            returns = np.asarray(v["returns"], np.float32)
+            count = np.asarray(v["count"])
+            if (returns.ndim != 2 or count.shape != () or count.dtype.kind not in "iu"
+                    or not 0 <= count <= MAX_COUNTER or not np.all(np.isfinite(returns))):
+                raise ValueError(f"baseline {str(k)[:40]!r}: returns must be a finite [window, steps] array, count a counter")
+            baselines[str(k)] = Baseline(returns, count.astype(np.int64))
         key = np.asarray(blob["key"], key_data.dtype)
-    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:
-        raise InputError(f"malformed training state ({type(e).__name__}: {e})", str(path)) from None
-    if key.shape != key_data.shape or min(counters.values()) < 0:
-        raise InputError("malformed training state (random key or counters)", str(path))
+    except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
+        raise InputError(f"malformed training state ({type(e).__name__}: {str(e)[:120]})", str(path)) from None
+    if key.shape != key_data.shape:
+        raise InputError("malformed training state (random key)", str(path))
     return TrainState(params=restore(template.params, blob["params"], "params", path),
                       opt_state=restore(template.opt_state, blob["opt_state"], "opt_state", path),
                       baselines=baselines, key=jax.random.wrap_key_data(jnp.asarray(key)), best_runtime=best,
@@ -255,6 +276,9 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
     apply = _make_apply(float(config.grad_clip))
     log = _Logger(out, config, start_episode, st.update)
     last_ckpt, start_update, saved_update = time.time(), st.update, (st.update if restored else None)
+    last_snap = time.time()
+    if config.snapshot_seconds > 0:
+        save_snapshot(out, st)  # where this call starts from: a candidate too
     stack = contextlib.ExitStack()  # the Ray pool, if any
     try:
         pool = stack.enter_context(open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]))
@@ -276,6 +300,9 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
             if st.update == start_update + 1 or time.time() - last_ckpt >= config.checkpoint_seconds:
                 save_checkpoint(out, st)  # also right after the first update: an early kill keeps the run
                 last_ckpt, saved_update = time.time(), st.update
+            if config.snapshot_seconds > 0 and time.time() - last_snap >= config.snapshot_seconds:
+                save_snapshot(out, st)
+                last_snap = time.time()
         save_checkpoint(out, st)
     finally:
         log.close()

@@ -1,0 +1,82 @@
+"""Timing placed steps on real devices: the wall-clock time of a `simulator.hardware.Plan`'s step.
+
+`time_plan` runs the step `warmup` times (the first compiles every task), then `repeats` times, blocking on every
+value produced (`simulator.hardware.run_plan`), and reports the median and the spread of the wall-clock times
+(`Timing`, microseconds). Python's garbage collector is collected before and switched off during each timed step
+(`gc_paused`, as `timeit` does), so a collection triggered by the step's allocations (or an earlier step's) does
+not land inside one placement's time. `time_interleaved` times several plans in rotating rounds, so a change in
+the machine's load hits every plan alike.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import time
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from simulator.errors import InputError
+from simulator.hardware import Plan, run_plan
+
+
+class Timing(NamedTuple):
+    """Wall-clock step times after warm-up, microseconds."""
+
+    median_us: float
+    q25_us: float
+    q75_us: float
+    min_us: float
+    max_us: float
+    times_us: np.ndarray  # float64[R] every timed run
+
+
+def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool | None = None) -> Timing:
+    """Time `repeats` steps after `warmup` (the first run compiles every task); see Timing and run_plan."""
+    if repeats < 1:
+        raise InputError(f"repeats must be >= 1, got {repeats}")
+    for _ in range(warmup):
+        run_plan(plan, threads=threads)
+    times = []
+    for _ in range(repeats):
+        with gc_paused():
+            t0 = time.perf_counter()
+            run_plan(plan, threads=threads)
+            times.append((time.perf_counter() - t0) * 1e6)
+    return timing_of(times)
+
+
+def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2,
+                     threads: bool | None = None) -> list[list[float]]:
+    """Step times (us) of every plan, `repeats` each: after `warmup` steps of each (the first compiles), rounds of
+    one timed step per plan, round r starting at plan r mod P, so a change in the machine's load hits every plan
+    alike and no plan always follows the same one; each timed step follows an untimed step of the same plan, so
+    what the previous plan's step left behind (buffers to free, busy threads) is not charged to it."""
+    for plan in plans:
+        time_plan(plan, repeats=1, warmup=max(1, warmup), threads=threads)
+    times: list[list[float]] = [[] for _ in plans]
+    for r in range(repeats):
+        for i in np.roll(np.arange(len(plans)), -r):
+            times[i].append(time_plan(plans[i], repeats=1, warmup=1, threads=threads).median_us)
+    return times
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Collect garbage, then keep the collector off inside the block (restored after, as it was)."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def timing_of(times_us: Sequence[float]) -> Timing:
+    """Timing summary of step times (microseconds)."""
+    t = np.asarray(times_us, dtype=np.float64)
+    q25, q75 = np.percentile(t, [25, 75])
+    return Timing(float(np.median(t)), float(q25), float(q75), float(t.min()), float(t.max()), t)
