@@ -12,7 +12,9 @@ Both policies start from what a list scheduler knows:
   PlacetoConfig.init_placement "etf"), the policy visits each node once and the episode keeps the best placement
   it visited. Training imitates, on the states the policy itself visits (DAgger), the best single move at each
   node (one-step lookahead over all devices, "keep" on ties: counterfactual_loss "best"); gamma 0 leaves
-  REINFORCE nothing beyond it. A second stage weighs the steps whose best is a move 4x (move_weight).
+  REINFORCE nothing beyond it. A second stage weighs the steps whose best is a move 4x (move_weight). The
+  parameters (snapshots of the last stage, or the checkpoint) and the number of passes over the nodes (1 or 2)
+  are chosen on validation tasks the run never trained on (`select`).
 - gdp: the "etf" list decoder, whose initialisation is m-ETF exactly (scores 0, finish-gap weight 20, exact
   ties to the lowest device: GdpConfig.greedy_ties "lowest"); PPO then trains the per-node scores and weights
   against the policy's own one pass (baseline "greedy"), anchored by a cross-entropy toward m-ETF's choice
@@ -22,6 +24,7 @@ Columns: single device, etf, m-sct, local search at the Placeto pass's wall time
 one passes (no search, no fine-tuning). Ratios are to etf; geometric means per family, device count and overall.
 
     python -m experiments.generalization train --method placeto --held-out dense --minutes 8
+    python -m experiments.generalization select --held-out all  # parameters and passes, on validation tasks
     python -m experiments.generalization evaluate            # -> experiments/results/generalization.md, .csv
     python -m experiments.generalization ship                # the all-groups runs -> placeto/shipped/
 """
@@ -48,7 +51,9 @@ from placeto import distribution as dist  # noqa: E402
 RUNS = ROOT / "runs" / "generalization"
 STAGES = {  # how every run of generalization.md was trained (the minutes of each run: its "Training runs" line)
     "placeto": "python -m experiments.generalization train --method placeto --held-out GROUP --minutes M "
-               "(rerun to resume), then the same with --set move_weight=4 --minutes 8 (none: 15)",
+               "(rerun to resume), then the same with --set move_weight=4 --minutes 8 (none: 15; then none only: "
+               "--set move_weight=4 lr=0.0002 lr_end=0.0002 snapshot_seconds=100 --minutes 20), then "
+               "python -m experiments.generalization select --held-out all",
     "gdp": "python -m experiments.generalization train --method gdp --held-out GROUP --minutes M (rerun to resume)",
 }
 RESULTS = ROOT / "experiments" / "results"
@@ -288,6 +293,42 @@ def _provenance(method: str, group: str) -> str:
     return f"{rows[-1][count]} {count}s, {_train_totals(method, group)[0]:.1f} min"
 
 
+def _selection_lines() -> list[str]:
+    """What `select` chose for each Placeto run (its selection.json), with every candidate of the shipped run."""
+    chosen, shipped = [], None
+    for g in (*dist.GROUPS, "none"):
+        path = run_dir("placeto", g) / "selection.json"
+        if path.is_file():
+            record = json.loads(path.read_text())
+            c = record["chosen"]
+            chosen.append(f"- without {g}: {c['params']} with {c['passes']} pass{'es' if c['passes'] > 1 else ''}, "
+                          f"{c['x_etf']:.4f}x etf on {record['validation']}")
+            shipped = record if g == "none" else shipped
+    if not chosen:
+        return []
+    out = ["## Choosing the parameters and the passes on validation tasks", "",
+           "`python -m experiments.generalization select --held-out all`: each Placeto run's snapshots (taken during "
+           "its last stage) and checkpoint, placing with 1 or 2 passes (PlacetoConfig.passes: an episode visits "
+           "every node that many times and keeps the best placement it visits, so a second pass can only improve "
+           "on the first, at the price of its wall time), scored on validation tasks of the families the run "
+           "trained on but not on its test or train graphs (`validation_tasks`: traced train-split graphs past the "
+           f"first {TRAIN_GRAPHS} on 4 K80s and the GPU+CPU machine, generated graphs of another seed); the best "
+           "geometric mean over etf is kept (ties: fewer passes, earlier parameters). The tables above use the "
+           "choices:", "", *chosen, ""]
+    if shipped:
+        by = {}
+        for c in shipped["candidates"]:
+            by.setdefault(c["params"], {})[c["passes"]] = c["x_etf"]
+        passes = sorted({c["passes"] for c in shipped["candidates"]})
+        out += ["Every candidate of the shipped `general` (snapshots named by their update; x etf on validation):", "",
+                "| parameters | " + " | ".join(f"{n} pass{'es' if n > 1 else ''}" for n in passes) + " |",
+                "|---|" + "---:|" * len(passes)]
+        out += [f"| {name} | " + " | ".join(f"{v.get(n, float('nan')):.4f}" for n in passes) + " |"
+                for name, v in by.items()]
+        out.append("")
+    return out
+
+
 def _kind(row: dict) -> str:
     """"identical K80s", "GPU+CPU" or "generated" (its own cluster): the clusters' kinds of speed."""
     if str(row["family"]).startswith("gen-"):
@@ -296,8 +337,8 @@ def _kind(row: dict) -> str:
 
 
 def _stage1_lines(held: list[dict], inside: list[dict]) -> list[str]:
-    """What Placeto's second stage (move_weight 4) changed: the Placeto column of the runs after the first stage
-    alone (generalization_*_stage1.csv, written by `evaluate` before the second stage), beside the final one."""
+    """What Placeto's later stages changed: the Placeto column of the runs after the first stage alone
+    (generalization_*_stage1.csv, written by `evaluate` before the second stage), beside the final one."""
     out = []
     for label, rows, name in (("held out", held, "heldout"), ("in distribution", inside, "inside")):
         old = {r["key"]: r for r in _read_rows(RESULTS / f"generalization_{name}_stage1.csv")}
@@ -314,8 +355,10 @@ def _stage1_lines(held: list[dict], inside: list[dict]) -> list[str]:
             "Stage 1 learns the best single move's cross-entropy with every step weighted alike; from m-ETF's "
             "placement most steps' best is to stay, so the policy learned to stay almost everywhere. Stage 2 weighs "
             "the steps whose best is a move 4x (PlacetoConfig.move_weight). Placeto's one pass x etf (geometric "
-            "means; stage 1 from generalization_*_stage1.csv):", "",
-            "| test tasks | clusters | tasks | after stage 1 | after stage 2 |", "|---|---|---:|---:|---:|", *out, ""]
+            "means; stage 1, with one pass, from generalization_*_stage1.csv, recorded before the runs' single "
+            "device became the fastest alone; final: the tables above, after stage 2 (the shipped run: stage 3) "
+            "and the choice of parameters and passes):", "",
+            "| test tasks | clusters | tasks | after stage 1 | final |", "|---|---|---:|---:|---:|", *out, ""]
 
 
 def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
@@ -333,7 +376,10 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
              "Placeto run ran on the CPUs of a 16-core box (JAX on the CPU, the runs side by side), the rest and "
              "every gdp run here. (A first gdp recipe trained there, with PPO's batch-mean baseline and no "
              "imitation anchor, placed the nmt, ptb and cifar10 test graphs at 1.01-1.05x etf on 4 and 8 K80s, in "
-             "distribution, in a check made outside this script: not used.)", ""]
+             "distribution, in a check made outside this script: not used. A third stage of the all-groups "
+             "Placeto run trained with passes=2 at lr 1e-3 for 20 minutes placed the validation graphs of nmt, ptb "
+             "and cifar10 at 4 K80s at 0.980x etf against 0.960x before it, also a check outside this script: "
+             "discarded, and the stage at lr 2e-4 with snapshots trained from where it had started.)", ""]
     for g in (*dist.GROUPS, "none"):
         lines.append(f"- without {g}: placeto {_provenance('placeto', g)}; gdp {_provenance('gdp', g)}")
     lines += ["", "Test tasks: the 8 test graphs of each traced family on 2, 4 and 8 identical K80s and on a GPU+CPU "
@@ -356,6 +402,7 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
             lines += ["The measure of the issue (the 24 test graphs of nmt, ptb and cifar10 at 4 K80s; the "
                       "previous `general` was 1.12x etf):", "", *summary_table(k80_4, ("family",)), ""]
         lines += [_seconds_line(inside), ""]
+    lines += _selection_lines()
     lines += _stage1_lines(held, inside)
     path = RESULTS / "generalization.md"
     tmp = path.with_suffix(".md.tmp")
@@ -388,8 +435,100 @@ def ship() -> None:
                 "zero_shot_x_etf_on_test_splits": x_etf,
                 "machine": ("the first 10.5 minutes on a 16-core box's CPUs (JAX on the CPU), the rest on this 2-core "
                             "CPU machine") if method == "placeto" else "this 2-core CPU machine (JAX on the CPU)"}
+        if (src / "selection.json").is_file():  # the parameters and passes chosen on validation tasks (`select`)
+            prov["selected"] = json.loads((src / "selection.json").read_text())["chosen"]
         ship_run(src, name, prov)
         print(f"shipped {src} as {name}")
+
+
+# ---- choosing a checkpoint and the number of passes on validation tasks --------------------------------------
+VALIDATION_CLUSTERS = (("placeto-k80", 4), ("h100-nvlink-cpu", 4))
+VALIDATION_GRAPHS = 4  # per family: traced train-split graphs past the first TRAIN_GRAPHS (never trained on), or
+VALIDATION_SEED = 1  # generated graphs of another seed than the training tasks'
+PASSES = (1, 2)  # candidates for PlacetoConfig.passes at placement (each more pass: one more pass of wall time)
+
+
+def validation_tasks(held_out: str) -> list[dist.Task]:
+    """Tasks no run trains on, of the families a run `--held-out held_out` trains on: each traced family's
+    train-split graphs TRAIN_GRAPHS.. (the runs train on the first TRAIN_GRAPHS) on VALIDATION_CLUSTERS, and
+    generated graphs of VALIDATION_SEED on their own clusters."""
+    from placeto import generated
+    from placeto.families import load_family
+    from simulator.cluster import cluster_preset
+
+    tasks = []
+    for fam in dist.families():
+        if held_out != "none" and dist.group_of(fam) == held_out:
+            continue
+        if fam in generated.GEN_FAMILIES:
+            specs = generated.gen_specs(fam, VALIDATION_GRAPHS, seed=VALIDATION_SEED, split="train",
+                                        max_nodes=dist.GEN_MAX_NODES)
+            tasks += [dist.Task(fam, *generated.build(s)) for s in specs]
+        else:
+            graphs = load_family(fam, "train")[TRAIN_GRAPHS:TRAIN_GRAPHS + VALIDATION_GRAPHS]
+            tasks += [dist.Task(fam, g, cluster_preset(n, d)) for g in graphs for n, d in VALIDATION_CLUSTERS]
+    return tasks
+
+
+def _candidate_dir(run: Path, params_blob: Path | None, passes: int, tmp: Path) -> Path:
+    """A run directory placing with `params_blob`'s parameters (None: the run's checkpoint) and `passes`."""
+    d = tmp / f"{params_blob.stem if params_blob else 'checkpoint'}-{passes}"
+    if not d.is_dir():
+        d.mkdir(parents=True)
+        config = json.loads((run / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**config, "passes": passes}, indent=1, sort_keys=True) + "\n")
+        shutil.copyfile(params_blob or run / "checkpoint.msgpack", d / "checkpoint.msgpack")
+    return d
+
+
+def select(held_out: str, passes: tuple[int, ...] = PASSES) -> dict:
+    """Choose the Placeto run's parameters (its snapshots and its checkpoint) and number of passes on
+    `validation_tasks` (geometric mean over etf of the one pass; ties to fewer passes, then the earlier
+    parameters: a checkpoint that already holds a chosen snapshot's parameters ties with it); install them in
+    the run (checkpoint params and config passes) and record every candidate's score in its selection.json."""
+    import tempfile
+
+    from flax import serialization
+    from tqdm import tqdm
+
+    from placeto.baselines import run_method
+    from placeto.methods.placeto.place import place
+    from placeto.objective import score_batch
+    from simulator.io import atomic_write_bytes
+
+    run = run_dir("placeto", held_out)
+    tasks = validation_tasks(held_out)
+    etf = [float(score_batch(t.graph, run_method("etf", t.graph, t.cluster, 0).placement[None], t.cluster)[0])
+           for t in tasks]
+    snaps = sorted((run / "snapshots").glob("*.msgpack")) if (run / "snapshots").is_dir() else []
+    params = [*snaps, None]  # the snapshots in training order, then the checkpoint (the latest)
+    scores = {}
+    with tempfile.TemporaryDirectory(prefix="placeto-select-") as tmp, \
+            tqdm(total=len(params) * len(passes) * len(tasks), desc=f"select {run.name}", unit="task") as bar:
+        for blob in params:
+            for n in passes:
+                d = _candidate_dir(run, blob, n, Path(tmp))
+                ratios = []
+                for t, e in zip(tasks, etf):
+                    p = place(t.graph, t.cluster, d).placement
+                    ratios.append(float(score_batch(t.graph, p[None], t.cluster)[0]) / e)
+                    bar.update()
+                scores[(blob.name if blob else "checkpoint", n)] = round(_gm(ratios), 5)
+    order = {k: i for i, k in enumerate(scores)}  # params in training order, passes ascending within
+    name, n_passes = min(scores, key=lambda k: (scores[k], k[1], order[k]))
+    if name != "checkpoint":  # the snapshot's parameters into the checkpoint (the rest of it: where training is)
+        blob = serialization.msgpack_restore((run / "checkpoint.msgpack").read_bytes())
+        blob["params"] = serialization.msgpack_restore((run / "snapshots" / name).read_bytes())["params"]
+        atomic_write_bytes(run / "checkpoint.msgpack", serialization.msgpack_serialize(blob))
+    config = json.loads((run / "config.json").read_text())
+    atomic_write_bytes(run / "config.json", (json.dumps({**config, "passes": n_passes}, indent=1, sort_keys=True)
+                                             + "\n").encode())
+    record = {"chosen": {"params": name, "passes": n_passes, "x_etf": scores[(name, n_passes)]},
+              "validation": f"{len(tasks)} tasks (experiments.generalization.validation_tasks)",
+              "candidates": [{"params": k[0], "passes": k[1], "x_etf": v} for k, v in scores.items()]}
+    atomic_write_bytes(run / "selection.json", (json.dumps(record, indent=1) + "\n").encode())
+    print(f"{run}: chose {name} with {n_passes} passes, {scores[(name, n_passes)]:.4f}x etf on validation")
+    return record
 
 
 def _read_rows(path: Path) -> list[dict]:
@@ -410,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="config changes (a later stage)")
     e = sub.add_parser("evaluate")
     e.add_argument("--graphs", type=int, default=None, help="test graphs per family (default: all 8)")
+    c = sub.add_parser("select", help="choose a Placeto run's snapshot and passes on validation tasks")
+    c.add_argument("--held-out", choices=(*dist.GROUPS, "none", "all"), required=True)
     sub.add_parser("ship")
     args = p.parse_args(argv)
     from placeto import compile_cache
@@ -417,6 +558,9 @@ def main(argv: list[str] | None = None) -> int:
     compile_cache.enable()  # as every placeto command: runs and evaluations of the same shapes compile once
     if args.cmd == "train":
         train(args.method, args.held_out, args.minutes, args.graphs, args.set)
+    elif args.cmd == "select":
+        for group in ((*dist.GROUPS, "none") if args.held_out == "all" else (args.held_out,)):
+            select(group)
     elif args.cmd == "evaluate":
         held, inside = evaluate(args.graphs)
         cmd = "python -m experiments.generalization evaluate" + (f" --graphs {args.graphs}" if args.graphs else "")

@@ -10,6 +10,8 @@
 
 import dataclasses
 
+import jax
+
 import numpy as np
 import pytest
 
@@ -177,3 +179,33 @@ def test_training_tasks_leave_the_held_out_group_out():
     assert all(t.graph.n_nodes <= 1000 for t in tasks)
     assert {t.cluster.n_devices for t in tasks if t.family == "nmt"} == {2, 4, 8}
     assert [t.graph.name for t in tasks] == [t.graph.name for t in dist.training_tasks("dense", max_graphs=1)]
+
+
+def test_snapshots_and_selection_on_validation_tasks(tmp_path, monkeypatch):
+    import json
+
+    from flax import serialization
+
+    from experiments import generalization as G
+    from placeto.methods.placeto.config import tiny
+    from placeto.methods.placeto.train import train
+
+    graph, cluster = small_tasks()[0]
+    run = tmp_path / "placeto-without-none"
+    train(tiny(init_placement="etf", episodes=3, episodes_per_update=1, snapshot_seconds=1e-6), [graph], cluster, run)
+    snaps = sorted(p.name for p in (run / "snapshots").glob("*.msgpack"))
+    assert snaps[0] == "00000000.msgpack" and len(snaps) >= 3  # where the run started, then every update
+    monkeypatch.setattr(G, "RUNS", tmp_path)
+    monkeypatch.setattr(G, "validation_tasks", lambda held_out: [dist.Task("ptb", graph, cluster)])
+    record = G.select("none", passes=(1, 2))
+    assert len(record["candidates"]) == 2 * (len(snaps) + 1)  # every snapshot and the checkpoint, 1 and 2 passes
+    best = min(c["x_etf"] for c in record["candidates"])
+    chosen = record["chosen"]
+    assert chosen["x_etf"] == best and json.loads((run / "selection.json").read_text()) == record
+    assert json.loads((run / "config.json").read_text())["passes"] == chosen["passes"]
+    blob = serialization.msgpack_restore((run / "checkpoint.msgpack").read_bytes())
+    if chosen["params"] != "checkpoint":
+        snap = serialization.msgpack_restore((run / "snapshots" / chosen["params"]).read_bytes())
+        for a, b in zip(jax.tree.leaves(blob["params"]), jax.tree.leaves(snap["params"])):
+            np.testing.assert_array_equal(a, b)
+    assert blob["episode"] == 3  # the rest of the checkpoint (where training is) is kept

@@ -13,9 +13,10 @@ One update = B episodes sampled in parallel on one graph (graphs taken in turn),
 
 A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorBoard), best/<graph>.json
 (best placement seen per training graph) and, with `snapshot_seconds`, snapshots/<update>.msgpack (the parameters
-every so often, to choose a checkpoint from afterwards). Rerunning `train` on the same directory resumes. While a `train` runs, it
-holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is written after the first update, every
-`checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping the last checkpoint.
+every so often, to choose a checkpoint from afterwards). Rerunning `train` on the same directory resumes. While a
+`train` runs, it holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is written after the
+first update, every `checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping
+the last checkpoint.
 
 With `workers` (placeto.distributed.WorkerSpec) the rollouts run in Ray actors, episode by episode
 (placeto.methods.placeto.episodes): equal seeds give equal checkpoints for every number of workers, but not the
@@ -132,7 +133,8 @@ def load_checkpoint(out_dir: Path, template: TrainState) -> TrainState | None:
             count = np.asarray(v["count"])
             if (returns.ndim != 2 or count.shape != () or count.dtype.kind not in "iu"
                     or not 0 <= count <= MAX_COUNTER or not np.all(np.isfinite(returns))):
-                raise ValueError(f"baseline {str(k)[:40]!r}: returns must be a finite [window, steps] array, count a counter")
+                raise ValueError(f"baseline {str(k)[:40]!r}: returns must be a finite [window, steps] array, "
+                                 f"count a counter")
             baselines[str(k)] = Baseline(returns, count.astype(np.int64))
         key = np.asarray(blob["key"], key_data.dtype)
     except (TypeError, ValueError, KeyError, IndexError, AttributeError, OverflowError) as e:
