@@ -57,7 +57,7 @@ def run_calibrate(args: argparse.Namespace) -> int:
     from simulator.fit import format_fit
     from simulator.host_devices import spec_text
 
-    print(f"measuring the calibration graphs on local devices {spec_text(args.devices)}, {args.repeats} steps "
+    print(f"measuring the calibration graphs on local devices ({spec_text(args.devices)}), {args.repeats} steps "
           f"each ...", flush=True)
     fit = calibrate_fit(args.devices, args.repeats, args.name)
     cluster = fit.cluster

@@ -192,7 +192,8 @@ def cmd_place(args: argparse.Namespace) -> int:
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
     save_placement(args.out, placement, cluster.device_names)
-    print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator calls) -> {args.out}")
+    print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator "
+          f"call{'s' if calls != 1 else ''}) -> {args.out}")
     from placeto import coarsen
 
     kind = registry.of_variant(method) if method in registry.all_variants() else None
@@ -227,7 +228,8 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     save_placement(args.out, run.placement, cluster.device_names)
     spent = f", budget {budget if budget is not None else 'unlimited'}" if args.method in BUDGETED else ""
     print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "
-          f"{run.simulator_calls} simulator calls) -> {args.out}")
+          f"{run.simulator_calls} simulator call{'s' if run.simulator_calls != 1 else ''}) -> "
+          f"{args.out}")
     print(f"  {args.method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
     print(single_line(single, graph, cluster))
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")

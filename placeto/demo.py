@@ -33,7 +33,9 @@ def simulator_section(out: Path, seed: int) -> None:
     save_graph(graph, out / "demo_graph.json.gz")
     print(f"\n== Simulator: random layered graph {graph.name} ({graph.n_nodes} nodes, {graph.n_edges} edges) ==")
     simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster_preset("placeto-k80", 2))  # load compiled code
-    print(f"{'devices':>7} {'placement':<12} {'runtime ms':>11} {'x lower bd':>10} {'sim ms':>7}  oom")
+    print("runtime: the simulated step time; x lower bd: that over the graph's lower bound; took: the simulator's "
+          "own wall time for it")
+    print(f"{'devices':>7} {'placement':<12} {'runtime ms':>11} {'x lower bd':>10} {'took ms':>7}  oom")
     for n_dev in (2, 4, 8):
         cluster = cluster_preset("placeto-k80", n_dev)
         for name, placement in simple_placements(graph.n_nodes, graph.topo_order, n_dev, seed).items():

@@ -108,7 +108,7 @@ def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seco
             continue
         p = np.asarray(kept[0], dtype=np.int32)
         progress(f"  {name:<14} simulated {row.runtime_us / 1e3:9.3f} ms ({row.place_seconds:.1f} s, "
-                 f"{row.simulator_calls} simulator calls)")
+                 f"{row.simulator_calls} simulator call{'s' if row.simulator_calls != 1 else ''})")
         found.setdefault(p.tobytes(), Candidate(name, p, float(row.runtime_us)))
     return sorted(found.values(), key=lambda c: c.simulated_us), single
 
