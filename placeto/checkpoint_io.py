@@ -9,6 +9,7 @@ kill, edited by hand, or written by a run with another model config. Whoever rea
                                             kinds, finite floats; else an InputError naming the leaf
     param_template(init)                    the template for restore: init's pytree, traced, never run
     check_devices(config, n, src)           a policy of config.max_devices can place on n devices
+    check_resume_devices(run_dir, counts)   a resumed run is asked for the device counts it trained with
     counter(blob, key, src), objective(...) a checkpoint's counters and best objectives, typed and in range
     with RunLock(run_dir): ...              one writer per run directory (a second gets an InputError)
     save_table_run / load_table_run         a run directory that also keeps its optimizer state, step and a
@@ -20,6 +21,7 @@ from __future__ import annotations
 import fcntl
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
@@ -174,6 +176,35 @@ def check_same_model(out: Path, config: Any) -> None:
         raise InputError(f"the checkpoint was trained with model fields (hidden, rounds, max_devices, group_agg, "
                          f"device_onehot) = {old.model_fields()}, not {config.model_fields()}: resume with the "
                          f"same model config, or pass --fresh", str(out / "config.json"))
+
+
+def trained_devices(out: Path) -> set[int]:
+    """The device counts a run directory's policy trained on, as its best/ placements record them: the `@<D>d` of
+    a task key (mixed device counts, gdp), else the length of the placement file's device list. Unreadable files
+    are skipped: this is evidence, not validation (empty: nothing recorded yet)."""
+    counts = set()
+    for path in sorted((out / "best").glob("*.json")):
+        match = re.search(r"@(\d+)d\.json$", path.name)
+        if match:
+            counts.add(int(match.group(1)))
+            continue
+        try:
+            devices = read_json(path).get("devices") if path.name != "runtimes.json" else None
+        except (InputError, AttributeError):
+            continue
+        if isinstance(devices, list) and devices:
+            counts.add(len(devices))
+    return counts
+
+
+def check_resume_devices(out: Path, asked: Iterable[int]) -> None:
+    """InputError unless every device count the run in `out` trained on is among `asked` (the clusters of the
+    `train` that resumes it): resuming a 4-device run with --devices 8 would silently train another task."""
+    trained, asked = trained_devices(out), set(asked)
+    if trained - asked:
+        want = ",".join(map(str, sorted(trained)))
+        raise InputError(f"the run was trained with {want} devices, not {','.join(map(str, sorted(asked)))}: "
+                         f"resume with --devices {want}, or pass --fresh or another --out", str(out))
 
 
 def check_finite(params: Any, loss: float, out: Path, update: int, saved_update: int | None) -> None:

@@ -7,7 +7,7 @@ import matplotlib
 import numpy as np
 import pytest
 
-from placeto.plots_train import PLACETO, SEQUENCE, _read, plot_run
+from placeto.plots_train import MAX_NAMED, PLACETO, SEQUENCE, _curves_figure, _read, family_spread, plot_run
 from simulator import cluster_preset, simulate
 from simulator.errors import InputError
 from simulator.generate import layered_dag
@@ -97,6 +97,60 @@ def test_plot_bad_run_directory(tmp_path):
     _write_metrics(tmp_path, ["update", "graph", "final_ratio"], [{"update": 1, "graph": "g", "final_ratio": 2}])
     with pytest.raises(InputError, match="no column"):
         plot_run(tmp_path)
+
+
+def _placeto_run(run, n_graphs, updates=6):
+    """metrics.csv of a Placeto run of n_graphs graphs in turn; graph i's runtimes are (i + 1) x its bound."""
+    rows = [{**PLACETO_ROW, "update": u, "episode": u, "graph": f"g{u % n_graphs:02d}", "sim_calls": 100 * u,
+             "final_ratio": 2 + u % n_graphs, "best_runtime": 26.0 * (1 + u % n_graphs)}
+            for u in range(1, n_graphs * updates + 1)]
+    _write_metrics(run, list(PLACETO_ROW), rows)
+
+
+def test_plot_of_many_graphs_draws_their_mean_and_spread_not_24_lines(tmp_path):
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    _placeto_run(tmp_path, 24)
+    panels, data = _read(tmp_path)
+    spread = family_spread(panels[2], data)  # best runtime / bound: graph i is at i + 1 throughout
+    inner = spread.x >= 24  # where every graph has a value
+    assert inner.any() and (spread.graphs[inner] == 24).all()
+    np.testing.assert_allclose(spread.mean[inner], 12.5)
+    np.testing.assert_allclose(spread.low[inner], np.percentile(np.arange(1, 25), 25))
+    np.testing.assert_allclose(spread.high[inner], np.percentile(np.arange(1, 25), 75))
+    fig = _curves_figure(plt, list(panels), data, "t", "held-out graphs: none recorded in this run")
+    for ax in fig.axes:
+        assert len(ax.get_lines()) <= MAX_NAMED
+        assert [ln.get_label() for ln in ax.get_lines()] == ["mean of 24 graphs"]
+        assert sum(isinstance(c, PolyCollection) for c in ax.collections) == 1  # the band
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["25th-75th percentile of the graphs", "mean of 24 graphs"]
+    assert "24 graphs" in fig._suptitle.get_text() and "held-out graphs: none" in fig._suptitle.get_text()
+    plt.close(fig)
+    assert plot_run(tmp_path, None)[0].stat().st_size > 1000
+    again = family_spread(panels[2], dict(reversed(data.items())))  # deterministic: not the rows' order
+    for a, b in zip(spread, again):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_plot_of_few_graphs_names_each_and_the_held_out_ones(tmp_path):
+    import json
+
+    import matplotlib.pyplot as plt
+
+    _placeto_run(tmp_path, 3)
+    panels, data = _read(tmp_path)
+    fig = _curves_figure(plt, list(panels), data, "t")
+    for ax in fig.axes:
+        assert sorted(ln.get_label() for ln in ax.get_lines()) == ["g00", "g01", "g02"] and not ax.collections
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["g00", "g01", "g02"]
+    plt.close(fig)
+    (tmp_path / "selection.json").write_text(json.dumps({"validation": "80 tasks (validation_tasks)"}))
+    from placeto.plots_train import _held_out
+
+    assert "80 tasks" in _held_out(tmp_path) and "none recorded" in _held_out(tmp_path / "nothing")
+    assert plot_run(tmp_path, None)[0].stat().st_size > 1000
 
 
 def _timing(median_us, spread_us):

@@ -195,3 +195,23 @@ def test_best_device_targets_weigh_the_moves():
     np.testing.assert_array_equal(t[0, 0], [1, 0, 0])  # staying keeps weight 1
     np.testing.assert_array_equal(t[0, 1], [0, 4, 0])
     np.testing.assert_array_equal(best_device_targets(ro)[0, 1], [0, 1, 0])
+
+
+@pytest.mark.parametrize("method, trained, asked", [("placeto", "4", "8"), ("gdp", "2", "4"), ("rnn", "2", "4")])
+def test_resume_with_other_devices_is_one_line(tmp_path, capsys, method, trained, asked):
+    """`train --devices 8` on a run trained at 4 devices refuses (it would train another task), naming the run
+    and both counts, and writes nothing (gdp's tiny preset places on at most 4 devices)."""
+    from placeto.cli import main
+    from simulator.io import save_graph
+
+    save_graph(layered_dag(12, seed=1), tmp_path / "g.json")
+    run = tmp_path / "run"
+    base = ["train", "--method", method, "--graph", str(tmp_path / "g.json"), "--config", "tiny", "--out", str(run)]
+    episodes = {"placeto": "4", "gdp": "1", "rnn": "16"}[method]
+    assert main(base + ["--devices", trained, "--episodes", episodes]) == 0
+    capsys.readouterr()
+    before = (run / "checkpoint.msgpack").read_bytes()
+    assert main(base + ["--devices", asked, "--episodes", episodes]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(run) in err and trained in err and asked in err, err
+    assert (run / "checkpoint.msgpack").read_bytes() == before  # nothing written

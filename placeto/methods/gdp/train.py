@@ -25,8 +25,8 @@ from typing import Any, NamedTuple, Sequence
 import jax
 from flax import serialization
 
-from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, counter, objectives, read_blob,
-                                  restore)
+from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, check_resume_devices, counter,
+                                  objectives, read_blob, restore)
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.gdp.workers import WORKER
 from placeto.methods.gdp.config import GdpConfig
@@ -172,6 +172,8 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
     t0 = time.perf_counter()
     if resume:
         _check_config(out, config)
+        if (out / CHECKPOINT).exists():
+            check_resume_devices(out, {t.cluster.n_devices for t in tasks})
     net, optimizer = make_net(config), make_optimizer(config)
     params = init if init is not None else init_params(config, tasks[0])
     st = RunState(params, optimizer.init(params), 0, 0, {})

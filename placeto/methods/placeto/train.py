@@ -43,8 +43,8 @@ import optax
 from flax import serialization
 
 from placeto.methods.placeto import env as E
-from placeto.checkpoint_io import (CHECKPOINT, MAX_COUNTER, RunLock, check_devices, check_finite, check_same_model,
-                                   counter, objectives, read_blob, restore)
+from placeto.checkpoint_io import (CHECKPOINT, MAX_COUNTER, RunLock, check_devices, check_finite,
+                                   check_resume_devices, check_same_model, counter, objectives, read_blob, restore)
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.distributed import WorkerSpec, open_pool
 from placeto.methods.placeto.rollout_workers import WORKER
@@ -260,6 +260,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
         check_devices(config, t.cluster.n_devices, out)
     if resume and (out / CHECKPOINT).exists():  # fail fast: before any model is built or any file written
         check_same_model(out, config)
+        check_resume_devices(out, {t.cluster.n_devices for t in tasks})
         read_blob(out / CHECKPOINT, CHECKPOINT_FIELDS)
     policy, optimizer = make_policy(config), make_optimizer(config)
     contexts = [E.make_context(t.graph, t.cluster, config) for t in tasks]
