@@ -160,3 +160,63 @@ def test_glossary_names_every_method():
     names = [*METHODS, *(v for n in registry.names() for v in registry.get(n).variants)]
     missing = [n for n in names if f"`{n}`" not in glossary]
     assert not missing, f"methods without a glossary line: {missing}"
+
+
+# ---- defaults quoted in prose against the parser -------------------------------------------------------------
+QUOTED_DEFAULT = re.compile(r"`(--[a-z][\w-]*)[^`]*`[^.;()`]{0,20}[,(] ?default:? ([^);.]+)")
+
+
+def leaf_parsers(parser: argparse.ArgumentParser, name: str = "") -> list[tuple[str, argparse.ArgumentParser]]:
+    """Every (command, parser) with no subcommands under `parser`."""
+    subs = subparsers(parser)
+    if not subs:
+        return [(name.strip(), parser)]
+    return [leaf for word, sub in subs.items() for leaf in leaf_parsers(sub, f"{name} {word}")]
+
+
+def _words(value) -> str:
+    text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+    return " ".join(re.split(r"[\s,_-]+", text.lower())).strip()
+
+
+def quoted_default_matches(quoted: str, default) -> bool:
+    """Whether the prose's "default X" says the parser's default: numbers as numbers (a list default: one of its
+    entries), else the same words (case, commas, hyphens and underscores aside)."""
+    number = re.match(r"\s*(-?\d[\d,]*(?:\.\d+)?)", quoted)
+    if number:
+        values = default if isinstance(default, (list, tuple)) else [default]
+        want = float(number.group(1).replace(",", ""))
+        return any(isinstance(v, (int, float)) and not isinstance(v, bool) and float(v) == want for v in values)
+    return _words(quoted) == _words(default)
+
+
+def quoted_default_errors(text: str, where: str, root: argparse.ArgumentParser) -> list[str]:
+    bad = []
+    for m in QUOTED_DEFAULT.finditer(text):
+        flag, quoted = m.group(1), m.group(2).strip()
+        defaults = [(cmd, a.default) for cmd, p in leaf_parsers(root) for a in p._actions
+                    if flag in a.option_strings and a.default not in (None, argparse.SUPPRESS)]
+        if not any(quoted_default_matches(quoted, d) for _, d in defaults):
+            said = ", ".join(f"{cmd}: {d!r}" for cmd, d in defaults) or "no command has a default for it"
+            bad.append(f"{where}: `{flag}` quoted with default {quoted!r}, but {said}")
+    return bad
+
+
+def test_quoted_defaults_are_the_parsers():
+    from placeto.cli import build_parser
+
+    root = build_parser()
+    found = [m for path in [README, *DOCS] for m in QUOTED_DEFAULT.finditer(path.read_text())]
+    assert len(found) >= 4  # the check finds what the docs quote
+    bad = [e for path in [README, *DOCS] for e in quoted_default_errors(path.read_text(), path.name, root)]
+    assert not bad, "\n".join(bad)
+
+
+def test_quoted_default_check_catches_a_wrong_default():
+    from placeto.cli import build_parser
+
+    root = build_parser()
+    assert not quoted_default_errors("`--max-cp-growth` percent (default 5)", "x", root)
+    assert quoted_default_errors("`--max-cp-growth` percent (default 7)", "x", root)
+    assert quoted_default_errors("`--no-such-flag` (default 3)", "x", root)
+    assert not quoted_default_errors("`--candidates` (default etf, m-sct, local search)", "x", root)
