@@ -472,11 +472,12 @@ def validation_tasks(held_out: str) -> list[dist.Task]:
 
 def _candidate_dir(run: Path, params_blob: Path | None, passes: int, tmp: Path) -> Path:
     """A run directory placing with `params_blob`'s parameters (None: the run's checkpoint) and `passes`."""
+    from placeto.methods.placeto.place import read_config
+
     d = tmp / f"{params_blob.stem if params_blob else 'checkpoint'}-{passes}"
     if not d.is_dir():
         d.mkdir(parents=True)
-        config = json.loads((run / "config.json").read_text())
-        (d / "config.json").write_text(json.dumps({**config, "passes": passes}, indent=1, sort_keys=True) + "\n")
+        (d / "config.json").write_text(read_config(run).replace(passes=passes).to_json())
         shutil.copyfile(params_blob or run / "checkpoint.msgpack", d / "checkpoint.msgpack")
     return d
 
@@ -492,7 +493,7 @@ def select(held_out: str, passes: tuple[int, ...] = PASSES) -> dict:
     from tqdm import tqdm
 
     from placeto.baselines import run_method
-    from placeto.methods.placeto.place import place
+    from placeto.methods.placeto.place import place, read_config
     from placeto.objective import score_batch
     from simulator.io import atomic_write_bytes
 
@@ -520,9 +521,7 @@ def select(held_out: str, passes: tuple[int, ...] = PASSES) -> dict:
         blob = serialization.msgpack_restore((run / "checkpoint.msgpack").read_bytes())
         blob["params"] = serialization.msgpack_restore((run / "snapshots" / name).read_bytes())["params"]
         atomic_write_bytes(run / "checkpoint.msgpack", serialization.msgpack_serialize(blob))
-    config = json.loads((run / "config.json").read_text())
-    atomic_write_bytes(run / "config.json", (json.dumps({**config, "passes": n_passes}, indent=1, sort_keys=True)
-                                             + "\n").encode())
+    atomic_write_bytes(run / "config.json", read_config(run).replace(passes=n_passes).to_json().encode())
     record = {"chosen": {"params": name, "passes": n_passes, "x_etf": scores[(name, n_passes)]},
               "validation": f"{len(tasks)} tasks (experiments.generalization.validation_tasks)",
               "candidates": [{"params": k[0], "passes": k[1], "x_etf": v} for k, v in scores.items()]}

@@ -14,21 +14,16 @@ from simulator.cluster import Cluster, load_cluster, save_cluster
 from simulator.errors import InputError
 
 
-def cache_dir() -> Path:
-    """Where calibrated clusters are kept between runs: placeto's cache root (PLACETO_CACHE, else
-    $XDG_CACHE_HOME/placeto, else ~/.cache/placeto; placeto.compile_cache.cache_root)."""
-    from placeto.compile_cache import cache_root
-
-    return cache_root()
-
-
 def cluster_cache_path(devices: Sequence[Any]) -> Path:
-    """Where the calibrated cluster of the JAX `devices` is cached: cache_dir()/clusters/<16 hex>.json, keyed by
-    each device's platform, id and device_kind, the host (platform.node()) and the JAX version."""
+    """Where the calibrated cluster of the JAX `devices` is cached: placeto.compile_cache.cache_root()/clusters/
+    <16 hex>.json, keyed by each device's platform, id and device_kind, the host (platform.node()) and the JAX
+    version."""
     import jax
 
+    from placeto.compile_cache import cache_root
+
     key = json.dumps([[d.platform, d.id, str(d.device_kind)] for d in devices] + [platform.node(), jax.__version__])
-    return cache_dir() / "clusters" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
+    return cache_root() / "clusters" / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.json"
 
 
 def cached_cluster(devices: Sequence[Any], spec: Any, repeats: int = 7,

@@ -214,23 +214,13 @@ def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | st
 def time_step(step: Any, args: tuple, device: Any, steps: int, warmup: int) -> list[float]:
     """Microseconds of `steps` calls of `jax.jit(step)` on `args` committed to `device`, each blocked on its
     outputs, after `warmup` untimed calls (the first compiles); the collector off inside each timed call."""
-    import time
-
     import jax
 
-    from simulator.timing import gc_paused
+    from simulator.timing import time_calls
 
     args = jax.device_put(args, device)
     jitted = jax.jit(step)
-    for _ in range(warmup):
-        jax.block_until_ready(jitted(*args))
-    times = []
-    for _ in range(steps):
-        with gc_paused():
-            t0 = time.perf_counter()
-            jax.block_until_ready(jitted(*args))
-            times.append((time.perf_counter() - t0) * 1e6)
-    return times
+    return time_calls(lambda: jax.block_until_ready(jitted(*args)), steps, warmup)
 
 
 def describe_device(device: Any) -> str:

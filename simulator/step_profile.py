@@ -274,10 +274,10 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     docstring). units: [U] simulator.lowering.UnitProgram; values: per op, its resident array (None elsewhere);
     order: a topological order of the units; outputs: the step's outputs (`step_function`; None: every value
     passed between units). The step is also timed alone, `repeats` times, outside the profiler (`wall_us`)."""
-    import time
-
     import jax
     from jax.profiler import ProfileData
+
+    from simulator.timing import time_calls
 
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
@@ -288,13 +288,7 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     args = [jax.device_put(values[s.node], device) for s in keys]
     compiled = jax.jit(step).lower(*args).compile()  # the arguments are committed to `device`: so is the step
     hlo = compiled.as_text()
-    for _ in range(max(1, warmup)):
-        jax.block_until_ready(compiled(*args))
-    walls = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(compiled(*args))
-        walls.append((time.perf_counter() - t0) * 1e6)
+    walls = time_calls(lambda: jax.block_until_ready(compiled(*args)), repeats, warmup=max(1, warmup))
     with tempfile.TemporaryDirectory(prefix="placeto-trace-") as tmp:
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # device and XLA events only: no Python frames (overhead, noise)

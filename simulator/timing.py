@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import time
-from typing import NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -36,15 +36,21 @@ def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool | Non
     """Time `repeats` steps after `warmup` (the first run compiles every task); see Timing and run_plan."""
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
+    return timing_of(time_calls(lambda: run_plan(plan, threads=threads), repeats, warmup))
+
+
+def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
+    """Microseconds of `repeats` calls of `fn` (which blocks until its work is done) after `warmup` untimed ones,
+    the garbage collector paused inside each timed call (`gc_paused`)."""
     for _ in range(warmup):
-        run_plan(plan, threads=threads)
+        fn()
     times = []
     for _ in range(repeats):
         with gc_paused():
             t0 = time.perf_counter()
-            run_plan(plan, threads=threads)
+            fn()
             times.append((time.perf_counter() - t0) * 1e6)
-    return timing_of(times)
+    return times
 
 
 def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2,
