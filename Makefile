@@ -20,7 +20,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m serial tests
 
 bench: $(STAMP)
-	$(BIN)/python experiments/bench_simulator.py
+	$(BIN)/python -m experiments.benchmarks.bench_simulator
 
 clean:
 	rm -rf $(VENV) demo_out

@@ -1,7 +1,7 @@
 """How well simulated step times predict measured ones: errors, Spearman rank correlation (printed with its n;
 only from MIN_RANKED placements on, "n/a" with the reason otherwise, never "nan"), and a pairwise concordance in which
 placements whose measured interquartile ranges overlap count as ties. Used by `placeto eval`
-(placeto.evaluate) and experiments/sim_vs_hardware.py."""
+(placeto.evaluate) and experiments/benchmarks/sim_vs_hardware.py."""
 
 from __future__ import annotations
 

@@ -48,6 +48,7 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     ensure_host_devices(spec)  # before anything imports jax
     from simulator.io import load_graph, save_placement
 
+    from placeto.evaluate import default_rig
     from placeto.on_hardware import place_on_hardware, report
 
     methods = [m for m in args.candidates.split(",") if m]
@@ -59,7 +60,8 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     graph = load_graph(args.graph)
     outcome = place_on_hardware(graph, args.graph, spec, methods, seconds=args.seconds or 2.0, top=args.top,
                                 repeats=args.repeats, seed=args.seed, cluster=cluster,
-                                save_profile=args.save_profile)
+                                save_profile=args.save_profile, rig=args.rig or default_rig(spec),
+                                gantt=args.gantt)
     save_placement(args.out, outcome.best.placement, outcome.cluster.device_names)
     print(report(outcome))
     print(f"-> {args.out} ({outcome.best.name})")
@@ -142,6 +144,12 @@ def cmd_place(args: argparse.Namespace) -> int:
             raise InputError("--plot draws the placements run for real: it needs --hardware")
     if getattr(args, "save_profile", False) and not args.hardware:
         raise InputError("--save-profile writes the profile that --hardware measures: it needs --hardware")
+    for flag, given in (("--rig", getattr(args, "rig", None)), ("--gantt", getattr(args, "gantt", None))):
+        if given and not args.hardware:
+            raise InputError(f"{flag} is about running the placements on local devices: it needs --hardware")
+    if getattr(args, "gantt", None):
+        check_distinct_paths([("--gantt", args.gantt)], [("the graph file", args.graph), ("--out", args.out)])
+        check_output_path(args.gantt)
     check_seconds(args.seconds)  # every path: a budget that can expire, and is not empty
     if args.hardware:
         return _place_on_hardware(args)
@@ -164,7 +172,10 @@ def cmd_place(args: argparse.Namespace) -> int:
         if args.checkpoint is not None and args.budget is None and args.seconds is None:
             args.budget = 2 + args.samples  # the run's best placement, the greedy decode and the samples
     if args.method == "gdp" and args.budget is None and args.seconds is None:
-        args.budget = 1 + args.samples + args.finetune_episodes  # greedy + samples (+ fine-tuning)
+        from placeto.methods.gdp.place import zero_shot_calls
+
+        # greedy (and the single device, where the policy keeps it) + samples (+ fine-tuning)
+        args.budget = zero_shot_calls(args.checkpoint, graph) + args.samples + args.finetune_episodes
     if args.checkpoint is not None and args.method in registry.all_variants():
         wanted = registry.of_variant(args.method)
         if not wanted.per_graph and registry.policy_kind(owner) != wanted.name:
@@ -215,18 +226,21 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     from simulator import simulate
     from simulator.io import save_placement
 
-    from placeto.baselines import BUDGETED, DEFAULT_BUDGET, run_method
+    from placeto.baselines import BUDGETED, DEFAULT_BUDGET, default_seconds, run_method
 
     given = [flag for flag, on in (("--checkpoint", args.checkpoint is not None), ("--samples", args.samples > 0),
                                    ("--finetune-episodes", args.finetune_episodes > 0)) if on]
     if given:
         raise InputError(f"{given[0]} is for learned methods, not the baseline {args.method!r}")
-    budget = args.budget if args.budget is not None else (None if args.seconds is not None else DEFAULT_BUDGET)
-    run = run_method(args.method, graph, cluster, args.seed, budget=budget, seconds=args.seconds)
+    given = args.budget is not None or args.seconds is not None  # else the default: calls, and seconds by size
+    budget = args.budget if given else DEFAULT_BUDGET
+    seconds = args.seconds if given else default_seconds(graph)
+    run = run_method(args.method, graph, cluster, args.seed, budget=budget, seconds=seconds)
     placed = simulate(graph, run.placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
     save_placement(args.out, run.placement, cluster.device_names)
-    spent = f", budget {budget if budget is not None else 'unlimited'}" if args.method in BUDGETED else ""
+    limits = [f"{budget} calls" if budget is not None else "", f"{seconds:.3g} s" if seconds is not None else ""]
+    spent = f", budget {' or '.join(x for x in limits if x) or 'unlimited'}" if args.method in BUDGETED else ""
     print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "
           f"{run.simulator_calls} simulator call{'s' if run.simulator_calls != 1 else ''}) -> "
           f"{args.out}")

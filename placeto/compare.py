@@ -6,6 +6,13 @@ does not apply (no shipped expert placement, no CPU device) still gets a row, wi
 in `note`; tables print it as "—", as the papers' tables print "-". Rows whose placement runs out of memory keep
 their runtime but are marked `oom` and printed "OOM"; `ratio_to_best` divides by the best runtime among the
 placements that fit in memory (among all of them if none fits).
+
+Budgets: every method that searches or samples (`searches`) gets the same budget per graph, simulator calls
+and/or wall seconds (default: DEFAULT_BUDGET calls and at most `default_seconds(graph)`, which grows with the
+graph). Its row records the budget beside what it spent: place seconds (compilation excluded: before the budget,
+or met inside it and measured by placeto.compile_time) and compile seconds apart. A row whose place time is above
+its seconds + OVER_BUDGET, or whose calls are above its calls (the `placeto` row finishes its greedy pass
+whatever the budget), is `over_budget`, and the tables mark it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,8 @@ import numpy as np
 from tqdm import tqdm
 
 from placeto.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, comma_list, resolve_devices
-from placeto.baselines import DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, run_method
+from placeto.baselines import BUDGETED, DEFAULT_BUDGET, METHODS, MethodRun, NotApplicable, default_seconds, run_method
+from placeto.baselines._common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
 from placeto.distributed import WorkerSpec
 from placeto.methods import registry
 from placeto.methods.base import LARGE_GRAPH_NODES
@@ -47,6 +55,13 @@ PER_GRAPH = registry.PER_GRAPH
 # names that stand for several methods in a --methods list: "all" (the default) is every baseline and every
 # family-trained learned method, each with its shipped policy unless --checkpoint gives one of its kind
 METHOD_SETS = {"all": (*METHODS, *LEARNED), "baselines": tuple(METHODS), "learned": LEARNED}
+OVER_BUDGET = 0.10  # a row whose place time exceeds its seconds by more than this share is over budget
+Seconds = float | Callable[[Graph], float] | None  # a budget in seconds, or one per graph (default_seconds)
+
+
+def searches(name: str) -> bool:
+    """Whether method `name` spends a budget (searching baselines, learned and per-graph methods)."""
+    return name in BUDGETED or name in LEARNED or name in PER_GRAPH
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,12 +79,20 @@ class Row:
     place_seconds: float  # wall time the method took to produce the placement (compilation excluded)
     simulator_calls: int  # placements the method simulated while searching (the final evaluation excluded)
     note: str = ""  # why the method does not apply, else ""
-    compile_seconds: float = 0.0  # one-time cost of learned methods: loading the policy, jit compilation
+    compile_seconds: float = 0.0  # one-time cost: loading a policy, jit (or numba) compilation, before or inside
+    budget_calls: float = math.nan  # simulator calls the method was given (inf: unlimited; NaN: it spends none)
+    budget_seconds: float = math.nan  # wall seconds it was given (inf: unlimited; NaN: it spends none)
     trace: tuple = dataclasses.field(default=(), repr=False, compare=False)  # ((s, calls, best objective), ...)
 
     @property
     def applies(self) -> bool:
         return not math.isnan(self.runtime_us)
+
+    @property
+    def over_budget(self) -> bool:
+        """It placed for longer than its seconds + OVER_BUDGET, or simulated more than its calls."""
+        return self.applies and (self.place_seconds > self.budget_seconds * (1 + OVER_BUDGET)
+                                 or self.simulator_calls > self.budget_calls)
 
 
 def resolve_methods(methods: str | Sequence[str]) -> list[str]:
@@ -90,7 +113,7 @@ def resolve_methods(methods: str | Sequence[str]) -> list[str]:
 
 def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str | Sequence[str] = "all",
             cluster_name: str | Cluster = "placeto-k80", seed: int = 0, budget: float | None = DEFAULT_BUDGET,
-            seconds: float | None = None, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
+            seconds: Seconds = default_seconds, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
             progress: bool = True, save_placements: str | Path | None = None,
             workers: WorkerSpec | None = None) -> list[Row]:
     """Run `methods` (resolve_methods: "all" is every baseline and the learned methods) on every graph for every
@@ -102,7 +125,8 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
     placements are then written by this process as each graph finishes.
 
     Budget of every method that searches or samples, per graph: `budget` simulator calls (None: unlimited)
-    and/or `seconds` of wall time, inference and fine-tuning included, jit compilation excluded (reported in
+    and/or `seconds` of wall time (None: unlimited; a function of the graph: its value for each graph, by default
+    `default_seconds`), inference and fine-tuning included, jit compilation excluded (reported in
     `compile_seconds`). Learned methods use the policy `checkpoint` (a run directory or shipped name; None: the
     default shipped policy), fine-tuned `finetune_episodes` episodes on each graph first.
     """
@@ -113,7 +137,10 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
         cluster_of(cluster_name, n_dev)  # InputError now, not after the first graph's runs
     files = placement_files(graphs, save_placements) if save_placements is not None else None
     runs = [(graph, device_counts, names, cluster_name, seed, budget, seconds, policy) for graph in graphs]
-    with tqdm(total=len(graphs) * len(device_counts) * len(names), disable=not progress, unit="run") as bar:
+    # smoothing 0: the rate is the average since the start (runs differ 1000x in length: a one-pass baseline and
+    # a budgeted search), and the ETA starts after the first run, not before it
+    with tqdm(total=len(graphs) * len(device_counts) * len(names), disable=not progress, unit="run", smoothing=0,
+              delay=0.5) as bar:
         if workers is not None:
             from placeto.distributed import map_ordered
 
@@ -123,7 +150,7 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
                 bar.update(len(result[0]))
 
             return [row for rows, _ in map_ordered(workers, graph_rows_task, runs, done) for row in rows]
-        warm_up([n for n in names if n not in LEARNED and n not in PER_GRAPH], cluster_name)
+        warm_up(warm_up_names(names), cluster_name)
         return [row for run in runs for row in _graph_rows(*run, files=files, bar=bar)[0]]
 
 
@@ -133,6 +160,7 @@ def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluste
     """(rows of `graph`, every device count x method, ratios set; the placements made as (devices, method,
     placement)). Placements are written through `files` (`placement_files`) as they are made."""
     rows, made = [], []
+    seconds = seconds(graph) if callable(seconds) else seconds
     for n_dev in device_counts:
         cluster = cluster_of(cluster_name, n_dev)
         raw = []
@@ -157,8 +185,15 @@ def graph_rows_task(graph: Graph, device_counts: list[int], names: list[str], cl
                     seed: int, budget: float | None, seconds: float | None, policy: dict):
     """`_graph_rows` in a Ray task (placeto.distributed.map_ordered): the process's compilations warmed up first,
     placements returned rather than written."""
-    warm_up([n for n in names if n not in LEARNED and n not in PER_GRAPH], cluster_name)
+    warm_up(warm_up_names(names), cluster_name)
     return _graph_rows(graph, device_counts, names, cluster_name, seed, budget, seconds, policy)
+
+
+def warm_up_names(names: Sequence[str]) -> list[str]:
+    """The baselines whose numba kernels `names` will run: the baselines among them, and the list schedulers that
+    every search starts from (etf, heft: placeto.search.moves.best_start)."""
+    starts = ["etf", "heft"] if any(searches(n) for n in names) else []
+    return list(dict.fromkeys([*(n for n in names if n in METHODS), *starts]))
 
 
 def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -> None:
@@ -214,13 +249,17 @@ def _run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float
     """A Row with ratio_to_best still unset (NaN); `save(placement)` when the method placed the graph."""
     base = dict(graph=graph.name, n_devices=cluster.n_devices, method=name, ratio_to_best=math.nan,
                 lower_bound_us=lower_bound(graph, cluster))
+    if searches(name):
+        base.update(budget_calls=math.inf if budget is None else float(budget),
+                    budget_seconds=math.inf if seconds is None else float(seconds))
     try:
         if name in PER_GRAPH:  # trained from scratch on this graph inside the budget, whatever --checkpoint says
             run, compile_s = run_learned(name, graph, cluster, seed, budget, seconds)
         elif name in LEARNED:
             run, compile_s = run_learned(name, graph, cluster, seed, budget, seconds, **policy)
         else:
-            run, compile_s = run_method(name, graph, cluster, seed, budget=budget, seconds=seconds), 0.0
+            run = run_method(name, graph, cluster, seed, budget=budget, seconds=seconds)
+            compile_s = run.compile_seconds
     except NotApplicable as e:
         return Row(**base, runtime_us=math.nan, ratio_to_lower_bound=math.nan, oom=False, place_seconds=0.0,
                    simulator_calls=0, note=str(e))
@@ -281,16 +320,37 @@ def _cell(r: Row | None, best: bool) -> str:
     if r is None or not r.applies:
         return "—"
     if r.oom:
-        return "OOM"
+        return "OOM" + OVER_MARK * r.over_budget
     text = f"{r.runtime_us / 1e3:.2f}"
-    return f"**{text}**" if best else text
+    return (f"**{text}**" if best else text) + OVER_MARK * r.over_budget
+
+
+OVER_MARK = " (over)"  # after a runtime or place time whose run went over its budget (Row.over_budget)
+
+
+def budget_text(rows: Sequence[Row]) -> str:
+    """A method's budget over its rows: "1 s", "1000 calls", "1000 calls or 10 s" (a range where graphs differ),
+    "—" for a method that spends none."""
+    def span(values, unit, fmt):
+        values = sorted({v for v in values if not math.isnan(v) and not math.isinf(v)})
+        if not values:
+            return ""
+        lo, hi = fmt(values[0]), fmt(values[-1])
+        return f"{lo} {unit}" if lo == hi else f"{lo}-{hi} {unit}"
+
+    parts = [span([r.budget_calls for r in rows], "calls", lambda v: f"{v:.0f}"),
+             span([r.budget_seconds for r in rows], "s", lambda v: f"{v:.3g}")]
+    if all(math.isnan(r.budget_calls) and math.isnan(r.budget_seconds) for r in rows):
+        return "—"
+    return " or ".join(p for p in parts if p) or "unlimited"
 
 
 def markdown_table(rows: Sequence[Row]) -> str:
     """Runtimes in ms, one line per (graph, devices), one column per method, the best in bold.
 
-    "OOM": the placement runs out of memory; "—": the method does not apply. A second table summarises each
-    method: mean ratio to the best, mean ratio to the lower bound, mean placement time and simulator calls.
+    "OOM": the placement runs out of memory; "—": the method does not apply; " (over)": the run went over its
+    budget (Row.over_budget). A second table summarises each method: mean ratio to the best, mean ratio to the
+    lower bound, mean placement time beside its budget, compile time and simulator calls.
     """
     methods = list(dict.fromkeys(r.method for r in rows))
     keys = list(dict.fromkeys((r.graph, r.n_devices) for r in rows))
@@ -302,20 +362,31 @@ def markdown_table(rows: Sequence[Row]) -> str:
         lb = next(r.lower_bound_us for r in group if r is not None)
         cells = [_cell(r, r is not None and r.applies and not r.oom and r.ratio_to_best == 1.0) for r in group]
         lines.append(f"| {g} | {n} | {lb / 1e3:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", "Runtimes in ms (simulated); OOM: out of memory; —: does not apply.", "",
-              "| method | mean x best | mean x lower bound | mean place s | mean compile s | mean simulator calls "
-              "| runs |", "|---|---:|---:|---:|---:|---:|---:|"]
+    lines += ["", f"Runtimes in ms (simulated); OOM: out of memory; —: does not apply; (over): placed for longer "
+              f"than its budget + {OVER_BUDGET:.0%}, or simulated more than its calls.", "",
+              "| method | mean x best | mean x lower bound | mean place s | budget | mean compile s "
+              "| mean simulator calls | runs |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for m in methods:
         ok = [r for r in rows if r.method == m and r.applies]
         if not ok:
-            lines.append(f"| {m} | — | — | — | — | — | 0 |")
+            budget = budget_text([r for r in rows if r.method == m])
+            lines.append(f"| {m} | — | — | — | {budget} | — | — | 0 |")
             continue
+        over = OVER_MARK if any(r.over_budget for r in ok) else ""
         lines.append(f"| {m} | {np.mean([r.ratio_to_best for r in ok]):.3f} | "
                      f"{np.mean([r.ratio_to_lower_bound for r in ok]):.3f} | "
-                     f"{np.mean([r.place_seconds for r in ok]):.2f} | "
+                     f"{np.mean([r.place_seconds for r in ok]):.2f}{over} | {budget_text(ok)} | "
                      f"{np.mean([r.compile_seconds for r in ok]):.2f} | "
                      f"{np.mean([r.simulator_calls for r in ok]):.0f} | {len(ok)} |")
     notes = []
+    for m in methods:
+        over = [r for r in rows if r.method == m and r.over_budget]
+        if over:
+            worst = max(over, key=lambda r: r.place_seconds / r.budget_seconds
+                        if r.budget_seconds > 0 else r.simulator_calls / r.budget_calls)
+            notes.append(f"- {m} went over its budget in {len(over)} of {sum(r.method == m for r in rows)} runs, "
+                         f"e.g. {worst.graph} at {worst.n_devices} devices: {worst.place_seconds:.2f} s and "
+                         f"{worst.simulator_calls} calls against {budget_text([worst])}")
     for m in methods:
         skipped = [r for r in rows if r.method == m and r.note]
         if skipped:
@@ -435,7 +506,8 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
                                         "shipped name or a run directory (default: each kind's shipped policy)")
     p.add_argument("--budget", type=int, default=None,
                    help=f"simulator calls of every searching or sampling method per graph (default: {DEFAULT_BUDGET}"
-                        ", or unlimited with --seconds)")
+                        f", or unlimited with --seconds; without either, also at most {DEFAULT_SECONDS:g} s, 1 s more "
+                        f"per {SECONDS_NODES:,} nodes, up to {MAX_DEFAULT_SECONDS:g} s)")
     p.add_argument("--seconds", type=float, default=None,
                    help="wall-clock budget in seconds per graph of every searching or sampling method, its "
                         "inference and fine-tuning included, jit compilation excluded and reported apart (default: "
@@ -467,7 +539,9 @@ def run_compare(args: argparse.Namespace) -> int:
         raise InputError(f"--seconds must be in (0, 86400], got {args.seconds}")
     if args.finetune_episodes < 0:
         raise InputError(f"--finetune-episodes must be >= 0, got {args.finetune_episodes}")
-    budget = args.budget if args.budget is not None or args.seconds is not None else DEFAULT_BUDGET
+    given = args.budget is not None or args.seconds is not None  # else the default: calls, and seconds by graph size
+    budget = args.budget if given else DEFAULT_BUDGET
+    seconds = args.seconds if given else default_seconds
     from placeto.distributed import spec_from_args
 
     workers = spec_from_args(args)
@@ -487,7 +561,7 @@ def run_compare(args: argparse.Namespace) -> int:
     if isinstance(cluster, Cluster):
         for graph in graphs:  # one line naming the graph and the kind, before any method runs
             graph.cost_matrix(cluster.kinds)
-    rows = compare(graphs, devices, args.methods, cluster, args.seed, budget, args.seconds,
+    rows = compare(graphs, devices, args.methods, cluster, args.seed, budget, seconds,
                    args.checkpoint, args.finetune_episodes, progress=not args.quiet,
                    save_placements=args.save_placements, workers=workers)
     table = markdown_table(rows)

@@ -114,7 +114,7 @@ def compare_section(graph, out: Path, n_devices: int = 4, seconds: float = SEARC
                "placeto-search", "gdp", "gdp-search"]
     print(f"\n== Comparison on unseen graph {graph.name} ({graph.n_nodes} groups), {n_devices} K80s, "
           f"{seconds:g} s of wall time for every method that searches or samples ==")
-    rows = compare([graph], [n_devices], methods, seed=0, budget=None, seconds=seconds, progress=False)
+    rows = compare([graph], [n_devices], methods, seed=0, budget=None, seconds=seconds)  # a bar on stderr
     print(markdown_table(rows))
     write_csv(rows, out / "compare.csv")
     plots = plot_compare(rows, out)

@@ -9,7 +9,7 @@ A task is one graph on one cluster. Two sources:
   drawn with its own cluster (2-8 devices, homogeneous, heterogeneous or GPU+CPU), its cost scale (microseconds
   to seconds) and its communication-to-computation ratio (0.1-20).
 
-`GROUPS` are the held-out units of the generalization protocol (experiments/generalization.py): a policy judged on
+`GROUPS` are the held-out units of the generalization protocol (experiments/reproduce/generalization.py): a policy judged on
 a family was trained without every family of that family's group, so the families it is judged on are families
 it never saw (and neither were their close relatives: ptb beside nmt, cnn beside cifar10).
 """

@@ -51,7 +51,7 @@ COLORS = {**LEARNED, **CLASSICAL}
 ALIASES = {
     "single-device": "single", "single-gpu": "single", "random-search": "random", "human": "expert",
     "human-expert": "expert", "gdp-zero-shot": "gdp", "placeto-zero-shot": "placeto",
-    "trained": "placeto",  # experiments/sim_vs_hardware.py: the Placeto policy of --checkpoints
+    "trained": "placeto",  # experiments/benchmarks/sim_vs_hardware.py: the Placeto policy of --checkpoints
 }
 # for names without a colour: each at least MIN_DELTA_E from every named colour (tested); black is left out (it
 # draws reference lines) and so are colours too pale to see on white
@@ -81,7 +81,7 @@ def canonical(label: str) -> str | None:
             return s
         if s in ALIASES:
             return ALIASES[s]
-        if s.startswith("policy-"):  # a shipped Placeto policy by name (experiments/sim_vs_hardware.py)
+        if s.startswith("policy-"):  # a shipped Placeto policy by name (experiments/benchmarks/sim_vs_hardware.py)
             return "placeto"
     return None
 

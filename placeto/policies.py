@@ -21,7 +21,7 @@ from simulator.io import PathLike
 
 SHIPPED = Path(__file__).resolve().parent / "shipped"
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
-DEFAULT_POLICY = "general"  # trained on the wide distribution (placeto.distribution), starting from m-ETF
+DEFAULT_POLICY = "general"  # trained on the wide distribution (placeto.distribution), from list schedules
 DEFAULT_GDP = "gdp-general"  # the gdp methods' default: gdp on the wide distribution, from m-ETF
 
 

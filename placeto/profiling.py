@@ -20,10 +20,11 @@ average and cores: `machine_load`; a profile taken `under_load` says so and is n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
@@ -72,9 +73,10 @@ def graph_program(graph: Graph, program: str | None = None, args_spec: str | Non
 
 def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
             args_spec: str | None = None, exported: str | None = None, devices: Sequence[Any] | None = None,
-            method: str = "step") -> Graph:
+            method: str = "step", progress: bool = False) -> Graph:
     """`graph` with measured costs (float64[N] microseconds) for every kind of device in `devices` (default: the
-    first local device), measured on the first device of each kind; `kind` renames the kind when there is one."""
+    first local device), measured on the first device of each kind; `kind` renames the kind when there is one.
+    `progress`: a bar on stderr over its phases (the program, then each kind), its clock ticking within each."""
     import jax
 
     from simulator.host_devices import kind_of
@@ -91,16 +93,54 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
     if kind is not None and len(by_kind) > 1:
         raise InputError(f"--kind names one kind, but the devices are of {len(by_kind)}: "
                          f"{', '.join(by_kind)} (leave --kind out: each is filed under its own)")
-    prog = graph_program(graph, program, args_spec, exported)
-    if method == "ops" and prog.traced is None:
-        raise InputError(f"graph {graph.name!r}: --method ops re-traces the program; an exported program can only "
-                         f"be profiled by units (--method step or units)")
-    for name, device in by_kind.items():
-        load = machine_load()  # before the measurement: its own work would count as load
-        cost, info = measure(prog, device, method, repeats, warmup)
-        graph = with_measured(graph, kind or name, np.round(cost, 3), {
-            "method": method, "repeats": repeats, "warmup": warmup, "source": prog.source, **load, **info}, device)
+    with phases(1 + len(by_kind), graph.name, progress) as bar:
+        bar.set_postfix_str("the program (re-trace or export)")
+        prog = graph_program(graph, program, args_spec, exported)
+        if method == "ops" and prog.traced is None:
+            raise InputError(f"graph {graph.name!r}: --method ops re-traces the program; an exported program can "
+                             f"only be profiled by units (--method step or units)")
+        for name, device in by_kind.items():
+            bar.update()
+            bar.set_postfix_str(f"{len(prog.units)} units on {device} ({method}: {MEASURES[method]})")
+            load = machine_load()  # before the measurement: its own work would count as load
+            cost, info = measure(prog, device, method, repeats, warmup)
+            graph = with_measured(graph, kind or name, np.round(cost, 3), {
+                "method": method, "repeats": repeats, "warmup": warmup, "source": prog.source, **load, **info},
+                device)
+        bar.update()
     return graph
+
+
+MEASURES = {"step": "compiling the step, then tracing it", "units": "each unit alone", "ops": "each op alone"}
+
+
+@contextlib.contextmanager
+def phases(total: int, name: str, enabled: bool) -> Iterator[Any]:
+    """A tqdm bar on stderr over `total` phases of profiling `name`, redrawn every second so that its clock ticks
+    through a phase of minutes (a step's compilation and trace has no finer steps to count); rate and ETA are
+    the average over the phases done (smoothing 0)."""
+    import threading
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=f"profile {name}", unit="phase", disable=not enabled, smoothing=0,
+               bar_format="{desc}: {n}/{total} phases [{elapsed}<{remaining}]{postfix}")
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    if enabled:
+        ticker.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        if enabled:
+            ticker.join()
+        bar.close()
 
 
 def machine_load() -> dict[str, Any]:

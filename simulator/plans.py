@@ -23,7 +23,7 @@ topological. Plans of:
 
 Why stages (issue 29): a dispatched task costs the host about 140 us on an H200 (rnnlm_l2, 400 groups: 57 ms
 a step dispatched group by group vs 0.93 ms as one `jax.jit` of the step); on this CPU 62 ms vs 31.6 ms
-(experiments/bench_harness.py measures the staged plans beside them). A stage's outputs exist
+(experiments/benchmarks/bench_harness.py measures the staged plans beside them). A stage's outputs exist
 only once the whole stage has run, so another device waiting for an early unit of a long stage waits longer
 than the simulator (which schedules units) assumes.
 """

@@ -41,8 +41,8 @@ class SimResult:
       transfers: every transfer of the schedule.
       compute_peak_memory: () -> float64[D], called once, on the first read of `peak_memory`.
       peak_memory: float64[D] peak bytes per device (persistent bytes + live tensors), computed when first read:
-        the memory sweep costs about half the event loop at 10,000 nodes (experiments/bench_simulator.py), and
-        most callers read only the runtime or the schedule.
+        the memory sweep costs about half the event loop at 10,000 nodes (experiments.benchmarks.bench_simulator),
+        and most callers read only the runtime or the schedule.
     """
 
     runtime: float

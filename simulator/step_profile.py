@@ -27,7 +27,7 @@ unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
 
 A unit's cost is its median over the traced steps, in microseconds. `StepProfile.busy_us` (the sum) is what the
 simulator takes as one device's step time for the single-device placement; compare it with the plain jitted step
-(experiments/gpu_check.py does). `profile_trace` reads a saved trace (tests/data/gpu_traces: real H200 traces).
+(experiments/benchmarks/gpu_check.py does). `profile_trace` reads a saved trace (tests/data/gpu_traces: H200 traces).
 XLA's `cost_analysis()` of the compiled step (flops, bytes accessed) is kept beside it as a cross-check.
 """
 

@@ -70,6 +70,34 @@ def test_markdown_and_csv(rows, tmp_path):
                                             float(d["runtime_us"]) == r.runtime_us)
 
 
+def test_rows_record_their_budget_and_a_run_over_it_is_marked(rows):
+    import dataclasses
+
+    by = {(r.graph, r.n_devices, r.method): r for r in rows}
+    search, etf = by[("layered_80_s0", 2, "local-search")], by[("layered_80_s0", 2, "etf")]
+    assert search.budget_calls == 16 and search.simulator_calls <= 16 and not search.over_budget
+    assert search.budget_seconds > 0  # the default seconds, by the graph's size (default_seconds)
+    assert math.isnan(etf.budget_calls) and math.isnan(etf.budget_seconds) and not etf.over_budget  # spends none
+    timed = dataclasses.replace(search, budget_calls=math.inf, budget_seconds=1.0, place_seconds=1.09)
+    assert not timed.over_budget  # within the 10% allowed
+    late = dataclasses.replace(timed, place_seconds=1.2)
+    assert late.over_budget
+    table = markdown_table([late, etf])
+    assert "1.20 (over) | 1 s |" in table and "(over)" in table.splitlines()[2]
+    assert "local-search went over its budget in 1 of 1 runs" in table
+
+
+@pytest.mark.skipif(not (ROOT / "placeto" / "shipped" / "general").is_dir(), reason="no shipped general policy")
+def test_a_method_handed_a_budget_it_cannot_keep_says_so():
+    """The `placeto` row finishes its greedy pass (its zero-shot placement) whatever the budget: at 1 call it
+    simulates more, and the row and the table say it went over."""
+    rows = compare([layered_dag(40, seed=2)], [2], ["placeto", "random"], budget=1, progress=False)
+    by = {r.method: r for r in rows}
+    assert by["placeto"].simulator_calls > 1 and by["placeto"].over_budget
+    assert by["random"].simulator_calls == 1 and not by["random"].over_budget
+    assert "placeto went over its budget in 1 of 1 runs" in markdown_table(rows)
+
+
 def test_plot(rows, tmp_path):
     paths = plot_compare(rows, tmp_path)
     assert sorted(p.name for p in paths) == ["huge.png", "layered_80_s0.png"]
@@ -145,13 +173,10 @@ def test_load_family(tmp_path):
 
 
 def _experiment(name: str):
-    """experiments/<name>.py loaded as a module (the experiments are scripts, not a package)."""
-    import importlib.util
+    """The module experiments.<name> (e.g. "benchmarks.anytime")."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module(f"experiments.{name}")
 
 
 def _args(*argv):
@@ -231,7 +256,7 @@ def test_compare_cluster_file_errors_are_one_line(tmp_path, capsys):
 
 def test_benchmark_script(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    script = [sys.executable, str(ROOT / "experiments" / "compare_benchmarks.py")]
+    script = [sys.executable, "-m", "experiments.reproduce.compare_benchmarks"]
     empty = subprocess.run(script + ["--benchmarks", str(tmp_path)], env=env, capture_output=True, text=True)
     assert empty.returncode == 2 and "no benchmark graphs" in empty.stderr
     save_graph(layered_dag(30, seed=0), tmp_path / "tiny.json.gz")
@@ -285,9 +310,9 @@ def test_place_method_runs_any_baseline(tmp_path, capsys):
 
 
 def test_headroom_report_bounds_the_gain_over_the_classical_placers():
-    """experiments/headroom.py: the best known objective is the best of the long searches and of every anytime
+    """headroom.py: the best known objective is the best of the long searches and of every anytime
     row; the gap at a budget is the best classical objective over it, minus 1."""
-    headroom = _experiment("headroom")
+    headroom = _experiment("benchmarks.headroom")
     long_rows = [{"graph": "g", "n_devices": 4, "search": "local-search", "seed": 0, "calls": 10,
                   "objective_us": 100.0, "seconds": 0.1}]
     anytime = {(1.0, "g", "local-search"): 110.0, (1.0, "g", "etf"): 120.0, (1.0, "g", "gdp-search"): 99.0,
@@ -299,10 +324,10 @@ def test_headroom_report_bounds_the_gain_over_the_classical_placers():
 
 
 def test_sample_efficiency_report_targets_ratios_and_the_expert_check():
-    """experiments/sample_efficiency.py: the target is 1.05x the best run; a method's cell is the calls of its
+    """sample_efficiency.py: the target is 1.05x the best run; a method's cell is the calls of its
     first trace point at or under it; rnn / placeto-finetuned is the ratio of those calls; the runs are checked
     against the single device and (nmt rows) the expert."""
-    se = _experiment("sample_efficiency")
+    se = _experiment("reproduce.sample_efficiency")
 
     def row(method, best, trace):
         return {"graph": "nmt_l2", "n_devices": 2, "method": method, "calls": trace[-1][1], "seconds": 9.0,
@@ -329,9 +354,9 @@ def _exit_status(main, argv: list[str]) -> int:
 
 
 def test_anytime_merge_replaces_only_the_rerun_methods_in_place(tmp_path):
-    """experiments/anytime.py: rerunning some methods replaces their rows at the rerun device counts and budgets
+    """anytime.py: rerunning some methods replaces their rows at the rerun device counts and budgets
     and keeps every other row, in its place."""
-    anytime = _experiment("anytime")
+    anytime = _experiment("benchmarks.anytime")
 
     def row(graph, d, method, us, s=1.0):
         return {"graph": graph, "n_devices": d, "seconds": s, "method": method, "runtime_us": us,
@@ -349,9 +374,9 @@ def test_anytime_merge_replaces_only_the_rerun_methods_in_place(tmp_path):
 
 
 def test_anytime_overall_ratio_spans_device_counts():
-    """experiments/anytime.py: per budget, a learned search's mean ratio to the best method of each (graph, device
+    """anytime.py: per budget, a learned search's mean ratio to the best method of each (graph, device
     count) row, over all its rows; no line for a search that ran at one device count only."""
-    anytime = _experiment("anytime")
+    anytime = _experiment("benchmarks.anytime")
 
     def row(graph, d, method, us, s=1.0):
         return {"graph": graph, "n_devices": d, "seconds": s, "method": method, "runtime_us": us}
@@ -366,9 +391,9 @@ def test_anytime_overall_ratio_spans_device_counts():
 
 
 def test_anytime_traces_are_kept_merged_and_unreadable_ones_ignored(tmp_path, capsys):
-    """experiments/anytime.py: traces round-trip through their gzipped JSON; a corrupt file is ignored with a
+    """anytime.py: traces round-trip through their gzipped JSON; a corrupt file is ignored with a
     warning naming it (the curves are then drawn from the new runs alone), never a crash."""
-    anytime = _experiment("anytime")
+    anytime = _experiment("benchmarks.anytime")
     path = tmp_path / "anytime_x_traces.json.gz"
     traces = {("a", 4, 1.0, "sa"): ((0.01, 1, 900.0), (0.5, 40, 800.0)), ("a", 4, 1.0, "etf"): ()}
     anytime.save_traces(path, traces)
@@ -381,67 +406,17 @@ def test_anytime_traces_are_kept_merged_and_unreadable_ones_ignored(tmp_path, ca
 @pytest.mark.parametrize("flags", [["--devices", "x"], ["--devices", "0"], ["--seconds", "nan"], ["--seconds", ""],
                                    ["--graphs", "-1"], ["--methods", "foo"], ["--family", "nope"]])
 def test_anytime_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
-    """experiments/anytime.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
+    """anytime.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
     written."""
-    status = _exit_status(_experiment("anytime").main, ["--family", "nmt", *flags, "--out", str(tmp_path / "out")])
+    status = _exit_status(_experiment("benchmarks.anytime").main,
+                          ["--family", "nmt", *flags, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("flags", [["--settings", "x"], ["--settings", "0:1:1e-3"], ["--settings", "8:1:inf"],
-                                   ["--settings", "8:1"], ["--settings", "8:1:1e-3:0"], ["--settings", "8:1:1e-3:2:3"],
-                                   ["--graphs", "nope"], ["--devices", "9"],
-                                   ["--seconds", "0"], ["--checkpoint", "nope"], ["--search-episodes", "-1"],
-                                   ["--search-episodes", ""], ["--seeds", "x"]])
-def test_gdp_finetune_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
-    """experiments/gdp_finetune.py: a bad flag is one line on stderr and exit status 2, before any run; nothing is
-    written."""
-    status = _exit_status(_experiment("gdp_finetune").main, [*flags, "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert not (tmp_path / "out").exists()
-
-
-def test_gdp_finetune_settings_take_an_optional_temperature():
-    """experiments/gdp_finetune.py: 'B:epochs:lr' is temperature 1, 'B:epochs:lr:T' sets it; 'train' is None."""
-    from placeto.methods.gdp.config import FinetuneSettings
-
-    module = _experiment("gdp_finetune")
-    assert module.parse_setting("128:1:3e-3") == ("128:1:3e-3", FinetuneSettings(128, 1, 3e-3, 1.0))
-    assert module.parse_setting("64:2:1e-3:2.5") == ("64:2:1e-3:2.5", FinetuneSettings(64, 2, 1e-3, 2.5))
-    assert module.parse_setting("train") == ("train", None)
-
-
-@pytest.mark.parametrize("flags", [["--family", "nope"], ["--temperatures", "0"], ["--temperatures", "1,x"],
-                                   ["--episodes", "-1"], ["--seed", "-1"]])
-def test_gdp_temperature_bad_flags_are_one_line_errors(flags, tmp_path, capsys):
-    """experiments/gdp_temperature.py: a bad flag is one line on stderr and exit status 2, before any training."""
-    status = _exit_status(_experiment("gdp_temperature").main,
-                          [*flags, "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert not (tmp_path / "runs").exists() and not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize("script, flags", [
-    *(("expert_iteration", f) for f in (["--family", "nope"], ["--extra-seeds", "0"], ["--extra-seeds", "1,x"],
-                                        ["--devices", "9"], ["--steps", "0"], ["--lr", "nan"], ["--start", "nope"])),
-    *(("placeto_imitation", f) for f in (["--family", "nope"], ["--extra-seeds", "0"], ["--devices", "9"],
-                                         ["--calls", "0"], ["--train-eval", "-1"], ["--start", "nope"]))])
-def test_imitation_experiments_bad_flags_are_one_line_errors(script, flags, tmp_path, capsys):
-    """experiments/expert_iteration.py and placeto_imitation.py: a bad flag is one line on stderr and exit status
-    2, before any graph is built or any training; nothing is written."""
-    status = _exit_status(_experiment(script).main,
-                          [*flags, "--graphs-root", str(tmp_path / "graphs"), "--save", str(tmp_path / "run"),
-                           "--out", str(tmp_path / "out")])
-    err = capsys.readouterr().err
-    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert not any((tmp_path / d).exists() for d in ("graphs", "run", "out"))
 
 
 def test_table_run_saves_a_gdp_run_it_resumes_from(tmp_path):
-    """checkpoint_io.save_table_run (the imitation experiments' --save) writes a run directory that gdp's
+    """checkpoint_io.save_table_run (a run with its optimizer state and rows) writes a run directory that gdp's
     load_run reads (the same parameters) and load_table_run restores with its optimizer state, step and rows; a
     damaged file is an InputError naming it."""
     import jax
@@ -470,40 +445,3 @@ def test_table_run_saves_a_gdp_run_it_resumes_from(tmp_path):
     (tmp_path / "run" / "checkpoint.msgpack").write_bytes(b"\x00garbage")
     with pytest.raises(InputError, match="checkpoint.msgpack"):
         load_table_run(tmp_path / "run", params, state, columns)
-
-
-def test_placeto_imitation_names_devices_by_first_use():
-    """experiments/placeto_imitation.py: canonical renames devices in order of first use along the visit
-    sequence, so placements that differ only in device names get one name; unused devices take the rest."""
-    import numpy as np
-
-    canonical = _experiment("placeto_imitation").canonical
-    visit = np.array([2, 0, 1, 3])
-    a = np.array([3, 1, 1, 0])  # visit order sees devices 1, 3, 1, 0
-    assert canonical(a, visit, 4).tolist() == [1, 0, 0, 2]
-    perm = np.array([2, 0, 3, 1])
-    assert canonical(perm[a], visit, 4).tolist() == canonical(a, visit, 4).tolist()
-    assert canonical(np.array([5, 5]), np.array([0, 1]), 8).tolist() == [0, 0]
-
-
-def test_placeto_imitation_labels_continue_the_target_under_the_best_renaming():
-    """experiments/placeto_imitation.py: a visit's label is the target's device under the renaming of the target's
-    devices that agrees most with the nodes placed so far (the first visit: the target's own name); the episode
-    follows the label where told to."""
-    import numpy as np
-
-    from placeto.methods.placeto.env import Observation
-
-    module = _experiment("placeto_imitation")
-    target, visit = np.array([0, 1, 1, 2]), np.array([0, 1, 2, 3])
-    labels: list[int] = []
-
-    def act(placement, t):
-        obs = Observation(np.asarray([placement]), np.zeros((1, 4), np.float32), np.int32(visit[t]), np.int32(t))
-        return module._labelled_act(None, None, None, target, visit, 3, 1.0, np.random.default_rng(0), labels, obs)
-
-    assert act([0, 0, 0, 0], 0).tolist() == [0]
-    # node 0 went to device 2 (its target says 0), node 1 to device 0 (target 1): target 1 is now called 0
-    act([2, 0, 0, 0], 1)
-    assert act([2, 0, 0, 0], 2).tolist() == [0] and act([2, 0, 0, 0], 3).tolist() == [1]
-    assert labels == [0, 0, 0, 1]

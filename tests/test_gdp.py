@@ -228,3 +228,11 @@ def test_temperature_flattens_the_policy_and_is_what_ppo_samples_and_trains():
             FinetuneSettings(temperature=bad)
         with pytest.raises(ValueError, match="temperature"):
             CONFIG.replace(temperature=bad)
+
+
+def test_sampled_batches_take_sizes_compiled_before_the_budget():
+    """A budget's last, smaller batches of sampled decodings take a power of two (or the full batch), all
+    compiled by run_gdp before its meter opens: no XLA compilation inside the budget."""
+    from placeto.methods.gdp.place import _batch_sizes
+
+    assert _batch_sizes(16) == [1, 2, 4, 8, 16] and _batch_sizes(12) == [1, 2, 4, 8, 12] and _batch_sizes(1) == [1]

@@ -1,4 +1,4 @@
-"""experiments/gdp_scale.py: its row CSV, ratios, markdown and one row of a cheap method."""
+"""experiments/benchmarks/gdp_scale.py: its row CSV, ratios, markdown and one row of a cheap method."""
 
 from __future__ import annotations
 
@@ -6,12 +6,13 @@ import math
 
 import pytest
 
-from experiments import gdp_scale as gs
+from experiments.benchmarks import gdp_scale as gs
 
 
 def _row(graph="layered_10k", devices=4, method="etf", runtime=100.0, **kw) -> gs.Result:
     d = dict(graph=graph, nodes=10_000, devices=devices, method=method, runtime_ms=runtime, lower_bound_ms=50.0,
-             oom=False, place_s=0.5, compile_s=0.0, calls=0, note="", command="python -m experiments.gdp_scale")
+             oom=False, place_s=0.5, compile_s=0.0, calls=0, note="",
+             command="python -m experiments.benchmarks.gdp_scale")
     return gs.Result(**{**d, **kw})
 
 
@@ -36,12 +37,13 @@ def test_ratio_to_etf_is_per_graph_and_device_count():
 def test_markdown_marks_missing_inapplicable_and_judges_the_ablation():
     rows = [_row(), _row(method="expert", runtime=math.nan, note="none"), _row(method="gdp", runtime=500.0),
             _row(method="gdp-coarse", runtime=120.0), _row(graph="blocks_10k", method="local-search")]
-    text = gs.markdown(rows, [("nasnet", 8, "gdp")], "python -m experiments.gdp_scale --seconds 30")
+    text = gs.markdown(rows, [("nasnet", 8, "gdp")], "python -m experiments.benchmarks.gdp_scale --seconds 30")
     table = next(line for line in text.splitlines() if line.startswith("| layered_10k | 10000 | 4 |"))
     assert "| — |" in table and "500.0 (5.00)" in table and "120.0 (1.20)" in table and "…" in table
     assert "all graphs: geometric mean 1.200x etf against 5.000x" in text and "it helps" in text
     assert "the generated graphs: geometric mean 1.200x" in text and "op graphs:" not in text
-    assert "nasnet 8d: gdp" in text and "`python -m experiments.gdp_scale --seconds 30` measures them" in text
+    assert "nasnet 8d: gdp" in text
+    assert "`python -m experiments.benchmarks.gdp_scale --seconds 30` measures them" in text
     worse = gs.markdown([_row(), _row(method="gdp", runtime=200.0), _row(method="gdp-coarse", runtime=300.0)], [],
                         "x")
     assert "it does not help" in worse and "Missing rows" not in worse

@@ -1,7 +1,8 @@
 """What the generalizing policies start from and how they train (issue: zero-shot that transfers).
 
 - Placeto's "etf" start: episodes begin at the better of m-ETF's placement and the single device, and a greedy
-  pass (which keeps the best placement it visits) is never slower than either.
+  pass (which keeps the best placement it visits) is never slower than either; its "list" start: the best of
+  m-ETF, m-SCT, m-TOPO, HEFT and the single device.
 - gdp's etf list decoder at its initialisation with exact ties to the lowest device is m-ETF exactly; its
   imitation target is the scheduler's choice; keep_single makes the one pass never slower than the single device;
   the greedy (self-critical) baseline and the imitation term train.
@@ -46,6 +47,33 @@ def test_placeto_etf_start_is_the_better_of_etf_and_single():
         scores = score_batch(graph, cands, cluster)
         np.testing.assert_array_equal(state.placement[0, :graph.n_nodes], cands[int(np.argmin(scores))])
         assert state.runtime[0] == pytest.approx(scores.min())
+
+
+def test_placeto_list_start_is_the_best_of_the_list_schedulers_and_single(tmp_path):
+    """init_placement "list": episodes begin at the best (penalised simulated runtime) of m-ETF, m-SCT, m-TOPO,
+    HEFT and the single device, so never slower than the "etf" start; a greedy pass from it is never slower."""
+    from placeto.baselines import get_method
+    from placeto.methods.placeto import env as E
+    from placeto.methods.placeto.config import tiny
+    from placeto.methods.placeto.place import place
+    from placeto.methods.placeto.train import train
+
+    strictly_better = 0
+    for graph, cluster in small_tasks():
+        names = ("etf", "m-sct", "m-topo", "heft", "single")
+        cands = np.stack([get_method(m)(graph, cluster, 0) for m in names])
+        scores = score_batch(graph, cands, cluster)
+        state, _ = E.reset(E.make_context(graph, cluster, tiny(init_placement="list")), seed=0, batch=1)
+        np.testing.assert_array_equal(state.placement[0, :graph.n_nodes], cands[int(np.argmin(scores))])
+        etf_start, _ = E.reset(E.make_context(graph, cluster, tiny(init_placement="etf")), seed=0, batch=1)
+        assert state.runtime[0] <= etf_start.runtime[0] * (1 + 1e-12)
+        strictly_better += state.runtime[0] < etf_start.runtime[0] * (1 - 1e-9)
+    assert strictly_better >= 1  # the other schedulers matter on these tasks
+    graph, cluster = small_tasks()[0]
+    train(tiny(init_placement="list", episodes=2, episodes_per_update=1), [graph], cluster, tmp_path / "run")
+    res = place(graph, cluster, tmp_path / "run")
+    assert res.runtime <= E.reset(E.make_context(graph, cluster, tiny(init_placement="list")), seed=0,
+                                  batch=1)[0].runtime[0] * (1 + 1e-12)
 
 
 def test_placeto_greedy_pass_from_etf_is_never_slower_than_etf_or_single(tmp_path):
@@ -186,7 +214,7 @@ def test_snapshots_and_selection_on_validation_tasks(tmp_path, monkeypatch):
 
     from flax import serialization
 
-    from experiments import generalization as G
+    from experiments.reproduce import generalization as G
     from placeto.methods.placeto.config import tiny
     from placeto.methods.placeto.train import train
 
@@ -198,11 +226,15 @@ def test_snapshots_and_selection_on_validation_tasks(tmp_path, monkeypatch):
     monkeypatch.setattr(G, "RUNS", tmp_path)
     monkeypatch.setattr(G, "validation_tasks", lambda held_out: [dist.Task("ptb", graph, cluster)])
     record = G.select("none", passes=(1, 2))
-    assert len(record["candidates"]) == 2 * (len(snaps) + 1)  # every snapshot and the checkpoint, 1 and 2 passes
+    # every snapshot and the checkpoint, 1 and 2 passes, from the "etf" and the "list" start
+    assert len(record["candidates"]) == 2 * 2 * (len(snaps) + 1)
+    assert {(c["passes"], c["start"]) for c in record["candidates"]} == {(1, "etf"), (2, "etf"), (1, "list"),
+                                                                          (2, "list")}
     best = min(c["x_etf"] for c in record["candidates"])
     chosen = record["chosen"]
     assert chosen["x_etf"] == best and json.loads((run / "selection.json").read_text()) == record
-    assert json.loads((run / "config.json").read_text())["passes"] == chosen["passes"]
+    config = json.loads((run / "config.json").read_text())
+    assert (config["passes"], config["init_placement"]) == (chosen["passes"], chosen["start"])
     blob = serialization.msgpack_restore((run / "checkpoint.msgpack").read_bytes())
     if chosen["params"] != "checkpoint":
         snap = serialization.msgpack_restore((run / "snapshots" / chosen["params"]).read_bytes())

@@ -1,16 +1,14 @@
-"""experiments/paper_table.py on synthetic runs: metrics parsing across resumed calls, the target, the training
+"""experiments/reproduce/paper_table.py on synthetic runs: metrics parsing across resumed calls, the target, the training
 needed to reach it and the RNN / Placeto ratios (no training is launched)."""
 
 from __future__ import annotations
 
 import csv
-import importlib.util
+import importlib
 import json
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
 
 PLACETO_FIELDS = ["update", "episode", "graph", "sim_calls", "initial_runtime", "final_runtime", "best_in_batch",
                   "best_runtime", "lower_bound", "wall_s"]
@@ -20,10 +18,7 @@ RNN_FIELDS = ["update", "samples", "seconds", "loss", "entropy", "mean_reward", 
 
 @pytest.fixture(scope="module")
 def pt():
-    spec = importlib.util.spec_from_file_location("paper_table", ROOT / "experiments" / "paper_table.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return importlib.import_module("experiments.reproduce.paper_table")
 
 
 def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:

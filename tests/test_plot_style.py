@@ -13,9 +13,9 @@ from placeto import plot_style
 ROOT = Path(__file__).resolve().parent.parent
 # module-level lists of method names in the experiments that plot methods (read from their source, not imported:
 # some import every learned method)
-EXPERIMENT_LISTS = {"anytime.py": ("METHODS",), "sample_efficiency.py": ("METHODS",),
-                    "gdp_family.py": ("LARGE_METHODS",), "paper_table.py": ("METHODS",),
-                    "sim_vs_hardware.py": ("FIXED_METHODS", "SEARCH_METHODS")}
+EXPERIMENT_LISTS = {"benchmarks/anytime.py": ("METHODS",), "reproduce/sample_efficiency.py": ("METHODS",),
+                    "reproduce/gdp_family.py": ("LARGE_METHODS",), "reproduce/paper_table.py": ("METHODS",),
+                    "benchmarks/sim_vs_hardware.py": ("FIXED_METHODS", "SEARCH_METHODS")}
 
 
 def _lab(hex_color: str) -> np.ndarray:
@@ -76,7 +76,7 @@ def plotted_names() -> set[str]:
         found = _module_lists(ROOT / "experiments" / file, lists)
         assert found, f"experiments/{file}: no {lists}"
         names |= set(found)
-    names |= set(_tuple_names(ROOT / "experiments" / "sim_vs_hardware.py", "placements"))
+    names |= set(_tuple_names(ROOT / "experiments" / "benchmarks" / "sim_vs_hardware.py", "placements"))
     return names
 
 

@@ -51,7 +51,7 @@ TRANSFER_MODELS: dict[str, TransferModel] = {
     # The simulator's model with a channel shared by sending and receiving, as in Baechi. The simulator has
     # no receive-side contention, but its FIFO bus sends every remote output of a producer in output order
     # the moment it ends, which a list scheduler cannot foresee; charging the receiver too is the pessimism
-    # that makes the greedy choices good (experiments/results/baechi_compare.md). A broadcast copy is booked
+    # that makes the greedy choices good (experiments/results/reproduce/baechi_compare.md). A broadcast copy is booked
     # on the first receiver's channel only.
     "shared-channel": TransferModel(False, False, True, False, True, True),
     # Baechi's m-ETF exactly (placer/device.py, placer/placer_utils.py): comm = round(bytes/bw + delta2) us

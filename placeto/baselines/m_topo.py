@@ -8,7 +8,7 @@ outputs, whole bytes), with by="compute" its cost on the device's kind. Like Bae
 ignores device capacity: the share is below capacity whenever the graph fits the cluster with some slack.
 
 Complexity O(N). With by="memory" it reproduces the public Baechi placements
-(experiments/results/baechi_compare.md).
+(experiments/results/reproduce/baechi_compare.md).
 """
 
 from __future__ import annotations

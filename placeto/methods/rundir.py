@@ -39,6 +39,7 @@ from placeto.methods.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig
 from placeto.methods.pergraph_specs import get_spec
 from placeto.methods.reinforce import Baseline, Drawn, concat_drawn, init_params, make_optimizer, reinforce_step
 from placeto.objective import metered, record
+from placeto.progress import advance
 from placeto.workers import Pair, from_key_data
 from simulator.cluster import Cluster
 from simulator.errors import InputError
@@ -246,7 +247,7 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
                          "baseline": float(r.baseline.value), "mean_objective_us": r.mean_objective,
                          "batch_best_us": r.best_objective, "best_us": st.best, "oom_fraction": r.oom_fraction,
                          "sim_calls_per_s": m.calls / max(m.elapsed(), 1e-9)}, st.samples)
-                log.bar.update(config.samples_per_update)
+                advance(log.bar, config.samples_per_update, first=st.update == start + 1)  # the 1st compiles
                 log.bar.set_postfix(best=f"{st.best / 1e3:.3f}ms", batch=f"{r.mean_objective / 1e3:.3f}ms")
                 if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
                     log.flush()

@@ -17,7 +17,7 @@ compilation of the policy for the graph's padding bucket) happen in `prepare`, w
      nodes are drawn more often where the policy is unsure (weight x (0.5 + normalised entropy of the prior)).
 On a graph too large for the policy (`placeto.coarsen`) the policy places its groups; the search runs on the
 groups for GROUP_SHARE of the time left, then on the ops from the best expanded placement, every op taking its
-group's prior (`experiments/results/group_search.md`: 1.014x the best share against 1.153x for groups only).
+group's prior (`experiments/results/ablations/group_search.md`: 1.014x the best share against 1.153x for groups only).
 """
 
 from __future__ import annotations
@@ -45,8 +45,10 @@ from simulator.cluster import Cluster
 from simulator.graph import Graph
 
 
-REFRESH = 1  # exact: refreshing every 4 steps is 2.2x faster but 3-10% worse with the shipped policy (fast_greedy.md)
-SEARCH_REFRESH = 16  # placeto-search's episode: a 3x faster prior leaves the search more time (search_refresh.md)
+# greedy_with_prior refreshes the message passing every config.embed_every steps by default: the policy's own
+# greedy pass (`placeto place`), the one it was trained with (a refresh every step is another policy: on nmt_004 at
+# 4 K80s the shipped general policy gives 24.56 ms that way against 23.74 ms its own way)
+SEARCH_REFRESH = 16  # a 3x faster prior leaves placeto-search more time (experiments/README.md, search_refresh)
 
 
 POLICY_SHARE = 0.4  # largest share of a wall-clock budget placeto-search spends in the policy's greedy episode
@@ -94,9 +96,13 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
     one = (params, arrays, zeros, zeros.astype(np.float32), np.zeros(1, np.int32), np.zeros(1, np.int32))
     jax.block_until_ready(policy.log_probs(*one))
     jax.block_until_ready(policy.head_log_probs(*one, policy.embed(*one)))
-    if sampling:
+    if sampling:  # what collect_rollout calls (placeto.methods.placeto.rollout)
         _, obs = E.reset(ctx, 0, config.episodes_per_update)
-        jax.block_until_ready(policy.act(params, arrays, obs, jax.random.key(0), False))
+        if policy.embed_every == 1:
+            jax.block_until_ready(policy.act(params, arrays, obs, jax.random.key(0), False))
+        else:
+            _, _, h = policy.act_refresh(params, arrays, obs, jax.random.key(0), False)
+            jax.block_until_ready(policy.act_stale(params, arrays, obs, jax.random.key(0), False, h))
     if finetuning:
         from placeto.objective import metered
         from placeto.methods.placeto.train import finetune_params
@@ -111,22 +117,24 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
 
 
 def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: int | None = None,
-                      deadline: float = np.inf) -> tuple[np.ndarray, float, np.ndarray]:
+                      deadline: float = np.inf, whole: bool = False) -> tuple[np.ndarray, float, np.ndarray]:
     """One greedy episode: (best placement int32[N], its objective, prior float64[N, D] device distributions).
 
     The prior of a node is the policy's distribution at its last visit; nodes never reached before the meter ran
-    out (or before `deadline`, a perf_counter time) keep a uniform prior. refresh (default `REFRESH`): recompute
-    the message-passing embeddings every `refresh` steps and reuse them in between (the scoring head always sees
-    the current placement); 1 is the exact policy, larger is faster (`experiments/results/fast_greedy.md`).
+    out (or before `deadline`, a perf_counter time) keep a uniform prior; with `whole`, the episode runs to its end
+    whatever the meter says (the `placeto` method's floor: its zero-shot placement). refresh (default: the
+    policy's config.embed_every, its own greedy pass, as `placeto place` runs it): recompute the message-passing
+    embeddings every `refresh` steps and reuse them in between (the scoring head always sees the current
+    placement); larger is faster (the removed fast_greedy ablation: its figures in experiments/README.md).
     """
     ctx = ctx or E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
-    refresh = REFRESH if refresh is None else refresh
+    refresh = prep.config.embed_every if refresh is None else refresh
     d, pol = prep.cluster.n_devices, prep.policy
     prior = np.full((ctx.n_nodes, d), 1.0 / d)
     state, obs = E.reset(ctx, 0, 1)
     m, done, h = meter(), ctx.n_steps == 0, None
-    while not done and not m.exhausted() and time.perf_counter() < deadline:
+    while not done and (whole or (not m.exhausted() and time.perf_counter() < deadline)):
         args = (prep.params, arrays, obs.placement, obs.start, np.asarray([obs.node]), np.asarray([obs.t]))
         if refresh <= 1:
             logp = pol.log_probs(*args)
@@ -143,15 +151,17 @@ def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: 
 
 
 def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.ndarray:
-    """The `placeto` method: one greedy episode, then batches of sampled episodes while the budget lasts (calls
-    in `budget` and the meter's); the best placement any episode visited."""
+    """The `placeto` method: one greedy episode, whole whatever the budget (the policy's zero-shot placement, so
+    the method never returns worse; a budget it cannot pay for is overspent, and compare marks the row), then
+    batches of sampled episodes while the budget lasts (calls in `budget` and the meter's); the best placement
+    any episode visited."""
     from placeto.methods.placeto.rollout import collect_rollout
 
     ctx = E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
     m, calls0 = meter(), meter().calls
     t0 = time.perf_counter()
-    best, best_score, _ = greedy_with_prior(prep, ctx)
+    best, best_score, _ = greedy_with_prior(prep, ctx, whole=True)
     if prep.seen is not None and prep.seen[1] < best_score:
         best, best_score = prep.seen
     key, i = jax.random.key(seed), 0
@@ -243,12 +253,14 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
     grouping's seconds are charged to the run): "placeto" expands the best group placement (its trace is the
     grouped graph's), "placeto-search" searches the op graph from the expanded placement and prior."""
     from placeto import coarsen
+    from placeto.compile_time import excluded
 
     coarse = coarsen.for_policy(graph)
     prep = prepare(checkpoint, coarse.graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
                    finetuning=finetune_episodes > 0)
     calls = math.inf if budget is None else budget
-    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - coarse.seconds, 1e-3)) as m:
+    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - coarse.seconds, 1e-3)) as m, \
+            excluded(m) as jit:  # a compilation met inside moves the deadline, reported with the compile seconds
         tuned = finetune(prep, finetune_episodes, seed)
         left = calls - m.calls
         if name == "placeto":  # on a coarsened graph: the best group placement, expanded
@@ -257,7 +269,7 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
             placement = guided_search(tuned, seed, left)
         else:  # the policy places the groups, the search the ops
             placement = guided_search(tuned, seed, left, op_graph=graph, op_to_group=coarse.grouping.op_to_group)
-        elapsed = m.elapsed()
+        elapsed = m.elapsed() - jit.seconds
     trace = tuple((t + coarse.seconds, c, b) for t, c, b in m.trace)
-    return MethodRun(np.asarray(placement, np.int32), m.calls, elapsed + coarse.seconds, trace), \
-        prep.compile_seconds
+    return MethodRun(np.asarray(placement, np.int32), m.calls, elapsed + coarse.seconds, trace, jit.seconds), \
+        prep.compile_seconds + jit.seconds

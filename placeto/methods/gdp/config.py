@@ -35,15 +35,15 @@ class GdpConfig:
     -log1p(finish gap / cost unit), the finish gap being how much later the node would finish there than on the
     best device given the placement so far; devices the node's memory does not fit are masked as the list
     schedulers do (placeto.methods.gdp.decoder). Still one forward pass; the decoding is a sequential numba loop
-    (experiments/results/gdp_scale.md compares them)."""
+    (experiments/results/benchmarks/gdp_scale.md compares them)."""
 
     greedy_ties: str = "random"
     """How a list decoder's greedy decoding (the one pass) breaks exact ties between devices: "random" (uniforms
-    of a fixed key: on the ungrouped op graphs 0.84x m-ETF, experiments/results/gdp_decoder.md) or "lowest" (m-ETF's
-    own rule: at the initialisation the one pass is then m-ETF's placement exactly). On the grouped family graphs
-    "random" placed 1.01-1.10x m-ETF (gdp-large's initialisation on the nmt, ptb and cifar10 test splits at 4 and 8
-    K80s, a check made on this 2-core machine while choosing the rule for experiments/generalization.py; no
-    results file), so the generalizing policies use "lowest"."""
+    of a fixed key: on the ungrouped op graphs 0.84x m-ETF, experiments/results/ablations/gdp_decoder.md) or
+    "lowest" (m-ETF's own rule: at the initialisation the one pass is then m-ETF's placement exactly). On the
+    grouped family graphs "random" placed 1.01-1.10x m-ETF (gdp-large's initialisation on the nmt, ptb and cifar10
+    test splits at 4 and 8 K80s, a check made on this 2-core machine while choosing the rule for
+    experiments/reproduce/generalization.py; no results file), so the generalizing policies use "lowest"."""
 
     coarse_groups: int = 0
     """Coarse-to-fine placing (0: off). A graph of more than this many nodes whose communication-to-computation
@@ -56,7 +56,7 @@ class GdpConfig:
     """The communication-to-computation ratio above which `coarse_groups` applies. On placeto-k80 the traced op
     graphs of gdp_scale are at 10.5-14.8 and the grouping's one pass places them 0.55-1.13x the op-level one
     pass; its generated graphs are at 0.9-1.4 and the grouping places them 1.09-2.33x worse, on all 8 rows
-    (experiments/results/gdp_scale.md: gdp-large-grouped against gdp-etf-fresh, at 4 and 8 devices)."""
+    (experiments/results/benchmarks/gdp_scale.md: gdp-large-grouped against gdp-etf-fresh, at 4 and 8 devices)."""
 
     # ---- PPO ----------------------------------------------------------------------------------------------
     episodes: int = 1_000_000
@@ -66,7 +66,7 @@ class GdpConfig:
     """Placements sampled from the current policy per update (on one task). They share one forward pass, so a
     large batch costs little beyond its simulations: on the nmt family at 4 devices, 512 reached the same
     zero-shot quality as 32 in the same wall time (0.727 vs 0.714x single after 4.6 min) at 6x the simulator
-    calls per second (experiments/results/gdp_throughput.md)."""
+    calls per second (experiments/results/benchmarks/gdp_throughput.md)."""
     ppo_epochs: int = 4
     """Gradient steps on each batch of placements."""
     clip: float = 0.2
@@ -180,7 +180,7 @@ class FinetuneSettings:
     """PPO settings of per-graph fine-tuning (`placeto place --finetune-episodes`, compare's gdp rows), apart from
     the training settings a policy was trained with: fine-tuning has seconds, not hours, on one graph, so it takes
     smaller batches, one gradient step per batch, a larger step size and a flatter policy
-    (experiments/results/gdp_finetune.md)."""
+    (the removed gdp_finetune ablation: its conclusion and figures in experiments/README.md)."""
 
     samples_per_update: int = 128
     """Placements sampled and simulated per update."""
@@ -191,7 +191,8 @@ class FinetuneSettings:
     temperature: float = 2.0
     """GdpConfig.temperature while fine-tuning: a flatter policy explores placements its confident nodes would
     never sample (at local search's 10k-call wall time on 8 devices, gdp-general: nmt_l8 106.3 ms vs 111.2 at
-    temperature 1, rnnlm_l8 31.4 vs 33.9, nasnet 108.5 vs 109.4; gdp_finetune.md)."""
+    temperature 1, rnnlm_l8 31.4 vs 33.9, nasnet 108.5 vs 109.4; the removed gdp_finetune ablation's
+    gdp_finetune.md at commit 3a057c6)."""
 
     def __post_init__(self):
         for name in ("samples_per_update", "ppo_epochs"):
@@ -238,7 +239,7 @@ def large(**changes: Any) -> GdpConfig:
     26k-node graph takes ~6 s here: the decoding is sequential per placement), and coarse-to-fine placing of
     communication-bound graphs over 1,000 nodes (coarse_groups). The shipped gdp-large is this
     config at its initialisation (`--episodes 0`): PPO with it made the one pass worse
-    (experiments/results/gdp_large_training.md)."""
+    (experiments/results/reproduce/gdp_large_training.md)."""
     from placeto.coarsen import MAX_POLICY_NODES  # the largest graph the other policies place as it is
 
     return GdpConfig(decoder="etf", samples_per_update=16, ppo_epochs=2, lr=1e-3, entropy=0.001, temperature=1.0,

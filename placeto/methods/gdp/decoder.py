@@ -23,7 +23,7 @@ the lower device, or broken by the node's uniform) and committed to the timeline
 With s = 0, w[:, 1] = 0, w[:, 0] -> inf and ties to the lower device, the "heft" decoder is HEFT and the "etf"
 decoder m-ETF. A fresh policy of the large config (s = 0, w[:, 1] = 0, w[:, 0] = 20) starts there; its greedy
 decoding breaks the ties at random (placeto.methods.gdp.place), which alone places the op graphs 0.5-0.9x m-ETF
-(experiments/results/gdp_decoder.md); the network learns per node how much later a device may finish and
+(experiments/results/ablations/gdp_decoder.md); the network learns per node how much later a device may finish and
 whether to consolidate (w[:, 1] < 0) or spread (w[:, 1] > 0).
 
 A sample records what PPO needs to re-evaluate its log-probabilities under new parameters in one batched pass:

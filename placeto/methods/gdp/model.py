@@ -29,7 +29,7 @@ FINISH_WEIGHT_INIT = 20.0
 cost unit later than the best starts e^-8 times less likely. With 4, a fresh policy's samples were close to
 uniform on generated graphs, whose finish gaps are mostly transfers of about half a cost unit, and PPO learned
 nothing from them. The load gap's weight starts at 0 and may turn negative (consolidate) or positive (spread):
-experiments/results/gdp_decoder.md measures both directions helping on some graphs and hurting on others, and
+experiments/results/ablations/gdp_decoder.md measures both directions helping on some graphs and hurting on others, and
 random tie-breaking (the one pass's) ahead of both."""
 
 

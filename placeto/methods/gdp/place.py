@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from placeto.baselines import MethodRun
@@ -27,7 +28,7 @@ from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob,
 from placeto.methods.gdp.config import NAME
 from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
 from placeto.methods.gdp.model import log_policy, make_net, sample
-from placeto.methods.gdp.ppo import (Drawn, Task, _heads, draw, greedy_decoding, init_params,
+from placeto.methods.gdp.ppo import (Drawn, Task, _heads, _uniforms, draw, greedy_decoding, init_params,
                                      make_optimizer, make_task, ppo_step, sample_batch)
 from placeto.objective import meter, metered, score_batch
 from simulator.cluster import Cluster
@@ -189,6 +190,8 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     for view in views:  # the network (and the PPO update) compiled for each view's shapes, unmetered
         if config.decoder != "independent":
             jax.block_until_ready(_heads(net, params, view.inputs))
+            for k in _batch_sizes(config.samples_per_update):  # the decoders' uniforms, greedy (k = 1) and sampled
+                jax.block_until_ready(_uniforms(jax.random.key(0), jnp.zeros(k, jnp.uint32), view.graph.n_nodes))
         elif search:
             jax.block_until_ready(_log_policy(net, params, view.inputs))
         else:
@@ -198,18 +201,49 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
                 finetune(tuning, params, view, seed, 1)
     compile_s = time.perf_counter() - t0 - group_s
     calls = math.inf if budget is None else budget
-    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - group_s, 0.0)) as m:
+    from placeto.compile_time import excluded
+
+    with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - group_s, 0.0)) as m, \
+            excluded(m) as jit:  # a compilation met inside moves the deadline, reported with the compile seconds
         task = _better_view(config, net, params, views)
+        # the greedy placement's own check (greedy_placement), where the budget pays for it and the greedy one
+        extra = [_single(config, task)] if config.keep_single and m.calls_left() >= 2 else []
         updates = -(-finetune_episodes // tuning.samples_per_update)
         params, seen_p, seen = finetune(tuning, params, task, seed, updates)
-        extra = [] if seen_p is None else [(seen_p, seen)]  # the best placement sampled while fine-tuning
+        extra += [] if seen_p is None else [(seen_p, seen)]  # the best placement sampled while fine-tuning
         if search:
             best_p = _search(net, params, task, seed, calls, extra)
         else:
             best_p = task.op_placements(_sampled(config, net, params, task, seed, extra))
-        elapsed = m.elapsed()
+        elapsed = m.elapsed() - jit.seconds
     trace = tuple((t + group_s, c, b) for t, c, b in m.trace)  # (seconds, calls, best), grouping first
-    return MethodRun(best_p.astype(np.int32), m.calls, elapsed + group_s, trace), compile_s
+    return MethodRun(best_p.astype(np.int32), m.calls, elapsed + group_s, trace, jit.seconds), compile_s + jit.seconds
+
+
+def _batch_sizes(samples_per_update: int) -> list[int]:
+    """The sampled batch sizes `_sampled_decodings` uses: powers of two up to samples_per_update, and it (so a
+    budget's last, smaller batches compile nothing new: `run_gdp` compiles them all first)."""
+    sizes = {1 << i for i in range(max(1, samples_per_update).bit_length()) if 1 << i <= samples_per_update}
+    return sorted(sizes | {max(1, samples_per_update)})
+
+
+def _single(config: GdpConfig, task: Task) -> tuple[np.ndarray, float]:
+    """(the single-device placement int32[N] of task.graph, its objective on the op graph): one metered call."""
+    from placeto.baselines.single import single
+
+    p = np.asarray(single(task.graph, task.cluster), np.int32)
+    return p, float(task.score(p[None], config.memory_penalty_per_gb)[0])
+
+
+def zero_shot_calls(checkpoint: PathLike | None, graph: Graph) -> int:
+    """Simulator calls of a gdp policy's greedy placement as run_gdp makes it: 1, or 2 where the policy keeps
+    the single device when that is better (config.keep_single). `checkpoint` None: the default gdp policy."""
+    from placeto.methods import registry
+    from placeto.policies import resolve_checkpoint
+
+    if not is_gdp_checkpoint(checkpoint):
+        checkpoint = registry.get(NAME).default_for(graph.n_nodes)
+    return 2 if load_config(resolve_checkpoint(checkpoint)).keep_single else 1
 
 
 def _better_view(config: GdpConfig, net, params, views: list[Task]) -> Task:
@@ -263,6 +297,7 @@ def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, ext
         k = int(min(config.samples_per_update, m.calls_left(), m.seconds_left() / max(per_sample, 1e-9)))
         if k < 1:
             break
+        k = max(b for b in _batch_sizes(config.samples_per_update) if b <= k)  # a batch size compiled before
         t0 = time.perf_counter()
         drawn = draw(net, config.replace(samples_per_update=k), params, task, jax.random.fold_in(key, m.calls))
         per_sample = (time.perf_counter() - t0) / k

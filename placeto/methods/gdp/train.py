@@ -33,6 +33,7 @@ from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.ppo import Drawn, Task, concat_drawn, init_params, make_optimizer, make_task, ppo_step
 from placeto.objective import metered, record
+from placeto.progress import advance
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -197,7 +198,7 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
                 save_placement(out / "best" / f"{_safe(task.key)}.json", r.best_placement, task.cluster.device_names)
             st = RunState(r.params, r.opt_state, st.update + 1, st.samples + config.samples_per_update, best)
             writer.writerow(_metrics_row(st, task.key, r, time.perf_counter() - t0, m.calls / m.elapsed()))
-            bar.update(config.samples_per_update)
+            advance(bar, config.samples_per_update, first=st.update == start_update + 1)  # the 1st compiles
             bar.set_postfix(task=task.key[:16], best=f"{best[task.key] / 1e3:.3f}ms",
                             batch=f"{r.mean_objective / 1e3:.3f}ms", refresh=False)
             if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:

@@ -19,9 +19,9 @@ class HierarchicalConfig(PerGraphConfig):
     entropy: float = 1e-3
     """PerGraphConfig's entropy bonus, on by default here (the seeds use none): without it the Grouper and
     Placer turn deterministic within ~20 updates. Measured at 4 devices, 20,000 simulator calls each
-    (`train_in_budget`, the compare row; experiments/pergraph_entropy.py runs this grid): best placement on
-    nmt_l2 46.0 ms with 0, 43.8 with 3e-4, 36.1 / 37.7 ms (seeds 0 / 1) with 1e-3, 38.4 / 37.9 with 3e-3; on
-    nmt_l4 76.7 with 0, 59.7 with 3e-4, 61.7 with 1e-3."""
+    (`train_in_budget`, the compare row; the removed pergraph_entropy grid, experiments/README.md): best
+    placement on nmt_l2 46.0 ms with 0, 43.8 with 3e-4, 36.1 / 37.7 ms (seeds 0 / 1) with 1e-3, 38.4 / 37.9 with
+    3e-3; on nmt_l4 76.7 with 0, 59.7 with 3e-4, 61.7 with 1e-3."""
     groups: int = 64
     """G: the Grouper puts every op in one of G groups; the Placer gives each group a device."""
     block_prior: float = 3.0

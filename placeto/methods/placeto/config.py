@@ -14,7 +14,7 @@ from placeto.config_fields import check_types_and_ranges
 from placeto.config_fields import parse_overrides as _parse_overrides
 
 VisitOrder = Literal["topo", "reverse_topo", "random_fixed"]
-InitPlacement = Literal["single", "random", "etf"]
+InitPlacement = Literal["single", "random", "etf", "list"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +38,7 @@ class PlacetoConfig:
     of a step's network time (nmt, 4 devices, 8 episodes: 6.0 of 6.9 ms), so this divides most of the network
     work by `embed_every`; it does not change the parameters (policies of any value load each other). 8 by
     default: on the nmt family (400 episodes, one per update) it placed the test graphs at least as well as 1
-    (experiments/results/placeto_ablation.md) at several times the episodes per second
+    (experiments/results/ablations/placeto_ablation.md) at several times the episodes per second
     (placeto_throughput.md). Configs written before the field existed mean 1 (`BEFORE_FIELD`)."""
 
     # ---- environment --------------------------------------------------------------------------------------
@@ -49,9 +49,10 @@ class PlacetoConfig:
     init_placement: InitPlacement = "single"
     """Placement an episode starts from: every node on device 0 ("single", Placeto's), uniformly random per node,
     or "etf": what a list scheduler knows, m-ETF's placement (placeto.baselines.etf), or the single device (the
-    first accelerator) where that simulates faster (2 simulator calls per graph, once). Since an episode returns
-    the best placement it visited, a greedy pass from "etf" is never slower (simulated) than both m-ETF and the
-    single device; the policy learns which moves improve on them."""
+    first accelerator) where that simulates faster (2 simulator calls per graph, once), or "list": the best of
+    the list schedulers m-ETF, m-SCT, m-TOPO and HEFT and the single device (5 simulator calls per graph, once).
+    Since an episode returns the best placement it visited, a greedy pass is never slower (simulated) than where
+    it starts; the policy learns which moves improve on it."""
     memory_penalty_per_gb: float = 1.0
     """Rewards use runtime + this * reward_scale * (GB above capacity, summed over devices); 0 disables."""
 
@@ -63,7 +64,7 @@ class PlacetoConfig:
     public Placeto code (one episode per worker and update): what limits learning from scratch is the number of
     updates. With 8 and a budget of 400 episodes (50 Adam steps) the policy never leaves "every node where it
     is" on the nmt family (zero-shot = the single device on every test graph); with 1 (400 steps) it places
-    nmt_004 at 0.78-0.82x the single device for seeds 0, 1, 2 (experiments/results/placeto_ablation.md)."""
+    nmt_004 at 0.78-0.82x the single device for seeds 0, 1, 2 (experiments/results/ablations/placeto_ablation.md)."""
     lr: float = 1e-3
     """Initial Adam learning rate."""
     lr_end: float = 1e-3
@@ -100,7 +101,7 @@ class PlacetoConfig:
     """With counterfactual_loss "best": weight of the steps whose best immediate device is a move (not the node's
     current device) in the cross-entropy. From a good start (init_placement "etf") most steps' best is to stay, so
     an unweighted cross-entropy learns to stay almost everywhere; the shipped `general` was trained at 1, then 4
-    (experiments/results/generalization.md, "Placeto's two stages")."""
+    (experiments/results/reproduce/generalization.md, "Placeto's two stages")."""
     normalize_advantages: bool = True
     """Divide each update's advantages by their root mean square (one scale for the sampled and, when
     counterfactual, the per-device advantages), so the entropy bonus and the learning rate mean the same thing on
@@ -128,7 +129,7 @@ class PlacetoConfig:
     snapshot_seconds: float = 0.0
     """Wall time between snapshots of the parameters kept in snapshots/<update>.msgpack (a checkpoint is
     overwritten; snapshots stay), so a checkpoint can be chosen afterwards on graphs the run did not train on
-    (experiments/generalization.py select); 0: none."""
+    (experiments/reproduce/generalization.py select); 0: none."""
     log_every: int = 1
     """Updates between metric rows (CSV + TensorBoard)."""
     progress: bool = True
@@ -142,7 +143,7 @@ class PlacetoConfig:
                   "gamma": 0.0 <= self.gamma <= 1.0, "lr": self.lr > 0 and self.lr_end > 0,
                   "group_agg": self.group_agg in ("mean", "sum"),
                   "visit_order": self.visit_order in ("topo", "reverse_topo", "random_fixed"),
-                  "init_placement": self.init_placement in ("single", "random", "etf"),
+                  "init_placement": self.init_placement in ("single", "random", "etf", "list"),
                   "counterfactual_loss": self.counterfactual_loss in ("expected", "best")}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:

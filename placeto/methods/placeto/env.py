@@ -38,9 +38,9 @@ class EnvContext:
     visit_seq: np.ndarray  # int32[T] node visited at each step, T = passes * N
     reward_scale: float  # microseconds: runtime with every node on device 0 (no penalty), > 0
     memory_penalty_per_gb: float  # see PlacetoConfig
-    init_placement: str  # "single" | "random" | "etf"
+    init_placement: str  # "single" | "random" | "etf" | "list"
     lower_bound: float  # microseconds
-    start_placement: np.ndarray | None = None  # int32[N] where "single" and "etf" episodes start (None: device 0)
+    start_placement: np.ndarray | None = None  # int32[N] where "single", "etf", "list" episodes start (None: device 0)
 
     @property
     def n_nodes(self) -> int:
@@ -97,21 +97,29 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
     ctx = EnvContext(graph, cluster, arrays, seq, 1.0, config.memory_penalty_per_gb, config.init_placement,
                      lower_bound(graph, cluster))
     ctx = dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
-    if config.init_placement == "etf":
-        ctx = dataclasses.replace(ctx, start_placement=list_start(graph, cluster, config.memory_penalty_per_gb))
+    if config.init_placement in LIST_STARTS:
+        ctx = dataclasses.replace(ctx, start_placement=list_start(graph, cluster, config.memory_penalty_per_gb,
+                                                                  config.init_placement))
     return ctx
 
 
-def list_start(graph: Graph, cluster: Cluster, per_gb: float) -> np.ndarray:
-    """int32[N] the "etf" start: m-ETF's placement, or the single device (`placeto.baselines.single`: every node
-    on the first accelerator) where that scores better (lower memory-penalised simulated runtime; m-ETF on ties).
-    Two simulator calls, memoised in graph.cache."""
-    from placeto.baselines import etf
-    from placeto.baselines.single import or_single
+LIST_STARTS = {"etf": ("etf",), "list": ("etf", "m-sct", "m-topo", "heft")}  # init_placement -> schedulers
 
-    key = ("placeto.list_start", cluster, per_gb)
+
+def list_start(graph: Graph, cluster: Cluster, per_gb: float, kind: str = "etf") -> np.ndarray:
+    """int32[N] a start from what list schedulers know: the best (lowest memory-penalised simulated runtime, the
+    earlier in `LIST_STARTS[kind]` on ties) of the schedulers' placements, or the single device
+    (`placeto.baselines.single`: every node on the first accelerator) where that scores better. "etf": m-ETF
+    alone (two simulator calls); "list": m-ETF, m-SCT, m-TOPO and HEFT (five). Memoised in graph.cache."""
+    from placeto.baselines import METHODS
+    from placeto.baselines.single import or_single
+    from placeto.objective import score_batch
+
+    key = ("placeto.list_start", cluster, per_gb, kind)
     if key not in graph.cache:
-        graph.cache[key] = or_single(graph, cluster, etf(graph, cluster), per_gb)
+        cands = np.stack([np.asarray(METHODS[m](graph, cluster), np.int32) for m in LIST_STARTS[kind]])
+        best = cands[int(np.argmin(score_batch(graph, cands, cluster, per_gb)))] if len(cands) > 1 else cands[0]
+        graph.cache[key] = or_single(graph, cluster, best, per_gb)
     return graph.cache[key].copy()
 
 

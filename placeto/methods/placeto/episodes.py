@@ -6,7 +6,7 @@ differently in batches of different sizes) and on where b sits in the batch. Her
 a function of (key, seed, e) alone:
 
     initial placement   ctx.init_placement; "random" draws episode e's devices from default_rng([seed, e]),
-                        "single" and "etf" start every episode from ctx.start_placement (device 0 if None)
+                        "single", "etf" and "list" start every episode from ctx.start_placement (device 0 if None)
     action at step t    categorical(fold_in(fold_in(key, e), t), log pi(state of e)); the policy evaluates
                         one state at a time under `jax.lax.map`, the same compiled body for every episode
                         whatever the number of episodes in the call (checked bitwise in tests)

@@ -54,6 +54,7 @@ from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_
                                               returns_to_go, steps_of)
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
+from placeto.progress import advance
 from simulator.cluster import Cluster
 from simulator.errors import InputError
 from simulator.graph import Graph
@@ -297,7 +298,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
                            sims_per_s=(st.sim_calls - start_calls) / max(elapsed, 1e-9))
             if st.update % config.log_every == 0 or st.episode >= config.episodes:
                 log.row(metrics, st.episode)
-            log.bar.update(config.episodes_per_update)
+            advance(log.bar, config.episodes_per_update, first=st.update == start_update + 1)  # 1st compiles
             log.bar.set_postfix(graph=keys[i][:16], rt=f"{metrics['final_runtime']:.0f}",
                                 best=f"{st.best_runtime[keys[i]]:.0f}", eps=f"{metrics['eps_per_s']:.2f}/s")
             if st.update == start_update + 1 or time.time() - last_ckpt >= config.checkpoint_seconds:

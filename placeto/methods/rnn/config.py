@@ -24,9 +24,10 @@ class RnnConfig(PerGraphConfig):
     entropy: float = 3e-4
     """PerGraphConfig's entropy bonus, on by default here (the seeds use none): without it the policy turns
     deterministic within a few hundred updates and stops finding better placements. Measured at 4 devices, 60 s
-    of training each (`train_in_budget`, the compare row; experiments/pergraph_entropy.py runs this grid): best
-    placement on nmt_l2 46.4 ms with 0, 38.3 / 39.3 ms (seeds 0 / 1) with 3e-4, 42.7 / 39.5 with 1e-3, 60.7 with
-    3e-3 (the bonus outweighs the reward); on nmt_l4 77.9 with 0 (in 120 s), 62.7 with 3e-4."""
+    of training each (`train_in_budget`, the compare row; the removed pergraph_entropy grid,
+    experiments/README.md): best placement on nmt_l2 46.4 ms with 0, 38.3 / 39.3 ms (seeds 0 / 1) with 3e-4,
+    42.7 / 39.5 with 1e-3, 60.7 with 3e-3 (the bonus outweighs the reward); on nmt_l4 77.9 with 0 (in 120 s),
+    62.7 with 3e-4."""
     colocate: bool = True
     """One decision per colocation group of the graph (ops sharing a colocation name), as the seeds; False: one
     decision per op."""

@@ -1,0 +1,1 @@
+"""The ablations whose results README.md or docs/ cite (experiments/README.md lists the removed ones in a line each)."""

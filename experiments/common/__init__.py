@@ -1,0 +1,1 @@
+"""What experiments of more than one folder share (the large graphs of the scale experiments)."""

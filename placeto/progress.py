@@ -1,0 +1,25 @@
+"""Progress bars whose rate and ETA leave out the first step, which compiles.
+
+A training run's first update compiles the policy (tens of seconds on a CPU) and then runs in a fraction of a
+second: a tqdm bar fed that first step shows an ETA of hours until its average catches up. `advance` moves the bar
+by the first step's count without timing it (the bar's clock and its rate start after it), then by later steps as
+`tqdm.update` does.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tqdm import tqdm
+
+
+def advance(bar: tqdm, n: int, first: bool) -> None:
+    """Move `bar` by `n`; when `first` (the step that compiled), count it but start the bar's timing after it."""
+    if not first or bar.disable:  # a disabled bar keeps no clock
+        bar.update(n)
+        return
+    bar.n += n
+    bar.initial += n  # the average rate counts from here
+    bar.last_print_n = bar.n
+    bar.start_t = bar.last_print_t = time.time()
+    bar.refresh()
