@@ -28,16 +28,17 @@ LEARNED = {  # saturated warm hues
     "hierarchical": "#e6ab02",
 }
 CLASSICAL = {  # muted or cool hues, grouped: trivial (greys), partitioners (blues), list schedulers (purples,
-    # cyan), random (light and mid blue-cyan), searches (greens), the human expert (olive)
+    # teal, cyan), random (light and mid blue-cyan), searches (greens), the human expert (olive); any two at least
+    # MIN_NAMED_DELTA_E apart, so that e.g. scotch and random, etf and m-sct read apart at a glance
     "single": "#7f7f7f",
     "cpu-only": "#c7c7c7",
     "round-robin": "#4d4d4d",
     "contiguous": "#252525",
     "metis": "#1f77b4",
-    "scotch": "#aec7e8",
+    "scotch": "#4361ee",
     "mincut": "#08306b",
     "etf": "#9467bd",
-    "m-sct": "#c5b0d5",
+    "m-sct": "#00bfa0",
     "m-topo": "#54278f",
     "heft": "#17becf",
     "random": "#9edae5",
@@ -59,6 +60,7 @@ FALLBACK = ("#5254a3", "#9c9ede", "#637939", "#8ca252", "#b5cf6b", "#cedb9c", "#
             "#ad494a", "#7b4173", "#a55194", "#de9ed6", "#00441b", "#67000d", "#014636", "#525200", "#80cdc1",
             "#35978f", "#bf812d")
 MIN_DELTA_E = 15.0  # least CIE76 distance between two colours of the map (about 2.3 is "just noticeable")
+MIN_NAMED_DELTA_E = 18.0  # least CIE76 distance between two named methods' colours (they share plots most)
 LEARNED_NOTE = "black outline: learned method"  # what the bars' outline means, for legends
 LEARNED_LINE_NOTE = "solid thick line: learned method, dashed: classical"
 

@@ -4,11 +4,11 @@ Three ways to measure, `method`:
 
     step   (default) the whole program as one compiled step per device, each unit (op or group) under its own
            named scope, its kernels' time read from a jax.profiler trace (simulator.step_profile): the cost of
-           the unit as it runs inside the compiled step, without the ~55 us (GPU) dispatch floor of a call
+           the unit as it runs inside the compiled step, without the dispatch floor of a call (tens of us)
     units  every unit alone as its own jitted call, net of the measured dispatch floor
            (simulator.calibrate.profile_plan): what the per-unit harness pays
     ops    every op alone (simulator.profile.profile_graph), summed per group: the old op-level profile, one
-           dispatch floor per op (27-30x the kernels on an H200)
+           dispatch floor per op (on a GPU many times the op's kernels)
 
 Costs go under the device's kind (simulator.host_devices.kind_of: "local-cpu", "local-h200", ...), or a name the
 user gives when all devices are of one kind; the calibrated cluster of `placeto calibrate` uses the same kinds,

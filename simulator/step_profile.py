@@ -1,7 +1,8 @@
 """Per-unit costs measured inside one compiled step: the kernels' own time, not one dispatch per op.
 
-Timing every op (or group) alone as its own jitted call measures the dispatch floor of a call (55 us on an H200,
-where a whole rnnlm_l2 step takes 0.93 ms), and sums ops that XLA fuses. Here the whole program runs as ONE
+Timing every op (or group) alone as its own jitted call measures the dispatch floor of a call (on an H200
+rnnlm_l2's 400 units timed alone sum to 7.8 ms, its plain jitted step 1.4 ms:
+experiments/results/benchmarks/gpu_check_h200.md), and sums ops that XLA fuses. Here the whole program runs as ONE
 jitted function on one device, returning the step's outputs (the program a single-device placement runs), each
 unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
 `jax.profiler` traces `repeats` steps, and every kernel (GPU) or thunk (XLA:CPU) event is attributed to a unit:
@@ -16,14 +17,15 @@ unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
 * on the host's threads (XLA:CPU runs independent thunks on several threads) events running at the same time
   share the elapsed time equally, so the units' times add up to the time the device was busy; on a device
   plane (one GPU stream) every kernel is charged its own duration: the kernels a CUDA graph runs side by side
-  are the step's work (rnnlm_l2 on an H200: 686 us of kernels in a 600 us span, 853 us per real step);
-* idle gaps are never charged: under the profiler each kernel launched outside a command buffer waits ~8 us
-  (rnnlm_l2: a 0.63 ms step traced as 3.4-3.9 ms), on the CPU the gaps hold the profiler's own per-event work
+  are the step's work (rnnlm_l2 on an H200, tests/data/gpu_traces: 0.5-0.8 ms of kernels per traced step, the
+  real step 0.853 ms: tests/test_step_profile.py);
+* idle gaps are never charged: under the profiler each kernel launched outside a command buffer waits several
+  microseconds (rnnlm_l2_nocmdbuf in tests/data/gpu_traces), on the CPU the gaps hold the profiler's own per-event work
   (~4 us per thunk). What launching a step costs beyond its kernels is measured outside the profiler instead:
   `StepProfile.wall_us` (the compiled step timed alone) minus `busy_us` is `launch_us`;
 * GPU events carry no `run_id`: the traced steps come back as one run and are split at their `steps - 1`
-  largest idle gaps (between steps the host blocks on the outputs and launches the next: 0.45-1.5 ms, against
-  at most a few us between the kernels of one step).
+  largest idle gaps (between steps the host blocks on the outputs and launches the next: far longer than the
+  gaps between the kernels of one step; tests/test_step_profile.py finds the 3 steps of each trace).
 
 A unit's cost is its median over the traced steps, in microseconds. `StepProfile.busy_us` (the sum) is what the
 simulator takes as one device's step time for the single-device placement; compare it with the plain jitted step

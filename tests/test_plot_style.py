@@ -97,6 +97,11 @@ def test_colours_are_far_apart():
              for (a, x), (b, y) in itertools.combinations(palette.items(), 2)
              if np.linalg.norm(_lab(x) - _lab(y)) < plot_style.MIN_DELTA_E]
     assert not close, f"colours closer than {plot_style.MIN_DELTA_E} (CIE76): {close}"
+    named = [(a, b) for (a, x), (b, y) in itertools.combinations(plot_style.COLORS.items(), 2)
+             if np.linalg.norm(_lab(x) - _lab(y)) < plot_style.MIN_NAMED_DELTA_E]
+    assert not named, f"named colours closer than {plot_style.MIN_NAMED_DELTA_E} (CIE76): {named}"
+    for a, b in (("scotch", "random"), ("etf", "m-sct")):  # pairs users could not tell apart before
+        assert np.linalg.norm(_lab(plot_style.COLORS[a]) - _lab(plot_style.COLORS[b])) > 2 * plot_style.MIN_DELTA_E
 
 
 def test_learned_set_apart():
