@@ -304,6 +304,8 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{TRAIN} --method gdp --out newrun --set baseline=greedy",  # needs a list decoder
         f"{TRAIN} --method gdp --out newrun --set decoder=etf greedy_ties=highest",
         f"{TRAIN} --method gdp --out newrun --set decoder=etf imitation=-1",
+        f"{TRAIN} --method gdp --out newrun --set lr=inf", f"{TRAIN} --method gdp --out newrun --set lr=0",
+        f"{TRAIN} --method gdp --out newrun --set entropy=inf",
         f"{PLACE} --checkpoint run_ok --out new.json --samples -1",
         f"{PLACE} --checkpoint run_ok --out new.json --seed -1", f"{EVAL} --repeats 0", f"{EVAL} --devices 0",
         "compare g.json --methods single --seed 99999999999999999999999", "compare g.json --budget 0",

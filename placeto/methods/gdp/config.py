@@ -129,9 +129,14 @@ class GdpConfig:
         for name in ("clip", "lr", "entropy", "imitation", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
                      "time_limit_minutes", "coarse_ccr"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 2**63 and not v == math.inf:
+            unbounded = name in ("checkpoint_seconds", "time_limit_minutes")  # inf: never / no limit
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 2**63 and not \
+                    (unbounded and v == math.inf):
                 shown = "a huge integer" if isinstance(v, int) and v > 2**63 else repr(v)[:40]
-                raise ValueError(f"GdpConfig: {name} must be a non-negative number, got {shown}")
+                raise ValueError(f"GdpConfig: {name} must be a {'' if unbounded else 'finite '}non-negative number, "
+                                 f"got {shown}")
+        if not self.lr > 0:
+            raise ValueError(f"GdpConfig: lr must be positive, got {self.lr!r}")
         _check_temperature("GdpConfig", self.temperature)
 
     @property
