@@ -12,7 +12,7 @@ import argparse
 import os
 import textwrap
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -91,13 +91,15 @@ CONCURRENT = 0.75  # devices "run concurrently" when n independent chains finish
 
 
 class Concurrency(NamedTuple):
-    """How concurrently the local devices ran independent work (simulator.calibrate.measure_parallelism)."""
+    """How concurrently the local devices ran independent work like a placement's (simulator.concurrency_check:
+    n chains of 700x700 matmuls, one per device, at once against one device after the other)."""
 
     n: int  # devices
-    speedup: float  # n independent ~1 ms kernel chains, one per device, over the same chained on one device
+    speedup: float  # the n chains one after the other over all at once (n: fully concurrent, 1: taking turns)
     cores: int  # CPU cores of this machine (os.cpu_count)
     load: float  # 1-minute load average when measured
     platform: str  # the devices' platform, "cpu" for host CPU devices (which share the machine's cores)
+    rig: str = "threads"  # where they ran: "threads" (this process's JAX devices) or "processes" (process rig)
 
     @property
     def concurrent(self) -> bool:
@@ -110,9 +112,13 @@ class Concurrency(NamedTuple):
         return min(self.n, self.cores) if self.platform == "cpu" else self.n
 
 
-def measure_concurrency(spec: int | tuple) -> Concurrency | None:
-    """Measure how concurrently the local devices of `spec` (a count n, or a platform:index list) run; None for
-    one device or mixed platforms (their kernels differ in speed, so the ratio would not say it)."""
+def measure_concurrency(spec: int | tuple, rig: Any = None, rounds: int = 5) -> Concurrency | None:
+    """Measure how concurrently the local devices of `spec` (a count n, or a platform:index list) run work like a
+    placement's: n chains of 8 matmuls of 700x700, one per device, all at once against one device after the other
+    (simulator.concurrency_check), on the rig in use: `rig` (a simulator.process_rig.ProcessRig, one chain per
+    worker) or, None, this process's JAX devices. None for one device or mixed platforms (their speeds differ, so
+    the ratio would not say it)."""
+    from simulator import concurrency_check
     from simulator.host_devices import device_count, local_devices
 
     if device_count(spec) < 2:
@@ -120,23 +126,28 @@ def measure_concurrency(spec: int | tuple) -> Concurrency | None:
     devices = local_devices(spec)
     if len({d.platform for d in devices}) > 1:
         return None
-    from simulator.calibrate import measure_parallelism
-
-    return Concurrency(len(devices), measure_parallelism(devices), os.cpu_count() or 1, os.getloadavg()[0],
-                       devices[0].platform)
+    chains = concurrency_check.rig_chains(rig) if rig is not None else concurrency_check.host_chains(devices)
+    try:
+        speedup = concurrency_check.speedup(chains, rounds)
+    finally:
+        chains.close()
+    return Concurrency(len(devices), speedup, os.cpu_count() or 1, os.getloadavg()[0], devices[0].platform,
+                       "processes" if rig is not None else "threads")
 
 
 def concurrency_line(c: Concurrency) -> str:
     """One line: the measured parallel speedup against the n the simulator assumes and, when the devices do not
     run concurrently, what that means for measured and simulated speedups."""
-    what = (f"{c.n} host CPU devices sharing {c.cores} core{'s' if c.cores > 1 else ''} (load {c.load:.1f})"
+    how = ", one worker process each," if c.rig == "processes" else ""
+    what = (f"{c.n} host CPU devices sharing {c.cores} core{'s' if c.cores > 1 else ''} (load {c.load:.1f}){how}"
             if c.platform == "cpu" else f"{c.n} {c.platform} devices")
     cap = f", at most {c.ceiling}x on {c.cores} cores" if c.ceiling < c.n else ""
     ran = f"devices: {what} ran independent work {c.speedup:.2f}x as fast as one (the simulator assumes {c.n}x{cap})"
     if c.concurrent:
         return f"{ran}: concurrent, as simulated"
+    other = " or --rig processes (a process per host CPU device)" if c.platform == "cpu" and c.rig == "threads" else ""
     return (f"{ran}: NOT concurrent, so running the devices at once gains nothing here; the simulated gains "
-            f"need devices that run in parallel (e.g. GPUs)")
+            f"need devices that run in parallel (e.g. GPUs{other})")
 
 
 SPEEDUP_SLACK = 1.25  # a measured speedup up to 1.25x the devices' measured concurrency is noise, not a surprise

@@ -201,7 +201,8 @@ def cmd_profile(args: argparse.Namespace) -> int:
     for file in args.files:
         before = load_graph(file)
         graph = profile(before, kind=args.kind, repeats=args.repeats, warmup=args.warmup, program=args.program,
-                        args_spec=args.args_spec, exported=args.exported, devices=devices, method=args.method)
+                        args_spec=args.args_spec, exported=args.exported, devices=devices, method=args.method,
+                        progress=not args.quiet)
         out = args.out if args.out and len(args.files) == 1 else file
         check_readable(graph, out)  # a measurement that went wrong never replaces the file
         save_graph(graph, out)
@@ -325,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "(default: the default backend's first device)")
     prof.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps (or calls) per measurement")
     prof.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
+    prof.add_argument("--quiet", action="store_true", help="no progress bar")
     add_program_arguments(prof)
     add_verbose_argument(prof)
     prof.set_defaults(func=cmd_profile)
@@ -390,7 +392,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "--hardware, 2 per candidate)")
     pl.add_argument("--budget", type=COUNT, default=None,
                     help="simulator-call budget of the method (default: none: placeto places greedily, a "
-                         f"searching baseline spends {DEFAULT_BUDGET})")
+                         f"searching baseline spends {DEFAULT_BUDGET}, within 10 s or more on a graph of over "
+                         "10,000 nodes)")
     pl.add_argument("--finetune-episodes", type=COUNT, default=0,
                     help="train a copy of the policy on this graph for this many episodes first (inside the budget)")
     pl.add_argument("--samples", type=COUNT, default=0,
@@ -412,6 +415,12 @@ def build_parser() -> argparse.ArgumentParser:
     hw.add_argument("--repeats", type=POSITIVE, default=7, help="timed steps per placement run for real")
     hw.add_argument("--plot", help="write the measured against simulated step times of the placements run to this "
                                    "PNG")
+    from placeto.evaluate import RIG_HELP, RIGS
+
+    hw.add_argument("--rig", choices=RIGS, default=None, help=RIG_HELP)
+    hw.add_argument("--gantt", metavar="PNG",
+                    help="with --rig processes: draw the kept placement's measured step (each device's stages, "
+                         "recorded in its worker) under its simulated schedule to this PNG")
     hw.add_argument("--save-profile", action="store_true",
                     help="also write the graph's measured profile into the graph file (default: kept in placeto's "
                          "cache only, keyed by the graph, device, host and JAX version)")

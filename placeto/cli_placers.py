@@ -147,6 +147,9 @@ def cmd_place(args: argparse.Namespace) -> int:
     for flag, given in (("--rig", getattr(args, "rig", None)), ("--gantt", getattr(args, "gantt", None))):
         if given and not args.hardware:
             raise InputError(f"{flag} is about running the placements on local devices: it needs --hardware")
+    if getattr(args, "gantt", None) and args.rig == "threads":
+        raise InputError("--gantt draws each device's measured stage times, which the process rig records: it needs "
+                         "--rig processes")
     if getattr(args, "gantt", None):
         check_distinct_paths([("--gantt", args.gantt)], [("the graph file", args.graph), ("--out", args.out)])
         check_output_path(args.gantt)
@@ -171,11 +174,10 @@ def cmd_place(args: argparse.Namespace) -> int:
             raise InputError(f"--finetune-episodes: {args.method} policies are per graph (train longer instead)")
         if args.checkpoint is not None and args.budget is None and args.seconds is None:
             args.budget = 2 + args.samples  # the run's best placement, the greedy decode and the samples
-    if args.method == "gdp" and args.budget is None and args.seconds is None:
-        from placeto.methods.gdp.place import zero_shot_calls
-
+    greedy_calls = registry.of_variant(args.method).greedy_calls if args.method in registry.all_variants() else None
+    if greedy_calls is not None and args.budget is None and args.seconds is None:
         # greedy (and the single device, where the policy keeps it) + samples (+ fine-tuning)
-        args.budget = zero_shot_calls(args.checkpoint, graph) + args.samples + args.finetune_episodes
+        args.budget = greedy_calls(args.checkpoint, graph) + args.samples + args.finetune_episodes
     if args.checkpoint is not None and args.method in registry.all_variants():
         wanted = registry.of_variant(args.method)
         if not wanted.per_graph and registry.policy_kind(owner) != wanted.name:

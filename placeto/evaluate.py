@@ -37,6 +37,7 @@ This module does not import JAX at import time: the CLI must first set the host 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import io
 import json
@@ -76,22 +77,47 @@ class HardwareRunner:
     make_plan: Callable[..., Any]  # (placement int[N], dispatch order int[N], stages: bool) -> Plan
     threads: bool | None = None  # one dispatching thread per device? (None: simulator.hardware.run_plan decides)
     stages: bool = True  # each device's consecutive units as one jitted stage (program modes only)
+    rig: Any = None  # simulator.process_rig.ProcessRig: the devices are its worker processes (None: this process)
+    stage_order: str = "staged"  # "staged": a device's units kept together where dependencies allow (few stages,
+    #   few dispatches: staged_order); "simulated": the simulated start order (more, shorter stages, so a value
+    #   another device waits for is ready sooner: what devices that really run at once need)
 
     def plan(self, placement: np.ndarray):
-        """The plan of `placement`: units in simulated start order, and when staged, each device's units kept
-        together where dependencies allow (`staged_order`)."""
+        """The plan of `placement`: units in simulated start order, and when staged with stage_order "staged",
+        each device's units kept together where dependencies allow (`staged_order`)."""
         order = dispatch_order(self.graph, placement, self.cluster)
         if self.stages and self.mode != "synthetic":
-            return self.make_plan(placement, staged_order(self.graph, placement, order), True)
+            if self.stage_order == "staged":
+                order = staged_order(self.graph, placement, order)
+            return self.make_plan(placement, order, True)
         return self.make_plan(placement, order, False)
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
         """simulator.timing.Timing of one step of each placement, the placements' steps interleaved
-        (simulator.timing.time_interleaved)."""
+        (simulator.timing.time_interleaved); on the process rig when the runner has one (`rig`)."""
         from simulator.timing import time_interleaved, timing_of
 
-        times = time_interleaved([self.plan(p) for p in placements], repeats, warmup, self.threads)
+        plans = [self.runnable(p) for p in placements]
+        try:
+            times = time_interleaved(plans, repeats, warmup, self.threads)
+        finally:
+            for plan in plans:
+                getattr(plan, "close", lambda: None)()
         return [timing_of(t) for t in times]
+
+    def runnable(self, placement: np.ndarray):
+        """`plan(placement)`, loaded on the process rig when the runner has one (simulator.rig_plans.RigPlan:
+        close it after use), else the Plan itself."""
+        if self.rig is None:
+            return self.plan(placement)
+        from simulator.rig_plans import to_rig
+
+        return to_rig(self.plan(placement), self.rig, scope=id(self))
+
+    def close(self) -> None:
+        """Stop the process rig's workers, if the runner has a rig."""
+        if self.rig is not None:
+            self.rig.close()
 
     def unit_costs(self, repeats: int = 5, device: int = 0) -> np.ndarray:
         """float64[N] microseconds of every node (group) as executed, alone on device index `device` (net of the
@@ -112,17 +138,28 @@ class HardwareRunner:
 
         prog = graph_program(self.graph, program, args_spec, exported)
         graph = self.graph
-        for kind in dict.fromkeys(self.cluster.kinds):
-            cost, _ = measure(prog, self.devices[self.cluster.kinds.index(kind)], "step", repeats, 2)
-            graph = graph.with_costs(kind, cost)
+        with self.one_core():
+            for kind in dict.fromkeys(self.cluster.kinds):
+                cost, _ = measure(prog, self.devices[self.cluster.kinds.index(kind)], "step", repeats, 2)
+                graph = graph.with_costs(kind, cost)
         return dataclasses.replace(self, graph=graph)
+
+    def one_core(self):
+        """A context in which this process measures as a device of the runner's rig runs: on one core for the
+        process rig (simulator.process_rig.one_core), as it is otherwise."""
+        if self.rig is None:
+            return contextlib.nullcontext()
+        from simulator.process_rig import one_core
+
+        return one_core()
 
     def with_unit_costs(self, repeats: int = 5) -> "HardwareRunner":
         """This runner with its graph costed by `unit_costs` under every kind of the cluster, each measured on
         the first device of that kind (mixed devices: a GPU's and the CPU's costs)."""
         graph = self.graph
-        for kind in dict.fromkeys(self.cluster.kinds):
-            graph = graph.with_costs(kind, self.unit_costs(repeats, self.cluster.kinds.index(kind)))
+        with self.one_core():
+            for kind in dict.fromkeys(self.cluster.kinds):
+                graph = graph.with_costs(kind, self.unit_costs(repeats, self.cluster.kinds.index(kind)))
         return dataclasses.replace(self, graph=graph)
 
 
@@ -213,7 +250,7 @@ def can_run_program(graph: Graph, program: str | None = None, exported: str | No
 
 def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: int = 0, program: str | None = None,
                     args_spec: str | None = None, exported: str | None = None,
-                    devices: int | tuple | None = None) -> HardwareRunner:
+                    devices: int | tuple | None = None, rig: str = "threads") -> HardwareRunner:
     """A runner of `graph` on the local devices of `devices` (a device spec, simulator.host_devices: a count,
     or a platform:index list such as ("gpu", 0), ("cpu", 0); default: the first cluster.n_devices), one per
     cluster device.
@@ -222,6 +259,13 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     exported program (simulator.export.find_export: `exported`, or the file beside the graph), else re-traced
     from a zoo program of its meta (placeto.families.retrace; InputError otherwise); "synthetic" runs calibrated
     kernels taking the simulation costs; "auto" picks "program" when possible.
+
+    rig "threads": the devices are this process's JAX devices (host CPU devices share one thread pool); "processes":
+    one worker process per device (simulator.process_rig, host CPU devices only), started here: close() the
+    runner when done (they also stop when this process exits). On the process rig the stages follow the simulated
+    start order (stage_order "simulated"): measured on inception_v3 at 2 devices, 1.1-1.4x faster there than
+    keeping a device's units together, whose long stages leave the other device waiting
+    (experiments/results/benchmarks/rig_concurrency.md).
     """
     from simulator.calibrate import calibrate_kernel
     from simulator.lowering import leaf_values
@@ -235,6 +279,8 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     devices = local_devices(spec)
     if len(devices) != cluster.n_devices:
         raise InputError(f"--devices names {len(devices)} devices but the cluster has {cluster.n_devices}")
+    workers = start_rig(rig, devices)
+    order = "staged" if workers is None else "simulated"  # see the docstring
     if mode == "synthetic" or (mode == "auto" and not can_run_program(graph, program, exported)):
         if not (DEFAULT_KIND in graph.costs or all(k in graph.costs for k in cluster.kinds)):
             raise InputError(f"graph {graph.name!r} cannot be run: its meta has no program to re-trace and it has "
@@ -247,7 +293,8 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
             return synthetic_plan(graph, placement, cost[np.arange(graph.n_nodes), placement], devices, kernels,
                                   order)
 
-        return HardwareRunner(graph, cluster, "synthetic", devices, make_synthetic)
+        return HardwareRunner(graph, cluster, "synthetic", devices, make_synthetic, rig=workers,
+                              stage_order=order)
     from simulator import export
 
     bundle = export.find_export(graph, exported) if program is None else None
@@ -260,14 +307,51 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
             return units_plan(bundle.units, vals, placement, devices, bundle.outputs, None, bundle.cache, order,
                               stages=stages)
 
-        return HardwareRunner(graph, cluster, "exported-program", devices, make_exported)
+        return HardwareRunner(graph, cluster, "exported-program", devices, make_exported, rig=workers,
+                              stage_order=order)
     traced, op_to_group, args = program_of(graph, program, args_spec)
     values = leaf_values(traced, args, seed)
 
     def make_program(placement, order, stages=True):
         return program_plan(traced, values, placement, devices, op_to_group, order, stages)
 
-    return HardwareRunner(graph, cluster, "program", devices, make_program)
+    return HardwareRunner(graph, cluster, "program", devices, make_program, rig=workers, stage_order=order)
+
+
+RIGS = ("threads", "processes")
+RIG_HELP = ("where the devices run. processes: one worker process per host CPU device, pinned to a core, with its "
+            "own single-core JAX client; stages shipped with jax.export, transfers through shared memory "
+            "(simulator.process_rig). threads: this process's JAX devices (what GPUs use), whose host CPU devices "
+            "share one thread pool. Default: processes when every device is a host CPU device, because only there "
+            "do they really run at once (two chains of 700x700 matmuls on 2 devices: 1.89-1.94x as fast together "
+            "as one after the other, against 1.24-1.41x for host devices of one process, "
+            "experiments/results/benchmarks/rig_concurrency.md), so a speedup measured there comes from running "
+            "the devices at once; threads otherwise")
+
+
+def default_rig(spec: Any) -> str:
+    """The --rig default for a device spec: "processes" when every device is a host CPU device (a count on a
+    machine without GPUs, or a list of cpu entries), else "threads"."""
+    from simulator.host_devices import default_local_spec
+
+    if isinstance(spec, int):
+        return "processes" if isinstance(default_local_spec(spec), int) else "threads"
+    return "processes" if all(p == "cpu" for p, _ in spec) else "threads"
+
+
+def start_rig(rig: str | None, devices: Sequence[Any]) -> Any:
+    """The simulator.process_rig.ProcessRig of `devices` for rig "processes" (InputError unless every device is
+    a host CPU device), None for "threads"."""
+    if rig not in RIGS:
+        raise InputError(f"--rig: unknown rig {rig!r} (known: {', '.join(RIGS)})")
+    if rig == "threads":
+        return None
+    if any(d.platform != "cpu" for d in devices):
+        raise InputError(f"--rig processes runs host CPU devices only; --devices names "
+                         f"{', '.join(sorted({d.platform for d in devices} - {'cpu'}))} ones (use --rig threads)")
+    from simulator.process_rig import PIN, ProcessRig
+
+    return ProcessRig(len(devices), pin=PIN)
 
 
 def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster: Cluster,
@@ -381,6 +465,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
                                      "without: --preset)")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
                    help="cluster preset when simulating only and no --cluster is given")
+    p.add_argument("--rig", choices=RIGS, default=None, help=RIG_HELP)
     p.add_argument("--mode", default="auto", choices=MODES,
                    help="hardware execution: the graph's real program, or synthetic kernels taking its costs")
     add_program_arguments(p)
@@ -448,6 +533,9 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.costs in ("step", "units") and not args.hardware:
         raise InputError(f"--costs {args.costs} measures the units on local devices: it needs --hardware")
     costs = args.costs or ("step" if args.hardware else "graph")  # on hardware: the units inside the step
+    if args.rig is not None and not args.hardware:
+        raise InputError("--rig says where --hardware runs the placements: it needs --hardware")
+    rig = args.rig or (default_rig(spec) if args.hardware else "threads")
     graph = load_graph(args.graph)
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
     cluster = eval_cluster(args, n, spec)
@@ -462,7 +550,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if costs in ("step", "units") and args.mode != "synthetic" and can_run_program(graph, args.program,
                                                                                      args.exported):
         runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
-                                 exported=args.exported, devices=spec)
+                                 exported=args.exported, devices=spec, rig=rig)
         lacking = [k for k in dict.fromkeys(cluster.kinds) if k not in graph.costs]
         missing = f"the graph has no {', '.join(map(repr, lacking))} costs: " if lacking else ""
         how = ("inside one compiled step (--costs step, the default with --hardware" if costs == "step" else
@@ -478,24 +566,35 @@ def run_eval(args: argparse.Namespace) -> int:
             print(warning, file=sys.stderr)
         if args.hardware:
             runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
-                                     exported=args.exported, devices=spec)
+                                     exported=args.exported, devices=spec, rig=rig)
     print(f"graph {graph.name} ({graph.n_nodes} nodes), {describe_devices(cluster)} ({cluster.name}: "
           f"{cluster_summary(cluster)})")
     if runner is not None:
         staged = runner.stages and runner.mode != "synthetic"
         how = "each device's consecutive units as one jitted stage" if staged else "one task per unit"
-        print(f"hardware: {', '.join(f'{d.platform}:{d.id}' for d in runner.devices)}, {runner.mode} execution "
-              f"({how}), median of {args.repeats} steps after {args.warmup} warm-up (the first compiles)")
+        where = (f"one worker process per device (--rig processes: {runner.rig.n_devices} single-core JAX clients, "
+                 f"shared-memory transfers)" if runner.rig is not None else "this process (--rig threads)")
+        print(f"hardware: {', '.join(f'{d.platform}:{d.id}' for d in runner.devices)} in {where}, {runner.mode} "
+              f"execution ({how}), median of {args.repeats} steps after {args.warmup} warm-up (the first compiles)")
     if runner is not None:
         print(f"simulated: the simulator's step time on the cluster above; measured: real steps; {ERROR_MEANING}")
     plain = _plain_jit(args, spec) if runner is not None else ()  # before the placements run (and after)
     print(f"{'placement':<28} {'simulated ms':>12}" + (f" {'measured ms':>12}  [IQR, min]  error" if runner else ""))
-    rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
-    summary = agreement(rows)
-    if runner is not None:
-        plain += _plain_jit(args, spec) if plain[0].available else ()  # (unavailable: it would be again)
-        rig = all(d.platform == "cpu" for d in runner.devices)
-        print("\n".join(summary_lines(rows, [p for _, p in placements], measure_concurrency(spec), plain, rig)))
+    try:
+        from simulator.timing import interleaved_steps
+
+        steps = interleaved_steps(len(placements), args.repeats, args.warmup)
+        with step_bar("running placements", steps) if runner is not None else _nothing():
+            rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
+        summary = agreement(rows)
+        if runner is not None:
+            plain += _plain_jit(args, spec) if plain[0].available else ()  # (unavailable: it would be again)
+            on_cpu = all(d.platform == "cpu" for d in runner.devices)
+            print("\n".join(summary_lines(rows, [p for _, p in placements], measure_concurrency(spec, runner.rig),
+                                           plain, on_cpu)))
+    finally:
+        if runner is not None:
+            runner.close()
     if args.plot:
         plot_agreement(rows, args.plot, f"{graph.name}, {n} devices: median |error| {summary.median_ape:.0f}%, "
                                         f"{format_spearman(summary)}")
@@ -505,6 +604,26 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.refit:
         refit(args.refit, graph, cluster, [p for _, p in placements], rows)
     return 0
+
+
+@contextlib.contextmanager
+def step_bar(what: str, total: int | None = None):
+    """A tqdm progress bar on stderr (shown on a terminal only), advanced by every step simulator.timing runs
+    inside the block (simulator.timing.reporting_steps): its rate and, with a `total`, its ETA (`place --hardware` and `eval
+    --hardware`'s long phases)."""
+    import sys
+
+    from tqdm import tqdm
+
+    from simulator.timing import reporting_steps
+
+    with tqdm(total=total, desc=what, unit="step", disable=None, leave=False, file=sys.stderr) as bar, \
+            reporting_steps(bar.update):
+        yield bar
+
+
+def _nothing():
+    return contextlib.nullcontext()
 
 
 def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> tuple:

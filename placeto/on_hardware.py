@@ -123,28 +123,35 @@ def pick(measured: Sequence[Candidate], single: Candidate) -> tuple[Candidate, f
 def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: Sequence[str] = DEFAULT_METHODS,
                       seconds: float = 2.0, top: int = 3, repeats: int = 7, warmup: int = 2, seed: int = 0,
                       cluster: Cluster | None = None, progress: Callable[[str], None] = print,
-                      plain: bool = True, save_profile: bool = False) -> Outcome:
+                      plain: bool = True, save_profile: bool = False, rig: str = "threads",
+                      gantt: str | None = None) -> Outcome:
     """Profile (cached in placeto's cache; also written into the graph file at `graph_path` with `save_profile`),
     calibrate (cached), place with `methods`, run the best `top` candidates and the single device on the local
     devices of `spec` (a count or a device list, see simulator.host_devices), keep the fastest measured and run
     it and the single device again on fresh steps: twice when the first gives a speedup beyond the devices'
     measured concurrency (placeto.calibration.beyond_concurrency). With `plain`, the plain jit of the graph
-    file's step is timed in a fresh process before and after (placeto.plain_jit). Call
-    ensure_host_devices(spec) before JAX starts."""
+    file's step is timed in a fresh process before and after (placeto.plain_jit). `rig`: "threads" (this
+    process's devices) or "processes" (one worker process per host CPU device: simulator.process_rig); `gantt`
+    (processes only): a PNG of the kept placement's measured step beside its simulated one (placeto.rig_gantt).
+    Call ensure_host_devices(spec) before JAX starts."""
     from simulator.host_devices import local_devices
 
     from placeto import plain_jit
-    from placeto.calibration import beyond_concurrency, measure_concurrency
-    from placeto.evaluate import hardware_runner
+    from placeto.evaluate import hardware_runner, step_bar
 
     if top < 1:
         raise InputError(f"--top must be >= 1, got {top}")
+    if gantt is not None and rig != "processes":
+        raise InputError("--gantt draws each device's measured stage times, which the process rig records: it "
+                         "needs --rig processes")
     devices = local_devices(spec)
-    graph = ensure_profile(graph, graph_path, devices, progress, save_profile)
+    with step_bar("profiling (steps)"):
+        graph = ensure_profile(graph, graph_path, devices, progress, save_profile, one_core=rig == "processes")
     if cluster is None:
         from placeto.cluster_cache import cached_cluster
 
-        cluster = cached_cluster(devices, spec, progress=progress)
+        with step_bar("calibrating (probe steps)"):
+            cluster = cached_cluster(devices, spec, progress=progress)
     elif cluster.n_devices != len(devices):
         raise InputError(f"the cluster has {cluster.n_devices} devices, --devices names {len(devices)}")
     missing = [k for k in cluster.kinds if k not in graph.costs]
@@ -153,33 +160,63 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     progress(f"placing on {cluster.n_devices} devices ({', '.join(cluster.kinds)}), {seconds:g} s per method:")
     ranked, single = rank_candidates(graph, cluster, methods, seconds, seed, progress)
     chosen = [c for c in ranked if c is not single][:top] + [single]
-    runner = hardware_runner(graph, cluster, devices=spec)
-    before = (plain_jit.measure_for(graph_path, spec, repeats, warmup, progress=progress),) if plain else ()
+    if rig == "processes":
+        progress(f"starting {len(devices)} worker processes, one per device (--rig processes) ...")
+    runner = hardware_runner(graph, cluster, devices=spec, rig=rig)
+    try:
+        before = (plain_jit.measure_for(graph_path, spec, repeats, warmup, progress=progress),) if plain else ()
+        outcome = _run_candidates(runner, chosen, ranked, spec, repeats, warmup, progress)
+        after = ((plain_jit.measure_for(graph_path, spec, repeats, warmup, progress=progress),)
+                 if before and before[0].available else ())  # (an unavailable one would be again: not re-run)
+        if gantt is not None:
+            from placeto.rig_gantt import gantt_measured, measured_step
+
+            progress(f"measuring {outcome.best.name}'s stages for the Gantt chart ...")
+            step = measured_step(runner, outcome.best.placement, steps=repeats, warmup=warmup)
+            gantt_measured(gantt, graph, cluster, outcome.best.placement, step,
+                           f"{graph.name}: {outcome.best.name} on {cluster.n_devices} devices (process rig)")
+            progress(f"gantt chart: {gantt}")
+    finally:
+        runner.close()
+    return outcome._replace(cluster=cluster, plain=before + after)
+
+
+def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate], spec: Any, repeats: int,
+                    warmup: int, progress: Callable[[str], None]) -> Outcome:
+    """Steps 4 and 5 of the module docstring: run `chosen` (the single device last), pick, measure the devices'
+    concurrency on the rig in use, recheck (twice when beyond it)."""
+    from simulator.timing import interleaved_steps
+
+    from placeto.calibration import beyond_concurrency, measure_concurrency
+    from placeto.evaluate import step_bar
+
     progress(f"running {len(chosen)} placements for real ({repeats} steps each after {warmup} warm-up, "
              f"interleaved) ...")
-    timings = runner.measure([c.placement for c in chosen], repeats, warmup)
+    with step_bar("running placements", interleaved_steps(len(chosen), repeats, warmup)):
+        timings = runner.measure([c.placement for c in chosen], repeats, warmup)
     measured = [c._replace(measured=t) for c, t in zip(chosen, timings)]
     single = measured[-1]
     best, speedup, spread = pick(measured, single)
-    concurrency = measure_concurrency(spec)
+    concurrency = measure_concurrency(spec, runner.rig)
     again, flagged = recheck(runner, best, single, repeats, warmup, progress), None
     if best is not single and beyond_concurrency(again.speedup, concurrency):
         progress(f"{best.name} measured {again.speedup:.2f}x the single device's speed, beyond the devices' "
                  f"measured concurrency ({concurrency.speedup:.2f}x): measuring both again ...")
         again, flagged = recheck(runner, best, single, repeats, warmup, progress), again
-    after = ((plain_jit.measure_for(graph_path, spec, repeats, warmup, progress=progress),)
-             if before and before[0].available else ())  # (an unavailable one would be again: not re-run)
     by_placement = {m.placement.tobytes(): m for m in measured}
     ranked = [by_placement.get(c.placement.tobytes(), c) for c in ranked]
-    return Outcome(best, single, ranked, cluster, speedup, spread, runner, concurrency, again, before + after,
-                   flagged)
+    return Outcome(best, single, ranked, runner.cluster, speedup, spread, runner, concurrency, again, (), flagged)
 
 
 def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
-                   progress: Callable[[str], None] = print, save: bool = False) -> Graph:
+                   progress: Callable[[str], None] = print, save: bool = False, one_core: bool = False) -> Graph:
     """`graph` with a current step profile of every kind of `devices` (placeto.profile_cache.stale): the
     graph's own where current, else placeto's cache's, else measured now and cached there. The graph file is
-    left as it is, unless `save` (then the graph with its profiles is written to `graph_path`)."""
+    left as it is, unless `save` (then the graph with its profiles is written to `graph_path`).
+
+    `one_core`: the profile must be one taken with this process on one core (`cores_used` 1: what a device of the
+    process rig is; simulator.process_rig.one_core), else one taken without (what this process's devices are);
+    a profile of the other kind is measured again."""
     from simulator.io import save_graph
 
     from placeto import profile_cache
@@ -191,16 +228,16 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
     todo, found = [], []
     for key, d in first.items():
         own = graph.meta.get("profile", {}).get(key.kind) if key.kind in graph.costs else None
-        if own is not None and profile_cache.stale(own, key) is None:
+        if own is not None and _stale(own, key, one_core) is None:
             found.append(f"{key.kind} in {graph_path or 'the graph'}")
             continue
         entry = profile_cache.read(key, graph)
-        if entry is not None and profile_cache.stale(entry.profile, key) is None:
+        if entry is not None and _stale(entry.profile, key, one_core) is None:
             graph = profile_cache.with_entry(graph, key.kind, entry)
             found.append(f"{key.kind} in {entry.path}")
             continue
-        why = [f"the {key.kind} profile in {graph_path or 'the graph'} {profile_cache.stale(own, key)}"] if own else []
-        why += [f"the cached {key.kind} profile {profile_cache.stale(entry.profile, key)}"] if entry else []
+        why = [f"the {key.kind} profile in {graph_path or 'the graph'} {_stale(own, key, one_core)}"] if own else []
+        why += [f"the cached {key.kind} profile {_stale(entry.profile, key, one_core)}"] if entry else []
         if why:
             progress(f"profile: {'; '.join(why)}: measuring it again")
         todo.append((key, d))
@@ -210,7 +247,17 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
         progress(f"profiling {graph.name} on {', '.join(str(d.device_kind) for _, d in todo)} (inside the compiled "
                  f"step; cached in {profile_cache.entry_path(todo[0][0], graph.name).parent}, the graph file "
                  f"untouched) ...")
-        graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
+        if one_core:
+            from simulator.process_rig import one_core as pinned
+
+            with pinned() as core:
+                progress(f"profile: this process pinned to core {core} while it measures (a process rig device is "
+                         f"one core)")
+                graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
+            for key, _ in todo:
+                graph.meta["profile"][key.kind]["cores_used"] = 1
+        else:
+            graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
         for key, _ in todo:
             try:
                 profile_cache.write(key, graph)
@@ -226,17 +273,34 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
     return graph
 
 
+def _stale(how: Any, key: Any, one_core: bool) -> str | None:
+    """placeto.profile_cache.stale, and whether the profile was taken on one core as this run needs."""
+    from placeto import profile_cache
+
+    why = profile_cache.stale(how, key)
+    if why is None and bool(how.get("cores_used") == 1) != one_core:
+        why = ("was measured on one core; this run's devices are this process's (--rig threads)" if not one_core
+               else "was measured by this process unpinned; a process rig device is one core")
+    return why
+
+
 def recheck(runner: Any, best: Candidate, single: Candidate, repeats: int, warmup: int,
             progress: Callable[[str], None] = print) -> Recheck:
     """`best` and `single` (measured candidates) run again by `runner` (placeto.evaluate.HardwareRunner) on fresh
     steps, interleaved; only the single device when it is the one kept."""
+    from simulator.timing import interleaved_steps
+
+    from placeto.evaluate import step_bar
+
     if best is single:
         progress(f"running the single device again ({repeats} fresh steps) ...")
-        (t,) = runner.measure([single.placement], repeats, warmup)
+        with step_bar("rechecking", interleaved_steps(1, repeats, warmup)):
+            (t,) = runner.measure([single.placement], repeats, warmup)
         return Recheck(t, t)
     progress(f"running {best.name} and the single device again ({repeats} fresh steps each, interleaved: the "
              f"steps {best.name} was picked with favour it) ...")
-    kept, again = runner.measure([best.placement, single.placement], repeats, warmup)
+    with step_bar("rechecking", interleaved_steps(2, repeats, warmup)):
+        kept, again = runner.measure([best.placement, single.placement], repeats, warmup)
     return Recheck(kept, again)
 
 

@@ -5,7 +5,10 @@ value produced (`simulator.hardware.run_plan`), and reports the median and the s
 (`Timing`, microseconds). Python's garbage collector is collected before and switched off during each timed step
 (`gc_paused`, as `timeit` does), so a collection triggered by the step's allocations (or an earlier step's) does
 not land inside one placement's time. `time_interleaved` times several plans in rotating rounds, so a change in
-the machine's load hits every plan alike.
+the machine's load hits every plan alike. A plan on the process rig (`simulator.rig_plans.RigPlan`, anything with a
+`run_step()` that runs one step and waits for it) is timed the same way: its step is every worker's share run at
+once, the parent waiting for all. `reporting_steps(callback)` calls `callback()` after every step `time_calls` runs
+(outside the timed part): a progress bar's hook (`placeto.on_hardware.step_bar`).
 """
 
 from __future__ import annotations
@@ -33,10 +36,25 @@ class Timing(NamedTuple):
 
 
 def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool | None = None) -> Timing:
-    """Time `repeats` steps after `warmup` (the first run compiles every task); see Timing and run_plan."""
+    """Time `repeats` steps after `warmup` (the first run compiles every task); see Timing and run_plan (or the
+    plan's own `run_step`, a process rig's plan: `threads` does not apply)."""
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
-    return timing_of(time_calls(lambda: run_plan(plan, threads=threads), repeats, warmup))
+    step = getattr(plan, "run_step", None) or (lambda: run_plan(plan, threads=threads))
+    return timing_of(time_calls(step, repeats, warmup))
+
+
+_ON_STEP: list[Callable[[], None]] = []  # reporting_steps' callbacks
+
+
+@contextlib.contextmanager
+def reporting_steps(callback: Callable[[], None]):
+    """Inside the block, `callback()` runs after every call `time_calls` makes (warm-up ones too), untimed."""
+    _ON_STEP.append(callback)
+    try:
+        yield
+    finally:
+        _ON_STEP.remove(callback)
 
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
@@ -44,13 +62,20 @@ def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[flo
     the garbage collector paused inside each timed call (`gc_paused`)."""
     for _ in range(warmup):
         fn()
+        _stepped()
     times = []
     for _ in range(repeats):
         with gc_paused():
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e6)
+        _stepped()
     return times
+
+
+def _stepped() -> None:
+    for callback in _ON_STEP:
+        callback()
 
 
 def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2,
@@ -66,6 +91,11 @@ def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2,
         for i in np.roll(np.arange(len(plans)), -r):
             times[i].append(time_plan(plans[i], repeats=1, warmup=1, threads=threads).median_us)
     return times
+
+
+def interleaved_steps(n_plans: int, repeats: int, warmup: int = 2) -> int:
+    """How many steps `time_interleaved(plans, repeats, warmup)` runs (warm-up and untimed ones included)."""
+    return n_plans * (max(1, warmup) + 1) + 2 * n_plans * repeats
 
 
 @contextlib.contextmanager

@@ -25,6 +25,8 @@ LoadFn = Callable[[Path], tuple[Any, Any]]
 PlaceFn = Callable[..., tuple[Any, int]]
 # (graph, cluster, checkpoint, simulator calls) -> a line on how the method's policy read this graph, or None
 NoteFn = Callable[..., "str | None"]
+# (checkpoint or None: the default, graph) -> simulator calls of the greedy placement (place's default budget)
+CallsFn = Callable[..., int]
 LARGE_GRAPH_NODES = 1000  # above this, a method's large_checkpoint (if any) is its default (coarsen's threshold)
 
 
@@ -51,3 +53,4 @@ class Method:
             self.default_checkpoint
     place: PlaceFn | None = None  # zero-shot placement without a budget (None: every placement goes through run)
     note: NoteFn | None = None  # what `placeto place` adds about how the policy read the graph (None: nothing)
+    greedy_calls: CallsFn | None = None  # simulator calls of its greedy placement (None: not budgeted in calls)

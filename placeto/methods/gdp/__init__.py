@@ -39,6 +39,12 @@ def _note(graph, cluster, checkpoint, calls):
     return coarse_note(graph, cluster, checkpoint, simulating=calls > 1)  # more than one call: both views scored
 
 
+def _greedy_calls(checkpoint, graph):
+    from placeto.methods.gdp.place import is_gdp_checkpoint, zero_shot_calls
+
+    return zero_shot_calls(checkpoint if is_gdp_checkpoint(checkpoint) else METHOD.default_for(graph.n_nodes))
+
+
 def _load(run_dir):
     from placeto.methods.gdp.place import load_run
 
@@ -48,4 +54,5 @@ def _load(run_dir):
 METHOD = Method(
     name=NAME, description="GDP: GraphSAGE + segment-recurrent attention, one-shot placements, PPO on families",
     config_cls=GdpConfig, presets=PRESETS, variants=("gdp", "gdp-search"), train=_train, run=_run, load=_load,
-    finetunes=True, default_checkpoint="gdp-general", large_checkpoint="gdp-large", note=_note)
+    finetunes=True, default_checkpoint="gdp-general", large_checkpoint="gdp-large", note=_note,
+    greedy_calls=_greedy_calls)

@@ -235,14 +235,11 @@ def _single(config: GdpConfig, task: Task) -> tuple[np.ndarray, float]:
     return p, float(task.score(p[None], config.memory_penalty_per_gb)[0])
 
 
-def zero_shot_calls(checkpoint: PathLike | None, graph: Graph) -> int:
+def zero_shot_calls(checkpoint: PathLike) -> int:
     """Simulator calls of a gdp policy's greedy placement as run_gdp makes it: 1, or 2 where the policy keeps
-    the single device when that is better (config.keep_single). `checkpoint` None: the default gdp policy."""
-    from placeto.methods import registry
+    the single device when that is better (config.keep_single). `checkpoint`: a gdp run or shipped name."""
     from placeto.policies import resolve_checkpoint
 
-    if not is_gdp_checkpoint(checkpoint):
-        checkpoint = registry.get(NAME).default_for(graph.n_nodes)
     return 2 if load_config(resolve_checkpoint(checkpoint)).keep_single else 1
 
 

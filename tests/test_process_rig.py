@@ -1,0 +1,236 @@
+"""simulator.process_rig / rig_plans / rig_worker / concurrency_check: placed steps on one worker process per device.
+
+No GPU; a rig of 2 workers starts in about 2 s (a fresh interpreter importing jax each). Timings are not asserted
+here (experiments/benchmarks/rig_concurrency.py measures them): only that the numbers exist.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import jax  # noqa: E402
+
+from programs import mlp_step  # noqa: E402
+from simulator import concurrency_check, lowering, plans  # noqa: E402
+from simulator.errors import InputError  # noqa: E402
+from simulator.grouping import group  # noqa: E402
+from simulator.process_rig import ProcessRig, RigError, worker_flags  # noqa: E402
+from simulator.rig_plans import to_rig  # noqa: E402
+from simulator.rig_worker import Run  # noqa: E402
+from simulator.timing import time_interleaved  # noqa: E402
+from simulator.trace import trace  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def rig():
+    with ProcessRig(2, timeout_s=60) as r:
+        yield r
+
+
+@pytest.fixture(scope="module")
+def program():
+    step, *args = mlp_step((8, 32, 32, 32, 4), batch=8)
+    traced = trace(step, *args)
+    return traced, group(traced.graph, 10), lowering.leaf_values(traced, args), jax.jit(step)(*args)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is gone too
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def _close(a, b):
+    return all(np.allclose(x, y, rtol=1e-5, atol=1e-6) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
+
+
+@pytest.mark.parametrize("stages", [True, False])
+def test_placed_steps_on_the_rig_equal_the_plain_jit(rig, program, stages):
+    traced, grouping, values, reference = program
+    dev = jax.devices()[0]
+    for seed in range(2):
+        placement = np.random.default_rng(seed).integers(0, 2, grouping.graph.n_nodes)
+        assert len(set(placement.tolist())) == 2
+        plan = plans.program_plan(traced, values, placement, [dev, dev], grouping.op_to_group, stages=stages)
+        on_rig = to_rig(plan, rig, scope="mlp")
+        try:
+            assert on_rig.workers == (0, 1) and on_rig.block_bytes > 0  # both devices, values crossing
+            for _ in range(2):  # a second step reuses the resident values
+                on_rig.run_step()
+                assert _close(on_rig.outputs(), reference)
+            runs = [e for evs in on_rig.events.values() for e in evs if e.kind == "run"]
+            assert len(runs) == sum(t.fn is not None for t in plan.tasks)
+            assert all(e.end_ns >= e.start_ns for e in runs)
+            (times,) = time_interleaved([on_rig], repeats=2, warmup=1)
+            assert len(times) == 2 and min(times) > 0
+        finally:
+            on_rig.close()
+    assert not rig.blocks  # every plan's shared memory unlinked on close
+
+
+def test_a_plan_for_other_devices_is_refused(rig, program):
+    traced, grouping, values, _ = program
+    dev = jax.devices()[0]
+    plan = plans.program_plan(traced, values, np.zeros(grouping.graph.n_nodes, int), [dev] * 3,
+                              grouping.op_to_group)
+    with pytest.raises(InputError, match="3 devices, the process rig 2"):
+        to_rig(plan, rig)
+
+
+def test_concurrency_check_returns_a_number(rig):
+    chains = concurrency_check.rig_chains(rig, size=64, length=2)
+    try:
+        speedup = concurrency_check.speedup(chains, rounds=2)
+    finally:
+        chains.close()
+    assert np.isfinite(speedup) and speedup > 0
+    overlap = concurrency_check.measure({"numpy": concurrency_check.numpy_chains(2, size=64, length=2),
+                                         "host": concurrency_check.host_chains(jax.devices()[:1] * 2, 64, 2)}, 2)
+    assert set(overlap) == {"numpy", "host"} and all(o.speedup > 0 and o.n == 2 for o in overlap.values())
+
+
+def test_a_worker_error_is_one_line_and_closes_the_rig():
+    with ProcessRig(1, timeout_s=30) as r:
+        pids = r.pids
+        with pytest.raises(RigError, match=r"worker 0 failed in 'run': KeyError"):
+            r.call(0, ("run", 12345))  # no such plan
+        assert r.closed
+        with pytest.raises(RigError, match="closed"):
+            r.call(0, ("run", 12345))
+    assert not any(_alive(p) for p in pids)
+
+
+def test_a_killed_worker_is_an_error_not_a_hang():
+    r = ProcessRig(2, timeout_s=30)
+    pids = r.pids
+    r.processes[1].kill()
+    r.processes[1].wait(10)
+    with pytest.raises(RigError, match=r"worker 1 (died|cannot be reached)"):
+        r.call_all({0: ("drop", ()), 1: ("drop", ())})
+    assert r.closed and not any(_alive(p) for p in pids)
+
+
+def test_a_stuck_worker_times_out(program):
+    """Worker 1 waits for a batch worker 0 never sends: the worker's own wait times out, then the rig says so."""
+    from simulator.rig_worker import Recv, Slot
+
+    with ProcessRig(2, timeout_s=1.0) as r:
+        name = r.block(64)
+        r.call(1, ("plan", 7, (Recv(0, 0, (Slot(1, 0, (2,), "float32"),)),), name, ()))
+        with pytest.raises(RigError, match="no batch 0 from worker 0 within 1 s"):
+            r.call(1, ("run", 7))
+        assert not r.blocks  # unlinked on the way down
+
+
+def test_a_worker_that_does_not_answer_times_out():
+    import signal
+
+    r = ProcessRig(1, timeout_s=30)
+    pids = r.pids
+    os.kill(pids[0], signal.SIGSTOP)  # alive, silent
+    with pytest.raises(RigError, match="worker 0 did not answer 'drop' within 0.5 s"):
+        r.call(0, ("drop", ()), timeout_s=0.5)
+    assert r.closed and not any(_alive(p) for p in pids)  # killed on the way down
+
+
+def test_no_leaked_processes_or_shared_memory(program):
+    traced, grouping, values, _ = program
+    dev = jax.devices()[0]
+    r = ProcessRig(2, timeout_s=60)
+    pids = r.pids
+    plan = plans.program_plan(traced, values, np.arange(grouping.graph.n_nodes) % 2, [dev, dev],
+                              grouping.op_to_group)
+    on_rig = to_rig(plan, r)
+    on_rig.run_step()
+    block = Path("/dev/shm") / on_rig.block.lstrip("/")
+    assert block.exists()  # the plan's block exists while it lives (other programs' blocks are not ours to count)
+    r.close()  # without closing the plan first
+    assert not any(_alive(p) for p in pids)
+    assert not block.exists()
+
+
+def test_workers_get_one_device_and_serial_flags():
+    assert worker_flags("--xla_force_host_platform_device_count=4 --xla_foo=1") == \
+        "--xla_foo=1 --xla_cpu_multi_thread_eigen=false"
+    with ProcessRig(1, timeout_s=60) as r:
+        probe = subprocess.run(["cat", f"/proc/{r.pids[0]}/environ"], capture_output=True).stdout.split(b"\0")
+        flags = [e for e in probe if e.startswith(b"XLA_FLAGS=")]
+        assert flags == [b"XLA_FLAGS=--xla_cpu_multi_thread_eigen=false"] or b"device_count" not in flags[0]
+
+
+def test_bad_rig_arguments():
+    with pytest.raises(InputError, match="positive device count"):
+        ProcessRig(0)
+    with pytest.raises(InputError, match="timeout"):
+        ProcessRig(1, timeout_s=0)
+
+
+def test_a_run_plan_on_one_worker(rig):
+    """The rig's raw protocol: a stage exported and run on worker 1 alone."""
+    import jax.numpy as jnp
+
+    def stage(token, x):
+        return token, x * 2.0 + 1.0
+
+    blob = bytes(jax.export.export(jax.jit(stage))(jax.ShapeDtypeStruct((), jnp.int8),
+                                                   jax.ShapeDtypeStruct((3,), jnp.float32)).serialize())
+    sid, pid, x, y = (rig.new_id() for _ in range(4))
+    rig.call(1, ("load", sid, blob))
+    rig.call(1, ("put", [(x, np.arange(3, dtype=np.float32))]))
+    rig.call(1, ("plan", pid, (Run(sid, 0, (x,), (y,)),), None, (y,)))
+    rig.call(1, ("run", pid))
+    (out,) = rig.call(1, ("fetch", pid, (y,)))
+    np.testing.assert_allclose(out, [1.0, 3.0, 5.0])
+    rig.call(1, ("free", pid))
+
+
+def test_time_interleaved_times_a_rig_plan_and_reports_every_step():
+    """Anything with run_step() is timed as a Plan is; reporting_steps sees every step interleaved_steps counts."""
+    from simulator.timing import interleaved_steps, reporting_steps
+
+    class Counted:
+        runs = 0
+
+        def run_step(self):
+            Counted.runs += 1
+
+    seen = []
+    with reporting_steps(lambda: seen.append(1)):
+        times = time_interleaved([Counted(), Counted()], repeats=3, warmup=2)
+    assert [len(t) for t in times] == [3, 3]
+    assert len(seen) == Counted.runs == interleaved_steps(2, 3, 2)
+
+
+def test_one_core_pins_every_thread_and_restores():
+    from simulator.process_rig import free_cores, one_core
+
+    before = os.sched_getaffinity(0)
+    with one_core() as core:
+        assert core == free_cores()[0]
+        tasks = os.listdir("/proc/self/task")
+        assert all(os.sched_getaffinity(int(t)) == {core} for t in tasks if os.path.exists(f"/proc/self/task/{t}"))
+    assert os.sched_getaffinity(0) == before
+
+
+def test_rig_choice_errors_are_one_line(tmp_path, capsys):
+    from placeto.cli import main
+    from placeto.evaluate import start_rig
+
+    with pytest.raises(InputError, match="unknown rig 'fibers'"):
+        start_rig("fibers", jax.devices()[:1])
+    assert start_rig("threads", jax.devices()[:1]) is None
+    code = main(["place", "datasets/nmt/nmt_002.json.gz", "--rig", "processes", "--out", str(tmp_path / "p.json")])
+    assert code == 2 and "--rig is about running the placements on local devices: it needs --hardware" in \
+        capsys.readouterr().err
+    code = main(["place", "datasets/nmt/nmt_002.json.gz", "--hardware", "--rig", "threads", "--gantt",
+                 str(tmp_path / "g.png"), "--out", str(tmp_path / "p.json")])
+    assert code == 2 and "--gantt" in capsys.readouterr().err
