@@ -1,0 +1,182 @@
+"""Does the staged simulation (simulator.staged) predict placed steps on the process rig? Per-unit vs staged.
+
+For each graph, on 2 devices of the process rig (`--rig processes`: one pinned single-core worker process per
+device, simulator.process_rig), as `placeto eval --hardware` runs it by default:
+
+1. the per-unit model: the calibrated cluster `eval --hardware` uses (placeto.cluster_cache.cached_cluster), the
+   units' costs measured inside one compiled step on one core (`--costs step`: HardwareRunner.with_step_costs);
+2. the rig's own costs (simulator.rig_calibrate.rig_costs): a stage's launch, a step's round trip, a send's and a
+   receive's fixed and per-byte cost, measured on the rig's workers;
+3. placements: the single device, etf, m-sct, m-topo, heft, metis, local search (`--seconds` each, on the
+   per-unit model, as `place --hardware` ranks them), round-robin by unit and a uniform random one (distinct
+   placements only);
+4. measured: every placement's step on the rig, interleaved rounds (simulator.timing.time_interleaved), medians;
+   the single device in the same rounds;
+5. simulated: per-unit (simulator.simulate on the cluster of 1, what eval prints today) and staged
+   (simulator.staged.simulate_staged on the stages of the very plan the rig ran: simulator.staged.plan_order).
+
+Reported per graph and model: Spearman rank correlation and median |error| against the measured medians (targets
+of issue 40: >= 0.9 and <= 15%), and every placement's row. The machine's 1-minute load is recorded before and
+after each graph. Writes --out (markdown) and the same data as JSON beside it.
+
+    python -m experiments.benchmarks.staged_fidelity          # the 4 graphs: about 15 minutes on 2 cores
+    python -m experiments.benchmarks.staged_fidelity --graphs datasets/ptb/ptb_006.json.gz --repeats 3 \
+        --out /tmp/sf.md                                      # one graph, a few minutes
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+
+GRAPHS = ("datasets/benchmarks/inception_v3.json.gz", "datasets/benchmarks/nmt_l2.json.gz",
+          "datasets/nmt/nmt_004.json.gz", "datasets/ptb/ptb_006.json.gz")
+METHODS = ("etf", "m-sct", "m-topo", "heft", "metis", "local-search")
+OUT = ROOT / "experiments" / "results" / "benchmarks" / "staged_fidelity.md"
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("--graphs", nargs="+", default=list(GRAPHS), help="graph files (default: the 4 of the issue)")
+    p.add_argument("--repeats", type=int, default=7, help="timed steps per placement (interleaved rounds)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps per placement first (the first compiles)")
+    p.add_argument("--seconds", type=float, default=2.0, help="budget of each searching placer (local search)")
+    p.add_argument("--rig-repeats", type=int, default=30, help="steps per rig cost probe")
+    p.add_argument("--out", type=Path, default=OUT, help="markdown report (JSON beside it)")
+    return p.parse_args(argv)
+
+
+def load_1min() -> float:
+    return os.getloadavg()[0]
+
+
+def placements(graph, cluster, seconds: float) -> list[tuple[str, "np.ndarray"]]:
+    """[(name, int32[N])]: single device, METHODS (on the per-unit model), round-robin, random; distinct."""
+    import numpy as np
+
+    from placeto.on_hardware import rank_candidates
+
+    ranked, single = rank_candidates(graph, cluster, METHODS, seconds, progress=lambda line: print(line))
+    found = {c.placement.tobytes(): (c.name, c.placement) for c in [single] + ranked}
+    n = graph.n_nodes
+    extra = [("round-robin", np.arange(n, dtype=np.int32) % 2),
+             ("random", np.random.default_rng(0).integers(0, 2, n).astype(np.int32))]
+    for name, p in extra:
+        found.setdefault(p.tobytes(), (name, p))
+    return list(found.values())
+
+
+def run_graph(path: str, args: argparse.Namespace) -> dict:
+    import numpy as np
+
+    from placeto.cluster_cache import cached_cluster
+    from placeto.evaluate import hardware_runner
+    from simulator import load_graph, simulate
+    from simulator.host_devices import local_devices
+    from simulator.rig_calibrate import rig_costs
+    from simulator.staged import plan_order, simulate_staged
+
+    load_before = load_1min()
+    graph = load_graph(path)
+    cluster = cached_cluster(local_devices(2), 2, progress=print)
+    runner = hardware_runner(graph, cluster, devices=2, rig="processes")
+    try:
+        t0 = time.time()
+        runner = runner.with_step_costs(args.repeats)
+        graph = runner.graph
+        profile_s = time.time() - t0
+        costs, raw = rig_costs(runner.rig, args.rig_repeats)
+        print(f"{graph.name}: rig costs {costs}", flush=True)
+        chosen = placements(graph, cluster, args.seconds)
+        timings = runner.measure([p for _, p in chosen], args.repeats, args.warmup)
+        rows = []
+        for (name, p), timing in zip(chosen, timings):
+            order, holders = plan_order(runner.plan(p))
+            staged = simulate_staged(graph, p, cluster, order, costs, holders)
+            rows.append({"name": name, "measured_us": timing.median_us, "q25_us": timing.q25_us,
+                         "q75_us": timing.q75_us, "per_unit_us": float(simulate(graph, p, cluster).runtime),
+                         "staged_us": staged.runtime_us, "stages": len(staged.stages.runs),
+                         "on_device1": float(np.mean(p == 1))})
+            print(f"  {name:<14} measured {timing.median_us / 1e3:9.2f} ms  per-unit "
+                  f"{rows[-1]['per_unit_us'] / 1e3:9.2f}  staged {staged.runtime_us / 1e3:9.2f} "
+                  f"({rows[-1]['stages']} stages)", flush=True)
+    finally:
+        runner.close()
+    return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "rows": rows, "rig_costs": vars(costs),
+            "rig_raw": raw, "profile_s": profile_s, "load_before": load_before, "load_after": load_1min(),
+            "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
+
+
+def summary(rows: list[dict], key: str) -> tuple[float, float]:
+    """(Spearman, median |error| %) of rows[key] against the measured medians."""
+    import numpy as np
+
+    from placeto.agreement import spearman
+
+    sim = np.asarray([r[key] for r in rows])
+    meas = np.asarray([r["measured_us"] for r in rows])
+    return spearman(sim, meas), float(np.median(np.abs(sim - meas) / meas * 100))
+
+
+def markdown(results: list[dict], command: str) -> str:
+    lines = ["# Staged simulation against the process rig (issue 40, item 2)", "",
+             f"Command: `{command}`", "",
+             "2 devices of the process rig (one pinned single-core JAX worker process each), "
+             "placements measured in interleaved rounds (medians); *per-unit*: `simulator.simulate` on the "
+             "calibrated cluster `eval --hardware` uses; *staged*: `simulator.staged.simulate_staged` on the "
+             "stages of the plan the rig ran, with the rig's measured costs. Errors are (simulated - measured) / "
+             "measured. Unit costs: `--costs step` on one core.", "",
+             "| graph | units | placements | Spearman per-unit | median err per-unit | Spearman staged | "
+             "median err staged | load before/after |", "|---|---|---|---|---|---|---|---|"]
+    for res in results:
+        su, eu = summary(res["rows"], "per_unit_us")
+        ss, es = summary(res["rows"], "staged_us")
+        lines.append(f"| {res['name']} | {res['n_units']} | {len(res['rows'])} | {su:.2f} | {eu:.0f}% | "
+                     f"{ss:.2f} | {es:.0f}% | {res['load_before']:.2f} / {res['load_after']:.2f} |")
+    for res in results:
+        c = res["rig_costs"]
+        lines += ["", f"## {res['name']}", "",
+                  f"Rig costs (us): launch {c['launch_us']:.1f}, step {c['step_us']:.1f}, send {c['send_us']:.1f} "
+                  f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
+                  f"{c.get('recv_us_per_value', 0):.1f}/value + {c['recv_us_per_mb']:.1f}/MB, latency "
+                  f"{c['latency_us']:.1f}, stage boundary {c.get('boundary_us_per_mb', 0):.1f}/MB; raw transfers "
+                  f"(values, bytes, send us, arrival us): "
+                  f"{[tuple(round(x, 1) for x in t) for t in res['rig_raw']['transfers']]}", "",
+                  "| placement | share on dev 1 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
+                  "|---|---|---|---|---|---|"]
+        for r in res["rows"]:
+            m = r["measured_us"]
+            lines.append(f"| {r['name']} | {r['on_device1']:.2f} | {r['stages']} | {m / 1e3:.2f} "
+                         f"[{r['q25_us'] / 1e3:.2f}-{r['q75_us'] / 1e3:.2f}] | {r['per_unit_us'] / 1e3:.2f} "
+                         f"({(r['per_unit_us'] - m) / m * 100:+.0f}%) | {r['staged_us'] / 1e3:.2f} "
+                         f"({(r['staged_us'] - m) / m * 100:+.0f}%) |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    ensure_host_devices(2)  # before JAX starts: the parent builds plans on 2 host devices
+    command = "python -m experiments.benchmarks.staged_fidelity " + " ".join(sys.argv[1:] if argv is None else argv)
+    results = []
+    for path in args.graphs:
+        print(f"== {path} (load {load_1min():.2f})", flush=True)
+        results.append(run_graph(path, args))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(markdown(results, command))
+        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    print(markdown(results, command))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,245 @@
+"""Simulating placed execution as the staged harness runs it: stages, not units, are what a device launches.
+
+The hardware harness (`simulator.plans.units_plan(stages=True)`, on the process rig `simulator.rig_plans`) does not
+run units one by one: in dispatch order, the units that only hold values come first (they dispatch nothing), then
+each run of *consecutive* units on one device is ONE jitted stage, launched once; its outputs exist only when the
+whole stage has ended, and a value crossing devices is sent once per (producer stage, receiving device). On the
+process rig each worker runs its instruction list strictly in order: Run a stage, Send its values (a copy into
+shared memory and a message over a pipe), and Recv a batch (wait for the message, copy onto the device) right
+before the first stage that reads it.
+
+`stage_graph` turns (unit graph, placement, dispatch order) into that program as a graph the ordinary engine
+simulates, one node per stage on its device:
+
+* partition (`stage_runs`): exactly the runs `units_plan` cuts: holders (bool[N], units without a body) first, one
+  run each, then consecutive units of one device in `order`;
+* a stage's cost (microseconds) = `RigCosts.launch_us` (the worker's round trip of a stage: launch, wait, token) +
+  the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`: fixed, per value, per
+  byte) + the Recvs placed before it (`RigCosts.recv_cost`) + the distinct values it hands to
+  other stages (bytes * `boundary_us_per_mb` / 1e6: inside one stage XLA may fuse a producer into its consumer,
+  across a boundary the value is materialised; the step profile, taken with the whole step as one computation,
+  charges none of this). A holder stage launches nothing: its cost is its sends only. The worker does the copies itself, so they occupy the device, not a bus beside it;
+* edges: a value crossing stages on one device is a local edge (output 0 of the producer stage); values sent to
+  device d are one transfer (output 1 + d, its bytes the distinct unit outputs sent), arriving `latency_us` after
+  the producer stage ends; and each device's stages are chained in dispatch order by local zero-byte edges
+  (output 0), so the engine runs them in the worker's order, not whichever is ready first;
+* the cluster (`rig_cluster`): the caller's devices with delta1 = delta2 = 0, no hosts (each worker is its own
+  process), latency `latency_us` and a bandwidth so high that wire time is nil (the copies are in the stages).
+
+`simulate_staged(graph, placement, cluster, order, costs)` simulates it with the fast engine
+(`simulator.engine.simulate`) and adds `RigCosts.step_us` (the parent's request to every worker and their replies);
+`simulate_staged_reference` does the same with the plain-Python event loop (`simulator.reference`), the oracle
+(tests/test_staged_sim.py checks them equal). Pure: no JAX at import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple, Sequence
+
+import numpy as np
+
+from simulator.cluster import Cluster
+from simulator.errors import InputError
+from simulator.graph import Graph, make_graph
+from simulator.limits import MAX_BANDWIDTH
+from simulator.result import SimResult
+
+INPUT_OPS = ("input", "param", "const")  # op graph nodes that only hold values (simulator.trace)
+NO_WIRE_BYTES_PER_US = MAX_BANDWIDTH  # bandwidth making wire time nil: the rig's copies are charged to its stages
+
+
+@dataclasses.dataclass(frozen=True)
+class RigCosts:
+    """What running a stage and moving a value cost on a rig, beyond the units' own (profiled) work.
+
+    Measured by `simulator.rig_calibrate` on the process rig; all microseconds (per_mb: per 10^6 bytes)."""
+
+    launch_us: float = 0.0  # per stage a worker runs: call, wait for its end, token hand-over
+    step_us: float = 0.0  # per step: the parent's "run" to every worker and their replies
+    send_us: float = 0.0  # per Send (one per producer stage and receiving device): views and the pipe message
+    send_us_per_value: float = 0.0  # per value of a Send: its view and copy call
+    send_us_per_mb: float = 0.0  # copying into shared memory, on the sending worker
+    recv_us: float = 0.0  # per Recv beyond waiting: device_put of the views
+    recv_us_per_value: float = 0.0  # per value of a Recv: its device_put
+    recv_us_per_mb: float = 0.0  # copying out of shared memory onto the device, on the receiving worker
+    latency_us: float = 0.0  # from a Send's end to its Recv seeing the message (pipe wake-up)
+    boundary_us_per_mb: float = 0.0  # a value leaving its stage is written out and read back, not fused away
+
+    def send_cost(self, nbytes: float, values: int = 1) -> float:
+        """Microseconds of one Send of `values` values, `nbytes` in all, on the sending worker."""
+        return self.send_us + values * self.send_us_per_value + nbytes * self.send_us_per_mb / 1e6
+
+    def recv_cost(self, nbytes: float, values: int = 1) -> float:
+        """Microseconds of one Recv of `values` values, `nbytes` in all, on the receiving worker (after waiting)."""
+        return self.recv_us + values * self.recv_us_per_value + nbytes * self.recv_us_per_mb / 1e6
+
+
+class StageGraph(NamedTuple):
+    """The staged program of one placement: S stages on D devices."""
+
+    graph: Graph  # S nodes, one per stage, in dispatch order; costs under DEFAULT_KIND (us, launch and copies in)
+    placement: np.ndarray  # int32[S] device of each stage
+    stage_of: np.ndarray  # int64[N] stage of each unit
+    runs: tuple[tuple[int, ...], ...]  # [S] the units of each stage, in dispatch order
+    holder: np.ndarray  # bool[S] stages that only hold values (launch nothing)
+
+
+def default_holders(graph: Graph) -> np.ndarray:
+    """bool[N] the units that only hold values (dispatch nothing): nodes whose op is input, param or const. A
+    grouped graph's groups all hold an equation in practice; a caller with the lowered units passes
+    `[u.body is None for u in units]` instead."""
+    return np.asarray([op in INPUT_OPS for op in graph.ops], dtype=bool)
+
+
+def stage_runs(placement: Sequence[int], order: Sequence[int], holders: Sequence[bool]) -> list[list[int]]:
+    """[S] units of each stage, as `simulator.plans.units_plan(stages=True)` cuts them: the holders in `order`
+    first, one stage each; then every run of consecutive units of one device in `order`."""
+    held = [u for u in order if holders[u]]
+    runs = [[u] for u in held]
+    for u in (u for u in order if not holders[u]):
+        if len(runs) > len(held) and placement[runs[-1][-1]] == placement[u]:
+            runs[-1].append(u)
+        else:
+            runs.append([u])
+    return runs
+
+
+def _check(graph: Graph, placement: np.ndarray, order: np.ndarray, n_devices: int) -> None:
+    n = graph.n_nodes
+    if placement.shape != (n,) or (n and (placement.min() < 0 or placement.max() >= n_devices)):
+        raise InputError(f"a placement of {graph.name!r} needs {n} device indices in [0, {n_devices})")
+    if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
+        raise InputError(f"the dispatch order of {graph.name!r} must be a permutation of its {n} units")
+    position = np.empty(n, dtype=np.int64)
+    position[order] = np.arange(n)
+    bad = np.flatnonzero(position[graph.edge_src] >= position[graph.edge_dst])
+    if bad.size:
+        raise InputError(f"unit {int(graph.edge_dst[bad[0]])}: an input comes from a unit dispatched later (the "
+                         f"dispatch order is not topological)")
+
+
+def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int], costs: RigCosts,
+                holders: Sequence[bool] | None = None) -> StageGraph:
+    """The stage graph of `graph` (N units) placed by `placement` (int[N]) and dispatched in `order` (a
+    topological permutation of the units), each unit costing `graph.cost_for(kind of its device)`; see the
+    module docstring."""
+    place = np.asarray(placement, dtype=np.int64)
+    order = np.asarray(order, dtype=np.int64)
+    _check(graph, place, order, cluster.n_devices)
+    holders = default_holders(graph) if holders is None else np.asarray(holders, dtype=bool)
+    runs = stage_runs(place.tolist(), order.tolist(), holders.tolist())
+    n_stages, n_dev = len(runs), cluster.n_devices
+    stage_of = np.empty(graph.n_nodes, dtype=np.int64)
+    for s, run in enumerate(runs):
+        stage_of[run] = s
+    unit_cost = graph.cost_matrix(cluster.kinds)[np.arange(graph.n_nodes), place] if graph.n_nodes else np.zeros(0)
+    s_dev = np.asarray([place[run[0]] for run in runs], dtype=np.int64)
+    s_holder = np.asarray([bool(holders[run[0]]) for run in runs], dtype=bool)
+    cost = np.asarray([0.0 if s_holder[s] else costs.launch_us + float(unit_cost[run].sum())
+                       for s, run in enumerate(runs)])
+    local_bytes = np.zeros(n_stages)
+    sent: dict[tuple[int, int], dict[tuple[int, int], float]] = {}  # (stage, dst) -> {(unit, out): bytes}
+    local_seen: set[tuple[int, int, int]] = set()  # (producer stage, unit, out) counted in local_bytes
+    leaving: dict[int, dict[tuple[int, int], float]] = {}  # stage -> {(unit, out): bytes} read by other stages
+    edges: set[tuple[int, int, int]] = set()
+    first_reader: dict[tuple[int, int], int] = {}  # (stage, dst) -> first stage on dst reading the batch
+    for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
+        su, sv = int(stage_of[u]), int(stage_of[v])
+        if su == sv:
+            continue
+        nbytes = float(graph.out_bytes[graph.out_offsets[u] + o])
+        if not s_holder[su]:
+            leaving.setdefault(su, {})[(u, o)] = nbytes
+        if s_dev[su] == s_dev[sv]:
+            edges.add((su, sv, 0))
+            if (su, u, o) not in local_seen:
+                local_seen.add((su, u, o))
+                local_bytes[su] += nbytes
+        else:
+            key = (su, int(s_dev[sv]))
+            sent.setdefault(key, {})[(u, o)] = nbytes
+            first_reader[key] = min(first_reader.get(key, sv), sv)
+            edges.add((su, sv, 1 + int(s_dev[sv])))
+    out_bytes = [[local_bytes[s]] + [0.0] * n_dev for s in range(n_stages)]
+    for (s, dst), values in sent.items():
+        nbytes = sum(values.values())
+        out_bytes[s][1 + dst] = nbytes
+        cost[s] += costs.send_cost(nbytes, len(values))
+        cost[first_reader[(s, dst)]] += costs.recv_cost(nbytes, len(values))  # the Recv sits before the first stage reading the batch
+    for s, values in leaving.items():
+        cost[s] += sum(values.values()) * costs.boundary_us_per_mb / 1e6
+    last = {}
+    for s in range(n_stages):  # each worker runs its stages in dispatch order
+        d = int(s_dev[s])
+        if d in last:
+            edges.add((last[d], s, 0))
+        last[d] = s
+    nodes = [{"name": f"stage{s}:{runs[s][0]}+{len(runs[s]) - 1}", "op": "stage", "cost": float(cost[s]),
+              "out_bytes": out_bytes[s]} for s in range(n_stages)]
+    sg = make_graph(f"{graph.name}.stages", nodes, sorted(edges))
+    return StageGraph(sg, s_dev.astype(np.int32), stage_of, tuple(tuple(r) for r in runs), s_holder)
+
+
+def rig_cluster(cluster: Cluster, costs: RigCosts) -> Cluster:
+    """`cluster`'s devices with the timing model the stage graph needs: no per-op delta1 (each stage's cost
+    holds its launch), no bus (the copies are in the stages), no hosts, latency `costs.latency_us`."""
+    devices = tuple(dataclasses.replace(d, host=None) for d in cluster.devices)
+    return dataclasses.replace(cluster, devices=devices, delta1_us=0.0, delta2_us=0.0, bandwidth_bytes_per_us=NO_WIRE_BYTES_PER_US,
+                               latency_us=float(costs.latency_us), hosts=())
+
+
+class StagedResult(NamedTuple):
+    """A staged simulation: the step time and the schedule of the stages."""
+
+    runtime_us: float  # simulated step time, microseconds (the stages' makespan + RigCosts.step_us)
+    stages: StageGraph
+    schedule: SimResult  # the engine's result on the stage graph (start/finish per stage, microseconds)
+
+
+def simulate_staged(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int],
+                    costs: RigCosts, holders: Sequence[bool] | None = None) -> StagedResult:
+    """Simulated step time of `placement` run as stages in dispatch `order` (see the module docstring); the fast
+    engine (simulator.engine)."""
+    from simulator.engine import simulate
+
+    sg = stage_graph(graph, placement, cluster, order, costs, holders)
+    result = simulate(sg.graph, sg.placement, rig_cluster(cluster, costs))
+    return StagedResult(float(result.runtime) + costs.step_us, sg, result)
+
+
+def simulate_staged_reference(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int],
+                              costs: RigCosts, holders: Sequence[bool] | None = None) -> StagedResult:
+    """`simulate_staged` with the plain-Python event loop (simulator.reference): the oracle."""
+    from simulator.reference import simulate_reference
+
+    sg = stage_graph(graph, placement, cluster, order, costs, holders)
+    result = simulate_reference(sg.graph, sg.placement, rig_cluster(cluster, costs))
+    return StagedResult(float(result.runtime) + costs.step_us, sg, result)
+
+
+def harness_order(graph: Graph, placement: Sequence[int], cluster: Cluster, stage_order: str) -> np.ndarray:
+    """int64[N] the dispatch order `placeto.evaluate.HardwareRunner.plan` uses: the simulated start order on
+    `cluster` (the per-unit model), kept device by device by `placeto.evaluate.staged_order` when `stage_order`
+    is "staged" (this process's devices), as is when "simulated" (the process rig)."""
+    from placeto.evaluate import dispatch_order, staged_order
+
+    order = dispatch_order(graph, np.asarray(placement, dtype=np.int32), cluster)
+    if stage_order == "staged":
+        return staged_order(graph, placement, order)
+    if stage_order != "simulated":
+        raise InputError(f"unknown stage order {stage_order!r} (known: staged, simulated)")
+    return np.asarray(order, dtype=np.int64)
+
+
+def plan_order(plan) -> tuple[np.ndarray, np.ndarray]:
+    """(int64[N] an order of the units that `stage_runs` cuts into exactly `plan`'s tasks, bool[N] holders: the
+    units of tasks that dispatch nothing) of a staged `simulator.hardware.Plan` (or anything with `.tasks`
+    carrying `unit`, `units` and `fn`): the partition the harness really runs, re-traced program included."""
+    runs = [tuple(t.units or (t.unit,)) for t in plan.tasks]
+    order = np.asarray([u for run in runs for u in run], dtype=np.int64)
+    holders = np.zeros(len(order), dtype=bool)
+    for t, run in zip(plan.tasks, runs):
+        if t.fn is None:
+            holders[list(run)] = True
+    return order, holders

@@ -1,0 +1,117 @@
+"""simulator.staged: the stage graph of a placement (as simulator.plans cuts stages) and its simulation."""
+
+import numpy as np
+import pytest
+
+from simulator import make_graph
+from simulator.cluster import Cluster, Device
+from simulator.errors import InputError
+from simulator.generate import layered_dag
+from simulator.staged import (RigCosts, default_holders, simulate_staged, simulate_staged_reference, stage_graph,
+                              stage_runs)
+
+COSTS = RigCosts(launch_us=30.0, step_us=100.0, send_us=20.0, send_us_per_value=3.0, send_us_per_mb=200.0,
+                 recv_us=5.0, recv_us_per_value=2.0, recv_us_per_mb=300.0, latency_us=40.0, boundary_us_per_mb=50.0)
+
+
+def _cluster(n: int = 2) -> Cluster:
+    return Cluster("test", tuple(Device(f"cpu:{d}", "cpu", 1e12) for d in range(n)), 7.0, 11.0, 1000.0)
+
+
+def _chain(costs, devices):
+    """A chain a -> b -> ... with 1 MB between consecutive nodes; costs by kind 'cpu'."""
+    nodes = [{"name": f"n{i}", "op": "work", "cost": {"cpu": c}, "out_bytes": [1e6]} for i, c in enumerate(costs)]
+    return make_graph("chain", nodes, [(i, i + 1, 0) for i in range(len(costs) - 1)]), np.asarray(devices)
+
+
+def test_stage_graph_partition_equals_the_plans_stages():
+    """On a small traced training step, the stages of stage_graph are the tasks simulator.plans builds for the
+    same placement and order (holders first, then consecutive units of a device)."""
+    jax = pytest.importorskip("jax")
+    from programs import mlp_step
+
+    from simulator import lowering, plans
+    from simulator.trace import trace
+
+    traced = trace(*mlp_step())
+    step, params, state, x = mlp_step()
+    values = lowering.leaf_values(traced, (params, state, x))
+    units = lowering.unit_programs(traced)
+    holders = np.asarray([u.body is None for u in units])
+    assert np.array_equal(holders, default_holders(traced.graph))
+    graph = traced.graph.with_costs("cpu", np.ones(traced.graph.n_nodes))
+    rng = np.random.default_rng(0)
+    for trial in range(3):
+        placement = rng.integers(0, 2, graph.n_nodes)
+        order = graph.topo_order
+        plan = plans.program_plan(traced, values, placement, [jax.devices()[0]] * 2, None, order, stages=True)
+        tasks = [tuple(t.units or (t.unit,)) for t in plan.tasks]
+        sg = stage_graph(graph, placement, _cluster(), order, COSTS, holders)
+        assert list(sg.runs) == tasks
+        assert sg.placement.tolist() == [t.device for t in plan.tasks]
+        assert sg.holder.tolist() == [t.fn is None for t in plan.tasks]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fast_and_reference_staged_simulations_agree(seed):
+    graph = layered_dag(40, seed=seed)
+    graph = graph.with_costs("cpu", graph.cost_for("cpu"))
+    rng = np.random.default_rng(seed)
+    cluster = _cluster(3)
+    for _ in range(5):
+        placement = rng.integers(0, 3, graph.n_nodes)
+        order = graph.topo_order
+        fast = simulate_staged(graph, placement, cluster, order, COSTS)
+        ref = simulate_staged_reference(graph, placement, cluster, order, COSTS)
+        assert fast.runtime_us == ref.runtime_us
+        assert np.array_equal(fast.schedule.start, ref.schedule.start)
+
+
+def test_single_device_is_one_stage_one_launch():
+    graph, _ = _chain([10.0, 20.0, 30.0], [0, 0, 0])
+    result = simulate_staged(graph, np.zeros(3, int), _cluster(), graph.topo_order, COSTS)
+    assert len(result.stages.runs) == 1
+    assert result.runtime_us == pytest.approx(COSTS.step_us + COSTS.launch_us + 60.0)
+
+
+def test_consumer_waits_for_the_whole_producer_stage():
+    """a (dev 0), b (dev 0), c (dev 1) reading a only: c starts after the stage {a, b} ends, and its send, its
+    receive and the materialised value are charged on the workers."""
+    nodes = [{"name": n, "op": "work", "cost": {"cpu": c}, "out_bytes": [1e6]} for n, c in
+             (("a", 10.0), ("b", 500.0), ("c", 7.0))]
+    graph = make_graph("fork", nodes, [(0, 1, 0), (0, 2, 0)])
+    result = simulate_staged(graph, np.asarray([0, 0, 1]), _cluster(), [0, 1, 2], COSTS)
+    assert [list(r) for r in result.stages.runs] == [[0, 1], [2]]
+    producer_end = COSTS.launch_us + 510.0 + COSTS.send_cost(1e6) + COSTS.boundary_us_per_mb  # a: 1 MB leaves
+    start_c = result.schedule.start[1]
+    assert start_c == pytest.approx(producer_end + COSTS.latency_us)
+    expected = start_c + COSTS.launch_us + 7.0 + COSTS.recv_cost(1e6) + COSTS.step_us
+    assert result.runtime_us == pytest.approx(expected)
+    # dispatched as a, c, b: a alone is a stage, so c waits for a only
+    early = simulate_staged(graph, np.asarray([0, 0, 1]), _cluster(), [0, 2, 1], COSTS)
+    assert [list(r) for r in early.stages.runs] == [[0], [2], [1]]
+    assert early.schedule.start[1] < start_c - 400.0
+
+
+def test_worker_runs_its_stages_in_dispatch_order():
+    """Device 1's first stage waits for device 0; its second (independent) stage may not run before it."""
+    nodes = [{"name": n, "op": "work", "cost": {"cpu": c}, "out_bytes": [8.0]} for n, c in
+             (("a", 300.0), ("b", 5.0), ("c", 5.0), ("d", 5.0))]
+    graph = make_graph("order", nodes, [(0, 1, 0), (2, 3, 0)])  # a -> b, c -> d; c is independent of a
+    # stages: [a] dev0, [b] dev1, [c] dev0, [d] dev1 -> on dev1, d after b (which waits for a)
+    result = simulate_staged(graph, np.asarray([0, 1, 0, 1]), _cluster(), [0, 1, 2, 3], COSTS)
+    start = result.schedule.start
+    assert start[3] >= start[1] + COSTS.launch_us + 5.0
+
+
+def test_bad_order_is_refused():
+    graph, place = _chain([1.0, 2.0], [0, 1])
+    with pytest.raises(InputError, match="not topological"):
+        stage_graph(graph, place, _cluster(), [1, 0], COSTS)
+    with pytest.raises(InputError, match="permutation"):
+        stage_graph(graph, place, _cluster(), [0, 0], COSTS)
+
+
+def test_stage_runs_puts_holders_first():
+    assert stage_runs([0, 1, 1, 0, 0], [0, 2, 1, 3, 4], [False, True, False, False, False]) == [[1], [0], [2],
+                                                                                            [3, 4]]
