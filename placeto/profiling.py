@@ -116,15 +116,16 @@ MEASURES = {"step": "compiling the step, then tracing it", "units": "each unit a
 
 @contextlib.contextmanager
 def phases(total: int, name: str, enabled: bool) -> Iterator[Any]:
-    """A tqdm bar on stderr over `total` phases of profiling `name`, redrawn every second so that its clock ticks
+    """A tqdm bar on stderr (a terminal only) over `total` phases of profiling `name`, redrawn every second so that its clock ticks
     through a phase of minutes (a step's compilation and trace has no finer steps to count); rate and ETA are
     the average over the phases done (smoothing 0)."""
     import threading
 
     from tqdm import tqdm
 
-    bar = tqdm(total=total, desc=f"profile {name}", unit="phase", disable=not enabled, smoothing=0,
-               bar_format="{desc}: {n}/{total} phases [{elapsed}<{remaining}]{postfix}")
+    bar = tqdm(total=total, desc=f"profile {name}", unit="phase", disable=None if enabled else True, smoothing=0,
+               bar_format="{desc}: {n}/{total} phases [{elapsed}<{remaining}]{postfix}")  # None: on a terminal only
+    enabled = not bar.disable
     stop = threading.Event()
 
     def tick() -> None:
