@@ -168,10 +168,13 @@ SCRIPT = textwrap.dedent('''
     rng = np.random.default_rng(0)
     for k in range(4):
         save_placement(f"{tmp}/r{k}.json", rng.integers(0, 2, n), ["/cpu:0", "/cpu:1"])
+    # the main eval above runs on the default rig (a worker process per device); the rest on the threads rig,
+    # whose starts cost no worker processes, so the suite stays short
     report["refit"] = cli(add_eval_arguments, run_eval,
                           [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json"]
                           + [f"{tmp}/r{k}.json" for k in range(4)]
-                          + ["--hardware", "--cluster", f"{tmp}/cluster.json", "--repeats", "3", "--refit",
+                          + ["--hardware", "--rig", "threads", "--cluster", f"{tmp}/cluster.json", "--repeats", "3",
+                             "--refit",
                              f"{tmp}/refit.json", "--program", "__main__:mlp_step", "--args-spec",
                              "__main__:mlp_args"])
     report["eval_short"] = cli(add_eval_arguments, run_eval,
@@ -180,8 +183,8 @@ SCRIPT = textwrap.dedent('''
     report["eval_3dev"] = cli(add_eval_arguments, run_eval,
                               [gpath, "--placement", f"{tmp}/one.json", "--hardware", "--devices", "3"])
     report["eval_list"] = cli(add_eval_arguments, run_eval,
-                              [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json", "--hardware", "--devices",
-                               "cpu:1,cpu:0", "--cluster", f"{tmp}/cluster.json", "--repeats", "2", "--program",
+                              [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json", "--hardware", "--rig",
+                               "threads", "--devices", "cpu:1,cpu:0", "--cluster", f"{tmp}/cluster.json", "--repeats", "2", "--program",
                                "__main__:mlp_step", "--args-spec", "__main__:mlp_args"])
 
     # a zoo program (a small nmt family graph): staged plans on 1 and 2 devices equal jax.jit(step); then
@@ -211,7 +214,8 @@ SCRIPT = textwrap.dedent('''
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = placeto_main(["eval", zoo_path, "--placement", f"{tmp}/zoo_one.json", f"{tmp}/zoo_rr.json",
-                             "--hardware", "--devices", "cpu:0,cpu:1", "--cluster", f"{tmp}/cluster.json",
+                             "--hardware", "--rig", "threads", "--devices", "cpu:0,cpu:1", "--cluster",
+                             f"{tmp}/cluster.json",
                              "--costs", "graph", "--repeats", "2", "--warmup", "1"])
     report["zoo_eval"] = [code, out.getvalue()]
     print(json.dumps(report))

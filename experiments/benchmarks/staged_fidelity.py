@@ -52,6 +52,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per placement first (the first compiles)")
     p.add_argument("--seconds", type=float, default=2.0, help="budget of each searching placer (local search)")
     p.add_argument("--rig-repeats", type=int, default=30, help="steps per rig cost probe")
+    p.add_argument("--costs", choices=("step", "units"), default="step",
+                   help="the units' costs: measured inside one compiled step (eval's default) or each unit alone "
+                        "as its own call, net of the dispatch floor (eval --costs units); both on one core")
     p.add_argument("--out", type=Path, default=OUT, help="markdown report (JSON beside it)")
     return p.parse_args(argv)
 
@@ -92,7 +95,7 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
     runner = hardware_runner(graph, cluster, devices=2, rig="processes")
     try:
         t0 = time.time()
-        runner = runner.with_step_costs(args.repeats)
+        runner = runner.with_step_costs(args.repeats) if args.costs == "step" else runner.with_unit_costs(args.repeats)
         graph = runner.graph
         profile_s = time.time() - t0
         costs, raw = rig_costs(runner.rig, args.rig_repeats)
@@ -112,7 +115,8 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
                   f"({rows[-1]['stages']} stages)", flush=True)
     finally:
         runner.close()
-    return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "rows": rows, "rig_costs": vars(costs),
+    return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "costs": args.costs, "rows": rows,
+            "rig_costs": vars(costs),
             "rig_raw": raw, "profile_s": profile_s, "load_before": load_before, "load_after": load_1min(),
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
 
@@ -135,7 +139,7 @@ def markdown(results: list[dict], command: str) -> str:
              "placements measured in interleaved rounds (medians); *per-unit*: `simulator.simulate` on the "
              "calibrated cluster `eval --hardware` uses; *staged*: `simulator.staged.simulate_staged` on the "
              "stages of the plan the rig ran, with the rig's measured costs. Errors are (simulated - measured) / "
-             "measured. Unit costs: `--costs step` on one core.", "",
+             f"measured. Unit costs: `--costs {results[0]['costs'] if results else 'step'}` on one core.", "",
              "| graph | units | placements | Spearman per-unit | median err per-unit | Spearman staged | "
              "median err staged | load before/after |", "|---|---|---|---|---|---|---|---|"]
     for res in results:
