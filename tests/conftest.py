@@ -31,6 +31,7 @@ SERIAL = (  # test files, or file::test name prefixes
     "test_on_hardware.py",
     "test_compare.py::test_learned_rows_share_the_budget",
     "test_search.py::test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start",
+    "test_step_profile.py::test_profile_units_in_the_compiled_step",  # which units the measured time goes to
 )
 
 
