@@ -353,19 +353,35 @@ def _kind(row: dict) -> str:
     return "GPU+CPU" if "gpu+cpu" in str(row["devices"]) else "identical K80s"
 
 
+def _k80_4(row: dict) -> bool:
+    """The issue's measure: a test graph of nmt, ptb or cifar10 at 4 K80s."""
+    return row["family"] in ("nmt", "ptb", "cifar10") and row["devices"] == "4" and row["cluster"] == "placeto-k80"
+
+
+KINDS = tuple((kind, lambda r, kind=kind: _kind(r) == kind) for kind in ("identical K80s", "GPU+CPU", "generated"))
+
+
+def _versus_earlier(held: list[dict], inside: list[dict], suffix: str, groups, columns) -> list[str]:
+    """Table rows "| label | group | tasks | x etf of each column |": the test tasks also in
+    generalization_{heldout,inside}_{suffix}.csv (an earlier evaluation), per (name, keep) of `groups`; each
+    column is row -> microseconds of (the earlier row, this row)."""
+    out = []
+    for label, rows, name in (("held out", held, "heldout"), ("in distribution", inside, "inside")):
+        old = {r["key"]: r for r in _read_rows(RESULTS / f"generalization_{name}_{suffix}.csv")}
+        both = [r for r in rows if r["key"] in old]
+        for group, keep in groups:
+            rs = [r for r in both if keep(r)]
+            if rs and not (label == "held out" and keep is _k80_4):
+                cells = [_gm(float(col(old[r["key"]], r)) / float(r["etf_us"]) for r in rs) for col in columns]
+                out.append(f"| {label} | {group} | {len(rs)} | " + " | ".join(f"{c:.3f}" for c in cells) + " |")
+    return out
+
+
 def _stage1_lines(held: list[dict], inside: list[dict]) -> list[str]:
     """What Placeto's later stages changed: the Placeto column of the runs after the first stage alone
     (generalization_*_stage1.csv, written by `evaluate` before the second stage), beside the final one."""
-    out = []
-    for label, rows, name in (("held out", held, "heldout"), ("in distribution", inside, "inside")):
-        old = {r["key"]: r for r in _read_rows(RESULTS / f"generalization_{name}_stage1.csv")}
-        both = [r for r in rows if r["key"] in old]
-        for kind in ("identical K80s", "GPU+CPU", "generated"):
-            rs = [r for r in both if _kind(r) == kind]
-            if rs:
-                first = _gm(float(old[r["key"]]["placeto_us"]) / float(r["etf_us"]) for r in rs)
-                final = _gm(float(r["placeto_us"]) / float(r["etf_us"]) for r in rs)
-                out.append(f"| {label} | {kind} | {len(rs)} | {first:.3f} | {final:.3f} |")
+    out = _versus_earlier(held, inside, "stage1", KINDS,
+                          (lambda old, r: old["placeto_us"], lambda old, r: r["placeto_us"]))
     if not out:
         return []
     return ["## Placeto's two stages", "",
@@ -382,20 +398,10 @@ def _start_lines(held: list[dict], inside: list[dict]) -> list[str]:
     """What the "list" start changed: Placeto's column from the "etf" start with the parameters and passes chosen
     before starts were candidates (generalization_*_etfstart.csv, the evaluation of commit 23f9ce8), beside the
     final one, with where the final pass starts."""
-    k80_4 = lambda r: r["family"] in ("nmt", "ptb", "cifar10") and r["devices"] == "4" and r["cluster"] == "placeto-k80"
-    out = []
-    for label, rows, name in (("held out", held, "heldout"), ("in distribution", inside, "inside")):
-        old = {r["key"]: r for r in _read_rows(RESULTS / f"generalization_{name}_etfstart.csv")}
-        both = [r for r in rows if r["key"] in old]
-        for kind, keep in (("identical K80s", lambda r: _kind(r) == "identical K80s"),
-                           ("GPU+CPU", lambda r: _kind(r) == "GPU+CPU"), ("generated", lambda r: _kind(r) == "generated"),
-                           ("nmt, ptb, cifar10 at 4 K80s", k80_4), ("all", lambda r: True)):
-            rs = [r for r in both if keep(r)]
-            if rs and not (label == "held out" and kind.startswith("nmt")):
-                etf_start = _gm(float(old[r["key"]]["placeto_us"]) / float(r["etf_us"]) for r in rs)
-                start = _gm(float(r["start_us"]) / float(r["etf_us"]) for r in rs)
-                final = _gm(float(r["placeto_us"]) / float(r["etf_us"]) for r in rs)
-                out.append(f"| {label} | {kind} | {len(rs)} | {etf_start:.3f} | {start:.3f} | {final:.3f} |")
+    groups = (*KINDS, ("nmt, ptb, cifar10 at 4 K80s", _k80_4), ("all", lambda r: True))
+    out = _versus_earlier(held, inside, "etfstart", groups, (lambda old, r: old["placeto_us"],
+                                                             lambda old, r: r["start_us"],
+                                                             lambda old, r: r["placeto_us"]))
     if not out:
         return []
     return ["## Where the pass starts", "",
@@ -412,8 +418,7 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
     for rows in (held, inside):
         for r in rows:
             r["clusters"] = _kind(r)
-    k80_4 = [r for r in inside if r["family"] in ("nmt", "ptb", "cifar10") and r["devices"] == "4"
-             and r["cluster"] == "placeto-k80"]
+    k80_4 = [r for r in inside if _k80_4(r)]
     lines = ["# Zero-shot generalization to held-out families", "",
              f"Command: `{command}` (this 2-core CPU machine; simulated, memory-penalised step times; ratios to "
              "etf, geometric means).", "",
