@@ -69,3 +69,51 @@ def check_cached_cluster(cluster: Cluster, devices: Sequence[Any]) -> None:
     have = [d.kind for d in cluster.devices]
     if have != wanted:
         raise InputError(f"device kinds {', '.join(have)[:80]}, not these devices' {', '.join(wanted)[:80]}")
+
+
+def rig_costs_path(devices: Sequence[Any]) -> Path:
+    """Where the measured costs of the process rig over the JAX `devices` are cached: beside their calibrated
+    cluster (`cluster_cache_path`), named `<same 16 hex>.rig.json`."""
+    path = cluster_cache_path(devices)
+    return path.with_name(path.stem + ".rig.json")
+
+
+def cached_rig_costs(rig: Any, devices: Sequence[Any], repeats: int = 30,
+                     progress: Callable[[str], None] = print) -> Any:
+    """simulator.staged.RigCosts of the process `rig` running `devices`, from the cache (`rig_costs_path`) or
+    measured now on the rig (simulator.rig_calibrate.rig_costs, a few seconds) and cached. A damaged entry (not
+    an object of RigCosts' fields, each a finite number >= 0) is named in one warning on stderr and measured
+    again; one that cannot be written is a warning too."""
+    import dataclasses
+    import math
+    import sys
+
+    from simulator.io import atomic_write_bytes
+    from simulator.rig_calibrate import rig_costs
+    from simulator.staged import RigCosts
+
+    path = rig_costs_path(devices)
+    fields = [f.name for f in dataclasses.fields(RigCosts)]
+    if path.exists() or path.is_symlink():
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or sorted(data) != sorted(fields) or not all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                    for v in data.values()):
+                raise ValueError(f"expected an object of the fields {', '.join(fields)}, each a finite number "
+                                 f">= 0")
+            progress(f"rig costs: {path} (cached; delete it to measure again)")
+            return RigCosts(**{k: float(v) for k, v in data.items()})
+        except (OSError, ValueError, RecursionError) as e:
+            print(f"placeto: warning: {path}: damaged rig costs cache entry ({str(e)[:120]}); ignored, measuring "
+                  f"again and replacing it", file=sys.stderr, flush=True)
+    progress(f"measuring the process rig's stage launch and transfer costs (cached afterwards in {path}) ...")
+    costs, _ = rig_costs(rig, repeats)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(path, json.dumps(dataclasses.asdict(costs), indent=1).encode())
+    except (InputError, OSError) as e:
+        why = e.detail if isinstance(e, InputError) else (e.strerror or str(e))
+        print(f"placeto: warning: {path}: cannot cache the rig costs ({why}); used, not cached", file=sys.stderr,
+              flush=True)
+    return costs

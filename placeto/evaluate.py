@@ -81,16 +81,62 @@ class HardwareRunner:
     stage_order: str = "staged"  # "staged": a device's units kept together where dependencies allow (few stages,
     #   few dispatches: staged_order); "simulated": the simulated start order (more, shorter stages, so a value
     #   another device waits for is ready sooner: what devices that really run at once need)
+    holders: np.ndarray | None = None  # bool[N] units that only hold values (dispatch nothing; program modes)
+    rig_costs: Any = None  # simulator.staged.RigCosts of the process rig (`with_rig_costs`): then `simulate`
+    #   predicts the rig's stages (simulator.staged), not the units one by one
 
     def plan(self, placement: np.ndarray):
         """The plan of `placement`: units in simulated start order, and when staged with stage_order "staged",
         each device's units kept together where dependencies allow (`staged_order`)."""
+        return self.make_plan(placement, self.order(placement), self.stages and self.mode != "synthetic")
+
+    def order(self, placement: np.ndarray) -> np.ndarray:
+        """int64[N] the dispatch order `plan` gives the units of `placement` (staged or not)."""
         order = dispatch_order(self.graph, placement, self.cluster)
-        if self.stages and self.mode != "synthetic":
-            if self.stage_order == "staged":
-                order = staged_order(self.graph, placement, order)
-            return self.make_plan(placement, order, True)
-        return self.make_plan(placement, order, False)
+        if self.stages and self.mode != "synthetic" and self.stage_order == "staged":
+            order = staged_order(self.graph, placement, order)
+        return np.asarray(order, dtype=np.int64)
+
+    def simulate(self, placement: np.ndarray) -> float:
+        """Simulated step time of `placement` (microseconds) as this runner runs it: with `rig_costs` (the process
+        rig, staged program modes) the staged simulation of the very stages `plan` cuts, with the rig's costs
+        (simulator.staged.simulate_staged); otherwise the simulator's per-unit model on the cluster."""
+        from simulator import simulate
+
+        placement = np.asarray(placement, dtype=np.int32)
+        if self.rig_costs is None or self.holders is None or not self.stages:
+            return float(simulate(self.graph, placement, self.cluster).runtime)
+        from simulator.staged import simulate_staged
+
+        return simulate_staged(self.graph, placement, self.cluster, self.order(placement), self.rig_costs,
+                               self.holders).runtime_us
+
+    def with_rig_costs(self, progress: Callable[[str], None] = print, steps: int = 5) -> "HardwareRunner":
+        """This runner simulating its rig's stages (`simulate`): the process rig's costs from the cache, measured
+        now when none is (placeto.cluster_cache.cached_rig_costs), and the units' costs scaled to the rig's own
+        speed: profiled in this process, they are scaled so that, with a stage's launch and the step's round trip,
+        they add up to the whole step run as one stage on the rig's first worker (median of `steps` after two
+        warm-up steps; freeing the values a step made included): the profile says how the step's time splits
+        over its units, the rig how long the step takes there. As is without a process rig
+        or for synthetic kernels (one task per node: the per-unit model is theirs)."""
+        if self.rig is None or self.holders is None or not self.stages:
+            return self
+        from placeto.cluster_cache import cached_rig_costs
+        from placeto.rig_gantt import measured_step
+
+        costs = cached_rig_costs(self.rig, self.devices, progress=progress)
+        kind = self.cluster.kinds[0]
+        unit = self.graph.cost_for(kind)
+        profiled = float(unit[~self.holders].sum())
+        step = measured_step(self, np.zeros(self.graph.n_nodes, dtype=np.int32), steps=steps, warmup=2)
+        ran = step.wall_ns / 1e3 - costs.launch_us - costs.step_us
+        graph = self.graph
+        if profiled > 0 and ran > 0:
+            progress(f"the units' costs scaled by {ran / profiled:.3f} to the rig's own speed (the whole step as "
+                     f"one stage on its first worker: {ran / 1e3:.2f} ms beyond a stage's launch and the step's "
+                     f"round trip, profiled {profiled / 1e3:.2f} ms)")
+            graph = graph.with_costs(kind, unit * (ran / profiled))
+        return dataclasses.replace(self, graph=graph, rig_costs=costs)
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
         """simulator.timing.Timing of one step of each placement, the placements' steps interleaved
@@ -269,8 +315,9 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     """
     from simulator.calibrate import calibrate_kernel
     from simulator.lowering import leaf_values
-    from simulator.plans import program_plan
     from simulator.host_devices import local_devices
+    from simulator.lowering import unit_programs
+    from simulator.plans import program_plan
     from simulator.synthetic_kernels import synthetic_plan
 
     if mode not in MODES:
@@ -308,14 +355,16 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
                               stages=stages)
 
         return HardwareRunner(graph, cluster, "exported-program", devices, make_exported, rig=workers,
-                              stage_order=order)
+                              stage_order=order, holders=np.asarray([u.body is None for u in bundle.units]))
     traced, op_to_group, args = program_of(graph, program, args_spec)
     values = leaf_values(traced, args, seed)
 
     def make_program(placement, order, stages=True):
         return program_plan(traced, values, placement, devices, op_to_group, order, stages)
 
-    return HardwareRunner(graph, cluster, "program", devices, make_program, rig=workers, stage_order=order)
+    units = unit_programs(traced, op_to_group, graph.n_nodes if op_to_group is not None else None)
+    return HardwareRunner(graph, cluster, "program", devices, make_program, rig=workers, stage_order=order,
+                          holders=np.asarray([u.body is None for u in units]))
 
 
 RIGS = ("threads", "processes")
@@ -361,7 +410,8 @@ def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster
     from simulator import simulate
 
     arrays = [np.asarray(p, dtype=np.int32) for _, p in placements]
-    simulated = [float(simulate(graph, p, cluster).runtime) for p in arrays]
+    simulated = [runner.simulate(p) if runner is not None else float(simulate(graph, p, cluster).runtime)
+                 for p in arrays]
     measured = runner.measure(arrays, repeats, warmup) if runner is not None else [None] * len(arrays)
     rows = [EvalRow(name, sim, m) for (name, _), sim, m in zip(placements, simulated, measured)]
     for row in rows if progress else ():
@@ -559,6 +609,7 @@ def run_eval(args: argparse.Namespace) -> int:
               f"costs) ...", flush=True)
         runner = (runner.with_step_costs(args.repeats, args.program, args.args_spec, args.exported)
                   if costs == "step" else runner.with_unit_costs(args.repeats))
+        runner = runner.with_rig_costs(progress=lambda line: print(line, flush=True))
         graph = runner.graph
     else:
         cluster, warning = simulation_cluster(graph, cluster)
@@ -577,7 +628,10 @@ def run_eval(args: argparse.Namespace) -> int:
         print(f"hardware: {', '.join(f'{d.platform}:{d.id}' for d in runner.devices)} in {where}, {runner.mode} "
               f"execution ({how}), median of {args.repeats} steps after {args.warmup} warm-up (the first compiles)")
     if runner is not None:
-        print(f"simulated: the simulator's step time on the cluster above; measured: real steps; {ERROR_MEANING}")
+        model = ("the staged simulation of the stages the rig runs, with its measured launch and transfer costs "
+                 "(simulator.staged)" if runner.rig_costs is not None else
+                 "the simulator's step time on the cluster above")
+        print(f"simulated: {model}; measured: real steps; {ERROR_MEANING}")
     plain = _plain_jit(args, spec) if runner is not None else ()  # before the placements run (and after)
     print(f"{'placement':<28} {'simulated ms':>12}" + (f" {'measured ms':>12}  [IQR, min]  error" if runner else ""))
     try:

@@ -159,11 +159,13 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
         raise InputError(f"graph {graph.name!r} has no {missing[0]!r} costs for the cluster's devices")
     progress(f"placing on {cluster.n_devices} devices ({', '.join(cluster.kinds)}), {seconds:g} s per method:")
     ranked, single = rank_candidates(graph, cluster, methods, seconds, seed, progress)
-    chosen = [c for c in ranked if c is not single][:top] + [single]
     if rig == "processes":
         progress(f"starting {len(devices)} worker processes, one per device (--rig processes) ...")
     runner = hardware_runner(graph, cluster, devices=spec, rig=rig)
     try:
+        runner = runner.with_rig_costs(progress)
+        ranked, single = restaged(runner, ranked, single, progress)
+        chosen = [c for c in ranked if c is not single][:top] + [single]
         before = (plain_jit.measure_for(graph_path, spec, repeats, warmup, progress=progress),) if plain else ()
         outcome = _run_candidates(runner, chosen, ranked, spec, repeats, warmup, progress)
         after = ((plain_jit.measure_for(graph_path, spec, repeats, warmup, progress=progress),)
@@ -179,6 +181,21 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     finally:
         runner.close()
     return outcome._replace(cluster=cluster, plain=before + after)
+
+
+def restaged(runner: Any, ranked: list[Candidate], single: Candidate,
+             progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
+    """(`ranked` re-simulated as `runner` runs them and ranked again, the single device among them): on the
+    process rig (a runner with rig costs) the staged simulation of each candidate's stages
+    (placeto.evaluate.HardwareRunner.simulate), which predicts the rig's steps where the per-unit model the
+    placers searched with does not (experiments/results/benchmarks/staged_fidelity.md); as is otherwise."""
+    if runner.rig_costs is None:
+        return ranked, single
+    progress("simulated again as the rig runs them (stages, their launches and transfers: simulator.staged):")
+    again = [c._replace(simulated_us=runner.simulate(c.placement)) for c in ranked]
+    for c in again:
+        progress(f"  {c.name:<14} simulated {c.simulated_us / 1e3:9.3f} ms")
+    return sorted(again, key=lambda c: c.simulated_us), next(c for c in again if c.placement is single.placement)
 
 
 def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate], spec: Any, repeats: int,

@@ -96,6 +96,10 @@ def stale(how: Mapping[str, Any] | None, key: ProfileKey) -> str | None:
         return "is missing"
     if how.get("method") != "step":
         return f"was measured by method {how.get('method')!r}, not 'step'"
+    from simulator.plans import MATERIALISED_PLATFORMS
+
+    if (how.get("platform") in MATERIALISED_PLATFORMS) != (how.get("materialised") is True):
+        return "was measured before the harness materialised every unit's outputs (simulator.plans.materialises)"
     if how.get("device") != key.device:
         return f"is of another device ({how.get('device')})"
     if how.get("jax_version") != key.jax_version:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # this module must not import jax at import time (see simulat
 
 _FUNCTIONS: "weakref.WeakKeyDictionary[Traced, dict]" = weakref.WeakKeyDictionary()  # jitted units per trace
 DONATE = True  # donate transient stage inputs; safe on CPU too (jax 0.10: buffers reused, no warning)
+MATERIALISED_PLATFORMS = ("cpu",)  # where a stage also returns every value its units make (see `materialises`)
 
 
 def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int], devices: Sequence,
@@ -151,15 +152,30 @@ def _stages(units: Sequence[UnitProgram], runs: Sequence[Sequence[int]], place: 
             made.update((s, (j, m)) for m, s in enumerate(units[u].outputs))
         outputs = tuple(s for s in made if (s, dev) in step_outputs or read_on.get(s, set()) - {dev}
                         or any(r != k for r in readers.get((s, dev), ())))
+        extra = tuple(s for s in made if s not in outputs) if materialises(devices[dev]) else ()
         donated = tuple(s for s in inputs if DONATE and (s, dev) not in resident and (s, dev) not in step_outputs
                         and readers[(s, dev)] == [k] and _transient_copy(s, dev, home, read_on, devices))
-        key = ("stage", tuple(units[u].key for u in run), tuple(wiring), tuple(made[s] for s in outputs),
-               tuple(inputs[s] for s in donated), dev)
+        key = ("stage", tuple(units[u].key for u in run), tuple(wiring),
+               tuple(made[s] for s in outputs + extra), tuple(inputs[s] for s in donated), dev)
         if key not in cache:
             cache[key] = compile_task(_stage_body([units[u].body for u in run], wiring, key[3]), devices[dev],
                                       key[4])
         tasks.append(Task(run[0], dev, cache[key], tuple(inputs), outputs, (), tuple(run), donated))
     return tasks
+
+
+def materialises(device: Any) -> bool:
+    """Whether a stage on `device` returns every value its units make, not only those read elsewhere: on XLA:CPU.
+
+    A value only some fusion reads may be recomputed inside each of its consumers: XLA duplicates a cheap
+    producer into every consumer it can fuse into, and chains of them multiply. On XLA:CPU (one core, jax 0.11)
+    nmt_004's whole step compiled as one computation is 97k HLO lines and 284 ms; the same program returning
+    every value passed between its units is 25k lines and 74 ms (inception_v3 336 -> 300 ms, ptb_006 5.0 -> 5.7
+    ms). A returned value is computed once and read back, as across a stage boundary: so a unit costs the same in
+    any stage, and its cost measured inside the whole step (placeto.profiling, method "step", profiled the same
+    way) holds in every placement's stages (simulator.staged). Not on GPUs, whose fusion was measured as is.
+    """
+    return getattr(device, "platform", None) in MATERIALISED_PLATFORMS
 
 
 def _transient_copy(s: Any, dev: int, home: dict, read_on: dict, devices: Sequence) -> bool:

@@ -14,11 +14,12 @@ simulates, one node per stage on its device:
 * partition (`stage_runs`): exactly the runs `units_plan` cuts: holders (bool[N], units without a body) first, one
   run each, then consecutive units of one device in `order`;
 * a stage's cost (microseconds) = `RigCosts.launch_us` (the worker's round trip of a stage: launch, wait, token) +
-  the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`: fixed, per value, per
-  byte) + the Recvs placed before it (`RigCosts.recv_cost`) + the distinct values it hands to
-  other stages (bytes * `boundary_us_per_mb` / 1e6: inside one stage XLA may fuse a producer into its consumer,
-  across a boundary the value is materialised; the step profile, taken with the whole step as one computation,
-  charges none of this). A holder stage launches nothing: its cost is its sends only. The worker does the copies itself, so they occupy the device, not a bus beside it;
+  per value it reads from another stage, `launch_us_per_input` and `launch_us_per_input_mb` per 10^6 bytes
+  (`stage_inputs`) + the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`: fixed, per value, per
+  byte) + the Recvs placed before it (`RigCosts.recv_cost`). Nothing is charged for a value leaving its stage:
+  on XLA:CPU a stage returns every value its units make (simulator.plans.materialises) and the step profile is
+  taken the same way, so a unit costs what it was profiled at in any stage. A holder stage launches nothing: its
+  cost is its sends only. The worker does the copies itself, so they occupy the device, not a bus beside it;
 * edges: a value crossing stages on one device is a local edge (output 0 of the producer stage); values sent to
   device d are one transfer (output 1 + d, its bytes the distinct unit outputs sent), arriving `latency_us` after
   the producer stage ends; and each device's stages are chained in dispatch order by local zero-byte edges
@@ -56,6 +57,8 @@ class RigCosts:
     Measured by `simulator.rig_calibrate` on the process rig; all microseconds (per_mb: per 10^6 bytes)."""
 
     launch_us: float = 0.0  # per stage a worker runs: call, wait for its end, token hand-over
+    launch_us_per_input: float = 0.0  # per value a stage reads from another stage (`stage_inputs`)
+    launch_us_per_input_mb: float = 0.0  # per 10^6 bytes of those values (read from memory, not cache)
     step_us: float = 0.0  # per step: the parent's "run" to every worker and their replies
     send_us: float = 0.0  # per Send (one per producer stage and receiving device): views and the pipe message
     send_us_per_value: float = 0.0  # per value of a Send: its view and copy call
@@ -64,7 +67,6 @@ class RigCosts:
     recv_us_per_value: float = 0.0  # per value of a Recv: its device_put
     recv_us_per_mb: float = 0.0  # copying out of shared memory onto the device, on the receiving worker
     latency_us: float = 0.0  # from a Send's end to its Recv seeing the message (pipe wake-up)
-    boundary_us_per_mb: float = 0.0  # a value leaving its stage is written out and read back, not fused away
 
     def send_cost(self, nbytes: float, values: int = 1) -> float:
         """Microseconds of one Send of `values` values, `nbytes` in all, on the sending worker."""
@@ -119,6 +121,20 @@ def _check(graph: Graph, placement: np.ndarray, order: np.ndarray, n_devices: in
                          f"dispatch order is not topological)")
 
 
+def stage_inputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> tuple[np.ndarray, np.ndarray]:
+    """(int64[S] distinct values each stage reads from other stages, float64[S] their bytes) of `graph`'s units
+    cut into stages (`stage_of`: int64[N] stage of each unit)."""
+    count, nbytes = np.zeros(n_stages, dtype=np.int64), np.zeros(n_stages)
+    seen: set[tuple[int, int, int]] = set()
+    for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
+        sv = int(stage_of[v])
+        if int(stage_of[u]) != sv and (sv, u, o) not in seen:
+            seen.add((sv, u, o))
+            count[sv] += 1
+            nbytes[sv] += float(graph.out_bytes[graph.out_offsets[u] + o])
+    return count, nbytes
+
+
 def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int], costs: RigCosts,
                 holders: Sequence[bool] | None = None) -> StageGraph:
     """The stage graph of `graph` (N units) placed by `placement` (int[N]) and dispatched in `order` (a
@@ -136,12 +152,13 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
     unit_cost = graph.cost_matrix(cluster.kinds)[np.arange(graph.n_nodes), place] if graph.n_nodes else np.zeros(0)
     s_dev = np.asarray([place[run[0]] for run in runs], dtype=np.int64)
     s_holder = np.asarray([bool(holders[run[0]]) for run in runs], dtype=bool)
+    n_in, in_bytes = stage_inputs(graph, stage_of, n_stages)
     cost = np.asarray([0.0 if s_holder[s] else costs.launch_us + float(unit_cost[run].sum())
+                       + costs.launch_us_per_input * n_in[s] + costs.launch_us_per_input_mb * in_bytes[s] / 1e6
                        for s, run in enumerate(runs)])
     local_bytes = np.zeros(n_stages)
     sent: dict[tuple[int, int], dict[tuple[int, int], float]] = {}  # (stage, dst) -> {(unit, out): bytes}
     local_seen: set[tuple[int, int, int]] = set()  # (producer stage, unit, out) counted in local_bytes
-    leaving: dict[int, dict[tuple[int, int], float]] = {}  # stage -> {(unit, out): bytes} read by other stages
     edges: set[tuple[int, int, int]] = set()
     first_reader: dict[tuple[int, int], int] = {}  # (stage, dst) -> first stage on dst reading the batch
     for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
@@ -149,8 +166,6 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
         if su == sv:
             continue
         nbytes = float(graph.out_bytes[graph.out_offsets[u] + o])
-        if not s_holder[su]:
-            leaving.setdefault(su, {})[(u, o)] = nbytes
         if s_dev[su] == s_dev[sv]:
             edges.add((su, sv, 0))
             if (su, u, o) not in local_seen:
@@ -167,8 +182,6 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
         out_bytes[s][1 + dst] = nbytes
         cost[s] += costs.send_cost(nbytes, len(values))
         cost[first_reader[(s, dst)]] += costs.recv_cost(nbytes, len(values))  # the Recv sits before the first stage reading the batch
-    for s, values in leaving.items():
-        cost[s] += sum(values.values()) * costs.boundary_us_per_mb / 1e6
     last = {}
     for s in range(n_stages):  # each worker runs its stages in dispatch order
         d = int(s_dev[s])

@@ -32,7 +32,7 @@ def _measure_stub(monkeypatch, load: float = 0.0, cores: int = 2):
 
     def fake_profile(graph, devices, repeats, warmup):
         calls.append([d.device_kind for d in devices])
-        info = {"method": "step", "host": platform.node(), "load_1min": load, "cores": cores}
+        info = {"method": "step", "materialised": True, "host": platform.node(), "load_1min": load, "cores": cores}
         return with_measured(graph, "local-cpu", np.full(graph.n_nodes, 7.0), info, devices[0])
 
     monkeypatch.setattr(profiling, "profile", fake_profile)
@@ -90,8 +90,12 @@ def test_a_profile_taken_under_load_is_measured_again(cache, tmp_path, monkeypat
 def test_other_host_or_jax_or_damage_is_not_used(cache, tmp_path, monkeypatch, capsys):
     graph = load_graph("datasets/nmt/nmt_002.json.gz")
     key = profile_cache.profile_key(graph, FakeCpu())
-    how = {"method": "step", "device": "cpu", "jax_version": key.jax_version, "host": key.host}
+    how = {"method": "step", "device": "cpu", "platform": "cpu", "materialised": True,
+           "jax_version": key.jax_version, "host": key.host}
     assert profile_cache.stale(how, key) is None
+    # a CPU profile taken with fusion across units (before simulator.plans.materialises) no longer holds
+    assert "materialised" in profile_cache.stale({k: v for k, v in how.items() if k != "materialised"}, key)
+    assert profile_cache.stale({**how, "platform": "gpu", "materialised": False}, key) is None
     assert profile_cache.stale({**how, "host": "elsewhere"}, key) == "is from another host"
     assert profile_cache.stale({**how, "jax_version": "0.0.1"}, key).startswith("is from JAX 0.0.1")
     assert profile_cache.stale({k: v for k, v in how.items() if k != "host"}, key) == "does not record its host"

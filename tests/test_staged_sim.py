@@ -11,7 +11,7 @@ from simulator.staged import (RigCosts, default_holders, simulate_staged, simula
                               stage_runs)
 
 COSTS = RigCosts(launch_us=30.0, step_us=100.0, send_us=20.0, send_us_per_value=3.0, send_us_per_mb=200.0,
-                 recv_us=5.0, recv_us_per_value=2.0, recv_us_per_mb=300.0, latency_us=40.0, boundary_us_per_mb=50.0)
+                 recv_us=5.0, recv_us_per_value=2.0, recv_us_per_mb=300.0, latency_us=40.0)
 
 
 def _cluster(n: int = 2) -> Cluster:
@@ -82,7 +82,7 @@ def test_consumer_waits_for_the_whole_producer_stage():
     graph = make_graph("fork", nodes, [(0, 1, 0), (0, 2, 0)])
     result = simulate_staged(graph, np.asarray([0, 0, 1]), _cluster(), [0, 1, 2], COSTS)
     assert [list(r) for r in result.stages.runs] == [[0, 1], [2]]
-    producer_end = COSTS.launch_us + 510.0 + COSTS.send_cost(1e6) + COSTS.boundary_us_per_mb  # a: 1 MB leaves
+    producer_end = COSTS.launch_us + 510.0 + COSTS.send_cost(1e6)
     start_c = result.schedule.start[1]
     assert start_c == pytest.approx(producer_end + COSTS.latency_us)
     expected = start_c + COSTS.launch_us + 7.0 + COSTS.recv_cost(1e6) + COSTS.step_us
@@ -115,3 +115,66 @@ def test_bad_order_is_refused():
 def test_stage_runs_puts_holders_first():
     assert stage_runs([0, 1, 1, 0, 0], [0, 2, 1, 3, 4], [False, True, False, False, False]) == [[1], [0], [2],
                                                                                             [3, 4]]
+
+
+def _mlp_runner():
+    """A HardwareRunner of the traced mlp step on two labels of one CPU device, as the process rig orders stages
+    (the simulated start order), with test rig costs."""
+    import jax
+    from programs import mlp_step
+
+    from placeto.evaluate import HardwareRunner
+    from simulator import lowering, plans
+    from simulator.trace import trace
+
+    traced = trace(*mlp_step())
+    step, params, state, x = mlp_step()
+    values = lowering.leaf_values(traced, (params, state, x))
+    units = lowering.unit_programs(traced)
+    graph = traced.graph.with_costs("cpu", np.linspace(1.0, 40.0, traced.graph.n_nodes))
+    devices = [jax.devices()[0]] * 2
+
+    def make_plan(placement, order, stages=True):
+        return plans.program_plan(traced, values, placement, devices, None, order, stages)
+
+    return HardwareRunner(graph, _cluster(), "program", devices, make_plan, stage_order="simulated",
+                          holders=np.asarray([u.body is None for u in units]), rig_costs=COSTS), units
+
+
+def test_the_runner_simulates_the_stages_its_plan_runs():
+    """HardwareRunner.simulate (what eval --hardware prints on the process rig) simulates exactly the tasks
+    HardwareRunner.plan builds: same partition, same devices, same result as from the plan's own order."""
+    pytest.importorskip("jax")
+    from simulator.staged import plan_order
+
+    runner, _ = _mlp_runner()
+    rng = np.random.default_rng(1)
+    for placement in [np.zeros(runner.graph.n_nodes, np.int32)] + [rng.integers(0, 2, runner.graph.n_nodes)
+                                                                   for _ in range(3)]:
+        plan = runner.plan(placement)
+        assert [list(r) for r in stage_runs(placement, runner.order(placement), runner.holders)] == \
+               [list(t.units or (t.unit,)) for t in plan.tasks]
+        order, holders = plan_order(plan)
+        expected = simulate_staged(runner.graph, placement, runner.cluster, order, COSTS, holders).runtime_us
+        assert runner.simulate(placement) == pytest.approx(expected)
+    one = np.zeros(runner.graph.n_nodes, np.int32)  # one stage: its units' costs, one launch, the step
+    busy = runner.graph.cost_for("cpu")[~runner.holders].sum()
+    assert runner.simulate(one) == pytest.approx(busy + COSTS.launch_us + COSTS.step_us)
+
+
+def test_a_cpu_stage_returns_every_value_its_units_make():
+    """On XLA:CPU (simulator.plans.materialises) a stage's compiled function also returns the values only its own
+    units read, so none is fused away into (and recomputed inside) its consumers; the plan still hands on only
+    what other stages and the step's outputs read."""
+    jax = pytest.importorskip("jax")
+    from simulator.plans import materialises
+
+    runner, units = _mlp_runner()
+    assert materialises(jax.devices()[0])
+    plan = runner.plan(np.zeros(runner.graph.n_nodes, np.int32))
+    (stage,) = [t for t in plan.tasks if t.fn is not None]
+    made = [s for u in stage.units for s in units[u].outputs]
+    args = [plan.resident[(s, 0)] for s in stage.inputs]
+    returned = stage.fn(plan.resident[("token", 0)], *args)
+    assert len(returned) == 1 + len(made)  # the token, then every value made
+    assert len(stage.outputs) < len(made)

@@ -83,11 +83,10 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
     import numpy as np
 
     from placeto.cluster_cache import cached_cluster
-    from placeto.evaluate import hardware_runner
+    from placeto.evaluate import evaluate, hardware_runner
     from simulator import load_graph, simulate
     from simulator.host_devices import local_devices
-    from simulator.rig_calibrate import rig_costs
-    from simulator.staged import plan_order, simulate_staged
+    from simulator.staged import stage_runs
 
     load_before = load_1min()
     graph = load_graph(path)
@@ -98,26 +97,25 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         runner = runner.with_step_costs(args.repeats) if args.costs == "step" else runner.with_unit_costs(args.repeats)
         graph = runner.graph
         profile_s = time.time() - t0
-        costs, raw = rig_costs(runner.rig, args.rig_repeats)
-        print(f"{graph.name}: rig costs {costs}", flush=True)
+        runner = runner.with_rig_costs(progress=print)  # what eval --hardware simulates with on the process rig
+        print(f"{graph.name}: rig costs {runner.rig_costs}", flush=True)
         chosen = placements(graph, cluster, args.seconds)
-        timings = runner.measure([p for _, p in chosen], args.repeats, args.warmup)
+        evaluated = evaluate(graph, chosen, cluster, runner, args.repeats, args.warmup)  # eval --hardware's rows
         rows = []
-        for (name, p), timing in zip(chosen, timings):
-            order, holders = plan_order(runner.plan(p))
-            staged = simulate_staged(graph, p, cluster, order, costs, holders)
+        for (name, p), row in zip(chosen, evaluated):
+            timing = row.measured
             rows.append({"name": name, "measured_us": timing.median_us, "q25_us": timing.q25_us,
                          "q75_us": timing.q75_us, "per_unit_us": float(simulate(graph, p, cluster).runtime),
-                         "staged_us": staged.runtime_us, "stages": len(staged.stages.runs),
+                         "staged_us": row.simulated_us, "stages": len(stage_runs(p, runner.order(p), runner.holders)),
                          "on_device1": float(np.mean(p == 1))})
             print(f"  {name:<14} measured {timing.median_us / 1e3:9.2f} ms  per-unit "
-                  f"{rows[-1]['per_unit_us'] / 1e3:9.2f}  staged {staged.runtime_us / 1e3:9.2f} "
+                  f"{rows[-1]['per_unit_us'] / 1e3:9.2f}  staged {row.simulated_us / 1e3:9.2f} "
                   f"({rows[-1]['stages']} stages)", flush=True)
     finally:
         runner.close()
     return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "costs": args.costs, "rows": rows,
-            "rig_costs": vars(costs),
-            "rig_raw": raw, "profile_s": profile_s, "load_before": load_before, "load_after": load_1min(),
+            "rig_costs": vars(runner.rig_costs), "profile_s": profile_s, "load_before": load_before,
+            "load_after": load_1min(),
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
 
 
@@ -153,9 +151,7 @@ def markdown(results: list[dict], command: str) -> str:
                   f"Rig costs (us): launch {c['launch_us']:.1f}, step {c['step_us']:.1f}, send {c['send_us']:.1f} "
                   f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
                   f"{c.get('recv_us_per_value', 0):.1f}/value + {c['recv_us_per_mb']:.1f}/MB, latency "
-                  f"{c['latency_us']:.1f}, stage boundary {c.get('boundary_us_per_mb', 0):.1f}/MB; raw transfers "
-                  f"(values, bytes, send us, arrival us): "
-                  f"{[tuple(round(x, 1) for x in t) for t in res['rig_raw']['transfers']]}", "",
+                  f"{c['latency_us']:.1f}", "",
                   "| placement | share on dev 1 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
                   "|---|---|---|---|---|---|"]
         for r in res["rows"]:
