@@ -117,8 +117,8 @@ class HardwareRunner:
         speed: profiled in this process, they are scaled so that, with a stage's launch and the step's round trip,
         they add up to the whole step run as one stage on the rig's first worker (median of `steps` after two
         warm-up steps; freeing the values a step made included): the profile says how the step's time splits
-        over its units, the rig how long the step takes there. As is without a process rig
-        or for synthetic kernels (one task per node: the per-unit model is theirs)."""
+        over its units, the rig how long the step takes there. As is without a process rig or for synthetic
+        kernels (one task per node: the per-unit model is theirs)."""
         if self.rig is None or self.holders is None or not self.stages:
             return self
         from placeto.cluster_cache import cached_rig_costs
@@ -314,9 +314,8 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     (experiments/results/benchmarks/rig_concurrency.md).
     """
     from simulator.calibrate import calibrate_kernel
-    from simulator.lowering import leaf_values
     from simulator.host_devices import local_devices
-    from simulator.lowering import unit_programs
+    from simulator.lowering import leaf_values, unit_programs
     from simulator.plans import program_plan
     from simulator.synthetic_kernels import synthetic_plan
 
@@ -406,7 +405,8 @@ def start_rig(rig: str | None, devices: Sequence[Any]) -> Any:
 def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster: Cluster,
              runner: HardwareRunner | None = None, repeats: int = 5, warmup: int = 2,
              progress: Callable[[str], None] | None = None) -> list[EvalRow]:
-    """Simulate every (name, placement) on `cluster` and, with a `runner`, measure it on hardware."""
+    """Simulate every (name, placement) on `cluster` and, with a `runner`, measure it on hardware; with a runner
+    the simulation is the runner's (`HardwareRunner.simulate`: the staged one on the process rig)."""
     from simulator import simulate
 
     arrays = [np.asarray(p, dtype=np.int32) for _, p in placements]

@@ -13,9 +13,9 @@ op and grouped as the datasets are), which is none of the graphs a user places:
   time) is fitted as launch_us + launch_us_per_input * values read from other stages + launch_us_per_input_mb *
   their MB (`simulator.staged.stage_inputs`);
 * sends: each Send's duration as send_us + send_us_per_value * values + send_us_per_mb * MB;
-* receives: a Recv that started after its Send ended waited for nothing: its duration is the receive's own work,
-  fitted as recv_us + recv_us_per_value * values + recv_us_per_mb * MB; for a Recv that was waiting, what its
-  end trails the Send's end by beyond that work is the wake-up, latency_us (median).
+* receives: from the later of a Recv's start and its Send's end to the Recv's end, fitted as recv_us +
+  recv_us_per_value * values + recv_us_per_mb * MB, plus latency_us (the wake-up) when the receiver was waiting
+  (it started before the Send ended).
 
 Every fit is non-negative least squares (scipy.optimize.nnls) over all events of `repeats` steps of each of
 `PLACEMENTS` placements after two warm-up steps. `fit_events` is pure (tests/test_rig_workload.py).
@@ -30,7 +30,8 @@ import numpy as np
 
 from simulator.staged import RigCosts, stage_inputs
 
-PLACEMENTS = ("random", "chunks", "sparse")  # per unit at random; 8 alternating slices; 20% on device 1
+PLACEMENTS = ("random", "chunks", "sparse", "halves")  # per unit at random; 8 alternating slices; 20% on device
+#   1; the first half of the order on device 0, the rest on 1 (one cut that many values cross: per-value costs)
 WIDTHS = (128, 512, 256)  # the dense layers cycle through these widths (values of 64 KB to 1 MB)
 BATCH = 128
 DEPTH = 6
@@ -83,7 +84,7 @@ def placements(n: int, order: Sequence[int], seed: int = 0) -> list[np.ndarray]:
     position = np.empty(n, dtype=np.int64)
     position[np.asarray(order)] = np.arange(n)
     return [rng.integers(0, 2, n).astype(np.int32), ((position * 8 // max(n, 1)) % 2).astype(np.int32),
-            (rng.random(n) < 0.2).astype(np.int32)]
+            (rng.random(n) < 0.2).astype(np.int32), (position * 2 // max(n, 1)).astype(np.int32)]
 
 
 def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
@@ -144,13 +145,14 @@ def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
     return out
 
 
-def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list, list]:
-    """(stage rows (1, inputs, MB, excess us), send rows (1, values, MB, us), idle receive rows (1, values, MB,
-    us), waiting receive rows (values, MB, us after the send's end)); a stage's and a send's row is its median
-    over the steps of one placement (the steps of a placement share its `tasks`), robust to a slow step."""
+def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
+    """(stage rows (1, inputs, MB, excess us), send rows (1, values, MB, us), receive rows (1, values, MB, whether
+    it waited, us from the later of its start and the send's end to its end)); a stage's and a send's row is its
+    median over the steps of one placement (the steps of a placement share its `tasks`), robust to a slow
+    step."""
     runs: dict = {}  # (placement, label) -> [row]
     sent: dict = {}
-    idle, waiting = [], []
+    receives = []
     for st in steps:
         n_in, in_bytes = stage_inputs(st.graph, st.stage_of, len(st.tasks))
         batch_bytes = {}
@@ -175,13 +177,12 @@ def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list, list]:
                         (1.0, float(n_in[e.label]), in_bytes[e.label] / 1e6, (e.end_ns - e.start_ns) / 1e3 - work))
                 elif e.kind == "recv" and e.label in send_end:
                     count, nbytes = batch_bytes[e.label]
-                    if e.start_ns >= send_end[e.label]:
-                        idle.append((1.0, count, nbytes / 1e6, (e.end_ns - e.start_ns) / 1e3))
-                    else:
-                        waiting.append((count, nbytes / 1e6, (e.end_ns - send_end[e.label]) / 1e3))
+                    waited = e.start_ns < send_end[e.label]  # the receiver was there first: woken up
+                    receives.append((1.0, count, nbytes / 1e6, float(waited),
+                                     (e.end_ns - max(e.start_ns, send_end[e.label])) / 1e3))
     stages = [tuple(np.median(np.asarray(r), axis=0)) for r in runs.values()]
     sends = [tuple(np.median(np.asarray(r), axis=0)) for r in sent.values()]
-    return stages, sends, idle, waiting
+    return stages, sends, receives
 
 
 def _nnls(rows: list) -> np.ndarray:
@@ -193,23 +194,19 @@ def _nnls(rows: list) -> np.ndarray:
 
 def fit_events(steps: Sequence[StepEvents], step_us: float = 0.0) -> RigCosts:
     """The RigCosts fitted to the events of `steps` (see the module docstring); `step_us` as given."""
-    stages, sends, idle, waiting = _rows(steps)
+    stages, sends, receives = _rows(steps)
     launch = _nnls(stages) if stages else np.zeros(3)
     send = _nnls(sends) if sends else np.zeros(3)
-    recv = _nnls(idle) if idle else np.zeros(3)
-    latency = 0.0
-    if waiting:
-        w = np.asarray(waiting, dtype=np.float64)
-        latency = max(float(np.median(w[:, 2] - recv[0] - recv[1] * w[:, 0] - recv[2] * w[:, 1])), 0.0)
+    recv = _nnls(receives) if receives else np.zeros(4)  # recv_us, per value, per MB, latency (when waiting)
     return RigCosts(launch_us=float(launch[0]), launch_us_per_input=float(launch[1]),
                     launch_us_per_input_mb=float(launch[2]), step_us=max(float(step_us), 0.0),
                     send_us=float(send[0]), send_us_per_value=float(send[1]), send_us_per_mb=float(send[2]),
                     recv_us=float(recv[0]), recv_us_per_value=float(recv[1]), recv_us_per_mb=float(recv[2]),
-                    latency_us=latency)
+                    latency_us=float(recv[3]))
 
 
 def counts(steps: Sequence[StepEvents]) -> dict:
-    """How many events of each kind the fit used."""
-    stages, sends, idle, waiting = _rows(steps)
-    return {"stages": len(stages), "sends": len(sends), "idle_receives": len(idle), "waiting_receives": len(waiting)}
-
+    """How many events of each kind the fit used (stage and send rows: per placement and task)."""
+    stages, sends, receives = _rows(steps)
+    return {"stages": len(stages), "sends": len(sends), "receives": len(receives),
+            "waiting_receives": int(sum(r[3] for r in receives))}

@@ -67,5 +67,6 @@ def test_workload_placements_use_both_devices():
     order = list(range(40))
     for p in placements(40, order):
         assert p.shape == (40,) and set(np.unique(p)) == {0, 1}
-    chunks = placements(40, order)[1]
+    chunks, halves = placements(40, order)[1], placements(40, order)[3]
     assert chunks.tolist() == [(i * 8 // 40) % 2 for i in range(40)]
+    assert halves.tolist() == [0] * 20 + [1] * 20

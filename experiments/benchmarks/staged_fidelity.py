@@ -1,25 +1,27 @@
-"""Does the staged simulation (simulator.staged) predict placed steps on the process rig? Per-unit vs staged.
+"""Does `eval --hardware` (its defaults, no refit) predict placed steps on the process rig? Staged vs per-unit.
 
-For each graph, on 2 devices of the process rig (`--rig processes`: one pinned single-core worker process per
-device, simulator.process_rig), as `placeto eval --hardware` runs it by default:
+For each graph, on 2 devices of the process rig (`--rig processes`: one pinned single-core JAX worker process per
+device, simulator.process_rig), as `placeto eval --hardware` runs it by default (placeto.evaluate.evaluate, the
+function eval calls, with the runner eval builds):
 
-1. the per-unit model: the calibrated cluster `eval --hardware` uses (placeto.cluster_cache.cached_cluster), the
-   units' costs measured inside one compiled step on one core (`--costs step`: HardwareRunner.with_step_costs);
-2. the rig's own costs (simulator.rig_calibrate.rig_costs): a stage's launch, a step's round trip, a send's and a
-   receive's fixed and per-byte cost, measured on the rig's workers;
+1. the units' costs measured inside one compiled step on one core, every unit's outputs materialised as the
+   rig's stages are (`--costs step`: HardwareRunner.with_step_costs; simulator.plans.materialises);
+2. the rig's costs (HardwareRunner.with_rig_costs): a stage's launch and inputs, a send's and a receive's fixed,
+   per-value and per-byte costs, fitted to the events of placements of a calibration training step
+   (simulator.rig_workload; cached beside the calibration), and the units' costs scaled to the whole step run
+   as one stage on the rig;
 3. placements: the single device, etf, m-sct, m-topo, heft, metis, local search (`--seconds` each, on the
-   per-unit model, as `place --hardware` ranks them), round-robin by unit and a uniform random one (distinct
+   per-unit model, as `place --hardware` searches), round-robin by unit and a uniform random one (distinct
    placements only);
 4. measured: every placement's step on the rig, interleaved rounds (simulator.timing.time_interleaved), medians;
-   the single device in the same rounds;
-5. simulated: per-unit (simulator.simulate on the cluster of 1, what eval prints today) and staged
-   (simulator.staged.simulate_staged on the stages of the very plan the rig ran: simulator.staged.plan_order).
+5. simulated: *staged*, what eval prints (HardwareRunner.simulate: simulator.staged.simulate_staged on the
+   stages the rig runs), and *per-unit* (simulator.simulate on the calibrated cluster: what eval printed before).
 
 Reported per graph and model: Spearman rank correlation and median |error| against the measured medians (targets
 of issue 40: >= 0.9 and <= 15%), and every placement's row. The machine's 1-minute load is recorded before and
 after each graph. Writes --out (markdown) and the same data as JSON beside it.
 
-    python -m experiments.benchmarks.staged_fidelity          # the 4 graphs: about 15 minutes on 2 cores
+    python -m experiments.benchmarks.staged_fidelity          # the 4 graphs: about 30 minutes on 2 cores
     python -m experiments.benchmarks.staged_fidelity --graphs datasets/ptb/ptb_006.json.gz --repeats 3 \
         --out /tmp/sf.md                                      # one graph, a few minutes
 """
@@ -134,10 +136,12 @@ def markdown(results: list[dict], command: str) -> str:
     lines = ["# Staged simulation against the process rig (issue 40, item 2)", "",
              f"Command: `{command}`", "",
              "2 devices of the process rig (one pinned single-core JAX worker process each), "
-             "placements measured in interleaved rounds (medians); *per-unit*: `simulator.simulate` on the "
-             "calibrated cluster `eval --hardware` uses; *staged*: `simulator.staged.simulate_staged` on the "
-             "stages of the plan the rig ran, with the rig's measured costs. Errors are (simulated - measured) / "
-             f"measured. Unit costs: `--costs {results[0]['costs'] if results else 'step'}` on one core.", "",
+             "placements measured in interleaved rounds (medians); *staged*: what `eval --hardware` prints on the "
+             "process rig (`HardwareRunner.simulate`: `simulator.staged.simulate_staged` on the stages the rig "
+             "runs, with the rig's fitted costs); *per-unit*: `simulator.simulate` on the calibrated cluster (what "
+             "eval printed before). Errors are (simulated - measured) / measured. Unit costs: "
+             f"`--costs {results[0]['costs'] if results else 'step'}` on one core, every unit's outputs "
+             "materialised.", "",
              "| graph | units | placements | Spearman per-unit | median err per-unit | Spearman staged | "
              "median err staged | load before/after |", "|---|---|---|---|---|---|---|---|"]
     for res in results:
@@ -148,9 +152,10 @@ def markdown(results: list[dict], command: str) -> str:
     for res in results:
         c = res["rig_costs"]
         lines += ["", f"## {res['name']}", "",
-                  f"Rig costs (us): launch {c['launch_us']:.1f}, step {c['step_us']:.1f}, send {c['send_us']:.1f} "
+                  f"Rig costs (us): launch {c['launch_us']:.1f} + {c.get('launch_us_per_input', 0):.1f}/input + "
+                  f"{c.get('launch_us_per_input_mb', 0):.1f}/input MB, step {c['step_us']:.1f}, send {c['send_us']:.1f} "
                   f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
-                  f"{c.get('recv_us_per_value', 0):.1f}/value + {c['recv_us_per_mb']:.1f}/MB, latency "
+                  f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + {c['recv_us_per_mb']:.1f}/MB, latency "
                   f"{c['latency_us']:.1f}", "",
                   "| placement | share on dev 1 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
                   "|---|---|---|---|---|---|"]
