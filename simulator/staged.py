@@ -67,6 +67,7 @@ class RigCosts:
     recv_us_per_value: float = 0.0  # per value of a Recv: its device_put
     recv_us_per_mb: float = 0.0  # copying out of shared memory onto the device, on the receiving worker
     latency_us: float = 0.0  # from a Send's end to its Recv seeing the message (pipe wake-up)
+    contention: float = 0.0  # a stage's units run this much longer (fraction) while another device runs a stage
 
     def send_cost(self, nbytes: float, values: int = 1) -> float:
         """Microseconds of one Send of `values` values, `nbytes` in all, on the sending worker."""
@@ -85,6 +86,7 @@ class StageGraph(NamedTuple):
     stage_of: np.ndarray  # int64[N] stage of each unit
     runs: tuple[tuple[int, ...], ...]  # [S] the units of each stage, in dispatch order
     holder: np.ndarray  # bool[S] stages that only hold values (launch nothing)
+    work: np.ndarray  # float64[S] the units' own costs of each stage, microseconds (launches, copies not in)
 
 
 def default_holders(graph: Graph) -> np.ndarray:
@@ -136,10 +138,10 @@ def stage_inputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> tuple[np.
 
 
 def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int], costs: RigCosts,
-                holders: Sequence[bool] | None = None) -> StageGraph:
+                holders: Sequence[bool] | None = None, extra_us: np.ndarray | None = None) -> StageGraph:
     """The stage graph of `graph` (N units) placed by `placement` (int[N]) and dispatched in `order` (a
-    topological permutation of the units), each unit costing `graph.cost_for(kind of its device)`; see the
-    module docstring."""
+    topological permutation of the units), each unit costing `graph.cost_for(kind of its device)`; `extra_us`
+    (float64[S]) is added to the stages' costs (`simulate_staged`'s contention); see the module docstring."""
     place = np.asarray(placement, dtype=np.int64)
     order = np.asarray(order, dtype=np.int64)
     _check(graph, place, order, cluster.n_devices)
@@ -153,9 +155,11 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
     s_dev = np.asarray([place[run[0]] for run in runs], dtype=np.int64)
     s_holder = np.asarray([bool(holders[run[0]]) for run in runs], dtype=bool)
     n_in, in_bytes = stage_inputs(graph, stage_of, n_stages)
-    cost = np.asarray([0.0 if s_holder[s] else costs.launch_us + float(unit_cost[run].sum())
-                       + costs.launch_us_per_input * n_in[s] + costs.launch_us_per_input_mb * in_bytes[s] / 1e6
-                       for s, run in enumerate(runs)])
+    work = np.asarray([0.0 if s_holder[s] else float(unit_cost[run].sum()) for s, run in enumerate(runs)])
+    cost = np.asarray([0.0 if s_holder[s] else costs.launch_us + work[s] + costs.launch_us_per_input * n_in[s]
+                       + costs.launch_us_per_input_mb * in_bytes[s] / 1e6 for s in range(n_stages)])
+    if extra_us is not None:
+        cost = cost + np.asarray(extra_us, dtype=np.float64)
     local_bytes = np.zeros(n_stages)
     sent: dict[tuple[int, int], dict[tuple[int, int], float]] = {}  # (stage, dst) -> {(unit, out): bytes}
     local_seen: set[tuple[int, int, int]] = set()  # (producer stage, unit, out) counted in local_bytes
@@ -191,7 +195,7 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
     nodes = [{"name": f"stage{s}:{runs[s][0]}+{len(runs[s]) - 1}", "op": "stage", "cost": float(cost[s]),
               "out_bytes": out_bytes[s]} for s in range(n_stages)]
     sg = make_graph(f"{graph.name}.stages", nodes, sorted(edges))
-    return StageGraph(sg, s_dev.astype(np.int32), stage_of, tuple(tuple(r) for r in runs), s_holder)
+    return StageGraph(sg, s_dev.astype(np.int32), stage_of, tuple(tuple(r) for r in runs), s_holder, work)
 
 
 def rig_cluster(cluster: Cluster, costs: RigCosts) -> Cluster:
@@ -213,12 +217,11 @@ class StagedResult(NamedTuple):
 def simulate_staged(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int],
                     costs: RigCosts, holders: Sequence[bool] | None = None) -> StagedResult:
     """Simulated step time of `placement` run as stages in dispatch `order` (see the module docstring); the fast
-    engine (simulator.engine)."""
+    engine (simulator.engine). With `costs.contention`, a second pass adds to each stage `contention` x its
+    units' work x the share of its time (first pass) another device was running a stage (`overlap`)."""
     from simulator.engine import simulate
 
-    sg = stage_graph(graph, placement, cluster, order, costs, holders)
-    result = simulate(sg.graph, sg.placement, rig_cluster(cluster, costs))
-    return StagedResult(float(result.runtime) + costs.step_us, sg, result)
+    return _two_passes(simulate, graph, placement, cluster, order, costs, holders)
 
 
 def simulate_staged_reference(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int],
@@ -226,23 +229,30 @@ def simulate_staged_reference(graph: Graph, placement: Sequence[int], cluster: C
     """`simulate_staged` with the plain-Python event loop (simulator.reference): the oracle."""
     from simulator.reference import simulate_reference
 
+    return _two_passes(simulate_reference, graph, placement, cluster, order, costs, holders)
+
+
+def _two_passes(engine, graph, placement, cluster, order, costs, holders) -> StagedResult:
     sg = stage_graph(graph, placement, cluster, order, costs, holders)
-    result = simulate_reference(sg.graph, sg.placement, rig_cluster(cluster, costs))
+    rig = rig_cluster(cluster, costs)
+    result = engine(sg.graph, sg.placement, rig)
+    if costs.contention > 0 and cluster.n_devices > 1:
+        extra = costs.contention * sg.work * overlap(result.start, result.end, sg.placement, ~sg.holder)
+        sg = stage_graph(graph, placement, cluster, order, costs, holders, extra)
+        result = engine(sg.graph, sg.placement, rig)
     return StagedResult(float(result.runtime) + costs.step_us, sg, result)
 
 
-def harness_order(graph: Graph, placement: Sequence[int], cluster: Cluster, stage_order: str) -> np.ndarray:
-    """int64[N] the dispatch order `placeto.evaluate.HardwareRunner.plan` uses: the simulated start order on
-    `cluster` (the per-unit model), kept device by device by `placeto.evaluate.staged_order` when `stage_order`
-    is "staged" (this process's devices), as is when "simulated" (the process rig)."""
-    from placeto.evaluate import dispatch_order, staged_order
-
-    order = dispatch_order(graph, np.asarray(placement, dtype=np.int32), cluster)
-    if stage_order == "staged":
-        return staged_order(graph, placement, order)
-    if stage_order != "simulated":
-        raise InputError(f"unknown stage order {stage_order!r} (known: staged, simulated)")
-    return np.asarray(order, dtype=np.int64)
+def overlap(start: np.ndarray, end: np.ndarray, device: np.ndarray, active: np.ndarray) -> np.ndarray:
+    """float64[S] the share of each stage's [start, end) during which another device runs an `active` stage
+    (0 for a stage of no length or not active). Intervals in microseconds."""
+    start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
+    share = np.zeros(len(start))
+    for s in np.flatnonzero(active & (end > start)):
+        others = active & (device != device[s])
+        covered = np.clip(np.minimum(end[others], end[s]) - np.maximum(start[others], start[s]), 0.0, None)
+        share[s] = min(float(covered.sum()) / (end[s] - start[s]), 1.0)  # (several other devices: capped)
+    return share
 
 
 def plan_order(plan) -> tuple[np.ndarray, np.ndarray]:
