@@ -28,7 +28,10 @@ simulates, one node per stage on its device:
   process), latency `latency_us` and a bandwidth so high that wire time is nil (the copies are in the stages).
 
 `simulate_staged(graph, placement, cluster, order, costs)` simulates it with the fast engine
-(`simulator.engine.simulate`) and adds `RigCosts.step_us` (the parent's request to every worker and their replies);
+(`simulator.engine.simulate`) and adds `RigCosts.step_us` (the parent's request to every worker and their replies).
+Two cores running at once slow each other down (shared caches and memory: simulator.rig_workload measured a stage's
+units 50% slower while the other worker ran one): with `RigCosts.contention` a second pass adds to each stage
+contention x its units' work x the share of its first-pass time another device ran a stage (`overlap`).
 `simulate_staged_reference` does the same with the plain-Python event loop (`simulator.reference`), the oracle
 (tests/test_staged_sim.py checks them equal). Pure: no JAX at import.
 """
