@@ -15,8 +15,8 @@ simulates, one node per stage on its device:
   run each, then consecutive units of one device in `order`;
 * a stage's cost (microseconds) = `RigCosts.launch_us` (the worker's round trip of a stage: launch, wait, token) +
   per value it reads from another stage, `launch_us_per_input` and `launch_us_per_input_mb` per 10^6 bytes
-  (`stage_inputs`) + the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`: fixed, per value, per
-  byte) + the Recvs placed before it (`RigCosts.recv_cost`). Nothing is charged for a value leaving its stage:
+  (`stage_inputs`) + the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`:
+  fixed, per value, per byte) + the Recvs placed before it (`RigCosts.recv_cost`). Nothing is charged for a value leaving its stage:
   on XLA:CPU a stage returns every value its units make (simulator.plans.materialises) and the step profile is
   taken the same way, so a unit costs what it was profiled at in any stage. A holder stage launches nothing: its
   cost is its sends only. The worker does the copies itself, so they occupy the device, not a bus beside it;

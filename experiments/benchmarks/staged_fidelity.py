@@ -153,9 +153,11 @@ def markdown(results: list[dict], command: str) -> str:
         c = res["rig_costs"]
         lines += ["", f"## {res['name']}", "",
                   f"Rig costs (us): launch {c['launch_us']:.1f} + {c.get('launch_us_per_input', 0):.1f}/input + "
-                  f"{c.get('launch_us_per_input_mb', 0):.1f}/input MB, step {c['step_us']:.1f}, send {c['send_us']:.1f} "
+                  f"{c.get('launch_us_per_input_mb', 0):.1f}/input MB, step {c['step_us']:.1f}, "
+                  f"send {c['send_us']:.1f} "
                   f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
-                  f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + {c['recv_us_per_mb']:.1f}/MB, latency "
+                  f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + "
+                  f"{c['recv_us_per_mb']:.1f}/MB, latency "
                   f"{c['latency_us']:.1f}", "",
                   "| placement | share on dev 1 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
                   "|---|---|---|---|---|---|"]
