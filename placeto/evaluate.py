@@ -158,7 +158,9 @@ class HardwareRunner:
             return self.plan(placement)
         from simulator.rig_plans import to_rig
 
-        return to_rig(self.plan(placement), self.rig, scope=id(self))
+        # one scope per program: the runners `with_step_costs` / `with_rig_costs` derive share make_plan (and its
+        # resident values), so the parameters go to each worker once, not once per derived runner
+        return to_rig(self.plan(placement), self.rig, scope=id(self.make_plan))
 
     def close(self) -> None:
         """Stop the process rig's workers, if the runner has a rig."""
