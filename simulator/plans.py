@@ -168,7 +168,7 @@ def materialises(device: Any) -> bool:
     """Whether a stage on `device` returns every value its units make, not only those read elsewhere: on XLA:CPU.
 
     A value only some fusion reads may be recomputed inside each of its consumers: XLA duplicates a cheap
-    producer into every consumer it can fuse into, and chains of them multiply. On XLA:CPU (one core, jax 0.11)
+    producer into every consumer it can fuse into, and chains of them multiply. On XLA:CPU (one core, jax 0.10.2)
     nmt_004's whole step compiled as one computation is 97k HLO lines and 284 ms; the same program returning
     every value passed between its units is 25k lines and 74 ms (inception_v3 336 -> 300 ms, ptb_006 5.0 -> 5.7
     ms). A returned value is computed once and read back, as across a stage boundary: so a unit costs the same in

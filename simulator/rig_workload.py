@@ -1,7 +1,7 @@
 """The process rig's stage and transfer costs, fitted to the events of a real placed training step.
 
 A stage of a real program costs its worker more than a trivial one: on nmt_004 and ptb_006 at 2 pinned rig
-devices (jax 0.11), the stages of split placements ran 65 us + 6-11 us per input longer than their units'
+devices (jax 0.10.2), the stages of split placements ran 65 us + 6-11 us per input longer than their units'
 profiled costs, where a stage computing x + 1 on 16 floats takes 6.5 us; receives took 160-300 us after their
 send ended against ~120 us for the same values sent alone. So the costs `simulator.staged` charges are fitted
 here to the workers' own events (`simulator.rig_worker.Event`) while they run placements of a small training
