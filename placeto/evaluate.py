@@ -317,7 +317,7 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
     """
     from simulator.calibrate import calibrate_kernel
     from simulator.host_devices import local_devices
-    from simulator.lowering import leaf_values, unit_programs
+    from simulator.lowering import leaf_values, unit_graph, unit_programs
     from simulator.plans import program_plan
     from simulator.synthetic_kernels import synthetic_plan
 
@@ -364,6 +364,8 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
         return program_plan(traced, values, placement, devices, op_to_group, order, stages)
 
     units = unit_programs(traced, op_to_group, graph.n_nodes if op_to_group is not None else None)
+    if op_to_group is not None and "retrace_note" in traced.graph.meta:  # mapped onto the file's groups: simulate
+        graph = unit_graph(graph, units, traced.graph)  # the units' own dataflow, not the file's edges
     return HardwareRunner(graph, cluster, "program", devices, make_program, rig=workers, stage_order=order,
                           holders=np.asarray([u.body is None for u in units]))
 

@@ -21,6 +21,7 @@ import numpy as np
 from simulator.errors import InputError
 
 if TYPE_CHECKING:  # this module must not import jax at import time (see simulator.host_devices)
+    from simulator.graph import Graph
     from simulator.trace import Source, Traced
 
 
@@ -159,6 +160,34 @@ def unit_order(units: Sequence[UnitProgram], priority: Sequence[int] | None = No
     if len(order) != n_units:
         raise InputError("the units (groups) of this program form a cycle")
     return order
+
+
+def unit_graph(graph: "Graph", units: Sequence[UnitProgram], op_graph: "Graph") -> "Graph":
+    """`graph` (U nodes, one per unit) with the edges and output sizes of the units' own dataflow, and no cost for a
+    unit left without ops: the graph of what `units` run. A re-trace under another JAX mapped onto a file's groups
+    (placeto.families.retrace) moves ops between groups and empties some, so the file's edges no longer say which
+    unit reads which; a simulation of the file's edges can then order a unit before its inputs. A unit's outputs:
+    the values it computes (`outputs`), then the values it holds resident that other units read (bytes from
+    `op_graph`, the traced op graph)."""
+    import dataclasses
+
+    from simulator.trace import Source
+
+    if graph.n_nodes != len(units):
+        raise InputError(f"graph {graph.name!r} has {graph.n_nodes} nodes, the program {len(units)} units")
+    read = {s for unit in units for s in unit.inputs}
+    outs = [list(unit.outputs) + [Source(i, 0) for i in unit.values if Source(i, 0) in read] for unit in units]
+    index = {s: (u, k) for u, sources in enumerate(outs) for k, s in enumerate(sources)}
+    edges = sorted({(index[s][0], v, index[s][1]) for v, unit in enumerate(units) for s in unit.inputs
+                    if s in index and index[s][0] != v})
+    nbytes = [float(op_graph.out_bytes[op_graph.out_offsets[s.node] + s.out]) for sources in outs for s in sources]
+    offsets = np.zeros(len(units) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(sources) for sources in outs])
+    empty = np.asarray([unit.body is None and not unit.values for unit in units], dtype=bool)
+    costs = {k: np.where(empty, 0.0, c) for k, c in graph.costs.items()}
+    e = np.asarray(edges, dtype=np.int32).reshape(-1, 3)
+    return dataclasses.replace(graph, costs=costs, out_offsets=offsets, out_bytes=np.asarray(nbytes, np.float64),
+                               edge_src=e[:, 0], edge_dst=e[:, 1], edge_out=e[:, 2])
 
 
 def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tuple) -> Any:

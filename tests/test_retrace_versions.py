@@ -157,3 +157,60 @@ def test_profile_and_hardware_eval_of_a_changed_trace(files, monkeypatch, tmp_pa
                  "--costs", "graph", "--repeats", "1", "--warmup", "0", "--json", str(report)]) == 0
     assert "re-traced under jax" in capsys.readouterr().err
     assert json.loads(report.read_text())
+
+
+
+def _dataflow(units):
+    """{(producer unit, consumer unit)} of a program's units, read off their inputs and outputs."""
+    from simulator.trace import Source
+
+    made = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
+    made.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
+    return {(made[s], v) for v, unit in enumerate(units) for s in unit.inputs if s in made and made[s] != v}
+
+
+def _one_group_emptied(real_retrace):
+    """`retrace` as under a JAX whose mapping left a group empty: the first group with inputs whose ops can join
+    the next group without a cycle joins it (as retrace_map's monotone repair moves ops)."""
+
+    def changed(graph, program=None, args_spec=None):
+        traced, op_to_group = real_retrace(graph, program, args_spec)
+        g = np.asarray(op_to_group)
+        for k in sorted(set(graph.edge_dst.tolist())):
+            trial = np.where(g == k, k + 1, g).astype(np.int32)
+            if k + 1 < graph.n_nodes and quotient_acyclic(traced.graph, trial, graph.n_nodes):
+                meta = {**traced.graph.meta, "retrace_note": f"test: group {k} emptied"}
+                return dataclasses.replace(traced, graph=dataclasses.replace(traced.graph, meta=meta)), trial
+        raise AssertionError("no group could be emptied")
+
+    return changed
+
+
+def test_runner_of_a_changed_trace_simulates_the_units_it_runs(files, monkeypatch):
+    """A re-trace mapped onto the file's groups runs units whose dataflow is not the file's edges (ops moved, groups
+    emptied): the runner simulates the units' own (simulator.lowering.unit_graph), so the staged simulation of its
+    dispatch order has no cycle at 4 devices (it had, with the emptied group's stage first and the file's edges
+    into it: jax 0.11.2 on files built under 0.10.2)."""
+    from placeto.evaluate import hardware_runner
+    from simulator.cluster import Cluster, Device
+    from simulator.lowering import unit_programs
+    from simulator.staged import RigCosts, simulate_staged
+
+    monkeypatch.setattr(families, "retrace", _one_group_emptied(families.retrace))
+    graph = load_graph(files["plain"]).with_costs("cpu", np.ones(load_graph(files["plain"]).n_nodes))
+    traced, op_to_group = families.retrace(graph)
+    units = unit_programs(traced, op_to_group, graph.n_nodes)
+    assert _dataflow(units) != set(zip(graph.edge_src.tolist(), graph.edge_dst.tolist()))
+    one, cluster = (Cluster("rig", tuple(Device(f"cpu:{d}", "cpu", 1e12) for d in range(n)), 5.0, 5.0, 1e4)
+                    for n in (1, 4))
+    runner = hardware_runner(graph, one, mode="program", devices=1, rig="threads")  # the tests' JAX has 1 device
+    runner = dataclasses.replace(runner, cluster=cluster)  # its dispatch order at 4
+    g = runner.graph
+    assert set(zip(g.edge_src.tolist(), g.edge_dst.tolist())) == _dataflow(units)
+    empty = [u for u, unit in enumerate(units) if unit.body is None and not unit.values]
+    assert empty and all(g.cost_for("cpu")[u] == 0 for u in empty)
+    costs = RigCosts(launch_us=30.0, step_us=100.0, send_us=20.0, recv_us=5.0, latency_us=40.0)
+    for placement in [np.zeros(g.n_nodes, np.int32)] + [np.random.default_rng(s).integers(0, 4, g.n_nodes)
+                                                        for s in range(3)]:
+        placement = placement.astype(np.int32)
+        assert simulate_staged(g, placement, cluster, runner.order(placement), costs, runner.holders).runtime_us > 0

@@ -1,6 +1,6 @@
 """Does `eval --hardware` (its defaults, no refit) predict placed steps on the process rig? Staged vs per-unit.
 
-For each graph, on 2 devices of the process rig (`--rig processes`: one pinned single-core JAX worker process per
+For each graph, on D devices (`--devices`, default 2) of the process rig (`--rig processes`: one pinned single-core JAX worker process per
 device, simulator.process_rig), as `placeto eval --hardware` runs it by default (placeto.evaluate.evaluate, the
 function eval calls, with the runner eval builds):
 
@@ -50,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--graphs", nargs="+", default=list(GRAPHS), help="graph files (default: the 4 of the issue)")
+    p.add_argument("--devices", type=int, default=2, help="host devices of the process rig (issue 40: 2 here, 4 on "
+                   "a 16-core machine)")
     p.add_argument("--repeats", type=int, default=7, help="timed steps per placement (interleaved rounds)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per placement first (the first compiles)")
     p.add_argument("--seconds", type=float, default=2.0, help="budget of each searching placer (local search)")
@@ -65,7 +67,7 @@ def load_1min() -> float:
     return os.getloadavg()[0]
 
 
-def placements(graph, cluster, seconds: float) -> list[tuple[str, "np.ndarray"]]:
+def placements(graph, cluster, seconds: float, n_devices: int) -> list[tuple[str, "np.ndarray"]]:
     """[(name, int32[N])]: single device, METHODS (on the per-unit model), round-robin, random; distinct."""
     import numpy as np
 
@@ -74,8 +76,8 @@ def placements(graph, cluster, seconds: float) -> list[tuple[str, "np.ndarray"]]
     ranked, single = rank_candidates(graph, cluster, METHODS, seconds, progress=lambda line: print(line))
     found = {c.placement.tobytes(): (c.name, c.placement) for c in [single] + ranked}
     n = graph.n_nodes
-    extra = [("round-robin", np.arange(n, dtype=np.int32) % 2),
-             ("random", np.random.default_rng(0).integers(0, 2, n).astype(np.int32))]
+    extra = [("round-robin", np.arange(n, dtype=np.int32) % n_devices),
+             ("random", np.random.default_rng(0).integers(0, n_devices, n).astype(np.int32))]
     for name, p in extra:
         found.setdefault(p.tobytes(), (name, p))
     return list(found.values())
@@ -92,8 +94,9 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
 
     load_before = load_1min()
     graph = load_graph(path)
-    cluster = cached_cluster(local_devices(2), 2, progress=print)
-    runner = hardware_runner(graph, cluster, devices=2, rig="processes")
+    d = args.devices
+    cluster = cached_cluster(local_devices(d), d, progress=print)
+    runner = hardware_runner(graph, cluster, devices=d, rig="processes")
     try:
         t0 = time.time()
         runner = runner.with_step_costs(args.repeats) if args.costs == "step" else runner.with_unit_costs(args.repeats)
@@ -101,7 +104,7 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         profile_s = time.time() - t0
         runner = runner.with_rig_costs(progress=print)  # what eval --hardware simulates with on the process rig
         print(f"{graph.name}: rig costs {runner.rig_costs}", flush=True)
-        chosen = placements(graph, cluster, args.seconds)
+        chosen = placements(graph, cluster, args.seconds, d)
         evaluated = evaluate(graph, chosen, cluster, runner, args.repeats, args.warmup)  # eval --hardware's rows
         rows = []
         for (name, p), row in zip(chosen, evaluated):
@@ -109,13 +112,14 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
             rows.append({"name": name, "measured_us": timing.median_us, "q25_us": timing.q25_us,
                          "q75_us": timing.q75_us, "per_unit_us": float(simulate(graph, p, cluster).runtime),
                          "staged_us": row.simulated_us, "stages": len(stage_runs(p, runner.order(p), runner.holders)),
-                         "on_device1": float(np.mean(p == 1))})
+                         "off_device0": float(np.mean(p != 0))})
             print(f"  {name:<14} measured {timing.median_us / 1e3:9.2f} ms  per-unit "
                   f"{rows[-1]['per_unit_us'] / 1e3:9.2f}  staged {row.simulated_us / 1e3:9.2f} "
                   f"({rows[-1]['stages']} stages)", flush=True)
     finally:
         runner.close()
-    return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "costs": args.costs, "rows": rows,
+    return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "devices": d, "costs": args.costs,
+            "rows": rows,
             "rig_costs": vars(runner.rig_costs), "profile_s": profile_s, "load_before": load_before,
             "load_after": load_1min(),
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
@@ -135,7 +139,7 @@ def summary(rows: list[dict], key: str) -> tuple[float, float]:
 def markdown(results: list[dict], command: str) -> str:
     lines = ["# Staged simulation against the process rig (issue 40, item 2)", "",
              f"Command: `{command}`", "",
-             "2 devices of the process rig (one pinned single-core JAX worker process each), "
+             f"{results[0]['devices'] if results else 2} devices of the process rig (one pinned single-core JAX worker process each), "
              "placements measured in interleaved rounds (medians); *staged*: what `eval --hardware` prints on the "
              "process rig (`HardwareRunner.simulate`: `simulator.staged.simulate_staged` on the stages the rig "
              "runs, with the rig's fitted costs); *per-unit*: `simulator.simulate` on the calibrated cluster (what "
@@ -159,11 +163,11 @@ def markdown(results: list[dict], command: str) -> str:
                   f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + "
                   f"{c['recv_us_per_mb']:.1f}/MB, latency "
                   f"{c['latency_us']:.1f}", "",
-                  "| placement | share on dev 1 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
+                  "| placement | share off dev 0 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
                   "|---|---|---|---|---|---|"]
         for r in res["rows"]:
             m = r["measured_us"]
-            lines.append(f"| {r['name']} | {r['on_device1']:.2f} | {r['stages']} | {m / 1e3:.2f} "
+            lines.append(f"| {r['name']} | {r.get('off_device0', r.get('on_device1', 0.0)):.2f} | {r['stages']} | {m / 1e3:.2f} "
                          f"[{r['q25_us'] / 1e3:.2f}-{r['q75_us'] / 1e3:.2f}] | {r['per_unit_us'] / 1e3:.2f} "
                          f"({(r['per_unit_us'] - m) / m * 100:+.0f}%) | {r['staged_us'] / 1e3:.2f} "
                          f"({(r['staged_us'] - m) / m * 100:+.0f}%) |")
@@ -172,7 +176,7 @@ def markdown(results: list[dict], command: str) -> str:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    ensure_host_devices(2)  # before JAX starts: the parent builds plans on 2 host devices
+    ensure_host_devices(args.devices)  # before JAX starts: the parent builds plans on D host devices
     command = "python -m experiments.benchmarks.staged_fidelity " + " ".join(sys.argv[1:] if argv is None else argv)
     results = []
     for path in args.graphs:
