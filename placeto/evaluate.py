@@ -114,28 +114,40 @@ class HardwareRunner:
     def with_rig_costs(self, progress: Callable[[str], None] = print, steps: int = 5) -> "HardwareRunner":
         """This runner simulating its rig's stages (`simulate`): the process rig's costs from the cache, measured
         now when none is (placeto.cluster_cache.cached_rig_costs), and the units' costs scaled to the rig's own
-        speed: profiled in this process, they are scaled so that, with a stage's launch and the step's round trip,
-        they add up to the whole step run as one stage on the rig's first worker (median of `steps` after two
-        warm-up steps; freeing the values a step made included): the profile says how the step's time splits
-        over its units, the rig how long the step takes there. As is without a process rig or for synthetic
-        kernels (one task per node: the per-unit model is theirs)."""
+        speed: profiled in this process, they are scaled so that, with what the staged simulation charges the single
+        stage beyond them (its launch and input reads, the step's round trip), they add up to the whole step run as
+        one stage on the rig's first worker (median of `steps` after two warm-up steps; freeing the values a step
+        made included): the profile says how the step's time splits over its units, the rig how long the step
+        takes there. The contention between two workers is this graph's
+        own (placeto.rig_gantt.graph_contention: its whole step on worker 0 while worker 1 runs it too, against
+        alone), not the calibration workload's. As is without a process rig or for synthetic kernels (one task per
+        node: the per-unit model is theirs)."""
         if self.rig is None or self.holders is None or not self.stages:
             return self
         from placeto.cluster_cache import cached_rig_costs
-        from placeto.rig_gantt import measured_step
+        from placeto.rig_gantt import graph_contention, measured_step
+        from simulator.staged import simulate_staged
 
         costs = cached_rig_costs(self.rig, self.devices, progress=progress)
         kind = self.cluster.kinds[0]
         unit = self.graph.cost_for(kind)
         profiled = float(unit[~self.holders].sum())
-        step = measured_step(self, np.zeros(self.graph.n_nodes, dtype=np.int32), steps=steps, warmup=2)
-        ran = step.wall_ns / 1e3 - costs.launch_us - costs.step_us
+        single = np.zeros(self.graph.n_nodes, dtype=np.int32)
+        step = measured_step(self, single, steps=steps, warmup=2)
+        beyond = simulate_staged(self.graph, single, self.cluster, self.order(single), costs,
+                                 self.holders).runtime_us - profiled  # launch, input reads, the step's round trip
+        ran = step.wall_ns / 1e3 - beyond
         graph = self.graph
         if profiled > 0 and ran > 0:
             progress(f"the units' costs scaled by {ran / profiled:.3f} to the rig's own speed (the whole step as "
-                     f"one stage on its first worker: {ran / 1e3:.2f} ms beyond a stage's launch and the step's "
-                     f"round trip, profiled {profiled / 1e3:.2f} ms)")
+                     f"one stage on its first worker: {ran / 1e3:.2f} ms beyond the stage's launch and input reads "
+                     f"and the step's round trip, profiled {profiled / 1e3:.2f} ms)")
             graph = graph.with_costs(kind, unit * (ran / profiled))
+        if self.rig.n_devices > 1:
+            c = graph_contention(self, steps=steps)
+            progress(f"contention: the whole step on one worker ran {c.together_us / 1e3:.2f} ms while another ran "
+                     f"it too, {c.alone_us / 1e3:.2f} ms alone (+{100 * c.factor:.0f}%)")
+            costs = dataclasses.replace(costs, contention=c.factor)
         return dataclasses.replace(self, graph=graph, rig_costs=costs)
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:

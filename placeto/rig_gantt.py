@@ -53,6 +53,48 @@ def measured_step(runner: Any, placement: np.ndarray, steps: int = 5, warmup: in
                                for d, evs in events.items()}, tuple(x[0] for x in taken))
 
 
+class Contention(NamedTuple):
+    """How much the graph's own work slows down while another worker runs it too (`graph_contention`)."""
+
+    factor: float  # together_us / alone_us - 1: RigCosts.contention for this graph
+    alone_us: float  # median stage time of the whole step on worker 0, the other workers idle
+    together_us: float  # median stage time of the same, while worker 1 runs the whole step at the same time
+
+
+def graph_contention(runner: Any, steps: int = 5, warmup: int = 2) -> Contention:
+    """The whole step as one stage on worker 0, run alone and at the same time as the whole step on worker 1: how
+    much one core's work slows while the other core runs the same work (shared caches, memory bandwidth; on a
+    machine whose two cores are one core's hardware threads, about 1). A measurement of the graph on the rig, as
+    the step's scaling in HardwareRunner.with_rig_costs is: no placement of it is run. Alone and together steps
+    alternate (`steps` of each, after `warmup` together steps, which also compile); stage times are the workers'
+    own "run" events (no round trip)."""
+    from simulator.errors import InputError
+
+    if runner.rig is None or runner.rig.n_devices < 2:
+        raise InputError("contention is measured between two workers of a process rig")
+    n = runner.graph.n_nodes
+    plans = [runner.runnable(np.full(n, d, dtype=np.int32)) for d in (0, 1)]
+    rig = runner.rig
+
+    def run(workers: tuple[int, ...]) -> dict:
+        events = rig.call_all({d: ("run", plans[d].id) for d in workers})
+        return {d: sum(e.end_ns - e.start_ns for e in evs if e.kind == "run") / 1e3 for d, evs in events.items()}
+
+    try:
+        for _ in range(warmup):
+            run((0, 1))
+        alone, together = [], []
+        for _ in range(steps):
+            alone.append(run((0,))[0])
+            both = run((0, 1))
+            together.append(both[0])
+    finally:
+        for plan in plans:
+            plan.close()
+    a, t = float(np.median(alone)), float(np.median(together))
+    return Contention(max(0.0, t / a - 1.0) if a > 0 else 0.0, a, t)
+
+
 def gantt_measured(path: PathLike, graph: Any, cluster: Any, placement: np.ndarray, step: MeasuredStep,
                    title: str = "") -> None:
     """Write a PNG: the simulated schedule of `placement` on `cluster` (top) and the measured step (bottom), on

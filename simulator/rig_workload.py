@@ -28,7 +28,7 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from simulator.staged import RigCosts, overlap, stage_inputs
+from simulator.staged import RigCosts, stage_inputs
 
 PLACEMENTS = ("random", "chunks", "sparse", "halves")  # per unit at random; 8 alternating slices; 20% on device
 #   1; the first half of the order on device 0, the rest on 1 (one cut that many values cross: per-value costs)
@@ -146,8 +146,7 @@ def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
 
 
 def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
-    """(stage rows (1, inputs, MB, work us x share of its run during which the other worker ran a stage, excess
-    us), send rows (1, values, MB, us), receive rows (1, values, MB, whether it waited, us from the later of its
+    """(stage rows (1, inputs, MB, excess us), send rows (1, values, MB, us), receive rows (1, values, MB, whether it waited, us from the later of its
     start and the send's end to its end)); a stage's and a send's row is its median over the steps of one
     placement (the steps of a placement share its `tasks`), robust to a slow step."""
     runs: dict = {}  # (placement, label) -> [row]
@@ -168,15 +167,12 @@ def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
                 send_end[e.label] = e.end_ns
                 sent.setdefault((id(st.tasks), e.label), []).append(
                     (1.0, len(vals), nbytes / 1e6, (e.end_ns - e.start_ns) / 1e3))
-        ran = [(d, e) for d, evs in st.events.items() for e in evs if e.kind == "run"]
-        share = overlap(np.asarray([e.start_ns for _, e in ran], dtype=np.float64),
-                        np.asarray([e.end_ns for _, e in ran], dtype=np.float64),
-                        np.asarray([d for d, _ in ran]), np.ones(len(ran), dtype=bool))
-        for (_, e), f in zip(ran, share):
+        ran = [e for evs in st.events.values() for e in evs if e.kind == "run"]
+        for e in ran:
             t = st.tasks[e.label]
             work = float(st.unit_cost[list(t.units or (t.unit,))].sum())
             runs.setdefault((id(st.tasks), e.label), []).append(
-                (1.0, float(n_in[e.label]), in_bytes[e.label] / 1e6, work * f, (e.end_ns - e.start_ns) / 1e3 - work))
+                (1.0, float(n_in[e.label]), in_bytes[e.label] / 1e6, (e.end_ns - e.start_ns) / 1e3 - work))
         for evs in st.events.values():
             for e in evs:
                 if e.kind == "recv" and e.label in send_end:
@@ -199,14 +195,14 @@ def _nnls(rows: list) -> np.ndarray:
 def fit_events(steps: Sequence[StepEvents], step_us: float = 0.0) -> RigCosts:
     """The RigCosts fitted to the events of `steps` (see the module docstring); `step_us` as given."""
     stages, sends, receives = _rows(steps)
-    launch = _nnls(stages) if stages else np.zeros(4)  # launch, per input, per input MB, contention
+    launch = _nnls(stages) if stages else np.zeros(3)  # launch, per input, per input MB
     send = _nnls(sends) if sends else np.zeros(3)
     recv = _nnls(receives) if receives else np.zeros(4)  # recv_us, per value, per MB, latency (when waiting)
     return RigCosts(launch_us=float(launch[0]), launch_us_per_input=float(launch[1]),
                     launch_us_per_input_mb=float(launch[2]), step_us=max(float(step_us), 0.0),
                     send_us=float(send[0]), send_us_per_value=float(send[1]), send_us_per_mb=float(send[2]),
                     recv_us=float(recv[0]), recv_us_per_value=float(recv[1]), recv_us_per_mb=float(recv[2]),
-                    latency_us=float(recv[3]), contention=float(launch[3]))
+                    latency_us=float(recv[3]))
 
 
 def counts(steps: Sequence[StepEvents]) -> dict:

@@ -29,9 +29,10 @@ simulates, one node per stage on its device:
 
 `simulate_staged(graph, placement, cluster, order, costs)` simulates it with the fast engine
 (`simulator.engine.simulate`) and adds `RigCosts.step_us` (the parent's request to every worker and their replies).
-Two cores running at once slow each other down (shared caches and memory: simulator.rig_workload measured a stage's
-units 50% slower while the other worker ran one): with `RigCosts.contention` a second pass adds to each stage
-contention x its units' work x the share of its first-pass time another device ran a stage (`overlap`).
+Two cores running at once can slow each other down (shared caches and memory). `RigCosts.contention` is measured
+per graph (placeto.rig_gantt.graph_contention: its whole step on one worker while another runs it too, against
+alone); a second pass adds to each stage contention x its units' work x the share of its first-pass time another
+device ran a stage (`overlap`).
 `simulate_staged_reference` does the same with the plain-Python event loop (`simulator.reference`), the oracle
 (tests/test_staged_sim.py checks them equal). Pure: no JAX at import.
 """
@@ -71,6 +72,7 @@ class RigCosts:
     recv_us_per_mb: float = 0.0  # copying out of shared memory onto the device, on the receiving worker
     latency_us: float = 0.0  # from a Send's end to its Recv seeing the message (pipe wake-up)
     contention: float = 0.0  # a stage's units run this much longer (fraction) while another device runs a stage
+    #   (measured per graph, not fitted: HardwareRunner.with_rig_costs)
 
     def send_cost(self, nbytes: float, values: int = 1) -> float:
         """Microseconds of one Send of `values` values, `nbytes` in all, on the sending worker."""

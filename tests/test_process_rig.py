@@ -234,3 +234,30 @@ def test_rig_choice_errors_are_one_line(tmp_path, capsys):
     code = main(["place", "datasets/nmt/nmt_002.json.gz", "--hardware", "--rig", "threads", "--gantt",
                  str(tmp_path / "g.png"), "--out", str(tmp_path / "p.json")])
     assert code == 2 and "--gantt" in capsys.readouterr().err
+
+
+def test_graph_contention_runs_the_whole_step_alone_and_beside_itself(rig, program):
+    """placeto.rig_gantt.graph_contention: the whole step on worker 0 alone and while worker 1 runs it too; both
+    stage times measured, the factor is their ratio - 1 (not below 0), and both plans are freed afterwards."""
+    from types import SimpleNamespace
+
+    from placeto.rig_gantt import graph_contention
+
+    traced, grouping, values, _ = program
+    dev = jax.devices()[0]
+    made = []
+
+    def runnable(placement):
+        made.append(set(placement.tolist()))
+        plan = plans.program_plan(traced, values, placement, [dev, dev], grouping.op_to_group, stages=True)
+        return to_rig(plan, rig, scope="mlp")
+
+    runner = SimpleNamespace(rig=rig, graph=grouping.graph, runnable=runnable)
+    c = graph_contention(runner, steps=3, warmup=1)
+    assert made == [{0}, {1}]  # the whole step on each worker
+    assert c.alone_us > 0 and c.together_us > 0
+    assert c.factor == pytest.approx(max(0.0, c.together_us / c.alone_us - 1.0))
+    assert not rig.blocks  # both plans closed (their shared memory unlinked)
+    with pytest.raises(InputError, match="two workers of a process rig"):
+        graph_contention(SimpleNamespace(rig=None, graph=grouping.graph, runnable=runnable))
+
