@@ -7,8 +7,9 @@ simulation charges is timed as the rig pays it, from the workers' own events (`s
 * step_us: the parent's round trip of a chain of `CHAIN` trivial stages (fn(token, x: f32[16]) -> (token, x + 1))
   on every worker (every worker asked at once, all replies back) minus the longest worker's summed events: the
   request, the replies and the worker's loop (`launch_and_step`, which also gives the trivial stage's own time);
-* every other field: fitted to the events of placements of a real training step (simulator.rig_workload), since
-  a real stage and a real transfer cost the worker more than trivial ones do.
+* every other field but `contention`: fitted to the events of placements of a real training step
+  (simulator.rig_workload), since a real stage and a real transfer cost the worker more than trivial ones do.
+  `contention` is the user's graph's own, measured when it is run (placeto.rig_gantt.graph_contention).
 
 Each plan runs `repeats` steps after one warm-up (compiling). Needs at least 2 workers for transfers (with one,
 only launch_us and step_us are measured).

@@ -70,4 +70,3 @@ def test_workload_placements_use_both_devices():
     chunks, halves = placements(40, order)[1], placements(40, order)[3]
     assert chunks.tolist() == [(i * 8 // 40) % 2 for i in range(40)]
     assert halves.tolist() == [0] * 20 + [1] * 20
-
