@@ -1,8 +1,8 @@
 """Does `eval --hardware` (its defaults, no refit) predict placed steps on the process rig? Staged vs per-unit.
 
-For each graph, on D devices (`--devices`, default 2) of the process rig (`--rig processes`: one pinned single-core JAX worker process per
-device, simulator.process_rig), as `placeto eval --hardware` runs it by default (placeto.evaluate.evaluate, the
-function eval calls, with the runner eval builds):
+For each graph, on D devices (`--devices`, default 2) of the process rig (`--rig processes`: one pinned
+single-core JAX worker process per device, simulator.process_rig), as `placeto eval --hardware` runs it by
+default (placeto.evaluate.evaluate, the function eval calls, with the runner eval builds):
 
 1. the units' costs measured inside one compiled step on one core, every unit's outputs materialised as the
    rig's stages are (`--costs step`: HardwareRunner.with_step_costs; simulator.plans.materialises);
@@ -139,7 +139,8 @@ def summary(rows: list[dict], key: str) -> tuple[float, float]:
 def markdown(results: list[dict], command: str) -> str:
     lines = ["# Staged simulation against the process rig (issue 40, item 2)", "",
              f"Command: `{command}`", "",
-             f"{results[0]['devices'] if results else 2} devices of the process rig (one pinned single-core JAX worker process each), "
+             f"{results[0]['devices'] if results else 2} devices of the process rig (one pinned single-core JAX "
+             "worker process each), "
              "placements measured in interleaved rounds (medians); *staged*: what `eval --hardware` prints on the "
              "process rig (`HardwareRunner.simulate`: `simulator.staged.simulate_staged` on the stages the rig "
              "runs, with the rig's fitted costs); *per-unit*: `simulator.simulate` on the calibrated cluster (what "
@@ -167,7 +168,8 @@ def markdown(results: list[dict], command: str) -> str:
                   "|---|---|---|---|---|---|"]
         for r in res["rows"]:
             m = r["measured_us"]
-            lines.append(f"| {r['name']} | {r.get('off_device0', r.get('on_device1', 0.0)):.2f} | {r['stages']} | {m / 1e3:.2f} "
+            share = r.get("off_device0", r.get("on_device1", 0.0))  # results written before --devices
+            lines.append(f"| {r['name']} | {share:.2f} | {r['stages']} | {m / 1e3:.2f} "
                          f"[{r['q25_us'] / 1e3:.2f}-{r['q75_us'] / 1e3:.2f}] | {r['per_unit_us'] / 1e3:.2f} "
                          f"({(r['per_unit_us'] - m) / m * 100:+.0f}%) | {r['staged_us'] / 1e3:.2f} "
                          f"({(r['staged_us'] - m) / m * 100:+.0f}%) |")
