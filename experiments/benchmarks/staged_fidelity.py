@@ -8,8 +8,9 @@ default (placeto.evaluate.evaluate, the function eval calls, with the runner eva
    rig's stages are (`--costs step`: HardwareRunner.with_step_costs; simulator.plans.materialises);
 2. the rig's costs (HardwareRunner.with_rig_costs): a stage's launch and inputs, a send's and a receive's fixed,
    per-value and per-byte costs, fitted to the events of placements of a calibration training step
-   (simulator.rig_workload; cached beside the calibration), and the units' costs scaled to the whole step run
-   as one stage on the rig;
+   (simulator.rig_workload; cached beside the calibration), the units' costs scaled to the whole step run as one
+   stage on the rig, and the graph's contention (its whole step on two workers at once against alone:
+   placeto.rig_gantt.graph_contention);
 3. placements: the single device, etf, m-sct, m-topo, heft, metis, local search (`--seconds` each, on the
    per-unit model, as `place --hardware` searches), round-robin by unit and a uniform random one (distinct
    placements only);
