@@ -33,30 +33,47 @@ def cached_cluster(devices: Sequence[Any], spec: Any, repeats: int = 7,
     `eval --hardware` share it. A damaged or stale entry (unreadable, or not of these devices: their count and
     cost kinds) is named in one warning on stderr and measured again, replacing it; an entry that cannot be
     written is a warning too (the calibration is used, not cached)."""
-    import sys
-
     from simulator.calibrate import calibrate_fit
 
+    def read(path: Path) -> Cluster:
+        cluster = load_cluster(path)
+        check_cached_cluster(cluster, devices)
+        return cluster
+
     path = cluster_cache_path(devices)
+    return _cached(path, read, lambda: calibrate_fit(spec, repeats).cluster, lambda c: save_cluster(c, path),
+                   f"cluster: {path} (cached calibration; delete it to measure again)",
+                   f"calibrating {len(devices)} local devices (cached afterwards in {path}) ...",
+                   "damaged or stale calibration cache entry", "the calibration", progress)
+
+
+def _cached(path: Path, read: Callable[[Path], Any], measure: Callable[[], Any], write: Callable[[Any], None],
+            found: str, measuring: str, damaged: str, noun: str, progress: Callable[[str], None]) -> Any:
+    """The entry at `path` as `read` returns it (`found` to `progress`), else `measure()`'d (`measuring` first) and
+    written by `write`. An entry `read` refuses (InputError, OSError, ValueError) is named in one warning on stderr
+    (`damaged`: what it is) and measured again, replacing it; one that cannot be written is a warning too (`noun`:
+    used, not cached)."""
+    import sys
+
     if path.exists() or path.is_symlink():
         try:
-            cluster = load_cluster(path)
-            check_cached_cluster(cluster, devices)
-            progress(f"cluster: {path} (cached calibration; delete it to measure again)")
-            return cluster
-        except InputError as e:
-            print(f"placeto: warning: {path}: damaged or stale calibration cache entry ({e.detail}); ignored, "
-                  f"measuring again and replacing it", file=sys.stderr, flush=True)
-    progress(f"calibrating {len(devices)} local devices (cached afterwards in {path}) ...")
-    fit = calibrate_fit(spec, repeats)
+            value = read(path)
+            progress(found)
+            return value
+        except (InputError, OSError, ValueError, RecursionError) as e:
+            why = e.detail if isinstance(e, InputError) else str(e)[:120]
+            print(f"placeto: warning: {path}: {damaged} ({why}); ignored, measuring again and replacing it",
+                  file=sys.stderr, flush=True)
+    progress(measuring)
+    value = measure()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_cluster(fit.cluster, path)
+        write(value)
     except (InputError, OSError) as e:
         why = e.detail if isinstance(e, InputError) else (e.strerror or str(e))
-        print(f"placeto: warning: {path}: cannot cache the calibration ({why}); used, not cached", file=sys.stderr,
+        print(f"placeto: warning: {path}: cannot cache {noun} ({why}); used, not cached", file=sys.stderr,
               flush=True)
-    return fit.cluster
+    return value
 
 
 def check_cached_cluster(cluster: Cluster, devices: Sequence[Any]) -> None:
@@ -86,34 +103,24 @@ def cached_rig_costs(rig: Any, devices: Sequence[Any], repeats: int = 30,
     again; one that cannot be written is a warning too."""
     import dataclasses
     import math
-    import sys
 
     from simulator.io import atomic_write_bytes
     from simulator.rig_calibrate import rig_costs
     from simulator.staged import RigCosts
 
-    path = rig_costs_path(devices)
     fields = [f.name for f in dataclasses.fields(RigCosts)]
-    if path.exists() or path.is_symlink():
-        try:
-            data = json.loads(path.read_text())
-            if not isinstance(data, dict) or sorted(data) != sorted(fields) or not all(
-                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                    for v in data.values()):
-                raise ValueError(f"expected an object of the fields {', '.join(fields)}, each a finite number "
-                                 f">= 0")
-            progress(f"rig costs: {path} (cached; delete it to measure again)")
-            return RigCosts(**{k: float(v) for k, v in data.items()})
-        except (OSError, ValueError, RecursionError) as e:
-            print(f"placeto: warning: {path}: damaged rig costs cache entry ({str(e)[:120]}); ignored, measuring "
-                  f"again and replacing it", file=sys.stderr, flush=True)
-    progress(f"measuring the process rig's stage launch and transfer costs (cached afterwards in {path}) ...")
-    costs, _ = rig_costs(rig, repeats)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_bytes(path, json.dumps(dataclasses.asdict(costs), indent=1).encode())
-    except (InputError, OSError) as e:
-        why = e.detail if isinstance(e, InputError) else (e.strerror or str(e))
-        print(f"placeto: warning: {path}: cannot cache the rig costs ({why}); used, not cached", file=sys.stderr,
-              flush=True)
-    return costs
+
+    def read(path: Path) -> RigCosts:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or sorted(data) != sorted(fields) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                for v in data.values()):
+            raise ValueError(f"expected an object of the fields {', '.join(fields)}, each a finite number >= 0")
+        return RigCosts(**{k: float(v) for k, v in data.items()})
+
+    path = rig_costs_path(devices)
+    return _cached(path, read, lambda: rig_costs(rig, repeats)[0],
+                   lambda costs: atomic_write_bytes(path, json.dumps(dataclasses.asdict(costs), indent=1).encode()),
+                   f"rig costs: {path} (cached; delete it to measure again)",
+                   f"measuring the process rig's stage launch and transfer costs (cached afterwards in {path}) ...",
+                   "damaged rig costs cache entry", "the rig costs", progress)

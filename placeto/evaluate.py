@@ -118,10 +118,9 @@ class HardwareRunner:
         stage beyond them (its launch and input reads, the step's round trip), they add up to the whole step run as
         one stage on the rig's first worker (median of `steps` after two warm-up steps; freeing the values a step
         made included): the profile says how the step's time splits over its units, the rig how long the step
-        takes there. The contention between two workers is this graph's
-        own (placeto.rig_gantt.graph_contention: its whole step on worker 0 while worker 1 runs it too, against
-        alone), not the calibration workload's. As is without a process rig or for synthetic kernels (one task per
-        node: the per-unit model is theirs)."""
+        takes there. The contention between two workers is this graph's own (placeto.rig_gantt.graph_contention:
+        its whole step on worker 0 while worker 1 runs it too, against alone), not the calibration workload's. As
+        is without a process rig or for synthetic kernels (one task per node: the per-unit model is theirs)."""
         if self.rig is None or self.holders is None or not self.stages:
             return self
         from placeto.cluster_cache import cached_rig_costs

@@ -127,3 +127,38 @@ def test_a_damaged_or_stale_calibration_cache_entry_is_named_and_replaced(tmp_pa
     assert cluster_cache.cached_cluster(devices, 2, progress=lambda _: None) is fresh
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "cannot cache the calibration" in err[1]
+
+
+def test_damaged_rig_costs_cache_entry_is_replaced(monkeypatch, tmp_path, capsys):
+    """placeto.cluster_cache.cached_rig_costs: an entry that is not an object of RigCosts' fields, each a finite
+    number >= 0, is named in one warning and measured again (replacing it); a good entry is reused; an entry that
+    cannot be written is a warning, the costs still used."""
+    import json
+
+    import simulator.rig_calibrate
+    from placeto import cluster_cache
+    from simulator.staged import RigCosts
+
+    fresh = RigCosts(launch_us=50.0, step_us=100.0, latency_us=80.0)
+    calls = []
+    monkeypatch.setattr(simulator.rig_calibrate, "rig_costs", lambda rig, repeats: (calls.append(1) or fresh, {}))
+    entry = tmp_path / "entry.rig.json"
+    monkeypatch.setattr(cluster_cache, "rig_costs_path", lambda devices: entry)
+    good = json.loads(json.dumps(fresh.__dict__))
+    for content in ("{ not json", "[]", json.dumps({**good, "launch_us": -1.0}), json.dumps({**good, "x": 1.0}),
+                    json.dumps({**good, "step_us": True}), json.dumps({**good, "latency_us": "NaN"})):
+        entry.write_text(content)
+        calls.clear()
+        got = cluster_cache.cached_rig_costs(None, [], progress=lambda _: None)
+        err = capsys.readouterr().err.splitlines()
+        assert got == fresh and calls == [1] and len(err) == 1, (content, err)
+        assert str(entry) in err[0] and "damaged rig costs cache entry" in err[0]
+        assert json.loads(entry.read_text()) == good  # replaced
+    calls.clear()
+    assert cluster_cache.cached_rig_costs(None, [], progress=lambda _: None) == fresh and calls == []
+    entry.unlink()
+    entry.mkdir()  # a directory in the way: measured, used, not cached
+    entry.joinpath("x").write_text("")
+    assert cluster_cache.cached_rig_costs(None, [], progress=lambda _: None) == fresh
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and "cannot cache the rig costs" in err[1]
