@@ -65,8 +65,8 @@ def graph_contention(runner: Any, steps: int = 5, warmup: int = 2) -> Contention
     """The whole step as one stage on worker 0, run alone and at the same time as the whole step on worker 1: how
     much one core's work slows while the other core runs the same work (shared caches, memory bandwidth). A
     measurement of the graph on the rig, as the step's scaling in HardwareRunner.with_rig_costs is: no placement
-    of it is run. Alone and together steps alternate (`steps` of each, after `warmup` together steps, which also compile); stage times are the workers'
-    own "run" events (no round trip)."""
+    of it is run. Alone and together steps alternate (`steps` of each, after `warmup` together steps, which also
+    compile); stage times are the workers' own "run" events (no round trip)."""
     from simulator.errors import InputError
 
     if runner.rig is None or runner.rig.n_devices < 2:
