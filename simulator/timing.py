@@ -5,7 +5,11 @@ value produced (`simulator.hardware.run_plan`), and reports the median and the s
 (`Timing`, microseconds). Python's garbage collector is collected before and switched off during each timed step
 (`gc_paused`, as `timeit` does), so a collection triggered by the step's allocations (or an earlier step's) does
 not land inside one placement's time. `time_interleaved` times several plans in rotating rounds, so a change in
-the machine's load hits every plan alike. A plan on the process rig (`simulator.rig_plans.RigPlan`, anything with a
+the machine's load hits every plan alike, each timed step after SETTLE_STEPS untimed ones of the same plan.
+Why three: on the process rig (2 pinned workers, this project's 2-core machine), nmt_004's m-sct, etf and heft
+placements measured 8-18% slower interleaved with one settling step than in consecutive steps just before and
+after; with three, within the 1-5% those consecutive steps moved by (a step after another plan's pays for its
+footprint: the workers' freed buffers, caches). A plan on the process rig (`simulator.rig_plans.RigPlan`, anything with a
 `run_step()` that runs one step and waits for it) is timed the same way: its step is every worker's share run at
 once, the parent waiting for all. `reporting_steps(callback)` calls `callback()` after every step `time_calls` runs
 (outside the timed part): a progress bar's hook (`placeto.on_hardware.step_bar`).
@@ -78,24 +82,31 @@ def _stepped() -> None:
         callback()
 
 
-def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2,
-                     threads: bool | None = None) -> list[list[float]]:
+SETTLE_STEPS = 3  # untimed steps of a plan before each of its timed steps in `time_interleaved`'s rounds
+
+
+def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threads: bool | None = None,
+                     settle: int = SETTLE_STEPS) -> list[list[float]]:
     """Step times (us) of every plan, `repeats` each: after `warmup` steps of each (the first compiles), rounds of
     one timed step per plan, round r starting at plan r mod P, so a change in the machine's load hits every plan
-    alike and no plan always follows the same one; each timed step follows an untimed step of the same plan, so
-    what the previous plan's step left behind (buffers to free, busy threads) is not charged to it."""
+    alike and no plan always follows the same one; each timed step follows `settle` untimed steps of the same plan,
+    so it is timed as a training loop runs it, back to back, not charged for what the previous plan's steps left
+    behind. On the process rig one settling step is not enough: nmt_004's split placements measured 8-18% above
+    their consecutive steps with one, within the run-to-run spread of those with three (the module docstring)."""
+    if settle < 1:
+        raise InputError(f"settle must be >= 1 untimed step, got {settle}")
     for plan in plans:
         time_plan(plan, repeats=1, warmup=max(1, warmup), threads=threads)
     times: list[list[float]] = [[] for _ in plans]
     for r in range(repeats):
         for i in np.roll(np.arange(len(plans)), -r):
-            times[i].append(time_plan(plans[i], repeats=1, warmup=1, threads=threads).median_us)
+            times[i].append(time_plan(plans[i], repeats=1, warmup=settle, threads=threads).median_us)
     return times
 
 
-def interleaved_steps(n_plans: int, repeats: int, warmup: int = 2) -> int:
-    """How many steps `time_interleaved(plans, repeats, warmup)` runs (warm-up and untimed ones included)."""
-    return n_plans * (max(1, warmup) + 1) + 2 * n_plans * repeats
+def interleaved_steps(n_plans: int, repeats: int, warmup: int = 2, settle: int = SETTLE_STEPS) -> int:
+    """How many steps `time_interleaved(plans, repeats, warmup, settle=settle)` runs (untimed ones included)."""
+    return n_plans * (max(1, warmup) + 1) + (settle + 1) * n_plans * repeats
 
 
 @contextlib.contextmanager

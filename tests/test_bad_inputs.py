@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
+pytestmark = pytest.mark.xdist_group("test_bad_inputs")
+
 HERE = Path(__file__).resolve().parent
 BIG = "9" * 5000  # a 5,000-digit integer
 GRAPH = {"format": "placeto-graph", "version": 1, "name": "g", "meta": {},

@@ -33,6 +33,9 @@ from placeto.workers import SerialPool, partition
 from simulator import cluster_preset, save_graph
 from simulator.generate import layered_dag
 
+# its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
+pytestmark = pytest.mark.xdist_group("test_distributed")
+
 HAVE_RAY = importlib.util.find_spec("ray") is not None
 needs_ray = pytest.mark.skipif(not HAVE_RAY, reason="Ray is not installed (pip install 'placeto[ray]')")
 GRAPHS = [layered_dag(16, seed=1), layered_dag(20, seed=2)]

@@ -483,19 +483,23 @@ def test_ensure_host_devices_before_and_after_jax_starts():
 
 def test_interleaved_timing_rotates_the_order_warms_each_step_and_pauses_the_collector(monkeypatch):
     """simulator.timing.time_interleaved: after the warm-up of every plan, round r starts at plan r mod P; each
-    timed step follows an untimed step of the same plan; the collector is off only inside timed steps."""
+    timed step follows `settle` untimed steps of the same plan; the collector is off only inside timed steps."""
     import gc
 
     import simulator.timing as H
 
     calls = []
     monkeypatch.setattr(H, "run_plan", lambda plan, threads=True: calls.append((plan, gc.isenabled())))
-    times = H.time_interleaved(["a", "b", "c"], repeats=2, warmup=1)
+    times = H.time_interleaved(["a", "b", "c"], repeats=2, warmup=1, settle=2)
     assert [len(t) for t in times] == [2, 2, 2] and gc.isenabled()
     warm = [("a", True), ("a", False), ("b", True), ("b", False), ("c", True), ("c", False)]
-    round0 = warm  # an untimed step (collector on), then the timed one (off), for a, b, c
-    round1 = warm[2:] + warm[:2]  # b, c, a
+    settled = [(p, on) for p in "abc" for on in (True, True, False)]  # two untimed steps (collector on), one timed
+    round0 = settled
+    round1 = settled[3:] + settled[:3]  # b, c, a
     assert calls == warm + round0 + round1
+    assert len(calls) == H.interleaved_steps(3, 2, 1, settle=2)
+    with pytest.raises(H.InputError, match="settle must be >= 1"):
+        H.time_interleaved(["a"], repeats=1, settle=0)
 
 
 def test_parse_device_spec():

@@ -26,6 +26,9 @@ import pytest
 from simulator.errors import InputError
 from simulator.trace import Source, trace
 
+# its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
+pytestmark = pytest.mark.xdist_group("test_import_models")
+
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 

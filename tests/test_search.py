@@ -22,6 +22,9 @@ from simulator.cluster import GB
 from simulator.errors import InputError
 from simulator.generate import layered_dag
 
+# its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
+pytestmark = pytest.mark.xdist_group("test_search")
+
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
