@@ -14,7 +14,8 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m placeto.demo --out demo_out
 
-# the suite on both cores (a module marked xdist_group runs on one worker: its fixtures once), then the tests that time real steps or wall-clock budgets alone (tests/conftest.py)
+# the suite on both cores (a module marked xdist_group runs on one worker: its fixtures once), then the tests
+# that time real steps or wall-clock budgets alone (tests/conftest.py)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not serial" tests
 	$(BIN)/python -m pytest -q -m serial tests

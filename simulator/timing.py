@@ -7,10 +7,10 @@ value produced (`simulator.hardware.run_plan`), and reports the median and the s
 not land inside one placement's time. `time_interleaved` times several plans in rotating rounds, so a change in
 the machine's load hits every plan alike, each timed step after SETTLE_STEPS untimed ones of the same plan.
 Why three: on the process rig (2 pinned workers, this project's 2-core machine), nmt_004's m-sct, etf and heft
-placements measured 8-18% slower interleaved with one settling step than in consecutive steps just before and
-after; with three, within the 1-5% those consecutive steps moved by (a step after another plan's pays for its
-footprint: the workers' freed buffers, caches). A plan on the process rig (`simulator.rig_plans.RigPlan`, anything with a
-`run_step()` that runs one step and waits for it) is timed the same way: its step is every worker's share run at
+placements measured 2-13% above their consecutive steps timed just after (two runs) when interleaved with one
+settling step, and 1-4% below them with three (a step after another plan's pays for its footprint: the workers'
+freed buffers, caches). A plan on the process rig (`simulator.rig_plans.RigPlan`, anything with a `run_step()`
+that runs one step and waits for it) is timed the same way: its step is every worker's share run at
 once, the parent waiting for all. `reporting_steps(callback)` calls `callback()` after every step `time_calls` runs
 (outside the timed part): a progress bar's hook (`placeto.on_hardware.step_bar`).
 """
@@ -91,8 +91,7 @@ def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threa
     one timed step per plan, round r starting at plan r mod P, so a change in the machine's load hits every plan
     alike and no plan always follows the same one; each timed step follows `settle` untimed steps of the same plan,
     so it is timed as a training loop runs it, back to back, not charged for what the previous plan's steps left
-    behind. On the process rig one settling step is not enough: nmt_004's split placements measured 8-18% above
-    their consecutive steps with one, within the run-to-run spread of those with three (the module docstring)."""
+    behind. On the process rig one settling step is not enough (the module docstring)."""
     if settle < 1:
         raise InputError(f"settle must be >= 1 untimed step, got {settle}")
     for plan in plans:

@@ -8,7 +8,9 @@ removed when the process exits. tests/test_compile_cache.py and tests/test_readm
 
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
-process on a 2-core machine would disturb. Plain `pytest tests` runs everything in one process.
+process on a 2-core machine would disturb. Plain `pytest tests` runs everything in one process. The longest tests
+(SLOW_FIRST) are collected first, so that pytest-xdist starts them first and the suite does not end on one worker
+running a 3-minute test while the other idles.
 """
 
 import atexit
@@ -39,8 +41,22 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "serial: run alone, not beside another test process (see tests/conftest.py)")
 
 
+SLOW_FIRST = (  # the longest tests and module groups (xdist_group), started first so no worker idles at the end
+    "test_readme.py::test_readme_block_runs[0]",  # place --hardware from a cold cache: about 3 minutes
+    "test_distributed.py",
+    "test_import_models.py",
+    "test_bad_inputs.py",
+)
+
+
+def _matches(name: str, prefixes) -> bool:
+    return any(name == s or name.startswith(s + "::") or name.startswith(s + "[") for s in prefixes)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        name = item.nodeid.rsplit("/", 1)[-1]
-        if any(name == s or name.startswith(s + "::") or name.startswith(s + "[") for s in SERIAL):
+        if _matches(item.nodeid.rsplit("/", 1)[-1], SERIAL):
             item.add_marker(pytest.mark.serial)
+    rank = {s: k for k, s in enumerate(SLOW_FIRST)}
+    items.sort(key=lambda item: next((rank[s] for s in SLOW_FIRST if _matches(item.nodeid.rsplit("/", 1)[-1], (s,))),
+                                     len(SLOW_FIRST)))  # stable: the rest keep their order

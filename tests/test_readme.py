@@ -33,7 +33,7 @@ SMALLER = [  # (pattern, replacement) applied to every README command before it 
     (r"--minutes [\d.]+", "--minutes 0.5"),
 ]
 EXTRA = [  # (pattern a command must match, flags appended): fewer timed steps on the hardware
-    (r"^placeto place .*--hardware", "--top 1 --repeats 2"),
+    (r"^placeto place .*--hardware", "--top 1 --repeats 2 --candidates m-topo"),  # m-topo: 2 stages to compile
     (r"^placeto eval .*--hardware", "--repeats 2 --warmup 1"),
 ]
 
@@ -89,7 +89,7 @@ def test_shrink_rewrites_budgets():
     assert shrink("placeto train --family nmt --out r --episodes 400") == \
         "placeto train --family nmt --out r --episodes 2"
     assert shrink("placeto place G --hardware --seconds 1 --out P") == \
-        "placeto place G --hardware --seconds 0.2 --out P --top 1 --repeats 2"
+        "placeto place G --hardware --seconds 0.2 --out P --top 1 --repeats 2 --candidates m-topo"
     assert shrink("placeto graph info G") == "placeto graph info G"
 
 
