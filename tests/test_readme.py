@@ -22,6 +22,10 @@ import pytest
 
 from readme_commands import code_blocks, commands, placeto_invocation
 
+# one worker runs every block (`make test`: --dist loadgroup), in order, in one scratch directory: the calibration
+# block 0's `place --hardware` caches there is what the next block's `eval --hardware` reuses, as on a user's machine
+pytestmark = pytest.mark.xdist_group("test_readme")
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").glob("*.md")) + [ROOT / "experiments" / "README.md"]
