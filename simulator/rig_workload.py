@@ -147,8 +147,8 @@ def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
 
 def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
     """(stage rows (1, inputs, MB, excess us), send rows (1, values, MB, us), receive rows (1, values, MB, whether
-    it waited, us from the later of its start and the send's end to its end)); a stage's and a send's row is its median over the steps of one
-    placement (the steps of a placement share its `tasks`), robust to a slow step."""
+    it waited, us from the later of its start and the send's end to its end)); a stage's and a send's row is its
+    median over the steps of one placement (the steps of a placement share its `tasks`), robust to a slow step."""
     runs: dict = {}  # (placement, label) -> [row]
     sent: dict = {}
     receives = []

@@ -8,9 +8,9 @@ removed when the process exits. tests/test_compile_cache.py and tests/test_readm
 
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
-process on a 2-core machine would disturb. Plain `pytest tests` runs everything in one process. The longest tests
-(SLOW_FIRST) are collected first, so that pytest-xdist starts them first and the suite does not end on one worker
-running a 3-minute test while the other idles.
+process on a 2-core machine would disturb. Plain `pytest tests` runs everything in one process. The longest
+modules (SLOW_FIRST) are collected first, each module's tests together and in file order, so that pytest-xdist
+starts them first and the suite does not end on one worker running the longest test while the other idles.
 """
 
 import atexit
@@ -41,8 +41,8 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "serial: run alone, not beside another test process (see tests/conftest.py)")
 
 
-SLOW_FIRST = (  # the longest tests and module groups (xdist_group), started first so no worker idles at the end
-    "test_readme.py::test_readme_block_runs[0]",  # place --hardware from a cold cache: about 3 minutes
+SLOW_FIRST = (  # the longest modules (each an xdist_group), started first so no worker idles at the end
+    "test_readme.py",  # block 0's place --hardware from a cold cache, the longest test
     "test_distributed.py",
     "test_import_models.py",
     "test_bad_inputs.py",
@@ -57,6 +57,5 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _matches(item.nodeid.rsplit("/", 1)[-1], SERIAL):
             item.add_marker(pytest.mark.serial)
-    rank = {s: k for k, s in enumerate(SLOW_FIRST)}
-    items.sort(key=lambda item: next((rank[s] for s in SLOW_FIRST if _matches(item.nodeid.rsplit("/", 1)[-1], (s,))),
-                                     len(SLOW_FIRST)))  # stable: the rest keep their order
+    items.sort(key=lambda item: next((k for k, s in enumerate(SLOW_FIRST)
+                                      if _matches(item.nodeid.rsplit("/", 1)[-1], (s,))), len(SLOW_FIRST)))  # stable
