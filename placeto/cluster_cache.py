@@ -90,9 +90,14 @@ def check_cached_cluster(cluster: Cluster, devices: Sequence[Any]) -> None:
 
 def rig_costs_path(devices: Sequence[Any]) -> Path:
     """Where the measured costs of the process rig over the JAX `devices` are cached: beside their calibrated
-    cluster (`cluster_cache_path`), named `<same 16 hex>.rig.json`."""
+    cluster (`cluster_cache_path`), named `<same 16 hex>.rig-<8 hex>.json`, the second key the workers' malloc
+    settings (simulator.process_rig.WORKER_MALLOC: a worker that returns freed memory to the kernel runs its stages
+    and copies slower, so costs measured on one are not the other's)."""
+    from simulator.process_rig import WORKER_MALLOC
+
     path = cluster_cache_path(devices)
-    return path.with_name(path.stem + ".rig.json")
+    workers = hashlib.sha256(":".join(WORKER_MALLOC).encode()).hexdigest()[:8]
+    return path.with_name(f"{path.stem}.rig-{workers}.json")
 
 
 def cached_rig_costs(rig: Any, devices: Sequence[Any], repeats: int = 30,

@@ -127,3 +127,15 @@ def test_eval_hardware_uses_the_cached_calibration(cache, capsys):
     args = argparse.Namespace(cluster=None, hardware=True, preset="placeto-k80")
     cluster = eval_cluster(args, 1, 1)
     assert cluster == load_cluster(path) and "(cached calibration" in capsys.readouterr().out
+
+
+def test_rig_costs_are_keyed_by_the_workers_malloc_settings(cache, monkeypatch):
+    """Rig costs measured on workers that return freed memory to the kernel are not another rig's costs."""
+    from simulator import process_rig
+    from simulator.host_devices import local_devices
+
+    devices = local_devices(1)
+    now = cluster_cache.rig_costs_path(devices)
+    assert now.parent == cluster_cache.cluster_cache_path(devices).parent and now.name.endswith(".json")
+    monkeypatch.setattr(process_rig, "WORKER_MALLOC", ())
+    assert cluster_cache.rig_costs_path(devices) != now
