@@ -58,7 +58,8 @@ WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=6871947
 #   took 6,343 and 12,718 page faults a step with the defaults, none with these settings; the rounds' Spearman
 #   0.92 / 0.97 -> 0.98 / 0.98, median |error| of the staged simulation 15.7 / 13.1% -> 5.6 / 7.4%. Without
 #   arena_max=1 (no mmap, no trimming only) etf still took 12,751 faults a step in one run: XLA runs a
-#   step on its own thread, whose arena's heap glibc shrinks; with one arena every thread reuses one heap)
+#   step on its own thread, whose arena's heap glibc shrinks; with one arena every thread reuses one heap). The
+#   price: ptb_006's short steps (5-10 ms) ran up to 2x slower with one arena (ad hoc; staged_fidelity.md)
 
 
 class RigError(RuntimeError):
