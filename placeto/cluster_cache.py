@@ -90,13 +90,16 @@ def check_cached_cluster(cluster: Cluster, devices: Sequence[Any]) -> None:
 
 def rig_costs_path(devices: Sequence[Any]) -> Path:
     """Where the measured costs of the process rig over the JAX `devices` are cached: beside their calibrated
-    cluster (`cluster_cache_path`), named `<same 16 hex>.rig-<8 hex>.json`, the second key the workers' malloc
-    settings (simulator.process_rig.WORKER_MALLOC: a worker that returns freed memory to the kernel runs its stages
-    and copies slower, so costs measured on one are not the other's)."""
-    from simulator.process_rig import WORKER_MALLOC
+    cluster (`cluster_cache_path`), named `<same 16 hex>.rig-<8 hex>.json`, the second key the malloc settings the
+    workers run with (GLIBC_TUNABLES of simulator.process_rig.worker_env: WORKER_MALLOC and the caller's own; a
+    worker that returns freed memory to the kernel runs its stages and copies slower, so costs measured on one are
+    not the other's)."""
+    import os
+
+    from simulator.process_rig import worker_env
 
     path = cluster_cache_path(devices)
-    workers = hashlib.sha256(":".join(WORKER_MALLOC).encode()).hexdigest()[:8]
+    workers = hashlib.sha256(worker_env(dict(os.environ))["GLIBC_TUNABLES"].encode()).hexdigest()[:8]
     return path.with_name(f"{path.stem}.rig-{workers}.json")
 
 

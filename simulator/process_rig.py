@@ -69,11 +69,9 @@ class RigError(RuntimeError):
 def worker_env(environ: dict) -> dict:
     """A worker's environment: `environ` with XLA_FLAGS as `worker_flags`, JAX on the CPU, and WORKER_MALLOC added
     to GLIBC_TUNABLES (a tunable `environ` already sets keeps its value)."""
-    mine = [t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t]
-    named = {t.split("=")[0] for t in mine}
-    tunables = ":".join(mine + [t for t in WORKER_MALLOC if t.split("=")[0] not in named])
+    tunables = _with_defaults([t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t], WORKER_MALLOC)
     return dict(environ, XLA_FLAGS=worker_flags(environ.get("XLA_FLAGS", "")), JAX_PLATFORMS="cpu",
-                GLIBC_TUNABLES=tunables)
+                GLIBC_TUNABLES=":".join(tunables))
 
 
 def worker_flags(flags: str) -> str:
@@ -82,8 +80,13 @@ def worker_flags(flags: str) -> str:
     from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
 
     words = [w for w in flags.split() if not w.startswith(HOST_DEVICE_FLAG + "=")]
-    names = {w.split("=")[0] for w in words}
-    return " ".join(words + [f for f in SERIAL_CPU_FLAGS if f.split("=")[0] not in names])
+    return " ".join(_with_defaults(words, SERIAL_CPU_FLAGS))
+
+
+def _with_defaults(settings: list[str], defaults: Sequence[str]) -> list[str]:
+    """`settings` ("name=value" each) followed by the `defaults` whose name none of them sets."""
+    named = {w.split("=")[0] for w in settings}
+    return settings + [d for d in defaults if d.split("=")[0] not in named]
 
 
 @contextlib.contextmanager
