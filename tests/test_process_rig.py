@@ -262,7 +262,6 @@ def test_graph_contention_runs_the_whole_step_alone_and_beside_itself(rig, progr
         graph_contention(SimpleNamespace(rig=None, graph=grouping.graph, runnable=runnable))
 
 
-
 def test_worker_env_adds_the_malloc_settings_and_keeps_the_callers():
     from simulator.process_rig import WORKER_MALLOC, worker_env
 
@@ -274,9 +273,11 @@ def test_worker_env_adds_the_malloc_settings_and_keeps_the_callers():
     assert env["JAX_PLATFORMS"] == "cpu" and worker_env({})["GLIBC_TUNABLES"] == ":".join(WORKER_MALLOC)
 
 
-def test_a_worker_does_not_fault_in_a_freed_buffer_again(rig):
+def test_a_worker_does_not_fault_in_a_freed_buffer_again():
     """A stage making a 64 MB value, freed after each step: with glibc's defaults each step maps it afresh
-    (16,384 pages faulted in); a worker keeps it (WORKER_MALLOC), so later steps take almost no page faults."""
+    (16,384 pages faulted in); a worker keeps it (WORKER_MALLOC), so it is not faulted in step after step. The heap
+    may still grow once within the timed steps (in about 1 run of 6: XLA frees a step's buffers on its own thread,
+    so two may be alive at once), hence the bound of one fault-in more, against five with glibc's defaults."""
     import jax.numpy as jnp
 
     n = 16 * 2**20  # float32: 64 MB, above glibc's largest dynamic mmap threshold (32 MB)
@@ -286,22 +287,19 @@ def test_a_worker_does_not_fault_in_a_freed_buffer_again(rig):
 
     blob = bytes(jax.export.export(jax.jit(stage))(jax.ShapeDtypeStruct((), jnp.int8),
                                                    jax.ShapeDtypeStruct((), jnp.float32)).serialize())
-    sid, pid, x, y = (rig.new_id() for _ in range(4))
-    rig.call(0, ("load", sid, blob))
-    rig.call(0, ("put", [(x, np.float32(2.0))]))
-    rig.call(0, ("plan", pid, (Run(sid, 0, (x,), (y,)),), None, ()))
+    with ProcessRig(1, timeout_s=60) as rig:
+        sid, pid, x, y = (rig.new_id() for _ in range(4))
+        rig.call(0, ("load", sid, blob))
+        rig.call(0, ("put", [(x, np.float32(2.0))]))
+        rig.call(0, ("plan", pid, (Run(sid, 0, (x,), (y,)),), None, ()))
 
-    def faults() -> int:
-        with open(f"/proc/{rig.pids[0]}/stat") as f:
-            return int(f.read().split(")")[-1].split()[7])  # minflt
+        def faults() -> int:
+            with open(f"/proc/{rig.pids[0]}/stat") as f:
+                return int(f.read().split(")")[-1].split()[7])  # minflt
 
-    try:
         for _ in range(3):
             rig.call(0, ("run", pid))
         before = faults()
         for _ in range(5):
             rig.call(0, ("run", pid))
-        assert faults() - before < 2000  # glibc's defaults: > 5 x 16,384
-    finally:
-        rig.call(0, ("free", pid))
-        rig.call(0, ("drop", (x,)))
+        assert faults() - before < 2 * 16_384  # glibc's defaults: > 5 x 16,384
