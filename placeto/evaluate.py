@@ -44,7 +44,7 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -64,6 +64,14 @@ from simulator.io import (PathLike, atomic_write_bytes, check_distinct_paths, ch
                           load_placement)
 
 MODES = ("auto", "program", "synthetic")
+
+
+class Measured(NamedTuple):
+    """`HardwareRunner.simulate_and_measure`'s result."""
+
+    simulated_us: list  # float per placement: the simulated step time, microseconds
+    timings: list  # simulator.timing.Timing per placement
+    scale: float  # the units' costs' factor the simulation used (1.0: as the runner has them)
 
 
 @dataclasses.dataclass
@@ -97,19 +105,44 @@ class HardwareRunner:
             order = staged_order(self.graph, placement, order)
         return np.asarray(order, dtype=np.int64)
 
-    def simulate(self, placement: np.ndarray) -> float:
+    def simulate(self, placement: np.ndarray, scale: float = 1.0) -> float:
         """Simulated step time of `placement` (microseconds) as this runner runs it: with `rig_costs` (the process
         rig, staged program modes) the staged simulation of the very stages `plan` cuts, with the rig's costs
-        (simulator.staged.simulate_staged); otherwise the simulator's per-unit model on the cluster."""
+        (simulator.staged.simulate_staged), the units' costs multiplied by `scale` (the stages still the ones
+        `plan` cuts: `simulate_and_measure`); otherwise the simulator's per-unit model on the cluster."""
         from simulator import simulate
 
         placement = np.asarray(placement, dtype=np.int32)
-        if self.rig_costs is None or self.holders is None or not self.stages:
+        if not self.staged_rig:
             return float(simulate(self.graph, placement, self.cluster).runtime)
         from simulator.staged import simulate_staged
 
-        return simulate_staged(self.graph, placement, self.cluster, self.order(placement), self.rig_costs,
+        graph = self.graph
+        if scale != 1.0:
+            kind = self.cluster.kinds[0]
+            graph = graph.with_costs(kind, graph.cost_for(kind) * scale)
+        return simulate_staged(graph, placement, self.cluster, self.order(placement), self.rig_costs,
                                self.holders).runtime_us
+
+    @property
+    def staged_rig(self) -> bool:
+        """Whether `simulate` is the staged simulation of the process rig (rig costs, staged program modes)."""
+        return self.rig_costs is not None and self.holders is not None and self.stages
+
+    def scale_to(self, wall_us: float, costs: Any = None) -> float:
+        """The factor that makes the units' costs (those of the cluster's first kind), with what the staged
+        simulation charges the single device's one stage beyond them (its launch and input reads, the step's round
+        trip; with `costs`, else the runner's rig costs), add up to `wall_us`: the single device's step measured on
+        the rig. 1.0 when nothing is profiled or the step is no longer than what is charged beyond the units."""
+        from simulator.staged import simulate_staged
+
+        unit = self.graph.cost_for(self.cluster.kinds[0])
+        profiled = float(unit[~self.holders].sum())
+        single = np.zeros(self.graph.n_nodes, dtype=np.int32)
+        beyond = simulate_staged(self.graph, single, self.cluster, self.order(single), costs or self.rig_costs,
+                                 self.holders).runtime_us - profiled
+        ran = wall_us - beyond
+        return ran / profiled if profiled > 0 and ran > 0 else 1.0
 
     def with_rig_costs(self, progress: Callable[[str], None] = print, steps: int = 5) -> "HardwareRunner":
         """This runner simulating its rig's stages (`simulate`): the process rig's costs from the cache, measured
@@ -125,23 +158,19 @@ class HardwareRunner:
             return self
         from placeto.cluster_cache import cached_rig_costs
         from placeto.rig_gantt import graph_contention, measured_step
-        from simulator.staged import simulate_staged
 
         costs = cached_rig_costs(self.rig, self.devices, progress=progress)
         kind = self.cluster.kinds[0]
         unit = self.graph.cost_for(kind)
-        profiled = float(unit[~self.holders].sum())
-        single = np.zeros(self.graph.n_nodes, dtype=np.int32)
-        step = measured_step(self, single, steps=steps, warmup=2)
-        beyond = simulate_staged(self.graph, single, self.cluster, self.order(single), costs,
-                                 self.holders).runtime_us - profiled  # launch, input reads, the step's round trip
-        ran = step.wall_ns / 1e3 - beyond
+        step = measured_step(self, np.zeros(self.graph.n_nodes, dtype=np.int32), steps=steps, warmup=2)
+        factor = self.scale_to(step.wall_ns / 1e3, costs)
         graph = self.graph
-        if profiled > 0 and ran > 0:
-            progress(f"the units' costs scaled by {ran / profiled:.3f} to the rig's own speed (the whole step as "
-                     f"one stage on its first worker: {ran / 1e3:.2f} ms beyond the stage's launch and input reads "
-                     f"and the step's round trip, profiled {profiled / 1e3:.2f} ms)")
-            graph = graph.with_costs(kind, unit * (ran / profiled))
+        if factor != 1.0:
+            profiled = float(unit[~self.holders].sum())
+            progress(f"the units' costs scaled by {factor:.3f} to the rig's own speed (the whole step as one stage "
+                     f"on its first worker: {profiled * factor / 1e3:.2f} ms beyond the stage's launch and input "
+                     f"reads and the step's round trip, profiled {profiled / 1e3:.2f} ms)")
+            graph = graph.with_costs(kind, unit * factor)
         if self.rig.n_devices > 1:
             c = graph_contention(self, steps=steps)
             progress(f"contention: the whole step on one worker ran {c.together_us / 1e3:.2f} ms while another ran "
@@ -152,15 +181,44 @@ class HardwareRunner:
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
         """simulator.timing.Timing of one step of each placement, the placements' steps interleaved
         (simulator.timing.time_interleaved); on the process rig when the runner has one (`rig`)."""
-        from simulator.timing import time_interleaved, timing_of
+        return self.simulate_and_measure(placements, repeats, warmup, rescale=False).timings
 
-        plans = [self.runnable(p) for p in placements]
+    def simulate_and_measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2,
+                             progress: Callable[[str], None] = print, rescale: bool = True,
+                             steps: int = 5) -> "Measured":
+        """Every placement simulated (`simulate`) and measured (`measure`). On the process rig's staged simulation
+        (`staged_rig`), with `rescale`, the units' costs are scaled again between the plans' warm-up and their
+        timed rounds: to the single device's step (all on the first worker; median of `steps` after
+        SETTLE_STEPS untimed, back to back) with every placement's plan loaded and warmed, as the rounds find the
+        rig (`scale_to`; a worker's speed depends on what it ran before: ptb_006's single device ran 4.5-5 ms a
+        step on fresh workers and 5.3-6.8 ms in the rounds). The costs are fixed before any timed step of the
+        placements; the single device's own timed steps are the rounds' (its plan is reused when it is one of
+        the placements, else loaded for the rescale and closed before the rounds)."""
+        from simulator.timing import SETTLE_STEPS, time_plan, time_rounds, timing_of, warm_plans
+
+        arrays = [np.asarray(p, dtype=np.int32) for p in placements]
+        rescale = rescale and self.staged_rig
+        plans = [self.runnable(p) for p in arrays]
+        extra, factor = [], 1.0  # the single device's plan when it is not among the placements
         try:
-            times = time_interleaved(plans, repeats, warmup, self.threads)
+            if rescale:
+                at = next((i for i, p in enumerate(arrays) if not p.any()), None)
+                extra = [self.runnable(np.zeros(self.graph.n_nodes, np.int32))] if at is None else []
+                probe = plans[at] if at is not None else extra[0]
+            warm_plans(plans + extra, warmup, self.threads)
+            if rescale:
+                step_us = time_plan(probe, steps, SETTLE_STEPS, self.threads).median_us
+                factor = self.scale_to(step_us)
+                progress(f"the units' costs scaled again by {factor:.3f}: the single device ran {step_us / 1e3:.2f} "
+                         f"ms a step with every placement loaded and warmed, before the timed rounds")
+                for plan in extra:
+                    getattr(plan, "close", lambda: None)()
+                extra = []
+            times = time_rounds(plans, repeats, self.threads)
         finally:
-            for plan in plans:
+            for plan in plans + extra:
                 getattr(plan, "close", lambda: None)()
-        return [timing_of(t) for t in times]
+        return Measured([self.simulate(p, factor) for p in arrays], [timing_of(t) for t in times], factor)
 
     def runnable(self, placement: np.ndarray):
         """`plan(placement)`, loaded on the process rig when the runner has one (simulator.rig_plans.RigPlan:
@@ -421,13 +479,16 @@ def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster
              runner: HardwareRunner | None = None, repeats: int = 5, warmup: int = 2,
              progress: Callable[[str], None] | None = None) -> list[EvalRow]:
     """Simulate every (name, placement) on `cluster` and, with a `runner`, measure it on hardware; with a runner
-    the simulation is the runner's (`HardwareRunner.simulate`: the staged one on the process rig)."""
+    the simulation is the runner's (`HardwareRunner.simulate_and_measure`: on the process rig the staged one, its
+    units' costs scaled to the single device as the timed rounds find the rig, before they start)."""
     from simulator import simulate
 
     arrays = [np.asarray(p, dtype=np.int32) for _, p in placements]
-    simulated = [runner.simulate(p) if runner is not None else float(simulate(graph, p, cluster).runtime)
-                 for p in arrays]
-    measured = runner.measure(arrays, repeats, warmup) if runner is not None else [None] * len(arrays)
+    if runner is None:
+        simulated, measured = [float(simulate(graph, p, cluster).runtime) for p in arrays], [None] * len(arrays)
+    else:
+        quiet = progress or (lambda line: None)
+        simulated, measured, _ = runner.simulate_and_measure(arrays, repeats, warmup, quiet)
     rows = [EvalRow(name, sim, m) for (name, _), sim, m in zip(placements, simulated, measured)]
     for row in rows if progress else ():
         progress(format_row(row))

@@ -11,7 +11,9 @@ fastest measured (`placeto place G --hardware`).
 3. place: every method asked for (classical or learned, as `placeto compare` runs them) against that cluster,
    the same seconds each; the placements are ranked by simulated step time, duplicates dropped;
 4. run: the best `top` candidates and the single-device placement (every unit on the device that simulates
-   fastest alone) run for real, their steps interleaved (simulator.timing.time_interleaved);
+   fastest alone) run for real, their steps interleaved (simulator.timing.time_interleaved); on the process rig,
+   between their warm-up and their timed rounds, the units' costs are scaled again to the single device's step
+   as the rounds find the rig, and the simulated times printed are those (HardwareRunner.simulate_and_measure);
 5. keep the fastest measured (median). Doing no harm: the single device (the cluster's fastest,
    placeto.baselines.single) is always a candidate, timed in the same interleaved rounds, so the answer is
    never measured slower than it in the same run. The pick favours whichever placement drew fast steps, so the
@@ -210,8 +212,9 @@ def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate
     progress(f"running {len(chosen)} placements for real ({repeats} steps each after {warmup} warm-up, "
              f"interleaved) ...")
     with step_bar("running placements", interleaved_steps(len(chosen), repeats, warmup)):
-        timings = runner.measure([c.placement for c in chosen], repeats, warmup)
-    measured = [c._replace(measured=t) for c, t in zip(chosen, timings)]
+        simulated, timings, scale = runner.simulate_and_measure([c.placement for c in chosen], repeats, warmup,
+                                                                progress)
+    measured = [c._replace(measured=t, simulated_us=s) for c, t, s in zip(chosen, timings, simulated)]
     single = measured[-1]
     best, speedup, spread = pick(measured, single)
     concurrency = measure_concurrency(spec, runner.rig)
@@ -221,7 +224,8 @@ def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate
                  f"measured concurrency ({concurrency.speedup:.2f}x): measuring both again ...")
         again, flagged = recheck(runner, best, single, repeats, warmup, progress), again
     by_placement = {m.placement.tobytes(): m for m in measured}
-    ranked = [by_placement.get(c.placement.tobytes(), c) for c in ranked]
+    ranked = [by_placement.get(c.placement.tobytes()) or
+              (c._replace(simulated_us=runner.simulate(c.placement, scale)) if scale != 1.0 else c) for c in ranked]
     return Outcome(best, single, ranked, runner.cluster, speedup, spread, runner, concurrency, again, (), flagged)
 
 

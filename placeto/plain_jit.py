@@ -213,7 +213,7 @@ def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | st
 
 def time_step(step: Any, args: tuple, device: Any, steps: int, warmup: int) -> list[float]:
     """Microseconds of `steps` calls of `jax.jit(step)` on `args` committed to `device`, each blocked on its
-    outputs, after `warmup` untimed calls (the first compiles); the collector off inside each timed call."""
+    outputs, after `warmup` untimed calls (the first compiles), back to back, the collector off (time_calls)."""
     import jax
 
     from simulator.timing import time_calls

@@ -50,16 +50,20 @@ PIN = True  # pin worker d to core d (mod cores): unpinned, a worker running alo
 REPLY_SLACK_S = 5.0  # the parent waits this much longer than a worker waits for a batch: the worker's own
 #                     error (which batch it waited for) arrives first
 START_TIMEOUT_S = 120.0  # a worker's start: a fresh interpreter importing jax
-WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=68719476736", "glibc.malloc.arena_max=1")
+WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=68719476736",
+                 "glibc.malloc.top_pad=67108864")
 #   glibc's malloc settings in every worker (GLIBC_TUNABLES): a worker keeps the memory it once allocated, as a
 #   GPU runtime's caching allocator does. With glibc's defaults a freed buffer goes back to the kernel (a large one
-#   is unmapped, the heap's free top trimmed, a thread arena's heap shrunk) and the next step's kernels fault it in
-#   again page by page. nmt_004 at 2 devices, after the interleaved rounds of 9 placements (two runs): etf's worker 1
-#   took 6,343 and 12,718 page faults a step with the defaults, none with these settings; the rounds' Spearman
-#   0.92 / 0.97 -> 0.98 / 0.98, median |error| of the staged simulation 15.7 / 13.1% -> 5.6 / 7.4%. Without
-#   arena_max=1 (no mmap, no trimming only) etf still took 12,751 faults a step in one run: XLA runs a
-#   step on its own thread, whose arena's heap glibc shrinks; with one arena every thread reuses one heap). The
-#   price: ptb_006's short steps (5-10 ms) ran up to 2x slower with one arena (ad hoc; staged_fidelity.md)
+#   is unmapped, the heap's free top trimmed, a thread arena's heap shrunk or deleted) and the next step's kernels
+#   fault it in again page by page. No mmap: every buffer comes from a heap; no trimming (64 GiB): no heap's top
+#   is given back; a top pad of 64 MiB (a thread arena's whole heap): glibc's heap_trim keeps a thread arena's
+#   emptied heap instead of unmapping it (it deletes one only when what would be left is under the pad). Each is
+#   needed (ad hoc, 2026-11-28, nmt_004 at 2 devices, after the interleaved rounds of 9 placements): trimming off
+#   and the pad set but mmap on, etf's worker 1 took 8,504 page faults a step (Spearman 0.95, median |error|
+#   13.6%); with all three none (0.98, 7.4%); mmap and trimming off, the pad left at 0, 12,751 in one run (the previous session). One
+#   arena for all threads (glibc.malloc.arena_max=1, the setting before this) also stopped the faults, but ran
+#   ptb_006's single device 2-3x slower (10-14 ms a step against 4.5-5 with these settings or glibc's defaults):
+#   XLA's threads, sharing one core, queued on the one arena's lock
 
 
 class RigError(RuntimeError):

@@ -2,9 +2,12 @@
 
 `time_plan` runs the step `warmup` times (the first compiles every task), then `repeats` times, blocking on every
 value produced (`simulator.hardware.run_plan`), and reports the median and the spread of the wall-clock times
-(`Timing`, microseconds). Python's garbage collector is collected before and switched off during each timed step
-(`gc_paused`, as `timeit` does), so a collection triggered by the step's allocations (or an earlier step's) does
-not land inside one placement's time. `time_interleaved` times several plans in rotating rounds, so a change in
+(`Timing`, microseconds). Python's garbage collector is collected once before a plan's steps and switched off while
+they run, warm-up steps too (`gc_paused`, as `timeit` does), so a collection triggered by the step's allocations
+(or an earlier step's) does not land inside one placement's time, and no timed step follows a collection: a pause
+of the caller's own right before a step leaves the step's core cold (on the process rig, ptb_006's single device
+measured 9.7 ms a step with a collection before each timed step and 6.8 ms without, in the same rounds).
+`time_interleaved` times several plans in rotating rounds, so a change in
 the machine's load hits every plan alike, each timed step after SETTLE_STEPS untimed ones of the same plan.
 Why three: on the process rig (2 pinned workers, this project's 2-core machine), nmt_004's m-sct, etf and heft
 placements measured 2-13% above their consecutive steps timed just after (two runs) when interleaved with one
@@ -63,17 +66,18 @@ def reporting_steps(callback: Callable[[], None]):
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
     """Microseconds of `repeats` calls of `fn` (which blocks until its work is done) after `warmup` untimed ones,
-    the garbage collector paused inside each timed call (`gc_paused`)."""
-    for _ in range(warmup):
-        fn()
-        _stepped()
+    back to back: the garbage collector runs once before the first call and is paused for all of them
+    (`gc_paused`)."""
     times = []
-    for _ in range(repeats):
-        with gc_paused():
+    with gc_paused():
+        for _ in range(warmup):
+            fn()
+            _stepped()
+        for _ in range(repeats):
             t0 = time.perf_counter()
             fn()
             times.append((time.perf_counter() - t0) * 1e6)
-        _stepped()
+            _stepped()
     return times
 
 
@@ -94,8 +98,23 @@ def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threa
     behind. On the process rig one settling step is not enough (the module docstring)."""
     if settle < 1:
         raise InputError(f"settle must be >= 1 untimed step, got {settle}")
+    warm_plans(plans, warmup, threads)
+    return time_rounds(plans, repeats, threads, settle)
+
+
+def warm_plans(plans: Sequence[Plan], warmup: int = 2, threads: bool | None = None) -> None:
+    """The warm-up of `time_interleaved`: `max(1, warmup)` untimed steps of every plan (the first compiles), then
+    one timed and discarded."""
     for plan in plans:
         time_plan(plan, repeats=1, warmup=max(1, warmup), threads=threads)
+
+
+def time_rounds(plans: Sequence[Plan], repeats: int, threads: bool | None = None,
+                settle: int = SETTLE_STEPS) -> list[list[float]]:
+    """The timed rounds of `time_interleaved` (the plans warmed already: `warm_plans`): step times (us), `repeats`
+    of every plan."""
+    if settle < 1:
+        raise InputError(f"settle must be >= 1 untimed step, got {settle}")
     times: list[list[float]] = [[] for _ in plans]
     for r in range(repeats):
         for i in np.roll(np.arange(len(plans)), -r):

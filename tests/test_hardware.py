@@ -182,13 +182,9 @@ SCRIPT = textwrap.dedent('''
                                 f"{tmp}/cluster.json"])
     report["eval_3dev"] = cli(add_eval_arguments, run_eval,
                               [gpath, "--placement", f"{tmp}/one.json", "--hardware", "--devices", "3"])
-    report["eval_list"] = cli(add_eval_arguments, run_eval,
-                              [gpath, "--placement", f"{tmp}/one.json", f"{tmp}/rr.json", "--hardware", "--rig",
-                               "threads", "--devices", "cpu:1,cpu:0", "--cluster", f"{tmp}/cluster.json", "--repeats", "2", "--program",
-                               "__main__:mlp_step", "--args-spec", "__main__:mlp_args"])
 
     # a zoo program (a small nmt family graph): staged plans on 1 and 2 devices equal jax.jit(step); then
-    # `placeto eval --hardware --devices cpu:0,cpu:1` on it
+    # `placeto eval --hardware --devices cpu:1,cpu:0` on it (devices listed out of order)
     from placeto.cli import main as placeto_main
     from placeto.evaluate import program_of, staged_order
     from placeto.zoo.registry import build_program_from_data
@@ -199,7 +195,7 @@ SCRIPT = textwrap.dedent('''
     built = build_program_from_data(zoo.meta["program"]["kind"], zoo.meta["program"]["kwargs"])
     zref = jax.tree.leaves(jax.jit(built.step)(built.params, built.opt_state, built.batch))
     zvalues = lowering.leaf_values(ztraced, zargs)
-    rr = (np.arange(zoo.n_nodes) % 2).astype(np.int32)
+    rr = (np.arange(zoo.n_nodes) * 6 // zoo.n_nodes % 2).astype(np.int32)  # 6 blocks: few stages to compile
     report["zoo"] = {}
     for name, placement, order in (("one", np.zeros(zoo.n_nodes, np.int32), zoo.topo_order),
                                    ("rr", rr, staged_order(zoo, rr, zoo.topo_order))):
@@ -214,7 +210,7 @@ SCRIPT = textwrap.dedent('''
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         code = placeto_main(["eval", zoo_path, "--placement", f"{tmp}/zoo_one.json", f"{tmp}/zoo_rr.json",
-                             "--hardware", "--rig", "threads", "--devices", "cpu:0,cpu:1", "--cluster",
+                             "--hardware", "--rig", "threads", "--devices", "cpu:1,cpu:0", "--cluster",
                              f"{tmp}/cluster.json",
                              "--costs", "graph", "--repeats", "2", "--warmup", "1"])
     report["zoo_eval"] = [code, out.getvalue()]
@@ -278,23 +274,16 @@ def test_bad_inputs_are_clear_errors(report):
 
 
 def test_staged_zoo_program_equals_its_jitted_step_and_evals_on_a_device_list(report):
-    """nmt_002 (115 groups): staged on one device (one dispatch) and round robin on two (stages in
+    """nmt_002 (115 groups): staged on one device (one dispatch) and in 6 blocks alternating over two (stages in
     staged_order), the outputs of two steps in a row equal jax.jit(step)'s; `placeto eval --hardware --devices
-    cpu:0,cpu:1` measures both placements."""
+    cpu:1,cpu:0` measures both placements on those devices, in that order."""
     zoo = report["zoo"]
     assert zoo["one"] == {"allclose": True, "dispatches": 1}, zoo
     assert zoo["rr"]["allclose"] and 1 < zoo["rr"]["dispatches"] < 115, zoo
+    assert report["listed"] == [1, 0]
     code, text = report["zoo_eval"]
     assert code == 0, text
-    assert "hardware: cpu:0, cpu:1" in text and "zoo_one.json" in text and "zoo_rr.json" in text, text
-
-
-def test_eval_on_a_device_list(report):
-    """eval --hardware --devices cpu:1,cpu:0: the runner uses those devices, in that order."""
-    assert report["listed"] == [1, 0]
-    code, text = report["eval_list"]
-    assert code == 0, text
-    assert "hardware: cpu:1, cpu:0" in text and "one.json" in text and "rr.json" in text, text
+    assert "hardware: cpu:1, cpu:0" in text and "zoo_one.json" in text and "zoo_rr.json" in text, text
 
 
 def test_synthetic_kernels_track_costs(report):
@@ -483,21 +472,23 @@ def test_ensure_host_devices_before_and_after_jax_starts():
 
 def test_interleaved_timing_rotates_the_order_warms_each_step_and_pauses_the_collector(monkeypatch):
     """simulator.timing.time_interleaved: after the warm-up of every plan, round r starts at plan r mod P; each
-    timed step follows `settle` untimed steps of the same plan; the collector is off only inside timed steps."""
+    timed step follows `settle` untimed steps of the same plan, back to back: the collector runs before the
+    untimed steps, not between them and the timed one, and is off while they all run."""
     import gc
 
     import simulator.timing as H
 
     calls = []
     monkeypatch.setattr(H, "run_plan", lambda plan, threads=True: calls.append((plan, gc.isenabled())))
+    monkeypatch.setattr(H.gc, "collect", lambda: calls.append("collect"))
     times = H.time_interleaved(["a", "b", "c"], repeats=2, warmup=1, settle=2)
     assert [len(t) for t in times] == [2, 2, 2] and gc.isenabled()
-    warm = [("a", True), ("a", False), ("b", True), ("b", False), ("c", True), ("c", False)]
-    settled = [(p, on) for p in "abc" for on in (True, True, False)]  # two untimed steps (collector on), one timed
+    warm = [c for p in "abc" for c in ("collect", (p, False), (p, False))]  # one untimed step, one timed
+    settled = [c for p in "abc" for c in ("collect", (p, False), (p, False), (p, False))]  # two untimed, one timed
     round0 = settled
-    round1 = settled[3:] + settled[:3]  # b, c, a
+    round1 = settled[4:] + settled[:4]  # b, c, a
     assert calls == warm + round0 + round1
-    assert len(calls) == H.interleaved_steps(3, 2, 1, settle=2)
+    assert len([c for c in calls if c != "collect"]) == H.interleaved_steps(3, 2, 1, settle=2)
     with pytest.raises(H.InputError, match="settle must be >= 1"):
         H.time_interleaved(["a"], repeats=1, settle=0)
 

@@ -275,9 +275,9 @@ def test_worker_env_adds_the_malloc_settings_and_keeps_the_callers():
 
 def test_a_worker_does_not_fault_in_a_freed_buffer_again():
     """A stage making a 64 MB value, freed after each step: with glibc's defaults each step maps it afresh
-    (16,384 pages faulted in); a worker keeps it (WORKER_MALLOC), so it is not faulted in step after step. The heap
-    may still grow once within the timed steps (in about 1 run of 6: XLA frees a step's buffers on its own thread,
-    so two may be alive at once), hence the bound of one fault-in more, against five with glibc's defaults."""
+    (16,384 pages faulted in); a worker keeps it (WORKER_MALLOC), so most steps fault nothing in. The heap may
+    still grow now and then (XLA frees a step's buffers on its own thread, so two may be alive at once; under
+    load, in a few steps of a run), hence the median over the steps, not their sum."""
     import jax.numpy as jnp
 
     n = 16 * 2**20  # float32: 64 MB, above glibc's largest dynamic mmap threshold (32 MB)
@@ -299,7 +299,9 @@ def test_a_worker_does_not_fault_in_a_freed_buffer_again():
 
         for _ in range(3):
             rig.call(0, ("run", pid))
-        before = faults()
-        for _ in range(5):
+        per_step = []
+        for _ in range(9):
+            before = faults()
             rig.call(0, ("run", pid))
-        assert faults() - before < 2 * 16_384  # glibc's defaults: > 5 x 16,384
+            per_step.append(faults() - before)
+        assert np.median(per_step) < 16_384 // 4, per_step  # glibc's defaults: about 16,384 every step

@@ -162,6 +162,56 @@ def test_the_runner_simulates_the_stages_its_plan_runs():
     assert runner.simulate(one) == pytest.approx(busy + COSTS.launch_us + COSTS.step_us)
 
 
+def test_simulate_and_measure_scales_the_costs_between_the_warm_up_and_the_timed_rounds(monkeypatch):
+    """HardwareRunner.simulate_and_measure on the staged simulation: every plan warmed, then the single device's
+    step timed (its plan loaded for it when it is not among the placements, and left out of the rounds), then the
+    timed rounds; the placements simulated with the units' costs scaled to that step (scale_to), the stages as
+    planned. Without rescale: no extra step, the runner's own simulation."""
+    pytest.importorskip("jax")
+    import simulator.timing as T
+
+    import dataclasses
+
+    runner, _ = _mlp_runner()
+    runner = dataclasses.replace(runner, rig_costs=RigCosts())  # nothing charged beyond the units: scale != 1
+    n = runner.graph.n_nodes
+    single, split = np.zeros(n, np.int32), (np.arange(n) % 2).astype(np.int32)
+    events, probed = [], []
+    real_warm, real_rounds, real_time_plan = T.warm_plans, T.time_rounds, T.time_plan
+
+    def warm(plans, *a, **k):
+        events.append(("warm", len(plans)))
+        return real_warm(plans, *a, **k)
+
+    def rounds(plans, *a, **k):
+        events.append(("rounds", len(plans)))
+        return real_rounds(plans, *a, **k)
+
+    def time_plan(plan, repeats=5, warmup=2, threads=None):
+        timing = real_time_plan(plan, repeats, warmup, threads)
+        if repeats == 4:  # the probe (steps=4); warm-up and rounds time one step at a time
+            events.append(("probe", warmup))
+            probed.append(timing.median_us)
+        return timing
+
+    monkeypatch.setattr(T, "warm_plans", warm)
+    monkeypatch.setattr(T, "time_rounds", rounds)
+    monkeypatch.setattr(T, "time_plan", time_plan)
+    said = []
+    out = runner.simulate_and_measure([split], repeats=2, warmup=1, progress=said.append, steps=4)
+    assert events == [("warm", 2), ("probe", T.SETTLE_STEPS), ("rounds", 1)]
+    assert out.scale == pytest.approx(runner.scale_to(probed[0])) and out.scale != 1.0
+    assert out.simulated_us == [pytest.approx(runner.simulate(split, out.scale))]
+    assert len(out.timings) == 1 and len(out.timings[0].times_us) == 2 and "scaled again by" in said[0]
+    events.clear()
+    out = runner.simulate_and_measure([single, split], repeats=2, warmup=1, progress=said.append, steps=4)
+    assert events == [("warm", 2), ("probe", T.SETTLE_STEPS), ("rounds", 2)]  # its own plan, timed in the rounds
+    events.clear()
+    out = runner.simulate_and_measure([single, split], repeats=2, warmup=1, rescale=False, steps=4)
+    assert events == [("warm", 2), ("rounds", 2)] and out.scale == 1.0
+    assert out.simulated_us == [runner.simulate(single), runner.simulate(split)]
+
+
 def test_a_cpu_stage_returns_every_value_its_units_make():
     """On XLA:CPU (simulator.plans.materialises) a stage's compiled function also returns the values only its own
     units read, so none is fused away into (and recomputed inside) its consumers; the plan still hands on only

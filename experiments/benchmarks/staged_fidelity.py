@@ -15,6 +15,8 @@ default (placeto.evaluate.evaluate, the function eval calls, with the runner eva
    per-unit model, as `place --hardware` searches), round-robin by unit and a uniform random one (distinct
    placements only);
 4. measured: every placement's step on the rig, interleaved rounds (simulator.timing.time_interleaved), medians;
+   between the plans' warm-up and the timed rounds the units' costs are scaled again to the single device's step
+   as the rounds find the rig (HardwareRunner.simulate_and_measure, as eval does);
 5. simulated: *staged*, what eval prints (HardwareRunner.simulate: simulator.staged.simulate_staged on the
    stages the rig runs), and *per-unit* (simulator.simulate on the calibrated cluster: what eval printed before).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -104,10 +107,19 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         runner = runner.with_step_costs(args.repeats) if args.costs == "step" else runner.with_unit_costs(args.repeats)
         graph = runner.graph
         profile_s = time.time() - t0
-        runner = runner.with_rig_costs(progress=print)  # what eval --hardware simulates with on the process rig
+        said = []
+
+        def say(line: str) -> None:
+            said.append(line)
+            print(line, flush=True)
+
+        runner = runner.with_rig_costs(progress=say)  # what eval --hardware simulates with on the process rig
         print(f"{graph.name}: rig costs {runner.rig_costs}", flush=True)
         chosen = placements(graph, cluster, args.seconds, d)
-        evaluated = evaluate(graph, chosen, cluster, runner, args.repeats, args.warmup)  # eval --hardware's rows
+        evaluated = evaluate(graph, chosen, cluster, runner, args.repeats, args.warmup, say)  # eval's rows
+        scales = {key: float(m.group(1)) for line in said for key, pattern in
+                  (("start", r"costs scaled by ([\d.]+)"), ("rounds", r"costs scaled again by ([\d.]+)"))
+                  for m in [re.search(pattern, line)] if m}
         rows = []
         for (name, p), row in zip(chosen, evaluated):
             timing = row.measured
@@ -122,7 +134,7 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         runner.close()
     return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "devices": d, "costs": args.costs,
             "rows": rows,
-            "rig_costs": vars(runner.rig_costs), "profile_s": profile_s, "load_before": load_before,
+            "rig_costs": vars(runner.rig_costs), "scales": scales, "profile_s": profile_s, "load_before": load_before,
             "load_after": load_1min(),
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
 
@@ -165,8 +177,12 @@ def markdown(results: list[dict], command: str) -> str:
                   f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
                   f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + "
                   f"{c['recv_us_per_mb']:.1f}/MB, latency "
-                  f"{c['latency_us']:.1f}", "",
-                  "| placement | share off dev 0 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
+                  f"{c['latency_us']:.1f}", ""]
+        if res.get("scales"):
+            lines += [f"Units' costs scaled by {res['scales'].get('start', 1.0):.3f} to the single device's step at "
+                      f"the rig's start, by {res['scales'].get('rounds', 1.0):.3f} again before the timed rounds "
+                      "(the staged column uses the second).", ""]
+        lines += ["| placement | share off dev 0 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
                   "|---|---|---|---|---|---|"]
         for r in res["rows"]:
             m = r["measured_us"]
