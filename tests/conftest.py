@@ -29,7 +29,8 @@ if not os.environ.get("PLACETO_CACHE"):  # calibrations and profiles (eval/place
     os.environ["PLACETO_CACHE"] = _ROOT
 
 SERIAL = (  # test files, or file::test name prefixes
-    "test_hardware.py::test_synthetic_kernels_track_costs",  # synthetic kernels' times against their costs
+    "test_hardware.py",
+    "test_on_hardware.py",
     "test_compare.py::test_learned_rows_share_the_budget",
     "test_search.py::test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start",
     "test_step_profile.py::test_profile_units_in_the_compiled_step",  # which units the measured time goes to
@@ -45,8 +46,6 @@ SLOW_FIRST = (  # the longest modules (each an xdist_group), started first so no
     "test_distributed.py",
     "test_import_models.py",
     "test_bad_inputs.py",
-    "test_hardware.py",  # its report fixture: calibrate, eval --hardware on the process rig, a zoo program
-    "test_on_hardware.py",  # place --hardware end to end, twice
 )
 
 

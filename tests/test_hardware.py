@@ -2,9 +2,7 @@
 placeto.evaluate: placed execution on real (host) devices.
 
 The hardware checks run in one subprocess started with XLA_FLAGS for 2 host devices (this process may have
-started JAX with one device already); it prints a JSON report the tests below assert on. None of them depends on
-how fast a step runs, so they run beside other tests; the synthetic kernels' timing is its own subprocess, a
-serial test (tests/conftest.py).
+started JAX with one device already); it prints a JSON report the tests below assert on.
 """
 
 import argparse
@@ -31,8 +29,6 @@ from simulator.timing import Timing
 from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, _with_flags
 
 ROOT = Path(__file__).resolve().parent.parent
-# one worker runs the module (`make test`: --dist loadgroup): the report fixture's subprocess once, not once per worker
-pytestmark = pytest.mark.xdist_group("test_hardware")
 
 SCRIPT = textwrap.dedent('''
     import contextlib, io, json, sys, time
@@ -127,6 +123,18 @@ SCRIPT = textwrap.dedent('''
     expect_error("bad_device", lambda: plans.program_plan(traced, values, np.full(traced.graph.n_nodes, 2), devices))
     report["errors"] = errors
 
+    # a cost-only chain: synthetic kernels should take about the recorded costs
+    from simulator.calibrate import profile_plan
+    from simulator.cluster import Cluster, Device
+    costs = [1000.0, 2000.0, 4000.0, 8000.0]
+    nodes = [{"name": f"n{i}", "cost": c, "out_bytes": [4096]} for i, c in enumerate(costs)]
+    chain = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(3)])
+    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 0.0, 0.0, 1e4)
+    runner = hardware_runner(chain, cluster)
+    t = runner.measure([np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)], repeats=5, warmup=1)
+    report["synthetic"] = {"mode": runner.mode, "one_device_min_us": t[0].min_us, "alternating_min_us": t[1].min_us,
+                           "alone_us": profile_plan(runner.plan(np.zeros(4, np.int32))).tolist()}
+
     # the command line: calibrate, then eval --hardware on an imported grouped graph
     # the graph's meta names the program, but only --program (the user) makes eval import it
     meta = {**traced.graph.meta, "source": {"function": "__main__:mlp_step", "args_spec": "__main__:mlp_args"},
@@ -210,39 +218,14 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-SYNTHETIC = textwrap.dedent('''
-    import json
-    from simulator.host_devices import ensure_host_devices
-    ensure_host_devices(2)
-    import numpy as np
-    from placeto.evaluate import hardware_runner
-    from simulator import make_graph
-    from simulator.calibrate import profile_plan
-    from simulator.cluster import Cluster, Device
-    costs = [1000.0, 2000.0, 4000.0, 8000.0]
-    nodes = [{"name": f"n{i}", "cost": c, "out_bytes": [4096]} for i, c in enumerate(costs)]
-    chain = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(3)])
-    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 0.0, 0.0, 1e4)
-    runner = hardware_runner(chain, cluster)
-    t = runner.measure([np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)], repeats=5, warmup=1)
-    print(json.dumps({"mode": runner.mode, "one_device_min_us": t[0].min_us, "alternating_min_us": t[1].min_us,
-                      "alone_us": profile_plan(runner.plan(np.zeros(4, np.int32))).tolist()}))
-''')
-
-
-def _run_script(script: str, *args: str) -> dict:
-    """The last stdout line (JSON) of `script` run in a subprocess on 2 host devices."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
-                          timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hardware")
-    return {**_run_script(SCRIPT, str(tmp), str(ROOT)), "tmp": tmp}
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp), str(ROOT)], env=env, capture_output=True,
+                          text=True, timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "tmp": tmp}
 
 
 def test_subprocess_has_two_serial_host_devices(report):
@@ -303,10 +286,8 @@ def test_staged_zoo_program_equals_its_jitted_step_and_evals_on_a_device_list(re
     assert "hardware: cpu:1, cpu:0" in text and "zoo_one.json" in text and "zoo_rr.json" in text, text
 
 
-def test_synthetic_kernels_track_costs():
-    """A chain of 1, 2, 4 and 8 ms nodes run as synthetic kernels takes about its costs (a serial test: it times
-    steps against the recorded costs, tests/conftest.py)."""
-    syn = _run_script(SYNTHETIC)  # the machine may still be shared and noisy
+def test_synthetic_kernels_track_costs(report):
+    syn = report["synthetic"]  # a chain of 1, 2, 4 and 8 ms nodes; the machine may be shared and noisy
     assert syn["mode"] == "synthetic"
     assert 0.5 * 15000 < syn["one_device_min_us"] < 2.5 * 15000
     assert 0.5 * 15000 < syn["alternating_min_us"] < 2.5 * 15000  # a chain stays a chain across devices
