@@ -181,7 +181,7 @@ class HardwareRunner:
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
         """simulator.timing.Timing of one step of each placement, the placements' steps interleaved
         (simulator.timing.time_interleaved); on the process rig when the runner has one (`rig`)."""
-        return self.simulate_and_measure(placements, repeats, warmup, rescale=False).timings
+        return self._timed(placements, repeats, warmup, None, rescale=False)[0]
 
     def simulate_and_measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2,
                              progress: Callable[[str], None] = print, rescale: bool = True,
@@ -194,10 +194,15 @@ class HardwareRunner:
         step on fresh workers and 5.3-6.8 ms in the rounds). The costs are fixed before any timed step of the
         placements; the single device's own timed steps are the rounds' (its plan is reused when it is one of
         the placements, else loaded for the rescale and closed before the rounds)."""
+        arrays = [np.asarray(p, dtype=np.int32) for p in placements]
+        timings, factor = self._timed(arrays, repeats, warmup, progress, rescale and self.staged_rig, steps)
+        return Measured([self.simulate(p, factor) for p in arrays], timings, factor)
+
+    def _timed(self, arrays: Sequence[np.ndarray], repeats: int, warmup: int, progress: Callable[[str], None] | None,
+               rescale: bool, steps: int = 5) -> tuple[list, float]:
+        """([Timing] of each placement, the units' costs' factor): `simulate_and_measure` without the simulation."""
         from simulator.timing import SETTLE_STEPS, time_plan, time_rounds, timing_of, warm_plans
 
-        arrays = [np.asarray(p, dtype=np.int32) for p in placements]
-        rescale = rescale and self.staged_rig
         plans = [self.runnable(p) for p in arrays]
         extra, factor = [], 1.0  # the single device's plan when it is not among the placements
         try:
@@ -209,8 +214,9 @@ class HardwareRunner:
             if rescale:
                 step_us = time_plan(probe, steps, SETTLE_STEPS, self.threads).median_us
                 factor = self.scale_to(step_us)
-                progress(f"the units' costs scaled again by {factor:.3f}: the single device ran {step_us / 1e3:.2f} "
-                         f"ms a step with every placement loaded and warmed, before the timed rounds")
+                (progress or print)(f"the units' costs scaled again by {factor:.3f}: the single device ran "
+                                    f"{step_us / 1e3:.2f} ms a step with every placement loaded and warmed, before "
+                                    f"the timed rounds")
                 for plan in extra:
                     getattr(plan, "close", lambda: None)()
                 extra = []
@@ -218,7 +224,7 @@ class HardwareRunner:
         finally:
             for plan in plans + extra:
                 getattr(plan, "close", lambda: None)()
-        return Measured([self.simulate(p, factor) for p in arrays], [timing_of(t) for t in times], factor)
+        return [timing_of(t) for t in times], factor
 
     def runnable(self, placement: np.ndarray):
         """`plan(placement)`, loaded on the process rig when the runner has one (simulator.rig_plans.RigPlan:
