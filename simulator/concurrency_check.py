@@ -106,7 +106,7 @@ def rig_chains(rig: Any, size: int = SIZE, length: int = LENGTH, seed: int = 0) 
     stage_id, plan_id = rig.new_id(), rig.new_id()
     x_id, w_id, out_id = rig.new_id(), rig.new_id(), rig.new_id()
     workers = range(rig.n_devices)
-    rig.call_all({d: ("load", stage_id, blob) for d in workers})
+    rig.call_all({d: ("load", [(stage_id, blob)]) for d in workers})
     rig.call_all({d: ("put", list(zip((x_id, w_id), _operands(size, seed + d)))) for d in workers})
     rig.call_all({d: ("plan", plan_id, (Run(stage_id, 0, (x_id, w_id), (out_id,)),), None, ()) for d in workers})
     rig.call_all({d: ("run", plan_id) for d in workers})  # compile

@@ -64,7 +64,7 @@ def launch_and_step(rig: Any, repeats: int = 30) -> tuple[float, float]:
     workers = list(range(rig.n_devices))
     stage, plan, x = rig.new_id(), rig.new_id(), rig.new_id()
     ids = [rig.new_id() for _ in range(CHAIN)]
-    rig.call_all({d: ("load", stage, _stage_blob(16)) for d in workers})
+    rig.call_all({d: ("load", [(stage, _stage_blob(16))]) for d in workers})
     rig.call_all({d: ("put", [(x, np.zeros(16, np.float32))]) for d in workers})
     program = tuple(Run(stage, k, ((x,) + tuple(ids))[k:k + 1], (ids[k],)) for k in range(CHAIN))
     rig.call_all({d: ("plan", plan, program, None, ()) for d in workers})

@@ -5,7 +5,8 @@ a `RigPlan`, as Alpa's runtime turns a placement into per-device instruction lis
 step:
 
 * every task with work becomes a `Run` on its device's worker, its jitted fn exported with `jax.export` in the
-  parent (`Exported.serialize()`, cached per function and input shapes) and loaded once per worker;
+  parent (`Exported.serialize()`, cached per function and input shapes) and loaded once per worker: a plan's new
+  stages are sent in one request per worker, so the workers compile them at once, ahead of the first step;
 * every send of the plan (one per producer task and receiving device) becomes a `Send` on the producer's worker
   and a `Recv` on the receiver's, placed right before the first stage there that reads one of its values; the
   values go through one shared memory block per plan, each at its own 64-byte-aligned offset;
@@ -90,6 +91,7 @@ def to_rig(plan: Plan, rig: ProcessRig, scope: Any = None) -> RigPlan:
     programs: list[list] = [[] for _ in range(rig.n_devices)]
     pending: list[dict[int, Recv]] = [{} for _ in range(rig.n_devices)]  # device -> batch -> Recv not yet placed
     batch_of: dict = {}  # (value, device) -> batch that brings it there
+    loads: dict[int, dict[int, bytes]] = {}  # device -> stage id -> blob, not yet on that worker
     offset = 0
     for k, t in enumerate(plan.tasks):
         d = t.device
@@ -98,7 +100,7 @@ def to_rig(plan: Plan, rig: ProcessRig, scope: Any = None) -> RigPlan:
                 recv = pending[d].pop(batch_of.get((s, d)), None)
                 if recv is not None:
                     programs[d].append(recv)
-            stage, outs = _stage(rig, t.fn, [avals[(s, d)] for s in t.inputs], d)
+            stage, outs = _stage(rig, t.fn, [avals[(s, d)] for s in t.inputs], d, loads)
             for s, aval in zip(t.outputs, outs):
                 ids[(s, d)], avals[(s, d)] = rig.new_id(), aval
             programs[d].append(Run(stage, k, tuple(ids[(s, d)] for s in t.inputs),
@@ -120,6 +122,10 @@ def to_rig(plan: Plan, rig: ProcessRig, scope: Any = None) -> RigPlan:
         if not isinstance(o, Const):
             keep[o[0]].append(o[1])
     workers = tuple(d for d in range(rig.n_devices) if programs[d] or keep[d])
+    if loads:
+        rig.call_all({d: ("load", list(stages.items())) for d, stages in loads.items()})
+        for d, stages in loads.items():
+            rig.loaded[d].update(stages)
     block = rig.block(offset) if offset else None
     plan_id = rig.new_id()
     rig.call_all({d: ("plan", plan_id, tuple(programs[d]), block, tuple(keep[d])) for d in workers})
@@ -156,9 +162,10 @@ def _resident(plan: Plan, rig: ProcessRig, scope: Any) -> tuple[dict, dict, dict
     return ids, avals, owned
 
 
-def _stage(rig: ProcessRig, fn: Any, in_avals: Sequence[Any], device: int) -> tuple[int, list]:
+def _stage(rig: ProcessRig, fn: Any, in_avals: Sequence[Any], device: int,
+           loads: dict[int, dict[int, bytes]]) -> tuple[int, list]:
     """(stage id on worker `device`, avals of its outputs after the token): `fn` exported with jax.export once
-    per input shapes (cached on the rig) and loaded on the worker once."""
+    per input shapes (cached on the rig); its blob added to `loads[device]` unless that worker has it."""
     import warnings
 
     import jax
@@ -174,6 +181,5 @@ def _stage(rig: ProcessRig, fn: Any, in_avals: Sequence[Any], device: int) -> tu
         exports[key] = (rig.new_id(), bytes(exported.serialize()), outs)
     stage, blob, outs = exports[key]
     if stage not in rig.loaded[device]:
-        rig.call(device, ("load", stage, blob))
-        rig.loaded[device].add(stage)
+        loads.setdefault(device, {})[stage] = blob
     return stage, outs

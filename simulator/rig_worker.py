@@ -9,7 +9,8 @@ work. It may be pinned to one core (`os.sched_setaffinity`).
 It serves requests from the parent, one at a time, over its `Connection` (`serve`): a request is a tuple whose
 first item names it, the reply is ("ok", value) or ("error", one line with the exception's type and message):
 
-    ("load", stage, blob)            deserialize a `jax.export` blob (`Exported.serialize()`) as stage `stage`
+    ("load", stages)                 deserialize each (stage, blob) of `stages` (`jax.export` blobs,
+                                     `Exported.serialize()`) and compile it now, ahead of its first run
     ("put", items)                   keep each (key, array) of `items` (numpy arrays) on the device, resident
     ("drop", keys)                   forget resident values
     ("plan", plan, program, shm, keep)  a step's instruction list (`Recv`, `Run`, `Send`); `shm` names the shared
@@ -128,11 +129,18 @@ def serve(conn: Any, state: dict) -> None:
         _free(state, plan)
 
 
-def _load(state: dict, stage: int, blob: bytes) -> None:
+def _load(state: dict, stages: list) -> None:
+    """Compile every (stage id, blob) of `stages` for this device ahead of time. A stage jitted lazily instead
+    compiled in a plan's first step, one worker waiting on another's compilation, and again in its second step
+    whenever an input changed kind (the first stage's token is uncommitted in the first step, a stage's output
+    after: jit keys its cache on that), which doubled a one-stage placement's warm-up. The compiled executable
+    takes any array of its input shapes on this device."""
     import jax
 
-    exported = jax.export.deserialize(bytearray(blob))
-    state["stages"][stage] = jax.jit(exported.call)
+    for stage, blob in stages:
+        exported = jax.export.deserialize(bytearray(blob))
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.in_avals]
+        state["stages"][stage] = jax.jit(exported.call).lower(*avals).compile()
 
 
 def _put(state: dict, items: list) -> None:

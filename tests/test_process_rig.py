@@ -184,13 +184,37 @@ def test_a_run_plan_on_one_worker(rig):
     blob = bytes(jax.export.export(jax.jit(stage))(jax.ShapeDtypeStruct((), jnp.int8),
                                                    jax.ShapeDtypeStruct((3,), jnp.float32)).serialize())
     sid, pid, x, y = (rig.new_id() for _ in range(4))
-    rig.call(1, ("load", sid, blob))
+    rig.call(1, ("load", [(sid, blob)]))
     rig.call(1, ("put", [(x, np.arange(3, dtype=np.float32))]))
     rig.call(1, ("plan", pid, (Run(sid, 0, (x,), (y,)),), None, (y,)))
     rig.call(1, ("run", pid))
     (out,) = rig.call(1, ("fetch", pid, (y,)))
     np.testing.assert_allclose(out, [1.0, 3.0, 5.0])
     rig.call(1, ("free", pid))
+
+
+def test_a_worker_compiles_its_stages_when_loaded_not_in_a_step():
+    """rig_worker's load compiles each stage ahead of time: the executable runs with the token a plan starts from
+    (uncommitted) and with the token a stage returns (committed) alike, where jax.jit(exported.call) compiled
+    the first stage of every plan twice (its cache keyed on that)."""
+    import jax.numpy as jnp
+
+    from simulator import rig_worker
+
+    def stage(token, x):
+        return token, x + 1.0
+
+    blob = bytes(jax.export.export(jax.jit(stage))(jax.ShapeDtypeStruct((), jnp.int8),
+                                                   jax.ShapeDtypeStruct((2,), jnp.float32)).serialize())
+    state = {"stages": {}}
+    rig_worker._load(state, [(7, blob), (8, blob)])
+    assert sorted(state["stages"]) == [7, 8]
+    compiled = state["stages"][7]
+    assert isinstance(compiled, jax.stages.Compiled)
+    token, y = compiled(jnp.zeros((), jnp.int8), np.zeros(2, np.float32))
+    assert token.committed
+    token, y = compiled(token, y)
+    np.testing.assert_allclose(y, [2.0, 2.0])
 
 
 def test_time_interleaved_times_a_rig_plan_and_reports_every_step():
@@ -289,7 +313,7 @@ def test_a_worker_does_not_fault_in_a_freed_buffer_again():
                                                    jax.ShapeDtypeStruct((), jnp.float32)).serialize())
     with ProcessRig(1, timeout_s=60) as rig:
         sid, pid, x, y = (rig.new_id() for _ in range(4))
-        rig.call(0, ("load", sid, blob))
+        rig.call(0, ("load", [(sid, blob)]))
         rig.call(0, ("put", [(x, np.float32(2.0))]))
         rig.call(0, ("plan", pid, (Run(sid, 0, (x,), (y,)),), None, ()))
 
