@@ -100,6 +100,11 @@ def stale(how: Mapping[str, Any] | None, key: ProfileKey) -> str | None:
 
     if (how.get("platform") in MATERIALISED_PLATFORMS) != (how.get("materialised") is True):
         return "was measured before the harness materialised every unit's outputs (simulator.plans.materialises)"
+    from simulator.step_profile import ATTRIBUTION
+
+    if how.get("attribution") != ATTRIBUTION:
+        return ("was attributed to units by an older rule (a kernel without a unit scope charged to its operand's "
+                "unit, not its user's: simulator.step_profile.instruction_units)")
     if how.get("device") != key.device:
         return f"is of another device ({how.get('device')})"
     if how.get("jax_version") != key.jax_version:

@@ -181,13 +181,13 @@ def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) 
 
     if method == "step":
         from simulator.plans import materialises
-        from simulator.step_profile import profile_units
+        from simulator.step_profile import ATTRIBUTION, profile_units
 
         whole = materialises(device)  # as the harness runs a stage there (simulator.plans.materialises)
         sp = profile_units(prog.units, prog.values, unit_order(prog.units), device, repeats, warmup,
                            None if whole else prog.outputs)
         return sp.wall_costs(), {
-            "materialised": whole, "busy_us": round(sp.busy_us, 3), "unattributed_us": round(sp.unattributed_us, 3),
+            "materialised": whole, "attribution": ATTRIBUTION, "busy_us": round(sp.busy_us, 3), "unattributed_us": round(sp.unattributed_us, 3),
             "step_wall_us": round(sp.wall_us, 3), "launch_us": round(sp.launch_us, 3), "steps_traced": sp.steps,
             "events_per_step": sp.events, "xla_flops": _finite(sp.flops),
             "xla_bytes_accessed": _finite(sp.bytes_accessed)}

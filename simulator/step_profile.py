@@ -45,6 +45,8 @@ import numpy as np
 
 from simulator.errors import InputError
 
+ATTRIBUTION = 2  # the rule `instruction_units` charges kernels without a unit scope by (2: nearest scoped user first)
+
 SCOPE = "placeto_unit_"
 _SCOPE_RE = re.compile(SCOPE + r"(\d+)")
 _INSTR_RE = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
@@ -99,8 +101,12 @@ def step_function(units: Sequence[Any], order: Sequence[int],
 
     units: [U] simulator.lowering.UnitProgram; order: a topological order of the units; outputs: the step's
     outputs (Sources; anything else is skipped), so f is the program a single-device placement runs; None: every
-    value passed between units, so each unit's results are materialised (no fusion across units). Each unit's
-    body runs under `jax.named_scope(f"placeto_unit_{u}")`.
+    value passed between units, so each unit's results are materialised, and each unit reads its inputs through
+    one `jax.lax.optimization_barrier`: XLA cannot fuse a unit's work into another's kernel, neither a producer
+    into its consumer nor two units reading the same value into one multi-output kernel (which charged a forward
+    batch norm with its gradient's reductions: inception_v3's forward units 2-20x their time as stages, the
+    backward ones a tenth; experiments/benchmarks/stage_attribution.py). Each unit's body runs under
+    `jax.named_scope(f"placeto_unit_{u}")`.
     """
     import jax
 
@@ -116,8 +122,11 @@ def step_function(units: Sequence[Any], order: Sequence[int],
             unit = units[u]
             if unit.body is None:
                 continue
+            ins = [env[s] for s in unit.inputs]
+            if outputs is None and ins:
+                ins = list(jax.lax.optimization_barrier(tuple(ins)))
             with jax.named_scope(f"{SCOPE}{u}"):
-                outs = unit.body(*[env[s] for s in unit.inputs])
+                outs = unit.body(*ins)
             env.update(zip(unit.outputs, outs))
         return [env[s] for s in produced]
 
@@ -125,11 +134,16 @@ def step_function(units: Sequence[Any], order: Sequence[int],
 
 
 def instruction_units(hlo_text: str) -> dict[str, int]:
-    """HLO instruction name -> unit index, from `metadata={op_name=".../placeto_unit_<u>/..."}`; instructions
-    without a unit scope take the unit of their first operand that has one (in text order, which defines every
-    operand before its use)."""
+    """HLO instruction name -> unit index, from `metadata={op_name=".../placeto_unit_<u>/..."}`. An instruction
+    without a unit scope (XLA:CPU's own wrappers carry none: `ynn_fusion.N` around a convolution or dot,
+    `wrapped_reduce-window.N`, layout copies) takes the unit of its nearest user that has one, following users
+    through other unscoped instructions; one no scoped instruction uses takes the unit of its first operand that
+    has one. Users first: a weight gradient's convolution reads the forward activation, so the operand rule
+    charged it, and a pooling's gradient, to the forward unit that made that activation (inception_v3: forward
+    units profiled at 2-20x their time as a stage of their own, backward ones at a tenth;
+    experiments/benchmarks/stage_attribution.py)."""
     unit: dict[str, int] = {}
-    pending: list[tuple[str, list[str]]] = []
+    operands: dict[str, list[str]] = {}
     for line in hlo_text.splitlines():
         m = _INSTR_RE.match(line)
         if not m:
@@ -137,15 +151,40 @@ def instruction_units(hlo_text: str) -> dict[str, int]:
         name, rest = m.groups()
         op_name = _OPNAME_RE.search(rest)
         scopes = _SCOPE_RE.findall(op_name.group(1)) if op_name else []
+        operands[name] = _OPERAND_RE.findall(rest.split("metadata=")[0])
         if scopes:
             unit[name] = int(scopes[-1])
-        else:
-            pending.append((name, _OPERAND_RE.findall(rest.split("metadata=")[0])))
-    for name, operands in pending:
-        for o in operands:
-            if o in unit:
-                unit[name] = unit[o]
-                break
+    users: dict[str, list[str]] = {}
+    for name, ops in operands.items():
+        for o in ops:
+            users.setdefault(o, []).append(name)
+    by_users: dict[str, int] = {}
+    for name in operands:  # text order: breadth-first over users, nearest scoped user first
+        if name in unit:
+            continue
+        seen, frontier, found = {name}, [name], -1
+        while frontier and found < 0:
+            nxt = []
+            for n in frontier:
+                for user in users.get(n, ()):
+                    if user in unit:
+                        found = unit[user]
+                        break
+                    if user not in seen:
+                        seen.add(user)
+                        nxt.append(user)
+                if found >= 0:
+                    break
+            frontier = nxt
+        if found >= 0:
+            by_users[name] = found
+    unit.update(by_users)
+    for name, ops in operands.items():  # used by no scoped instruction: its first operand's unit (text order)
+        if name not in unit:
+            for o in ops:
+                if o in unit:
+                    unit[name] = unit[o]
+                    break
     return unit
 
 

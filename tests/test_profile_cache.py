@@ -11,6 +11,7 @@ import pytest
 from placeto import cluster_cache, on_hardware, profile_cache, profiling
 from simulator.io import load_graph, save_graph
 from simulator.profile import with_measured
+from simulator.step_profile import ATTRIBUTION
 
 
 class FakeCpu:
@@ -32,7 +33,8 @@ def _measure_stub(monkeypatch, load: float = 0.0, cores: int = 2):
 
     def fake_profile(graph, devices, repeats, warmup):
         calls.append([d.device_kind for d in devices])
-        info = {"method": "step", "materialised": True, "host": platform.node(), "load_1min": load, "cores": cores}
+        info = {"method": "step", "materialised": True, "attribution": ATTRIBUTION, "host": platform.node(),
+                "load_1min": load, "cores": cores}
         return with_measured(graph, "local-cpu", np.full(graph.n_nodes, 7.0), info, devices[0])
 
     monkeypatch.setattr(profiling, "profile", fake_profile)
@@ -90,9 +92,11 @@ def test_a_profile_taken_under_load_is_measured_again(cache, tmp_path, monkeypat
 def test_other_host_or_jax_or_damage_is_not_used(cache, tmp_path, monkeypatch, capsys):
     graph = load_graph("datasets/nmt/nmt_002.json.gz")
     key = profile_cache.profile_key(graph, FakeCpu())
-    how = {"method": "step", "device": "cpu", "platform": "cpu", "materialised": True,
+    how = {"method": "step", "device": "cpu", "platform": "cpu", "materialised": True, "attribution": ATTRIBUTION,
            "jax_version": key.jax_version, "host": key.host}
     assert profile_cache.stale(how, key) is None
+    # a profile whose unscoped kernels went to their operand's unit (before the users-first rule) is taken again
+    assert "older rule" in profile_cache.stale({k: v for k, v in how.items() if k != "attribution"}, key)
     # a CPU profile taken with fusion across units (before simulator.plans.materialises) no longer holds
     assert "materialised" in profile_cache.stale({k: v for k, v in how.items() if k != "materialised"}, key)
     assert profile_cache.stale({**how, "platform": "gpu", "materialised": False}, key) is None

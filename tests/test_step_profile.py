@@ -96,9 +96,16 @@ ENTRY %main {
   %p = f32[4]{0} parameter(0), metadata={op_name="x"}
   %fusion.1 = f32[4]{0} fusion(%p), kind=kLoop, metadata={op_name="jit(step)/placeto_unit_3/tanh"}
   %copy.2 = f32[4]{0} copy(%fusion.1)
-  ROOT %dot.7 = f32[4]{0} dot(%copy.2, %p), metadata={op_name="jit(step)/placeto_unit_1/placeto_unit_5/dot"}
+  %dot.7 = f32[4]{0} dot(%copy.2, %p), metadata={op_name="jit(step)/placeto_unit_1/placeto_unit_5/dot"}
+  %ynn_fusion.3 = f32[4]{0} fusion(%fusion.1, %p), kind=kCustom, calls=%fused_computation.3
+  %wrapped.4 = f32[4]{0} fusion(%ynn_fusion.3), kind=kLoop, calls=%wrapped_computation.4
+  %add.5 = f32[4]{0} add(%wrapped.4, %dot.7), metadata={op_name="jit(step)/placeto_unit_8/add"}
+  ROOT %tuple.6 = (f32[4]{0}, f32[4]{0}) tuple(%add.5, %fusion.1)
 }"""
-    assert instruction_units(hlo) == {"fusion.1": 3, "copy.2": 3, "dot.7": 5}
+    # unscoped instructions take their nearest scoped user's unit (copy.2 -> dot.7; the gradient-like kernel that
+    # reads unit 3's value -> add.5 through another unscoped one), else their first scoped operand's (tuple.6)
+    assert instruction_units(hlo) == {"p": 3, "fusion.1": 3, "copy.2": 5, "dot.7": 5, "ynn_fusion.3": 8, "wrapped.4": 8,
+                                      "add.5": 8, "tuple.6": 8}
 
 
 @pytest.mark.parametrize("boundaries", [False, True])
