@@ -187,8 +187,9 @@ def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) 
         sp = profile_units(prog.units, prog.values, unit_order(prog.units), device, repeats, warmup,
                            None if whole else prog.outputs)
         return sp.wall_costs(), {
-            "materialised": whole, "attribution": ATTRIBUTION, "busy_us": round(sp.busy_us, 3), "unattributed_us": round(sp.unattributed_us, 3),
-            "step_wall_us": round(sp.wall_us, 3), "launch_us": round(sp.launch_us, 3), "steps_traced": sp.steps,
+            "materialised": whole, "attribution": ATTRIBUTION, "busy_us": round(sp.busy_us, 3),
+            "unattributed_us": round(sp.unattributed_us, 3), "step_wall_us": round(sp.wall_us, 3),
+            "launch_us": round(sp.launch_us, 3), "steps_traced": sp.steps,
             "events_per_step": sp.events, "xla_flops": _finite(sp.flops),
             "xla_bytes_accessed": _finite(sp.bytes_accessed)}
     if method == "units":

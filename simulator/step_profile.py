@@ -102,11 +102,9 @@ def step_function(units: Sequence[Any], order: Sequence[int],
     units: [U] simulator.lowering.UnitProgram; order: a topological order of the units; outputs: the step's
     outputs (Sources; anything else is skipped), so f is the program a single-device placement runs; None: every
     value passed between units, so each unit's results are materialised, and each unit reads its inputs through
-    one `jax.lax.optimization_barrier`: XLA cannot fuse a unit's work into another's kernel, neither a producer
-    into its consumer nor two units reading the same value into one multi-output kernel (which charged a forward
-    batch norm with its gradient's reductions: inception_v3's forward units 2-20x their time as stages, the
-    backward ones a tenth; experiments/benchmarks/stage_attribution.py). Each unit's body runs under
-    `jax.named_scope(f"placeto_unit_{u}")`.
+    one `jax.lax.optimization_barrier`, so that XLA fuses no unit's work into another's kernel (neither a
+    producer into its consumer nor two readers of one value into a multi-output kernel), as no stage boundary
+    lets it. Each unit's body runs under `jax.named_scope(f"placeto_unit_{u}")`.
     """
     import jax
 
@@ -136,12 +134,12 @@ def step_function(units: Sequence[Any], order: Sequence[int],
 def instruction_units(hlo_text: str) -> dict[str, int]:
     """HLO instruction name -> unit index, from `metadata={op_name=".../placeto_unit_<u>/..."}`. An instruction
     without a unit scope (XLA:CPU's own wrappers carry none: `ynn_fusion.N` around a convolution or dot,
-    `wrapped_reduce-window.N`, layout copies) takes the unit of its nearest user that has one, following users
-    through other unscoped instructions; one no scoped instruction uses takes the unit of its first operand that
-    has one. Users first: a weight gradient's convolution reads the forward activation, so the operand rule
-    charged it, and a pooling's gradient, to the forward unit that made that activation (inception_v3: forward
-    units profiled at 2-20x their time as a stage of their own, backward ones at a tenth;
-    experiments/benchmarks/stage_attribution.py)."""
+    `wrapped_reduce-window.N`, layout copies) takes the unit of its first user that has one, else the unit its
+    first unscoped user took that way (linear: users are resolved first); one no scoped instruction uses takes
+    the unit of its first operand that has one. Users first: a weight gradient's convolution reads the forward
+    activation, so the operand rule charged it, and a pooling's gradient, to the forward unit that made that
+    activation (inception_v3: forward units profiled at 2-20x their time as a stage of their own, backward ones
+    at a tenth; experiments/benchmarks/stage_attribution.py)."""
     unit: dict[str, int] = {}
     operands: dict[str, list[str]] = {}
     for line in hlo_text.splitlines():
@@ -159,24 +157,13 @@ def instruction_units(hlo_text: str) -> dict[str, int]:
         for o in ops:
             users.setdefault(o, []).append(name)
     by_users: dict[str, int] = {}
-    for name in operands:  # text order: breadth-first over users, nearest scoped user first
+    for name in reversed(list(operands)):  # users before operands (text order defines an operand before its use)
         if name in unit:
             continue
-        seen, frontier, found = {name}, [name], -1
-        while frontier and found < 0:
-            nxt = []
-            for n in frontier:
-                for user in users.get(n, ()):
-                    if user in unit:
-                        found = unit[user]
-                        break
-                    if user not in seen:
-                        seen.add(user)
-                        nxt.append(user)
-                if found >= 0:
-                    break
-            frontier = nxt
-        if found >= 0:
+        mine = users.get(name, ())
+        found = next((unit[x] for x in mine if x in unit), None)  # a scoped user, else one resolved through users
+        found = next((by_users[x] for x in mine if x in by_users), None) if found is None else found
+        if found is not None:
             by_users[name] = found
     unit.update(by_users)
     for name, ops in operands.items():  # used by no scoped instruction: its first operand's unit (text order)

@@ -108,6 +108,17 @@ ENTRY %main {
                                       "add.5": 8, "tuple.6": 8}
 
 
+def test_instruction_units_follow_a_long_unscoped_chain_to_its_user():
+    """A chain of unscoped instructions takes the unit of the scoped instruction at its end (each resolved from
+    its user, once)."""
+    n = 5000
+    body = [f"  %c.{i} = f32[4]{{0}} copy(%{'p' if i == 0 else f'c.{i - 1}'})" for i in range(n)]
+    root = f'  ROOT %t = f32[4]{{0}} add(%c.{n - 1}, %p), metadata={{op_name="jit(step)/placeto_unit_3/add"}}'
+    hlo = "\n".join(["HloModule m", "ENTRY %main {", "  %p = f32[4]{0} parameter(0)", *body, root, "}"])
+    units = instruction_units(hlo)
+    assert len(units) == n + 2 and set(units.values()) == {3}
+
+
 @pytest.mark.parametrize("boundaries", [False, True])
 def test_profile_units_in_the_compiled_step(traced, boundaries):
     tr, args = traced
