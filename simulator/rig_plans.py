@@ -5,8 +5,8 @@ a `RigPlan`, as Alpa's runtime turns a placement into per-device instruction lis
 step:
 
 * every task with work becomes a `Run` on its device's worker, its jitted fn exported with `jax.export` in the
-  parent (`Exported.serialize()`, cached per function and input shapes) and loaded once per worker: a plan's new
-  stages are sent in one request per worker, so the workers compile them at once, ahead of the first step;
+  parent (`Exported.serialize()`, cached per function and input shapes) and loaded once per worker (a plan's new
+  stages in one request per worker, every worker at once); each compiles in its first run;
 * every send of the plan (one per producer task and receiving device) becomes a `Send` on the producer's worker
   and a `Recv` on the receiver's, placed right before the first stage there that reads one of its values; the
   values go through one shared memory block per plan, each at its own 64-byte-aligned offset;

@@ -10,7 +10,7 @@ It serves requests from the parent, one at a time, over its `Connection` (`serve
 first item names it, the reply is ("ok", value) or ("error", one line with the exception's type and message):
 
     ("load", stages)                 deserialize each (stage, blob) of `stages` (`jax.export` blobs,
-                                     `Exported.serialize()`) and compile it now, ahead of its first run
+                                     `Exported.serialize()`); each compiles in its first run
     ("put", items)                   keep each (key, array) of `items` (numpy arrays) on the device, resident
     ("drop", keys)                   forget resident values
     ("plan", plan, program, shm, keep)  a step's instruction list (`Recv`, `Run`, `Send`); `shm` names the shared
@@ -130,17 +130,14 @@ def serve(conn: Any, state: dict) -> None:
 
 
 def _load(state: dict, stages: list) -> None:
-    """Compile every (stage id, blob) of `stages` for this device ahead of time. A stage jitted lazily instead
-    compiled in a plan's first step, one worker waiting on another's compilation, and again in its second step
-    whenever an input changed kind (the first stage's token is uncommitted in the first step, a stage's output
-    after: jit keys its cache on that), which doubled a one-stage placement's warm-up. The compiled executable
-    takes any array of its input shapes on this device."""
+    """Deserialize every (stage id, blob) of `stages` as a jitted function; it compiles in its first run. (Compiled
+    ahead of time instead, `jit(...).lower(...).compile()`, the stages ran through another call path, and a
+    worker's freed 64 MB buffer was faulted in again every step in one run of four:
+    tests/test_process_rig.py's fault test.)"""
     import jax
 
     for stage, blob in stages:
-        exported = jax.export.deserialize(bytearray(blob))
-        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.in_avals]
-        state["stages"][stage] = jax.jit(exported.call).lower(*avals).compile()
+        state["stages"][stage] = jax.jit(jax.export.deserialize(bytearray(blob)).call)
 
 
 def _put(state: dict, items: list) -> None:
@@ -158,6 +155,7 @@ def _drop(state: dict, keys: tuple) -> None:
 def _plan(state: dict, plan: int, program: tuple, shm_name: str | None, keep: tuple) -> None:
     from multiprocessing import shared_memory
 
+    import jax
     import jax.numpy as jnp
 
     shm = None
@@ -168,8 +166,10 @@ def _plan(state: dict, plan: int, program: tuple, shm_name: str | None, keep: tu
         # Python < 3.13 registers an attached block with this process's own resource tracker, which would unlink
         # it (and warn of a leak) when the worker exits: the parent owns it and unlinks it
         resource_tracker.unregister(shm._name, "shared_memory")
+    # the token committed to the device, as a stage returns it: an uncommitted one in the first step made jit
+    # compile the plan's first stage again in the second (its cache is keyed on that)
     state["plans"][plan] = {"program": program, "shm": shm, "keep": keep, "last": {},
-                            "token": jnp.zeros((), jnp.int8)}
+                            "token": jax.device_put(jnp.zeros((), jnp.int8), jax.devices()[0])}
 
 
 def _free(state: dict, plan: int) -> None:
