@@ -60,10 +60,10 @@ WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=6871947
 #   emptied heap instead of unmapping it (it deletes one only when what would be left is under the pad). Each is
 #   needed (ad hoc, 2026-11-28, nmt_004 at 2 devices, after the interleaved rounds of 9 placements): trimming off
 #   and the pad set but mmap on, etf's worker 1 took 8,504 page faults a step (Spearman 0.95, median |error|
-#   13.6%); with all three none (0.98, 7.4%); mmap and trimming off, the pad left at 0, 12,751 in one run (the previous session). One
-#   arena for all threads (glibc.malloc.arena_max=1, the setting before this) also stopped the faults, but ran
-#   ptb_006's single device 2-3x slower (10-14 ms a step against 4.5-5 with these settings or glibc's defaults):
-#   XLA's threads, sharing one core, queued on the one arena's lock
+#   13.6%); with all three none (0.98, 7.4%); mmap and trimming off, the pad left at 0, 12,751 in one run (the
+#   previous session). One arena for all threads (glibc.malloc.arena_max=1, the setting before this) also stopped
+#   the faults, but ran ptb_006's single device 2-3x slower (10-14 ms a step against 4.5-5 with these settings or
+#   glibc's defaults): XLA's threads, sharing one core, queued on the one arena's lock
 
 
 class RigError(RuntimeError):
