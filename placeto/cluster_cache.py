@@ -93,13 +93,15 @@ def rig_costs_path(devices: Sequence[Any]) -> Path:
     cluster (`cluster_cache_path`), named `<same 16 hex>.rig-<8 hex>.json`, the second key the malloc settings the
     workers run with (GLIBC_TUNABLES of simulator.process_rig.worker_env: WORKER_MALLOC and the caller's own; a
     worker that returns freed memory to the kernel runs its stages and copies slower, so costs measured on one are
-    not the other's)."""
+    not the other's) and the calibration workload's version (simulator.rig_workload.VERSION)."""
     import os
 
     from simulator.process_rig import worker_env
+    from simulator.rig_workload import VERSION
 
     path = cluster_cache_path(devices)
-    workers = hashlib.sha256(worker_env(dict(os.environ))["GLIBC_TUNABLES"].encode()).hexdigest()[:8]
+    key = f"{worker_env(dict(os.environ))['GLIBC_TUNABLES']}|workload {VERSION}"
+    workers = hashlib.sha256(key.encode()).hexdigest()[:8]
     return path.with_name(f"{path.stem}.rig-{workers}.json")
 
 

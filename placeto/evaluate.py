@@ -152,8 +152,10 @@ class HardwareRunner:
         one stage on the rig's first worker (median of `steps` after two warm-up steps; freeing the values a step
         made included): the profile says how the step's time splits over its units, the rig how long the step
         takes there. The contention between two workers is this graph's own (placeto.rig_gantt.graph_contention:
-        its whole step on worker 0 while worker 1 runs it too, against alone), not the calibration workload's. As
-        is without a process rig or for synthetic kernels (one task per node: the per-unit model is theirs)."""
+        its whole step on worker 0 while worker 1 runs it too, against alone), not the calibration workload's, and
+        so are the per-MB charges of values crossing stages, on top of the workload's (placeto.boundary_costs: the
+        step cut into runs alternating between two workers). As is without a process rig or for synthetic kernels
+        (one task per node: the per-unit model is theirs)."""
         if self.rig is None or self.holders is None or not self.stages:
             return self
         from placeto.cluster_cache import cached_rig_costs
@@ -172,6 +174,13 @@ class HardwareRunner:
                      f"reads and the step's round trip, profiled {profiled / 1e3:.2f} ms)")
             graph = graph.with_costs(kind, unit * factor)
         if self.rig.n_devices > 1:
+            from placeto.boundary_costs import CHUNKS, measure as measure_boundary
+
+            b = measure_boundary(dataclasses.replace(self, graph=graph, rig_costs=costs))
+            progress(f"values crossing stages: +{b.per_input_mb:.0f} us per MB a stage reads, +{b.per_output_mb:.0f} "
+                     f"us per MB it makes for others (fitted on this graph cut into {CHUNKS} runs alternating two "
+                     f"workers, {b.stages} stages)")
+            costs = b.added_to(costs)
             c = graph_contention(self, steps=steps)
             progress(f"contention: the whole step on one worker ran {c.together_us / 1e3:.2f} ms while another ran "
                      f"it too, {c.alone_us / 1e3:.2f} ms alone (+{100 * c.factor:.0f}%)")
@@ -714,7 +723,8 @@ def run_eval(args: argparse.Namespace) -> int:
                  "(simulator.staged)" if runner.rig_costs is not None else
                  "the simulator's step time on the cluster above")
         print(f"simulated: {model}; measured: real steps; {ERROR_MEANING}")
-    plain = _plain_jit(args, spec) if runner is not None else ()  # before the placements run (and after)
+    child = _plain_jit(args, spec) if runner is not None else None  # before the placements run (and after)
+    plain = (child.first,) if child is not None else ()
     print(f"{'placement':<28} {'simulated ms':>12}" + (f" {'measured ms':>12}  [IQR, min]  error" if runner else ""))
     try:
         from simulator.timing import interleaved_steps
@@ -724,13 +734,15 @@ def run_eval(args: argparse.Namespace) -> int:
             rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
         summary = agreement(rows)
         if runner is not None:
-            plain += _plain_jit(args, spec) if plain[0].available else ()  # (unavailable: it would be again)
+            plain += (child.again(),) if plain[0].available else ()  # (unavailable: it would be again)
             on_cpu = all(d.platform == "cpu" for d in runner.devices)
             print("\n".join(summary_lines(rows, [p for _, p in placements], measure_concurrency(spec, runner.rig),
                                            plain, on_cpu)))
     finally:
         if runner is not None:
             runner.close()
+        if child is not None:
+            child.close()
     if args.plot:
         plot_agreement(rows, args.plot, f"{graph.name}, {n} devices: median |error| {summary.median_ape:.0f}%, "
                                         f"{format_spearman(summary)}")
@@ -762,16 +774,17 @@ def _nothing():
     return contextlib.nullcontext()
 
 
-def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> tuple:
-    """(placeto.plain_jit.PlainJit,): the plain jit of the graph file's step (its zoo or exported program) in a
-    fresh process; a graph run through --program gets an unavailable one (the child imports nothing)."""
+def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> Any:
+    """placeto.plain_jit.Child: the plain jit of the graph file's step (its zoo or exported program) in a fresh
+    process, timed once and kept to time again; a graph run through --program gets an unavailable one (the child
+    imports nothing)."""
     from placeto import plain_jit
 
     if args.program:
-        return (plain_jit.PlainJit(why="the program named by --program is not imported by the fresh process; "
-                                       "export it with `import-jax --export`"),)
-    return (plain_jit.measure_for(args.graph, spec, args.repeats, args.warmup, args.exported,
-                                  progress=lambda line: print(line, flush=True)),)
+        return plain_jit.Child(plain_jit.PlainJit(why="the program named by --program is not imported by the fresh "
+                                                      "process; export it with `import-jax --export`"))
+    return plain_jit.start_for(args.graph, spec, args.repeats, args.warmup, args.exported,
+                               progress=lambda line: print(line, flush=True))
 
 
 def eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:

@@ -5,7 +5,9 @@ device" placement is every unit on one of those devices, which for host CPU devi
 runs with XLA's intra-op threading off (simulator.host_devices.SERIAL_CPU_FLAGS), so that device is ONE core.
 What a user runs without placeto is `jax.jit(step)` on JAX's default device with JAX's default threading (all
 cores), and that is what `measure` times: in a FRESH process (`python -m placeto.plain_jit GRAPH`) whose
-XLA_FLAGS have the serial flags and the host device count removed (`plain_env`).
+XLA_FLAGS have the serial flags and the host device count removed (`plain_env`). `start` keeps that process to
+time the same compiled step again later (`Child.again`: the commands time it before and after the placements),
+instead of a second fresh process importing JAX and loading the step again.
 
 The child reads only the graph file's data: the zoo program its meta names (placeto.zoo.registry maps the name
 to one of the zoo's own builders; nothing named by the file is imported), else its exported program
@@ -13,7 +15,9 @@ to one of the zoo's own builders; nothing named by the file is imported), else i
 graph with neither, a child that fails or one that runs past its time limit gives an unavailable `PlainJit`
 saying why, never an error of the command that asked.
 
-The child prints one JSON line: {"times_us": [...], "device": "...", "program": "..."}.
+The child prints one JSON line: {"times_us": [...], "device": "...", "program": "..."}; with --serve it then
+reads its standard input and times the step again for every line "again", one JSON line each, until the input
+ends.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
@@ -92,39 +99,124 @@ def plain_platform(spec: int | tuple) -> str:
     return "cpu"
 
 
-def measure(graph_path: str | os.PathLike | None, platform: str = "default", steps: int = STEPS,
-            warmup: int = WARMUP, timeout_s: float = TIMEOUT_S, exported: str | None = None,
-            python: str = sys.executable) -> PlainJit:
-    """Time the plain jit of the graph file's step in a fresh process (`main`); unavailable (with why) when the
-    file is None, the child fails or runs past `timeout_s`. InputError for a bad argument."""
+class Child:
+    """A fresh process timing the plain jit of a graph's step (`start`), kept to time it again (`again`); `first`
+    is its first run. Close it (`close`, or use it as a context manager)."""
+
+    def __init__(self, first: PlainJit, proc: subprocess.Popen | None = None, stderr: Any = None,
+                 lines: "queue.Queue | None" = None, timeout_s: float = TIMEOUT_S):
+        self.first, self._proc, self._stderr, self._lines, self._timeout_s = first, proc, stderr, lines, timeout_s
+
+    def _read(self) -> PlainJit:
+        """The child's next JSON line as a PlainJit; unavailable (the child ended) when it does not come within
+        the time limit, or the child exits first."""
+        try:
+            line = self._lines.get(timeout=self._timeout_s)
+        except queue.Empty:
+            self.close(kill=True)
+            return PlainJit(why=f"it ran past its {self._timeout_s:g} s time limit")
+        if line is None:  # end of its output: it exited
+            code = self._proc.wait()
+            self._stderr.seek(0)
+            why = parse_child(code, "", self._stderr.read())
+            self.close()
+            return why
+        return parse_child(0, line, "")
+
+    def again(self) -> PlainJit:
+        """The same step timed again in the same process (its compiled step reused); unavailable, saying why,
+        when the first run was or the child has ended."""
+        if not self.first.available:
+            return self.first
+        if self._proc is None or self._proc.poll() is not None:
+            return PlainJit(why="the fresh process has ended")
+        try:
+            self._proc.stdin.write("again\n")
+            self._proc.stdin.flush()
+        except OSError as e:
+            self.close()
+            return PlainJit(why=f"the fresh process cannot be asked again: {e.strerror or e}")
+        return self._read()
+
+    def close(self, kill: bool = False) -> None:
+        """End the child: its input closed, so it exits (killed if it has not within 10 s, or at once with
+        `kill`)."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if kill:
+            proc.kill()
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self._stderr.close()
+
+    def __enter__(self) -> "Child":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def start(graph_path: str | os.PathLike | None, platform: str = "default", steps: int = STEPS,
+          warmup: int = WARMUP, timeout_s: float = TIMEOUT_S, exported: str | None = None,
+          python: str = sys.executable) -> Child:
+    """A `Child` timing the plain jit of the graph file's step (`main --serve`), its first run done; that run is
+    unavailable (with why) when the file is None, the child fails or runs past `timeout_s` (each run gets that
+    limit). InputError for a bad argument."""
     if steps < 1 or warmup < 0:
         raise InputError(f"plain jit: steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     if not timeout_s > 0:
         raise InputError(f"plain jit: the time limit must be > 0 s, got {timeout_s}")
     if graph_path is None:
-        return PlainJit(why="the graph has no file for a fresh process to read")
+        return Child(PlainJit(why="the graph has no file for a fresh process to read"))
     env = plain_env(os.environ, platform)
     root = str(Path(__file__).resolve().parents[1])  # placeto and simulator, importable in the child
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
     argv = [python, "-m", "placeto.plain_jit", str(graph_path), "--platform", platform, "--steps", str(steps),
-            "--warmup", str(warmup)] + (["--exported", str(exported)] if exported else [])
+            "--warmup", str(warmup), "--serve"] + (["--exported", str(exported)] if exported else [])
+    stderr = tempfile.TemporaryFile(mode="w+")  # a file, not a pipe: nothing blocks the child on what it says
     try:
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return PlainJit(why=f"it ran past its {timeout_s:g} s time limit")
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr,
+                                text=True)
     except OSError as e:
-        return PlainJit(why=f"cannot start {python}: {e.strerror or e}")
-    return parse_child(proc.returncode, proc.stdout, proc.stderr)
+        stderr.close()
+        return Child(PlainJit(why=f"cannot start {python}: {e.strerror or e}"))
+    lines: queue.Queue = queue.Queue()
+
+    def pump() -> None:  # its output, line by line, then None at its end
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    child = Child(PlainJit(), proc, stderr, lines, timeout_s)
+    child.first = child._read()
+    return child
 
 
-def measure_for(graph_path: str | os.PathLike | None, spec: int | tuple, repeats: int = STEPS,
-                warmup: int = WARMUP, exported: str | None = None, progress: Any = print) -> PlainJit:
-    """`measure` on the baseline device of the local devices of device spec `spec` (`plain_platform`), as
-    many steps as the placements get (`repeats`, at least 5) after at least 2 warm-up, saying so first."""
+def measure(graph_path: str | os.PathLike | None, platform: str = "default", steps: int = STEPS,
+            warmup: int = WARMUP, timeout_s: float = TIMEOUT_S, exported: str | None = None,
+            python: str = sys.executable) -> PlainJit:
+    """Time the plain jit of the graph file's step once in a fresh process (`start`, then closed)."""
+    with start(graph_path, platform, steps, warmup, timeout_s, exported, python) as child:
+        return child.first
+
+
+def start_for(graph_path: str | os.PathLike | None, spec: int | tuple, repeats: int = STEPS,
+              warmup: int = WARMUP, exported: str | None = None, progress: Any = print) -> Child:
+    """`start` on the baseline device of the local devices of device spec `spec` (`plain_platform`), as many
+    steps as the placements get (`repeats`, at least 5) after at least 2 warm-up, saying so first."""
     steps = max(repeats, 5)
     progress(f"timing the plain jax.jit of the step in a fresh process (default device and threading, {steps} "
              f"steps) ...")
-    return measure(graph_path, plain_platform(spec), steps, max(warmup, 2), exported=exported)
+    return start(graph_path, plain_platform(spec), steps, max(warmup, 2), exported=exported)
 
 
 def parse_child(returncode: int, stdout: str, stderr: str) -> PlainJit:
@@ -211,18 +303,6 @@ def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | st
                 f"exported program {Path(bundle.path).name} (its units in one jax.jit)")
 
 
-def time_step(step: Any, args: tuple, device: Any, steps: int, warmup: int) -> list[float]:
-    """Microseconds of `steps` calls of `jax.jit(step)` on `args` committed to `device`, each blocked on its
-    outputs, after `warmup` untimed calls (the first compiles), back to back, the collector off (time_calls)."""
-    import jax
-
-    from simulator.timing import time_calls
-
-    args = jax.device_put(args, device)
-    jitted = jax.jit(step)
-    return time_calls(lambda: jax.block_until_ready(jitted(*args)), steps, warmup)
-
-
 def describe_device(device: Any) -> str:
     """"cpu:0 (8 cores)" (the cores this process may use: XLA's default thread pool) or "gpu:0 (NVIDIA H100 80GB
     HBM3)"."""
@@ -232,8 +312,9 @@ def describe_device(device: Any) -> str:
     return f"{device.platform}:{device.id} ({device.device_kind})"
 
 
-def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported: str | None) -> dict:
-    """What the child prints: the graph's step timed on the platform's first device, or why it cannot be."""
+def prepare_child(graph_path: str, platform: str, exported: str | None) -> tuple[Any, dict] | dict:
+    """(time(steps, warmup) -> [us], what to print beside the times) for the graph's step on the platform's
+    first device, or {"why": ...} when it has no step to run."""
     from placeto import compile_cache
     from simulator.io import load_graph
 
@@ -245,8 +326,32 @@ def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported:
     import jax
 
     device = jax.devices("cpu")[0] if platform == "cpu" else jax.devices()[0]
-    return {"times_us": time_step(found.fn, found.args, device, steps, warmup), "device": describe_device(device),
-            "program": found.what}
+    args = jax.device_put(found.args, device)
+    jitted = jax.jit(found.fn)
+
+    def time(steps: int, warmup: int) -> list[float]:
+        from simulator.timing import time_calls
+
+        return time_calls(lambda: jax.block_until_ready(jitted(*args)), steps, warmup)
+
+    return time, {"device": describe_device(device), "program": found.what}
+
+
+def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported: str | None,
+              serve: bool = False, stdin: Any = None, stdout: Any = None) -> None:
+    """What the child prints: the graph's step timed on the platform's first device, or why it cannot be; with
+    `serve`, timed again (`steps` after `warmup` once more) for each line "again" of `stdin` until it ends."""
+    stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
+    prepared = prepare_child(graph_path, platform, exported)
+    if isinstance(prepared, dict):
+        print(json.dumps(prepared), file=stdout, flush=True)
+        return
+    time, what = prepared
+    print(json.dumps({"times_us": time(steps, warmup), **what}), file=stdout, flush=True)
+    if serve:
+        for line in stdin:
+            if line.strip() == "again":
+                print(json.dumps({"times_us": time(steps, warmup), **what}), file=stdout, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -260,13 +365,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--steps", type=POSITIVE, default=STEPS, help="timed steps")
     p.add_argument("--warmup", type=COUNT, default=WARMUP, help="untimed steps first (the first compiles)")
     p.add_argument("--exported", help="the graph's exported program (default: <graph>.export.zip, when there)")
+    p.add_argument("--serve", action="store_true", help="then time it again for every line 'again' on stdin")
     args = p.parse_args(argv)
     try:
-        out = run_child(args.graph, args.platform, args.steps, args.warmup, args.exported)
+        run_child(args.graph, args.platform, args.steps, args.warmup, args.exported, args.serve)
     except InputError as e:
         print(f"placeto.plain_jit: error: {e}".replace("\n", " "), file=sys.stderr)
         return 2
-    print(json.dumps(out))
     return 0
 
 

@@ -11,7 +11,10 @@ op and grouped as the datasets are), which is none of the graphs a user places:
 * stages: each Run's duration minus its units' costs profiled inside the whole step (placeto.profiling's
   method, `simulator.step_profile.profile_units` with every value materialised, corrected to the step's wall
   time) is fitted as launch_us + launch_us_per_input * values read from other stages + launch_us_per_input_mb *
-  their MB (`simulator.staged.stage_inputs`);
+  their MB (`simulator.staged.stage_inputs`) + launch_us_per_output_mb * the MB of the values it makes that other
+  stages read (`simulator.staged.stage_outputs`). The workload's values are small (64 KB to 1 MB) and its
+  per-MB charges come out near 0; those of a graph with large values are fitted on that graph itself, on top of
+  these (placeto.boundary_costs);
 * sends: each Send's duration as send_us + send_us_per_value * values + send_us_per_mb * MB;
 * receives: from the later of a Recv's start and its Send's end to the Recv's end, fitted as recv_us +
   recv_us_per_value * values + recv_us_per_mb * MB, plus latency_us (the wake-up) when the receiver was waiting
@@ -28,8 +31,10 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
-from simulator.staged import RigCosts, stage_inputs
+from simulator.staged import RigCosts, stage_inputs, stage_outputs
 
+VERSION = 2  # of the workload and the fit: rig costs cached under another version are measured again
+#   (placeto.cluster_cache.rig_costs_path); 2: the per-output-MB stage cost
 PLACEMENTS = ("random", "chunks", "sparse", "halves")  # per unit at random; 8 alternating slices; 20% on device
 #   1; the first half of the order on device 0, the rest on 1 (one cut that many values cross: per-value costs)
 WIDTHS = (128, 512, 256)  # the dense layers cycle through these widths (values of 64 KB to 1 MB)
@@ -146,14 +151,16 @@ def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
 
 
 def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
-    """(stage rows (1, inputs, MB, excess us), send rows (1, values, MB, us), receive rows (1, values, MB, whether
-    it waited, us from the later of its start and the send's end to its end)); a stage's and a send's row is its
-    median over the steps of one placement (the steps of a placement share its `tasks`), robust to a slow step."""
+    """(stage rows (1, inputs, input MB, output MB, excess us), send rows (1, values, MB, us), receive rows (1,
+    values, MB, whether it waited, us from the later of its start and the send's end to its end)); a stage's and a
+    send's row is its median over the steps of one placement (the steps of a placement share its `tasks`), robust
+    to a slow step."""
     runs: dict = {}  # (placement, label) -> [row]
     sent: dict = {}
     receives = []
     for st in steps:
         n_in, in_bytes = stage_inputs(st.graph, st.stage_of, len(st.tasks))
+        out_bytes = stage_outputs(st.graph, st.stage_of, len(st.tasks))
         batch_bytes = {}
         send_end = {}
         for evs in st.events.values():
@@ -172,7 +179,8 @@ def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
             t = st.tasks[e.label]
             work = float(st.unit_cost[list(t.units or (t.unit,))].sum())
             runs.setdefault((id(st.tasks), e.label), []).append(
-                (1.0, float(n_in[e.label]), in_bytes[e.label] / 1e6, (e.end_ns - e.start_ns) / 1e3 - work))
+                (1.0, float(n_in[e.label]), in_bytes[e.label] / 1e6, out_bytes[e.label] / 1e6,
+                 (e.end_ns - e.start_ns) / 1e3 - work))
         for evs in st.events.values():
             for e in evs:
                 if e.kind == "recv" and e.label in send_end:
@@ -195,11 +203,12 @@ def _nnls(rows: list) -> np.ndarray:
 def fit_events(steps: Sequence[StepEvents], step_us: float = 0.0) -> RigCosts:
     """The RigCosts fitted to the events of `steps` (see the module docstring); `step_us` as given."""
     stages, sends, receives = _rows(steps)
-    launch = _nnls(stages) if stages else np.zeros(3)  # launch, per input, per input MB
+    launch = _nnls(stages) if stages else np.zeros(4)  # launch, per input, per input MB, per output MB
     send = _nnls(sends) if sends else np.zeros(3)
     recv = _nnls(receives) if receives else np.zeros(4)  # recv_us, per value, per MB, latency (when waiting)
     return RigCosts(launch_us=float(launch[0]), launch_us_per_input=float(launch[1]),
-                    launch_us_per_input_mb=float(launch[2]), step_us=max(float(step_us), 0.0),
+                    launch_us_per_input_mb=float(launch[2]), launch_us_per_output_mb=float(launch[3]),
+                    step_us=max(float(step_us), 0.0),
                     send_us=float(send[0]), send_us_per_value=float(send[1]), send_us_per_mb=float(send[2]),
                     recv_us=float(recv[0]), recv_us_per_value=float(recv[1]), recv_us_per_mb=float(recv[2]),
                     latency_us=float(recv[3]))

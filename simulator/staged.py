@@ -15,7 +15,8 @@ simulates, one node per stage on its device:
   run each, then consecutive units of one device in `order`;
 * a stage's cost (microseconds) = `RigCosts.launch_us` (the worker's round trip of a stage: launch, wait, token) +
   per value it reads from another stage, `launch_us_per_input` and `launch_us_per_input_mb` per 10^6 bytes
-  (`stage_inputs`) + the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`:
+  (`stage_inputs`) + `launch_us_per_output_mb` per 10^6 bytes of the values it makes that other stages read
+  (`stage_outputs`) + the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`:
   fixed, per value, per byte) + the Recvs placed before it (`RigCosts.recv_cost`). Nothing is charged for a value leaving its stage:
   on XLA:CPU a stage returns every value its units make (simulator.plans.materialises) and the step profile is
   taken the same way, so a unit costs what it was profiled at in any stage. A holder stage launches nothing: its
@@ -63,6 +64,9 @@ class RigCosts:
     launch_us: float = 0.0  # per stage a worker runs: call, wait for its end, token hand-over
     launch_us_per_input: float = 0.0  # per value a stage reads from another stage (`stage_inputs`)
     launch_us_per_input_mb: float = 0.0  # per 10^6 bytes of those values (read from memory, not cache)
+    launch_us_per_output_mb: float = 0.0  # per 10^6 bytes of the values a stage makes that other stages read
+    #   (`stage_outputs`: written out to memory as the stage's results, where inside one program they are
+    #   consumed from cache or fused)
     step_us: float = 0.0  # per step: the parent's "run" to every worker and their replies
     send_us: float = 0.0  # per Send (one per producer stage and receiving device): views and the pipe message
     send_us_per_value: float = 0.0  # per value of a Send: its view and copy call
@@ -142,6 +146,19 @@ def stage_inputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> tuple[np.
     return count, nbytes
 
 
+def stage_outputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> np.ndarray:
+    """float64[S] the bytes of the distinct values each stage makes that another stage reads, of `graph`'s units
+    cut into stages (`stage_of`: int64[N] stage of each unit)."""
+    nbytes = np.zeros(n_stages)
+    seen: set[tuple[int, int]] = set()
+    for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
+        su = int(stage_of[u])
+        if su != int(stage_of[v]) and (u, o) not in seen:
+            seen.add((u, o))
+            nbytes[su] += float(graph.out_bytes[graph.out_offsets[u] + o])
+    return nbytes
+
+
 def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int], costs: RigCosts,
                 holders: Sequence[bool] | None = None, extra_us: np.ndarray | None = None) -> StageGraph:
     """The stage graph of `graph` (N units) placed by `placement` (int[N]) and dispatched in `order` (a
@@ -160,9 +177,11 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
     s_dev = np.asarray([place[run[0]] for run in runs], dtype=np.int64)
     s_holder = np.asarray([bool(holders[run[0]]) for run in runs], dtype=bool)
     n_in, in_bytes = stage_inputs(graph, stage_of, n_stages)
+    out_made = stage_outputs(graph, stage_of, n_stages)
     work = np.asarray([0.0 if s_holder[s] else float(unit_cost[run].sum()) for s, run in enumerate(runs)])
     cost = np.asarray([0.0 if s_holder[s] else costs.launch_us + work[s] + costs.launch_us_per_input * n_in[s]
-                       + costs.launch_us_per_input_mb * in_bytes[s] / 1e6 for s in range(n_stages)])
+                       + costs.launch_us_per_input_mb * in_bytes[s] / 1e6
+                       + costs.launch_us_per_output_mb * out_made[s] / 1e6 for s in range(n_stages)])
     if extra_us is not None:
         cost = cost + np.asarray(extra_us, dtype=np.float64)
     local_bytes = np.zeros(n_stages)

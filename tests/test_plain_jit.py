@@ -48,6 +48,19 @@ def test_measure_times_a_zoo_step_in_a_fresh_process_without_the_rig_flags(tmp_p
     assert result.device.startswith("cpu:0 (") and result.program == "zoo program mlp"
 
 
+def test_a_started_child_times_the_step_again_in_the_same_process(tmp_path):
+    with plain_jit.start(_graph_file(tmp_path, "tiny", {"program": TINY_MLP}), "cpu", steps=3, warmup=1,
+                         timeout_s=120) as child:
+        assert child.first.available, child.first.why
+        pid = child._proc.pid
+        again = child.again()
+        assert again.available and len(again.times_us) == 3 and again.device == child.first.device
+        assert child._proc.pid == pid  # no second process
+    assert child._proc is None and child.again().why == "the fresh process has ended"
+    with plain_jit.start(_graph_file(tmp_path, "bare"), "cpu", timeout_s=60) as unavailable:
+        assert not unavailable.first.available and unavailable.again() is unavailable.first  # not asked again
+
+
 def test_measure_times_an_exported_step(tmp_path):
     import jax
 

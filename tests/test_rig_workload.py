@@ -7,11 +7,11 @@ from simulator import make_graph
 from simulator.hardware import Task
 from simulator.rig_worker import Event
 from simulator.rig_workload import StepEvents, fit_events, placements
-from simulator.staged import RigCosts, stage_inputs
+from simulator.staged import RigCosts, stage_inputs, stage_outputs
 from simulator.trace import Source
 
-TRUE = RigCosts(launch_us=40.0, launch_us_per_input=7.0, launch_us_per_input_mb=300.0, step_us=0.0, send_us=20.0,
-                send_us_per_value=5.0, send_us_per_mb=50.0, recv_us=30.0, recv_us_per_value=9.0,
+TRUE = RigCosts(launch_us=40.0, launch_us_per_input=7.0, launch_us_per_input_mb=300.0, launch_us_per_output_mb=150.0,
+                step_us=0.0, send_us=20.0, send_us_per_value=5.0, send_us_per_mb=50.0, recv_us=30.0, recv_us_per_value=9.0,
                 recv_us_per_mb=800.0, latency_us=60.0)
 
 
@@ -27,13 +27,15 @@ def _step(rng: np.random.Generator) -> StepEvents:
     device = np.arange(n) % 2
     stage_of = np.arange(n)
     n_in, in_bytes = stage_inputs(graph, stage_of, n)
+    out_bytes = stage_outputs(graph, stage_of, n)
     unit_cost = rng.uniform(50, 500, n)
     tasks, events = [], {0: [], 1: []}
     t = 0
     for u in range(n):
         sent = tuple(dict.fromkeys(Source(u, o) for a, b, o in edges if a == u and device[b] != device[u]))
         tasks.append(Task(u, int(device[u]), None, (), (), ((1 - int(device[u]), sent),) if sent else (), (u,)))
-        run = TRUE.launch_us + TRUE.launch_us_per_input * n_in[u] + TRUE.launch_us_per_input_mb * in_bytes[u] / 1e6
+        run = (TRUE.launch_us + TRUE.launch_us_per_input * n_in[u] + TRUE.launch_us_per_input_mb * in_bytes[u] / 1e6
+               + TRUE.launch_us_per_output_mb * out_bytes[u] / 1e6)
         events[device[u]].append(Event("run", u, t, t + int(1e3 * (run + unit_cost[u]))))
         t += int(1e3 * (run + unit_cost[u])) + 1000
         if sent:
@@ -53,7 +55,8 @@ def _step(rng: np.random.Generator) -> StepEvents:
 def test_fit_recovers_the_costs_the_events_were_made_with():
     rng = np.random.default_rng(0)
     fitted = fit_events([_step(rng) for _ in range(30)], step_us=99.0)
-    for field in ("launch_us", "launch_us_per_input", "launch_us_per_input_mb", "send_us", "send_us_per_value",
+    for field in ("launch_us", "launch_us_per_input", "launch_us_per_input_mb", "launch_us_per_output_mb",
+                  "send_us", "send_us_per_value",
                   "send_us_per_mb", "recv_us", "recv_us_per_value", "recv_us_per_mb", "latency_us"):
         assert getattr(fitted, field) == pytest.approx(getattr(TRUE, field), rel=0.05, abs=1.0), field
     assert fitted.step_us == 99.0

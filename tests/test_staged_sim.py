@@ -1,5 +1,7 @@
 """simulator.staged: the stage graph of a placement (as simulator.plans cuts stages) and its simulation."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -8,7 +10,7 @@ from simulator.cluster import Cluster, Device
 from simulator.errors import InputError
 from simulator.generate import layered_dag
 from simulator.staged import (RigCosts, default_holders, overlap, simulate_staged, simulate_staged_reference,
-                              stage_graph, stage_runs)
+                              stage_graph, stage_inputs, stage_outputs, stage_runs)
 
 COSTS = RigCosts(launch_us=30.0, step_us=100.0, send_us=20.0, send_us_per_value=3.0, send_us_per_mb=200.0,
                  recv_us=5.0, recv_us_per_value=2.0, recv_us_per_mb=300.0, latency_us=40.0)
@@ -72,6 +74,24 @@ def test_single_device_is_one_stage_one_launch():
     result = simulate_staged(graph, np.zeros(3, int), _cluster(), graph.topo_order, COSTS)
     assert len(result.stages.runs) == 1
     assert result.runtime_us == pytest.approx(COSTS.step_us + COSTS.launch_us + 60.0)
+
+
+def test_values_crossing_stages_are_charged_per_mb_to_their_reader_and_their_maker():
+    """a (dev 0) makes 1 MB that b and c (dev 1, one stage) read and 0.5 MB (output 1) that c reads: stage {a}
+    makes 1.5 MB read elsewhere, once each however many read it; stage {b, c} reads 1.5 MB. On a chain each
+    MB charge lengthens the step by exactly its cost."""
+    nodes = [{"name": "a", "op": "work", "cost": {"cpu": 10.0}, "out_bytes": [1e6, 5e5]},
+             {"name": "b", "op": "work", "cost": {"cpu": 20.0}, "out_bytes": [1e6]},
+             {"name": "c", "op": "work", "cost": {"cpu": 30.0}, "out_bytes": [1e6]}]
+    graph = make_graph("fan", nodes, [(0, 1, 0), (0, 2, 0), (0, 2, 1), (1, 2, 0)])
+    stage_of = np.asarray([0, 1, 1])
+    assert stage_outputs(graph, stage_of, 2).tolist() == [1.5e6, 0.0]
+    assert [x.tolist() for x in stage_inputs(graph, stage_of, 2)] == [[0, 2], [0.0, 1.5e6]]
+    place = np.asarray([0, 1, 1])
+    base = simulate_staged(graph, place, _cluster(), [0, 1, 2], COSTS).runtime_us
+    per_mb = dataclasses.replace(COSTS, launch_us_per_input_mb=100.0, launch_us_per_output_mb=40.0)
+    for sim in (simulate_staged, simulate_staged_reference):
+        assert sim(graph, place, _cluster(), [0, 1, 2], per_mb).runtime_us == pytest.approx(base + 1.5 * 140.0)
 
 
 def test_consumer_waits_for_the_whole_producer_stage():

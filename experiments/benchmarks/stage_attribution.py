@@ -47,23 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def chunked(cost, order, holders, chunks: int):
-    """int32[N]: worker 0 or 1 of each unit, runs of about equal summed `cost` (float[N], holders counted 0)
-    along `order` alternating between them."""
-    import numpy as np
-
-    cost = np.where(np.asarray(holders, dtype=bool), 0.0, np.asarray(cost, dtype=np.float64))
-    cum = np.cumsum(cost[np.asarray(order)])
-    total = cum[-1] if len(cum) and cum[-1] > 0 else 1.0
-    run_at = np.minimum(np.floor((cum - cost[np.asarray(order)] / 2) * chunks / total), chunks - 1).astype(int)
-    placement = np.empty(len(cost), dtype=np.int32)
-    placement[np.asarray(order)] = run_at % 2
-    return placement
-
-
 def run(args: argparse.Namespace) -> dict:
     import numpy as np
 
+    from placeto.boundary_costs import chunked
     from placeto.cluster_cache import cached_cluster
     from placeto.evaluate import hardware_runner
     from placeto.rig_gantt import measured_step

@@ -9,8 +9,9 @@ default (placeto.evaluate.evaluate, the function eval calls, with the runner eva
 2. the rig's costs (HardwareRunner.with_rig_costs): a stage's launch and inputs, a send's and a receive's fixed,
    per-value and per-byte costs, fitted to the events of placements of a calibration training step
    (simulator.rig_workload; cached beside the calibration), the units' costs scaled to the whole step run as one
-   stage on the rig, and the graph's contention (its whole step on two workers at once against alone:
-   placeto.rig_gantt.graph_contention);
+   stage on the rig, the per-MB charges of values crossing stages fitted on the graph cut into runs alternating
+   between two workers (placeto.boundary_costs), and the graph's contention (its whole step on two workers at
+   once against alone: placeto.rig_gantt.graph_contention);
 3. placements: the single device, etf, m-sct, m-topo, heft, metis, local search (`--seconds` each, on the
    per-unit model, as `place --hardware` searches), round-robin by unit and a uniform random one (distinct
    placements only);
@@ -172,7 +173,8 @@ def markdown(results: list[dict], command: str) -> str:
         c = res["rig_costs"]
         lines += ["", f"## {res['name']}", "",
                   f"Rig costs (us): launch {c['launch_us']:.1f} + {c.get('launch_us_per_input', 0):.1f}/input + "
-                  f"{c.get('launch_us_per_input_mb', 0):.1f}/input MB, step {c['step_us']:.1f}, "
+                  f"{c.get('launch_us_per_input_mb', 0):.1f}/input MB + {c.get('launch_us_per_output_mb', 0):.1f}"
+                  f"/output MB (per MB: this graph's own, placeto.boundary_costs), step {c['step_us']:.1f}, "
                   f"send {c['send_us']:.1f} "
                   f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
                   f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + "
