@@ -71,6 +71,7 @@ def fit(excess_us: np.ndarray, input_mb: np.ndarray, output_mb: np.ndarray) -> t
 def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Boundary:
     """The Boundary of `runner`'s graph on its process rig (placeto.evaluate.HardwareRunner with a rig of at least
     2 workers and rig costs: the units' costs already scaled to the rig); see the module docstring."""
+    from placeto.rig_gantt import timed_steps
     from simulator.errors import InputError
     from simulator.staged import stage_graph, stage_inputs, stage_outputs
 
@@ -84,17 +85,8 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     out_bytes = stage_outputs(graph, sg.stage_of, len(sg.runs))
     charged = (costs.launch_us + sg.work + costs.launch_us_per_input * n_in
                + costs.launch_us_per_input_mb * in_bytes / 1e6 + costs.launch_us_per_output_mb * out_bytes / 1e6)
-    plan = runner.runnable(placement)
-    try:
-        for _ in range(warmup):
-            plan.run_step()
-        taken = []
-        for _ in range(steps):
-            plan.run_step()
-            taken.append({d: [(e.end_ns - e.start_ns) / 1e3 for e in evs if e.kind == "run"]
-                          for d, evs in plan.events.items()})
-    finally:
-        plan.close()
+    taken = [{d: [(e.end_ns - e.start_ns) / 1e3 for e in evs if e.kind == "run"] for d, evs in events.items()}
+             for _, _, events in timed_steps(runner, placement, steps, warmup)]
     stages, runs = [], []
     for d in (0, 1):
         ours = [s for s in range(len(sg.runs)) if sg.placement[s] == d and not sg.holder[s]]

@@ -30,13 +30,9 @@ class MeasuredStep(NamedTuple):
     steps_ns: tuple[int, ...]  # every timed step's wall time (this one is their median)
 
 
-def measured_step(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int = 2) -> MeasuredStep:
-    """Run `placement` on `runner`'s process rig (placeto.evaluate.HardwareRunner with a rig) and keep the step of
-    median wall time, with its events."""
-    from simulator.errors import InputError
-
-    if runner.rig is None:
-        raise InputError("a measured Gantt chart needs the stage times of each device: run on --rig processes")
+def timed_steps(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int = 2) -> list[tuple[int, int, dict]]:
+    """[(wall ns, start ns, {worker: [simulator.rig_worker.Event]})] of `steps` steps of `placement` on `runner`'s
+    process rig (placeto.evaluate.HardwareRunner with a rig) after `warmup` untimed ones; its plan closed after."""
     plan = runner.runnable(placement)
     try:
         for _ in range(warmup):
@@ -48,6 +44,17 @@ def measured_step(runner: Any, placement: np.ndarray, steps: int = 5, warmup: in
             taken.append((time.perf_counter_ns() - t0, t0, plan.events))
     finally:
         plan.close()
+    return taken
+
+
+def measured_step(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int = 2) -> MeasuredStep:
+    """Run `placement` on `runner`'s process rig (placeto.evaluate.HardwareRunner with a rig) and keep the step of
+    median wall time, with its events."""
+    from simulator.errors import InputError
+
+    if runner.rig is None:
+        raise InputError("a measured Gantt chart needs the stage times of each device: run on --rig processes")
+    taken = timed_steps(runner, placement, steps, warmup)
     wall, t0, events = sorted(taken, key=lambda x: x[0])[len(taken) // 2]
     return MeasuredStep(wall, {d: [(e.kind, e.label, e.start_ns - t0, e.end_ns - t0) for e in evs]
                                for d, evs in events.items()}, tuple(x[0] for x in taken))
