@@ -73,7 +73,7 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     2 workers and rig costs: the units' costs already scaled to the rig); see the module docstring."""
     from placeto.rig_gantt import timed_steps
     from simulator.errors import InputError
-    from simulator.staged import stage_graph, stage_inputs, stage_outputs
+    from simulator.staged import run_cost, stage_graph, stage_inputs, stage_outputs
 
     if runner.rig is None or runner.rig.n_devices < 2 or runner.rig_costs is None:
         raise InputError("values crossing stages are measured between two workers of a process rig")
@@ -83,8 +83,7 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     sg = stage_graph(graph, placement, runner.cluster, runner.order(placement), costs, holders)
     n_in, in_bytes = stage_inputs(graph, sg.stage_of, len(sg.runs))
     out_bytes = stage_outputs(graph, sg.stage_of, len(sg.runs))
-    charged = (costs.launch_us + sg.work + costs.launch_us_per_input * n_in
-               + costs.launch_us_per_input_mb * in_bytes / 1e6 + costs.launch_us_per_output_mb * out_bytes / 1e6)
+    charged = run_cost(costs, sg.work, n_in, in_bytes, out_bytes)
     taken = [{d: [(e.end_ns - e.start_ns) / 1e3 for e in evs if e.kind == "run"] for d, evs in events.items()}
              for _, _, events in timed_steps(runner, placement, steps, warmup)]
     stages, runs = [], []

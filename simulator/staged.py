@@ -159,6 +159,16 @@ def stage_outputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> np.ndarr
     return nbytes
 
 
+def run_cost(costs: RigCosts, work: np.ndarray, n_in: np.ndarray, in_bytes: np.ndarray,
+             out_bytes: np.ndarray) -> np.ndarray:
+    """float64[S] microseconds of each stage's Run on its worker (sends and receives apart): its launch, its units'
+    `work`, and its charges per input (`n_in`) and per MB read (`in_bytes`) and made for other stages
+    (`out_bytes`; bytes, `stage_inputs` and `stage_outputs`)."""
+    return (costs.launch_us + np.asarray(work, dtype=np.float64) + costs.launch_us_per_input * np.asarray(n_in)
+            + costs.launch_us_per_input_mb * np.asarray(in_bytes) / 1e6
+            + costs.launch_us_per_output_mb * np.asarray(out_bytes) / 1e6)
+
+
 def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int], costs: RigCosts,
                 holders: Sequence[bool] | None = None, extra_us: np.ndarray | None = None) -> StageGraph:
     """The stage graph of `graph` (N units) placed by `placement` (int[N]) and dispatched in `order` (a
@@ -179,9 +189,7 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
     n_in, in_bytes = stage_inputs(graph, stage_of, n_stages)
     out_made = stage_outputs(graph, stage_of, n_stages)
     work = np.asarray([0.0 if s_holder[s] else float(unit_cost[run].sum()) for s, run in enumerate(runs)])
-    cost = np.asarray([0.0 if s_holder[s] else costs.launch_us + work[s] + costs.launch_us_per_input * n_in[s]
-                       + costs.launch_us_per_input_mb * in_bytes[s] / 1e6
-                       + costs.launch_us_per_output_mb * out_made[s] / 1e6 for s in range(n_stages)])
+    cost = np.where(s_holder, 0.0, run_cost(costs, work, n_in, in_bytes, out_made))
     if extra_us is not None:
         cost = cost + np.asarray(extra_us, dtype=np.float64)
     local_bytes = np.zeros(n_stages)
