@@ -1,26 +1,35 @@
-"""What values crossing stages cost on the process rig, fitted on the user's graph itself (issue 40, item 2).
+"""What stages and values crossing them cost on the process rig, fitted on the user's graph itself (issue 40, item 2).
 
-The rig's launch and transfer costs (simulator.rig_workload) are fitted on a small calibration step whose values
-(64 KB to 1 MB) stay in a core's cache: its per-MB stage charges come out near 0. A graph with large values pays
-more where a placement cuts it, beyond its units' profiled costs: a value that crosses stages is written out as a
-stage's result and read back by the next, where inside one program it is consumed where it is made. On
-inception_v3 at 2 rig devices (ad hoc, 2026-11-28, this 2-core machine), the stages of etf, round-robin and 64
-runs alternating between the workers ran 0.18 ms per MB read from other stages and 0.35 ms per MB made for other
-stages beyond their units' costs and the fitted launch (the runs' fit alone predicted the other two's excess
-within 4% and 16%); the calibration step's fit put both at 0.
+The rig's launch and transfer costs (simulator.rig_workload) are fitted once per machine on a small calibration
+step and cached. Two things they miss, both measured here on the user's graph at the time it is placed:
+
+* per MB. The calibration step's values (64 KB to 1 MB) stay in a core's cache: its per-MB stage charges come out
+  near 0. A graph with large values pays more where a placement cuts it: a value that crosses stages is written
+  out as a stage's result and read back by the next, where inside one program it is consumed where it is made.
+  On inception_v3 at 2 rig devices (ad hoc, 2026-11-28, this 2-core machine) the stages of etf, round-robin and 64
+  runs alternating between the workers ran 0.18 ms per MB read from other stages and 0.35 ms per MB made for
+  other stages beyond their units' costs and the fitted launch; the calibration step's fit put both at 0.
+* the machine's moment. The cached fixed costs are those of the moment they were measured: on a day this machine
+  ran 2-3x slower, the calibration's launch (373 us) and latency (623 us) were 3-7x the day before's, and the
+  many small stages of ptb_006 were over-predicted by +9% to +82% (median 46%) at its placements, though its
+  units' costs were scaled to the step as it ran. So the stages' fixed costs (launch, per value read) and the
+  transfers' (send, receive, latency) are scaled by factors measured on the graph now.
 
 `measure(runner)`: the graph's units in the rig's dispatch order are cut into `chunks` runs of about equal
 profiled cost alternating between the rig's first two workers (`chunked`: one worker computes at a time, so no
-contention), the plan runs `steps` times after `warmup` steps; each stage's median run (its worker's own "run"
-events) less what the staged simulation charges it (simulator.staged.stage_graph: launch, inputs, per-MB charges
-already in the costs, its units' costs) is fitted as extra per input MB + extra per output MB (`fit`:
-non-negative least squares), which `Boundary.added_to` adds to the costs. No placement a placer chose is run.
+contention), the plan runs `steps` times after `warmup` steps. Stages (`fit`): each stage's median run (its
+worker's "run" events) less its units' costs and the per-MB charges already in the costs is fitted, non-negative
+least squares, as `stage_factor` x its fixed charges (launch + per value read) + extra per input MB + extra per
+output MB. Transfers (`transfer_factor`): each batch's send (the producer's "send" event) and receive (from the
+later of the receiver's "recv" start and the send's end to its end), median over the steps, summed over the
+batches, against what the costs charge them (send, receive, and the latency where the receiver was waiting).
+`Boundary.added_to` applies them. No placement a placer chose is run.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
@@ -29,17 +38,30 @@ STEPS = 3  # timed steps of the chunked plan (each stage's median is fitted)
 
 
 class Boundary(NamedTuple):
-    """Extra microseconds per 10^6 bytes a stage reads from (`per_input_mb`) or makes for (`per_output_mb`) other
-    stages, fitted on the graph, and how many stages the fit used."""
+    """What the graph's stages and transfers cost on the rig beyond the cached rig costs (`measure`): extra
+    microseconds per 10^6 bytes a stage reads from (`per_input_mb`) or makes for (`per_output_mb`) other stages,
+    the factor of the stages' fixed charges (`stage_factor`) and of the transfers' (`transfer_factor`), and how
+    many stages and batches the fits used."""
 
     per_input_mb: float
     per_output_mb: float
+    stage_factor: float
+    transfer_factor: float
     stages: int
+    transfers: int
 
     def added_to(self, costs: Any) -> Any:
-        """`costs` (simulator.staged.RigCosts) with these added to its per-MB stage charges."""
-        return dataclasses.replace(costs, launch_us_per_input_mb=costs.launch_us_per_input_mb + self.per_input_mb,
-                                   launch_us_per_output_mb=costs.launch_us_per_output_mb + self.per_output_mb)
+        """`costs` (simulator.staged.RigCosts) with these applied: the per-MB stage charges added to, the launch
+        and per-input charges times `stage_factor`, the sends', receives' and latency times `transfer_factor`."""
+        a, g = self.stage_factor, self.transfer_factor
+        return dataclasses.replace(
+            costs, launch_us=costs.launch_us * a, launch_us_per_input=costs.launch_us_per_input * a,
+            launch_us_per_input_mb=costs.launch_us_per_input_mb + self.per_input_mb,
+            launch_us_per_output_mb=costs.launch_us_per_output_mb + self.per_output_mb,
+            send_us=costs.send_us * g, send_us_per_value=costs.send_us_per_value * g,
+            send_us_per_mb=costs.send_us_per_mb * g, recv_us=costs.recv_us * g,
+            recv_us_per_value=costs.recv_us_per_value * g, recv_us_per_mb=costs.recv_us_per_mb * g,
+            latency_us=costs.latency_us * g)
 
 
 def chunked(cost: np.ndarray, order: np.ndarray, holders: np.ndarray, chunks: int) -> np.ndarray:
@@ -55,17 +77,42 @@ def chunked(cost: np.ndarray, order: np.ndarray, holders: np.ndarray, chunks: in
     return placement
 
 
-def fit(excess_us: np.ndarray, input_mb: np.ndarray, output_mb: np.ndarray) -> tuple[float, float]:
-    """(extra us per input MB, extra us per output MB) >= 0 fitting float[S] `excess_us` (each stage's measured
-    run less its simulated cost) as their sum times the stages' float[S] MB read and made, least squares; (0, 0)
-    without stages."""
+def fit(excess_us: np.ndarray, fixed_us: np.ndarray, input_mb: np.ndarray,
+        output_mb: np.ndarray) -> tuple[float, float, float]:
+    """(factor of the fixed charges, extra us per input MB, extra us per output MB), each >= 0, fitting float[S]
+    `excess_us` (each stage's measured run less its units' costs and its per-MB charges) as the factor times the
+    stages' float[S] `fixed_us` (launch and per-input charges) plus the extras times their float[S] MB read and
+    made, least squares; (1, 0, 0) without stages."""
     from scipy.optimize import nnls
 
     if len(excess_us) == 0:
-        return 0.0, 0.0
-    a = np.stack([np.asarray(input_mb, dtype=np.float64), np.asarray(output_mb, dtype=np.float64)], axis=1)
+        return 1.0, 0.0, 0.0
+    a = np.stack([np.asarray(c, dtype=np.float64) for c in (fixed_us, input_mb, output_mb)], axis=1)
     coef = nnls(a, np.asarray(excess_us, dtype=np.float64))[0]
-    return float(coef[0]), float(coef[1])
+    return float(coef[0]), float(coef[1]), float(coef[2])
+
+
+def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -> dict:
+    """{producer stage: [(us taken, waited)] per step}: each batch's send (its producer's "send" event, labelled
+    by the stage) plus its receive (the receiver's "recv" event of that label, from the later of its start and
+    the send's end to its end; `waited`: the receiver started first), in the steps' `events` ({worker:
+    [simulator.rig_worker.Event]} each); `sends` as simulator.staged.stage_sends, stages on devices
+    `placement` (int[S]). A batch whose events are not one send and one receive in every step is left out."""
+    out = {}
+    for s, dst in sends:
+        taken = []
+        for step in events:
+            sent = [e for e in step.get(int(placement[s]), []) if e.kind == "send" and e.label == s]
+            got = [e for e in step.get(dst, []) if e.kind == "recv" and e.label == s]
+            if len(sent) != 1 or len(got) != 1:
+                break
+            e, r = sent[0], got[0]
+            taken.append(((e.end_ns - e.start_ns + r.end_ns - max(r.start_ns, e.end_ns)) / 1e3,
+                          r.start_ns < e.end_ns))
+        else:
+            if taken:
+                out[s] = taken
+    return out
 
 
 def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Boundary:
@@ -73,7 +120,7 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     2 workers and rig costs: the units' costs already scaled to the rig); see the module docstring."""
     from placeto.rig_gantt import timed_steps
     from simulator.errors import InputError
-    from simulator.staged import run_cost, stage_graph, stage_inputs, stage_outputs
+    from simulator.staged import stage_graph, stage_inputs, stage_outputs, stage_sends
 
     if runner.rig is None or runner.rig.n_devices < 2 or runner.rig_costs is None:
         raise InputError("values crossing stages are measured between two workers of a process rig")
@@ -83,17 +130,29 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     sg = stage_graph(graph, placement, runner.cluster, runner.order(placement), costs, holders)
     n_in, in_bytes = stage_inputs(graph, sg.stage_of, len(sg.runs))
     out_bytes = stage_outputs(graph, sg.stage_of, len(sg.runs))
-    charged = run_cost(costs, sg.work, n_in, in_bytes, out_bytes)
-    taken = [{d: [(e.end_ns - e.start_ns) / 1e3 for e in evs if e.kind == "run"] for d, evs in events.items()}
-             for _, _, events in timed_steps(runner, placement, steps, warmup)]
+    fixed = costs.launch_us + costs.launch_us_per_input * n_in
+    charged = (sg.work + costs.launch_us_per_input_mb * in_bytes / 1e6
+               + costs.launch_us_per_output_mb * out_bytes / 1e6)
+    events = [ev for _, _, ev in timed_steps(runner, placement, steps, warmup)]
     stages, runs = [], []
     for d in (0, 1):
         ours = [s for s in range(len(sg.runs)) if sg.placement[s] == d and not sg.holder[s]]
-        each = [step.get(d, []) for step in taken]
+        each = [[(e.end_ns - e.start_ns) / 1e3 for e in step.get(d, []) if e.kind == "run"] for step in events]
         if any(len(ran) != len(ours) for ran in each):  # not the stages simulated: nothing to fit on this worker
             continue
         stages += ours
         runs += np.median(np.asarray(each), axis=0).tolist()
     s = np.asarray(stages, dtype=np.int64)
-    extra_in, extra_out = fit(np.asarray(runs) - charged[s], in_bytes[s] / 1e6, out_bytes[s] / 1e6)
-    return Boundary(extra_in, extra_out, len(stages))
+    factor, extra_in, extra_out = fit(np.asarray(runs) - charged[s], fixed[s], in_bytes[s] / 1e6,
+                                      out_bytes[s] / 1e6)
+    sends = stage_sends(graph, sg.stage_of, sg.placement)
+    nbytes = {src: (count, b) for (src, _), (count, b) in sends.items()}
+    taken, charged_t = 0.0, 0.0
+    times = transfer_times(events, sends, sg.placement)
+    for src, each in times.items():
+        count, b = nbytes[src]
+        taken += float(np.median([us for us, _ in each]))
+        charged_t += float(np.median([costs.send_cost(b, count) + costs.recv_cost(b, count)
+                                      + costs.latency_us * waited for _, waited in each]))
+    transfer = taken / charged_t if charged_t > 0 else 1.0
+    return Boundary(extra_in, extra_out, factor, transfer, len(stages), len(times))

@@ -159,6 +159,18 @@ def stage_outputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> np.ndarr
     return nbytes
 
 
+def stage_sends(graph: Graph, stage_of: np.ndarray,
+                stage_device: np.ndarray) -> dict[tuple[int, int], tuple[int, float]]:
+    """{(producer stage, receiving device): (distinct values, their bytes)}: the batches (Sends) of `graph`'s
+    units cut into stages (`stage_of`: int64[N] stage of each unit) on devices (`stage_device`: int[S])."""
+    sent: dict[tuple[int, int], dict[tuple[int, int], float]] = {}  # (stage, dst) -> {(unit, out): bytes}
+    for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
+        su, dst = int(stage_of[u]), int(stage_device[stage_of[v]])
+        if dst != int(stage_device[su]):
+            sent.setdefault((su, dst), {})[(u, o)] = float(graph.out_bytes[graph.out_offsets[u] + o])
+    return {key: (len(values), sum(values.values())) for key, values in sent.items()}
+
+
 def run_cost(costs: RigCosts, work: np.ndarray, n_in: np.ndarray, in_bytes: np.ndarray,
              out_bytes: np.ndarray) -> np.ndarray:
     """float64[S] microseconds of each stage's Run on its worker (sends and receives apart): its launch, its units'
@@ -193,7 +205,6 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
     if extra_us is not None:
         cost = cost + np.asarray(extra_us, dtype=np.float64)
     local_bytes = np.zeros(n_stages)
-    sent: dict[tuple[int, int], dict[tuple[int, int], float]] = {}  # (stage, dst) -> {(unit, out): bytes}
     local_seen: set[tuple[int, int, int]] = set()  # (producer stage, unit, out) counted in local_bytes
     edges: set[tuple[int, int, int]] = set()
     first_reader: dict[tuple[int, int], int] = {}  # (stage, dst) -> first stage on dst reading the batch
@@ -209,15 +220,13 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
                 local_bytes[su] += nbytes
         else:
             key = (su, int(s_dev[sv]))
-            sent.setdefault(key, {})[(u, o)] = nbytes
             first_reader[key] = min(first_reader.get(key, sv), sv)
             edges.add((su, sv, 1 + int(s_dev[sv])))
     out_bytes = [[local_bytes[s]] + [0.0] * n_dev for s in range(n_stages)]
-    for (s, dst), values in sent.items():
-        nbytes = sum(values.values())
+    for (s, dst), (count, nbytes) in stage_sends(graph, stage_of, s_dev).items():
         out_bytes[s][1 + dst] = nbytes
-        cost[s] += costs.send_cost(nbytes, len(values))
-        cost[first_reader[(s, dst)]] += costs.recv_cost(nbytes, len(values))  # the Recv sits before the first stage reading the batch
+        cost[s] += costs.send_cost(nbytes, count)
+        cost[first_reader[(s, dst)]] += costs.recv_cost(nbytes, count)  # before the first stage reading the batch
     last = {}
     for s in range(n_stages):  # each worker runs its stages in dispatch order
         d = int(s_dev[s])

@@ -1,4 +1,5 @@
-"""placeto.boundary_costs: the per-MB charges of values crossing stages, fitted on the graph itself."""
+"""placeto.boundary_costs: the per-MB charges of values crossing stages and the factors of the cached launch and
+transfer costs, fitted on the graph itself."""
 
 import dataclasses
 from types import SimpleNamespace
@@ -12,7 +13,7 @@ from simulator.cluster import Cluster, Device
 from simulator.errors import InputError
 from simulator.generate import layered_dag
 from simulator.rig_worker import Event
-from simulator.staged import RigCosts, stage_graph, stage_inputs, stage_outputs
+from simulator.staged import RigCosts, stage_graph, stage_inputs, stage_outputs, stage_sends
 
 COSTS = RigCosts(launch_us=50.0, launch_us_per_input=3.0, launch_us_per_input_mb=10.0, step_us=80.0)
 
@@ -27,35 +28,45 @@ def test_chunked_alternates_runs_of_equal_cost_along_the_order():
     assert set(chunked(cost, np.arange(10), np.zeros(10, bool), 10).tolist()) == {0, 1}
 
 
-def test_fit_recovers_the_per_mb_charges():
+def test_fit_recovers_the_fixed_costs_factor_and_the_per_mb_charges():
     rng = np.random.default_rng(0)
-    in_mb, out_mb = rng.uniform(0, 20, 40), rng.uniform(0, 20, 40)
-    assert fit(180.0 * in_mb + 350.0 * out_mb, in_mb, out_mb) == pytest.approx((180.0, 350.0))
-    assert fit(-5.0 * in_mb, in_mb, out_mb) == (0.0, 0.0)  # never negative
-    assert fit(np.zeros(0), np.zeros(0), np.zeros(0)) == (0.0, 0.0)
+    fixed, in_mb, out_mb = rng.uniform(50, 90, 40), rng.uniform(0, 20, 40), rng.uniform(0, 20, 40)
+    assert fit(0.4 * fixed + 180.0 * in_mb + 350.0 * out_mb, fixed, in_mb, out_mb) == pytest.approx((0.4, 180.0, 350.0))
+    assert fit(-5.0 * in_mb, fixed, in_mb, out_mb) == (0.0, 0.0, 0.0)  # never negative
+    assert fit(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)) == (1.0, 0.0, 0.0)
 
 
-def test_added_to_adds_to_the_costs_per_mb_charges():
-    costs = Boundary(100.0, 200.0, 7).added_to(dataclasses.replace(COSTS, launch_us_per_output_mb=1.0))
+def test_added_to_scales_the_fixed_costs_and_adds_to_the_per_mb_charges():
+    base = dataclasses.replace(COSTS, launch_us_per_output_mb=1.0, send_us=10.0, recv_us_per_value=4.0, latency_us=30.0)
+    costs = Boundary(100.0, 200.0, 0.5, 3.0, 7, 5).added_to(base)
     assert (costs.launch_us_per_input_mb, costs.launch_us_per_output_mb) == (110.0, 201.0)
-    assert costs.launch_us == COSTS.launch_us
+    assert (costs.launch_us, costs.launch_us_per_input) == (25.0, 1.5)
+    assert (costs.send_us, costs.recv_us_per_value, costs.latency_us) == (30.0, 12.0, 90.0)
+    assert costs.step_us == COSTS.step_us  # the parent's round trip is not the graph's
+    assert Boundary(0.0, 0.0, 1.0, 1.0, 0, 0).added_to(base) == base
 
 
 class _Plan:
-    """Runs of each stage on its worker as the staged model charges them plus the true per-MB extras."""
+    """Events of each step as given: {worker: [Event]}."""
 
-    def __init__(self, durations: dict):
-        self.durations, self.events = durations, {}
+    def __init__(self, events: dict):
+        self.given, self.events = events, {}
 
     def run_step(self):
-        self.events = {d: [Event("run", k, 0, int(1e3 * us)) for k, us in enumerate(runs)]
-                       for d, runs in self.durations.items()}
+        self.events = self.given
 
     def close(self):
         pass
 
 
-def test_measure_fits_the_extras_from_the_workers_run_events():
+TRUE = RigCosts(launch_us=50.0, launch_us_per_input=3.0, launch_us_per_input_mb=10.0, step_us=80.0, send_us=20.0,
+                send_us_per_value=2.0, send_us_per_mb=30.0, recv_us=15.0, recv_us_per_value=4.0, recv_us_per_mb=5.0,
+                latency_us=40.0)
+
+
+def test_measure_fits_the_graphs_own_costs_from_the_workers_events():
+    """A rig whose stages pay 2x the cached launch and per-input costs plus 180 / 350 us per MB read / made, and
+    whose transfers take 1.5x what the cached costs charge: measure recovers all four."""
     graph = layered_dag(60, seed=1, mean_bytes=2e6, kinds=("cpu",))
     cluster = Cluster("c", tuple(Device(f"cpu:{d}", "cpu", 1e12) for d in range(2)), 0.0, 0.0, 1e4)
     holders = np.zeros(graph.n_nodes, dtype=bool)
@@ -63,18 +74,27 @@ def test_measure_fits_the_extras_from_the_workers_run_events():
     seen = {}
 
     def runnable(placement):
-        sg = stage_graph(graph, placement, cluster, order, COSTS, holders)
+        sg = stage_graph(graph, placement, cluster, order, TRUE, holders)
         n_in, in_bytes = stage_inputs(graph, sg.stage_of, len(sg.runs))
         out_bytes = stage_outputs(graph, sg.stage_of, len(sg.runs))
-        run = (COSTS.launch_us + sg.work + COSTS.launch_us_per_input * n_in + COSTS.launch_us_per_input_mb
+        run = (2.0 * (TRUE.launch_us + TRUE.launch_us_per_input * n_in) + sg.work + TRUE.launch_us_per_input_mb
                * in_bytes / 1e6 + 180.0 * in_bytes / 1e6 + 350.0 * out_bytes / 1e6)
-        seen["stages"] = len(sg.runs)
-        return _Plan({d: run[sg.placement == d].tolist() for d in (0, 1)})
+        events = {d: [Event("run", k, 0, int(1e3 * run[k])) for k in np.flatnonzero(sg.placement == d)]
+                  for d in (0, 1)}
+        for (s, dst), (count, nbytes) in stage_sends(graph, sg.stage_of, sg.placement).items():
+            sent = int(1e3 * 1.5 * TRUE.send_cost(nbytes, count))  # the receiver waits from 0: woken up
+            events[int(sg.placement[s])].append(Event("send", int(s), 0, sent))
+            events[dst].append(Event("recv", int(s), 0, sent + int(1e3 * 1.5 * (TRUE.recv_cost(nbytes, count)
+                                                                                 + TRUE.latency_us))))
+        seen["stages"], seen["sends"] = len(sg.runs), len(stage_sends(graph, sg.stage_of, sg.placement))
+        return _Plan(events)
 
-    runner = SimpleNamespace(rig=SimpleNamespace(n_devices=2), rig_costs=COSTS, graph=graph, holders=holders,
+    runner = SimpleNamespace(rig=SimpleNamespace(n_devices=2), rig_costs=TRUE, graph=graph, holders=holders,
                              cluster=cluster, order=lambda placement: order, runnable=runnable)
     got = boundary_costs.measure(runner, chunks=12, steps=3)
     assert got.per_input_mb == pytest.approx(180.0, rel=1e-3) and got.per_output_mb == pytest.approx(350.0, rel=1e-3)
-    assert got.stages == seen["stages"] >= 12
+    assert got.stage_factor == pytest.approx(2.0, rel=1e-3)
+    assert got.transfer_factor == pytest.approx(1.5, rel=1e-3)
+    assert got.stages == seen["stages"] >= 12 and got.transfers == seen["sends"] > 0
     with pytest.raises(InputError):
         boundary_costs.measure(SimpleNamespace(rig=None, rig_costs=COSTS))
