@@ -228,8 +228,10 @@ def test_gdp_two_workers_write_the_checkpoint_of_one(ray_local, tmp_path):
 
 
 @needs_ray
-@pytest.mark.parametrize("method", ["rnn", "hierarchical"])
-def test_pergraph_two_workers_write_the_checkpoint_of_one(ray_local, tmp_path, method):
+def test_pergraph_two_workers_write_the_checkpoint_of_one(ray_local, tmp_path):
+    """The hierarchical planner (the rnn placer's batches take the same path: placeto.pergraph's RayPool; both
+    methods' splits are checked equal above without Ray)."""
+    method = "hierarchical"
     config = get_spec(method).presets["tiny"](devices=2, episodes=3 * 16)
     pergraph_train(config, GRAPHS[0], cluster_preset("placeto-k80", 2), tmp_path / "one", workers=D.WorkerSpec(1))
     assert main(["train", "--method", method, "--graph", *_save_graphs(tmp_path, GRAPHS[:1]), "--devices", "2",

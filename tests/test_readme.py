@@ -5,7 +5,9 @@ The blocks run in order, each in one bash process (`set -e`: a failing command f
 directory holding a copy of datasets/ and examples/ (the commands write beside them; `place --hardware` leaves
 the graph file as it is), with JAX's compilation cache and placeto's caches (calibrations, profiles) in the
 scratch directory too. Budgets are made small (SMALLER: the README shows the real ones) and the hardware runs
-time fewer steps (EXTRA); `make demo` and `make test` are the set-up, not run here (CI runs `make test`).
+time fewer steps on the threads rig (EXTRA: the process rig's own calibration, boundary fit and contention cost
+CI minutes and run end to end in tests/test_on_hardware.py, tests/test_hardware.py and
+tests/test_import_models.py); `make demo` and `make test` are the set-up, not run here (CI runs `make test`).
 """
 
 from __future__ import annotations
@@ -36,9 +38,9 @@ SMALLER = [  # (pattern, replacement) applied to every README command before it 
     (r"--seconds [\d.]+", "--seconds 0.2"),
     (r"--minutes [\d.]+", "--minutes 0.5"),
 ]
-EXTRA = [  # (pattern a command must match, flags appended): fewer timed steps on the hardware
-    (r"^placeto place .*--hardware", "--top 1 --repeats 2 --candidates m-topo"),  # m-topo: 2 stages to compile
-    (r"^placeto eval .*--hardware", "--repeats 2 --warmup 1"),
+EXTRA = [  # (pattern a command must match, flags appended): fewer timed steps on the hardware, the threads rig
+    (r"^placeto place .*--hardware", "--top 1 --repeats 2 --candidates m-topo --rig threads"),  # m-topo: 2 stages
+    (r"^placeto eval .*--hardware", "--repeats 2 --warmup 1 --rig threads"),
 ]
 
 
@@ -93,7 +95,7 @@ def test_shrink_rewrites_budgets():
     assert shrink("placeto train --family nmt --out r --episodes 400") == \
         "placeto train --family nmt --out r --episodes 2"
     assert shrink("placeto place G --hardware --seconds 1 --out P") == \
-        "placeto place G --hardware --seconds 0.2 --out P --top 1 --repeats 2 --candidates m-topo"
+        "placeto place G --hardware --seconds 0.2 --out P --top 1 --repeats 2 --candidates m-topo --rig threads"
     assert shrink("placeto graph info G") == "placeto graph info G"
 
 
