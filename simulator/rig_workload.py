@@ -33,8 +33,9 @@ import numpy as np
 
 from simulator.staged import RigCosts, stage_inputs, stage_outputs
 
-VERSION = 2  # of the workload and the fit: rig costs cached under another version are measured again
-#   (placeto.cluster_cache.rig_costs_path); 2: the per-output-MB stage cost
+VERSION = 3  # of the workload and the fit: rig costs cached under another version are measured again
+#   (placeto.cluster_cache.rig_costs_path); 2: the per-output-MB stage cost; 3: a Recv puts its batch's values
+#   on the device in one call (simulator.rig_worker)
 PLACEMENTS = ("random", "chunks", "sparse", "halves")  # per unit at random; 8 alternating slices; 20% on device
 #   1; the first half of the order on device 0, the rest on 1 (one cut that many values cross: per-value costs)
 WIDTHS = (128, 512, 256)  # the dense layers cycle through these widths (values of 64 KB to 1 MB)
