@@ -19,10 +19,11 @@ step and cached. Two things they miss, both measured here on the user's graph at
 profiled cost alternating between the rig's first two workers (`chunked`: one worker computes at a time, so no
 contention), the plan runs `steps` times after `warmup` steps. Stages (`fit`): each stage's median run (its
 worker's "run" events) less its units' costs and the per-MB charges already in the costs is fitted, non-negative
-least squares, as `stage_factor` x its fixed charges (launch + per value read) + extra per input MB + extra per
-output MB. Transfers (`transfer_factor`): each batch's send (the producer's "send" event) and receive (from the
-later of the receiver's "recv" start and the send's end to its end), median over the steps, summed over the
-batches, against what the costs charge them (send, receive, and the latency where the receiver was waiting).
+least squares on relative errors (each row divided by the stage's predicted run), as `stage_factor` x its fixed
+charges (launch + per value read) + extra per input MB + extra per output MB. Transfers (`transfer_factor`):
+each batch's send (the producer's "send" event) and receive (from the later of the receiver's "recv" start and
+the send's end to its end), median over the steps, summed over the batches, against what the costs charge them
+(send, receive, and the latency where the receiver was waiting).
 `Boundary.added_to` applies them. No placement a placer chose is run.
 """
 
@@ -77,18 +78,24 @@ def chunked(cost: np.ndarray, order: np.ndarray, holders: np.ndarray, chunks: in
     return placement
 
 
-def fit(excess_us: np.ndarray, fixed_us: np.ndarray, input_mb: np.ndarray,
-        output_mb: np.ndarray) -> tuple[float, float, float]:
+def fit(excess_us: np.ndarray, fixed_us: np.ndarray, input_mb: np.ndarray, output_mb: np.ndarray,
+        scale_us: np.ndarray | None = None) -> tuple[float, float, float]:
     """(factor of the fixed charges, extra us per input MB, extra us per output MB), each >= 0, fitting float[S]
     `excess_us` (each stage's measured run less its units' costs and its per-MB charges) as the factor times the
     stages' float[S] `fixed_us` (launch and per-input charges) plus the extras times their float[S] MB read and
-    made, least squares; (1, 0, 0) without stages."""
+    made, least squares; each stage's row divided by its float[S] `scale_us` when given (its predicted run: a
+    stage's error grows with its work, so a small stage, where the fixed charges show, is not drowned by the
+    noise of a large one); (1, 0, 0) without stages."""
     from scipy.optimize import nnls
 
     if len(excess_us) == 0:
         return 1.0, 0.0, 0.0
     a = np.stack([np.asarray(c, dtype=np.float64) for c in (fixed_us, input_mb, output_mb)], axis=1)
-    coef = nnls(a, np.asarray(excess_us, dtype=np.float64))[0]
+    b = np.asarray(excess_us, dtype=np.float64)
+    if scale_us is not None:
+        w = 1.0 / np.maximum(np.asarray(scale_us, dtype=np.float64), 1.0)
+        a, b = a * w[:, None], b * w
+    coef = nnls(a, b)[0]
     return float(coef[0]), float(coef[1]), float(coef[2])
 
 
@@ -144,7 +151,7 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
         runs += np.median(np.asarray(each), axis=0).tolist()
     s = np.asarray(stages, dtype=np.int64)
     factor, extra_in, extra_out = fit(np.asarray(runs) - charged[s], fixed[s], in_bytes[s] / 1e6,
-                                      out_bytes[s] / 1e6)
+                                      out_bytes[s] / 1e6, charged[s] + fixed[s])
     sends = stage_sends(graph, sg.stage_of, sg.placement)
     nbytes = {src: (count, b) for (src, _), (count, b) in sends.items()}
     taken, charged_t = 0.0, 0.0

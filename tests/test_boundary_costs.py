@@ -34,6 +34,18 @@ def test_fit_recovers_the_fixed_costs_factor_and_the_per_mb_charges():
     assert fit(0.4 * fixed + 180.0 * in_mb + 350.0 * out_mb, fixed, in_mb, out_mb) == pytest.approx((0.4, 180.0, 350.0))
     assert fit(-5.0 * in_mb, fixed, in_mb, out_mb) == (0.0, 0.0, 0.0)  # never negative
     assert fit(np.zeros(0), np.zeros(0), np.zeros(0), np.zeros(0)) == (1.0, 0.0, 0.0)
+    exact = 0.4 * fixed + 180.0 * in_mb + 350.0 * out_mb  # relative weights leave an exact fit as it is
+    assert fit(exact, fixed, in_mb, out_mb, rng.uniform(1e2, 1e5, 40)) == pytest.approx((0.4, 180.0, 350.0))
+
+
+def test_relative_weights_keep_a_large_stages_noise_off_the_fixed_costs_factor():
+    """Small stages show the fixed charges (factor 2); one large stage's work is off by 3% of its 10^6 us:
+    unweighted, its error drags the factor away; weighted by the predicted runs, the factor stays near 2."""
+    fixed, none = np.full(9, 100.0), np.zeros(9)
+    work = np.asarray([500.0] * 8 + [1e6])
+    excess = 2.0 * fixed + np.asarray([0.0] * 8 + [-3e4])
+    assert fit(excess, fixed, none, none)[0] < 1.0
+    assert fit(excess, fixed, none, none, work + fixed)[0] == pytest.approx(2.0, rel=0.05)
 
 
 def test_added_to_scales_the_fixed_costs_and_adds_to_the_per_mb_charges():
