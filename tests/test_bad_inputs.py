@@ -447,15 +447,11 @@ CASES: list[tuple[str, str, str | None]] = [
 ]
 
 
-_BUILT: dict = {}  # the fixtures' values, once per process: pytest-xdist may set a module fixture up twice
-
-
 @pytest.fixture(scope="module")
 def root(tmp_path_factory) -> Path:
-    if "root" not in _BUILT:
-        _BUILT["root"] = tmp_path_factory.mktemp("bad_inputs")
-        _build(_BUILT["root"])
-    return _BUILT["root"]
+    root = tmp_path_factory.mktemp("bad_inputs")
+    _build(root)
+    return root
 
 
 def _env(root: Path) -> dict[str, str]:
@@ -464,15 +460,12 @@ def _env(root: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def results(root) -> dict[str, dict]:
-    if "results" in _BUILT:
-        return _BUILT["results"]
     cases = [{"id": cid, "argv": shlex.split(cmd), "lock": str(root / lock) if lock else None}
              for cid, cmd, lock in CASES]
     proc = subprocess.run([sys.executable, str(HERE / "cli_driver.py"), str(root)], input=json.dumps(cases),
                           capture_output=True, text=True, cwd=root, env=_env(root), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    _BUILT["results"] = {r["id"]: r for r in json.loads(proc.stdout)}
-    return _BUILT["results"]
+    return {r["id"]: r for r in json.loads(proc.stdout)}
 
 
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
