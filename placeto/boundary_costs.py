@@ -100,11 +100,13 @@ def fit(excess_us: np.ndarray, fixed_us: np.ndarray, input_mb: np.ndarray, outpu
 
 
 def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -> dict:
-    """{producer stage: [(us taken, waited)] per step}: each batch's send (its producer's "send" event, labelled
-    by the stage) plus its receive (the receiver's "recv" event of that label, from the later of its start and
-    the send's end to its end; `waited`: the receiver started first), in the steps' `events` ({worker:
-    [simulator.rig_worker.Event]} each); `sends` as simulator.staged.stage_sends, stages on devices
-    `placement` (int[S]). A batch whose events are not one send and one receive in every step is left out."""
+    """{(producer stage, receiving device): [(us taken, waited)] per step}: each batch's send (its producer's
+    "send" event, labelled by the stage) plus its receive (the receiver's "recv" event of that label, as
+    simulator.rig_workload.received times it), in the steps' `events` ({worker: [simulator.rig_worker.Event]}
+    each); `sends` as simulator.staged.stage_sends, stages on devices `placement` (int[S]). A batch whose events
+    are not one send and one receive in every step is left out."""
+    from simulator.rig_workload import received
+
     out = {}
     for s, dst in sends:
         taken = []
@@ -113,12 +115,11 @@ def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -
             got = [e for e in step.get(dst, []) if e.kind == "recv" and e.label == s]
             if len(sent) != 1 or len(got) != 1:
                 break
-            e, r = sent[0], got[0]
-            taken.append(((e.end_ns - e.start_ns + r.end_ns - max(r.start_ns, e.end_ns)) / 1e3,
-                          r.start_ns < e.end_ns))
+            us, waited = received(sent[0].end_ns, got[0])
+            taken.append(((sent[0].end_ns - sent[0].start_ns) / 1e3 + us, waited))
         else:
             if taken:
-                out[s] = taken
+                out[(s, dst)] = taken
     return out
 
 
@@ -153,11 +154,10 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     factor, extra_in, extra_out = fit(np.asarray(runs) - charged[s], fixed[s], in_bytes[s] / 1e6,
                                       out_bytes[s] / 1e6, charged[s] + fixed[s])
     sends = stage_sends(graph, sg.stage_of, sg.placement)
-    nbytes = {src: (count, b) for (src, _), (count, b) in sends.items()}
     taken, charged_t = 0.0, 0.0
     times = transfer_times(events, sends, sg.placement)
-    for src, each in times.items():
-        count, b = nbytes[src]
+    for key, each in times.items():
+        count, b = sends[key]
         taken += float(np.median([us for us, _ in each]))
         charged_t += float(np.median([costs.send_cost(b, count) + costs.recv_cost(b, count)
                                       + costs.latency_us * waited for _, waited in each]))

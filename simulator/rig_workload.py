@@ -151,6 +151,13 @@ def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
     return out
 
 
+def received(send_end_ns: int, recv: Any) -> tuple[float, bool]:
+    """(microseconds, waited) of a Recv event `recv` (simulator.rig_worker.Event) whose batch's Send ended at
+    `send_end_ns`: from the later of the Recv's start and the Send's end to the Recv's end, and whether the
+    receiver was there first (waiting: woken up)."""
+    return (recv.end_ns - max(recv.start_ns, send_end_ns)) / 1e3, recv.start_ns < send_end_ns
+
+
 def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
     """(stage rows (1, inputs, input MB, output MB, excess us), send rows (1, values, MB, us), receive rows (1,
     values, MB, whether it waited, us from the later of its start and the send's end to its end)); a stage's and a
@@ -186,9 +193,8 @@ def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
             for e in evs:
                 if e.kind == "recv" and e.label in send_end:
                     count, nbytes = batch_bytes[e.label]
-                    waited = e.start_ns < send_end[e.label]  # the receiver was there first: woken up
-                    receives.append((1.0, count, nbytes / 1e6, float(waited),
-                                     (e.end_ns - max(e.start_ns, send_end[e.label])) / 1e3))
+                    us, waited = received(send_end[e.label], e)
+                    receives.append((1.0, count, nbytes / 1e6, float(waited), us))
     stages = [tuple(np.median(np.asarray(r), axis=0)) for r in runs.values()]
     sends = [tuple(np.median(np.asarray(r), axis=0)) for r in sent.values()]
     return stages, sends, receives
