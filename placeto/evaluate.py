@@ -196,47 +196,41 @@ class HardwareRunner:
         return self._timed(placements, repeats, warmup, None, rescale=False)[0]
 
     def simulate_and_measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2,
-                             progress: Callable[[str], None] = print, rescale: bool = True,
-                             steps: int = 5) -> "Measured":
+                             progress: Callable[[str], None] = print, rescale: bool = True) -> "Measured":
         """Every placement simulated (`simulate`) and measured (`measure`). On the process rig's staged simulation
-        (`staged_rig`), with `rescale`, the units' costs are scaled again between the plans' warm-up and their
-        timed rounds: to the single device's step (all on the first worker; median of `steps` after
-        SETTLE_STEPS untimed, back to back) with every placement's plan loaded and warmed, as the rounds find the
-        rig (`scale_to`; a worker's speed depends on what it ran before: ptb_006's single device ran 4.5-5 ms a
-        step on fresh workers and 5.3-6.8 ms in the rounds). The costs are fixed before any timed step of the
-        placements; the single device's own timed steps are the rounds' (its plan is reused when it is one of
-        the placements, else loaded for the rescale and closed before the rounds)."""
+        (`staged_rig`), with `rescale`, the units' costs are scaled again to the single device's step (all on the
+        first worker) as the same timed rounds measure it (`scale_to` of its median): the anchor of the model,
+        taken in the rounds it is compared with, so that a machine whose speed moves between the costs' fit and
+        the rounds moves the anchor with it (this 2-core machine drifted 10-30% within minutes: inception_v3's
+        single device ran 570 ms a step just before its rounds and 624 in them). The single device's own
+        simulated time then equals its measured one by construction: it calibrates, it is not a prediction. Its
+        plan is timed in the rounds even when it is not one of the placements (and its times left out)."""
         arrays = [np.asarray(p, dtype=np.int32) for p in placements]
-        timings, factor = self._timed(arrays, repeats, warmup, progress, rescale and self.staged_rig, steps)
+        timings, factor = self._timed(arrays, repeats, warmup, progress, rescale and self.staged_rig)
         return Measured([self.simulate(p, factor) for p in arrays], timings, factor)
 
     def _timed(self, arrays: Sequence[np.ndarray], repeats: int, warmup: int, progress: Callable[[str], None] | None,
-               rescale: bool, steps: int = 5) -> tuple[list, float]:
+               rescale: bool) -> tuple[list, float]:
         """([Timing] of each placement, the units' costs' factor): `simulate_and_measure` without the simulation."""
-        from simulator.timing import SETTLE_STEPS, time_plan, time_rounds, timing_of, warm_plans
+        from simulator.timing import time_rounds, timing_of, warm_plans
 
         plans = [self.runnable(p) for p in arrays]
         extra, factor = [], 1.0  # the single device's plan when it is not among the placements
         try:
-            if rescale:
-                at = next((i for i, p in enumerate(arrays) if not p.any()), None)
-                extra = [self.runnable(np.zeros(self.graph.n_nodes, np.int32))] if at is None else []
-                probe = plans[at] if at is not None else extra[0]
+            at = next((i for i, p in enumerate(arrays) if not p.any()), None) if rescale else None
+            if rescale and at is None:
+                extra, at = [self.runnable(np.zeros(self.graph.n_nodes, np.int32))], len(plans)
             warm_plans(plans + extra, warmup, self.threads)
+            times = time_rounds(plans + extra, repeats, self.threads)
             if rescale:
-                step_us = time_plan(probe, steps, SETTLE_STEPS, self.threads).median_us
+                step_us = timing_of(times[at]).median_us
                 factor = self.scale_to(step_us)
                 (progress or print)(f"the units' costs scaled again by {factor:.3f}: the single device ran "
-                                    f"{step_us / 1e3:.2f} ms a step with every placement loaded and warmed, before "
-                                    f"the timed rounds")
-                for plan in extra:
-                    getattr(plan, "close", lambda: None)()
-                extra = []
-            times = time_rounds(plans, repeats, self.threads)
+                                    f"{step_us / 1e3:.2f} ms a step in the timed rounds (the model's anchor)")
         finally:
             for plan in plans + extra:
                 getattr(plan, "close", lambda: None)()
-        return [timing_of(t) for t in times], factor
+        return [timing_of(t) for t in times[:len(plans)]], factor
 
     def runnable(self, placement: np.ndarray):
         """`plan(placement)`, loaded on the process rig when the runner has one (simulator.rig_plans.RigPlan:
@@ -498,7 +492,7 @@ def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster
              progress: Callable[[str], None] | None = None) -> list[EvalRow]:
     """Simulate every (name, placement) on `cluster` and, with a `runner`, measure it on hardware; with a runner
     the simulation is the runner's (`HardwareRunner.simulate_and_measure`: on the process rig the staged one, its
-    units' costs scaled to the single device as the timed rounds find the rig, before they start)."""
+    units' costs scaled to the single device's median step in the same timed rounds)."""
     from simulator import simulate
 
     arrays = [np.asarray(p, dtype=np.int32) for _, p in placements]
@@ -732,7 +726,8 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         from simulator.timing import interleaved_steps
 
-        steps = interleaved_steps(len(placements), args.repeats, args.warmup)
+        anchor = runner is not None and runner.staged_rig and all(p.any() for _, p in placements)  # timed too
+        steps = interleaved_steps(len(placements) + anchor, args.repeats, args.warmup)
         with step_bar("running placements", steps) if runner is not None else _nothing():
             rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
         summary = agreement(rows)

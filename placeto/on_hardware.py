@@ -11,9 +11,9 @@ fastest measured (`placeto place G --hardware`).
 3. place: every method asked for (classical or learned, as `placeto compare` runs them) against that cluster,
    the same seconds each; the placements are ranked by simulated step time, duplicates dropped;
 4. run: the best `top` candidates and the single-device placement (every unit on the device that simulates
-   fastest alone) run for real, their steps interleaved (simulator.timing.time_interleaved); on the process rig,
-   between their warm-up and their timed rounds, the units' costs are scaled again to the single device's step
-   as the rounds find the rig, and the simulated times printed are those (HardwareRunner.simulate_and_measure);
+   fastest alone) run for real, their steps interleaved (simulator.timing.time_interleaved); on the process rig
+   the units' costs are scaled again to the single device's median step in those rounds (the model's anchor),
+   and the simulated times printed are those (HardwareRunner.simulate_and_measure);
 5. keep the fastest measured (median). Doing no harm: the single device (the cluster's fastest,
    placeto.baselines.single) is always a candidate, timed in the same interleaved rounds, so the answer is
    never measured slower than it in the same run. The pick favours whichever placement drew fast steps, so the

@@ -182,11 +182,11 @@ def test_the_runner_simulates_the_stages_its_plan_runs():
     assert runner.simulate(one) == pytest.approx(busy + COSTS.launch_us + COSTS.step_us)
 
 
-def test_simulate_and_measure_scales_the_costs_between_the_warm_up_and_the_timed_rounds(monkeypatch):
-    """HardwareRunner.simulate_and_measure on the staged simulation: every plan warmed, then the single device's
-    step timed (its plan loaded for it when it is not among the placements, and left out of the rounds), then the
-    timed rounds; the placements simulated with the units' costs scaled to that step (scale_to), the stages as
-    planned. Without rescale: no extra step, the runner's own simulation."""
+def test_simulate_and_measure_scales_the_costs_to_the_single_device_in_the_timed_rounds(monkeypatch):
+    """HardwareRunner.simulate_and_measure on the staged simulation: every plan warmed, then the timed rounds,
+    the single device's plan among them (loaded for them when it is not one of the placements, its times left
+    out); the placements simulated with the units' costs scaled to its median step in those rounds (scale_to),
+    the stages as planned. Without rescale: no extra plan, the runner's own simulation."""
     pytest.importorskip("jax")
     import simulator.timing as T
 
@@ -196,8 +196,8 @@ def test_simulate_and_measure_scales_the_costs_between_the_warm_up_and_the_timed
     runner = dataclasses.replace(runner, rig_costs=RigCosts())  # nothing charged beyond the units: scale != 1
     n = runner.graph.n_nodes
     single, split = np.zeros(n, np.int32), (np.arange(n) >= n // 2).astype(np.int32)  # few stages to compile
-    events, probed = [], []
-    real_warm, real_rounds, real_time_plan = T.warm_plans, T.time_rounds, T.time_plan
+    events, timed = [], []
+    real_warm, real_rounds = T.warm_plans, T.time_rounds
 
     def warm(plans, *a, **k):
         events.append(("warm", len(plans)))
@@ -205,29 +205,26 @@ def test_simulate_and_measure_scales_the_costs_between_the_warm_up_and_the_timed
 
     def rounds(plans, *a, **k):
         events.append(("rounds", len(plans)))
-        return real_rounds(plans, *a, **k)
-
-    def time_plan(plan, repeats=5, warmup=2, threads=None):
-        timing = real_time_plan(plan, repeats, warmup, threads)
-        if repeats == 2:  # the probe (steps=2); warm-up and rounds time one step at a time
-            events.append(("probe", warmup))
-            probed.append(timing.median_us)
-        return timing
+        timed.append(real_rounds(plans, *a, **k))
+        return timed[-1]
 
     monkeypatch.setattr(T, "warm_plans", warm)
     monkeypatch.setattr(T, "time_rounds", rounds)
-    monkeypatch.setattr(T, "time_plan", time_plan)
     said = []
-    out = runner.simulate_and_measure([split], repeats=1, warmup=1, progress=said.append, steps=2)
-    assert events == [("warm", 2), ("probe", T.SETTLE_STEPS), ("rounds", 1)]
-    assert out.scale == pytest.approx(runner.scale_to(probed[0])) and out.scale != 1.0
+    out = runner.simulate_and_measure([split], repeats=3, warmup=1, progress=said.append)
+    assert events == [("warm", 2), ("rounds", 2)]  # the single device's plan added to the rounds
+    anchor = float(np.median(timed[-1][1]))
+    assert out.scale == pytest.approx(runner.scale_to(anchor)) and out.scale != 1.0
     assert out.simulated_us == [pytest.approx(runner.simulate(split, out.scale))]
-    assert len(out.timings) == 1 and len(out.timings[0].times_us) == 1 and "scaled again by" in said[0]
+    assert len(out.timings) == 1 and list(out.timings[0].times_us) == timed[-1][0]  # its own times only
+    assert "scaled again by" in said[0] and "in the timed rounds" in said[0]
     events.clear()
-    out = runner.simulate_and_measure([single, split], repeats=1, warmup=1, progress=said.append, steps=2)
-    assert events == [("warm", 2), ("probe", T.SETTLE_STEPS), ("rounds", 2)]  # its own plan, timed in the rounds
+    out = runner.simulate_and_measure([split, single], repeats=3, warmup=1, progress=said.append)
+    assert events == [("warm", 2), ("rounds", 2)]  # its own plan, timed in the rounds
+    assert out.scale == pytest.approx(runner.scale_to(float(np.median(timed[-1][1]))))
+    assert out.simulated_us[1] == pytest.approx(out.timings[1].median_us)  # the anchor: equal by construction
     events.clear()
-    out = runner.simulate_and_measure([single, split], repeats=1, warmup=1, rescale=False, steps=2)
+    out = runner.simulate_and_measure([single, split], repeats=1, warmup=1, rescale=False)
     assert events == [("warm", 2), ("rounds", 2)] and out.scale == 1.0
     assert out.simulated_us == [runner.simulate(single), runner.simulate(split)]
 
