@@ -1,7 +1,7 @@
 """What stages and values crossing them cost on the process rig, fitted on the user's graph itself (issue 40, item 2).
 
 The rig's launch and transfer costs (simulator.rig_workload) are fitted once per machine on a small calibration
-step and cached. They miss three things, all measured here on the user's graph at the time it is placed:
+step and cached. Two things they miss, both measured here on the user's graph at the time it is placed:
 
 * per MB. The calibration step's values (64 KB to 1 MB) stay in a core's cache: its per-MB stage charges come out
   near 0. A graph with large values pays more where a placement cuts it: a value that crosses stages is written
@@ -9,29 +9,22 @@ step and cached. They miss three things, all measured here on the user's graph a
   On inception_v3 at 2 rig devices (ad hoc, 2026-11-28, this 2-core machine) the stages of etf, round-robin and 64
   runs alternating between the workers ran 0.18 ms per MB read from other stages and 0.35 ms per MB made for
   other stages beyond their units' costs and the fitted launch; the calibration step's fit put both at 0.
-* per value. The calibration step's batches are a few values each; ptb_006's are up to hundreds of small ones.
-  The calibration's least squares split a receive's cost between fixed, per value and per MB differently from run
-  to run (0 per value and 496 us per MB in one, 142 and 22 in another): on ptb_006, m-topo's one batch of 425
-  values (4.9 MB) took 26.2 ms to receive against 3.4 ms charged (62 us a value), while heft's 63 small batches
-  were charged twice what they took. Likewise a stage reading tens of values cost ~580 us beyond its units, one
-  reading a few ~270: the launch and the per-value charge must be told apart on the graph's own stages.
-* the machine's moment. The cached costs are those of the moment they were measured: on a day this machine ran
-  2-3x slower, the calibration's launch (373 us) and latency (623 us) were 3-7x the day before's.
+* the machine's moment. The cached fixed costs are those of the moment they were measured: on a day this machine
+  ran 2-3x slower, the calibration's launch (373 us) and latency (623 us) were 3-7x the day before's, and the
+  many small stages of ptb_006 were over-predicted by +9% to +82% (median 46%) at its placements, though its
+  units' costs were scaled to the step as it ran. So the stages' fixed costs (launch, per value read) and the
+  transfers' (send, receive, latency) are scaled by factors measured on the graph now.
 
 `measure(runner)`: the graph's units in the rig's dispatch order are cut into `chunks` runs of about equal
 profiled cost alternating between the rig's first two workers (`chunked`: one worker computes at a time, so no
-contention), the plan runs `steps` times after `warmup` steps, and three non-negative least squares fits
-(`fit`), each row divided by what the cached costs predict for it (relative errors: a large stage's noise does
-not drown the fixed charges of the small ones), give the graph's own:
-
-* a stage's costs beyond its units (each stage's median run, its worker's "run" events, less its units' costs):
-  launch + per value read from other stages + per MB read + per MB made for other stages;
-* a send's (the producer's "send" event, median over the steps): fixed + per value + per MB;
-* a receive's (from the later of the receiver's "recv" start and the send's end to its end, every step a row):
-  fixed + per value + per MB + the wake-up latency where the receiver was waiting.
-
-A fit with fewer than `ROWS_PER_TERM` rows per term keeps the cached costs of its part (a small graph cut into few
-stages). `Boundary.applied_to` puts them in the costs. No placement a placer chose is run.
+contention), the plan runs `steps` times after `warmup` steps. Stages (`fit`): each stage's median run (its
+worker's "run" events) less its units' costs and the per-MB charges already in the costs is fitted, non-negative
+least squares on relative errors (each row divided by the stage's predicted run), as `stage_factor` x its fixed
+charges (launch + per value read) + extra per input MB + extra per output MB. Transfers (`transfer_factor`):
+each batch's send (the producer's "send" event) and receive (from the later of the receiver's "recv" start and
+the send's end to its end), median over the steps, summed over the batches, against what the costs charge them
+(send, receive, and the latency where the receiver was waiting).
+`Boundary.added_to` applies them. No placement a placer chose is run.
 """
 
 from __future__ import annotations
@@ -42,49 +35,34 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 CHUNKS = 32  # runs of about equal profiled cost (each one stage or a few: holders split none)
-STEPS = 3  # timed steps of the chunked plan (each stage's and send's median is fitted)
-ROWS_PER_TERM = 3  # fewer rows per fitted term: that part's cached costs are kept
+STEPS = 3  # timed steps of the chunked plan (each stage's median is fitted)
 
 
 class Boundary(NamedTuple):
-    """The graph's own stage and transfer costs on the rig (`measure`), microseconds (per MB: per 10^6 bytes):
-    `stage` (launch, per value read from other stages, per MB read, per MB made for other stages), `send` (fixed,
-    per value, per MB), `recv` (fixed, per value, per MB, latency: the wake-up where the receiver waited); None
-    where too few rows kept the cached costs; and how many stages and batches the fits used."""
+    """What the graph's stages and transfers cost on the rig beyond the cached rig costs (`measure`): extra
+    microseconds per 10^6 bytes a stage reads from (`per_input_mb`) or makes for (`per_output_mb`) other stages,
+    the factor of the stages' fixed charges (`stage_factor`) and of the transfers' (`transfer_factor`), and how
+    many stages and batches the fits used."""
 
-    stage: tuple[float, float, float, float] | None
-    send: tuple[float, float, float] | None
-    recv: tuple[float, float, float, float] | None
+    per_input_mb: float
+    per_output_mb: float
+    stage_factor: float
+    transfer_factor: float
     stages: int
     transfers: int
 
-    def applied_to(self, costs: Any) -> Any:
-        """`costs` (simulator.staged.RigCosts) with the fitted parts in place of the cached ones (`step_us`, the
-        parent's round trip, and `contention` as they are)."""
-        fields = {}
-        if self.stage is not None:
-            fields.update(zip(("launch_us", "launch_us_per_input", "launch_us_per_input_mb",
-                               "launch_us_per_output_mb"), self.stage))
-        if self.send is not None:
-            fields.update(zip(("send_us", "send_us_per_value", "send_us_per_mb"), self.send))
-        if self.recv is not None:
-            fields.update(zip(("recv_us", "recv_us_per_value", "recv_us_per_mb", "latency_us"), self.recv))
-        return dataclasses.replace(costs, **fields)
-
-    def describe(self) -> str:
-        """One line: the fitted costs, or which are the cached ones."""
-        parts = []
-        if self.stage is not None:
-            parts.append("a stage {:.0f} us + {:.1f} per value read + {:.0f} per MB read + {:.0f} per MB made for "
-                         "others".format(*self.stage))
-        if self.send is not None:
-            parts.append("a send {:.0f} + {:.1f} per value + {:.0f} per MB".format(*self.send))
-        if self.recv is not None:
-            parts.append("a receive {:.0f} + {:.1f} per value + {:.0f} per MB, +{:.0f} when it waited".format(
-                *self.recv))
-        kept = [name for name, got in (("stages'", self.stage), ("sends'", self.send), ("receives'", self.recv))
-                if got is None]
-        return "; ".join(parts + ([f"the cached {', '.join(kept)} costs kept (too few rows)"] if kept else []))
+    def added_to(self, costs: Any) -> Any:
+        """`costs` (simulator.staged.RigCosts) with these applied: the per-MB stage charges added to, the launch
+        and per-input charges times `stage_factor`, the sends', receives' and latency times `transfer_factor`."""
+        a, g = self.stage_factor, self.transfer_factor
+        return dataclasses.replace(
+            costs, launch_us=costs.launch_us * a, launch_us_per_input=costs.launch_us_per_input * a,
+            launch_us_per_input_mb=costs.launch_us_per_input_mb + self.per_input_mb,
+            launch_us_per_output_mb=costs.launch_us_per_output_mb + self.per_output_mb,
+            send_us=costs.send_us * g, send_us_per_value=costs.send_us_per_value * g,
+            send_us_per_mb=costs.send_us_per_mb * g, recv_us=costs.recv_us * g,
+            recv_us_per_value=costs.recv_us_per_value * g, recv_us_per_mb=costs.recv_us_per_mb * g,
+            latency_us=costs.latency_us * g)
 
 
 def chunked(cost: np.ndarray, order: np.ndarray, holders: np.ndarray, chunks: int) -> np.ndarray:
@@ -100,29 +78,33 @@ def chunked(cost: np.ndarray, order: np.ndarray, holders: np.ndarray, chunks: in
     return placement
 
 
-def fit(target_us: np.ndarray, terms: np.ndarray, scale_us: np.ndarray | None = None) -> tuple[float, ...] | None:
-    """The coefficients (each >= 0) fitting float[R] `target_us` as float[R, K] `terms` @ coefficients, least
-    squares, each row divided by its float[R] `scale_us` when given (what is predicted for it: a row's error grows
-    with its size, so the small rows, where the fixed charges show, are not drowned by the noise of a large one);
-    None with fewer than ROWS_PER_TERM rows per term."""
+def fit(excess_us: np.ndarray, fixed_us: np.ndarray, input_mb: np.ndarray, output_mb: np.ndarray,
+        scale_us: np.ndarray | None = None) -> tuple[float, float, float]:
+    """(factor of the fixed charges, extra us per input MB, extra us per output MB), each >= 0, fitting float[S]
+    `excess_us` (each stage's measured run less its units' costs and its per-MB charges) as the factor times the
+    stages' float[S] `fixed_us` (launch and per-input charges) plus the extras times their float[S] MB read and
+    made, least squares; each stage's row divided by its float[S] `scale_us` when given (its predicted run: a
+    stage's error grows with its work, so a small stage, where the fixed charges show, is not drowned by the
+    noise of a large one); (1, 0, 0) without stages."""
     from scipy.optimize import nnls
 
-    a = np.asarray(terms, dtype=np.float64).reshape(len(target_us), -1)
-    b = np.asarray(target_us, dtype=np.float64)
-    if len(b) < ROWS_PER_TERM * a.shape[1]:
-        return None
+    if len(excess_us) == 0:
+        return 1.0, 0.0, 0.0
+    a = np.stack([np.asarray(c, dtype=np.float64) for c in (fixed_us, input_mb, output_mb)], axis=1)
+    b = np.asarray(excess_us, dtype=np.float64)
     if scale_us is not None:
         w = 1.0 / np.maximum(np.asarray(scale_us, dtype=np.float64), 1.0)
         a, b = a * w[:, None], b * w
-    return tuple(float(c) for c in nnls(a, b)[0])
+    coef = nnls(a, b)[0]
+    return float(coef[0]), float(coef[1]), float(coef[2])
 
 
 def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -> dict:
-    """{(producer stage, receiving device): [(send us, receive us, waited)] per step}: each batch's send (its
-    producer's "send" event, labelled by the stage) and its receive (the receiver's "recv" event of that label, as
-    simulator.rig_workload.received times it: from the later of its start and the send's end), in the steps'
-    `events` ({worker: [simulator.rig_worker.Event]} each); `sends` as simulator.staged.stage_sends, stages on
-    devices `placement` (int[S]). A batch whose events are not one send and one receive in every step is left out."""
+    """{(producer stage, receiving device): [(us taken, waited)] per step}: each batch's send (its producer's
+    "send" event, labelled by the stage) plus its receive (the receiver's "recv" event of that label, as
+    simulator.rig_workload.received times it), in the steps' `events` ({worker: [simulator.rig_worker.Event]}
+    each); `sends` as simulator.staged.stage_sends, stages on devices `placement` (int[S]). A batch whose events
+    are not one send and one receive in every step is left out."""
     from simulator.rig_workload import received
 
     out = {}
@@ -134,7 +116,7 @@ def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -
             if len(sent) != 1 or len(got) != 1:
                 break
             us, waited = received(sent[0].end_ns, got[0])
-            taken.append(((sent[0].end_ns - sent[0].start_ns) / 1e3, us, waited))
+            taken.append(((sent[0].end_ns - sent[0].start_ns) / 1e3 + us, waited))
         else:
             if taken:
                 out[(s, dst)] = taken
@@ -146,7 +128,7 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     2 workers and rig costs: the units' costs already scaled to the rig); see the module docstring."""
     from placeto.rig_gantt import timed_steps
     from simulator.errors import InputError
-    from simulator.staged import run_cost, stage_graph, stage_inputs, stage_outputs, stage_sends
+    from simulator.staged import stage_graph, stage_inputs, stage_outputs, stage_sends
 
     if runner.rig is None or runner.rig.n_devices < 2 or runner.rig_costs is None:
         raise InputError("values crossing stages are measured between two workers of a process rig")
@@ -156,6 +138,9 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     sg = stage_graph(graph, placement, runner.cluster, runner.order(placement), costs, holders)
     n_in, in_bytes = stage_inputs(graph, sg.stage_of, len(sg.runs))
     out_bytes = stage_outputs(graph, sg.stage_of, len(sg.runs))
+    fixed = costs.launch_us + costs.launch_us_per_input * n_in
+    charged = (sg.work + costs.launch_us_per_input_mb * in_bytes / 1e6
+               + costs.launch_us_per_output_mb * out_bytes / 1e6)
     events = [ev for _, _, ev in timed_steps(runner, placement, steps, warmup)]
     stages, runs = [], []
     for d in (0, 1):
@@ -166,18 +151,15 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
         stages += ours
         runs += np.median(np.asarray(each), axis=0).tolist()
     s = np.asarray(stages, dtype=np.int64)
-    terms = np.stack([np.ones(len(s)), n_in[s], in_bytes[s] / 1e6, out_bytes[s] / 1e6], axis=1)
-    stage = fit(np.asarray(runs) - sg.work[s], terms, run_cost(costs, sg.work, n_in, in_bytes, out_bytes)[s])
+    factor, extra_in, extra_out = fit(np.asarray(runs) - charged[s], fixed[s], in_bytes[s] / 1e6,
+                                      out_bytes[s] / 1e6, charged[s] + fixed[s])
     sends = stage_sends(graph, sg.stage_of, sg.placement)
+    taken, charged_t = 0.0, 0.0
     times = transfer_times(events, sends, sg.placement)
-    sent, got = [], []  # (values, MB, us) per batch; (values, MB, waited, us) per batch and step
     for key, each in times.items():
         count, b = sends[key]
-        sent.append((count, b / 1e6, float(np.median([us for us, _, _ in each]))))
-        got += [(count, b / 1e6, float(waited), us) for _, us, waited in each]
-    sent_a, got_a = np.asarray(sent, dtype=np.float64).reshape(-1, 3), np.asarray(got, dtype=np.float64).reshape(-1, 4)
-    send = fit(sent_a[:, 2], np.column_stack([np.ones(len(sent_a)), sent_a[:, :2]]),
-               [costs.send_cost(mb * 1e6, n) for n, mb, _ in sent_a])
-    recv = fit(got_a[:, 3], np.column_stack([np.ones(len(got_a)), got_a[:, :3]]),
-               [costs.recv_cost(mb * 1e6, n) + costs.latency_us * w for n, mb, w, _ in got_a])
-    return Boundary(stage, send, recv, len(stages), len(times))
+        taken += float(np.median([us for us, _ in each]))
+        charged_t += float(np.median([costs.send_cost(b, count) + costs.recv_cost(b, count)
+                                      + costs.latency_us * waited for _, waited in each]))
+    transfer = taken / charged_t if charged_t > 0 else 1.0
+    return Boundary(extra_in, extra_out, factor, transfer, len(stages), len(times))

@@ -153,10 +153,10 @@ class HardwareRunner:
         made included): the profile says how the step's time splits over its units, the rig how long the step
         takes there. The contention between two workers is this graph's own (placeto.rig_gantt.graph_contention:
         its whole step on worker 0 while worker 1 runs it too, against alone), not the calibration workload's, and
-        so are a stage's launch and charges per value and per MB read and made, and a send's and a receive's costs
-        (placeto.boundary_costs: fitted on the step cut into runs alternating between two workers, in place of the
-        cached ones; the units' factor is then computed again with the single stage's launch so fitted). As is
-        without a process rig or for synthetic kernels (one task per node: the per-unit model is theirs)."""
+        so are the per-MB charges of values crossing stages, on top of the workload's, and the factors of the cached
+        launch and transfer costs (placeto.boundary_costs: the step cut into runs alternating between two workers;
+        the units' factor is then computed again with the single stage's launch so scaled). As is without a process
+        rig or for synthetic kernels (one task per node: the per-unit model is theirs)."""
         if self.rig is None or self.holders is None or not self.stages:
             return self
         from placeto.cluster_cache import cached_rig_costs
@@ -178,9 +178,11 @@ class HardwareRunner:
             from placeto.boundary_costs import CHUNKS, measure as measure_boundary
 
             b = measure_boundary(dataclasses.replace(self, graph=graph, rig_costs=costs))
-            progress(f"stages and transfers fitted on this graph (cut into {CHUNKS} runs alternating two workers: "
-                     f"{b.stages} stages, {b.transfers} batches), us: {b.describe()}")
-            costs = b.applied_to(costs)
+            progress(f"stages and transfers on this graph (cut into {CHUNKS} runs alternating two workers: "
+                     f"{b.stages} stages, {b.transfers} batches): the cached launch costs x{b.stage_factor:.2f}, "
+                     f"the transfers' x{b.transfer_factor:.2f}; values crossing stages +{b.per_input_mb:.0f} us "
+                     f"per MB a stage reads, +{b.per_output_mb:.0f} us per MB it makes for others")
+            costs = b.added_to(costs)
             graph = graph.with_costs(kind, unit * self.scale_to(step.wall_ns / 1e3, costs))  # its launch anew
             c = graph_contention(self, steps=steps)
             progress(f"contention: the whole step on one worker ran {c.together_us / 1e3:.2f} ms while another ran "

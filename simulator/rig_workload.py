@@ -13,9 +13,8 @@ op and grouped as the datasets are), which is none of the graphs a user places:
   time) is fitted as launch_us + launch_us_per_input * values read from other stages + launch_us_per_input_mb *
   their MB (`simulator.staged.stage_inputs`) + launch_us_per_output_mb * the MB of the values it makes that other
   stages read (`simulator.staged.stage_outputs`). The workload's values are small (64 KB to 1 MB) and its
-  per-MB charges come out near 0, and its batches of a few values cannot tell a per-value cost from a per-MB
-  one: on the process rig every stage and transfer cost is fitted again on the graph placed, in place of these
-  (placeto.boundary_costs), which stay the first guess and the costs where that graph is too small to fit;
+  per-MB charges come out near 0; those of a graph with large values are fitted on that graph itself, on top of
+  these (placeto.boundary_costs);
 * sends: each Send's duration as send_us + send_us_per_value * values + send_us_per_mb * MB;
 * receives: from the later of a Recv's start and its Send's end to the Recv's end, fitted as recv_us +
   recv_us_per_value * values + recv_us_per_mb * MB, plus latency_us (the wake-up) when the receiver was waiting

@@ -9,8 +9,8 @@ default (placeto.evaluate.evaluate, the function eval calls, with the runner eva
 2. the rig's costs (HardwareRunner.with_rig_costs): a stage's launch and inputs, a send's and a receive's fixed,
    per-value and per-byte costs, fitted to the events of placements of a calibration training step
    (simulator.rig_workload; cached beside the calibration), the units' costs scaled to the whole step run as one
-   stage on the rig, a stage's launch and per-value and per-MB charges and a send's and a receive's costs fitted
-   on the graph cut into runs alternating between two workers (placeto.boundary_costs), and the
+   stage on the rig, the per-MB charges of values crossing stages and factors of the cached launch and transfer
+   costs fitted on the graph cut into runs alternating between two workers (placeto.boundary_costs), and the
    graph's contention (its whole step on two workers at
    once against alone: placeto.rig_gantt.graph_contention);
 3. placements: the single device, etf, m-sct, m-topo, heft, metis, local search (`--seconds` each, on the
@@ -122,7 +122,8 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         chosen = placements(graph, cluster, args.seconds, d)
         evaluated = evaluate(graph, chosen, cluster, runner, args.repeats, args.warmup, say)  # eval's rows
         scales = {key: float(m.group(1)) for line in said for key, pattern in
-                  (("start", r"costs scaled by ([\d.]+)"), ("rounds", r"costs scaled again by ([\d.]+)"))
+                  (("start", r"costs scaled by ([\d.]+)"), ("rounds", r"costs scaled again by ([\d.]+)"),
+                   ("stages", r"launch costs x([\d.]+)"), ("transfers", r"transfers' x([\d.]+)"))
                   for m in [re.search(pattern, line)] if m}
         rows = []
         for (name, p), row in zip(chosen, evaluated):
@@ -138,8 +139,7 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         runner.close()
     return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "devices": d, "costs": args.costs,
             "rows": rows,
-            "rig_costs": vars(runner.rig_costs), "scales": scales, "fitted_on_graph": True, "profile_s": profile_s,
-            "load_before": load_before,
+            "rig_costs": vars(runner.rig_costs), "scales": scales, "profile_s": profile_s, "load_before": load_before,
             "load_after": load_1min(),
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
 
@@ -186,8 +186,10 @@ def markdown(results: list[dict], command: str) -> str:
                   f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
                   f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + "
                   f"{c['recv_us_per_mb']:.1f}/MB, latency "
-                  f"{c['latency_us']:.1f}" + (" (stages and transfers fitted on this graph, placeto.boundary_costs)"
-                                               if res.get("fitted_on_graph") else ""), ""]
+                  f"{c['latency_us']:.1f}" + (
+                      f" (the cached launch and per-input costs x{res['scales']['stages']:.2f}, the transfers' "
+                      f"x{res['scales']['transfers']:.2f}: fitted on this graph, placeto.boundary_costs)"
+                      if "transfers" in res.get("scales", {}) else ""), ""]
         if res.get("scales"):
             lines += [f"Units' costs scaled by {res['scales'].get('start', 1.0):.3f} to the single device's step at "
                       f"the rig's start, by {res['scales'].get('rounds', 1.0):.3f} again to its median in the timed rounds "
