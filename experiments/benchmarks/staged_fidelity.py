@@ -169,7 +169,8 @@ def markdown(results: list[dict], command: str) -> str:
              "eval printed before). Errors are (simulated - measured) / measured. Unit costs: "
              f"`--costs {results[0]['costs'] if results else 'step'}` on one core, every unit's outputs "
              "materialised.", "",
-             "| graph | units | placements (single device not counted) | Spearman per-unit | median err per-unit | Spearman staged | "
+             "| graph | units | placements (single device not counted) | Spearman per-unit | median err per-unit | "
+             "Spearman staged | "
              "median err staged | load before/after |", "|---|---|---|---|---|---|---|---|"]
     for res in results:
         su, eu = summary(res["rows"], "per_unit_us")
@@ -192,8 +193,8 @@ def markdown(results: list[dict], command: str) -> str:
                       if "transfers" in res.get("scales", {}) else ""), ""]
         if res.get("scales"):
             lines += [f"Units' costs scaled by {res['scales'].get('start', 1.0):.3f} to the single device's step at "
-                      f"the rig's start, by {res['scales'].get('rounds', 1.0):.3f} again to its median in the timed rounds "
-                      "(the staged column uses the second).", ""]
+                      f"the rig's start, by {res['scales'].get('rounds', 1.0):.3f} again to its median in the timed "
+                      "rounds (the staged column uses the second).", ""]
         lines += ["| placement | share off dev 0 | stages | measured ms [IQR] | per-unit ms (err) | staged ms (err) |",
                   "|---|---|---|---|---|---|"]
         for r in res["rows"]:
