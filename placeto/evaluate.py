@@ -209,6 +209,11 @@ class HardwareRunner:
         timings, factor = self._timed(arrays, repeats, warmup, progress, rescale and self.staged_rig)
         return Measured([self.simulate(p, factor) for p in arrays], timings, factor)
 
+    def adds_anchor(self, placements: Sequence[np.ndarray]) -> bool:
+        """Whether `simulate_and_measure` (with rescale) times the single device's plan beside `placements` in the
+        rounds: on the staged rig, when none of them is the single device (every unit on device 0)."""
+        return self.staged_rig and all(np.asarray(p).any() for p in placements)
+
     def _timed(self, arrays: Sequence[np.ndarray], repeats: int, warmup: int, progress: Callable[[str], None] | None,
                rescale: bool) -> tuple[list, float]:
         """([Timing] of each placement, the units' costs' factor): `simulate_and_measure` without the simulation."""
@@ -218,7 +223,7 @@ class HardwareRunner:
         extra, factor = [], 1.0  # the single device's plan when it is not among the placements
         try:
             at = next((i for i, p in enumerate(arrays) if not p.any()), None) if rescale else None
-            if rescale and at is None:
+            if rescale and self.adds_anchor(arrays):
                 extra, at = [self.runnable(np.zeros(self.graph.n_nodes, np.int32))], len(plans)
             warm_plans(plans + extra, warmup, self.threads)
             times = time_rounds(plans + extra, repeats, self.threads)
@@ -726,7 +731,7 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         from simulator.timing import interleaved_steps
 
-        anchor = runner is not None and runner.staged_rig and all(p.any() for _, p in placements)  # timed too
+        anchor = runner is not None and runner.adds_anchor([p for _, p in placements])  # timed too
         steps = interleaved_steps(len(placements) + anchor, args.repeats, args.warmup)
         with step_bar("running placements", steps) if runner is not None else _nothing():
             rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)

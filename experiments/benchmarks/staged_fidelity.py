@@ -144,6 +144,11 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
 
 
+def counted(rows: list[dict]) -> list[dict]:
+    """The rows the statistics count: every placement but the single device (the staged model's anchor)."""
+    return [r for r in rows if r.get("off_device0", 1.0) > 0]
+
+
 def summary(rows: list[dict], key: str) -> tuple[float, float]:
     """(Spearman, median |error| %) of rows[key] against the measured medians, over the placements other than the
     single device (the staged model's anchor: its units' costs are scaled to its step in the rounds; left out of
@@ -152,7 +157,7 @@ def summary(rows: list[dict], key: str) -> tuple[float, float]:
 
     from placeto.agreement import spearman
 
-    rows = [r for r in rows if r.get("off_device0", 1.0) > 0]
+    rows = counted(rows)
     sim = np.asarray([r[key] for r in rows])
     meas = np.asarray([r["measured_us"] for r in rows])
     return spearman(sim, meas), float(np.median(np.abs(sim - meas) / meas * 100))
@@ -175,7 +180,7 @@ def markdown(results: list[dict], command: str) -> str:
     for res in results:
         su, eu = summary(res["rows"], "per_unit_us")
         ss, es = summary(res["rows"], "staged_us")
-        lines.append(f"| {res['name']} | {res['n_units']} | {len(res['rows']) - 1} | {su:.2f} | {eu:.0f}% | "
+        lines.append(f"| {res['name']} | {res['n_units']} | {len(counted(res['rows']))} | {su:.2f} | {eu:.0f}% | "
                      f"{ss:.2f} | {es:.0f}% | {res['load_before']:.2f} / {res['load_after']:.2f} |")
     for res in results:
         c = res["rig_costs"]
