@@ -123,24 +123,37 @@ def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -
     return out
 
 
-def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Boundary:
-    """The Boundary of `runner`'s graph on its process rig (placeto.evaluate.HardwareRunner with a rig of at least
-    2 workers and rig costs: the units' costs already scaled to the rig); see the module docstring."""
+class Observed(NamedTuple):
+    """The graph's chunked plan as the rig ran it (`observe`): S stages fitted (on the rig's first two workers, not
+    holders), B batches of values sent between them, `steps` timed steps. Microseconds; MB: 10^6 bytes."""
+
+    run_us: np.ndarray  # float64[S] each stage's median run (its worker's "run" events)
+    work_us: np.ndarray  # float64[S] its units' costs (as the runner has them)
+    n_in: np.ndarray  # float64[S] values it reads from other stages
+    in_mb: np.ndarray  # float64[S] MB it reads from other stages
+    out_mb: np.ndarray  # float64[S] MB it makes that other stages read
+    values: np.ndarray  # float64[B] values in each batch
+    mb: np.ndarray  # float64[B] MB in each batch
+    taken_us: np.ndarray  # float64[B, steps] each batch's send plus receive (`transfer_times`)
+    waited: np.ndarray  # bool[B, steps] whether its receiver was waiting for it
+
+
+def observe(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Observed:
+    """The Observed of `runner`'s graph on its process rig (placeto.evaluate.HardwareRunner with a rig of at least
+    2 workers and rig costs: the units' costs already scaled to the rig): its units cut into `chunks` runs
+    (`chunked`), the plan run `steps` times after `warmup`."""
     from placeto.rig_gantt import timed_steps
     from simulator.errors import InputError
     from simulator.staged import stage_graph, stage_inputs, stage_outputs, stage_sends
 
     if runner.rig is None or runner.rig.n_devices < 2 or runner.rig_costs is None:
         raise InputError("values crossing stages are measured between two workers of a process rig")
-    graph, costs, holders = runner.graph, runner.rig_costs, runner.holders
+    graph, holders = runner.graph, runner.holders
     base = runner.order(np.zeros(graph.n_nodes, dtype=np.int32))
     placement = chunked(graph.cost_for(runner.cluster.kinds[0]), base, holders, chunks)
-    sg = stage_graph(graph, placement, runner.cluster, runner.order(placement), costs, holders)
+    sg = stage_graph(graph, placement, runner.cluster, runner.order(placement), runner.rig_costs, holders)
     n_in, in_bytes = stage_inputs(graph, sg.stage_of, len(sg.runs))
     out_bytes = stage_outputs(graph, sg.stage_of, len(sg.runs))
-    fixed = costs.launch_us + costs.launch_us_per_input * n_in
-    charged = (sg.work + costs.launch_us_per_input_mb * in_bytes / 1e6
-               + costs.launch_us_per_output_mb * out_bytes / 1e6)
     events = [ev for _, _, ev in timed_steps(runner, placement, steps, warmup)]
     stages, runs = [], []
     for d in (0, 1):
@@ -151,15 +164,35 @@ def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
         stages += ours
         runs += np.median(np.asarray(each), axis=0).tolist()
     s = np.asarray(stages, dtype=np.int64)
-    factor, extra_in, extra_out = fit(np.asarray(runs) - charged[s], fixed[s], in_bytes[s] / 1e6,
-                                      out_bytes[s] / 1e6, charged[s] + fixed[s])
     sends = stage_sends(graph, sg.stage_of, sg.placement)
-    taken, charged_t = 0.0, 0.0
     times = transfer_times(events, sends, sg.placement)
-    for key, each in times.items():
-        count, b = sends[key]
-        taken += float(np.median([us for us, _ in each]))
-        charged_t += float(np.median([costs.send_cost(b, count) + costs.recv_cost(b, count)
-                                      + costs.latency_us * waited for _, waited in each]))
+    batches = [(sends[key][0], sends[key][1] / 1e6) for key in times]
+    taken = [[us for us, _ in each] for each in times.values()]
+    waited = [[w for _, w in each] for each in times.values()]
+    n = len(times)
+    return Observed(np.asarray(runs, dtype=np.float64), np.asarray(sg.work, dtype=np.float64)[s],
+                    np.asarray(n_in, dtype=np.float64)[s], np.asarray(in_bytes, dtype=np.float64)[s] / 1e6,
+                    np.asarray(out_bytes, dtype=np.float64)[s] / 1e6,
+                    np.asarray([v for v, _ in batches], dtype=np.float64).reshape(n),
+                    np.asarray([m for _, m in batches], dtype=np.float64).reshape(n),
+                    np.asarray(taken, dtype=np.float64).reshape(n, -1), np.asarray(waited, dtype=bool).reshape(n, -1))
+
+
+def fit_observed(obs: Observed, costs: Any) -> Boundary:
+    """The Boundary that makes `costs` (simulator.staged.RigCosts, the cached rig costs) fit `obs`; see the module
+    docstring."""
+    fixed = costs.launch_us + costs.launch_us_per_input * obs.n_in
+    charged = obs.work_us + costs.launch_us_per_input_mb * obs.in_mb + costs.launch_us_per_output_mb * obs.out_mb
+    factor, extra_in, extra_out = fit(obs.run_us - charged, fixed, obs.in_mb, obs.out_mb, charged + fixed)
+    taken, charged_t = 0.0, 0.0
+    for values, mb, each, waited in zip(obs.values, obs.mb, obs.taken_us, obs.waited):
+        taken += float(np.median(each))
+        charged_t += float(np.median([costs.send_cost(mb * 1e6, values) + costs.recv_cost(mb * 1e6, values)
+                                      + costs.latency_us * w for w in waited]))
     transfer = taken / charged_t if charged_t > 0 else 1.0
-    return Boundary(extra_in, extra_out, factor, transfer, len(stages), len(times))
+    return Boundary(extra_in, extra_out, factor, transfer, len(obs.run_us), len(obs.values))
+
+
+def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Boundary:
+    """The Boundary of `runner`'s graph on its process rig: `fit_observed` of `observe`."""
+    return fit_observed(observe(runner, chunks, steps, warmup), runner.rig_costs)

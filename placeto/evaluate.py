@@ -74,6 +74,16 @@ class Measured(NamedTuple):
     scale: float  # the units' costs' factor the simulation used (1.0: as the runner has them)
 
 
+class RigFit(NamedTuple):
+    """What `HardwareRunner.with_rig_costs` measured to fit the rig's costs to the graph: kept on the runner so
+    that the fit can be read and re-simulated (experiments.benchmarks.staged_fidelity --dump)."""
+
+    cached: Any  # simulator.staged.RigCosts from the cache, before the graph's own factors
+    step_us: float  # the single device's step (the whole graph as one stage on the first worker), median
+    observed: Any  # placeto.boundary_costs.Observed of the chunked plan (None with one worker)
+    boundary: Any  # placeto.boundary_costs.Boundary fitted on it (None with one worker)
+
+
 @dataclasses.dataclass
 class HardwareRunner:
     """Turns placements of one graph into runnable plans on local devices."""
@@ -92,6 +102,7 @@ class HardwareRunner:
     holders: np.ndarray | None = None  # bool[N] units that only hold values (dispatch nothing; program modes)
     rig_costs: Any = None  # simulator.staged.RigCosts of the process rig (`with_rig_costs`): then `simulate`
     #   predicts the rig's stages (simulator.staged), not the units one by one
+    rig_fit: RigFit | None = None  # how `with_rig_costs` fitted `rig_costs` to this graph
 
     def plan(self, placement: np.ndarray):
         """The plan of `placement`: units in simulated start order, and when staged with stage_order "staged",
@@ -167,7 +178,7 @@ class HardwareRunner:
         unit = self.graph.cost_for(kind)
         step = measured_step(self, np.zeros(self.graph.n_nodes, dtype=np.int32), steps=steps, warmup=2)
         factor = self.scale_to(step.wall_ns / 1e3, costs)
-        graph = self.graph
+        graph, fitted = self.graph, RigFit(costs, step.wall_ns / 1e3, None, None)
         if factor != 1.0:
             profiled = float(unit[~self.holders].sum())
             progress(f"the units' costs scaled by {factor:.3f} to the rig's own speed (the whole step as one stage "
@@ -175,9 +186,11 @@ class HardwareRunner:
                      f"reads and the step's round trip, profiled {profiled / 1e3:.2f} ms)")
             graph = graph.with_costs(kind, unit * factor)
         if self.rig.n_devices > 1:
-            from placeto.boundary_costs import CHUNKS, measure as measure_boundary
+            from placeto.boundary_costs import CHUNKS, fit_observed, observe
 
-            b = measure_boundary(dataclasses.replace(self, graph=graph, rig_costs=costs))
+            observed = observe(dataclasses.replace(self, graph=graph, rig_costs=costs))
+            b = fit_observed(observed, costs)
+            fitted = fitted._replace(observed=observed, boundary=b)
             progress(f"stages and transfers on this graph (cut into {CHUNKS} runs alternating two workers: "
                      f"{b.stages} stages, {b.transfers} batches): the cached launch costs x{b.stage_factor:.2f}, "
                      f"the transfers' x{b.transfer_factor:.2f}; values crossing stages +{b.per_input_mb:.0f} us "
@@ -188,7 +201,7 @@ class HardwareRunner:
             progress(f"contention: the whole step on one worker ran {c.together_us / 1e3:.2f} ms while another ran "
                      f"it too, {c.alone_us / 1e3:.2f} ms alone (+{100 * c.factor:.0f}%)")
             costs = dataclasses.replace(costs, contention=c.factor)
-        return dataclasses.replace(self, graph=graph, rig_costs=costs)
+        return dataclasses.replace(self, graph=graph, rig_costs=costs, rig_fit=fitted)
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
         """simulator.timing.Timing of one step of each placement, the placements' steps interleaved

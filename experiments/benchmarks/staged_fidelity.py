@@ -68,6 +68,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="the units' costs: measured inside one compiled step (eval's default) or each unit alone "
                         "as its own call, net of the dispatch floor (eval --costs units); both on one core")
     p.add_argument("--out", type=Path, default=OUT, help="markdown report (JSON beside it)")
+    p.add_argument("--dump", type=Path, help="also write, per graph, <name>.json in this folder: what the staged "
+                   "model was fitted and checked on (record_of), to simulate the same measurements again")
     p.add_argument("--child", type=Path, help=argparse.SUPPRESS)  # run the one graph here, write its result there
     return p.parse_args(argv)
 
@@ -135,13 +137,37 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
             print(f"  {name:<14} measured {timing.median_us / 1e3:9.2f} ms  per-unit "
                   f"{rows[-1]['per_unit_us'] / 1e3:9.2f}  staged {row.simulated_us / 1e3:9.2f} "
                   f"({rows[-1]['stages']} stages)", flush=True)
+        record = record_of(runner, graph, chosen, evaluated) if args.dump else None
     finally:
         runner.close()
+    if record is not None:
+        args.dump.mkdir(parents=True, exist_ok=True)
+        (args.dump / f"{graph.name}.json").write_text(json.dumps(record))
     return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "devices": d, "costs": args.costs,
             "rows": rows,
             "rig_costs": vars(runner.rig_costs), "scales": scales, "profile_s": profile_s, "load_before": load_before,
             "load_after": load_1min(),
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
+
+
+def record_of(runner, graph, chosen, evaluated) -> dict:
+    """What the staged model was fitted and checked on, as JSON (`--dump`): the profiled units' costs (before any
+    scaling), the cached rig costs, the single device's step at the rig's start, the chunked plan's observed stages
+    and batches (placeto.boundary_costs.Observed), the contention, and every placement with its dispatch order, its
+    measured median and quartiles and what eval simulated: enough to simulate the same placements again with
+    another fit of the same measurements (no rig needed)."""
+    import numpy as np
+
+    fit = runner.rig_fit
+    kind = runner.cluster.kinds[0]
+    return {"graph": graph.name, "kind": kind, "profiled_us": graph.cost_for(kind).tolist(),
+            "holders": np.asarray(runner.holders).tolist(), "cached": vars(fit.cached), "step_us": fit.step_us,
+            "observed": {k: np.asarray(v).tolist() for k, v in fit.observed._asdict().items()},
+            "contention": runner.rig_costs.contention,
+            "placements": [{"name": name, "placement": np.asarray(p).tolist(),
+                            "order": runner.order(p).tolist(), "measured_us": row.measured.median_us,
+                            "q25_us": row.measured.q25_us, "q75_us": row.measured.q75_us,
+                            "staged_us": row.simulated_us} for (name, p), row in zip(chosen, evaluated)]}
 
 
 def counted(rows: list[dict]) -> list[dict]:
@@ -223,7 +249,8 @@ def in_fresh_process(path: str, args: argparse.Namespace) -> dict:
         out = Path(tmp) / "result.json"
         argv = [sys.executable, "-m", "experiments.benchmarks.staged_fidelity", "--graphs", path, "--devices",
                 str(args.devices), "--repeats", str(args.repeats), "--warmup", str(args.warmup), "--seconds",
-                str(args.seconds), "--costs", args.costs, "--child", str(out)]
+                str(args.seconds), "--costs", args.costs, "--child", str(out)] + (
+                    ["--dump", str(args.dump)] if args.dump else [])
         proc = subprocess.run(argv, cwd=ROOT)
         if proc.returncode != 0:
             raise SystemExit(f"staged_fidelity: {path} failed (exit {proc.returncode})")
