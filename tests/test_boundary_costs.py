@@ -108,5 +108,9 @@ def test_measure_fits_the_graphs_own_costs_from_the_workers_events():
     assert got.stage_factor == pytest.approx(2.0, rel=1e-3)
     assert got.transfer_factor == pytest.approx(1.5, rel=1e-3)
     assert got.stages == seen["stages"] >= 12 and got.transfers == seen["sends"] > 0
+    obs = boundary_costs.observe(runner, chunks=12, steps=3)  # what measure fits, kept apart (RigFit)
+    assert len(obs.run_us) == len(obs.work_us) == len(obs.n_in) == len(obs.in_mb) == len(obs.out_mb) == got.stages
+    assert obs.taken_us.shape == obs.waited.shape == (got.transfers, 3) and obs.waited.dtype == bool
+    assert boundary_costs.fit_observed(obs, TRUE) == got  # pure: the same Boundary from the same observation
     with pytest.raises(InputError):
         boundary_costs.measure(SimpleNamespace(rig=None, rig_costs=COSTS))

@@ -32,6 +32,8 @@ and the same data as JSON beside it.
     python -m experiments.benchmarks.staged_fidelity          # the 4 graphs: about 30 minutes on 2 cores
     python -m experiments.benchmarks.staged_fidelity --graphs datasets/ptb/ptb_006.json.gz --repeats 3 \
         --out /tmp/sf.md                                      # one graph, a few minutes
+    python -m experiments.benchmarks.staged_fidelity --dump /tmp/sf  # and what each graph's model was fitted and
+                                                      # checked on (record_of), to simulate the measurements again
 """
 
 from __future__ import annotations
@@ -131,7 +133,7 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         for (name, p), row in zip(chosen, evaluated):
             timing = row.measured
             rows.append({"name": name, "measured_us": timing.median_us, "q25_us": timing.q25_us,
-                         "q75_us": timing.q75_us, "per_unit_us": float(simulate(graph, p, cluster).runtime),
+                         "q75_us": timing.q75_us, "times_us": np.asarray(timing.times_us).tolist(), "per_unit_us": float(simulate(graph, p, cluster).runtime),
                          "staged_us": row.simulated_us, "stages": len(stage_runs(p, runner.order(p), runner.holders)),
                          "off_device0": float(np.mean(p != 0))})
             print(f"  {name:<14} measured {timing.median_us / 1e3:9.2f} ms  per-unit "
@@ -189,6 +191,21 @@ def summary(rows: list[dict], key: str) -> tuple[float, float]:
     return spearman(sim, meas), float(np.median(np.abs(sim - meas) / meas * 100))
 
 
+def halves(rows: list[dict]) -> float | None:
+    """Spearman of the counted placements' medians over the even rounds against the odd ones (`times_us`, in the
+    rounds' order): how well the measurement ranks them against itself, a ceiling for any model's Spearman; None
+    for results written without every step's time."""
+    import numpy as np
+
+    from placeto.agreement import spearman
+
+    rows = counted(rows)
+    if not rows or any(len(r.get("times_us", ())) < 2 for r in rows):
+        return None
+    return spearman(np.asarray([np.median(r["times_us"][0::2]) for r in rows]),
+                    np.asarray([np.median(r["times_us"][1::2]) for r in rows]))
+
+
 def markdown(results: list[dict], command: str) -> str:
     lines = ["# Staged simulation against the process rig (issue 40, item 2)", "",
              f"Command: `{command}`", "",
@@ -202,12 +219,15 @@ def markdown(results: list[dict], command: str) -> str:
              "materialised.", "",
              "| graph | units | placements (single device not counted) | Spearman per-unit | median err per-unit | "
              "Spearman staged | "
-             "median err staged | load before/after |", "|---|---|---|---|---|---|---|---|"]
+             "median err staged | Spearman measured, even vs odd rounds | load before/after |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for res in results:
         su, eu = summary(res["rows"], "per_unit_us")
         ss, es = summary(res["rows"], "staged_us")
+        h = halves(res["rows"])
         lines.append(f"| {res['name']} | {res['n_units']} | {len(counted(res['rows']))} | {su:.2f} | {eu:.0f}% | "
-                     f"{ss:.2f} | {es:.0f}% | {res['load_before']:.2f} / {res['load_after']:.2f} |")
+                     f"{ss:.2f} | {es:.0f}% | {'n/a' if h is None else f'{h:.2f}'} | "
+                     f"{res['load_before']:.2f} / {res['load_after']:.2f} |")
     for res in results:
         c = res["rig_costs"]
         lines += ["", f"## {res['name']}", "",
