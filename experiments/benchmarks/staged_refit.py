@@ -1,0 +1,176 @@
+"""The staged model's fit of the rig's costs, varied on measurements already taken (no rig, no JAX devices).
+
+`staged_fidelity --dump DIR` writes, per graph, what `eval --hardware`'s staged model was fitted and checked on
+(`staged_fidelity.record_of`): the profiled units' costs, the cached rig costs, the single device's step at the
+rig's start, the graph's chunked plan as the rig ran it (placeto.boundary_costs.Observed), the contention, and every
+placement with its dispatch order and measured median. This script simulates the same placements again as
+`HardwareRunner.with_rig_costs` and `simulate_and_measure` do (units scaled to the start step with the cached costs,
+the boundary fitted on the observation, units scaled again with it, then to the single device's median in the
+rounds), with the fit of the boundary replaced by each of FITS:
+
+* `committed`: placeto.boundary_costs.fit_observed (what eval uses); its column must equal the staged column the
+  record holds (checked: `reproduced`), or the re-simulation is not eval's;
+* `per-value receives`: the stages as committed; the transfers fitted as a factor of the cached send, receive and
+  latency charges plus a per-value receive cost (NNLS on each batch and step, relative errors);
+* `x drift`: either, with the fixed costs (launch, per value, send, receive, latency, the step's round trip) also
+  multiplied by the rounds' factor (the single device's step in the rounds against at the rig's start), as if the
+  machine's speed moved them as it moves the units.
+
+Spearman and median |error| over the placements other than the single device (the anchor), as staged_fidelity.
+
+    python -m experiments.benchmarks.staged_refit experiments/results/benchmarks/staged_fidelity_dump/*.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+from typing import Callable, NamedTuple
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from experiments.benchmarks.staged_fidelity import GRAPHS  # noqa: E402
+from placeto.boundary_costs import Observed, fit_observed  # noqa: E402
+from simulator.staged import RigCosts  # noqa: E402
+
+
+class Record(NamedTuple):
+    """One graph's dump, loaded."""
+
+    name: str
+    graph: object  # simulator.graph.Graph with the profiled units' costs under `kind`
+    kind: str
+    holders: np.ndarray  # bool[N]
+    cached: RigCosts
+    step_us: float  # the single device's step at the rig's start
+    observed: Observed
+    contention: float
+    placements: list  # [dict]: name, placement, order, measured_us, staged_us
+
+
+def load_record(path: Path) -> Record:
+    from simulator import load_graph
+
+    rec = json.loads(Path(path).read_text())
+    source = rec.get("path") or next((g for g in GRAPHS if Path(g).name.split(".")[0] == rec["graph"]), None)
+    if source is None:
+        raise SystemExit(f"{path}: graph {rec['graph']!r} is none of {GRAPHS} and the record names no path")
+    graph = load_graph(ROOT / source)
+    graph = graph.with_costs(rec["kind"], np.asarray(rec["profiled_us"], dtype=np.float64))
+    obs = Observed(**{k: np.asarray(v, dtype=bool if k == "waited" else np.float64)
+                      for k, v in rec["observed"].items()})
+    return Record(rec["graph"], graph, rec["kind"], np.asarray(rec["holders"], dtype=bool),
+                  RigCosts(**rec["cached"]), float(rec["step_us"]), obs, float(rec["contention"]),
+                  rec["placements"])
+
+
+def _runner(rec: Record, graph, costs: RigCosts):
+    """A HardwareRunner that simulates only: the cluster of the record's kind, the recorded dispatch orders."""
+    from placeto.evaluate import HardwareRunner
+    from simulator.cluster import Cluster, Device
+
+    orders = {np.asarray(p["placement"], dtype=np.int32).tobytes(): p["order"] for p in rec.placements}
+
+    class Recorded(HardwareRunner):
+        def order(self, placement):
+            return np.asarray(orders[np.asarray(placement, dtype=np.int32).tobytes()], dtype=np.int64)
+
+    n = max(max(p["placement"]) for p in rec.placements) + 1
+    cluster = Cluster("rig", tuple(Device(f"cpu:{d}", rec.kind, 1e15) for d in range(n)), 0.0, 0.0, 1e6)
+    return Recorded(graph, cluster, "program", [], None, holders=rec.holders, rig_costs=costs)
+
+
+def committed(obs: Observed, cached: RigCosts) -> RigCosts:
+    return fit_observed(obs, cached).added_to(cached)
+
+
+def per_value_receives(obs: Observed, cached: RigCosts) -> RigCosts:
+    from scipy.optimize import nnls
+
+    b = fit_observed(obs, cached)
+    costs = b._replace(transfer_factor=1.0).added_to(cached)
+    charged = np.asarray([[cached.send_cost(mb * 1e6, v) + cached.recv_cost(mb * 1e6, v) + cached.latency_us * w
+                           for w in waited] for v, mb, waited in zip(obs.values, obs.mb, obs.waited)])
+    if charged.size == 0:
+        return costs
+    values = np.repeat(obs.values[:, None], charged.shape[1], axis=1)
+    scale = np.maximum(charged, 1.0).ravel()
+    a = np.stack([charged.ravel(), values.ravel()], axis=1) / scale[:, None]
+    g, per_value = nnls(a, obs.taken_us.ravel() / scale)[0]
+    c = cached
+    return dataclasses.replace(costs, send_us=c.send_us * g, send_us_per_value=c.send_us_per_value * g,
+                               send_us_per_mb=c.send_us_per_mb * g, recv_us=c.recv_us * g,
+                               recv_us_per_value=c.recv_us_per_value * g + per_value,
+                               recv_us_per_mb=c.recv_us_per_mb * g, latency_us=c.latency_us * g)
+
+
+FITS: dict[str, Callable[[Observed, RigCosts], RigCosts]] = {"committed": committed,
+                                                             "per-value receives": per_value_receives}
+
+
+def fixed_times(c: RigCosts, d: float) -> RigCosts:
+    return dataclasses.replace(c, launch_us=c.launch_us * d, launch_us_per_input=c.launch_us_per_input * d,
+                               send_us=c.send_us * d, send_us_per_value=c.send_us_per_value * d,
+                               recv_us=c.recv_us * d, recv_us_per_value=c.recv_us_per_value * d,
+                               latency_us=c.latency_us * d, step_us=c.step_us * d)
+
+
+def resimulate(rec: Record, fit: Callable[[Observed, RigCosts], RigCosts], drift: bool = False) -> list[tuple]:
+    """[(placement name, simulated us, measured us, off device 0)] as eval would have simulated them with `fit`."""
+    unit = rec.graph.cost_for(rec.kind)
+    costs = fit(rec.observed, rec.cached)
+    scaled = rec.graph.with_costs(rec.kind, unit * _runner(rec, rec.graph, costs).scale_to(rec.step_us, costs))
+    costs = dataclasses.replace(costs, contention=rec.contention)
+    runner = _runner(rec, scaled, costs)
+    single = next(p for p in rec.placements if not any(p["placement"]))
+    factor = runner.scale_to(single["measured_us"])
+    if drift:
+        runner = _runner(rec, scaled, fixed_times(costs, factor))
+        factor = runner.scale_to(single["measured_us"])
+    return [(p["name"], runner.simulate(np.asarray(p["placement"], dtype=np.int32), factor), p["measured_us"],
+             bool(any(p["placement"]))) for p in rec.placements]
+
+
+def reproduced(rec: Record) -> float:
+    """The largest relative difference between the committed fit's re-simulation and the recorded staged times."""
+    return max(abs(sim - p["staged_us"]) / p["staged_us"]
+               for (_, sim, _, _), p in zip(resimulate(rec, committed), rec.placements))
+
+
+def statistics(rows: list[tuple]) -> tuple[float, float]:
+    from placeto.agreement import spearman
+
+    counted = [r for r in rows if r[3]]
+    sim, meas = np.asarray([r[1] for r in counted]), np.asarray([r[2] for r in counted])
+    return spearman(sim, meas), float(np.median(np.abs(sim - meas) / meas * 100))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    p.add_argument("dumps", nargs="+", type=Path, help="staged_fidelity --dump files")
+    args = p.parse_args(argv)
+    print("| graph | fit | Spearman | median err | errors (%) |\n|---|---|---|---|---|")
+    for path in args.dumps:
+        rec = load_record(path)
+        off = reproduced(rec)
+        if off > 1e-6:
+            raise SystemExit(f"{path}: the committed fit re-simulates {100 * off:.2g}% off the recorded staged times "
+                             "(the model changed since the dump: run staged_fidelity --dump again)")
+        for name, fit in FITS.items():
+            for drift in (False, True):
+                rows = resimulate(rec, fit, drift)
+                s, e = statistics(rows)
+                errors = " ".join(f"{n} {100 * (sim - m) / m:+.0f}" for n, sim, m, off in rows if off)
+                print(f"| {rec.name} | {name}{' x drift' if drift else ''} | {s:.2f} | {e:.0f}% | {errors} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
