@@ -133,13 +133,14 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
         for (name, p), row in zip(chosen, evaluated):
             timing = row.measured
             rows.append({"name": name, "measured_us": timing.median_us, "q25_us": timing.q25_us,
-                         "q75_us": timing.q75_us, "times_us": np.asarray(timing.times_us).tolist(), "per_unit_us": float(simulate(graph, p, cluster).runtime),
+                         "q75_us": timing.q75_us, "times_us": np.asarray(timing.times_us).tolist(),
+                         "per_unit_us": float(simulate(graph, p, cluster).runtime),
                          "staged_us": row.simulated_us, "stages": len(stage_runs(p, runner.order(p), runner.holders)),
                          "off_device0": float(np.mean(p != 0))})
             print(f"  {name:<14} measured {timing.median_us / 1e3:9.2f} ms  per-unit "
                   f"{rows[-1]['per_unit_us'] / 1e3:9.2f}  staged {row.simulated_us / 1e3:9.2f} "
                   f"({rows[-1]['stages']} stages)", flush=True)
-        record = record_of(runner, graph, chosen, evaluated) if args.dump else None
+        record = record_of(runner, graph, path, chosen, evaluated) if args.dump else None
     finally:
         runner.close()
     if record is not None:
@@ -152,17 +153,20 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
             "cluster": {"delta1_us": cluster.delta1_us, "latency_us": cluster.latency_us}}
 
 
-def record_of(runner, graph, chosen, evaluated) -> dict:
-    """What the staged model was fitted and checked on, as JSON (`--dump`): the profiled units' costs (before any
-    scaling), the cached rig costs, the single device's step at the rig's start, the chunked plan's observed stages
-    and batches (placeto.boundary_costs.Observed), the contention, and every placement with its dispatch order, its
-    measured median and quartiles and what eval simulated: enough to simulate the same placements again with
-    another fit of the same measurements (no rig needed)."""
+def record_of(runner, graph, path: str, chosen, evaluated) -> dict:
+    """What the staged model was fitted and checked on, as JSON (`--dump`): the graph's name and file (`path`), the
+    profiled units' costs (`graph`'s, before any scaling), the cached rig costs, the single device's step at the
+    rig's start, the chunked plan's observed stages and batches (placeto.boundary_costs.Observed), the contention,
+    and every placement with its dispatch order, its measured median and quartiles and what eval simulated: enough
+    to simulate the same placements again with another fit of the same measurements (no rig needed)."""
     import numpy as np
 
     fit = runner.rig_fit
+    if fit is None or fit.observed is None:
+        raise SystemExit("staged_fidelity --dump: the rig's costs were not fitted on the graph (2 or more devices "
+                         "of the process rig are needed)")
     kind = runner.cluster.kinds[0]
-    return {"graph": graph.name, "kind": kind, "profiled_us": graph.cost_for(kind).tolist(),
+    return {"graph": graph.name, "path": path, "kind": kind, "profiled_us": graph.cost_for(kind).tolist(),
             "holders": np.asarray(runner.holders).tolist(), "cached": vars(fit.cached), "step_us": fit.step_us,
             "observed": {k: np.asarray(v).tolist() for k, v in fit.observed._asdict().items()},
             "contention": runner.rig_costs.contention,
