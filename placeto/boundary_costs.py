@@ -175,7 +175,8 @@ def observe(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
                     np.asarray(out_bytes, dtype=np.float64)[s] / 1e6,
                     np.asarray([v for v, _ in batches], dtype=np.float64).reshape(n),
                     np.asarray([m for _, m in batches], dtype=np.float64).reshape(n),
-                    np.asarray(taken, dtype=np.float64).reshape(n, -1), np.asarray(waited, dtype=bool).reshape(n, -1))
+                    np.asarray(taken, dtype=np.float64).reshape(n, len(events)),
+                    np.asarray(waited, dtype=bool).reshape(n, len(events)))
 
 
 def fit_observed(obs: Observed, costs: Any) -> Boundary:

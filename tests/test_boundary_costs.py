@@ -114,3 +114,24 @@ def test_measure_fits_the_graphs_own_costs_from_the_workers_events():
     assert boundary_costs.fit_observed(obs, TRUE) == got  # pure: the same Boundary from the same observation
     with pytest.raises(InputError):
         boundary_costs.measure(SimpleNamespace(rig=None, rig_costs=COSTS))
+
+
+def test_observe_keeps_no_batch_whose_events_are_missing():
+    """A rig whose events hold the stages' runs but no send or receive: no batch is observed (0 x steps arrays, not
+    a crash), and the fit keeps the cached transfer costs (factor 1)."""
+    graph = layered_dag(40, seed=2, mean_bytes=1e6, kinds=("cpu",))
+    cluster = Cluster("c", tuple(Device(f"cpu:{d}", "cpu", 1e12) for d in range(2)), 0.0, 0.0, 1e4)
+    holders = np.zeros(graph.n_nodes, dtype=bool)
+    order = graph.topo_order
+
+    def runnable(placement):
+        sg = stage_graph(graph, placement, cluster, order, TRUE, holders)
+        return _Plan({d: [Event("run", int(k), 0, int(1e3 * (sg.work[k] + 50.0)))
+                          for k in np.flatnonzero(sg.placement == d)] for d in (0, 1)})
+
+    runner = SimpleNamespace(rig=SimpleNamespace(n_devices=2), rig_costs=TRUE, graph=graph, holders=holders,
+                             cluster=cluster, order=lambda placement: order, runnable=runnable)
+    obs = boundary_costs.observe(runner, chunks=8, steps=3)
+    assert obs.taken_us.shape == obs.waited.shape == (0, 3) and len(obs.values) == 0 and len(obs.run_us) > 0
+    got = boundary_costs.fit_observed(obs, TRUE)
+    assert got.transfer_factor == 1.0 and got.transfers == 0
