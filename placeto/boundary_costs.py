@@ -166,17 +166,24 @@ def observe(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     s = np.asarray(stages, dtype=np.int64)
     sends = stage_sends(graph, sg.stage_of, sg.placement)
     times = transfer_times(events, sends, sg.placement)
-    batches = [(sends[key][0], sends[key][1] / 1e6) for key in times]
     taken = [[us for us, _ in each] for each in times.values()]
     waited = [[w for _, w in each] for each in times.values()]
     n = len(times)
     return Observed(np.asarray(runs, dtype=np.float64), np.asarray(sg.work, dtype=np.float64)[s],
                     np.asarray(n_in, dtype=np.float64)[s], np.asarray(in_bytes, dtype=np.float64)[s] / 1e6,
                     np.asarray(out_bytes, dtype=np.float64)[s] / 1e6,
-                    np.asarray([v for v, _ in batches], dtype=np.float64).reshape(n),
-                    np.asarray([m for _, m in batches], dtype=np.float64).reshape(n),
+                    np.asarray([sends[key][0] for key in times], dtype=np.float64).reshape(n),
+                    np.asarray([sends[key][1] / 1e6 for key in times], dtype=np.float64).reshape(n),
                     np.asarray(taken, dtype=np.float64).reshape(n, len(events)),
                     np.asarray(waited, dtype=bool).reshape(n, len(events)))
+
+
+def transfer_charges(obs: Observed, costs: Any) -> np.ndarray:
+    """float64[B, steps] what `costs` (simulator.staged.RigCosts) charge each observed batch in each step: its send,
+    its receive, and the latency where the receiver was waiting."""
+    return np.asarray([[costs.send_cost(mb * 1e6, values) + costs.recv_cost(mb * 1e6, values) + costs.latency_us * w
+                        for w in waited] for values, mb, waited in zip(obs.values, obs.mb, obs.waited)],
+                      dtype=np.float64).reshape(obs.waited.shape)
 
 
 def fit_observed(obs: Observed, costs: Any) -> Boundary:
@@ -185,11 +192,8 @@ def fit_observed(obs: Observed, costs: Any) -> Boundary:
     fixed = costs.launch_us + costs.launch_us_per_input * obs.n_in
     charged = obs.work_us + costs.launch_us_per_input_mb * obs.in_mb + costs.launch_us_per_output_mb * obs.out_mb
     factor, extra_in, extra_out = fit(obs.run_us - charged, fixed, obs.in_mb, obs.out_mb, charged + fixed)
-    taken, charged_t = 0.0, 0.0
-    for values, mb, each, waited in zip(obs.values, obs.mb, obs.taken_us, obs.waited):
-        taken += float(np.median(each))
-        charged_t += float(np.median([costs.send_cost(mb * 1e6, values) + costs.recv_cost(mb * 1e6, values)
-                                      + costs.latency_us * w for w in waited]))
+    taken = float(np.median(obs.taken_us, axis=1).sum()) if len(obs.values) else 0.0
+    charged_t = float(np.median(transfer_charges(obs, costs), axis=1).sum()) if len(obs.values) else 0.0
     transfer = taken / charged_t if charged_t > 0 else 1.0
     return Boundary(extra_in, extra_out, factor, transfer, len(obs.run_us), len(obs.values))
 

@@ -80,8 +80,8 @@ class RigFit(NamedTuple):
 
     cached: Any  # simulator.staged.RigCosts from the cache, before the graph's own factors
     step_us: float  # the single device's step (the whole graph as one stage on the first worker), median
-    observed: Any  # placeto.boundary_costs.Observed of the chunked plan (None with one worker)
-    boundary: Any  # placeto.boundary_costs.Boundary fitted on it (None with one worker)
+    observed: Any  # placeto.boundary_costs.Observed of the chunked plan (None with one worker); the Boundary
+    #   fitted on it is placeto.boundary_costs.fit_observed(observed, cached)
 
 
 @dataclasses.dataclass
@@ -178,7 +178,7 @@ class HardwareRunner:
         unit = self.graph.cost_for(kind)
         step = measured_step(self, np.zeros(self.graph.n_nodes, dtype=np.int32), steps=steps, warmup=2)
         factor = self.scale_to(step.wall_ns / 1e3, costs)
-        graph, fitted = self.graph, RigFit(costs, step.wall_ns / 1e3, None, None)
+        graph, fitted = self.graph, RigFit(costs, step.wall_ns / 1e3, None)
         if factor != 1.0:
             profiled = float(unit[~self.holders].sum())
             progress(f"the units' costs scaled by {factor:.3f} to the rig's own speed (the whole step as one stage "
@@ -190,7 +190,7 @@ class HardwareRunner:
 
             observed = observe(dataclasses.replace(self, graph=graph, rig_costs=costs))
             b = fit_observed(observed, costs)
-            fitted = fitted._replace(observed=observed, boundary=b)
+            fitted = fitted._replace(observed=observed)
             progress(f"stages and transfers on this graph (cut into {CHUNKS} runs alternating two workers: "
                      f"{b.stages} stages, {b.transfers} batches): the cached launch costs x{b.stage_factor:.2f}, "
                      f"the transfers' x{b.transfer_factor:.2f}; values crossing stages +{b.per_input_mb:.0f} us "

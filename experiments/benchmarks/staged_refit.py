@@ -35,8 +35,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from experiments.benchmarks.staged_fidelity import GRAPHS  # noqa: E402
-from placeto.boundary_costs import Observed, fit_observed  # noqa: E402
+from experiments.benchmarks.staged_fidelity import GRAPHS, summary  # noqa: E402
+from placeto.boundary_costs import Observed, fit_observed, transfer_charges  # noqa: E402
 from simulator.staged import RigCosts  # noqa: E402
 
 
@@ -95,8 +95,7 @@ def per_value_receives(obs: Observed, cached: RigCosts) -> RigCosts:
 
     b = fit_observed(obs, cached)
     costs = b._replace(transfer_factor=1.0).added_to(cached)
-    charged = np.asarray([[cached.send_cost(mb * 1e6, v) + cached.recv_cost(mb * 1e6, v) + cached.latency_us * w
-                           for w in waited] for v, mb, waited in zip(obs.values, obs.mb, obs.waited)])
+    charged = transfer_charges(obs, cached)
     if charged.size == 0:
         return costs
     values = np.repeat(obs.values[:, None], charged.shape[1], axis=1)
@@ -144,11 +143,10 @@ def reproduced(rec: Record) -> float:
 
 
 def statistics(rows: list[tuple]) -> tuple[float, float]:
-    from placeto.agreement import spearman
-
-    counted = [r for r in rows if r[3]]
-    sim, meas = np.asarray([r[1] for r in counted]), np.asarray([r[2] for r in counted])
-    return spearman(sim, meas), float(np.median(np.abs(sim - meas) / meas * 100))
+    """(Spearman, median |error| %) of `resimulate`'s rows, as staged_fidelity.summary counts them (the single
+    device left out)."""
+    return summary([{"simulated_us": sim, "measured_us": m, "off_device0": float(off)} for _, sim, m, off in rows],
+                   "simulated_us")
 
 
 def main(argv=None) -> int:
@@ -167,7 +165,7 @@ def main(argv=None) -> int:
             for drift in (False, True):
                 rows = resimulate(rec, fit, drift)
                 s, e = statistics(rows)
-                errors = " ".join(f"{n} {100 * (sim - m) / m:+.0f}" for n, sim, m, off in rows if off)
+                errors = " ".join(f"{n} {100 * (sim - m) / m:+.0f}" for n, sim, m, split in rows if split)
                 print(f"| {rec.name} | {name}{' x drift' if drift else ''} | {s:.2f} | {e:.0f}% | {errors} |")
     return 0
 
