@@ -291,10 +291,13 @@ def test_synthetic_kernels_track_costs(report):
     assert syn["mode"] == "synthetic"
     assert 0.5 * 15000 < syn["one_device_min_us"] < 2.5 * 15000
     assert 0.5 * 15000 < syn["alternating_min_us"] < 2.5 * 15000  # a chain stays a chain across devices
+    # each node timed alone: its cost plus a fixed overhead of timing one unit (dispatch, wait; about 1.4 ms in one
+    # run on a 2-core VM, which failed a ratio test of the largest to the smallest): fit alone = overhead + slope x cost
+    costs = np.array([1000.0, 2000.0, 4000.0, 8000.0])
     alone = np.array(syn["alone_us"])
-    assert np.all(alone > 0.4 * np.array([1000, 2000, 4000, 8000]))
-    assert np.all(alone < 2.5 * np.array([1000, 2000, 4000, 8000]))
-    assert 4 < alone[3] / alone[0] < 16
+    slope, overhead = np.polyfit(costs, alone, 1)
+    assert 0.5 < slope < 2.0, (slope, overhead, alone)
+    assert -500 < overhead < 3000, (slope, overhead, alone)
 
 
 def test_calibrate_and_eval_command_lines(report):
