@@ -61,6 +61,7 @@ def pytest_collection_modifyitems(config, items):
                                       if _matches(item.nodeid.rsplit("/", 1)[-1], (s,))), len(SLOW_FIRST)))  # stable
 
 
+@pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: plain pytest without it still loads this file
 def pytest_xdist_node_collection_finished(node, ids):
     """`--dist loadgroup` keeps a SLOW_FIRST module (each an xdist_group) on one worker only where pytest-xdist could
     append the group to the test ids; pytest 9.2 keeps ids where pytest-xdist 3.8 cannot, and every costly module
