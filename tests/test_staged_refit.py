@@ -46,3 +46,28 @@ def test_per_value_receives_fits_a_factor_of_the_cached_charges_and_a_per_value_
     moved = fixed_times(got, 2.0)
     assert (moved.launch_us, moved.latency_us, moved.step_us) == (2 * got.launch_us, 2 * got.latency_us, 200.0)
     assert moved.recv_us_per_mb == got.recv_us_per_mb  # per MB: not a fixed cost
+
+
+@pytest.mark.parametrize("text,says", [
+    ("not json", "JSONDecodeError"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"graph": "ptb_006"}', "no field 'kind'"),
+])
+def test_a_malformed_dump_is_one_line_naming_the_file(tmp_path, text, says):
+    path = tmp_path / "dump.json"
+    path.write_text(text)
+    with pytest.raises(SystemExit) as exit_:
+        load_record(path)
+    message = str(exit_.value)
+    assert message.startswith(f"{path}: not a staged_fidelity dump") and says in message and "\n" not in message
+
+
+def test_a_dump_without_a_placement_field_names_it(tmp_path):
+    import json
+
+    rec = json.loads((DUMP / "ptb_006.json").read_text())
+    del rec["placements"][2]["order"]
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps(rec))
+    with pytest.raises(SystemExit, match=r"no field 'placements\[2\]\.order'"):
+        load_record(path)

@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.io import atomic_write_bytes  # noqa: E402
 
 GRAPHS = ("datasets/benchmarks/inception_v3.json.gz", "datasets/benchmarks/nmt_l2.json.gz",
           "datasets/nmt/nmt_004.json.gz", "datasets/ptb/ptb_006.json.gz")
@@ -144,8 +145,7 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
     finally:
         runner.close()
     if record is not None:
-        args.dump.mkdir(parents=True, exist_ok=True)
-        (args.dump / f"{graph.name}.json").write_text(json.dumps(record))
+        atomic_write_bytes(args.dump / f"{graph.name}.json", json.dumps(record).encode())
     return {"graph": path, "name": graph.name, "n_units": graph.n_nodes, "devices": d, "costs": args.costs,
             "rows": rows,
             "rig_costs": vars(runner.rig_costs), "scales": scales, "profile_s": profile_s, "load_before": load_before,
@@ -285,16 +285,15 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child is not None:
         ensure_host_devices(args.devices)  # before JAX starts: the child builds plans on D host devices
-        args.child.write_text(json.dumps(run_graph(args.graphs[0], args)))
+        atomic_write_bytes(args.child, json.dumps(run_graph(args.graphs[0], args)).encode())
         return 0
     command = "python -m experiments.benchmarks.staged_fidelity " + " ".join(sys.argv[1:] if argv is None else argv)
     results = []
     for path in args.graphs:
         print(f"== {path} (load {load_1min():.2f})", flush=True)
         results.append(in_fresh_process(path, args))
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(markdown(results, command))
-        args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+        atomic_write_bytes(args.out, markdown(results, command).encode())  # after each graph: a cut run keeps them
+        atomic_write_bytes(args.out.with_suffix(".json"), json.dumps(results, indent=1).encode())
     print(markdown(results, command))
     return 0
 

@@ -55,9 +55,22 @@ class Record(NamedTuple):
 
 
 def load_record(path: Path) -> Record:
+    """The dump at `path`; SystemExit with one line naming the file (and the field) if it cannot be read as one."""
+    try:
+        return _load_record(path)
+    except KeyError as e:
+        raise SystemExit(f"{path}: not a staged_fidelity dump: no field {e.args[0]!r}") from None
+    except (OSError, ValueError, TypeError, AttributeError, StopIteration) as e:  # InputError is a ValueError
+        what = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())[:200]
+        raise SystemExit(f"{path}: not a staged_fidelity dump: {type(e).__name__}: {what}") from None
+
+
+def _load_record(path: Path) -> Record:
     from simulator import load_graph
 
     rec = json.loads(Path(path).read_text())
+    if not isinstance(rec, dict):
+        raise TypeError(f"expected a JSON object, got {type(rec).__name__}")
     source = rec.get("path") or next((g for g in GRAPHS if Path(g).name.split(".")[0] == rec["graph"]), None)
     if source is None:
         raise SystemExit(f"{path}: graph {rec['graph']!r} is none of {GRAPHS} and the record names no path")
@@ -65,6 +78,10 @@ def load_record(path: Path) -> Record:
     graph = graph.with_costs(rec["kind"], np.asarray(rec["profiled_us"], dtype=np.float64))
     obs = Observed(**{k: np.asarray(v, dtype=bool if k == "waited" else np.float64)
                       for k, v in rec["observed"].items()})
+    for k, placement in enumerate(rec["placements"]):
+        for field in ("name", "placement", "order", "measured_us", "staged_us"):
+            if field not in placement:
+                raise KeyError(f"placements[{k}].{field}")
     return Record(rec["graph"], graph, rec["kind"], np.asarray(rec["holders"], dtype=bool),
                   RigCosts(**rec["cached"]), float(rec["step_us"]), obs, float(rec["contention"]),
                   rec["placements"])
