@@ -8,9 +8,11 @@ removed when the process exits. tests/test_compile_cache.py and tests/test_readm
 
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
-process on a 2-core machine would disturb. Plain `pytest tests` runs everything in one process. The longest
-modules (SLOW_FIRST) are collected first, each module's tests together and in file order, so that pytest-xdist
-starts them first and the suite does not end on one worker running the longest test while the other idles.
+process on a 2-core machine would disturb (`make test` compiles the first half with XLA's backend optimisations
+off, JAX_DISABLE_MOST_OPTIMIZATIONS=1, and the serial half as users do). Plain `pytest tests` runs everything in
+one process. The longest modules (SLOW_FIRST) are collected first, each module's tests together and in file
+order, so that pytest-xdist starts them first and the suite does not end on one worker running the longest test
+while the other idles.
 """
 
 import atexit
@@ -29,8 +31,7 @@ if not os.environ.get("PLACETO_CACHE"):  # calibrations and profiles (eval/place
     os.environ["PLACETO_CACHE"] = _ROOT
 
 SERIAL = (  # test files, or file::test name prefixes
-    "test_hardware.py",
-    "test_on_hardware.py",
+    "test_hardware.py::test_synthetic_kernels_track_costs",  # each node's time alone against its cost
     "test_compare.py::test_learned_rows_share_the_budget",
     "test_search.py::test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start",
     "test_step_profile.py::test_profile_units_in_the_compiled_step",  # which units the measured time goes to
@@ -44,6 +45,8 @@ def pytest_configure(config):
 SLOW_FIRST = (  # the longest modules (each an xdist_group), started first so no worker idles at the end
     "test_readme.py",  # block 0's place --hardware from a cold cache, the longest test
     "test_distributed.py",
+    "test_hardware.py",  # its subprocess: staged plans, calibrate, eval --hardware
+    "test_on_hardware.py::test_place_hardware_end_to_end",  # place --hardware twice on nmt_002
     "test_import_models.py",
     "test_bad_inputs.py",
 )
@@ -53,12 +56,18 @@ def _matches(name: str, prefixes) -> bool:
     return any(name == s or name.startswith(s + "::") or name.startswith(s + "[") for s in prefixes)
 
 
+def _name(nodeid: str) -> str:
+    """"file.py::test[params]" of a node id, without its folder or the "@group" pytest-xdist may have appended
+    (--dist loadgroup appends it before this file's hooks see the items)."""
+    return nodeid.rsplit("/", 1)[-1].split("@", 1)[0]
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if _matches(item.nodeid.rsplit("/", 1)[-1], SERIAL):
+        if _matches(_name(item.nodeid), SERIAL):
             item.add_marker(pytest.mark.serial)
     items.sort(key=lambda item: next((k for k, s in enumerate(SLOW_FIRST)
-                                      if _matches(item.nodeid.rsplit("/", 1)[-1], (s,))), len(SLOW_FIRST)))  # stable
+                                      if _matches(_name(item.nodeid), (s,))), len(SLOW_FIRST)))  # stable
 
 
 @pytest.hookimpl(optionalhook=True)  # a pytest-xdist hook: plain pytest without it still loads this file
@@ -68,7 +77,7 @@ def pytest_xdist_node_collection_finished(node, ids):
     fixture then ran on both workers: stop with one line instead."""
     if node.config.getvalue("dist") != "loadgroup":
         return
-    lost = [i for i in ids if _matches(i.rsplit("/", 1)[-1], SLOW_FIRST) and "@" not in i]
+    lost = [i for i in ids if _matches(_name(i), SLOW_FIRST) and "@" not in i]
     if lost:
         pytest.exit(f"pytest-xdist did not group {lost[0]} (and {len(lost) - 1} more): this pytest and pytest-xdist "
                     "do not work together (see the dev extra in pyproject.toml)", returncode=3)

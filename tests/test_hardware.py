@@ -1,8 +1,10 @@
 """simulator.hardware (and lowering, plans, timing, host_devices, synthetic_kernels) / simulator.calibrate /
 placeto.evaluate: placed execution on real (host) devices.
 
-The hardware checks run in one subprocess started with XLA_FLAGS for 2 host devices (this process may have
-started JAX with one device already); it prints a JSON report the tests below assert on.
+The hardware checks run in a subprocess started with XLA_FLAGS for 2 host devices (this process may have
+started JAX with one device already); it prints a JSON report the tests below assert on. Nothing in that report
+is timed, so the module runs beside other tests (on one worker: its fixture once); the one timed check,
+synthetic kernels against their costs, runs in its own subprocess as a serial test (tests/conftest.py).
 """
 
 import argparse
@@ -30,6 +32,9 @@ from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, _with_fla
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# its module fixture is costly: `make test` (--dist loadgroup) runs the module on one worker, so it runs once
+pytestmark = pytest.mark.xdist_group("test_hardware")
+
 SCRIPT = textwrap.dedent('''
     import contextlib, io, json, sys, time
     from simulator.host_devices import ensure_host_devices
@@ -41,7 +46,7 @@ SCRIPT = textwrap.dedent('''
     from simulator.grouping import group
     from simulator.importer import trace_import
     from placeto.calibration import add_calibrate_arguments, run_calibrate
-    from placeto.evaluate import add_eval_arguments, hardware_runner, run_eval
+    from placeto.evaluate import add_eval_arguments, run_eval
     import argparse
 
     TX = optax.adam(1e-2)
@@ -122,18 +127,6 @@ SCRIPT = textwrap.dedent('''
     expect_error("wrong_length", lambda: plans.program_plan(traced, values, np.zeros(5, int), devices))
     expect_error("bad_device", lambda: plans.program_plan(traced, values, np.full(traced.graph.n_nodes, 2), devices))
     report["errors"] = errors
-
-    # a cost-only chain: synthetic kernels should take about the recorded costs
-    from simulator.calibrate import profile_plan
-    from simulator.cluster import Cluster, Device
-    costs = [1000.0, 2000.0, 4000.0, 8000.0]
-    nodes = [{"name": f"n{i}", "cost": c, "out_bytes": [4096]} for i, c in enumerate(costs)]
-    chain = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(3)])
-    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 0.0, 0.0, 1e4)
-    runner = hardware_runner(chain, cluster)
-    t = runner.measure([np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)], repeats=5, warmup=1)
-    report["synthetic"] = {"mode": runner.mode, "one_device_min_us": t[0].min_us, "alternating_min_us": t[1].min_us,
-                           "alone_us": profile_plan(runner.plan(np.zeros(4, np.int32))).tolist()}
 
     # the command line: calibrate, then eval --hardware on an imported grouped graph
     # the graph's meta names the program, but only --program (the user) makes eval import it
@@ -218,14 +211,45 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
+# timed: synthetic kernels should take about the recorded costs (a serial test: nothing else may run beside it)
+SYNTHETIC = textwrap.dedent('''
+    import json
+    from simulator.host_devices import ensure_host_devices
+    ensure_host_devices(2)
+    import numpy as np
+    from simulator import make_graph
+    from simulator.calibrate import profile_plan
+    from simulator.cluster import Cluster, Device
+    from placeto.evaluate import hardware_runner
+
+    costs = [1000.0, 2000.0, 4000.0, 8000.0]  # a cost-only chain
+    nodes = [{"name": f"n{i}", "cost": c, "out_bytes": [4096]} for i, c in enumerate(costs)]
+    chain = make_graph("chain", nodes, [(i, i + 1, 0) for i in range(3)])
+    cluster = Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 0.0, 0.0, 1e4)
+    runner = hardware_runner(chain, cluster)
+    t = runner.measure([np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)], repeats=5, warmup=1)
+    plan = runner.plan(np.zeros(4, np.int32))
+    alone = np.min([profile_plan(plan) for _ in range(3)], axis=0)  # each a median of 5; a burst of load hits one
+    print(json.dumps({"mode": runner.mode, "one_device_min_us": t[0].min_us, "alternating_min_us": t[1].min_us,
+                      "alone_us": alone.tolist()}))
+''')
+
+
+def _run_script(script: str, *args: str) -> dict:
+    """The last line of `script`'s stdout as JSON, run in a subprocess on 2 host devices."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
+    """The functional checks (outputs, errors, command lines): nothing timed is asserted, so they run beside
+    other tests."""
     tmp = tmp_path_factory.mktemp("hardware")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu")
-    proc = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp), str(ROOT)], env=env, capture_output=True,
-                          text=True, timeout=400)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {**json.loads(proc.stdout.strip().splitlines()[-1]), "tmp": tmp}
+    return {**_run_script(SCRIPT, str(tmp), str(ROOT)), "tmp": tmp}
 
 
 def test_subprocess_has_two_serial_host_devices(report):
@@ -286,8 +310,8 @@ def test_staged_zoo_program_equals_its_jitted_step_and_evals_on_a_device_list(re
     assert "hardware: cpu:1, cpu:0" in text and "zoo_one.json" in text and "zoo_rr.json" in text, text
 
 
-def test_synthetic_kernels_track_costs(report):
-    syn = report["synthetic"]  # a chain of 1, 2, 4 and 8 ms nodes; the machine may be shared and noisy
+def test_synthetic_kernels_track_costs():
+    syn = _run_script(SYNTHETIC)  # a chain of 1, 2, 4 and 8 ms nodes; the machine may be shared and noisy
     assert syn["mode"] == "synthetic"
     assert 0.5 * 15000 < syn["one_device_min_us"] < 2.5 * 15000
     assert 0.5 * 15000 < syn["alternating_min_us"] < 2.5 * 15000  # a chain stays a chain across devices

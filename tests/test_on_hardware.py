@@ -106,6 +106,7 @@ def test_a_speedup_beyond_the_devices_concurrency_is_flagged():
             "allows: the gain is not from running the devices at once") in "\n".join(lines)
 
 
+@pytest.mark.xdist_group("test_on_hardware")  # (tests/conftest.py: SLOW_FIRST entries are groups) started early
 def test_place_hardware_end_to_end(tmp_path):
     """On 2 host devices (a subprocess: XLA_FLAGS before JAX starts), with a given cluster so nothing is
     calibrated: the graph is profiled (the profile cached in placeto's cache, the graph file byte-identical: a
