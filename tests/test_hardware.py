@@ -2,8 +2,8 @@
 placeto.evaluate: placed execution on real (host) devices.
 
 The hardware checks run in a subprocess started with XLA_FLAGS for 2 host devices (this process may have
-started JAX with one device already); it prints a JSON report the tests below assert on. Nothing in that report
-is timed, so the module runs beside other tests (on one worker: its fixture once); the one timed check,
+started JAX with one device already); it prints a JSON report the tests below assert on. Nothing they assert
+depends on speed, so the module runs beside other tests (on one worker: its fixture once); the one timed check,
 synthetic kernels against their costs, runs in its own subprocess as a serial test (tests/conftest.py).
 """
 
