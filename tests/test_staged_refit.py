@@ -49,9 +49,9 @@ def test_per_value_receives_fits_a_factor_of_the_cached_charges_and_a_per_value_
 
 
 @pytest.mark.parametrize("text,says", [
-    ("not json", "JSONDecodeError"),
-    ("[1, 2]", "expected a JSON object"),
-    ('{"graph": "ptb_006"}', "no field 'kind'"),
+    ("not json", "not valid JSON"),
+    ("[1, 2]", "the record: expected an object"),
+    ('{"graph": "ptb_006"}', "the record: missing field 'kind'"),
 ])
 def test_a_malformed_dump_is_one_line_naming_the_file(tmp_path, text, says):
     path = tmp_path / "dump.json"
@@ -69,5 +69,5 @@ def test_a_dump_without_a_placement_field_names_it(tmp_path):
     del rec["placements"][2]["order"]
     path = tmp_path / "dump.json"
     path.write_text(json.dumps(rec))
-    with pytest.raises(SystemExit, match=r"no field 'placements\[2\]\.order'"):
+    with pytest.raises(SystemExit, match=r"placements\[2\]: missing field 'order'"):
         load_record(path)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from pathlib import Path
 from typing import Callable, NamedTuple
@@ -56,35 +55,41 @@ class Record(NamedTuple):
 
 def load_record(path: Path) -> Record:
     """The dump at `path`; SystemExit with one line naming the file (and the field) if it cannot be read as one."""
+    from simulator.errors import InputError
+
     try:
         return _load_record(path)
-    except KeyError as e:
-        raise SystemExit(f"{path}: not a staged_fidelity dump: no field {e.args[0]!r}") from None
-    except (OSError, ValueError, TypeError, AttributeError, StopIteration) as e:  # InputError is a ValueError
-        what = e.strerror if isinstance(e, OSError) and e.strerror else " ".join(str(e).split())[:200]
-        raise SystemExit(f"{path}: not a staged_fidelity dump: {type(e).__name__}: {what}") from None
+    except InputError as e:  # the file unreadable, a field missing or of the wrong type, the graph it names bad
+        what = str(e) if e.source and e.source != str(path) else e.detail
+        raise SystemExit(f"{path}: not a staged_fidelity dump: {what}") from None
+    except (ValueError, TypeError) as e:  # values of the right type that still do not fit (array shapes, keys)
+        raise SystemExit(f"{path}: not a staged_fidelity dump: {type(e).__name__}: "
+                         f"{' '.join(str(e).split())[:200]}") from None
 
 
 def _load_record(path: Path) -> Record:
     from simulator import load_graph
+    from simulator.io import read_json
+    from simulator.limits import field
 
-    rec = json.loads(Path(path).read_text())
-    if not isinstance(rec, dict):
-        raise TypeError(f"expected a JSON object, got {type(rec).__name__}")
-    source = rec.get("path") or next((g for g in GRAPHS if Path(g).name.split(".")[0] == rec["graph"]), None)
+    rec, where = read_json(path), "the record"
+    name, kind = field(rec, "graph", where, str), field(rec, "kind", where, str)
+    source = field(rec, "path", where, str, None) or next(
+        (g for g in GRAPHS if Path(g).name.split(".")[0] == name), None)
     if source is None:
-        raise SystemExit(f"{path}: graph {rec['graph']!r} is none of {GRAPHS} and the record names no path")
+        raise SystemExit(f"{path}: graph {name!r} is none of {GRAPHS} and the record names no path")
     graph = load_graph(ROOT / source)
-    graph = graph.with_costs(rec["kind"], np.asarray(rec["profiled_us"], dtype=np.float64))
+    graph = graph.with_costs(kind, np.asarray(field(rec, "profiled_us", where, list), dtype=np.float64))
     obs = Observed(**{k: np.asarray(v, dtype=bool if k == "waited" else np.float64)
-                      for k, v in rec["observed"].items()})
-    for k, placement in enumerate(rec["placements"]):
-        for field in ("name", "placement", "order", "measured_us", "staged_us"):
-            if field not in placement:
-                raise KeyError(f"placements[{k}].{field}")
-    return Record(rec["graph"], graph, rec["kind"], np.asarray(rec["holders"], dtype=bool),
-                  RigCosts(**rec["cached"]), float(rec["step_us"]), obs, float(rec["contention"]),
-                  rec["placements"])
+                      for k, v in field(rec, "observed", where, dict).items()})
+    placements, number = field(rec, "placements", where, list), (int, float)
+    for k, placement in enumerate(placements):
+        for key, types in (("name", str), ("placement", list), ("order", list), ("measured_us", number),
+                           ("staged_us", number)):
+            field(placement, key, f"placements[{k}]", types)
+    return Record(name, graph, kind, np.asarray(field(rec, "holders", where, list), dtype=bool),
+                  RigCosts(**field(rec, "cached", where, dict)), float(field(rec, "step_us", where, number)), obs,
+                  float(field(rec, "contention", where, number)), placements)
 
 
 def _runner(rec: Record, graph, costs: RigCosts):
