@@ -88,16 +88,28 @@ def _save(out: Path, st: RunState) -> None:
     atomic_write_bytes(out / CHECKPOINT, serialization.msgpack_serialize(blob))
 
 
-def _load(out: Path, template: RunState) -> RunState | None:
+def _read(out: Path) -> tuple[dict, RunState] | None:
+    """The checkpoint's blob and its counters and best objectives, checked (InputError naming the file and field),
+    params and opt_state left unrestored (None); None when there is no checkpoint. Read before the model is built,
+    so a damaged checkpoint fails at once."""
     path = out / CHECKPOINT
     if not path.exists():
         return None
     blob = read_blob(path, ("params", "opt_state", "update", "samples", "best"))
     update, samples = counter(blob, "update", path), counter(blob, "samples", path)
-    best = objectives(blob["best"], "field 'best'", path)
-    params = restore(template.params, blob["params"], "params", path)
-    opt_state = restore(template.opt_state, blob["opt_state"], "opt_state", path)
-    return RunState(params, opt_state, update, samples, best)
+    return blob, RunState(None, None, update, samples, objectives(blob["best"], "field 'best'", path))
+
+
+def _load(out: Path, template: RunState, read: tuple[dict, RunState] | None = None) -> RunState | None:
+    """The checkpoint's state (`read`, else `_read` now) with its params and opt_state restored into `template`'s
+    structure; None when there is no checkpoint."""
+    read = read or _read(out)
+    if read is None:
+        return None
+    blob, st = read
+    path = out / CHECKPOINT
+    return st._replace(params=restore(template.params, blob["params"], "params", path),
+                       opt_state=restore(template.opt_state, blob["opt_state"], "opt_state", path))
 
 
 def _check_config(out: Path, config: GdpConfig) -> None:
@@ -171,15 +183,16 @@ def progress_bar(config: GdpConfig, samples: int, enabled: bool):
 def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool, init: Any, log,
                   workers: WorkerSpec | None = None, progress: bool = False) -> TrainSummary:
     t0 = time.perf_counter()
+    read = None
     if resume:
         _check_config(out, config)
         if (out / CHECKPOINT).exists():
             check_resume_devices(out, {t.cluster.n_devices for t in tasks})
+        read = _read(out)
     net, optimizer = make_net(config), make_optimizer(config)
     params = init if init is not None else init_params(config, tasks[0])
     st = RunState(params, optimizer.init(params), 0, 0, {})
-    loaded = _load(out, st) if resume else None
-    st = loaded or st
+    st = _load(out, st, read) if read is not None else st
     atomic_write_bytes(out / CONFIG, config.to_json().encode())
     (out / "best").mkdir(exist_ok=True)
     start_update, saved, last_save = st.update, None, -math.inf
