@@ -8,8 +8,8 @@ removed when the process exits. tests/test_compile_cache.py and tests/test_readm
 
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
-process on a 2-core machine would disturb (`make test` compiles the first half with XLA's backend optimisations
-off, JAX_DISABLE_MOST_OPTIMIZATIONS=1, and the serial half as users do). Plain `pytest tests` runs everything in
+process on a 2-core machine would disturb (`make test` compiles the first half for speed of compiling,
+PLACETO_TEST_FAST_COMPILE=1 (`_fast_compile`), and the serial half as users do). Plain `pytest tests` runs everything in
 one process. The longest modules (SLOW_FIRST) are collected first, each module's tests together and in file
 order, so that pytest-xdist starts them first and the suite does not end on one worker running the longest test
 while the other idles.
@@ -18,10 +18,38 @@ while the other idles.
 import atexit
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import pytest
 
+FAST_COMPILE = "PLACETO_TEST_FAST_COMPILE"  # "1": compile for speed of compiling (`make test`'s first half)
+FAST_XLA_FLAGS = ("--xla_cpu_use_fusion_emitters=false",)
+
+
+def _fast_compile() -> None:
+    """With PLACETO_TEST_FAST_COMPILE=1 (`make test`'s first half, which asserts nothing about speed), JAX in this
+    process and in every process it starts compiles for speed of compiling, which dominates the suite:
+    JAX_DISABLE_MOST_OPTIMIZATIONS (LLVM at -O0, the same HLO passes), and XLA:CPU's elemental emitters instead of
+    its fusion emitters (FAST_XLA_FLAGS; gdp's PPO update of the tiny config compiled in 1.1-1.4 s instead of
+    3.4 s, on a 2-core VM) where this XLA knows the flag: XLA aborts on an unknown one, so a subprocess tries it
+    once. pytest-xdist's workers inherit the result."""
+    if os.environ.get(FAST_COMPILE) != "1":
+        return
+    os.environ[FAST_COMPILE] = "done"
+    os.environ["JAX_DISABLE_MOST_OPTIMIZATIONS"] = "1"
+    if "jax" in sys.modules:  # imported by a plugin already: its options were read from the environment then
+        sys.modules["jax"].config.update("jax_disable_most_optimizations", True)
+    flags = " ".join([os.environ.get("XLA_FLAGS", ""), *FAST_XLA_FLAGS]).strip()
+    probe = subprocess.run([sys.executable, "-c", "import jax.numpy as jnp; jnp.zeros(2).block_until_ready()"],
+                           env=dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu"), capture_output=True,
+                           timeout=300)
+    if probe.returncode == 0:
+        os.environ["XLA_FLAGS"] = flags
+
+
+_fast_compile()
 _CACHE = tempfile.mkdtemp(prefix="placeto-test-jax-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["PLACETO_COMPILE_CACHE"] = _CACHE

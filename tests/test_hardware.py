@@ -237,7 +237,8 @@ SYNTHETIC = textwrap.dedent('''
 
 def _run_script(script: str, *args: str) -> dict:
     """The last line of `script`'s stdout as JSON, run in a subprocess on 2 host devices."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu")
+    flags = " ".join([os.environ.get("XLA_FLAGS", ""), f"{HOST_DEVICE_FLAG}=2"]).strip()  # (tests/conftest.py's too)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     proc = subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True, text=True,
                           timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -117,7 +117,8 @@ def test_place_hardware_end_to_end(tmp_path, monkeypatch):
     original = graph.read_bytes()
     cluster = Cluster("local", tuple(Device(f"/cpu:{i}", "local-cpu", 1e10) for i in range(2)), 20.0, 30.0, 1e3)
     save_cluster(cluster, tmp_path / "c.json")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=f"{HOST_DEVICE_FLAG}=2", JAX_PLATFORMS="cpu",
+    flags = " ".join([os.environ.get("XLA_FLAGS", ""), f"{HOST_DEVICE_FLAG}=2"]).strip()  # (tests/conftest.py's too)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=flags, JAX_PLATFORMS="cpu",
                PLACETO_CACHE=str(tmp_path / "cache"), PLACETO_MAX_LOAD_PER_CORE="1000")  # (a busy test machine
     #                                                   would make every profile one taken under load)
     argv = [sys.executable, "-m", "placeto.cli", "place", str(graph), "--hardware", "--devices", "2", "--cluster",
