@@ -9,10 +9,10 @@ removed when the process exits. tests/test_compile_cache.py and tests/test_readm
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
 process on a 2-core machine would disturb (`make test` compiles the first half for speed of compiling,
-PLACETO_TEST_FAST_COMPILE=1 (`_fast_compile`), and the serial half as users do). Plain `pytest tests` runs everything in
-one process. The longest modules (SLOW_FIRST) are collected first, each module's tests together and in file
-order, so that pytest-xdist starts them first and the suite does not end on one worker running the longest test
-while the other idles.
+PLACETO_TEST_FAST_COMPILE=1 (`_fast_compile`), and the serial half as users do). Plain `pytest tests` runs
+everything in one process. The longest modules (SLOW_FIRST) are collected first, each module's tests together
+and in file order, so that pytest-xdist starts them first and the suite does not end on one worker running the
+longest test while the other idles.
 """
 
 import atexit
@@ -50,6 +50,7 @@ def _fast_compile() -> None:
 
 
 _fast_compile()
+
 _CACHE = tempfile.mkdtemp(prefix="placeto-test-jax-cache-")
 atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 os.environ["PLACETO_COMPILE_CACHE"] = _CACHE
