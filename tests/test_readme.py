@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from placeto.plain_jit import STRIPPED_FLAGS
+from placeto.plain_jit import plain_env
 from readme_commands import code_blocks, commands, placeto_invocation
 
 # one worker runs every block (`make test`: --dist loadgroup), in order, in one scratch directory: the calibration
@@ -86,10 +86,8 @@ def test_readme_block_runs(index, scratch):
     block = runnable_blocks()[index]
     script = "\n".join(shrink(c) for c in commands(block.text))
     bindir = Path(sys.executable).parent
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
-    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if f.split("=", 1)[0] not in STRIPPED_FLAGS]
-    if kept:  # all but the host device rig's flags (tests/conftest.py's, for speed of compiling)
-        env["XLA_FLAGS"] = " ".join(kept)
+    # a user's environment: XLA_FLAGS without the host device rig's flags (tests/conftest.py's kept)
+    env = {k: v for k, v in plain_env(os.environ, "cpu").items() if k != "PYTHONPATH"}
     env.update(PATH=f"{bindir}{os.pathsep}{env.get('PATH', '')}", JAX_PLATFORMS="cpu",
                PLACETO_CACHE=str(scratch / "cache"), PLACETO_COMPILE_CACHE=str(scratch / "jax-cache"),
                MPLBACKEND="Agg")
