@@ -394,7 +394,9 @@ def _pool(n_threads: int) -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _check_batch(graph: Graph, placements: np.ndarray, n_dev: int) -> np.ndarray:
-    """int32[B, N] C-contiguous placements; InputError naming the first bad row and node."""
+    """int32[B, N] C-contiguous placements, read-only (numba compiles a read-only and a writable array as two
+    types: the kernel sees one, whichever the caller has, as np.asarray of a JAX array is read-only); InputError
+    naming the first bad row and node."""
     a = np.asarray(placements)
     if a.ndim != 2 or a.shape[1] != graph.n_nodes:
         raise InputError(f"placements have shape {a.shape}, expected (batch, {graph.n_nodes})")
@@ -404,4 +406,4 @@ def _check_batch(graph: Graph, placements: np.ndarray, n_dev: int) -> np.ndarray
             check_placement(a[bad[0]], graph, n_dev)
         except InputError as e:
             raise InputError(f"placement row {bad[0]}: {e}") from None
-    return np.ascontiguousarray(a.astype(np.int32, copy=False))
+    return _read_only(np.ascontiguousarray(a.astype(np.int32, copy=False)))

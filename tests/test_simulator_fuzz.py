@@ -130,6 +130,7 @@ def test_kernel_survives_any_numbers_and_device_indices(data):
     assert (s.done == n) if valid else (s.done == -1)
     if valid:  # the batch kernel on the same rows
         rows = np.stack([dev, dev])
+        rows.flags.writeable = False  # as simulate_batch passes them (engine._check_batch): one compiled type
         runtime, peak, done = np.empty(2), np.empty((2, n_dev)), np.empty(2, np.int64)
         _simulate_rows(g, rows, 0, 2, runtime, peak, True, done)
         assert list(done) == [n, n]
