@@ -311,18 +311,28 @@ def test_staged_zoo_program_equals_its_jitted_step_and_evals_on_a_device_list(re
     assert "hardware: cpu:1, cpu:0" in text and "zoo_one.json" in text and "zoo_rr.json" in text, text
 
 
+def synthetic_misses(syn: dict) -> list[str]:
+    """What a SYNTHETIC report gets wrong: a chain of 1, 2, 4 and 8 ms nodes should take about 15 ms on one device
+    and alternating (a chain stays a chain across devices), and each node timed alone its cost plus a fixed
+    overhead of timing one unit (dispatch, wait; about 1.4 ms in one run on a 2-core VM, which failed a ratio test
+    of the largest to the smallest): fit alone = overhead + slope x cost."""
+    slope, overhead = np.polyfit([1000.0, 2000.0, 4000.0, 8000.0], np.array(syn["alone_us"]), 1)
+    checks = {"mode": syn["mode"] == "synthetic",
+              "one device": 0.5 * 15000 < syn["one_device_min_us"] < 2.5 * 15000,
+              "alternating": 0.5 * 15000 < syn["alternating_min_us"] < 2.5 * 15000,
+              "slope": 0.5 < slope < 2.0, "overhead": -500 < overhead < 3000}
+    return [f"{name}: {syn} (slope {slope:.2f}, overhead {overhead:.0f} us)" for name, ok in checks.items() if not ok]
+
+
 def test_synthetic_kernels_track_costs():
-    syn = _run_script(SYNTHETIC)  # a chain of 1, 2, 4 and 8 ms nodes; the machine may be shared and noisy
-    assert syn["mode"] == "synthetic"
-    assert 0.5 * 15000 < syn["one_device_min_us"] < 2.5 * 15000
-    assert 0.5 * 15000 < syn["alternating_min_us"] < 2.5 * 15000  # a chain stays a chain across devices
-    # each node timed alone: its cost plus a fixed overhead of timing one unit (dispatch, wait; about 1.4 ms in one
-    # run on a 2-core VM, which failed a ratio test of the largest to the smallest): fit alone = overhead + slope x cost
-    costs = np.array([1000.0, 2000.0, 4000.0, 8000.0])
-    alone = np.array(syn["alone_us"])
-    slope, overhead = np.polyfit(costs, alone, 1)
-    assert 0.5 < slope < 2.0, (slope, overhead, alone)
-    assert -500 < overhead < 3000, (slope, overhead, alone)
+    """Measured once more, in a fresh process, when the first measurement misses: the kernels' speed is measured
+    when the process starts, and a burst of load then on a shared machine skews every node's time (a
+    fresh clone's serial half measured slope 0.44 once: 622-3,724 us for 1-8 ms; the same test passed 3 times in a
+    row right after)."""
+    misses = synthetic_misses(_run_script(SYNTHETIC))
+    if misses:
+        misses = synthetic_misses(_run_script(SYNTHETIC))
+    assert not misses, misses
 
 
 def test_calibrate_and_eval_command_lines(report):
