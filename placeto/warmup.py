@@ -38,24 +38,26 @@ def simulator_part(graph, cluster) -> None:
         simulate_batch(graph, placements, cluster, with_memory=with_memory)
 
 
-def schedulers_part(graph, cluster) -> None:
-    """The list schedulers."""
-    from placeto.baselines import run_method
+def schedulers_part(cluster) -> None:
+    """The list schedulers, each run once on a tiny graph (placeto.compare.warm_up, which compare runs before its
+    timed runs for the same reason)."""
+    from placeto.compare import warm_up
 
-    for method in ("etf", "m-sct", "m-topo", "heft"):
-        run_method(method, graph, cluster, 0)
+    warm_up(("etf", "m-sct", "m-topo", "heft"), cluster)
 
 
 def warm(parts=PARTS) -> float:
-    """Run `parts` on a small generated graph on 2 K80s (the kernels' types do not depend on the sizes, and a graph
-    read from a file compiles nothing more); the seconds it took."""
+    """Compile (or load) `parts` on small generated graphs on 2 K80s (the kernels' types do not depend on the
+    sizes, and a graph read from a file compiles nothing more); the seconds it took."""
     from simulator.cluster import cluster_preset
     from simulator.generate import layered_dag
 
     t0 = time.perf_counter()
-    graph, cluster = layered_dag(24, seed=0), cluster_preset("placeto-k80", 2)
-    for part in parts:
-        {"simulator": simulator_part, "schedulers": schedulers_part}[part](graph, cluster)
+    cluster = cluster_preset("placeto-k80", 2)
+    if "simulator" in parts:
+        simulator_part(layered_dag(24, seed=0), cluster)
+    if "schedulers" in parts:
+        schedulers_part(cluster)
     return time.perf_counter() - t0
 
 
