@@ -17,17 +17,17 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m placeto.demo --out demo_out
+	$(BIN)/python -m placeto.cli.demo --out demo_out
 
 # the suite on both cores (a module marked xdist_group runs on one worker: its fixtures once), then the tests
 # that time real steps or wall-clock budgets alone (tests/conftest.py). The first half asserts nothing about
 # speed, and compiling dominates it: PLACETO_TEST_FAST_COMPILE=1 compiles for speed of compiling (XLA's backend
 # optimisations and CPU fusion emitters off: tests/conftest.py; the numbers tests/test_shipped_unchanged.py pins
 # are unchanged) and makes it shorter; the timed half compiles as users do. First the numba kernels are compiled
-# into their cache, in two processes (placeto.warmup): else every test process that starts before a kernel is
+# into their cache, in two processes (placeto.cli.warmup): else every test process that starts before a kernel is
 # cached compiles it again
 test: $(STAMP)
-	$(BIN)/python -m placeto.warmup simulator & pid=$$!; $(BIN)/python -m placeto.warmup schedulers && wait $$pid
+	$(BIN)/python -m placeto.cli.warmup simulator & pid=$$!; $(BIN)/python -m placeto.cli.warmup schedulers && wait $$pid
 	PLACETO_TEST_FAST_COMPILE=1 $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not serial" tests
 	$(BIN)/python -m pytest -q -m serial tests
 

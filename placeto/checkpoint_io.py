@@ -30,9 +30,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
-from simulator.errors import InputError
-from simulator.io import PathLike, atomic_write_bytes, read_json
-from simulator.limits import short_repr
+from simulator.model.errors import InputError
+from simulator.model.io import PathLike, atomic_write_bytes, read_json
+from simulator.model.limits import short_repr
 
 CONFIG = "config.json"
 CHECKPOINT = "checkpoint.msgpack"

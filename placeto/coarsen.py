@@ -2,7 +2,7 @@
 
 Placeto's MDP visits every node once per pass and its features hold an N x N reachability matrix, so a placing
 of an unseen 10,000-node graph does not finish in minutes. A graph of more than `MAX_POLICY_NODES` nodes is
-therefore grouped first (`simulator.grouping.group` to `COARSE_GROUPS` groups: colocation, contractions that
+therefore grouped first (`simulator.grouping.group.group` to `COARSE_GROUPS` groups: colocation, contractions that
 delay nothing, critical-path-greedy merging), the policy places the groups, and the group placement is expanded
 back to every op (`expand_placement`). The grouping's wall time is part of the placing time.
 
@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from simulator.errors import InputError
-from simulator.graph import Graph
-from simulator.grouping import Grouping, expand_placement, group
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+from simulator.grouping.group import Grouping, expand_placement, group
 
 MAX_POLICY_NODES = 1000  # the largest benchmark graph (nmt_l8, 1,000 groups) is still placed as it is
 COARSE_GROUPS = 400  # the size of the graphs the shipped policies were trained on (family graphs: 200-400 groups)

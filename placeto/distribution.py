@@ -2,10 +2,10 @@
 
 A task is one graph on one cluster. Two sources:
 
-- traced families (`placeto.families.ALL_FAMILIES`: cifar10, ptb, nmt, transformer, mlp, matmul, moe, cnn), each
+- traced families (`simulator.workloads.families.ALL_FAMILIES`: cifar10, ptb, nmt, transformer, mlp, matmul, moe, cnn), each
   graph on every cluster of `TRACED_CLUSTERS`: 2, 4 and 8 K80s (identical devices) and one GPU+CPU machine
   (3 H100s beside the host CPU, `h100-nvlink-cpu`: devices of two speeds);
-- generated families (`placeto.generated.GEN_FAMILIES`: chains, fork-join, layered, skip connections), each graph
+- generated families (`simulator.workloads.generated.GEN_FAMILIES`: chains, fork-join, layered, skip connections), each graph
   drawn with its own cluster (2-8 devices, homogeneous, heterogeneous or GPU+CPU), its cost scale (microseconds
   to seconds) and its communication-to-computation ratio (0.1-20).
 
@@ -20,8 +20,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
-from simulator.cluster import Cluster, cluster_preset
-from simulator.graph import Graph
+from simulator.model.cluster import Cluster, cluster_preset
+from simulator.model.graph import Graph
 
 TRACED_CLUSTERS: tuple[tuple[str, int], ...] = (("placeto-k80", 2), ("placeto-k80", 4), ("placeto-k80", 8),
                                                 ("h100-nvlink-cpu", 4))
@@ -58,8 +58,8 @@ def family_tasks(family: str, split: str, clusters: Sequence[tuple[str, int]] = 
                  max_graphs: int | None = None, seed: int = 0) -> list[Task]:
     """The tasks of `family`'s `split` ("train" or "test"): a traced family's graphs (the first `max_graphs`) on
     every cluster of `clusters`; a generated family's graphs (GEN_COUNTS[split] of them) on their own clusters."""
-    from placeto import generated
-    from placeto.families import load_family
+    from simulator.workloads import generated
+    from simulator.workloads.families import load_family
 
     if family in generated.GEN_FAMILIES:
         specs = generated.gen_specs(family, GEN_COUNTS[split], seed=seed, split=split, max_nodes=GEN_MAX_NODES)

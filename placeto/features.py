@@ -20,9 +20,9 @@ from typing import NamedTuple
 import numpy as np
 
 from placeto import jraph_adapter as ja
-from simulator.cluster import Cluster
-from simulator.graph import Graph
-from simulator.result import critical_path, min_costs
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
+from simulator.model.result import critical_path, min_costs
 
 N_STATIC = 9  # static node features, see `static_node_features`
 N_DYNAMIC_EXTRA = 4  # visited, current, start time, on the current node's device (plus the device one-hot)

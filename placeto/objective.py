@@ -23,9 +23,9 @@ from typing import Iterator, NamedTuple
 import numpy as np
 
 from simulator import simulate, simulate_batch
-from simulator.cluster import GB, Cluster
-from simulator.graph import Graph
-from simulator.result import SimResult
+from simulator.model.cluster import GB, Cluster
+from simulator.model.graph import Graph
+from simulator.model.result import SimResult
 
 PENALTY_PER_GB = 1.0  # default memory penalty, in single-device runtimes per GB above capacity
 EVAL_CHUNK = 64  # placements per simulate_batch call

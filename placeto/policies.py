@@ -16,8 +16,8 @@ import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from simulator.errors import InputError
-from simulator.io import PathLike
+from simulator.model.errors import InputError
+from simulator.model.io import PathLike
 
 SHIPPED = Path(__file__).resolve().parent / "shipped"
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json

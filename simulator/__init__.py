@@ -5,14 +5,14 @@ Public API (these names stay; more may come)::
     from simulator import load_graph, save_graph, load_placement, cluster_preset, simulate, simulate_batch, lower_bound
 """
 
-from simulator.cluster import Cluster, Device, cluster_preset, load_cluster, save_cluster
-from simulator.engine import simulate, simulate_batch
-from simulator.errors import InputError
-from simulator.graph import Graph, make_graph
-from simulator.io import (Placement, from_networkx, load_graph, load_placement, save_graph, save_placement,
+from simulator.model.cluster import Cluster, Device, cluster_preset, load_cluster, save_cluster
+from simulator.engine.fast import simulate, simulate_batch
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph, make_graph
+from simulator.model.io import (Placement, from_networkx, load_graph, load_placement, save_graph, save_placement,
                           to_networkx)
-from simulator.reference import simulate_reference
-from simulator.result import SimResult, lower_bound
+from simulator.engine.reference import simulate_reference
+from simulator.model.result import SimResult, lower_bound
 
 __all__ = [
     "Cluster", "Device", "Graph", "InputError", "Placement", "SimResult", "cluster_preset", "from_networkx",

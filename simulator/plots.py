@@ -13,9 +13,9 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from simulator.cluster import Cluster  # noqa: E402
-from simulator.io import PathLike, atomic_write_bytes  # noqa: E402
-from simulator.result import SimResult  # noqa: E402
+from simulator.model.cluster import Cluster  # noqa: E402
+from simulator.model.io import PathLike, atomic_write_bytes  # noqa: E402
+from simulator.model.result import SimResult  # noqa: E402
 
 MS = 1e-3  # the chart's unit: milliseconds per microsecond
 BUS_ALPHA = 0.35  # transfers are drawn in a light tint of their sending device's colour

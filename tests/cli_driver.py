@@ -4,8 +4,8 @@ Reads a JSON list of cases from stdin, each {"id", "argv", "lock": path or null}
 results: {"id", "code" (exit status, or -signal), "stderr", "changed" (files under ROOT whose bytes changed or
 that vanished), "seconds"}. ROOT is argv[1].
 
-Each case is a fork of this process running `placeto.cli.main(argv)` with its stdout and stderr sent to files,
-exactly as `python -m placeto.cli ...` would run it: an uncaught exception prints Python's traceback and exits 1,
+Each case is a fork of this process running `placeto.cli.main.main(argv)` with its stdout and stderr sent to files,
+exactly as `python -m placeto.cli.main ...` would run it: an uncaught exception prints Python's traceback and exits 1,
 a crash in compiled code kills the child (reported as a negative code). The parent imports the CLI, the simulator
 and the training modules (JAX too) once, but starts no JAX backend, which must not be forked once started (XLA's
 threads): every child starts its own. With "lock", the parent holds an flock on that path, with its pid inside, while the case runs
@@ -42,7 +42,7 @@ def run_child(argv: list[str], out_path: str, err_path: str) -> None:
             f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             os.dup2(f, fd)
             os.close(f)
-        from placeto.cli import main
+        from placeto.cli.main import main
 
         code = main(argv)
     except SystemExit as e:  # argparse
@@ -87,12 +87,12 @@ def run_case(case: dict, root: Path, scratch: str) -> dict:
 def main() -> None:
     root = Path(sys.argv[1])
     cases = json.load(sys.stdin)
-    import placeto.cli  # shared by every child: the imports are paid once
+    import placeto.cli.main  # shared by every child: the imports are paid once
 
-    placeto.cli.build_parser()  # imports what every command's parser needs (compare, baselines, scipy)
-    import placeto.families  # noqa: F401
+    placeto.cli.main.build_parser()  # imports what every command's parser needs (compare, baselines, scipy)
+    import simulator.workloads.families  # noqa: F401
     import placeto.methods.placeto.train  # noqa: F401  jax, flax, optax: imported, but no backend started (checked below)
-    import simulator.engine  # noqa: F401
+    import simulator.engine.fast  # noqa: F401
     from jax._src import xla_bridge
 
     assert not xla_bridge.backends_are_initialized(), "a JAX backend must not be started before fork"

@@ -1,6 +1,6 @@
 """Shared test setup.
 
-Compilation cache: no test writes into the user's JAX compilation cache (placeto.compile_cache), nor into
+Compilation cache: no test writes into the user's JAX compilation cache (simulator.measure.compile_cache), nor into
 placeto's cache root (PLACETO_CACHE: calibrations, profiles). Each test process (each pytest-xdist worker) gets
 its own temporary ones instead, which the `placeto` commands the tests run inherit (in-process, or as
 subprocesses through the environment), so a policy compiled by one test is read back by the next; they are

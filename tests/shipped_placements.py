@@ -24,7 +24,7 @@ CASES = [
 
 def place_with_cli(policy: str, graph: str) -> list[int]:
     """The placement `placeto place <graph> --checkpoint <policy>` writes (in this process)."""
-    from placeto.cli import main
+    from placeto.cli.main import main
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "placement.json"

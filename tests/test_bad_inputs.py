@@ -2,7 +2,7 @@
 no pre-existing file changed, and no code imported because a data file named it.
 
 The cases run in one driver process (tests/cli_driver.py) that forks a child per command line, so the imports
-are paid once; `test_the_driver_matches_the_real_entry_point` runs a few of them as plain `python -m placeto.cli`
+are paid once; `test_the_driver_matches_the_real_entry_point` runs a few of them as plain `python -m placeto.cli.main`
 subprocesses to show the two agree. Files are tiny (a 4-node graph), train cases use the `tiny` preset.
 """
 
@@ -91,7 +91,7 @@ JSON_FILES = {
     "c_many.json": _cluster(devices=[{"name": f"/d:{i}", "kind": "k80", "memory_bytes": 1e9} for i in range(2000)]),
     "c_name_int.json": _cluster(name=7), "c_dupdev.json": _cluster({"name": "/gpu:1"}),
     "c_slow.json": _cluster(bandwidth_bytes_per_us=1e-3),
-    # the optional latency and hosts (simulator.cluster)
+    # the optional latency and hosts (simulator.model.cluster)
     "c_lat_neg.json": _cluster(latency_us=-5), "c_lat_inf.json": _cluster(latency_us=float("inf")),
     "c_hosts_obj.json": _cluster(hosts={"h": 1}),
     "c_host_nan.json": _cluster({"host": "h"}, hosts=[{"name": "h", "dispatch_us": float("nan")}]),
@@ -144,14 +144,14 @@ def _build(root: Path) -> None:
 
 
 def _build_exports(root: Path) -> None:
-    """Damaged exported programs of g.json (simulator.export), and a directory where an export would go."""
+    """Damaged exported programs of g.json (simulator.tracing.export), and a directory where an export would go."""
     import io
     import zipfile
 
     import numpy as np
 
-    from simulator.export import FORMAT, VERSION, fingerprint
-    from simulator.io import load_graph
+    from simulator.tracing.export import FORMAT, VERSION, fingerprint
+    from simulator.model.io import load_graph
 
     units = [{"fn": None, "inputs": [], "outputs": [], "values": []} for _ in GRAPH["nodes"]]
     manifest = {"format": FORMAT, "version": VERSION, "graph": "g", "fingerprint": fingerprint(load_graph(
@@ -184,8 +184,8 @@ def _build_runs(root: Path) -> None:
     from placeto.methods.placeto.config import tiny
     from placeto.features import graph_arrays
     from placeto.methods.placeto.policy import make_policy
-    from simulator.cluster import cluster_preset
-    from simulator.generate import layered_dag
+    from simulator.model.cluster import cluster_preset
+    from simulator.model.generate import layered_dag
 
     config = tiny(max_devices=8)
     g = layered_dag(8, seed=0)
@@ -231,16 +231,16 @@ def _build_gdp_runs(root: Path) -> None:
 
 
 def _build_pergraph_runs(root: Path) -> None:
-    """rnn run directories (placeto.methods.rundir): run_rnn_ok (zero parameters of the tiny config, trained on
+    """rnn run directories (placeto.methods.sequence.rundir): run_rnn_ok (zero parameters of the tiny config, trained on
     g.json at 2 devices), one with a garbage checkpoint, one with a mistyped config field. Nothing is compiled:
     the parameter shapes come from jax.eval_shape."""
     import jax
     import numpy as np
     from flax import serialization
 
-    from placeto.methods.pergraph_specs import get_spec
-    from simulator.cluster import cluster_preset
-    from simulator.io import load_graph
+    from placeto.methods.sequence.specs import get_spec
+    from simulator.model.cluster import cluster_preset
+    from simulator.model.io import load_graph
 
     spec = get_spec("rnn")
     config = spec.presets["tiny"](devices=2)
@@ -528,7 +528,7 @@ def test_no_data_file_made_us_import_code(root, results):
 @pytest.mark.parametrize("cmd", ["graph info corrupt.json.gz", f"{SIM} --cluster c_bw_tiny.json",
                                  f"{TRAIN} --out newrun --seed 99999999999999999999999"])
 def test_the_driver_matches_the_real_entry_point(root, results, cmd):
-    proc = subprocess.run([sys.executable, "-m", "placeto.cli", *shlex.split(cmd)], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "placeto.cli.main", *shlex.split(cmd)], capture_output=True, text=True,
                           cwd=root, env=_env(root), timeout=120)
     case = next(cid for cid, c, _ in CASES if c == cmd)
     assert (proc.returncode, proc.stderr) == (results[case]["code"], results[case]["stderr"])
@@ -537,7 +537,7 @@ def test_the_driver_matches_the_real_entry_point(root, results, cmd):
 def test_simulate_json_is_strict_json_when_the_lower_bound_is_zero(root):
     """All costs zero: the ratio to the lower bound is undefined, printed as null (never a bare NaN/Infinity)."""
     (root / "zero.json").write_text(json.dumps(_graph(nodes=[{**n, "cost": 0} for n in GRAPH["nodes"]])))
-    proc = subprocess.run([sys.executable, "-m", "placeto.cli", "simulate", "zero.json", "--placement", "p.json",
+    proc = subprocess.run([sys.executable, "-m", "placeto.cli.main", "simulate", "zero.json", "--placement", "p.json",
                            "--json"], capture_output=True, text=True, cwd=root, env=_env(root), timeout=120)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
@@ -546,7 +546,7 @@ def test_simulate_json_is_strict_json_when_the_lower_bound_is_zero(root):
 
 def test_a_closed_pipe_ends_quietly(root):
     """`placeto graph info G | head`: once a BrokenPipeError traceback."""
-    proc = subprocess.Popen([sys.executable, "-m", "placeto.cli", "graph", "info", "g.json"], cwd=root,
+    proc = subprocess.Popen([sys.executable, "-m", "placeto.cli.main", "graph", "info", "g.json"], cwd=root,
                             env=_env(root), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     proc.stdout.close()
     err = proc.stderr.read().decode()
@@ -565,7 +565,7 @@ def test_a_diverging_run_stops_and_its_run_directory_survives(tmp_path, monkeypa
     from placeto.checkpoint_io import read_blob
     from placeto.methods.placeto.config import tiny
     from simulator import InputError, cluster_preset
-    from simulator.generate import layered_dag
+    from simulator.model.generate import layered_dag
 
     out = tmp_path / "run"
     out.mkdir()

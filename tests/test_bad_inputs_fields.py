@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import InputError
+from simulator.model.errors import InputError
 
 DELETE = object()  # the mutation that removes the field
 WRONG = [None, True, 0, -1, 1.5, -1e308, 1e308, 2**63, 10**400, float("nan"), float("inf"), "", "x" * 10_000, [],
@@ -89,9 +89,9 @@ def _json(obj: Any) -> Any:
 
 # ---- graph files --------------------------------------------------------------------------------------------------
 def graph_example() -> dict:
-    """A 4-node graph as simulator.io writes it, its meta holding every key other modules read."""
-    from simulator.io import graph_from_dict, graph_to_dict
-    from simulator.meta import PROFILE_FIELDS
+    """A 4-node graph as simulator.model.io writes it, its meta holding every key other modules read."""
+    from simulator.model.io import graph_from_dict, graph_to_dict
+    from simulator.model.meta import PROFILE_FIELDS
 
     profile = {k: ("x" if t == "text" else 2 if t == "count" else 1.5) for k, t in PROFILE_FIELDS.items()}
     nodes = [{"name": n, "op": "dot", "cost": {"k80": 10.0 + i, "local-cpu": 20.0 + i},
@@ -110,21 +110,21 @@ GRAPH = graph_example()
 
 
 def read_graph(d: Any):
-    from simulator.io import graph_from_dict
+    from simulator.model.io import graph_from_dict
 
     return graph_from_dict(_json(d), "g.json")
 
 
 def use_graph(graph) -> None:
     """What commands do with a graph before any long work: simulate it, check the zoo program its meta names, read
-    its profiles (placeto.profile_cache.stale, as `place --hardware` does; placeto.families.carry_measured, as a
+    its profiles (simulator.measure.profile_cache.stale, as `place --hardware` does; simulator.workloads.families.carry_measured, as a
     rebuild does) and place it with its expert placement."""
-    from placeto import profile_cache
+    from simulator.measure import profile_cache
     from placeto.baselines import run_method
-    from placeto.families import carry_measured
-    from placeto.zoo.registry import check_program_args
+    from simulator.workloads.families import carry_measured
+    from simulator.workloads.zoo.registry import check_program_args
     from simulator import simulate
-    from simulator.cluster import cluster_preset
+    from simulator.model.cluster import cluster_preset
 
     cluster = cluster_preset("placeto-k80", 2)
     simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster)
@@ -145,9 +145,9 @@ def check_graph(path: tuple, value: Any) -> None:
 def test_the_examples_are_valid(tmp_path):
     """Unmutated, every example reads and is used without an error."""
     from placeto.checkpoint_io import read_config
-    from placeto.cluster_cache import check_cached_cluster
-    from simulator.cluster import cluster_from_dict
-    from simulator.io import placement_from_dict
+    from simulator.measure.cluster_cache import check_cached_cluster
+    from simulator.model.cluster import cluster_from_dict
+    from simulator.model.io import placement_from_dict
 
     graph = read_graph(GRAPH)
     use_graph(graph)
@@ -180,8 +180,8 @@ PLACEMENT_BY_NAME = {"devices": ["/gpu:0", "/gpu:1"], "placement": {"a": 0, "b":
 
 def check_placement(example: dict, path: tuple, value: Any) -> None:
     from simulator import simulate
-    from simulator.cluster import cluster_preset
-    from simulator.io import placement_from_dict
+    from simulator.model.cluster import cluster_preset
+    from simulator.model.io import placement_from_dict
 
     graph = read_graph(GRAPH)
     placement = mutated(example, path, value) if path else example
@@ -202,7 +202,7 @@ def test_placement_fields_property(example, data):
 
 # ---- cluster files and the calibration cache entry --------------------------------------------------------------
 def cluster_example() -> dict:
-    from simulator.cluster import Cluster, Device, Host
+    from simulator.model.cluster import Cluster, Device, Host
 
     devices = tuple(Device(f"/cpu:{i}", "local-cpu", 1e9, "h") for i in range(2))
     return _json(Cluster("c", devices, 5.0, 20.0, 7000.0, latency_us=3.0, hosts=(Host("h", 4.0, 6.0),)).to_dict())
@@ -212,17 +212,17 @@ CLUSTER = cluster_example()
 
 
 class _HostCPU:
-    """A JAX host CPU device, as simulator.host_devices.kind_of reads one."""
+    """A JAX host CPU device, as simulator.hardware.devices.kind_of reads one."""
 
     platform, device_kind = "cpu", "cpu"
 
 
 def check_cluster(path: tuple, value: Any) -> None:
     """A cluster file, and the same file as `place --hardware`'s calibration cache entry (a stale one, of other
-    devices, is refused like a damaged one: placeto.cluster_cache.check_cached_cluster)."""
-    from placeto.cluster_cache import check_cached_cluster
+    devices, is refused like a damaged one: simulator.measure.cluster_cache.check_cached_cluster)."""
+    from simulator.measure.cluster_cache import check_cached_cluster
     from simulator import simulate
-    from simulator.cluster import cluster_from_dict
+    from simulator.model.cluster import cluster_from_dict
 
     graph = read_graph(GRAPH)
 
@@ -243,11 +243,11 @@ def test_cluster_fields_property(path, value):
     check_cluster(path, value)
 
 
-# ---- the profile cache entry (placeto.profile_cache) ---------------------------------------------------------------
+# ---- the profile cache entry (simulator.measure.profile_cache) ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def profile_entry(tmp_path_factory):
     """(the entry's path, its valid JSON, a reader): a damaged entry must read as None with one warning line."""
-    from placeto import profile_cache
+    from simulator.measure import profile_cache
 
     mp = pytest.MonkeyPatch()
     mp.setenv("PLACETO_CACHE", str(tmp_path_factory.mktemp("cache")))
@@ -277,7 +277,7 @@ def test_profile_cache_entry_every_field(profile_entry):
 def _configs() -> dict[str, tuple[type, dict]]:
     """method -> (its config class, its config.json as its writer writes it, with "method")."""
     from placeto.methods.gdp.config import GdpConfig
-    from placeto.methods.pergraph_specs import get_spec
+    from placeto.methods.sequence.specs import get_spec
     from placeto.methods.placeto.config import PlacetoConfig
 
     classes = {"placeto": PlacetoConfig, "gdp": GdpConfig, "rnn": get_spec("rnn").config_cls,
@@ -322,11 +322,11 @@ def _checkpoints() -> dict[str, tuple[Callable[[Path], None], Callable[[Path], A
     small parameter tree."""
     import jax
 
-    from placeto.methods import rundir
+    from placeto.methods.sequence import rundir
     from placeto.methods.gdp import train as gdp_train
     from placeto.methods.placeto import train as placeto_train
     from placeto.methods.placeto.gradient import Baseline as Returns
-    from placeto.methods.reinforce import Baseline
+    from placeto.methods.sequence.reinforce import Baseline
 
     opt = {"mu": copy.deepcopy(PARAMS), "count": np.zeros((), np.int32)}
     gdp = gdp_train.RunState(PARAMS, opt, 3, 48, {"g@2d": 12.5})

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.errors import InputError
+from simulator.model.errors import InputError
 
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = '[{"shape": [2, 2]}, {"shape": [2, 2]}]'
@@ -42,7 +42,7 @@ def _env(root: Path) -> dict[str, str]:
 def test_the_users_traceback_on_request(root):
     """import-jax of a function that raises: one line by default; --verbose (or PLACETO_TRACEBACK=1) first prints
     the traceback through the user's own frame, the one line still last."""
-    cmd = [sys.executable, "-m", "placeto.cli", "import-jax", "usercode:raises", "--args-spec", SPEC, "--out",
+    cmd = [sys.executable, "-m", "placeto.cli.main", "import-jax", "usercode:raises", "--args-spec", SPEC, "--out",
            "new_tb.json"]
     for extra, env in (([], {}), (["--verbose"], {}), ([], {"PLACETO_TRACEBACK": "1"})):
         proc = subprocess.run(cmd + extra, capture_output=True, text=True, cwd=root, env={**_env(root), **env},
@@ -60,12 +60,12 @@ def test_an_unresolvable_cache_home_stops_only_what_needs_the_cache(root):
     is off); one that keeps its measurements there (place --hardware) stops with one line naming the variable."""
     env = {**{k: v for k, v in _env(root).items() if k != "PLACETO_COMPILE_CACHE"},  # (conftest sets it)
            "PLACETO_CACHE": "~nosuchuser_41/x"}
-    ok = subprocess.run([sys.executable, "-m", "placeto.cli", "graph", "info", "g.json"], capture_output=True,
+    ok = subprocess.run([sys.executable, "-m", "placeto.cli.main", "graph", "info", "g.json"], capture_output=True,
                         text=True, cwd=root, env=env, timeout=120)
     warning = ok.stderr.splitlines()
     assert ok.returncode == 0 and len(warning) == 1 and warning[0].startswith("placeto: warning: compilation cache")
     assert "~nosuchuser_41" in warning[0]
-    hw = subprocess.run([sys.executable, "-m", "placeto.cli", "place", "g.json", "--hardware", "--out", "new_hw.json"],
+    hw = subprocess.run([sys.executable, "-m", "placeto.cli.main", "place", "g.json", "--hardware", "--out", "new_hw.json"],
                         capture_output=True, text=True, cwd=root, env=env, timeout=300)
     assert hw.returncode == 2 and "Traceback" not in hw.stderr, hw.stderr[-2000:]
     assert hw.stderr.splitlines()[-1].startswith("placeto: error: PLACETO_CACHE=~nosuchuser_41/x"), hw.stderr
@@ -74,7 +74,7 @@ def test_an_unresolvable_cache_home_stops_only_what_needs_the_cache(root):
 def test_device_lists_are_bounded_by_the_machine(monkeypatch):
     """At most max(8, 4 x cores) host CPU devices, checked when a list is parsed (a cpu index) or host devices
     are asked for (a count); a digit Python reads but int() refuses ('¹') is no index."""
-    from simulator import host_devices as H
+    from simulator.hardware import devices as H
 
     monkeypatch.setattr(H.os, "cpu_count", lambda: 2)
     assert H.max_host_devices() == 8
@@ -93,16 +93,16 @@ def test_a_damaged_or_stale_calibration_cache_entry_is_named_and_replaced(tmp_pa
     """place/eval --hardware's cached cluster: a valid entry of these devices is used; an unreadable one, or one of
     other devices (their count or cost kinds), is named in one warning and calibrated again, the entry replaced;
     an entry that cannot be written is a warning, the calibration still used."""
-    import simulator.calibrate
-    from placeto import cluster_cache
-    from simulator.cluster import Cluster, Device, load_cluster, save_cluster
+    import simulator.measure.calibrate
+    from simulator.measure import cluster_cache
+    from simulator.model.cluster import Cluster, Device, load_cluster, save_cluster
 
     class CPU:
         platform, device_kind, id = "cpu", "cpu", 0
 
     fresh = Cluster("fresh", tuple(Device(f"/cpu:{i}", "local-cpu", 1e9) for i in range(2)), 1.0, 1.0, 1.0)
     calls = []
-    monkeypatch.setattr(simulator.calibrate, "calibrate_fit",
+    monkeypatch.setattr(simulator.measure.calibrate, "calibrate_fit",
                         lambda spec, repeats: calls.append(spec) or type("Fit", (), {"cluster": fresh}))
     entry = tmp_path / "entry.json"
     monkeypatch.setattr(cluster_cache, "cluster_cache_path", lambda devices: entry)
@@ -130,18 +130,18 @@ def test_a_damaged_or_stale_calibration_cache_entry_is_named_and_replaced(tmp_pa
 
 
 def test_damaged_rig_costs_cache_entry_is_replaced(monkeypatch, tmp_path, capsys):
-    """placeto.cluster_cache.cached_rig_costs: an entry that is not an object of RigCosts' fields, each a finite
+    """simulator.measure.cluster_cache.cached_rig_costs: an entry that is not an object of RigCosts' fields, each a finite
     number >= 0, is named in one warning and measured again (replacing it); a good entry is reused; an entry that
     cannot be written is a warning, the costs still used."""
     import json
 
-    import simulator.rig_calibrate
-    from placeto import cluster_cache
-    from simulator.staged import RigCosts
+    import simulator.measure.rig_calibrate
+    from simulator.measure import cluster_cache
+    from simulator.engine.staged import RigCosts
 
     fresh = RigCosts(launch_us=50.0, step_us=100.0, latency_us=80.0)
     calls = []
-    monkeypatch.setattr(simulator.rig_calibrate, "rig_costs", lambda rig, repeats: (calls.append(1) or fresh, {}))
+    monkeypatch.setattr(simulator.measure.rig_calibrate, "rig_costs", lambda rig, repeats: (calls.append(1) or fresh, {}))
     entry = tmp_path / "entry.rig.json"
     monkeypatch.setattr(cluster_cache, "rig_costs_path", lambda devices: entry)
     good = json.loads(json.dumps(fresh.__dict__))

@@ -5,16 +5,16 @@ import numpy as np
 import pytest
 
 from placeto.baselines import BUDGETED, METHODS, NotApplicable, get_method, run_method
-from placeto.baselines import _listsched as ls
-from placeto.baselines._common import count_simulator_calls, evaluate, pair_bytes
+from placeto.baselines.listsched import problem as ls
+from placeto.baselines.common import count_simulator_calls, evaluate, pair_bytes
 from placeto.baselines.etf import etf, etf_schedule
 from placeto.baselines.heft import heft_schedule
 from placeto.baselines.local_search import local_search
 from simulator import Cluster, Device, cluster_preset, make_graph, save_placement
-from simulator.cluster import GB
-from simulator.engine import simulate
-from simulator.errors import InputError
-from simulator.generate import layered_dag
+from simulator.model.cluster import GB
+from simulator.engine.fast import simulate
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
 
 BUDGET = 24
 GB = 10**9
@@ -51,9 +51,9 @@ def test_single_device_is_the_fastest_one_in_every_command(tmp_path, capsys):
     import json
 
     from placeto.baselines.single import single_device
-    from placeto.cli import main
-    from placeto.on_hardware import rank_candidates
-    from simulator.io import load_graph
+    from placeto.cli.main import main
+    from placeto.harness.on_hardware import rank_candidates
+    from simulator.model.io import load_graph
 
     g = "datasets/nmt/nmt_002.json.gz"
     graph, cluster = load_graph(g), cluster_preset("h100-nvlink-cpu", 2)  # /cpu:0, /gpu:0

@@ -1,4 +1,4 @@
-"""placeto.boundary_costs: the per-MB charges of values crossing stages and the factors of the cached launch and
+"""simulator.measure.boundary_costs: the per-MB charges of values crossing stages and the factors of the cached launch and
 transfer costs, fitted on the graph itself."""
 
 import dataclasses
@@ -7,13 +7,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from placeto import boundary_costs
-from placeto.boundary_costs import Boundary, chunked, fit
-from simulator.cluster import Cluster, Device
-from simulator.errors import InputError
-from simulator.generate import layered_dag
-from simulator.rig_worker import Event
-from simulator.staged import RigCosts, stage_graph, stage_inputs, stage_outputs, stage_sends
+from simulator.measure import boundary_costs
+from simulator.measure.boundary_costs import Boundary, chunked, fit
+from simulator.model.cluster import Cluster, Device
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
+from simulator.hardware.rig.worker import Event
+from simulator.engine.staged import RigCosts, stage_graph, stage_inputs, stage_outputs, stage_sends
 
 COSTS = RigCosts(launch_us=50.0, launch_us_per_input=3.0, launch_us_per_input_mb=10.0, step_us=80.0)
 

@@ -4,9 +4,9 @@ import json
 
 import numpy as np
 
-from placeto.cli import main
+from placeto.cli.main import main
 from simulator import load_graph, save_graph, save_placement, simulate, cluster_preset
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 
 def test_import_jax_writes_costed_op_and_grouped_graphs(tmp_path, capsys):

@@ -9,13 +9,13 @@ import json
 import numpy as np
 import pytest
 
-from placeto.arguments import DEFAULT_DEVICES, HelpFormatter, OneLineParser, format_default, resolve_devices, \
+from placeto.cli.arguments import DEFAULT_DEVICES, HelpFormatter, OneLineParser, format_default, resolve_devices, \
     shows_default
-from placeto.cli import build_parser, main
-from simulator.cluster import cluster_preset, save_cluster
-from simulator.errors import InputError
-from simulator.generate import layered_dag
-from simulator.io import save_graph, save_placement
+from placeto.cli.main import build_parser, main
+from simulator.model.cluster import cluster_preset, save_cluster
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
+from simulator.model.io import save_graph, save_placement
 
 COUNTED = ("simulate", "place", "train", "compare", "eval")  # commands whose --devices is a device count
 
@@ -94,7 +94,7 @@ def test_place_and_train_without_devices_use_the_default_or_the_cluster(files, c
     assert main(["place", g, "--method", "etf", "--cluster", str(files / "c8.json"), "--out",
                  str(files / "b.json")]) == 0
     assert "on 8 devices" in capsys.readouterr().out
-    from placeto.cli_placers import _train_inputs
+    from placeto.cli.placers import _train_inputs
 
     args = build_parser().parse_args(["train", "--graph", g, "--out", "run"])
     assert [c.n_devices for c in _train_inputs(args)[1]] == [DEFAULT_DEVICES]
@@ -110,7 +110,7 @@ def test_two_files_that_disagree():
 # ---- compare's methods -------------------------------------------------------------------------------------------
 def test_compare_includes_the_shipped_learned_methods_by_default():
     from placeto.baselines import METHODS
-    from placeto.compare import LEARNED, PER_GRAPH, resolve_methods
+    from placeto.harness.compare import LEARNED, PER_GRAPH, resolve_methods
     from placeto.methods import registry
     from placeto.policies import DEFAULT_POLICY, shipped_policies
 

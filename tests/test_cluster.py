@@ -6,7 +6,7 @@ import json
 import pytest
 
 from simulator import InputError
-from simulator.cluster import Cluster, Device, Host, cluster_preset, load_cluster, save_cluster
+from simulator.model.cluster import Cluster, Device, Host, cluster_preset, load_cluster, save_cluster
 
 HOSTED = {"format": "placeto-cluster", "version": 1, "name": "local", "delta1_us": 10.0, "delta2_us": 20.0,
           "bandwidth_bytes_per_us": 5000.0, "latency_us": 12.5,
@@ -84,7 +84,7 @@ def test_the_time_bound_counts_latency_and_host_times():
     """1000 ops of 9.995e14 us in all come within 5e11 of the 1e15 us bound: a latency or a host time of 1e9 us per
     op or transfer (1e12 in all) crosses it (an InputError from both simulators); without them it simulates."""
     from simulator import simulate, simulate_reference
-    from simulator.graph import make_graph
+    from simulator.model.graph import make_graph
 
     graph = make_graph("long", [{"name": f"v{i}", "cost": 1e12 if i else 5e11, "out_bytes": [8]}
                                 for i in range(1000)], [(i, i + 1, 0) for i in range(999)])

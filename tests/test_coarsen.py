@@ -5,12 +5,12 @@ import numpy as np
 import pytest
 
 from placeto import coarsen
-from placeto.compare import run_learned
+from placeto.harness.compare import run_learned
 from placeto.objective import metered, score_one
 from placeto.methods.placeto.place import place
-from placeto.search import guided
+from placeto.methods.placeto import guided
 from simulator import cluster_preset, simulate
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 
 @pytest.fixture

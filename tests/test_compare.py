@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from placeto.compare import (add_compare_arguments, compare, load_family, markdown_table, plot_compare,
+from placeto.harness.compare import (add_compare_arguments, compare, load_family, markdown_table, plot_compare,
                              run_compare, write_csv)
 from simulator import cluster_preset, make_graph, save_graph
-from simulator.errors import InputError
-from simulator.generate import layered_dag
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
 
 ROOT = Path(__file__).resolve().parent.parent
 METHODS = ["single", "expert", "metis", "etf", "local-search"]
@@ -112,8 +112,8 @@ def test_plot_legend_explains_every_mark(rows):
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
-    from placeto import plot_style
-    from placeto.compare import _compare_figure
+    from placeto.harness import plot_style
+    from placeto.harness.compare import _compare_figure
 
     fig = _compare_figure(plt, [r for r in rows if r.graph == "huge"], "huge")
     ax = fig.axes[0]
@@ -201,7 +201,7 @@ def test_run_compare(tmp_path, capsys):
 def test_compare_runs_on_a_cluster_file(tmp_path, capsys):
     """--cluster FILE: every method placed and simulated on the file's cluster, at its device count."""
     from placeto.baselines import run_method
-    from placeto.cli import main
+    from placeto.cli.main import main
     from simulator import Cluster, Device, lower_bound, save_cluster, simulate
 
     graph = layered_dag(40, seed=0)
@@ -228,7 +228,7 @@ def test_compare_runs_on_a_cluster_file(tmp_path, capsys):
 
 
 def test_compare_cluster_file_errors_are_one_line(tmp_path, capsys):
-    from placeto.cli import main
+    from placeto.cli.main import main
     from simulator import save_cluster
 
     save_graph(layered_dag(20, seed=0), tmp_path / "g.json")
@@ -294,7 +294,7 @@ def test_save_placements_writes_every_placement_made(tmp_path):
 def test_place_method_runs_any_baseline(tmp_path, capsys):
     """`placeto place --method NAME` for a baseline writes the placement the library method makes."""
     from placeto.baselines import run_method
-    from placeto.cli import main
+    from placeto.cli.main import main
     from simulator import load_placement
 
     graph = layered_dag(60, seed=4)

@@ -1,4 +1,4 @@
-"""The persistent compilation cache of `placeto` commands (placeto.compile_cache): where PLACETO_COMPILE_CACHE puts
+"""The persistent compilation cache of `placeto` commands (simulator.measure.compile_cache): where PLACETO_COMPILE_CACHE puts
 it, `off`, an unusable directory (one warning, no cache), and a second command reading what the first wrote."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from pathlib import Path
 import jax
 import pytest
 
-from placeto import compile_cache
-from placeto.cli import build_parser
+from simulator.measure import compile_cache
+from placeto.cli.main import build_parser
 from simulator import save_graph
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 ENV = compile_cache.ENV
 
@@ -101,7 +101,7 @@ def _place(graph: Path, cache: str, out: Path) -> subprocess.CompletedProcess:
     """`placeto place` with a shipped gdp policy of the independent decoder (gdp-nmt: its forward pass is one jitted
     function), JAX's compile log on (it reports persistent-cache hits)."""
     env = {**os.environ, ENV: cache, "JAX_LOG_COMPILES": "1"}
-    proc = subprocess.run([sys.executable, "-m", "placeto.cli", "place", str(graph), "--checkpoint", "gdp-nmt",
+    proc = subprocess.run([sys.executable, "-m", "placeto.cli.main", "place", str(graph), "--checkpoint", "gdp-nmt",
                            "--devices", "2", "--out", str(out)], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc

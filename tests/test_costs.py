@@ -1,4 +1,4 @@
-"""simulator.costs: FLOP formulas against hand counts and XLA, roofline times, annotation."""
+"""simulator.model.costs: FLOP formulas against hand counts and XLA, roofline times, annotation."""
 
 import jax
 import jax.numpy as jnp
@@ -6,11 +6,11 @@ import numpy as np
 import optax
 import pytest
 
-from simulator.costs import (FREE_OPS, SPECS, TRANSCENDENTAL_FLOPS, annotate_costs, device_spec, eqn_work,
+from simulator.model.costs import (FREE_OPS, SPECS, TRANSCENDENTAL_FLOPS, annotate_costs, device_spec, eqn_work,
                              node_time_us)
-from simulator.errors import InputError
-from simulator.generate import layered_dag
-from simulator.trace import trace
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
+from simulator.tracing.trace import trace
 
 
 def only_eqn(fn, *args):

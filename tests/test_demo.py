@@ -1,6 +1,6 @@
 """The demo's sections print readable lines: no raw Python dicts, one line about the policy used."""
 
-from placeto.demo import datasets_section, describe_program
+from placeto.cli.demo import datasets_section, describe_program
 
 
 def test_describe_program_is_a_readable_phrase_without_the_seed():

@@ -1,4 +1,4 @@
-"""Rollouts split across workers (placeto.methods.placeto.episodes, placeto.workers, placeto.distributed): any split of a
+"""Rollouts split across workers (placeto.methods.placeto.episodes, placeto.rollouts.workers, placeto.rollouts.distributed): any split of a
 batch gives the batch of one worker bit for bit; `--workers 2` on Ray writes the checkpoint of `--workers 1`,
 for every learned method, with a worker killed mid-update too; compare fans graphs out; bad input is one line.
 
@@ -14,24 +14,24 @@ import jax
 import numpy as np
 import pytest
 
-from placeto import distributed as D
+from placeto.rollouts import distributed as D
 from placeto.methods.placeto import env as E
 from placeto.methods.placeto import train as T
-from placeto.cli import main
+from placeto.cli.main import main
 from placeto.methods.placeto.config import tiny
 from placeto.methods.placeto.episodes import collect_episodes, concat_rollouts
 from placeto.methods.gdp import ppo
 from placeto.methods.gdp.config import tiny as gdp_tiny
 from placeto.methods.gdp.model import make_net as gdp_net
 from placeto.methods.gdp.train import train as gdp_train
-from placeto.methods.pergraph_specs import get_spec
-from placeto.methods.reinforce import concat_drawn, draw_range, init_params
-from placeto.methods.rundir import train as pergraph_train
+from placeto.methods.sequence.specs import get_spec
+from placeto.methods.sequence.reinforce import concat_drawn, draw_range, init_params
+from placeto.methods.sequence.rundir import train as pergraph_train
 from placeto.methods.placeto.policy import make_policy
 from placeto.methods.placeto.rollout_workers import WORKER
-from placeto.workers import SerialPool, partition
+from placeto.rollouts.workers import SerialPool, partition
 from simulator import cluster_preset, save_graph
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 # its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
 pytestmark = pytest.mark.xdist_group("test_distributed")
@@ -250,7 +250,7 @@ def test_an_unreachable_address_is_one_line(tmp_path, capsys):
 
 @needs_ray
 def test_compare_on_workers_gives_the_serial_table(ray_local, tmp_path):
-    from placeto.compare import compare
+    from placeto.harness.compare import compare
 
     graphs, methods = [layered_dag(30, seed=4), layered_dag(24, seed=5)], ["single", "random", "etf"]
     serial = compare(graphs, [2, 3], methods, budget=40, progress=False, save_placements=tmp_path / "a")

@@ -11,7 +11,7 @@ from placeto.methods.placeto.policy import make_policy
 from placeto.methods.placeto.rollout import collect_rollout
 from placeto.methods.placeto.train import train
 from simulator import cluster_preset
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 M = 3
 
@@ -98,7 +98,7 @@ def test_training_with_stale_embeddings_runs_and_resumes(tmp_path):
 
 
 def test_configs_from_before_the_field_keep_their_meaning_and_commands_pin_them(capsys):
-    from placeto.cli import main
+    from placeto.cli.main import main
     from placeto.config_fields import pinned_overrides
     from placeto.methods.placeto.config import PlacetoConfig
 

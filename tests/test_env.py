@@ -8,8 +8,8 @@ import pytest
 from placeto.methods.placeto import env as E
 from placeto.methods.placeto.config import tiny
 from simulator import cluster_preset, simulate_reference
-from simulator.cluster import GB, Cluster, Device
-from simulator.generate import layered_dag
+from simulator.model.cluster import GB, Cluster, Device
+from simulator.model.generate import layered_dag
 
 
 def _run(ctx, seed, batch=3, placement=None):

@@ -6,13 +6,13 @@ import gzip
 import numpy as np
 import pytest
 
-from placeto.families import (ALL_FAMILIES, DATASETS, DEVICE_COUNTS, FAMILIES, N_GRAPHS, N_TEST, NEW_FAMILIES,
+from simulator.workloads.families import (ALL_FAMILIES, DATASETS, DEVICE_COUNTS, FAMILIES, N_GRAPHS, N_TEST, NEW_FAMILIES,
                               benchmark_specs, build_graph, expert_op_placement, family_specs, load_family,
                               load_manifest, split_of)
 from simulator import cluster_preset, load_graph, simulate
-from simulator.errors import InputError
-from simulator.io import dumps_graph
-from simulator.stats import graph_stats
+from simulator.model.errors import InputError
+from simulator.model.io import dumps_graph
+from simulator.model.stats import graph_stats
 
 ALL = (*ALL_FAMILIES, "benchmarks")
 
@@ -29,7 +29,7 @@ def test_specs_and_splits_are_deterministic():
 def test_placeto_families_keep_their_seeds():
     """FAMILIES is Placeto's three, first in ALL_FAMILIES, so their specs and splits (seeded by the index) are the
     shipped ones; the new families' kwargs are what a graph file may name (check_program_args)."""
-    from placeto.zoo.registry import check_program_args
+    from simulator.workloads.zoo.registry import check_program_args
 
     assert ALL_FAMILIES[:3] == FAMILIES == ("cifar10", "ptb", "nmt") and set(NEW_FAMILIES).isdisjoint(FAMILIES)
     for family in ALL_FAMILIES:
@@ -49,8 +49,8 @@ def test_new_family_program_is_a_training_step(family):
     parameter, and tracing it twice writes the same graph."""
     import jax
 
-    from placeto.families import trace_spec, GraphSpec
-    from placeto.zoo.registry import CONFIGS
+    from simulator.workloads.families import trace_spec, GraphSpec
+    from simulator.workloads.zoo.registry import CONFIGS
 
     tiny = dataclasses.asdict(CONFIGS[family].tiny())
     kwargs = {"seed": 3, **{k: v for k, v in tiny.items() if type(v) in (int, float, bool)}}
@@ -68,7 +68,7 @@ def test_new_family_program_is_a_training_step(family):
 def test_write_readme_keeps_the_text_below_its_marker(tmp_path):
     """write_readme rewrites the head and tables and keeps what follows README_END, or, in a README from before
     the marker, what follows the statistics table; writing twice gives the same file."""
-    from placeto.families import README_END, write_readme
+    from simulator.workloads.families import README_END, write_readme
 
     readme = tmp_path / "README.md"
     table = "| family | graphs |\n|---|--:|\n| nmt | 32 |\n"
@@ -84,7 +84,7 @@ def test_write_readme_keeps_the_text_below_its_marker(tmp_path):
 
 
 def test_expert_placement_puts_layers_on_successive_devices():
-    from placeto.families import trace_spec, GraphSpec
+    from simulator.workloads.families import trace_spec, GraphSpec
 
     spec = GraphSpec("t", "nmt", {"seed": 0, "layers": 4, "src_len": 2, "tgt_len": 2, "batch": 2, "hidden": 8,
                                   "vocab": 16}, 0)
@@ -165,10 +165,10 @@ def test_seed_graphs_loads_built_seeds_renamed_and_does_not_rebuild(tmp_path, mo
     named s<seed>_<name>; seed 0 (the shipped family, whose test split is held out) is refused."""
     import json
 
-    from placeto import families
-    from simulator.errors import InputError
-    from simulator.generate import layered_dag
-    from simulator.io import save_graph
+    from simulator.workloads import families
+    from simulator.model.errors import InputError
+    from simulator.model.generate import layered_dag
+    from simulator.model.io import save_graph
 
     folder = tmp_path / "s3" / "ptb"
     folder.mkdir(parents=True)

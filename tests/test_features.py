@@ -7,7 +7,7 @@ import pytest
 from placeto import features as F
 from placeto.methods.placeto.env import visit_sequence
 from simulator import cluster_preset, to_networkx
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 
 def test_buckets_are_few_and_waste_at_most_half():

@@ -1,11 +1,11 @@
-"""simulator.fit: the calibration graphs separate the cluster model's parameters, and the least-squares fit
+"""simulator.measure.fit: the calibration graphs separate the cluster model's parameters, and the least-squares fit
 recovers parameters it did not see from step times the simulator produced with them (no hardware)."""
 
 import numpy as np
 import pytest
 
-from simulator.cluster import Cluster, Device
-from simulator.fit import PARAMS, calibration_probes, cluster_with, fit_cluster, format_fit, simulate_probes
+from simulator.model.cluster import Cluster, Device
+from simulator.measure.fit import PARAMS, calibration_probes, cluster_with, fit_cluster, format_fit, simulate_probes
 
 BASE = Cluster("local", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 0.0, 0.0, 1e3)
 TASK_US = lambda out_bytes: max(1.0, out_bytes / 5000.0)  # noqa: E731  a 5 GB/s output fill
@@ -77,8 +77,8 @@ def test_held_out_predictions_recover_times_made_by_other_parameters():
     """A graph's placements 'measured' with per-op and per-transfer costs unlike the calibration's: the
     calibrated model is off, the leave-one-out fit on the other placements predicts every one closely, and no
     fold sees the placement it predicts (an outlier stays an outlier)."""
-    from simulator.fit import held_out_predictions
-    from simulator.generate import layered_dag
+    from simulator.measure.fit import held_out_predictions
+    from simulator.model.generate import layered_dag
 
     graph = layered_dag(60, seed=3)
     kind_graph = graph.with_costs("local-cpu", graph.cost_for(graph.kinds[0]))
@@ -87,7 +87,7 @@ def test_held_out_predictions_recover_times_made_by_other_parameters():
     placements += [rng.integers(0, 2, 60).astype(np.int32) for _ in range(5)]
     truth = dict(TRUTHS[0], dispatch_us=45.0, transfer_us=70.0)
     calibrated = dict(TRUTHS[0])
-    from simulator.engine import simulate
+    from simulator.engine.fast import simulate
 
     true_us = np.array([simulate(kind_graph, p, cluster_with(BASE, truth)).runtime for p in placements])
     calib_us = np.array([simulate(kind_graph, p, cluster_with(BASE, calibrated)).runtime for p in placements])

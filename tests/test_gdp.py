@@ -7,15 +7,15 @@ import jax
 import numpy as np
 import pytest
 
-from placeto.cli import main
+from placeto.cli.main import main
 from placeto.methods.gdp.config import GdpConfig, tiny
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.place import _sample, greedy_placement, is_gdp_run, load_run
 from placeto.methods.gdp.ppo import init_params, make_task
 from placeto.methods.gdp.train import train
 from simulator import cluster_preset, save_graph, simulate
-from simulator.generate import layered_dag
-from simulator.graph import make_graph
+from simulator.model.generate import layered_dag
+from simulator.model.graph import make_graph
 
 CONFIG = tiny()
 

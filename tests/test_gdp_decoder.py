@@ -18,8 +18,8 @@ from placeto.methods.gdp.ppo import (_heads, concat_drawn, decoded_log_policy, d
 from placeto.methods.gdp.train import train
 from placeto.objective import metered, score_batch
 from simulator import cluster_preset, simulate
-from simulator.cluster import Cluster, Device
-from simulator.generate import branching_blocks, layered_dag
+from simulator.model.cluster import Cluster, Device
+from simulator.model.generate import branching_blocks, layered_dag
 
 CONFIG = tiny(decoder="etf", samples_per_update=8)
 N = 60  # every graph here has about N nodes: one padded shape, one compilation of each jitted function
@@ -137,8 +137,8 @@ def test_a_fresh_policy_is_the_list_scheduler_up_to_its_tie_breaks():
 
 
 def test_train_reads_a_directory_of_graphs_by_name_and_checks_the_preset(tmp_path, capsys):
-    from placeto.cli import main
-    from placeto.cli_placers import graph_files
+    from placeto.cli.main import main
+    from placeto.cli.placers import graph_files
     from simulator import save_graph
 
     (tmp_path / "graphs").mkdir()
@@ -174,7 +174,7 @@ def test_graphs_above_the_threshold_default_to_the_shipped_large_graph_policy():
 def test_a_checkpoint_with_a_bad_decoding_field_is_one_line_and_exit_2(tmp_path, capsys, field, value):
     import json
 
-    from placeto.cli import main
+    from placeto.cli.main import main
     from simulator import save_graph
 
     graph = layered_dag(20, seed=2)
@@ -191,7 +191,7 @@ def test_a_checkpoint_with_a_bad_decoding_field_is_one_line_and_exit_2(tmp_path,
 
 def test_communication_ratio_is_transfer_time_over_compute():
     from placeto.features import communication_ratio
-    from simulator.result import min_costs
+    from simulator.model.result import min_costs
 
     graph, cluster = layered_dag(N, seed=5), cluster_preset("placeto-k80", 3)
     comm = 0.0

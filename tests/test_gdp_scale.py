@@ -50,7 +50,7 @@ def test_markdown_marks_missing_inapplicable_and_judges_the_ablation():
 
 
 def test_run_row_of_a_list_scheduler_and_of_a_method_that_does_not_apply():
-    from simulator.generate import branching_blocks
+    from simulator.model.generate import branching_blocks
 
     graph = branching_blocks(300, seed=1)
     etf = gs.run_row("blocks", graph, 4, "etf", 1.0, "gdp-general", "cmd")

@@ -18,10 +18,10 @@ import pytest
 
 from placeto import distribution as dist
 from placeto.baselines import etf, single
-from placeto.generated import build, gen_specs
+from simulator.workloads.generated import build, gen_specs
 from placeto.objective import score_batch
 from simulator import cluster_preset, load_graph
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 from pathlib import Path
 
@@ -191,8 +191,8 @@ def test_gdp_trains_on_graph_cluster_pairs(tmp_path):
 
 # ---- the distribution ---------------------------------------------------------------------------------------
 def test_distribution_groups_cover_every_family_once():
-    from placeto.families import ALL_FAMILIES
-    from placeto.generated import GEN_FAMILIES
+    from simulator.workloads.families import ALL_FAMILIES
+    from simulator.workloads.generated import GEN_FAMILIES
 
     fams = dist.families()
     assert sorted(fams) == sorted((*ALL_FAMILIES, *GEN_FAMILIES)) and len(set(fams)) == len(fams)

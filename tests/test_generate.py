@@ -1,4 +1,4 @@
-"""simulator.generate: the random graph generators used by tests and the scale experiments."""
+"""simulator.model.generate: the random graph generators used by tests and the scale experiments."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from simulator import cluster_preset, simulate
-from simulator.generate import branching_blocks
+from simulator.model.generate import branching_blocks
 
 
 def _edges(graph) -> set[tuple[int, int]]:
@@ -41,7 +41,7 @@ def test_branching_blocks_size_order_and_determinism(n):
 def test_branching_blocks_is_deep_where_layered_dag_is_wide():
     """A chain of blocks: the critical path is a large share of the compute (little parallelism), unlike a
     layered DAG of the same size."""
-    from simulator.generate import layered_dag
+    from simulator.model.generate import layered_dag
 
     cluster = cluster_preset("placeto-k80", 8)
     blocks, layered = branching_blocks(2000, seed=0), layered_dag(2000, seed=0)

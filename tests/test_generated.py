@@ -1,4 +1,4 @@
-"""placeto.generated: seeded synthetic (graph, cluster) tasks: determinism, the fixed split, the distribution's
+"""simulator.workloads.generated: seeded synthetic (graph, cluster) tasks: determinism, the fixed split, the distribution's
 ranges, CCR on target, valid graphs that simulate, per-kind costs of heterogeneous clusters, the README section."""
 
 import dataclasses
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from placeto.features import communication_ratio
-from placeto.generated import (CLUSTER_TYPES, GEN_FAMILIES, GenSpec, build, draw_spec, gen_specs, readme_section,
+from simulator.workloads.generated import (CLUSTER_TYPES, GEN_FAMILIES, GenSpec, build, draw_spec, gen_specs, readme_section,
                                rebuild, spec_from_meta, tasks)
 from simulator import load_cluster, load_graph, lower_bound, save_cluster, save_graph, simulate
-from simulator.errors import InputError
-from simulator.result import min_costs
+from simulator.model.errors import InputError
+from simulator.model.result import min_costs
 
 SMALL = 300  # max_nodes of the graphs built here: the tests stay fast
 

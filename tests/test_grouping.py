@@ -1,4 +1,4 @@
-"""simulator.grouping: acyclic contraction, output bookkeeping, placements back and forth."""
+"""simulator.grouping.group: acyclic contraction, output bookkeeping, placements back and forth."""
 
 import jax
 import jax.numpy as jnp
@@ -7,12 +7,12 @@ import numpy as np
 import optax
 import pytest
 
-from simulator.costs import annotate_costs
-from simulator.errors import InputError
-from simulator.generate import layered_dag
-from simulator.graph import make_graph
-from simulator.grouping import expand_placement, group, group_placement_from_ops
-from simulator.io import dumps_graph
+from simulator.model.costs import annotate_costs
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
+from simulator.model.graph import make_graph
+from simulator.grouping.group import expand_placement, group, group_placement_from_ops
+from simulator.model.io import dumps_graph
 
 
 def check_grouping(graph, gr):
@@ -135,7 +135,7 @@ def test_traced_training_step():
         u, s = tx.update(g, s, p)
         return optax.apply_updates(p, u), s
 
-    from simulator.trace import trace
+    from simulator.tracing.trace import trace
     graph = annotate_costs(trace(step, params, tx.init(params), jnp.ones((8, 10)), jnp.ones((8, 4))).graph,
                            ("k80",))
     for target in (None, 12, 3):
@@ -149,7 +149,7 @@ def test_traced_training_step():
 
 
 def critical_path_of(graph):
-    from simulator.result import critical_path
+    from simulator.model.result import critical_path
 
     return critical_path(graph, graph.cost_for(graph.kinds[0]))
 
@@ -197,8 +197,8 @@ def test_balance_limits_group_weight():
 def test_incremental_schedule_matches_recomputation(seed):
     """The exact label update of a contraction equals recomputing from scratch, and the critical path after
     contracting a and b is max(cp before, path_through(a, b))."""
-    from simulator.grouping import _op_weight
-    from simulator.quotient import Quotient
+    from simulator.grouping.group import _op_weight
+    from simulator.grouping.quotient import Quotient
 
     graph = layered_dag(150, seed=seed, kinds=("k80",))
     q = Quotient(graph, _op_weight(graph, None))
@@ -258,7 +258,7 @@ def test_joined_names_reach_the_target_and_keep_colocation():
         u, s = tx.update(jax.grad(loss)(p), s, p)
         return optax.apply_updates(p, u), s
 
-    from simulator.trace import trace
+    from simulator.tracing.trace import trace
     graph = annotate_costs(trace(step, params, tx.init(params), jnp.ones((4, 6))).graph, ("k80",))
     kept = group(graph, 2, max_cp_growth=10.0)
     assert kept.report.stopped == "colocation" and kept.graph.n_nodes > 2
@@ -279,7 +279,7 @@ def test_a_graph_mixing_kind_costs_and_plain_costs_keeps_its_kinds_when_grouped(
     "has no costs for device kind 'k80' (it has: none)" (issue 41)."""
     from placeto.methods.gdp.config import tiny
     from placeto.methods.gdp.place import placing_task
-    from simulator.cluster import cluster_preset
+    from simulator.model.cluster import cluster_preset
 
     nodes = [{"name": n, "op": "x", "cost": c, "out_bytes": [1e8]}
              for n, c in zip("abcd", [{"k80": 10.0, "cpu": 30.0}, 20.0, 5.0, 1.0])]

@@ -1,5 +1,5 @@
-"""simulator.hardware (and lowering, plans, timing, host_devices, synthetic_kernels) / simulator.calibrate /
-placeto.evaluate: placed execution on real (host) devices.
+"""simulator.hardware.dispatch (and lowering, plans, timing, host_devices, synthetic_kernels) / simulator.measure.calibrate /
+placeto.harness.evaluate: placed execution on real (host) devices.
 
 The hardware checks run in a subprocess started with XLA_FLAGS for 2 host devices (this process may have
 started JAX with one device already); it prints a JSON report the tests below assert on. Nothing they assert
@@ -20,15 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.calibration import add_calibrate_arguments
-from placeto.evaluate import (EvalRow, add_eval_arguments, agreement, concordance, dispatch_order, format_agreement,
+from placeto.harness.calibration import add_calibrate_arguments
+from placeto.harness.evaluate import (EvalRow, add_eval_arguments, agreement, concordance, dispatch_order, format_agreement,
                               run_eval, simulation_cluster, spearman)
 from simulator import make_graph, save_graph, save_placement
-from simulator.cluster import Cluster, Device, load_cluster
-from simulator.errors import InputError
-from simulator.generate import layered_dag
-from simulator.timing import Timing
-from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, _with_flags
+from simulator.model.cluster import Cluster, Device, load_cluster
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
+from simulator.hardware.timing import Timing
+from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS, _with_flags
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,16 +37,17 @@ pytestmark = pytest.mark.xdist_group("test_hardware")
 
 SCRIPT = textwrap.dedent('''
     import contextlib, io, json, sys, time
-    from simulator.host_devices import ensure_host_devices
+    from simulator.hardware.devices import ensure_host_devices
     ensure_host_devices(2)  # XLA_FLAGS already asks for 2: this adds the single-thread flags
     import jax, jax.numpy as jnp, numpy as np, optax
     from simulator import make_graph, save_graph, save_placement
-    from simulator import hardware as hw, host_devices, lowering, plans
-    from simulator.errors import InputError
-    from simulator.grouping import group
-    from simulator.importer import trace_import
-    from placeto.calibration import add_calibrate_arguments, run_calibrate
-    from placeto.evaluate import add_eval_arguments, run_eval
+    from simulator.hardware import dispatch as hw, devices as host_devices, plans
+    from simulator.tracing import lowering
+    from simulator.model.errors import InputError
+    from simulator.grouping.group import group
+    from simulator.tracing.importer import trace_import
+    from placeto.harness.calibration import add_calibrate_arguments, run_calibrate
+    from placeto.harness.evaluate import add_eval_arguments, run_eval
     import argparse
 
     TX = optax.adam(1e-2)
@@ -106,7 +107,7 @@ SCRIPT = textwrap.dedent('''
                            "allclose": all(bool(np.allclose(a, b, rtol=1e-5, atol=1e-6))
                                            for a, b in zip(jax.tree.leaves(out), jax.tree.leaves(reference)))}
     try:
-        from simulator.calibrate import profile_plan
+        from simulator.measure.calibrate import profile_plan
         profile_plan(one)
         report["one_stage"]["profile"] = None
     except InputError as e:
@@ -178,9 +179,9 @@ SCRIPT = textwrap.dedent('''
 
     # a zoo program (a small nmt family graph): staged plans on 1 and 2 devices equal jax.jit(step); then
     # `placeto eval --hardware --devices cpu:1,cpu:0` on it (devices listed out of order)
-    from placeto.cli import main as placeto_main
-    from placeto.evaluate import program_of, staged_order
-    from placeto.zoo.registry import build_program_from_data
+    from placeto.cli.main import main as placeto_main
+    from placeto.harness.evaluate import program_of, staged_order
+    from simulator.workloads.zoo.registry import build_program_from_data
     from simulator import load_graph
     zoo_path = f"{ROOT}/datasets/nmt/nmt_002.json.gz"
     zoo = load_graph(zoo_path)
@@ -214,13 +215,13 @@ SCRIPT = textwrap.dedent('''
 # timed: synthetic kernels should take about the recorded costs (a serial test: nothing else may run beside it)
 SYNTHETIC = textwrap.dedent('''
     import json
-    from simulator.host_devices import ensure_host_devices
+    from simulator.hardware.devices import ensure_host_devices
     ensure_host_devices(2)
     import numpy as np
     from simulator import make_graph
-    from simulator.calibrate import profile_plan
-    from simulator.cluster import Cluster, Device
-    from placeto.evaluate import hardware_runner
+    from simulator.measure.calibrate import profile_plan
+    from simulator.model.cluster import Cluster, Device
+    from placeto.harness.evaluate import hardware_runner
 
     costs = [1000.0, 2000.0, 4000.0, 8000.0]  # a cost-only chain
     nodes = [{"name": f"n{i}", "cost": c, "out_bytes": [4096]} for i, c in enumerate(costs)]
@@ -491,8 +492,8 @@ def test_eval_simulate_only(tmp_path, capsys):
 def test_ensure_host_devices_before_and_after_jax_starts():
     code = textwrap.dedent('''
         import jax  # imported, but no backend started yet
-        from simulator.errors import InputError
-        from simulator.host_devices import ensure_host_devices
+        from simulator.model.errors import InputError
+        from simulator.hardware.devices import ensure_host_devices
         ensure_host_devices(3)
         print(len(jax.devices()))
         try:
@@ -509,12 +510,12 @@ def test_ensure_host_devices_before_and_after_jax_starts():
 
 
 def test_interleaved_timing_rotates_the_order_warms_each_step_and_pauses_the_collector(monkeypatch):
-    """simulator.timing.time_interleaved: after the warm-up of every plan, round r starts at plan r mod P; each
+    """simulator.hardware.timing.time_interleaved: after the warm-up of every plan, round r starts at plan r mod P; each
     timed step follows `settle` untimed steps of the same plan, back to back: the collector runs before the
     untimed steps, not between them and the timed one, and is off while they all run."""
     import gc
 
-    import simulator.timing as H
+    import simulator.hardware.timing as H
 
     calls = []
     monkeypatch.setattr(H, "run_plan", lambda plan, threads=True: calls.append((plan, gc.isenabled())))
@@ -532,7 +533,7 @@ def test_interleaved_timing_rotates_the_order_warms_each_step_and_pauses_the_col
 
 
 def test_parse_device_spec():
-    from simulator.host_devices import parse_device_spec, spec_text
+    from simulator.hardware.devices import parse_device_spec, spec_text
 
     assert parse_device_spec("2") == 2 and parse_device_spec(3) == 3
     assert parse_device_spec("gpu:0,cpu:0") == (("gpu", 0), ("cpu", 0))
@@ -550,7 +551,7 @@ def test_parse_device_spec():
 
 
 def test_bad_device_spec_on_the_command_line_is_one_line_exit_2(capsys):
-    from placeto.cli import main
+    from placeto.cli.main import main
 
     with pytest.raises(SystemExit) as e:
         main(["calibrate", "--out", "c.json", "--devices", "cpu:0,tpu"])
@@ -560,7 +561,7 @@ def test_bad_device_spec_on_the_command_line_is_one_line_exit_2(capsys):
 
 
 def test_staged_order_is_topological_and_keeps_devices_together():
-    from placeto.evaluate import staged_order
+    from placeto.harness.evaluate import staged_order
 
     g = layered_dag(80, seed=5)
     placement = np.random.default_rng(1).integers(0, 2, g.n_nodes).astype(np.int32)
@@ -589,7 +590,7 @@ def test_simulation_cluster_keeps_a_kind_per_device():
 
 
 def test_default_local_spec_without_gpus_is_two_host_devices(monkeypatch):
-    from simulator.host_devices import default_local_spec
+    from simulator.hardware.devices import default_local_spec
 
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
     assert default_local_spec() == 2 and default_local_spec(3) == 3
@@ -597,8 +598,8 @@ def test_default_local_spec_without_gpus_is_two_host_devices(monkeypatch):
 
 def test_unit_order_repairs_an_order_that_is_not_topological():
     from programs import mlp_step
-    from simulator.lowering import unit_order, unit_programs
-    from simulator.trace import trace
+    from simulator.tracing.lowering import unit_order, unit_programs
+    from simulator.tracing.trace import trace
 
     step, *args = mlp_step()
     units = unit_programs(trace(step, *args))
@@ -615,16 +616,17 @@ def test_unit_order_repairs_an_order_that_is_not_topological():
 
 CHANGED_TRACE = textwrap.dedent('''
     import sys
-    from simulator.host_devices import ensure_host_devices
+    from simulator.hardware.devices import ensure_host_devices
     ensure_host_devices(4)
     import jax, numpy as np
     sys.path.insert(0, sys.argv[1])
     from programs import mlp_step
-    from simulator import hardware as hw, host_devices, lowering, plans
-    from simulator.grouping import group
-    from simulator.trace import trace
-    from placeto.evaluate import dispatch_order
-    from simulator.cluster import Cluster, Device
+    from simulator.hardware import dispatch as hw, devices as host_devices, plans
+    from simulator.tracing import lowering
+    from simulator.grouping.group import group
+    from simulator.tracing.trace import trace
+    from placeto.harness.evaluate import dispatch_order
+    from simulator.model.cluster import Cluster, Device
     step, *args = mlp_step((8, 32, 32, 32, 4), batch=8)
     reference = jax.jit(step)(*args)
     traced = trace(step, *args)

@@ -4,14 +4,14 @@ device, Spearman with its n, the refit table's columns, and eval's flag combinat
 import numpy as np
 import pytest
 
-from placeto.agreement import EvalRow, versus_single
-from placeto.calibration import Concurrency, concurrency_line
-from placeto.cli import main
-from placeto.evaluate import summary_lines
+from simulator.measure.agreement import EvalRow, versus_single
+from placeto.harness.calibration import Concurrency, concurrency_line
+from placeto.cli.main import main
+from placeto.harness.evaluate import summary_lines
 from simulator import save_graph, save_placement
-from simulator.fit import Fit, format_fit
-from simulator.generate import layered_dag
-from simulator.timing import timing_of
+from simulator.measure.fit import Fit, format_fit
+from simulator.model.generate import layered_dag
+from simulator.hardware.timing import timing_of
 
 
 def _row(name, simulated_ms, measured_ms):
@@ -72,7 +72,7 @@ def test_summary_lines_find_the_single_device_placement_and_print_spearman_with_
 
 
 def test_summary_lines_set_the_fastest_placement_against_plain_jit_and_say_what_host_devices_are():
-    from placeto.plain_jit import PlainJit, rig_line
+    from simulator.hardware.plain_jit import PlainJit, rig_line
 
     rows = [_row("one.json", 20.0, 30.0), _row("P/rr.json", 15.0, 24.0)]
     placements = [np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)]

@@ -2,7 +2,7 @@
 resolved) is an edge of the module graph; a strongly connected component of more than one module is a cycle.
 
 `from pkg import name` is an edge to `pkg.name` when that is a module, else to `pkg`; a package's __init__.py is
-the package module. A string constant that names a module ("pkg.mod", or "pkg.mod:Name" as placeto.workers'
+the package module. A string constant that names a module ("pkg.mod", or "pkg.mod:Name" as placeto.rollouts.workers'
 worker kinds) is an edge too: it is loaded with importlib (the method registry, the rollout workers), and a
 dependency loaded by name is still a dependency. Importing `a.b.c` also runs `a` and `a.b`, but those edges are not counted: a package
 __init__ that imports its own submodules would otherwise close a loop with every submodule that imports a
@@ -143,8 +143,9 @@ def test_import_resolution_on_a_synthetic_package(tmp_path):
 
 METHODS = ("placeto.methods.placeto", "placeto.methods.gdp", "placeto.methods.rnn", "placeto.methods.hierarchical")
 # the only modules outside a method's package that import one: the registry (it loads them all), the per-graph
-# methods' spec lookup (rnn and hierarchical share their run directory code), and Placeto's policy-guided search
-REACH_INTO_METHODS = {"placeto.methods.registry", "placeto.methods.pergraph_specs", "placeto.search.guided"}
+# methods' spec lookup (rnn and hierarchical share their run directory code), and the demo (it shows the default
+# policy's own guided placement)
+REACH_INTO_METHODS = {"placeto.methods.registry", "placeto.methods.sequence.specs", "placeto.cli.demo"}
 
 
 def _method_of(module: str) -> str | None:

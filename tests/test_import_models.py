@@ -23,8 +23,8 @@ import numpy as np
 import optax
 import pytest
 
-from simulator.errors import InputError
-from simulator.trace import Source, trace
+from simulator.model.errors import InputError
+from simulator.tracing.trace import Source, trace
 
 # its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
 pytestmark = pytest.mark.xdist_group("test_import_models")
@@ -63,7 +63,7 @@ def check_slots(traced, slots_per_param: int) -> None:
 @pytest.fixture(scope="module")
 def example(tmp_path_factory):
     """`placeto import-jax` run in examples/ as a user would (the folder not on sys.path), with --export."""
-    from placeto.cli import main
+    from placeto.cli.main import main
 
     out = tmp_path_factory.mktemp("example")
     argv = ["import-jax", "flax_trainstate:train_step", "--args-spec", "flax_trainstate:example_args",
@@ -87,7 +87,7 @@ def example(tmp_path_factory):
 
 
 def test_trainstate_example_imports_from_its_folder(example):
-    from simulator.io import load_graph
+    from simulator.model.io import load_graph
 
     out, code, printed = example
     assert code == 0, printed
@@ -114,8 +114,8 @@ def test_docs_show_the_example_file():
 
 def _exported_example(example):
     """(Traced step, grouped graph, its exported bundle, op values, the step's array outputs by jax.jit)."""
-    from simulator import export, lowering
-    from simulator.io import load_graph
+    from simulator.tracing import export, lowering
+    from simulator.model.io import load_graph
 
     out, _, _ = example
     sys.path.insert(0, str(EXAMPLES))
@@ -135,7 +135,8 @@ def _exported_example(example):
 
 def test_exported_program_computes_the_step(example):
     """The exported units, run on the example's real arguments, give what jax.jit of the step gives."""
-    from simulator import export, hardware
+    from simulator.tracing import export
+    from simulator.hardware import dispatch as hardware
 
     traced, grouped, bundle, values, want = _exported_example(example)
     plan = export.bundle_plan(bundle, values, np.arange(grouped.n_nodes) % 2, jax.devices()[:1] * 2)
@@ -149,7 +150,7 @@ def test_staged_exported_units_compute_the_step(example):
     """plans.units_plan(stages=True) on the exported units computes the step, step after step, also when two
     device indices name one physical device (a device_put there returns the very array, so received copies must
     not be donated)."""
-    from simulator import hardware, plans
+    from simulator.hardware import dispatch as hardware, plans
 
     _, grouped, bundle, values, want = _exported_example(example)
     for placement in (np.zeros(grouped.n_nodes, int), np.arange(grouped.n_nodes) % 2):
@@ -166,7 +167,7 @@ def test_staged_exported_units_compute_the_step(example):
 def test_eval_and_profile_run_from_the_files_alone(example, tmp_path):
     """In a folder holding only the grouped graph, its .export.zip, placements and a cluster: no module."""
     from simulator import load_graph, save_placement
-    from simulator.cluster import Cluster, Device, save_cluster
+    from simulator.model.cluster import Cluster, Device, save_cluster
 
     out, code, _ = example
     for name in ("mlp.grouped.json.gz", "mlp.grouped.export.zip"):
@@ -177,7 +178,7 @@ def test_eval_and_profile_run_from_the_files_alone(example, tmp_path):
     save_cluster(Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 5.0, 10.0, 1e4),
                  tmp_path / "c.json")
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
-    run = lambda *argv: subprocess.run([sys.executable, "-m", "placeto.cli", *argv], cwd=tmp_path, env=env,  # noqa
+    run = lambda *argv: subprocess.run([sys.executable, "-m", "placeto.cli.main", *argv], cwd=tmp_path, env=env,  # noqa
                                        capture_output=True, text=True, timeout=240)
     ev = run("eval", "mlp.grouped.json.gz", "--placement", "one.json", "rr.json", "--hardware", "--cluster",
              "c.json", "--repeats", "1", "--warmup", "1")
@@ -195,8 +196,8 @@ def test_eval_and_profile_run_from_the_files_alone(example, tmp_path):
 def test_damaged_exported_programs_are_one_line_errors(example, tmp_path):
     import zipfile
 
-    from simulator import export
-    from simulator.io import load_graph
+    from simulator.tracing import export
+    from simulator.model.io import load_graph
 
     out, _, _ = example
     graph = load_graph(out / "mlp.grouped.json.gz")

@@ -10,12 +10,12 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from placeto.cli import main
+from placeto.cli.main import main
 from simulator import cluster_preset, load_graph, load_placement, save_graph
-from simulator.cluster import load_cluster, save_cluster
-from simulator.errors import InputError
-from simulator.generate import layered_dag
-from simulator.io import from_networkx, graph_to_dict, save_placement, to_networkx
+from simulator.model.cluster import load_cluster, save_cluster
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
+from simulator.model.io import from_networkx, graph_to_dict, save_placement, to_networkx
 
 GOOD = {
     "format": "placeto-graph", "version": 1, "name": "tiny", "meta": {"family": "test"},
@@ -178,6 +178,6 @@ def test_cluster_file_round_trip_and_errors(tmp_path, capsys):
 
 def test_cli_subprocess_prints_no_traceback(tmp_path):
     path = write(tmp_path, mutate(lambda d: d["edges"].append({"src": "c", "dst": "a", "out": 0})))
-    proc = subprocess.run([sys.executable, "-m", "placeto.cli", "graph", "info", path], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "placeto.cli.main", "graph", "info", path], capture_output=True, text=True)
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "has a cycle" in proc.stderr and "Traceback" not in proc.stderr

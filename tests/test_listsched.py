@@ -7,16 +7,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.baselines import _listsched as ls
+from placeto.baselines.listsched import problem as ls
 from placeto.baselines import run_method
-from placeto.baselines._baechi_reference import baechi_etf, baechi_sct
+from placeto.baselines.listsched.baechi_reference import baechi_etf, baechi_sct
 from placeto.baselines.etf import etf, etf_schedule
 from placeto.baselines.heft import heft_schedule
 from placeto.baselines.m_sct import favourite_children, m_sct
 from placeto.baselines.m_topo import m_topo
 from simulator import Cluster, Device, cluster_preset, load_graph, make_graph
-from simulator.engine import simulate
-from simulator.generate import layered_dag
+from simulator.engine.fast import simulate
+from simulator.model.generate import layered_dag
 
 ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "experiments" / "reference" / "baechi_public_placers.csv"

@@ -24,7 +24,7 @@ def test_every_method_exports_one_method_as_the_registry_lists_it():
 
 
 def test_listing_the_methods_loads_none_of_them():
-    code = ("import sys, placeto.methods.registry as r, placeto.compare; r.names(); "
+    code = ("import sys, placeto.methods.registry as r, placeto.harness.compare; r.names(); "
             "print(sorted(m for m in sys.modules if m.startswith(('placeto.methods.', 'jax', 'flax'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     loaded = eval(out)

@@ -1,4 +1,4 @@
-"""placeto.on_hardware / `placeto place --hardware`: profile, calibrate, place, run, keep the fastest measured."""
+"""placeto.harness.on_hardware / `placeto place --hardware`: profile, calibrate, place, run, keep the fastest measured."""
 
 import json
 import os
@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.on_hardware import RIG_COLUMN, Candidate, Outcome, Recheck, pick, report
-from placeto.plain_jit import PlainJit, rig_line
-from simulator.cluster import Cluster, Device, save_cluster
-from simulator.timing import timing_of
-from simulator.host_devices import HOST_DEVICE_FLAG
+from placeto.harness.on_hardware import RIG_COLUMN, Candidate, Outcome, Recheck, pick, report
+from simulator.hardware.plain_jit import PlainJit, rig_line
+from simulator.model.cluster import Cluster, Device, save_cluster
+from simulator.hardware.timing import timing_of
+from simulator.hardware.devices import HOST_DEVICE_FLAG
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -77,7 +77,7 @@ def test_a_speedup_beyond_the_devices_concurrency_is_flagged():
     """Devices that run independent work 1.14x as fast as one cannot make a placement 3x faster by running at
     once: such a speedup is flagged (place --hardware measures it again), and if it holds the report says the gain
     is not from concurrency; within SPEEDUP_SLACK of the concurrency it is noise, not flagged."""
-    from placeto.calibration import SPEEDUP_SLACK, Concurrency, beyond_concurrency
+    from placeto.harness.calibration import SPEEDUP_SLACK, Concurrency, beyond_concurrency
 
     serial = Concurrency(2, 1.14, 2, 0.3, "cpu")
     assert beyond_concurrency(3.0, serial) and not beyond_concurrency(1.14 * SPEEDUP_SLACK, serial)
@@ -97,8 +97,8 @@ def test_a_speedup_beyond_the_devices_concurrency_is_flagged():
                           recheck=gone, flagged=first))
     assert ("1.15x the single device's speed on fresh steps" in text and "measured again: the first fresh steps "
             "gave 3.00x, beyond the 1.14x the devices' measured concurrency allows") in text and "BEYOND" not in text
-    from placeto.agreement import EvalRow
-    from placeto.evaluate import summary_lines
+    from simulator.measure.agreement import EvalRow
+    from placeto.harness.evaluate import summary_lines
 
     rows = [EvalRow("one.json", 300.0, timing_of([300.0] * 3)), EvalRow("etf.json", 200.0, timing_of([100.0] * 3))]
     lines = summary_lines(rows, [np.zeros(4, np.int32), np.array([0, 1, 0, 1], np.int32)], serial)
@@ -121,7 +121,7 @@ def test_place_hardware_end_to_end(tmp_path, monkeypatch):
     env = dict(os.environ, PYTHONPATH=str(ROOT), XLA_FLAGS=flags, JAX_PLATFORMS="cpu",
                PLACETO_CACHE=str(tmp_path / "cache"), PLACETO_MAX_LOAD_PER_CORE="1000")  # (a busy test machine
     #                                                   would make every profile one taken under load)
-    argv = [sys.executable, "-m", "placeto.cli", "place", str(graph), "--hardware", "--devices", "2", "--cluster",
+    argv = [sys.executable, "-m", "placeto.cli.main", "place", str(graph), "--hardware", "--devices", "2", "--cluster",
             str(tmp_path / "c.json"), "--candidates", "etf,m-sct", "--seconds", "0.2", "--top", "1", "--repeats", "2",
             "--out", str(tmp_path / "p.json"), "--plot", str(tmp_path / "p.png")]
     first = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=400)
@@ -140,7 +140,9 @@ def test_place_hardware_end_to_end(tmp_path, monkeypatch):
     # the next `place --hardware` (the process rig: a profile taken on one core) finds the profile in the cache
     import jax
 
-    from placeto import on_hardware, profiling
+    from placeto.harness import on_hardware
+
+    from simulator.measure import graph_profile as profiling
     from simulator import load_graph
 
     def measured_again(*args, **kwargs):

@@ -1,14 +1,14 @@
-"""placeto.plain_jit: the plain jax.jit of a graph's step, timed in a fresh process with JAX's defaults."""
+"""simulator.hardware.plain_jit: the plain jax.jit of a graph's step, timed in a fresh process with JAX's defaults."""
 
 import pytest
 
-from placeto import plain_jit
-from placeto.plain_jit import PlainJit, combined, parse_child, plain_env, plain_line, plain_platform, rig_line
-from simulator.errors import InputError
-from simulator.graph import make_graph
-from simulator.timing import timing_of
-from simulator.host_devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
-from simulator.io import save_graph
+from simulator.hardware import plain_jit
+from simulator.hardware.plain_jit import PlainJit, combined, parse_child, plain_env, plain_line, plain_platform, rig_line
+from simulator.model.errors import InputError
+from simulator.model.graph import make_graph
+from simulator.hardware.timing import timing_of
+from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
+from simulator.model.io import save_graph
 
 TINY_MLP = {"kind": "mlp", "kwargs": {"depth": 2, "width": 16, "batch": 8, "in_features": 16, "classes": 4}}
 
@@ -65,8 +65,8 @@ def test_measure_times_an_exported_step(tmp_path):
     import jax
 
     from programs import mlp_step
-    from simulator.export import export_path, export_program
-    from simulator.trace import trace
+    from simulator.tracing.export import export_path, export_program
+    from simulator.tracing.trace import trace
 
     step, *args = mlp_step()
     traced = trace(step, *args)
@@ -104,7 +104,7 @@ def test_bad_inputs_are_one_line(tmp_path, capsys):
         plain_jit.measure(tmp_path / "g.json", timeout_s=0)
     assert plain_jit.main([str(tmp_path / "missing.json")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("placeto.plain_jit: error: ") and len(err.strip().splitlines()) == 1
+    assert err.startswith("simulator.hardware.plain_jit: error: ") and len(err.strip().splitlines()) == 1
     with pytest.raises(SystemExit) as e:
         plain_jit.main([str(tmp_path / "g.json"), "--steps", "0"])
     assert e.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1

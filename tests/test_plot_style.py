@@ -1,4 +1,4 @@
-"""The method -> colour map (placeto.plot_style): every method name the code can put in a plot has its own colour,
+"""The method -> colour map (placeto.harness.plot_style): every method name the code can put in a plot has its own colour,
 no two colours are hard to tell apart, learned methods are set apart, unknown names get distinct fallbacks."""
 
 import ast
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto import plot_style
+from placeto.harness import plot_style
 
 ROOT = Path(__file__).resolve().parent.parent
 # module-level lists of method names in the experiments that plot methods (read from their source, not imported:
@@ -57,7 +57,7 @@ def _tuple_names(path: Path, function: str) -> list[str]:
 
 
 def _candidate_names() -> list[str]:
-    """The literal names placeto.on_hardware gives its candidates (`Candidate("single device", ...)`)."""
+    """The literal names placeto.harness.on_hardware gives its candidates (`Candidate("single device", ...)`)."""
     tree = ast.parse((ROOT / "placeto" / "on_hardware.py").read_text())
     return [c.args[0].value for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "") ==
             "Candidate" and c.args and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)]
@@ -66,8 +66,8 @@ def _candidate_names() -> list[str]:
 def plotted_names() -> set[str]:
     """Every method name a plot can show, computed from the code."""
     from placeto.baselines import METHODS
-    from placeto.compare import LEARNED, PER_GRAPH
-    from placeto.demo import simple_placements
+    from placeto.harness.compare import LEARNED, PER_GRAPH
+    from placeto.cli.demo import simple_placements
     from placeto.methods import registry
 
     names = set(METHODS) | set(LEARNED) | set(PER_GRAPH) | set(registry.all_variants()) | set(registry.names())
@@ -85,7 +85,7 @@ def test_every_plotted_name_has_its_own_colour():
     assert {"single device", "placeto-finetuned", "gdp fine-tuned", "round-robin", "random-search", "uniform",
             "policy-x"} <= names
     unnamed = sorted(n for n in names if plot_style.canonical(n) is None)
-    assert not unnamed, f"no colour in placeto.plot_style.COLORS for {unnamed}"
+    assert not unnamed, f"no colour in placeto.harness.plot_style.COLORS for {unnamed}"
     # distinct names that are not spellings of one method have distinct colours
     methods = {plot_style.canonical(n) for n in names}
     assert len({plot_style.color(m) for m in methods}) == len(methods)
@@ -106,7 +106,7 @@ def test_colours_are_far_apart():
 
 def test_learned_set_apart():
     from placeto.baselines import METHODS
-    from placeto.compare import LEARNED, PER_GRAPH
+    from placeto.harness.compare import LEARNED, PER_GRAPH
 
     assert all(plot_style.is_learned(m) for m in (*LEARNED, *PER_GRAPH))
     assert not any(plot_style.is_learned(m) for m in METHODS)

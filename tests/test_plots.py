@@ -7,10 +7,10 @@ import matplotlib
 import numpy as np
 import pytest
 
-from placeto.plots_train import MAX_NAMED, PLACETO, SEQUENCE, _curves_figure, _read, family_spread, plot_run
+from placeto.harness.plots_train import MAX_NAMED, PLACETO, SEQUENCE, _curves_figure, _read, family_spread, plot_run
 from simulator import cluster_preset, simulate
-from simulator.errors import InputError
-from simulator.generate import layered_dag
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
 from simulator.plots import gantt, gantt_figure
 
 matplotlib.use("Agg")
@@ -147,14 +147,14 @@ def test_plot_of_few_graphs_names_each_and_the_held_out_ones(tmp_path):
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["g00", "g01", "g02"]
     plt.close(fig)
     (tmp_path / "selection.json").write_text(json.dumps({"validation": "80 tasks (validation_tasks)"}))
-    from placeto.plots_train import _held_out
+    from placeto.harness.plots_train import _held_out
 
     assert "80 tasks" in _held_out(tmp_path) and "none recorded" in _held_out(tmp_path / "nothing")
     assert plot_run(tmp_path, None)[0].stat().st_size > 1000
 
 
 def _timing(median_us, spread_us):
-    from simulator.timing import Timing
+    from simulator.hardware.timing import Timing
 
     return Timing(median_us, median_us - spread_us, median_us + spread_us, median_us - 2 * spread_us,
                   median_us + 2 * spread_us, np.array([median_us]))
@@ -164,8 +164,8 @@ def test_agreement_plot_colours_placements_by_method(tmp_path):
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_hex
 
-    from placeto import plot_style
-    from placeto.evaluate import EvalRow, _agreement_figure, plot_agreement
+    from placeto.harness import plot_style
+    from placeto.harness.evaluate import EvalRow, _agreement_figure, plot_agreement
 
     rows = [EvalRow("/p/nmt_004.2dev.etf.json", 4100, _timing(5200, 200)),
             EvalRow("single device", 6000, _timing(4700, 50)), EvalRow("mine.json", 3000, None),

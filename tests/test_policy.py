@@ -10,7 +10,7 @@ from placeto import features as F
 from placeto.methods.placeto.config import tiny
 from placeto.methods.placeto.policy import TRACES, make_policy
 from simulator import cluster_preset
-from simulator.generate import layered_dag
+from simulator.model.generate import layered_dag
 
 CFG = tiny(max_devices=6)
 

@@ -1,5 +1,5 @@
 """Every shipped policy places a task in seconds as it places the same task in microseconds: scaling every cost and
-byte of a graph and cluster by 10^k (k = -3 and 3, simulator.scaling.scale_units) leaves its zero-shot placement
+byte of a graph and cluster by 10^k (k = -3 and 3, simulator.model.scaling.scale_units) leaves its zero-shot placement
 unchanged (placeto.features normalises times by the graph's cost unit and the runtime, sizes by the bandwidth
 and the capacities)."""
 
@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.generated import build, gen_specs
+from simulator.workloads.generated import build, gen_specs
 from placeto.policies import shipped_policies
 from simulator import cluster_preset, load_graph
-from simulator.scaling import scale_units
+from simulator.model.scaling import scale_units
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTORS = [1e-3, 1e3]  # six orders of magnitude apart, both far from the recorded units

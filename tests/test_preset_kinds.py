@@ -8,16 +8,16 @@ import json
 import numpy as np
 import pytest
 
-from placeto.cli import main
-from placeto.families import ANALYTIC_KINDS, COST_KINDS, DATASETS
+from placeto.cli.main import main
+from simulator.workloads.families import ANALYTIC_KINDS, COST_KINDS, DATASETS
 from simulator import InputError, cluster_preset, load_graph, save_graph, save_placement, simulate
-from simulator.cluster import PRESETS
-from simulator.costs import SPECS, annotate_costs
-from simulator.generate import layered_dag
-from simulator.importer import import_step
-from simulator.io import dumps_graph
-from simulator.reference import simulate_reference
-from simulator.scaling import scale_units
+from simulator.model.cluster import PRESETS
+from simulator.model.costs import SPECS, annotate_costs
+from simulator.model.generate import layered_dag
+from simulator.tracing.importer import import_step
+from simulator.model.io import dumps_graph
+from simulator.engine.reference import simulate_reference
+from simulator.model.scaling import scale_units
 
 NEW_KINDS = ("h100-pcie", "h200-nvlink")  # presets whose kinds (h100-pcie, h200) import-jax did not write
 STEP = '''

@@ -1,4 +1,4 @@
-"""simulator.process_rig / rig_plans / rig_worker / concurrency_check: placed steps on one worker process per device.
+"""simulator.hardware.rig.pool / rig_plans / rig_worker / concurrency_check: placed steps on one worker process per device.
 
 No GPU; a rig of 2 workers starts in about 2 s (a fresh interpreter importing jax each). Timings are not asserted
 here (experiments/benchmarks/rig_concurrency.py measures them): only that the numbers exist.
@@ -17,14 +17,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import jax  # noqa: E402
 
 from programs import mlp_step  # noqa: E402
-from simulator import concurrency_check, lowering, plans  # noqa: E402
-from simulator.errors import InputError  # noqa: E402
-from simulator.grouping import group  # noqa: E402
-from simulator.process_rig import ProcessRig, RigError, worker_flags  # noqa: E402
-from simulator.rig_plans import to_rig  # noqa: E402
-from simulator.rig_worker import Run  # noqa: E402
-from simulator.timing import time_interleaved  # noqa: E402
-from simulator.trace import trace  # noqa: E402
+from simulator.measure import concurrency as concurrency_check  # noqa: E402
+from simulator.tracing import lowering
+from simulator.hardware import plans
+from simulator.model.errors import InputError  # noqa: E402
+from simulator.grouping.group import group  # noqa: E402
+from simulator.hardware.rig.pool import ProcessRig, RigError, worker_flags  # noqa: E402
+from simulator.hardware.rig.plans import to_rig  # noqa: E402
+from simulator.hardware.rig.worker import Run  # noqa: E402
+from simulator.hardware.timing import time_interleaved  # noqa: E402
+from simulator.tracing.trace import trace  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +123,7 @@ def test_a_killed_worker_is_an_error_not_a_hang():
 
 def test_a_stuck_worker_times_out(program):
     """Worker 1 waits for a batch worker 0 never sends: the worker's own wait times out, then the rig says so."""
-    from simulator.rig_worker import Recv, Slot
+    from simulator.hardware.rig.worker import Recv, Slot
 
     with ProcessRig(2, timeout_s=1.0) as r:
         name = r.block(64)
@@ -199,7 +201,7 @@ def test_a_plans_first_stage_compiles_once():
     cache keyed on that: a one-stage placement's warm-up doubled)."""
     import jax.numpy as jnp
 
-    from simulator import rig_worker
+    from simulator.hardware.rig import worker as rig_worker
 
     def stage(token, x):
         return token, x + 1.0
@@ -219,7 +221,7 @@ def test_a_plans_first_stage_compiles_once():
 
 def test_time_interleaved_times_a_rig_plan_and_reports_every_step():
     """Anything with run_step() is timed as a Plan is; reporting_steps sees every step interleaved_steps counts."""
-    from simulator.timing import interleaved_steps, reporting_steps
+    from simulator.hardware.timing import interleaved_steps, reporting_steps
 
     class Counted:
         runs = 0
@@ -235,7 +237,7 @@ def test_time_interleaved_times_a_rig_plan_and_reports_every_step():
 
 
 def test_one_core_pins_every_thread_and_restores():
-    from simulator.process_rig import free_cores, one_core
+    from simulator.hardware.rig.pool import free_cores, one_core
 
     before = os.sched_getaffinity(0)
     with one_core() as core:
@@ -246,8 +248,8 @@ def test_one_core_pins_every_thread_and_restores():
 
 
 def test_rig_choice_errors_are_one_line(tmp_path, capsys):
-    from placeto.cli import main
-    from placeto.evaluate import start_rig
+    from placeto.cli.main import main
+    from placeto.harness.evaluate import start_rig
 
     with pytest.raises(InputError, match="unknown rig 'fibers'"):
         start_rig("fibers", jax.devices()[:1])
@@ -261,11 +263,11 @@ def test_rig_choice_errors_are_one_line(tmp_path, capsys):
 
 
 def test_graph_contention_runs_the_whole_step_alone_and_beside_itself(rig, program):
-    """placeto.rig_gantt.graph_contention: the whole step on worker 0 alone and while worker 1 runs it too; both
+    """simulator.measure.rig_step.graph_contention: the whole step on worker 0 alone and while worker 1 runs it too; both
     stage times measured, the factor is their ratio - 1 (not below 0), and both plans are freed afterwards."""
     from types import SimpleNamespace
 
-    from placeto.rig_gantt import graph_contention
+    from simulator.measure.rig_step import graph_contention
 
     traced, grouping, values, _ = program
     dev = jax.devices()[0]
@@ -287,7 +289,7 @@ def test_graph_contention_runs_the_whole_step_alone_and_beside_itself(rig, progr
 
 
 def test_worker_env_adds_the_malloc_settings_and_keeps_the_callers():
-    from simulator.process_rig import WORKER_MALLOC, worker_env
+    from simulator.hardware.rig.pool import WORKER_MALLOC, worker_env
 
     env = worker_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4:glibc.cpu.x86_ibt=0", "XLA_FLAGS": ""})
     tunables = env["GLIBC_TUNABLES"].split(":")

@@ -1,4 +1,4 @@
-"""simulator.profile: measured per-node times on the local backend."""
+"""simulator.measure.profile: measured per-node times on the local backend."""
 
 import jax
 import jax.numpy as jnp
@@ -6,9 +6,9 @@ import numpy as np
 import optax
 import pytest
 
-import simulator.profile as profile
-from simulator.errors import InputError
-from simulator.trace import trace
+import simulator.measure.profile as profile
+from simulator.model.errors import InputError
+from simulator.tracing.trace import trace
 
 from programs import mlp_step
 

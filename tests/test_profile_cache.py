@@ -1,17 +1,19 @@
-"""placeto.profile_cache and the profile step of `place --hardware` (placeto.on_hardware.ensure_profile): profiles
+"""simulator.measure.profile_cache and the profile step of `place --hardware` (placeto.harness.on_hardware.ensure_profile): profiles
 cached per graph, device, host and JAX version, never written into the graph file unless asked; a profile taken
 under load is measured again; a damaged entry is ignored with one warning line. No device is measured: the
-measurement (placeto.profiling.profile) is replaced by a stand-in that records what it was asked."""
+measurement (simulator.measure.graph_profile.profile) is replaced by a stand-in that records what it was asked."""
 
 import platform
 
 import numpy as np
 import pytest
 
-from placeto import cluster_cache, on_hardware, profile_cache, profiling
-from simulator.io import load_graph, save_graph
-from simulator.profile import with_measured
-from simulator.step_profile import ATTRIBUTION
+from simulator.measure import cluster_cache, profile_cache, graph_profile as profiling
+
+from placeto.harness import on_hardware
+from simulator.model.io import load_graph, save_graph
+from simulator.measure.profile import with_measured
+from simulator.measure.step_profile import ATTRIBUTION
 
 
 class FakeCpu:
@@ -97,7 +99,7 @@ def test_other_host_or_jax_or_damage_is_not_used(cache, tmp_path, monkeypatch, c
     assert profile_cache.stale(how, key) is None
     # a profile whose unscoped kernels went to their operand's unit (before the users-first rule) is taken again
     assert "older rule" in profile_cache.stale({k: v for k, v in how.items() if k != "attribution"}, key)
-    # a CPU profile taken with fusion across units (before simulator.plans.materialises) no longer holds
+    # a CPU profile taken with fusion across units (before simulator.hardware.plans.materialises) no longer holds
     assert "materialised" in profile_cache.stale({k: v for k, v in how.items() if k != "materialised"}, key)
     assert profile_cache.stale({**how, "platform": "gpu", "materialised": False}, key) is None
     assert profile_cache.stale({**how, "host": "elsewhere"}, key) == "is from another host"
@@ -121,9 +123,9 @@ def test_eval_hardware_uses_the_cached_calibration(cache, capsys):
     """eval --hardware's cluster is place --hardware's cached calibration (nothing is calibrated here)."""
     import argparse
 
-    from placeto.evaluate import eval_cluster
-    from simulator.cluster import Cluster, Device, load_cluster, save_cluster
-    from simulator.host_devices import local_devices
+    from placeto.harness.evaluate import eval_cluster
+    from simulator.model.cluster import Cluster, Device, load_cluster, save_cluster
+    from simulator.hardware.devices import local_devices
 
     path = cluster_cache.cluster_cache_path(local_devices(1))
     path.parent.mkdir(parents=True)
@@ -135,8 +137,8 @@ def test_eval_hardware_uses_the_cached_calibration(cache, capsys):
 
 def test_rig_costs_are_keyed_by_the_workers_malloc_settings(cache, monkeypatch):
     """Rig costs measured on workers that return freed memory to the kernel are not another rig's costs."""
-    from simulator import process_rig
-    from simulator.host_devices import local_devices
+    from simulator.hardware.rig import pool as process_rig
+    from simulator.hardware.devices import local_devices
 
     devices = local_devices(1)
     now = cluster_cache.rig_costs_path(devices)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from placeto.plain_jit import plain_env
+from simulator.hardware.plain_jit import plain_env
 from readme_commands import code_blocks, commands, placeto_invocation
 
 # one worker runs every block (`make test`: --dist loadgroup), in order, in one scratch directory: the calibration
@@ -146,7 +146,7 @@ def test_docs_exist_and_have_commands():
 
 
 def test_documented_flags_exist():
-    from placeto.cli import build_parser
+    from placeto.cli.main import build_parser
 
     root = build_parser()
     bad = []
@@ -161,7 +161,7 @@ def test_documented_flags_exist():
 
 
 def test_flag_check_catches_a_wrong_flag():
-    from placeto.cli import build_parser
+    from placeto.cli.main import build_parser
 
     parser, used = resolve(build_parser(), ["simulate", "G.json"])
     known = {s for a in parser._actions for s in a.option_strings}
@@ -220,7 +220,7 @@ def quoted_default_errors(text: str, where: str, root: argparse.ArgumentParser) 
 
 
 def test_quoted_defaults_are_the_parsers():
-    from placeto.cli import build_parser
+    from placeto.cli.main import build_parser
 
     root = build_parser()
     found = [m for path in [README, *DOCS] for m in QUOTED_DEFAULT.finditer(path.read_text())]
@@ -230,7 +230,7 @@ def test_quoted_defaults_are_the_parsers():
 
 
 def test_quoted_default_check_catches_a_wrong_default():
-    from placeto.cli import build_parser
+    from placeto.cli.main import build_parser
 
     root = build_parser()
     assert not quoted_default_errors("`--max-cp-growth` percent (default 5)", "x", root)

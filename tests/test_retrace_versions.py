@@ -11,18 +11,18 @@ import jax
 import numpy as np
 import pytest
 
-import placeto.families as families
-import placeto.zoo
-from placeto.cli import main
-from placeto.families import GraphSpec, build_graph, retrace
-from simulator.errors import InputError
-from simulator.graph import make_graph
-from simulator.io import load_graph, save_graph, save_placement
-from simulator.retrace_map import make_monotone, op_keys, quotient_acyclic, scope
+import simulator.workloads.families as families
+import simulator.workloads.zoo
+from placeto.cli.main import main
+from simulator.workloads.families import GraphSpec, build_graph, retrace
+from simulator.model.errors import InputError
+from simulator.model.graph import make_graph
+from simulator.model.io import load_graph, save_graph, save_placement
+from simulator.tracing.retrace_map import make_monotone, op_keys, quotient_acyclic, scope
 
 SPEC = GraphSpec("tiny_rnnlm", "rnnlm", {"seed": 0, "layers": 1, "steps": 2, "batch": 4, "hidden": 8,
                                          "vocab": 16}, target_groups=12)
-BUILD = placeto.zoo.build_program
+BUILD = simulator.workloads.zoo.build_program
 
 
 def perturbed_build(kind, **kwargs):
@@ -42,7 +42,7 @@ def files(tmp_path_factory):
     out = {"plain": root / "plain.json.gz", "perturbed": root / "perturbed.json.gz"}
     save_graph(build_graph(SPEC, "ptb")[0], out["plain"])
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(placeto.zoo, "build_program", perturbed_build)
+        mp.setattr(simulator.workloads.zoo, "build_program", perturbed_build)
         save_graph(build_graph(SPEC, "ptb")[0], out["perturbed"])
     return out
 
@@ -80,7 +80,7 @@ def test_same_trace_keeps_the_file_grouping(files, notes):
 def test_changed_trace_is_mapped_by_key(files, notes, monkeypatch, built, traced_with):
     graph = load_graph(files[built])
     if traced_with == "perturbed":
-        monkeypatch.setattr(placeto.zoo, "build_program", perturbed_build)
+        monkeypatch.setattr(simulator.workloads.zoo, "build_program", perturbed_build)
     traced, op_to_group = retrace(graph)
     check_mapping(graph, traced, op_to_group)
     n_file = len(graph.meta["grouping"]["op_to_group"])
@@ -96,12 +96,12 @@ def test_old_file_without_op_keys_is_regrouped_never_mapped_by_position(files, n
     grouping = {k: v for k, v in graph.meta["grouping"].items() if k not in ("op_keys", "jax_version")}
     old = dataclasses.replace(graph, meta={**graph.meta, "grouping": grouping})
     assert retrace(old)[1].tolist() == grouping["op_to_group"] and not notes  # same trace: unchanged
-    monkeypatch.setattr(placeto.zoo, "build_program", perturbed_build)
+    monkeypatch.setattr(simulator.workloads.zoo, "build_program", perturbed_build)
     traced, op_to_group = retrace(old)
     check_mapping(old, traced, op_to_group)
     assert len(notes) == 1 and "the file has no op keys: regrouped by the file's rules" in notes[0]
     assert "an unknown JAX" in notes[0] and "position" not in notes[0]
-    from simulator.grouping import group
+    from simulator.grouping.group import group
     assert op_to_group.tolist() == group(traced.graph, grouping["target_groups"]).op_to_group.tolist()
     no_rules = dataclasses.replace(old, meta={**old.meta, "grouping": {**grouping, "target_groups": None}})
     with pytest.raises(InputError, match=r"rebuild the graph under this JAX") as err:  # refused, not guessed
@@ -125,7 +125,7 @@ def test_unmappable_trace_regroups_or_fails_in_one_line(files, notes, monkeypatc
     graph = load_graph(files["plain"])
     grouping = dict(graph.meta["grouping"])
     grouping["op_keys"] = [f"other|f|X{i}|1:float32" for i in range(len(grouping["op_to_group"]))]
-    monkeypatch.setattr(placeto.zoo, "build_program", perturbed_build)
+    monkeypatch.setattr(simulator.workloads.zoo, "build_program", perturbed_build)
     unknown = dataclasses.replace(graph, meta={**graph.meta, "grouping": grouping})
     traced, op_to_group = retrace(unknown)  # nothing matches by key: regrouped with the file's rules
     check_mapping(graph, traced, op_to_group)
@@ -148,7 +148,7 @@ def test_profile_and_hardware_eval_of_a_changed_trace(files, monkeypatch, tmp_pa
     graph_file.write_bytes(files["plain"].read_bytes())
     placement = tmp_path / "single.json"
     save_placement(placement, np.zeros(load_graph(graph_file).n_nodes, dtype=np.int32), ["/gpu:0"])
-    monkeypatch.setattr(placeto.zoo, "build_program", perturbed_build)
+    monkeypatch.setattr(simulator.workloads.zoo, "build_program", perturbed_build)
     assert main(["profile", str(graph_file), "--repeats", "1", "--warmup", "0"]) == 0
     assert "re-traced under jax" in capsys.readouterr().err
     assert "local-cpu" in load_graph(graph_file).costs
@@ -162,7 +162,7 @@ def test_profile_and_hardware_eval_of_a_changed_trace(files, monkeypatch, tmp_pa
 
 def _dataflow(units):
     """{(producer unit, consumer unit)} of a program's units, read off their inputs and outputs."""
-    from simulator.trace import Source
+    from simulator.tracing.trace import Source
 
     made = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
     made.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
@@ -188,13 +188,13 @@ def _one_group_emptied(real_retrace):
 
 def test_runner_of_a_changed_trace_simulates_the_units_it_runs(files, monkeypatch):
     """A re-trace mapped onto the file's groups runs units whose dataflow is not the file's edges (ops moved, groups
-    emptied): the runner simulates the units' own (simulator.lowering.unit_graph), so the staged simulation of its
+    emptied): the runner simulates the units' own (simulator.tracing.lowering.unit_graph), so the staged simulation of its
     dispatch order has no cycle at 4 devices (it had, with the emptied group's stage first and the file's edges
     into it: jax 0.11.2 on files built under 0.10.2)."""
-    from placeto.evaluate import hardware_runner
-    from simulator.cluster import Cluster, Device
-    from simulator.lowering import unit_programs
-    from simulator.staged import RigCosts, simulate_staged
+    from placeto.harness.evaluate import hardware_runner
+    from simulator.model.cluster import Cluster, Device
+    from simulator.tracing.lowering import unit_programs
+    from simulator.engine.staged import RigCosts, simulate_staged
 
     monkeypatch.setattr(families, "retrace", _one_group_emptied(families.retrace))
     graph = load_graph(files["plain"]).with_costs("cpu", np.ones(load_graph(files["plain"]).n_nodes))

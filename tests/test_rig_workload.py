@@ -1,14 +1,14 @@
-"""simulator.rig_workload.fit_events: the process rig's costs recovered from the events they produced."""
+"""simulator.measure.rig_workload.fit_events: the process rig's costs recovered from the events they produced."""
 
 import numpy as np
 import pytest
 
 from simulator import make_graph
-from simulator.hardware import Task
-from simulator.rig_worker import Event
-from simulator.rig_workload import StepEvents, fit_events, placements
-from simulator.staged import RigCosts, stage_inputs, stage_outputs
-from simulator.trace import Source
+from simulator.hardware.dispatch import Task
+from simulator.hardware.rig.worker import Event
+from simulator.measure.rig_workload import StepEvents, fit_events, placements
+from simulator.engine.staged import RigCosts, stage_inputs, stage_outputs
+from simulator.tracing.trace import Source
 
 TRUE = RigCosts(launch_us=40.0, launch_us_per_input=7.0, launch_us_per_input_mb=300.0, launch_us_per_output_mb=150.0,
                 step_us=0.0, send_us=20.0, send_us_per_value=5.0, send_us_per_mb=50.0, recv_us=30.0, recv_us_per_value=9.0,

@@ -11,19 +11,19 @@ import jax
 import numpy as np
 import pytest
 
-from placeto.cli import main
-from placeto.methods import pergraph_place
+from placeto.cli.main import main
+from placeto.methods.sequence import place as pergraph_place
 from placeto.methods.hierarchical.config import HierarchicalConfig
 from placeto.methods.hierarchical.model import group_features
-from placeto.methods.op_embed import colocation_items, depth_first_order, op_inputs
-from placeto.methods.pergraph_specs import get_spec
-from placeto.methods.reinforce import Baseline, baseline_step, init_params, rewards, sample
+from placeto.methods.sequence.op_embed import colocation_items, depth_first_order, op_inputs
+from placeto.methods.sequence.specs import get_spec
+from placeto.methods.sequence.reinforce import Baseline, baseline_step, init_params, rewards, sample
 from placeto.methods.rnn.config import RnnConfig
-from placeto.methods.rundir import load_run, train
+from placeto.methods.sequence.rundir import load_run, train
 from placeto.objective import Scores
 from simulator import cluster_preset, save_graph, simulate
-from simulator.generate import layered_dag
-from simulator.graph import make_graph
+from simulator.model.generate import layered_dag
+from simulator.model.graph import make_graph
 
 LENGTH, COST, BYTES = 8, 1000.0, 760_000  # a transfer of BYTES takes 100 us on placeto-k80 (7,600 B/us)
 CLUSTER = cluster_preset("placeto-k80", 2)

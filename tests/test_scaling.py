@@ -1,4 +1,4 @@
-"""simulator.scaling.scale_units: simulated times scale by the factor, and the list schedulers etf and m-sct place
+"""simulator.model.scaling.scale_units: simulated times scale by the factor, and the list schedulers etf and m-sct place
 the scaled task exactly as the original (no unit-dependent constant)."""
 
 import dataclasses
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from placeto.baselines import run_method
-from placeto.generated import GEN_FAMILIES, build, gen_specs
+from simulator.workloads.generated import GEN_FAMILIES, build, gen_specs
 from simulator import cluster_preset, load_graph, simulate
-from simulator.cluster import Host
-from simulator.errors import InputError
-from simulator.scaling import scale_units
+from simulator.model.cluster import Host
+from simulator.model.errors import InputError
+from simulator.model.scaling import scale_units
 
 ROOT = Path(__file__).resolve().parent.parent
 FACTORS = [10.0 ** k for k in range(-3, 4)]

@@ -15,12 +15,13 @@ from placeto.methods.placeto.config import tiny
 from placeto.methods.placeto.place import load_policy_params
 from placeto.methods.registry import ship
 from placeto.policies import resolve_checkpoint, shipped_policies
-from placeto.search import guided, moves
-from placeto.search.sa import sa
+from placeto.methods.placeto import guided
+from placeto.baselines import moves
+from placeto.baselines.sa import sa
 from simulator import Cluster, Device, cluster_preset, simulate
-from simulator.cluster import GB
-from simulator.errors import InputError
-from simulator.generate import layered_dag
+from simulator.model.cluster import GB
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
 
 # its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
 pytestmark = pytest.mark.xdist_group("test_search")
@@ -94,7 +95,7 @@ def test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start():
 def test_sa_finds_the_two_chain_optimum():
     nodes = [{"name": f"{c}{i}", "op": "op", "cost": 100.0, "out_bytes": [64]} for c in "ab" for i in range(6)]
     edges = [(k * 6 + i, k * 6 + i + 1, 0) for k in range(2) for i in range(5)]
-    from simulator.graph import make_graph
+    from simulator.model.graph import make_graph
 
     g, cluster = make_graph("two_chains", nodes, edges), cluster_preset("placeto-k80", 2)
     p = sa(g, cluster, 0, budget=400)
@@ -205,7 +206,7 @@ def test_ship_resolve_and_load(run, tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("shipped", [p.name for p in shipped_policies()])
 def test_each_shipped_policy_places_a_test_graph(shipped):
-    from placeto.families import load_family
+    from simulator.workloads.families import load_family
 
     from placeto.methods.gdp.place import greedy_placement, is_gdp_checkpoint, load_run
 
@@ -238,8 +239,8 @@ def test_mixed_device_counts_and_init_from(run, tmp_path):
 
 @pytest.mark.skipif("general" not in [p.name for p in shipped_policies()], reason="no shipped general policy")
 def test_cli_policies_and_place_with_the_default_policy(tmp_path, capsys):
-    from placeto.cli import main
-    from placeto.families import load_family
+    from placeto.cli.main import main
+    from simulator.workloads.families import load_family
     from simulator import save_graph
 
     assert main(["policies"]) == 0

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from simulator import lower_bound, simulate, simulate_reference
-from simulator.cluster import Cluster, Device
-from simulator.graph import make_graph
+from simulator.model.cluster import Cluster, Device
+from simulator.model.graph import make_graph
 
 SIMULATORS = pytest.mark.parametrize("sim", [simulate, simulate_reference], ids=["engine", "reference"])
 
@@ -135,7 +135,7 @@ def host_cluster(n_dev: int, latency: float = 0.0, dispatch: float = 0.0, transf
                  shared: bool = True) -> Cluster:
     """The toy cluster (delta1 1, delta2 2, 1000 bytes/us) with a latency and one host shared by every device
     (or, not shared, one host per device) costing `dispatch` per op and `transfer` per transfer sent."""
-    from simulator.cluster import Host
+    from simulator.model.cluster import Host
 
     n_hosts = 1 if shared else n_dev
     return Cluster("toy-hosts", tuple(Device(f"/gpu:{i}", "k80", 1e9, f"h{i % n_hosts}") for i in range(n_dev)),

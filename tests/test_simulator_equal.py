@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from simulator import InputError, simulate, simulate_batch, simulate_reference
-from simulator.cluster import Cluster, Device, Host, cluster_preset
-from simulator.generate import layered_dag
-from simulator.graph import DEFAULT_KIND, Graph, make_graph
+from simulator.model.cluster import Cluster, Device, Host, cluster_preset
+from simulator.model.generate import layered_dag
+from simulator.model.graph import DEFAULT_KIND, Graph, make_graph
 
 
 def assert_same(fast, ref):

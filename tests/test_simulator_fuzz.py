@@ -3,7 +3,7 @@
 1. Random graphs, placements and clusters (with or without a latency and shared hosts), values drawn from 0,
    subnormals, ordinary numbers and up to 1e308: construction either rejects the input with an InputError or
    accepts it; then the fast engine and the reference either both reject it (the time bound of
-   simulator.limits) or both return, with equal results.
+   simulator.model.limits) or both return, with equal results.
 2. The compiled kernel itself, fed arrays no validation would pass (inf, NaN, negative times, device indices
    out of range, a placement of the wrong length): it returns, it never writes out of bounds (a segfault would
    take pytest down with it).
@@ -15,15 +15,15 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from simulator import InputError, simulate, simulate_batch, simulate_reference
-from simulator.cluster import Cluster, Device, Host
-from simulator.engine import _prepare, _simulate_one, _simulate_rows
-from simulator.graph import make_graph
-from simulator.limits import MAX_TIME_US
+from simulator.model.cluster import Cluster, Device, Host
+from simulator.engine.fast import _prepare, _simulate_one, _simulate_rows
+from simulator.model.graph import make_graph
+from simulator.model.limits import MAX_TIME_US
 from tests.test_simulator_equal import assert_same
 
 ORDINARY = st.one_of(st.floats(0, 1e6), st.integers(0, 10**6))
 ANY = st.sampled_from([0.0, 5e-324, 1e-320, 1e-3, 1.0, 7.5, 1e6, 1e12, 1e13, 1e18, 1e19, 1e300, 1e308])
-# The extremes each field accepts (simulator.limits), so that cases get past construction to the time bound.
+# The extremes each field accepts (simulator.model.limits), so that cases get past construction to the time bound.
 EDGES = {"cost": [0.0, 5e-324, 1e12], "bytes": [0.0, 5e-324, 1e18], "delta": [0.0, 5e-324, 1e9],
          "bandwidth": [1e-3, 1.0, 1e15]}
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -149,7 +149,7 @@ def test_the_reported_extremes_are_input_errors(cost, bandwidth):
 
 
 def test_the_time_bound_names_graph_and_cluster():
-    """Values each within its own limit whose sum would not be: the sum check of simulator.limits."""
+    """Values each within its own limit whose sum would not be: the sum check of simulator.model.limits."""
     graph = make_graph("big", [{"name": f"v{i}", "cost": 1e12, "out_bytes": [1e18]} for i in range(3)],
                        [(0, 1, 0), (1, 2, 0)])
     cluster = Cluster("slow", (Device("/0", "k80", 1e18), Device("/1", "k80", 1e18)), 1.0, 1.0, 1e-3)

@@ -7,8 +7,8 @@ import pytest
 
 from experiments.benchmarks.staged_refit import (committed, fixed_times, load_record, per_value_receives,
                                                  reproduced, resimulate, statistics)
-from placeto.boundary_costs import Observed
-from simulator.staged import RigCosts
+from simulator.measure.boundary_costs import Observed
+from simulator.engine.staged import RigCosts
 
 DUMP = Path(__file__).resolve().parents[1] / "experiments" / "results" / "benchmarks" / "staged_fidelity_dump"
 CACHED = RigCosts(launch_us=20.0, launch_us_per_input=5.0, step_us=100.0, send_us=40.0, send_us_per_value=10.0,

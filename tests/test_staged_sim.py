@@ -1,4 +1,4 @@
-"""simulator.staged: the stage graph of a placement (as simulator.plans cuts stages) and its simulation."""
+"""simulator.engine.staged: the stage graph of a placement (as simulator.hardware.plans cuts stages) and its simulation."""
 
 import dataclasses
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 
 from simulator import make_graph
-from simulator.cluster import Cluster, Device
-from simulator.errors import InputError
-from simulator.generate import layered_dag
-from simulator.staged import (RigCosts, default_holders, overlap, simulate_staged, simulate_staged_reference,
+from simulator.model.cluster import Cluster, Device
+from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
+from simulator.engine.staged import (RigCosts, default_holders, overlap, simulate_staged, simulate_staged_reference,
                               stage_graph, stage_inputs, stage_outputs, stage_runs)
 
 COSTS = RigCosts(launch_us=30.0, step_us=100.0, send_us=20.0, send_us_per_value=3.0, send_us_per_mb=200.0,
@@ -27,13 +27,15 @@ def _chain(costs, devices):
 
 
 def test_stage_graph_partition_equals_the_plans_stages():
-    """On a small traced training step, the stages of stage_graph are the tasks simulator.plans builds for the
+    """On a small traced training step, the stages of stage_graph are the tasks simulator.hardware.plans builds for the
     same placement and order (holders first, then consecutive units of a device)."""
     jax = pytest.importorskip("jax")
     from programs import mlp_step
 
-    from simulator import lowering, plans
-    from simulator.trace import trace
+    from simulator.tracing import lowering
+
+    from simulator.hardware import plans
+    from simulator.tracing.trace import trace
 
     traced = trace(*mlp_step())
     step, params, state, x = mlp_step()
@@ -143,9 +145,10 @@ def _mlp_runner():
     import jax
     from programs import mlp_step
 
-    from placeto.evaluate import HardwareRunner
-    from simulator import lowering, plans
-    from simulator.trace import trace
+    from placeto.harness.evaluate import HardwareRunner
+    from simulator.tracing import lowering
+    from simulator.hardware import plans
+    from simulator.tracing.trace import trace
 
     traced = trace(*mlp_step())
     step, params, state, x = mlp_step()
@@ -165,7 +168,7 @@ def test_the_runner_simulates_the_stages_its_plan_runs():
     """HardwareRunner.simulate (what eval --hardware prints on the process rig) simulates exactly the tasks
     HardwareRunner.plan builds: same partition, same devices, same result as from the plan's own order."""
     pytest.importorskip("jax")
-    from simulator.staged import plan_order
+    from simulator.engine.staged import plan_order
 
     runner, _ = _mlp_runner()
     rng = np.random.default_rng(1)
@@ -188,7 +191,7 @@ def test_simulate_and_measure_scales_the_costs_to_the_single_device_in_the_timed
     out); the placements simulated with the units' costs scaled to its median step in those rounds (scale_to),
     the stages as planned. Without rescale: no extra plan, the runner's own simulation."""
     pytest.importorskip("jax")
-    import simulator.timing as T
+    import simulator.hardware.timing as T
 
     import dataclasses
 
@@ -230,11 +233,11 @@ def test_simulate_and_measure_scales_the_costs_to_the_single_device_in_the_timed
 
 
 def test_a_cpu_stage_returns_every_value_its_units_make():
-    """On XLA:CPU (simulator.plans.materialises) a stage's compiled function also returns the values only its own
+    """On XLA:CPU (simulator.hardware.plans.materialises) a stage's compiled function also returns the values only its own
     units read, so none is fused away into (and recomputed inside) its consumers; the plan still hands on only
     what other stages and the step's outputs read."""
     jax = pytest.importorskip("jax")
-    from simulator.plans import materialises
+    from simulator.hardware.plans import materialises
 
     runner, units = _mlp_runner()
     assert materialises(jax.devices()[0])

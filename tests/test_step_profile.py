@@ -1,5 +1,5 @@
-"""simulator.step_profile (units' kernel time inside one compiled step), the fused-group rooflines of
-simulator.costs and the machine presets of simulator.cluster."""
+"""simulator.measure.step_profile (units' kernel time inside one compiled step), the fused-group rooflines of
+simulator.model.costs and the machine presets of simulator.model.cluster."""
 
 import gzip
 from pathlib import Path
@@ -10,11 +10,11 @@ import numpy as np
 import optax
 import pytest
 
-from simulator import costs
-from simulator.cluster import MACHINES, PRESETS, cluster_preset
-from simulator.lowering import leaf_values, unit_order, unit_programs
-from simulator.step_profile import attribute, instruction_units, profile_trace, profile_units, split_steps
-from simulator.trace import trace
+from simulator.model import costs
+from simulator.model.cluster import MACHINES, PRESETS, cluster_preset
+from simulator.tracing.lowering import leaf_values, unit_order, unit_programs
+from simulator.measure.step_profile import attribute, instruction_units, profile_trace, profile_units, split_steps
+from simulator.tracing.trace import trace
 
 from programs import mlp_step
 
@@ -170,9 +170,9 @@ def test_trailing_empty_groups_are_units_that_do_nothing(traced):
 
 def test_gpu_cpu_placement_with_nothing_on_the_cpu_costs_the_single_gpu():
     from simulator import simulate
-    from simulator.cluster import Cluster, Device, Host
-    from simulator.generate import layered_dag
-    from simulator.reference import simulate_reference
+    from simulator.model.cluster import Cluster, Device, Host
+    from simulator.model.generate import layered_dag
+    from simulator.engine.reference import simulate_reference
 
     gpu_us = _trace("rnnlm_l2_cmdbuf", "rnnlm_l2", 400).cost_us  # the H200's profiled costs, 400 units
     g = layered_dag(400, seed=0)

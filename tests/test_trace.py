@@ -1,4 +1,4 @@
-"""simulator.trace: a JAX training step -> op graph."""
+"""simulator.tracing.trace: a JAX training step -> op graph."""
 
 import re
 import textwrap
@@ -9,11 +9,11 @@ import numpy as np
 import optax
 import pytest
 
-from simulator.costs import CONTROL_FLOW_OPS
-from simulator.errors import InputError
-from simulator.io import dumps_graph, load_graph, save_graph
-from simulator.importer import trace_import
-from simulator.trace import INLINED, Source, equation_at, trace
+from simulator.model.costs import CONTROL_FLOW_OPS
+from simulator.model.errors import InputError
+from simulator.model.io import dumps_graph, load_graph, save_graph
+from simulator.tracing.importer import trace_import
+from simulator.tracing.trace import INLINED, Source, equation_at, trace
 
 
 def mlp_step_and_args(optimizer=None, batch=8, d_in=10, hidden=16, d_out=4):
@@ -135,7 +135,7 @@ def test_names_attrs_and_meta(mlp):
     assert any("transpose(jvp(" in g.attrs[i].get("name_stack", "") for i in range(g.n_nodes))
     assert g.meta["source"]["function"].endswith("mlp_step_and_args.<locals>.step")
     assert g.meta["jax_version"] == jax.__version__
-    assert not g.costs  # costs come from simulator.costs / simulator.profile
+    assert not g.costs  # costs come from simulator.model.costs / simulator.measure.profile
 
 
 def test_round_trip_and_determinism(tmp_path, mlp):
@@ -220,7 +220,7 @@ def test_trace_import_json_and_factory(tmp_path, monkeypatch):
 
 
 def test_check_arity_counts_defaults_varargs_and_keywords():
-    from simulator.importer import check_arity
+    from simulator.tracing.importer import check_arity
 
     def f(a, b=1, *rest):
         return a

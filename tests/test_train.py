@@ -11,10 +11,10 @@ from placeto.methods.placeto import gradient as PG
 from placeto.methods.placeto import train as T
 from placeto.methods.placeto.config import tiny
 from placeto.methods.placeto.place import load_params, place, place_graph
-from placeto.plots_train import plot_run
+from placeto.harness.plots_train import plot_run
 from simulator import cluster_preset, load_placement, simulate_reference
-from simulator.generate import layered_dag
-from simulator.graph import make_graph
+from simulator.model.generate import layered_dag
+from simulator.model.graph import make_graph
 
 
 def test_returns_to_go_matches_a_plain_loop():
@@ -114,11 +114,11 @@ def test_sigkilled_cli_run_resumes_when_rerun(tmp_path):
     import sys
     import time
 
-    from simulator.io import save_graph
+    from simulator.model.io import save_graph
 
     save_graph(layered_dag(24, seed=5), tmp_path / "g.json")
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "placeto.cli", "train", "--graph", str(tmp_path / "g.json"), "--devices", "2",
+    cmd = [sys.executable, "-m", "placeto.cli.main", "train", "--graph", str(tmp_path / "g.json"), "--devices", "2",
            "--out", str(out), "--config", "tiny", "--episodes", "200", "--set", "checkpoint_seconds=0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     metrics, deadline = out / "metrics.csv", time.time() + 300
@@ -201,8 +201,8 @@ def test_best_device_targets_weigh_the_moves():
 def test_resume_with_other_devices_is_one_line(tmp_path, capsys, method, trained, asked):
     """`train --devices 8` on a run trained at 4 devices refuses (it would train another task), naming the run
     and both counts, and writes nothing (gdp's tiny preset places on at most 4 devices)."""
-    from placeto.cli import main
-    from simulator.io import save_graph
+    from placeto.cli.main import main
+    from simulator.model.io import save_graph
 
     save_graph(layered_dag(12, seed=1), tmp_path / "g.json")
     run = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""placeto.warmup compiles the numba kernels that the common calls run: after it, none of them compiles anything
+"""placeto.cli.warmup compiles the numba kernels that the common calls run: after it, none of them compiles anything
 anew (a call with another array type, say a read-only or int64 placement, would compile a second variant)."""
 
 from pathlib import Path
@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 from numba.core import event
 
-from placeto import warmup
+from placeto.cli import warmup
 from placeto.baselines import run_method
 from simulator import cluster_preset, load_graph, simulate
-from simulator.engine import simulate_batch
+from simulator.engine.fast import simulate_batch
 
 ROOT = Path(__file__).resolve().parent.parent
 

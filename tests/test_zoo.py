@@ -1,4 +1,4 @@
-"""Tests for placeto.zoo: every program is a runnable, deterministic training step with named layers."""
+"""Tests for simulator.workloads.zoo: every program is a runnable, deterministic training step with named layers."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import jax
 import numpy as np
 import pytest
 
-from placeto import zoo
-from placeto.zoo import enas_cifar10, enas_ptb, inception_v3, nasnet, nmt, rnnlm
-from placeto.zoo.common import numpy_rng
+from simulator.workloads import zoo
+from simulator.workloads.zoo import enas_cifar10, enas_ptb, inception_v3, nasnet, nmt, rnnlm
+from simulator.workloads.zoo.common import numpy_rng
 
 TINY = {
     "cifar10": enas_cifar10.Cifar10Config.tiny(),

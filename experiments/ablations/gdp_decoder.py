@@ -34,7 +34,7 @@ def measure(graphs, devices, cache: Path) -> list[tuple[str, int, str, float, fl
     import jax
 
     from placeto.methods.gdp.decoder import decode
-    from placeto.methods.gdp.place import TIE_SEED
+    from placeto.methods.gdp.ppo import TIE_SEED
     from placeto.methods.gdp.ppo import _uniforms
     from simulator import cluster_preset, simulate
 
@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cache", type=Path, default=ROOT / "runs" / "gdp_scale_graphs", help="traced op graphs")
     p.add_argument("--out", type=Path, default=RESULTS / "gdp_decoder.md")
     args = p.parse_args(argv)
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     rows = measure(args.graphs.split(","), [int(d) for d in args.devices.split(",")], args.cache)
     command = " ".join(["python -m experiments.ablations.gdp_decoder", *(argv if argv is not None else sys.argv[1:])])

@@ -25,11 +25,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from placeto import coarsen  # noqa: E402
-from placeto.arguments import POSITIVE, OneLineParser, comma_list, float_in  # noqa: E402
+from placeto.cli.arguments import POSITIVE, OneLineParser, comma_list, float_in  # noqa: E402
 from placeto.objective import metered  # noqa: E402
-from placeto.search import guided  # noqa: E402
+from placeto.methods.placeto import guided  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
-from simulator.io import atomic_write_bytes, load_graph  # noqa: E402
+from simulator.model.io import atomic_write_bytes, load_graph  # noqa: E402
 
 OP_GRAPHS = {"nasnet": 8.0, "rnnlm_l8": 6.0, "nmt_l8": 16.0}  # wall seconds at 8 devices
 

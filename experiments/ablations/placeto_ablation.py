@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simulator import cluster_preset, load_graph, simulate  # noqa: E402
-from simulator.io import atomic_write_bytes  # noqa: E402
+from simulator.model.io import atomic_write_bytes  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "ablations"
 CSV = RESULTS / "placeto_ablation.csv"
@@ -99,10 +99,10 @@ def single_ms(graph, cluster) -> float:
 def run_family(variant: str, overrides: dict, fields: dict, seed: int, episodes: int, minutes: float, runs: Path,
                done: set) -> None:
     from placeto.methods.placeto.config import PlacetoConfig
-    from placeto.families import load_family
+    from simulator.workloads.families import load_family
     from placeto.methods.placeto.place import place
     from placeto.methods.placeto.train import train
-    from simulator.result import lower_bound
+    from simulator.model.result import lower_bound
 
     key = ("family", variant, str(seed))
     if key in done:
@@ -133,7 +133,7 @@ def run_pergraph(variant: str, overrides: dict, fields: dict, seed: int, graph_n
     from placeto.methods.placeto.config import PlacetoConfig
     from placeto.methods.placeto.place import place
     from placeto.methods.placeto.train import train
-    from simulator.result import lower_bound
+    from simulator.model.result import lower_bound
 
     key = ("pergraph", variant, str(seed), graph_name, str(devices))
     if key in done:
@@ -203,7 +203,7 @@ def report() -> None:
 
 
 def _single_ms_of_training_graphs() -> dict[str, float]:
-    from placeto.families import load_family
+    from simulator.workloads.families import load_family
 
     cluster = cluster_preset("placeto-k80", 4)
     return {g.name: single_ms(g, cluster) for g in load_family("nmt", "train")}

@@ -32,11 +32,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from placeto.arguments import COUNT, DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
-from placeto.compare import Row, compare, resolve_methods  # noqa: E402
-from placeto.families import load_family  # noqa: E402
-from simulator.errors import InputError  # noqa: E402
-from simulator.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
+from placeto.cli.arguments import COUNT, DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
+from placeto.harness.compare import Row, compare, resolve_methods  # noqa: E402
+from simulator.workloads.families import load_family  # noqa: E402
+from simulator.model.errors import InputError  # noqa: E402
+from simulator.model.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
 
 METHODS = ["etf", "local-search", "sa", "placeto", "placeto-search", "gdp", "gdp-search"]
 CLASSICAL = ["etf", "local-search", "sa"]  # the learned searches are judged against the best of these
@@ -48,7 +48,7 @@ FIELDS = ["graph", "n_devices", "seconds", "method", "runtime_us", "place_second
 def run(graphs, devices: list[int], budgets: list[float], methods: list[str], checkpoint: str | None,
         finetune: int, workers=None) -> tuple[list[dict], dict]:
     """(rows as dicts, traces {(graph, devices, seconds, method): ((s, calls, best_us), ...)}).
-    workers: a placeto.distributed.WorkerSpec: graphs in Ray tasks (one CPU each, so budgets stay comparable
+    workers: a placeto.rollouts.distributed.WorkerSpec: graphs in Ray tasks (one CPU each, so budgets stay comparable
     only while no two tasks share a core)."""
     rows, traces = [], {}
     for d in devices:
@@ -184,7 +184,7 @@ def overall(rows: list[dict]) -> list[str]:
 
 def plot_curves(traces: dict, rows: list[dict], path: Path, title: str, seconds: float) -> None:
     """Mean over graphs of best-so-far / best-of-all vs wall seconds (log, up to `seconds`) and vs simulator calls
-    (log), one row of panels per device count, in the methods' shared colours (placeto.plot_style: learned
+    (log), one row of panels per device count, in the methods' shared colours (placeto.harness.plot_style: learned
     methods thick and solid, classical ones dashed). traces: {(graph, devices, method): ((s, calls, best_us),
     ...)} of runs at one budget."""
     import matplotlib
@@ -192,7 +192,7 @@ def plot_curves(traces: dict, rows: list[dict], path: Path, title: str, seconds:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from placeto import plot_style
+    from placeto.harness import plot_style
 
     devices = sorted({k[1] for k in traces})
     fig, axes = plt.subplots(len(devices), 2, figsize=(12, 3.6 * len(devices) + 0.6), squeeze=False,
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "experiments" / "results" / "benchmarks"))
     p.add_argument("--replot", action="store_true",
                    help="only redraw the curves PNGs already in --out from the CSV and kept traces (no runs)")
-    from placeto.distributed import add_worker_arguments, spec_from_args
+    from placeto.rollouts.distributed import add_worker_arguments, spec_from_args
 
     add_worker_arguments(p, "graphs (one Ray task per graph, one CPU each)")
     args = p.parse_args(argv)

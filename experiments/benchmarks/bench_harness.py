@@ -1,13 +1,13 @@
-"""How much host time the placed-execution harness (simulator.hardware) adds to a training step (issue 29).
+"""How much host time the placed-execution harness (simulator.hardware.dispatch) adds to a training step (issue 29).
 
 For each graph (default: the rnnlm_l2 benchmark, 400 groups, and a small nmt family graph, nmt_002, 115 groups)
-it times, in one interleaved run (simulator.timing.time_interleaved, so load changes hit every variant alike):
+it times, in one interleaved run (simulator.hardware.timing.time_interleaved, so load changes hit every variant alike):
 
     plain jit          jax.jit(step) of the program on device 0: the reference (no harness)
     staged 1dev        program_plan(stages=True), every unit on device 0: one jitted stage, one dispatch
     per-unit 1dev      program_plan(stages=False): one jitted function per unit (the old harness), one thread
     staged 2dev        the 2-device placement (the benchmark's expert one, else round robin), dispatched in
-                       placeto.evaluate.staged_order: one stage per run of a device's units
+                       placeto.harness.evaluate.staged_order: one stage per run of a device's units
     per-unit 2dev      the same placement, one task per unit in simulated start order, one thread per device
 
 and checks that the staged plans' outputs equal the plain step's (allclose). Prints a table of median step
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
 
 DEFAULT_GRAPHS = ("datasets/benchmarks/rnnlm_l2.json.gz", "datasets/nmt/nmt_002.json.gz")
 
@@ -37,15 +37,15 @@ def bench_graph(path: Path, repeats: int) -> tuple[list[tuple[str, float, int, i
     import jax
     import numpy as np
 
-    from placeto.evaluate import dispatch_order, program_of, staged_order
-    from placeto.zoo.registry import build_program_from_data
+    from placeto.harness.evaluate import dispatch_order, program_of, staged_order
+    from simulator.workloads.zoo.registry import build_program_from_data
     from simulator import load_graph, load_placement
-    from simulator.cluster import Cluster, Device
-    from simulator.hardware import run_outputs
-    from simulator.lowering import leaf_values
-    from simulator.plans import program_plan
-    from simulator.timing import time_interleaved
-    from simulator.host_devices import local_devices
+    from simulator.model.cluster import Cluster, Device
+    from simulator.hardware.dispatch import run_outputs
+    from simulator.tracing.lowering import leaf_values
+    from simulator.hardware.plans import program_plan
+    from simulator.hardware.timing import time_interleaved
+    from simulator.hardware.devices import local_devices
 
     graph = load_graph(path)
     traced, op_to_group, args = program_of(graph)
@@ -88,7 +88,7 @@ def _plain_plan(step, args: tuple, devices):
     """A one-task Plan running the plain jitted step on device 0, so time_interleaved times it as the others."""
     import jax.numpy as jnp
 
-    from simulator.hardware import Plan, Task
+    from simulator.hardware.dispatch import Plan, Task
 
     def fn(token, *a):
         return token, step(*a)

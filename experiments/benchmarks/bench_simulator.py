@@ -21,8 +21,8 @@ import numba
 import numpy as np
 
 from simulator import cluster_preset, simulate, simulate_batch, simulate_reference
-from simulator import engine  # the bare kernel (_new_work, _run) is private; timed here on purpose
-from simulator.generate import layered_dag
+from simulator.engine import fast as engine  # the bare kernel (_new_work, _run) is private; timed here on purpose
+from simulator.model.generate import layered_dag
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "benchmarks" / "bench_simulator.md"
 

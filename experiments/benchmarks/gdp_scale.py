@@ -8,7 +8,7 @@ Graphs: the ungrouped op graphs of the benchmarks nmt_l8, rnnlm_l8 and nasnet (t
 --cache with their expert placements), and generated graphs of two structures at 10,000 and 50,000 nodes:
 `layered_dag` (wide random layers) and `branching_blocks` (a chain of fork/join blocks). Cluster: the
 placeto-k80 preset at 4 and 8 devices. Methods, each reusing the project's own (`placeto.baselines.run_method`,
-`placeto.compare.run_learned`, `placeto.methods.gdp.place`):
+`placeto.harness.compare.run_learned`, `placeto.methods.gdp.place`):
 
 - single, expert (the benchmarks' human placement: a layer per device; nasnet's is the single device), etf, m-sct;
 - local-search and gdp-search with the same wall time, --seconds S each (compilation apart);
@@ -94,7 +94,7 @@ def place(method: str, graph, cluster, seconds: float, checkpoint: str, seed: in
     docstring; `checkpoint`: the policy of gdp* rows, `seconds`: the wall time of the anytime ones). Raises
     placeto.baselines.NotApplicable where it does not apply."""
     from placeto.baselines import NotApplicable, run_method
-    from placeto.compare import run_learned
+    from placeto.harness.compare import run_learned
 
     if method in TARGET_1_ONLY and (graph.name not in OP_GRAPHS or cluster.n_devices != 8):
         raise NotApplicable("issue 32's first target only: the op graphs at 8 devices")
@@ -139,7 +139,7 @@ def variant_checkpoint(checkpoint: str, suffix: str, **changes) -> str:
     import shutil
 
     from placeto.policies import resolve_checkpoint
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     src = Path(str(resolve_checkpoint(checkpoint)))
     out = ROOT / "runs" / f"{src.name}_{suffix}"
@@ -191,7 +191,7 @@ def run_row(name: str, graph, n_devices: int, method: str, seconds: float, check
     time of the local-search-10k row of `rows` on the same graph and devices (run first) as its budget."""
     from placeto.baselines import NotApplicable
     from simulator import cluster_preset, simulate
-    from simulator.result import lower_bound
+    from simulator.model.result import lower_bound
 
     cluster = cluster_preset(PRESET, n_devices)
     base = dict(graph=name, nodes=graph.n_nodes, devices=n_devices, method=method,
@@ -221,7 +221,7 @@ def read_rows(path: Path) -> list[Result]:
 
 
 def write_rows(path: Path, rows: Sequence[Result]) -> None:
-    from simulator.io import atomic_write_csv
+    from simulator.model.io import atomic_write_csv
 
     atomic_write_csv(path, [dataclasses.asdict(r) for r in rows], [f.name for f in dataclasses.fields(Result)])
 
@@ -472,7 +472,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def write_markdown(args: argparse.Namespace, rows: Sequence[Result]) -> None:
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     done = {(r.graph, r.devices, r.method) for r in rows}
     missing = [k for k in grid(GRAPHS, DEVICES, METHODS) if k not in done]

@@ -20,14 +20,14 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from placeto.families import load_family
+from simulator.workloads.families import load_family
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.ppo import init_params, make_optimizer, make_task, ppo_step
 from placeto.objective import metered, score_batch
 from simulator import cluster_preset
-from simulator.generate import layered_dag
-from simulator.io import atomic_write_bytes
+from simulator.model.generate import layered_dag
+from simulator.model.io import atomic_write_bytes
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "benchmarks" / "gdp_throughput.md"
 

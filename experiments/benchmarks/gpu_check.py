@@ -5,10 +5,10 @@
 
 For each benchmark graph, on the first accelerator (the CPU when there is none):
 1. the plain `jax.jit` of the training step (what a user runs without placeto), median step time;
-2. the graph profiled inside the compiled step (placeto.profiling, method "step"): the sum of the units' costs
+2. the graph profiled inside the compiled step (simulator.measure.graph_profile, method "step"): the sum of the units' costs
    against the plain step (target: within 25%), beside the analytic fused-group roofline of the matching kind
    (h200 / h100 / a100 / v100 / "cpu") and the per-unit method's sum (each unit its own call, net of the floor);
-3. the single-device placement run by the staged harness (simulator.plans: one jitted stage per device run)
+3. the single-device placement run by the staged harness (simulator.hardware.plans: one jitted stage per device run)
    and by the per-unit harness (one call per unit), against the plain step (target on a GPU: within 1.3x), all
    timed in interleaved rounds (with the 2-device placement of 4.) so a change in load hits them alike;
 4. a 2-device placement run for real: GPU + host CPU on a GPU machine (the 2017 paper's setting), 2 host devices
@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (before jax)
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (before jax)
 
 
 def _accelerator():
@@ -46,7 +46,7 @@ def _accelerator():
 
 
 def _analytic_kind(device) -> str:
-    from simulator.costs import SPECS
+    from simulator.model.costs import SPECS
 
     if device.platform == "cpu":
         return "cpu"
@@ -58,16 +58,16 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     """Every figure of one benchmark graph (see the module docstring)."""
     import jax
 
-    from placeto.profiling import graph_program
-    from placeto.zoo.registry import build_program_from_data
-    from simulator.calibrate import profile_plan
-    from placeto.cluster_cache import cached_cluster
-    from simulator.hardware import run_plan
-    from simulator.lowering import unit_order
-    from simulator.plans import units_plan
-    from simulator.host_devices import kind_of
-    from simulator.io import load_graph
-    from simulator.step_profile import profile_units
+    from simulator.measure.graph_profile import graph_program
+    from simulator.workloads.zoo.registry import build_program_from_data
+    from simulator.measure.calibrate import profile_plan
+    from simulator.measure.cluster_cache import cached_cluster
+    from simulator.hardware.dispatch import run_plan
+    from simulator.tracing.lowering import unit_order
+    from simulator.hardware.plans import units_plan
+    from simulator.hardware.devices import kind_of
+    from simulator.model.io import load_graph
+    from simulator.measure.step_profile import profile_units
 
     row: dict = {"graph": name}
     graph = load_graph(ROOT / "datasets" / "benchmarks" / f"{name}.json.gz")
@@ -134,7 +134,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
 def interleaved_us(runs: dict, repeats: int) -> dict:
     """Median microseconds of each blocking callable, timed in rounds of one call each (the order rotating by
     round, the garbage collector paused), after two untimed calls each (the first compiles)."""
-    from simulator.timing import gc_paused
+    from simulator.hardware.timing import gc_paused
 
     for fn in runs.values():
         fn()
@@ -196,8 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     ensure_host_devices(2)
     device = _accelerator()
-    from simulator.host_devices import kind_of
-    from simulator.io import atomic_write_bytes
+    from simulator.hardware.devices import kind_of
+    from simulator.model.io import atomic_write_bytes
 
     log = lambda s: print(s, flush=True)  # noqa: E731
     rows = []

@@ -32,12 +32,12 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.benchmarks.anytime import CLASSICAL, SEARCHES as LEARNED  # noqa: E402  (the table this reads)
 from placeto.baselines.local_search import local_search  # noqa: E402
-from placeto.families import load_family  # noqa: E402
+from simulator.workloads.families import load_family  # noqa: E402
 from placeto.objective import metered, score_batch  # noqa: E402
-from placeto.search.sa import sa  # noqa: E402
+from placeto.baselines.sa import sa  # noqa: E402
 from simulator import cluster_preset  # noqa: E402
-from simulator.errors import InputError  # noqa: E402
-from simulator.io import atomic_write_bytes, atomic_write_csv  # noqa: E402
+from simulator.model.errors import InputError  # noqa: E402
+from simulator.model.io import atomic_write_bytes, atomic_write_csv  # noqa: E402
 
 SEARCHES = (("local-search", local_search, 0), ("local-search", local_search, 1), ("sa", sa, 0))
 FIELDS = ["graph", "n_devices", "search", "seed", "calls", "objective_us", "seconds"]

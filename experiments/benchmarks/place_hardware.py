@@ -3,7 +3,7 @@
     python -m experiments.benchmarks.place_hardware   # 2 host devices -> results/benchmarks/place_hardware.md
     python -m experiments.benchmarks.place_hardware --families nmt --devices 2 --seconds 1
 
-For every test graph (a copy under --work, so the shipped files are not touched): placeto.on_hardware profiles
+For every test graph (a copy under --work, so the shipped files are not touched): placeto.harness.on_hardware profiles
 it on the local devices (inside the compiled step), calibrates them (cached), places it with etf, m-sct and
 local search, runs the best `--top` and the single device for real and keeps the fastest measured. Then the kept
 placement and the single device are measured again, in a fresh interleaved run: the check is that the kept
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (before jax)
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (before jax)
 
 
 def test_graphs(family: str) -> list[Path]:
@@ -32,8 +32,8 @@ def test_graphs(family: str) -> list[Path]:
 
 
 def run_one(path: Path, work: Path, devices: int, seconds: float, top: int, repeats: int) -> dict:
-    from placeto.on_hardware import place_on_hardware
-    from simulator.io import load_graph
+    from placeto.harness.on_hardware import place_on_hardware
+    from simulator.model.io import load_graph
 
     copy = work / path.name
     if not copy.exists():
@@ -66,7 +66,7 @@ def markdown(rows: list[dict], args: argparse.Namespace, machine: str) -> str:
              f"Command: `python -m experiments.benchmarks.place_hardware --families {args.families} "
              f"--devices {args.devices} "
              f"--seconds {args.seconds:g} --top {args.top} --repeats {args.repeats}`: `placeto place --hardware` "
-             f"(placeto.on_hardware) on {args.devices} local devices of this machine, then the kept placement and "
+             f"(placeto.harness.on_hardware) on {args.devices} local devices of this machine, then the kept placement and "
              f"the single device re-measured in a fresh interleaved run. Times in ms (medians of {args.repeats} "
              f"steps). Measured on {machine}.", "",
              f"**{len(rows)} graphs: the kept placement was measured slower than the single device beyond its IQR "
@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "experiments" / "results" / "benchmarks" / "place_hardware.md"))
     args = p.parse_args(argv)
     ensure_host_devices(args.devices)
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)

@@ -47,12 +47,12 @@ def main(argv: list[str] | None = None) -> None:
 
     from placeto.methods.placeto import env as E
     from placeto.methods.placeto.config import PlacetoConfig, parse_overrides
-    from placeto.families import load_family
+    from simulator.workloads.families import load_family
     from placeto.methods.placeto.gradient import make_grad_fn, make_optimizer
     from placeto.methods.placeto.policy import make_policy
     from placeto.methods.placeto.train import _make_apply, _update, init_state
     from simulator import cluster_preset
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     cluster = cluster_preset("placeto-k80", a.devices)
     graphs = load_family("nmt", "train")[:a.graphs]

@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from placeto.distributed import WorkerSpec, start
-from placeto.families import load_family
+from placeto.rollouts.distributed import WorkerSpec, start
+from simulator.workloads.families import load_family
 from simulator import cluster_preset
-from simulator.io import atomic_write_bytes
+from simulator.model.io import atomic_write_bytes
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "benchmarks" / "ray_throughput.md"
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
              "Rate: Placeto episodes (of 8 per update) or gdp placements (of 512 per update) per second of "
              f"training, from metrics.csv after {2 * len(graphs)} warm-up updates (start-up and compilation "
              "excluded; rollouts, learner and parameter broadcast included). `--workers N` runs the rollouts in N "
-             "Ray actors (placeto.distributed); equal seeds give the same checkpoint for every N. Rollout share: "
+             "Ray actors (placeto.rollouts.distributed); equal seeds give the same checkpoint for every N. Rollout share: "
              "Placeto's rollout time over rollout + learner time (metrics.csv rollout_s, grad_s): the part workers "
              "can speed up, hence the bound on the speed-up (1 / (1 - share + share / N), share at 1 worker; "
              "it assumes N free cores).", "",

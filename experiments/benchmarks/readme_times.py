@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results" / "benchmarks" / "readme_times.md"
-PLACETO = [sys.executable, "-m", "placeto.cli"]
+PLACETO = [sys.executable, "-m", "placeto.cli.main"]
 
 
 class Timed(NamedTuple):
@@ -42,8 +42,8 @@ class Timed(NamedTuple):
 
 
 COMMANDS = {c.name: c for c in (
-    Timed("demo", (sys.executable, "-m", "placeto.demo", "--out", "{tmp}/demo_out"),
-          "README.md, `make demo` (`python -m placeto.demo --out demo_out`)", ("cold", "warm")),
+    Timed("demo", (sys.executable, "-m", "placeto.cli.demo", "--out", "{tmp}/demo_out"),
+          "README.md, `make demo` (`python -m placeto.cli.demo --out demo_out`)", ("cold", "warm")),
     Timed("train", (*PLACETO, "train", "--family", "nmt", "--devices", "4", "--out", "{tmp}/runs/nmt",
                     "--episodes", "400"),
           "README.md and docs/commands.md: `placeto train --family nmt --devices 4 --out runs/nmt --episodes 400`",

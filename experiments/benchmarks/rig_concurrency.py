@@ -2,10 +2,10 @@
 
 Issue 40, item 3: JAX's host "devices" of one process are labels over one shared thread pool (two jitted chains of
 700x700 matmuls on cpu:0 and cpu:1 overlapped 1.16x on this 2-core machine), so a placement over them cannot be
-measured faster than one device. In one run, interleaved round by round (simulator.concurrency_check.measure):
+measured faster than one device. In one run, interleaved round by round (simulator.measure.concurrency.measure):
 
     host devices      one process, --xla_force_host_platform_device_count=D, XLA threading off: a chain per device
-    process rig       simulator.process_rig: one worker process per device, its own single-core JAX client
+    process rig       simulator.hardware.rig.pool: one worker process per device, its own single-core JAX client
     process rig, pinned   the same, worker d pinned to core d (os.sched_setaffinity)
     numpy threads     D Python threads doing the same matmuls in NumPy, BLAS single-threaded: the ceiling
 
@@ -14,7 +14,7 @@ take turns. The target (issue 40): the process rig >= 1.8x at 2 devices.
 
 With --graph G (and --methods, --placement P.json ...): also placed steps of G (its zoo program), every placement and the single
 device (every unit on device 0) on both rigs, interleaved in one set of rounds: the threads rig (this process's
-host devices, staged as placeto.evaluate.HardwareRunner runs them) and the process rig with each device's units
+host devices, staged as placeto.harness.evaluate.HardwareRunner runs them) and the process rig with each device's units
 kept together (`staged`, few stages) or in simulated start order (`simulated`, more and shorter stages). The
 simulation cluster is the calibration `place --hardware` cached for these devices (calibrated now if none), the
 profile the one-core one `place --hardware --rig processes` uses (both rigs are simulated with it).
@@ -40,7 +40,7 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
 
 OUT = ROOT / "experiments" / "results" / "benchmarks" / "rig_concurrency.md"
 
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     ensure_host_devices(args.devices)  # before jax: D host devices, XLA threading off
     import jax
 
-    from simulator import concurrency_check as cc
-    from simulator.process_rig import ProcessRig
+    from simulator.measure import concurrency as cc
+    from simulator.hardware.rig.pool import ProcessRig
 
     load_before = os.getloadavg()
     with ProcessRig(args.devices) as rig, ProcessRig(args.devices, pin=True) as pinned:
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.size}x{args.size}", "",
              f"{command}; {os.cpu_count()} cores; 1-minute load {load_before[0]:.2f} before, {load_after[0]:.2f} "
              f"after; jax {jax.__version__}; medians of {args.rounds} interleaved rounds "
-             "(simulator.concurrency_check.measure). speedup = one after the other / all at once "
+             "(simulator.measure.concurrency.measure). speedup = one after the other / all at once "
              f"({args.devices}x: fully concurrent; 1x: taking turns).", "",
              "| way | together ms | one after the other ms | speedup |", "|---|---:|---:|---:|"]
     for name, o in result.items():
@@ -108,13 +108,13 @@ def placed_section(args: argparse.Namespace) -> list[str]:
     """Markdown lines: the placed steps of --graph (see the module docstring)."""
     import numpy as np
 
-    from placeto.cluster_cache import cached_cluster
-    from placeto.evaluate import hardware_runner
-    from placeto.on_hardware import ensure_profile
+    from simulator.measure.cluster_cache import cached_cluster
+    from placeto.harness.evaluate import hardware_runner
+    from placeto.harness.on_hardware import ensure_profile
     from simulator import simulate
-    from simulator.host_devices import local_devices
-    from simulator.io import load_graph, load_placement
-    from simulator.timing import time_interleaved, timing_of
+    from simulator.hardware.devices import local_devices
+    from simulator.model.io import load_graph, load_placement
+    from simulator.hardware.timing import time_interleaved, timing_of
 
     graph = load_graph(args.graph)
     devices = local_devices(args.devices)
@@ -124,7 +124,7 @@ def placed_section(args: argparse.Namespace) -> list[str]:
     placements.update((Path(p).name, load_placement(p, graph, args.devices).assignment) for p in args.placement)
     methods = [m for m in args.methods.split(",") if m]
     if methods:
-        from placeto.on_hardware import rank_candidates
+        from placeto.harness.on_hardware import rank_candidates
 
         ranked, _ = rank_candidates(graph, cluster, methods, args.seconds)
         placements.update((c.name, c.placement) for c in ranked if c.name != "single device")

@@ -5,14 +5,14 @@ For one small traced graph per family (cifar10, ptb, nmt; built here, as `datase
 benchmark models (nmt_l2, rnnlm_l2), on host CPU devices:
 
 1. calibrate the cluster: the calibration graphs' steps measured and the cluster model fitted by least squares
-   (`simulator.calibrate.calibrate_fit`: delta1, delta2, bandwidth, per-transfer latency, and the host time of
+   (`simulator.measure.calibrate.calibrate_fit`: delta1, delta2, bandwidth, per-transfer latency, and the host time of
    dispatch and of transfers shared by the devices; the fit's R^2 is reported);
 2. time every group as it is executed (`HardwareRunner.unit_costs`, the costs `placeto eval --hardware` uses);
 3. place the graph at least 10 ways spanning the range: single device, round-robin, contiguous, uniform
    random, random search, the partitioners metis and scotch, the list schedulers etf and heft, local search,
    simulated annealing, the shipped Placeto policies (general, and the family's own), the human expert
    (benchmarks), and with --checkpoints a trained policy; the searching methods optimise the fitted model;
-4. run every placement (`simulator.hardware`, interleaved steps) twice, as two separate measurement runs, and
+4. run every placement (`simulator.hardware.dispatch`, interleaved steps) twice, as two separate measurement runs, and
    simulate it with three models: *op*: the op-level profile (`placeto profile`: every op alone, summed per
    group) on the fitted cluster; *flat*: the units on the fitted cluster without latency and hosts (the
    published simulator's form of the model); *units*: the units on the full fitted cluster.
@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
 
 SPECS = {  # small members of each family: (zoo kwargs, target groups)
     "cifar10": ({"seed": 0, "n_cells": 1, "channels": 8, "batch": 16, "n_nodes": 4}, 100),
@@ -88,9 +88,9 @@ def parse_args() -> argparse.Namespace:
 def build(name: str, work: Path, tiny: bool = False):
     """The grouped graph `name` (a family's small member, or a benchmark model) with op-profile "local-cpu"
     costs (cached in `work`)."""
-    from placeto.families import GraphSpec, benchmark_specs, build_graph
-    from placeto.profiling import profile
-    from simulator.io import load_graph, save_graph
+    from simulator.workloads.families import GraphSpec, benchmark_specs, build_graph
+    from simulator.measure.graph_profile import profile
+    from simulator.model.io import load_graph, save_graph
 
     path = work / f"{name}{'_tiny' if tiny else ''}.json.gz"
     if path.exists():
@@ -116,7 +116,7 @@ def placements(graph, cluster, budget: int, seed: int = 0, checkpoint: Path | No
     from placeto.baselines import run_method
     from placeto.methods.placeto.place import place
     from placeto.policies import shipped_policies
-    from simulator.errors import InputError
+    from simulator.model.errors import InputError
 
     n, d = graph.n_nodes, cluster.n_devices
     by_topo = np.empty(n, dtype=np.int32)
@@ -153,9 +153,9 @@ def run_one(graph, fit, repeats: int, budget: int, threads: bool, checkpoint: Pa
     """Rows (placement, transfers, both measurement runs, simulated with every model) and the agreements."""
     import numpy as np
 
-    from placeto.evaluate import hardware_runner
+    from placeto.harness.evaluate import hardware_runner
     from simulator import simulate
-    from simulator.fit import held_out_predictions
+    from simulator.measure.fit import held_out_predictions
 
     t0 = time.perf_counter()
     cluster = fit.cluster
@@ -185,9 +185,9 @@ def run_one(graph, fit, repeats: int, budget: int, threads: bool, checkpoint: Pa
 def summarise(result: dict) -> dict:
     """Per model: errors and Spearman against the pooled measurement and the tie-aware concordance; and the
     same statistics of run 2 against run 1 (repeatability)."""
-    from placeto.agreement import agreement, concordance, spearman
-    from placeto.evaluate import EvalRow
-    from simulator.timing import timing_of
+    from simulator.measure.agreement import agreement, concordance, spearman
+    from placeto.harness.evaluate import EvalRow
+    from simulator.hardware.timing import timing_of
 
     run1 = [timing_of(r["runs"][0]) for r in result["rows"]]
     run2 = [timing_of(r["runs"][1]) for r in result["rows"]]
@@ -217,7 +217,7 @@ def markdown(results: list[dict], env: dict) -> str:
              f"Machine: {env['cores']} cores, "
              f"load average {env['load_before']} before and {env['load_after']} after; JAX {env['jax']}; "
              f"XLA_FLAGS `{env['xla_flags']}`; dispatch: {env['dispatch']}. Parallel speedup of the devices on "
-             f"independent ~1 ms kernels (`simulator.calibrate.measure_parallelism`; the simulator assumes the "
+             f"independent ~1 ms kernels (`simulator.measure.calibrate.measure_parallelism`; the simulator assumes the "
              f"number of devices, this machine allows at most min(devices, cores)): "
              f"{speedups}." + (f" The held-out model was recomputed from the measurements afterwards: "
                                 f"`{env['held_out_command']}`." if env.get("held_out_command") else ""),
@@ -238,7 +238,7 @@ def markdown(results: list[dict], env: dict) -> str:
               "profile on the fitted cluster; *flat* units as executed on the fitted cluster without latency and "
               "hosts; *units* units on the full fitted cluster; *held-out* units on the cluster refitted to the "
               "graph's own placements, each placement predicted by the fit on the others (leave-one-out: "
-              "`simulator.fit.held_out_predictions`, per-op and per-transfer costs refitted, the bandwidth "
+              "`simulator.measure.fit.held_out_predictions`, per-op and per-transfer costs refitted, the bandwidth "
               "kept).", "", "## Agreement", "",
               "| graph | groups (ops) | devices | placements | repeat rho | repeat conc (ties) | err op | rho op "
               "| err flat | rho flat | err units | rho units | err held-out | rho held-out | conc units (ties) "
@@ -289,7 +289,7 @@ def per_transfer_us(result: dict) -> float:
 
 def plot(results: list[dict], path: Path) -> None:
     """Measured (pooled median) against simulated step time per simulator model, one panel each: colour = the
-    placement's method (placeto.plot_style), marker = graph and device count."""
+    placement's method (placeto.harness.plot_style), marker = graph and device count."""
     import io
     import textwrap
 
@@ -299,8 +299,8 @@ def plot(results: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from placeto import plot_style
-    from simulator.io import atomic_write_bytes
+    from placeto.harness import plot_style
+    from simulator.model.io import atomic_write_bytes
 
     colors = plot_style.colors(row["placement"] for r in results for row in r["rows"])
     markers = {f"{r['graph']} {r['devices']}d": "osD^vP*Xph"[k % 10] for k, r in enumerate(results)}
@@ -344,8 +344,8 @@ def main() -> int:
     ensure_host_devices(max(counts), serial=not args.no_serial)  # before anything imports jax
     import jax
 
-    from simulator.calibrate import calibrate_fit, measure_parallelism
-    from simulator.host_devices import local_devices
+    from simulator.measure.calibrate import calibrate_fit, measure_parallelism
+    from simulator.hardware.devices import local_devices
 
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -388,11 +388,11 @@ def main() -> int:
 
 def refit_held_out(data: dict, work: Path, out: Path) -> int:
     """The held-out model recomputed from a results JSON with unit costs (`run_one` writes them): the same
-    placements, measurements and calibrated cluster, simulator.fit as it is now."""
+    placements, measurements and calibrated cluster, simulator.measure.fit as it is now."""
     import numpy as np
 
-    from simulator.cluster import cluster_from_dict
-    from simulator.fit import cluster_params, held_out_predictions
+    from simulator.model.cluster import cluster_from_dict
+    from simulator.measure.fit import cluster_params, held_out_predictions
 
     for result in data["results"]:
         if "unit_costs_us" not in result:
@@ -415,14 +415,14 @@ def refit_held_out(data: dict, work: Path, out: Path) -> int:
 
 def save(data: dict, out: Path) -> int:
     """Write the results JSON (strict: no NaN), then the .md and .png from it."""
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     atomic_write_bytes(out / "sim_vs_hardware.json", (json.dumps(data, indent=1, allow_nan=False) + "\n").encode())
     return render(data, out)
 
 
 def render(data: dict, out: Path) -> int:
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     atomic_write_bytes(out / "sim_vs_hardware.md", markdown(data["results"], data["env"]).encode())
     plot(data["results"], out / "sim_vs_hardware.png")

@@ -9,7 +9,7 @@ placement. This checks that sum stage by stage, without any placement a placer c
    alternate between the rig's first two workers (one stage per run: a chain of stages, each worker idle while
    the other computes, so no contention);
 2. the plan runs `--steps` times after 2 warm-up steps; the step of median wall time is kept
-   (placeto.rig_gantt.measured_step) with every worker's "run" events: each stage's own time on its worker
+   (simulator.measure.rig_step.measured_step) with every worker's "run" events: each stage's own time on its worker
    (its launch and its units; the transfers are separate events);
 3. each stage's measured time is set beside its simulated cost (its units' scaled profiled costs plus the fitted
    launch), as a ratio.
@@ -32,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
 
 OUT = ROOT / "experiments" / "results" / "benchmarks" / "stage_attribution.md"
 
@@ -50,13 +50,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from placeto.boundary_costs import chunked
-    from placeto.cluster_cache import cached_cluster
-    from placeto.evaluate import hardware_runner
-    from placeto.rig_gantt import measured_step
+    from simulator.measure.boundary_costs import chunked
+    from simulator.measure.cluster_cache import cached_cluster
+    from placeto.harness.evaluate import hardware_runner
+    from simulator.measure.rig_step import measured_step
     from simulator import load_graph
-    from simulator.host_devices import local_devices
-    from simulator.staged import simulate_staged
+    from simulator.hardware.devices import local_devices
+    from simulator.engine.staged import simulate_staged
 
     graph = load_graph(args.graph)
     cluster = cached_cluster(local_devices(2), 2, progress=print)

@@ -1,26 +1,26 @@
 """Does `eval --hardware` (its defaults, no refit) predict placed steps on the process rig? Staged vs per-unit.
 
 For each graph, on D devices (`--devices`, default 2) of the process rig (`--rig processes`: one pinned
-single-core JAX worker process per device, simulator.process_rig), as `placeto eval --hardware` runs it by
-default (placeto.evaluate.evaluate, the function eval calls, with the runner eval builds):
+single-core JAX worker process per device, simulator.hardware.rig.pool), as `placeto eval --hardware` runs it by
+default (placeto.harness.evaluate.evaluate, the function eval calls, with the runner eval builds):
 
 1. the units' costs measured inside one compiled step on one core, every unit's outputs materialised as the
-   rig's stages are (`--costs step`: HardwareRunner.with_step_costs; simulator.plans.materialises);
+   rig's stages are (`--costs step`: HardwareRunner.with_step_costs; simulator.hardware.plans.materialises);
 2. the rig's costs (HardwareRunner.with_rig_costs): a stage's launch and inputs, a send's and a receive's fixed,
    per-value and per-byte costs, fitted to the events of placements of a calibration training step
-   (simulator.rig_workload; cached beside the calibration), the units' costs scaled to the whole step run as one
+   (simulator.measure.rig_workload; cached beside the calibration), the units' costs scaled to the whole step run as one
    stage on the rig, the per-MB charges of values crossing stages and factors of the cached launch and transfer
-   costs fitted on the graph cut into runs alternating between two workers (placeto.boundary_costs), and the
+   costs fitted on the graph cut into runs alternating between two workers (simulator.measure.boundary_costs), and the
    graph's contention (its whole step on two workers at
-   once against alone: placeto.rig_gantt.graph_contention);
+   once against alone: simulator.measure.rig_step.graph_contention);
 3. placements: the single device, etf, m-sct, m-topo, heft, metis, local search (`--seconds` each, on the
    per-unit model, as `place --hardware` searches), round-robin by unit and a uniform random one (distinct
    placements only);
-4. measured: every placement's step on the rig, interleaved rounds (simulator.timing.time_interleaved), medians;
+4. measured: every placement's step on the rig, interleaved rounds (simulator.hardware.timing.time_interleaved), medians;
    the units' costs are then scaled again to the single device's median step in those same rounds
    (HardwareRunner.simulate_and_measure, as eval does): the model's anchor, so the single device's staged time
    equals its measured one by construction and it is left out of the staged column's statistics;
-5. simulated: *staged*, what eval prints (HardwareRunner.simulate: simulator.staged.simulate_staged on the
+5. simulated: *staged*, what eval prints (HardwareRunner.simulate: simulator.engine.staged.simulate_staged on the
    stages the rig runs), and *per-unit* (simulator.simulate on the calibrated cluster: what eval printed before).
 
 Reported per graph and model: Spearman rank correlation and median |error| against the measured medians over the
@@ -49,8 +49,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
-from simulator.io import atomic_write_bytes  # noqa: E402
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.model.io import atomic_write_bytes  # noqa: E402
 
 GRAPHS = ("datasets/benchmarks/inception_v3.json.gz", "datasets/benchmarks/nmt_l2.json.gz",
           "datasets/nmt/nmt_004.json.gz", "datasets/ptb/ptb_006.json.gz")
@@ -85,7 +85,7 @@ def placements(graph, cluster, seconds: float, n_devices: int) -> list[tuple[str
     """[(name, int32[N])]: single device, METHODS (on the per-unit model), round-robin, random; distinct."""
     import numpy as np
 
-    from placeto.on_hardware import rank_candidates
+    from placeto.harness.on_hardware import rank_candidates
 
     ranked, single = rank_candidates(graph, cluster, METHODS, seconds, progress=lambda line: print(line))
     found = {c.placement.tobytes(): (c.name, c.placement) for c in [single] + ranked}
@@ -100,11 +100,11 @@ def placements(graph, cluster, seconds: float, n_devices: int) -> list[tuple[str
 def run_graph(path: str, args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from placeto.cluster_cache import cached_cluster
-    from placeto.evaluate import evaluate, hardware_runner
+    from simulator.measure.cluster_cache import cached_cluster
+    from placeto.harness.evaluate import evaluate, hardware_runner
     from simulator import load_graph, simulate
-    from simulator.host_devices import local_devices
-    from simulator.staged import stage_runs
+    from simulator.hardware.devices import local_devices
+    from simulator.engine.staged import stage_runs
 
     load_before = load_1min()
     graph = load_graph(path)
@@ -156,7 +156,7 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
 def record_of(runner, graph, path: str, chosen, evaluated) -> dict:
     """What the staged model was fitted and checked on, as JSON (`--dump`): the graph's name and file (`path`), the
     profiled units' costs (`graph`'s, before any scaling), the cached rig costs, the single device's step at the
-    rig's start, the chunked plan's observed stages and batches (placeto.boundary_costs.Observed), the contention,
+    rig's start, the chunked plan's observed stages and batches (simulator.measure.boundary_costs.Observed), the contention,
     and every placement with its dispatch order, its measured median and quartiles and what eval simulated: enough
     to simulate the same placements again with another fit of the same measurements (no rig needed)."""
     import numpy as np
@@ -187,7 +187,7 @@ def summary(rows: list[dict], key: str) -> tuple[float, float]:
     both models' statistics, so that they are over the same placements)."""
     import numpy as np
 
-    from placeto.agreement import spearman
+    from simulator.measure.agreement import spearman
 
     rows = counted(rows)
     sim = np.asarray([r[key] for r in rows])
@@ -201,7 +201,7 @@ def halves(rows: list[dict]) -> float | None:
     for results written without every step's time."""
     import numpy as np
 
-    from placeto.agreement import spearman
+    from simulator.measure.agreement import spearman
 
     rows = counted(rows)
     if not rows or any(len(r.get("times_us", ())) < 2 for r in rows):
@@ -216,7 +216,7 @@ def markdown(results: list[dict], command: str) -> str:
              f"{results[0]['devices'] if results else 2} devices of the process rig (one pinned single-core JAX "
              "worker process each), "
              "placements measured in interleaved rounds (medians); *staged*: what `eval --hardware` prints on the "
-             "process rig (`HardwareRunner.simulate`: `simulator.staged.simulate_staged` on the stages the rig "
+             "process rig (`HardwareRunner.simulate`: `simulator.engine.staged.simulate_staged` on the stages the rig "
              "runs, with the rig's fitted costs); *per-unit*: `simulator.simulate` on the calibrated cluster (what "
              "eval printed before). Errors are (simulated - measured) / measured. Unit costs: "
              f"`--costs {results[0]['costs'] if results else 'step'}` on one core, every unit's outputs "
@@ -237,14 +237,14 @@ def markdown(results: list[dict], command: str) -> str:
         lines += ["", f"## {res['name']}", "",
                   f"Rig costs (us): launch {c['launch_us']:.1f} + {c.get('launch_us_per_input', 0):.1f}/input + "
                   f"{c.get('launch_us_per_input_mb', 0):.1f}/input MB + {c.get('launch_us_per_output_mb', 0):.1f}"
-                  f"/output MB (per MB: this graph's own, placeto.boundary_costs), step {c['step_us']:.1f}, "
+                  f"/output MB (per MB: this graph's own, simulator.measure.boundary_costs), step {c['step_us']:.1f}, "
                   f"send {c['send_us']:.1f} "
                   f"+ {c.get('send_us_per_value', 0):.1f}/value + {c['send_us_per_mb']:.1f}/MB, receive "
                   f"{c.get('recv_us', 0):.1f} + {c.get('recv_us_per_value', 0):.1f}/value + "
                   f"{c['recv_us_per_mb']:.1f}/MB, latency "
                   f"{c['latency_us']:.1f}" + (
                       f" (the cached launch and per-input costs x{res['scales']['stages']:.2f}, the transfers' "
-                      f"x{res['scales']['transfers']:.2f}: fitted on this graph, placeto.boundary_costs)"
+                      f"x{res['scales']['transfers']:.2f}: fitted on this graph, simulator.measure.boundary_costs)"
                       if "transfers" in res.get("scales", {}) else ""), ""]
         if res.get("scales"):
             lines += [f"Units' costs scaled by {res['scales'].get('start', 1.0):.3f} to the single device's step at "

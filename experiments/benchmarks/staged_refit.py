@@ -2,13 +2,13 @@
 
 `staged_fidelity --dump DIR` writes, per graph, what `eval --hardware`'s staged model was fitted and checked on
 (`staged_fidelity.record_of`): the profiled units' costs, the cached rig costs, the single device's step at the
-rig's start, the graph's chunked plan as the rig ran it (placeto.boundary_costs.Observed), the contention, and every
+rig's start, the graph's chunked plan as the rig ran it (simulator.measure.boundary_costs.Observed), the contention, and every
 placement with its dispatch order and measured median. This script simulates the same placements again as
 `HardwareRunner.with_rig_costs` and `simulate_and_measure` do (units scaled to the start step with the cached costs,
 the boundary fitted on the observation, units scaled again with it, then to the single device's median in the
 rounds), with the fit of the boundary replaced by each of FITS:
 
-* `committed`: placeto.boundary_costs.fit_observed (what eval uses); its column must equal the staged column the
+* `committed`: simulator.measure.boundary_costs.fit_observed (what eval uses); its column must equal the staged column the
   record holds (checked: `reproduced`), or the re-simulation is not eval's;
 * `per-value receives`: the stages as committed; the transfers fitted as a factor of the cached send, receive and
   latency charges plus a per-value receive cost (NNLS on each batch and step, relative errors);
@@ -35,15 +35,15 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from experiments.benchmarks.staged_fidelity import GRAPHS, summary  # noqa: E402
-from placeto.boundary_costs import Observed, fit_observed, transfer_charges  # noqa: E402
-from simulator.staged import RigCosts  # noqa: E402
+from simulator.measure.boundary_costs import Observed, fit_observed, transfer_charges  # noqa: E402
+from simulator.engine.staged import RigCosts  # noqa: E402
 
 
 class Record(NamedTuple):
     """One graph's dump, loaded."""
 
     name: str
-    graph: object  # simulator.graph.Graph with the profiled units' costs under `kind`
+    graph: object  # simulator.model.graph.Graph with the profiled units' costs under `kind`
     kind: str
     holders: np.ndarray  # bool[N]
     cached: RigCosts
@@ -55,7 +55,7 @@ class Record(NamedTuple):
 
 def load_record(path: Path) -> Record:
     """The dump at `path`; SystemExit with one line naming the file (and the field) if it cannot be read as one."""
-    from simulator.errors import InputError
+    from simulator.model.errors import InputError
 
     try:
         return _load_record(path)
@@ -69,8 +69,8 @@ def load_record(path: Path) -> Record:
 
 def _load_record(path: Path) -> Record:
     from simulator import load_graph
-    from simulator.io import read_json
-    from simulator.limits import field
+    from simulator.model.io import read_json
+    from simulator.model.limits import field
 
     rec, where = read_json(path), "the record"
     name, kind = field(rec, "graph", where, str), field(rec, "kind", where, str)
@@ -94,8 +94,8 @@ def _load_record(path: Path) -> Record:
 
 def _runner(rec: Record, graph, costs: RigCosts):
     """A HardwareRunner that simulates only: the cluster of the record's kind, the recorded dispatch orders."""
-    from placeto.evaluate import HardwareRunner
-    from simulator.cluster import Cluster, Device
+    from placeto.harness.evaluate import HardwareRunner
+    from simulator.model.cluster import Cluster, Device
 
     orders = {np.asarray(p["placement"], dtype=np.int32).tobytes(): p["order"] for p in rec.placements}
 

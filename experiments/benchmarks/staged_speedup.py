@@ -1,12 +1,12 @@
 """Is a placement's measured speedup on host CPU devices from running the devices at once, or from the stages?
 
 Issue 40, item 5: on a 2-core machine a 2-device placement of nmt_004 measured ~3x the single device while the two
-host devices run independent work only ~1.1x as fast as one. In one interleaved run (simulator.timing), on 2 host
+host devices run independent work only ~1.1x as fast as one. In one interleaved run (simulator.hardware.timing), on 2 host
 devices (placeto's rig: one core each):
 
     single device            every unit on device 0, one jitted stage (the `place --hardware` single device)
     <method> on 2 devices    the method's placement (etf, m-sct against analytic "cpu" costs), staged as
-                             placeto.evaluate.HardwareRunner runs it
+                             placeto.harness.evaluate.HardwareRunner runs it
     <method> stages, 1 dev   the SAME stages (the placement's stage boundaries) with every stage on device 0
     k slices, 1 dev          the step cut into k consecutive slices of its topological order, all on device 0
     one task per unit        every unit its own jitted call on device 0
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from simulator.host_devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
+from simulator.hardware.devices import ensure_host_devices  # noqa: E402  (jax-free: sets XLA_FLAGS)
 
 
 def plans_of(path: str) -> tuple[list[str], list]:
@@ -35,11 +35,11 @@ def plans_of(path: str) -> tuple[list[str], list]:
     import numpy as np
 
     from placeto.baselines import run_method
-    from placeto.evaluate import dispatch_order, hardware_runner, program_of, staged_order
-    from simulator.cluster import Cluster, Device
-    from simulator.io import load_graph
-    from simulator.lowering import leaf_values
-    from simulator.plans import program_plan
+    from placeto.harness.evaluate import dispatch_order, hardware_runner, program_of, staged_order
+    from simulator.model.cluster import Cluster, Device
+    from simulator.model.io import load_graph
+    from simulator.tracing.lowering import leaf_values
+    from simulator.hardware.plans import program_plan
 
     graph = load_graph(path)
     cluster = Cluster("rig", tuple(Device(f"/cpu:{i}", "cpu", 64e9) for i in range(2)), 20.0, 30.0, 1e3)
@@ -73,8 +73,8 @@ def main() -> None:
     ensure_host_devices(2)
     import numpy as np
 
-    from placeto.calibration import measure_concurrency
-    from simulator.timing import time_interleaved, timing_of
+    from placeto.harness.calibration import measure_concurrency
+    from simulator.hardware.timing import time_interleaved, timing_of
 
     names, plans = plans_of(args.graph)
     load = os.getloadavg()[0]

@@ -19,14 +19,14 @@ GRAPHS = (*OP_GRAPHS, *GENERATED)
 def load(name: str, cache: Path):
     """The graph called `name` (a key of GRAPHS). Op graphs are traced once (a minute or two) and cached as
     `cache/<name>.json.gz`, with the expert placement of every device count in meta["expert_placement"]."""
-    from simulator import generate
+    from simulator.model import generate
 
     if name in GENERATED:
         generator, n = GENERATED[name]
         return getattr(generate, generator)(n, seed=0)
     if name not in OP_GRAPHS:
         raise ValueError(f"unknown graph {name!r} (known: {', '.join(GRAPHS)})")
-    from simulator.io import load_graph, save_graph
+    from simulator.model.io import load_graph, save_graph
 
     path = cache / f"{name}.json.gz"
     if not path.exists():
@@ -36,7 +36,7 @@ def load(name: str, cache: Path):
 
 def op_graph(name: str):
     """(traced op graph with analytic costs, its program, its BenchmarkSpec) of benchmark `name`; not cached."""
-    from placeto.families import benchmark_specs, trace_spec
+    from simulator.workloads.families import benchmark_specs, trace_spec
 
     spec = next(s for s in benchmark_specs() if s.name == name)
     program, traced = trace_spec(spec)
@@ -45,7 +45,7 @@ def op_graph(name: str):
 
 def trace_op_graph(name: str):
     """The ungrouped op graph of benchmark `name` (analytic costs), its expert placements in meta."""
-    from placeto.families import DEVICE_COUNTS, SINGLE_DEVICE_EXPERT, expert_op_placement
+    from simulator.workloads.families import DEVICE_COUNTS, SINGLE_DEVICE_EXPERT, expert_op_placement
 
     ops, program, spec = op_graph(name)
     if spec.kind in SINGLE_DEVICE_EXPERT:

@@ -46,7 +46,7 @@ def read_reference(path: str | Path) -> dict[tuple[str, int, str], tuple[float, 
 
 
 def find_graph(name: str):
-    from simulator.io import load_graph
+    from simulator.model.io import load_graph
 
     for d in GRAPH_DIRS:
         if (d / f"{name}.json.gz").exists():
@@ -70,7 +70,7 @@ def run_row(graph, n_dev: int, budget: int, seed: int) -> dict[str, tuple[float,
 
 def etf_by_model(graph, n_dev: int) -> dict[str, float]:
     """Simulated runtime of our m-ETF under each transfer model (`_listsched.TRANSFER_MODELS`)."""
-    from placeto.baselines._listsched import TRANSFER_MODELS
+    from placeto.baselines.listsched.problem import TRANSFER_MODELS
     from placeto.baselines.etf import etf
     from simulator import cluster_preset, simulate
 
@@ -145,9 +145,9 @@ def markdown(rows: list[dict], command: str, budget: int) -> str:
 
 def model_table(rows: list[dict]) -> list[str]:
     """Markdown lines: our m-ETF's mean ratio to the best under each transfer model (same best as above)."""
-    from placeto.baselines._listsched import DEFAULT_TRANSFER_MODEL
+    from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL
 
-    lines = ["## Our m-ETF under each transfer model (`placeto/baselines/_listsched.py`)", "",
+    lines = ["## Our m-ETF under each transfer model (`placeto/baselines/listsched/problem.py`)", "",
              "| transfer model | mean ratio to the best | worst |", "|---|---:|---:|"]
     for m in rows[0]["etf_by_model"]:
         r = [row["etf_by_model"][m] / row["best"] for row in rows]
@@ -170,7 +170,7 @@ def warm_up() -> None:
     """Compile (or load) the numba kernels so that place_seconds measures placing only."""
     from placeto.baselines import run_method
     from simulator import cluster_preset
-    from simulator.generate import layered_dag
+    from simulator.model.generate import layered_dag
 
     graph = layered_dag(30, seed=0)
     for name in [ours for ours, _ in PAIRS] + list(OTHERS):

@@ -7,7 +7,7 @@ every `datasets/benchmarks/*.json.gz` for 2, 4 and 8 K80s, simulates each placem
     python -m experiments.reproduce.compare_benchmarks [--checkpoint runs/NAME] [--budget K] [--devices 2,4,8] [--plot]
                                              [--workers N [--ray-address ADDR]]
 
-With --workers each graph runs in a Ray task (placeto.distributed): the same table under the call budget.
+With --workers each graph runs in a Ray task (placeto.rollouts.distributed): the same table under the call budget.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="trained policy (run directory or shipped name); adds 'placeto' and 'placeto-search' columns")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results" / "reproduce"))
     p.add_argument("--plot", action="store_true")
-    from placeto.distributed import add_worker_arguments
+    from placeto.rollouts.distributed import add_worker_arguments
 
     add_worker_arguments(p, "graphs (one Ray task per graph)")
     return p.parse_args(argv)
@@ -48,10 +48,10 @@ def main(argv: list[str] | None = None) -> int:
               f"benchmark models into datasets/benchmarks/ first", file=sys.stderr)
         return 2
 
-    from placeto.compare import compare, markdown_table, plot_compare, write_csv
-    from placeto.distributed import spec_from_args
-    from simulator.errors import InputError
-    from simulator.io import atomic_write_bytes, load_graph
+    from placeto.harness.compare import compare, markdown_table, plot_compare, write_csv
+    from placeto.rollouts.distributed import spec_from_args
+    from simulator.model.errors import InputError
+    from simulator.model.io import atomic_write_bytes, load_graph
 
     try:
         workers = spec_from_args(args)

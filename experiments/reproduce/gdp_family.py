@@ -34,14 +34,14 @@ import numpy as np
 
 from experiments.common.large_graphs import op_graph
 from placeto.baselines import run_method
-from placeto.compare import run_learned
-from placeto.families import SINGLE_DEVICE_EXPERT, expert_op_placement, load_family
+from placeto.harness.compare import run_learned
+from simulator.workloads.families import SINGLE_DEVICE_EXPERT, expert_op_placement, load_family
 from placeto.methods.gdp.place import load_run, run_gdp, timed_greedy
 from placeto.objective import metered
 from placeto.policies import resolve_checkpoint
-from placeto.search import guided
+from placeto.methods.placeto import guided
 from simulator import cluster_preset, load_graph, simulate
-from simulator.io import atomic_write_bytes, atomic_write_csv
+from simulator.model.io import atomic_write_bytes, atomic_write_csv
 
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "reproduce"
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"
@@ -176,7 +176,7 @@ def part_curves(graph_name: str, devices: int, minutes: float, runs: Path) -> tu
         with (out / "metrics.csv").open() as f:
             rs = list(csv.DictReader(f))
         curves[method] = np.array([[float(r[calls]), float(r[secs]), float(r[best]) / 1e3] for r in rs])
-    from placeto import plot_style
+    from placeto.harness import plot_style
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
     for method, c in curves.items():  # best so far: a step at each improvement

@@ -44,8 +44,8 @@ def write_graphs(out: Path, op_cache: Path) -> list[Path]:
     import shutil
 
     from experiments.common.large_graphs import OP_GRAPHS, load
-    from simulator import generate
-    from simulator.io import save_graph
+    from simulator.model import generate
+    from simulator.model.io import save_graph
 
     out.mkdir(parents=True, exist_ok=True)
     op_cache.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,7 @@ def ablation(trained: Path, init: Path, cache: Path, out: Path) -> None:
     """Write gdp_large_training.md: the one pass of `trained` against `init`, and the trained run's samples."""
     import numpy as np
 
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     a, b = one_pass_x_etf(trained, cache), one_pass_x_etf(init, cache)
     geo = [float(np.exp(np.mean(np.log([r[k]["x_etf"] for k in r])))) for r in (a, b)]

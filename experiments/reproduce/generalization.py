@@ -509,9 +509,9 @@ def validation_tasks(held_out: str) -> list[dist.Task]:
     """Tasks no run trains on, of the families a run `--held-out held_out` trains on: each traced family's
     train-split graphs TRAIN_GRAPHS.. (the runs train on the first TRAIN_GRAPHS) on VALIDATION_CLUSTERS, and
     generated graphs of VALIDATION_SEED on their own clusters."""
-    from placeto import generated
-    from placeto.families import load_family
-    from simulator.cluster import cluster_preset
+    from simulator.workloads import generated
+    from simulator.workloads.families import load_family
+    from simulator.model.cluster import cluster_preset
 
     tasks = []
     for fam in dist.families():
@@ -554,7 +554,7 @@ def select(held_out: str, passes: tuple[int, ...] = PASSES, starts: tuple[str, .
     from placeto.baselines import run_method
     from placeto.methods.placeto.place import place, read_config
     from placeto.objective import score_batch
-    from simulator.io import atomic_write_bytes
+    from simulator.model.io import atomic_write_bytes
 
     run = run_dir("placeto", held_out)
     tasks = validation_tasks(held_out)
@@ -615,7 +615,7 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--held-out", choices=(*dist.GROUPS, "none", "all"), required=True)
     sub.add_parser("ship")
     args = p.parse_args(argv)
-    from placeto import compile_cache
+    from simulator.measure import compile_cache
 
     compile_cache.enable()  # as every placeto command: runs and evaluations of the same shapes compile once
     if args.cmd == "train":

@@ -1,10 +1,10 @@
 """The hierarchical planner on a raw op graph: nmt_l8 traced, not grouped (26,206 ops), trained from scratch.
 
 The seed's point (Mirhoseini et al. 2018): the Grouper learns the grouping, so no prior colocation or coarsening is
-needed. Traces the nmt_l8 benchmark program (placeto.families.trace_spec; analytic costs), then trains the
+needed. Traces the nmt_l8 benchmark program (simulator.workloads.families.trace_spec; analytic costs), then trains the
 hierarchical planner on the op graph inside a budget of simulator calls and wall minutes (the compare row,
-placeto.methods.pergraph_place.train_in_budget) and reports its best placement beside single-device and the
-human expert's (one LSTM layer per device, placeto.families.expert_op_placement), the time per update and the peak
+placeto.methods.sequence.place.train_in_budget) and reports its best placement beside single-device and the
+human expert's (one LSTM layer per device, simulator.workloads.families.expert_op_placement), the time per update and the peak
 resident memory. Writes experiments/results/reproduce/hierarchical_scale.md.
 
     python -m experiments.reproduce.hierarchical_scale [--devices 8] [--calls 10000] [--minutes 10]
@@ -24,9 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from placeto.families import benchmark_specs, expert_op_placement, trace_spec  # noqa: E402
-from placeto.methods.pergraph_place import train_in_budget  # noqa: E402
-from placeto.zoo import build_program  # noqa: E402
+from simulator.workloads.families import benchmark_specs, expert_op_placement, trace_spec  # noqa: E402
+from placeto.methods.sequence.place import train_in_budget  # noqa: E402
+from simulator.workloads.zoo import build_program  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
 
 

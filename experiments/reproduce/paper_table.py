@@ -97,7 +97,7 @@ def placeto_command() -> list[str]:
     found = shutil.which("placeto")
     if found:
         return [found]
-    return [sys.executable, "-c", "import sys; from placeto.cli import main; sys.exit(main())"]
+    return [sys.executable, "-c", "import sys; from placeto.cli.main import main; sys.exit(main())"]
 
 
 def read_metrics(run: Path) -> list[dict[str, str]]:
@@ -562,14 +562,14 @@ def markdown(table_rows: list[dict], budgets: dict[str, set]) -> str:
 def plot_row(graph: str, devices: int, runs: list[tuple[int, str, dict]], ref: dict, path: Path,
              targets: list[float] = ()) -> None:
     """Best-so-far runtime of every run of one row against training wall time, placements and simulator calls,
-    in the methods' shared colours (placeto.plot_style); the single device, the expert and the target as
+    in the methods' shared colours (placeto.harness.plot_style); the single device, the expert and the target as
     horizontal lines, explained in one legend right of the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from placeto import plot_style
+    from placeto.harness import plot_style
 
     fig, axes = plt.subplots(1, 3, figsize=(17, 4.8), sharey=True, layout="constrained")
     labels = {"placeto": "Placeto", "rnn": "RNN placer (2017)"}

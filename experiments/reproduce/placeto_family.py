@@ -29,18 +29,18 @@ sys.path.insert(0, str(ROOT))
 
 from placeto.methods.placeto.config import PRESETS  # noqa: E402
 from placeto.methods.placeto.place import place  # noqa: E402
-from placeto.plots_train import plot_run  # noqa: E402
+from placeto.harness.plots_train import plot_run  # noqa: E402
 from placeto.methods.placeto.train import graph_keys, train  # noqa: E402
 from simulator import cluster_preset, load_graph, lower_bound  # noqa: E402
-from simulator.cluster import Cluster  # noqa: E402
-from simulator.generate import layered_dag  # noqa: E402
-from simulator.graph import Graph  # noqa: E402
-from simulator.io import load_placement  # noqa: E402
+from simulator.model.cluster import Cluster  # noqa: E402
+from simulator.model.generate import layered_dag  # noqa: E402
+from simulator.model.graph import Graph  # noqa: E402
+from simulator.model.io import load_placement  # noqa: E402
 
 try:
     from simulator import simulate, simulate_batch
 except ImportError:  # until the fast engine is exported
-    from simulator.engine import simulate, simulate_batch
+    from simulator.engine.fast import simulate, simulate_batch
 
 COLUMNS = ["graph", "nodes", "single_ms", "random_ms", "zero_shot_greedy_ms", "zero_shot_ms", "scratch_ms",
            "lower_bound_ms", "zero_shot_sim_calls", "scratch_sim_calls", "zero_shot_s", "scratch_s"]

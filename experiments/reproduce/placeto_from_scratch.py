@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simulator import cluster_preset, load_graph, simulate  # noqa: E402
-from simulator.io import atomic_write_bytes, load_placement  # noqa: E402
+from simulator.model.io import atomic_write_bytes, load_placement  # noqa: E402
 
 RESULTS = ROOT / "experiments" / "results" / "reproduce"
 
@@ -32,7 +32,7 @@ RESULTS = ROOT / "experiments" / "results" / "reproduce"
 def placeto_cli() -> list[str]:
     """The `placeto` console script of this interpreter's environment."""
     script = Path(sys.executable).with_name("placeto")
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from placeto.cli import main; main()"]
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from placeto.cli.main import main; main()"]
 
 
 def run(cmd: list[str]) -> float:

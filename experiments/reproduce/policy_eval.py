@@ -21,13 +21,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from placeto.baselines import run_method  # noqa: E402
-from placeto.families import FAMILIES, load_family  # noqa: E402
+from simulator.workloads.families import FAMILIES, load_family  # noqa: E402
 from placeto.methods.gdp.place import is_gdp_checkpoint, load_run, timed_greedy  # noqa: E402
 from placeto.objective import metered  # noqa: E402
 from placeto.policies import resolve_checkpoint, shipped_policies  # noqa: E402
-from placeto.search import guided  # noqa: E402
+from placeto.methods.placeto import guided  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
-from simulator.io import atomic_write_bytes  # noqa: E402
+from simulator.model.io import atomic_write_bytes  # noqa: E402
 
 
 def greedy(name: str, graph, cluster) -> tuple[float, float, float]:
@@ -51,7 +51,7 @@ KINDS = (("Placeto", "general", ""), ("gdp", "gdp-general", "gdp-"))  # (kind, g
 
 
 def main(argv: list[str] | None = None) -> int:
-    from placeto.arguments import OneLineParser
+    from placeto.cli.arguments import OneLineParser
 
     OneLineParser(description="The shipped policies alone (one greedy episode or forward pass, no search) on every "
                   "family's test split at 4 devices -> experiments/results/reproduce/shipped_policies.md (no "

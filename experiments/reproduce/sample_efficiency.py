@@ -5,11 +5,11 @@ For every benchmark model and device count, each method learns on the graph from
 (placeto.objective.metered: every simulation counted, at most --calls simulations and --minutes of wall time per
 run; jit compilation before it, excluded):
 
-    rnn                 the 2017 seq2seq placer from scratch (placeto.methods.pergraph_place.train_in_budget)
+    rnn                 the 2017 seq2seq placer from scratch (placeto.methods.sequence.place.train_in_budget)
     hierarchical        the 2018 grouper + placer from scratch (idem)
     placeto             Placeto's REINFORCE from fresh parameters (placeto.methods.placeto.train.finetune_params)
     placeto-finetuned   the shipped family policy (nmt for nmt_*, ptb for rnnlm_*, cifar10 for inception_v3 and
-                        nasnet) fine-tuned on the graph (placeto.search.guided.finetune)
+                        nasnet) fine-tuned on the graph (placeto.methods.placeto.guided.finetune)
     gdp                 GDP's PPO from fresh parameters (placeto.methods.gdp.place.finetune)
 
 A run's meter trace (wall seconds, calls, best objective so far) is its best-so-far curve. Per (graph, devices)
@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from placeto.objective import metered  # noqa: E402
 from simulator import cluster_preset  # noqa: E402
-from simulator.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
+from simulator.model.io import atomic_write_bytes, atomic_write_csv, load_graph  # noqa: E402
 
 GRAPHS = ["nmt_l2", "nmt_l4", "nmt_l8", "rnnlm_l2", "rnnlm_l4", "rnnlm_l8", "inception_v3", "nasnet"]
 METHODS = ["rnn", "hierarchical", "placeto", "placeto-finetuned", "gdp"]
@@ -55,7 +55,7 @@ WITHIN = 1.05
 # ---- one run per method ----------------------------------------------------------------------------------------
 def run_pergraph(name: str, graph, cluster, calls: int, seconds: float, seed: int):
     """(trace, calls, seconds, compile seconds) of rnn / hierarchical trained from scratch."""
-    from placeto.methods.pergraph_place import train_in_budget
+    from placeto.methods.sequence.place import train_in_budget
 
     run, compile_s = train_in_budget(name, graph, cluster, seed, calls, seconds)
     return run.trace, run.simulator_calls, run.seconds, compile_s
@@ -246,14 +246,14 @@ def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[flo
 
 def plot(rows: list[dict], graph: str, path: Path) -> None:
     """Best-so-far objective / best found vs simulator calls, one panel per device count, in the methods' shared
-    colours (placeto.plot_style: learned thick and solid); the dashed line is the target (WITHIN x best)."""
+    colours (placeto.harness.plot_style: learned thick and solid); the dashed line is the target (WITHIN x best)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D
 
-    from placeto import plot_style
+    from placeto.harness import plot_style
 
     devices = sorted({r["n_devices"] for r in rows if r["graph"] == graph})
     tg = targets(rows)

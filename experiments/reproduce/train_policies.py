@@ -28,8 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from placeto import cli  # noqa: E402
-from placeto.families import FAMILIES, load_family  # noqa: E402
+from placeto.cli import main as cli  # noqa: E402
+from simulator.workloads.families import FAMILIES, load_family  # noqa: E402
 from placeto.methods.registry import ship  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402
 
@@ -81,7 +81,7 @@ def zero_shot(run: Path, n_devices: int = 4) -> dict:
     """Greedy zero-shot (no search) on each family's test split: mean ratio to single device, seconds per graph."""
     from placeto.methods.gdp.place import is_gdp_run, load_run, timed_greedy
     from placeto.objective import metered
-    from placeto.search import guided
+    from placeto.methods.placeto import guided
 
     gdp = load_run(run) if is_gdp_run(run) else None
     out = {}
@@ -111,7 +111,7 @@ def reevaluate(names: list[str]) -> int:
     import json
 
     from placeto.policies import SHIPPED
-    from simulator.io import write_json
+    from simulator.model.io import write_json
 
     for name in names:
         path = SHIPPED / name / "provenance.json"
@@ -124,7 +124,7 @@ def reevaluate(names: list[str]) -> int:
 
 
 def parse_args(argv: list[str] | None):
-    from placeto.arguments import OneLineParser
+    from placeto.cli.arguments import OneLineParser
 
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", metavar="NAME",

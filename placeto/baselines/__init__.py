@@ -14,7 +14,7 @@
 | `m-topo` | Baechi's m-TOPO: topological order, each device filled up to an equal memory share | 0 |
 | `heft` | HEFT list scheduling: upward-rank order, earliest finish, memory-aware | 0 |
 | `local-search` | hill climbing (a little annealing) over single-node moves from the best list schedule | budget |
-| `sa` | simulated annealing: calibrated geometric schedule, restarts from the best (`placeto.search.sa`) | budget |
+| `sa` | simulated annealing: calibrated geometric schedule, restarts from the best (`placeto.baselines.sa`) | budget |
 
 Methods that do not apply (no expert placement, no CPU) raise `NotApplicable`.
 """
@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from placeto.baselines._common import DEFAULT_BUDGET, Method, NotApplicable, as_placement, default_seconds
+from placeto.baselines.common import DEFAULT_BUDGET, Method, NotApplicable, as_placement, default_seconds
 from placeto.objective import metered
 from placeto.baselines.etf import etf
 from placeto.baselines.expert import expert
@@ -39,10 +39,10 @@ from placeto.baselines.mincut import mincut
 from placeto.baselines.random_search import random_search
 from placeto.baselines.scotch import scotch
 from placeto.baselines.single import cpu_only, single
-from placeto.search.sa import sa
-from simulator.cluster import Cluster
-from simulator.errors import InputError
-from simulator.graph import Graph
+from placeto.baselines.sa import sa
+from simulator.model.cluster import Cluster
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
 
 METHODS: dict[str, Method] = {
     "single": single,

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from placeto.baselines._common import NotApplicable
-from simulator.cluster import Cluster
-from simulator.errors import InputError
-from simulator.graph import Graph
-from simulator.io import check_placement, load_placement
+from placeto.baselines.common import NotApplicable
+from simulator.model.cluster import Cluster
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+from simulator.model.io import check_placement, load_placement
 
 META_KEY = "expert_placement"  # graph.meta[META_KEY] = {"2": [device per node], "4": [...], "8": [...]}
 

@@ -14,11 +14,11 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from placeto.baselines._listsched import (DEFAULT_TRANSFER_MODEL, Schedule, ScheduleProblem, build_problem,
+from placeto.baselines.listsched.problem import (DEFAULT_TRANSFER_MODEL, Schedule, ScheduleProblem, build_problem,
                                           heft_order)
-from placeto.baselines._listsched_numba import new_timeline, place, ready_time, tier
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 def heft(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL) -> np.ndarray:

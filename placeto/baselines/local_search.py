@@ -1,11 +1,11 @@
 """`local-search`: hill climbing with a little annealing over single-node moves, scored by the simulator.
 
 Start from the best of single and the list schedulers' placements (etf, heft; or from `init`). Each iteration
-draws a batch of proposals (`placeto.search.moves`: one node moved, to a neighbour's device or another one),
+draws a batch of proposals (`placeto.baselines.moves`: one node moved, to a neighbour's device or another one),
 scores the whole batch with one `simulate_batch` call, and accepts the best proposal if it improves on the
 current placement, or with the Metropolis probability exp(-(worse - current) / T) under a temperature T that
 decays linearly from `t0` times the starting objective to 0 over the budget. The best placement seen is
-returned. `sa` (placeto.search.sa) is the full simulated annealing, with a calibrated schedule and restarts.
+returned. `sa` (placeto.baselines.sa) is the full simulated annealing, with a calibrated schedule and restarts.
 
 Budget: `budget` simulator calls, and whatever the open meter allows (`compare --seconds`: a wall-clock
 deadline). Deterministic in `seed` under a call budget.
@@ -17,11 +17,11 @@ import math
 
 import numpy as np
 
-from placeto.baselines._common import DEFAULT_BUDGET, batch_size, budget_left, evaluate
+from placeto.baselines.common import DEFAULT_BUDGET, batch_size, budget_left, evaluate
 from placeto.objective import meter
-from placeto.search import moves
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from placeto.baselines import moves
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 def local_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET, batch: int = 16,

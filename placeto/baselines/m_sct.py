@@ -27,10 +27,10 @@ import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from placeto.baselines._baechi_reference import baechi_sct
-from placeto.baselines._listsched import DEFAULT_TRANSFER_MODEL, ScheduleProblem, build_problem
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from placeto.baselines.listsched.baechi_reference import baechi_sct
+from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL, ScheduleProblem, build_problem
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 THRESHOLD = 0.5  # Baechi's m_sct default: x <= 0.5 rounds to a favourite edge
 

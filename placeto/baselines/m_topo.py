@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from placeto.baselines._common import memory_need
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from placeto.baselines.common import memory_need
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 def m_topo(graph: Graph, cluster: Cluster, seed: int = 0, by: str = "memory") -> np.ndarray:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pymetis
 
-from placeto.baselines._common import UndirectedGraph, device_speeds, reference_kind, undirected
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from placeto.baselines.common import UndirectedGraph, device_speeds, reference_kind, undirected
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 def metis_parts(ug: UndirectedGraph, n_parts: int, targets: np.ndarray | None, seed: int,

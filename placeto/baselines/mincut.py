@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from placeto.baselines._common import gpu_devices, memory_need, undirected
+from placeto.baselines.common import gpu_devices, memory_need, undirected
 from placeto.baselines.metis import metis_parts
 from placeto.baselines.scotch import scotch_parts
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 def mincut(graph: Graph, cluster: Cluster, seed: int = 0, backend: str = "scotch",

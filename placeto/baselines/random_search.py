@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from placeto.baselines._common import DEFAULT_BUDGET, batch_size, budget_left, evaluate
+from placeto.baselines.common import DEFAULT_BUDGET, batch_size, budget_left, evaluate
 from placeto.objective import EVAL_CHUNK, meter
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 def random_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET) -> np.ndarray:

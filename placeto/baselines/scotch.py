@@ -16,9 +16,9 @@ import io
 
 import numpy as np
 
-from placeto.baselines._common import NotApplicable, UndirectedGraph, device_speeds, reference_kind, undirected
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from placeto.baselines.common import NotApplicable, UndirectedGraph, device_speeds, reference_kind, undirected
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 _OPTION_DETERMINISTIC = 0  # SCOTCH_OPTIONNUMDETERMINISTIC in Scotch's library.h

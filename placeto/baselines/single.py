@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from placeto.baselines._common import CPU_KIND, NotApplicable, gpu_devices
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from placeto.baselines.common import CPU_KIND, NotApplicable, gpu_devices
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 def single_device(graph: Graph, cluster: Cluster) -> int:

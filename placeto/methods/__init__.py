@@ -15,8 +15,8 @@ and that no method imports another):
     shared by all methods       placeto.features (graph features, padding buckets), placeto.gnn (message
                                 passing, position encoding), placeto.config_fields (typed, range-checked
                                 configs; --set), placeto.checkpoint_io (run directory files), placeto.objective
-                                (the objective and the simulator-call meter), placeto.workers (rollout workers,
-                                in-process pool), placeto.distributed (Ray), placeto.policies (shipped checkpoints)
+                                (the objective and the simulator-call meter), placeto.rollouts.workers (rollout workers,
+                                in-process pool), placeto.rollouts.distributed (Ray), placeto.policies (shipped checkpoints)
     shared by rnn, hierarchical op_embed (op embeddings and their inputs), seq2seq (the LSTM encoder + attentional
                                 decoder), reinforce (REINFORCE with a moving-average baseline), pergraph (config
                                 base, MethodSpec), pergraph_specs (each one's MethodSpec by name), rundir (run
@@ -26,5 +26,5 @@ and that no method imports another):
     the methods                 placeto/, gdp/, rnn/, hierarchical/
     above the methods           registry; placeto.search (annealing; search.prior: annealing steered by a policy's
                                 prior, shared by placeto-search and gdp-search; search.guided: Placeto's
-                                policy-guided search), placeto.compare, placeto.cli / cli_placers
+                                policy-guided search), placeto.harness.compare, placeto.cli.main / cli_placers
 """

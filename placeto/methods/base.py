@@ -1,7 +1,7 @@
 """The one interface every learned placement method exports (`placeto.methods.<name>.METHOD`).
 
 A method is a frozen record of plain functions (as optax's `GradientTransformation` is a pair of them), so the
-registry (placeto.methods.registry), the comparison (placeto.compare), the shipped policies and the CLI reach
+registry (placeto.methods.registry), the comparison (placeto.harness.compare), the shipped policies and the CLI reach
 every learned method the same way. The functions import the method's heavy modules (jax, flax) only when called:
 listing the methods costs nothing.
 """

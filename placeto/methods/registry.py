@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from placeto.methods.base import Method
-from simulator.errors import InputError
-from simulator.io import PathLike, atomic_write_bytes, write_json
-from simulator.limits import short_repr
+from simulator.model.errors import InputError
+from simulator.model.io import PathLike, atomic_write_bytes, write_json
+from simulator.model.limits import short_repr
 
 PACKAGES = {
     "placeto": "placeto.methods.placeto",

@@ -11,7 +11,7 @@ base.LARGE_GRAPH_NODES nodes).
     decoder.py  the list decoders ("heft", "etf" order): numba kernels and their plain-Python reference
     train.py    PPO over a family of (graph, cluster) tasks; run directory, checkpoints, resume
     place.py    zero-shot / sampled / fine-tuned placement from a run directory (the compare row "gdp")
-    workers.py  gdp's rollout worker (placeto.workers)
+    workers.py  gdp's rollout worker (placeto.rollouts.workers)
     cli.py      `placeto train --method gdp`'s library call
 """
 

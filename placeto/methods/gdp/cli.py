@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from placeto.methods.gdp.config import PRESETS, GdpConfig
-from simulator.errors import InputError
+from simulator.model.errors import InputError
 
 
 def config_from_args(args: argparse.Namespace):
@@ -24,7 +24,7 @@ def config_from_args(args: argparse.Namespace):
 def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) -> int:
     """Train (or resume) a gdp run on `graphs` x `clusters` as the train command's arguments say; prints a
     summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy); `workers`: a
-    placeto.distributed.WorkerSpec (--workers)."""
+    placeto.rollouts.distributed.WorkerSpec (--workers)."""
     from placeto.checkpoint_io import check_init_model
     from placeto.methods.gdp.place import load_run
     from placeto.methods.gdp.train import train

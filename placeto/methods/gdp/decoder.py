@@ -1,13 +1,13 @@
 """gdp's list decoders: a placement read off the network's outputs in a list scheduler's order, every decision
 conditioned on the devices already chosen (GdpConfig.decoder "heft" or "etf").
 
-Order. "heft": the nodes in decreasing upward rank (`placeto.baselines._listsched.heft_order`), fixed in
+Order. "heft": the nodes in decreasing upward rank (`placeto.baselines.listsched.problem.heft_order`), fixed in
 advance. "etf": m-ETF's order, decided as it goes: the next node is the ready node of the (ready node, device)
 pair that can start first (`placeto.baselines.etf`'s rule, its memory tiers and floor), whichever device the
 policy then picks for it.
 
 Decision. For the node v and each device d of its best memory tier, the list schedulers' timeline
-(`placeto.baselines._listsched_numba`: input-ready times with the transfers booked on the channels, when each
+(`placeto.baselines.listsched.kernels`: input-ready times with the transfers booked on the channels, when each
 device is free) gives the time f[d] at which v would finish on d. The logit of d is
 
     l[d] = (s[v, d] + w[v, 0] * g[v, d, 0] + w[v, 1] * g[v, d, 1]) / T
@@ -40,12 +40,12 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from placeto.baselines._listsched import State, build_problem, heft_order
-from placeto.baselines._listsched_numba import new_timeline, place, ready_time, tier
+from placeto.baselines.listsched.problem import State, build_problem, heft_order
+from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
 from placeto.baselines.etf import after_placing, etf_start, pop_earliest
 from placeto.features import cost_unit
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 
 N_FEATURES = 2  # g's last axis: finish gap, load gap

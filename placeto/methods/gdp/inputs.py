@@ -13,8 +13,8 @@ import numpy as np
 
 from placeto import jraph_adapter as ja
 from placeto.features import bucket, cost_unit, static_node_features
-from simulator.cluster import Cluster
-from simulator.graph import Graph
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
 
 N_DEVICE_FEATURES = 3  # log1p(cost on d / unit), memory of d / largest memory, 1 / number of devices
 

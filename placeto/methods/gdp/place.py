@@ -6,7 +6,7 @@ the groups and the op graph itself, score both on the op graph (two simulator ca
 budget (fine-tuning, samples, search) on the better view; every placement is scored on the op graph, and the
 grouping's wall time is part of the placing time.
 
-`run_gdp` is the compare row "gdp" (placeto.compare.run_learned dispatches to it): the policy is loaded and
+`run_gdp` is the compare row "gdp" (placeto.harness.compare.run_learned dispatches to it): the policy is loaded and
 its functions compiled outside the meter (reported as compile seconds); inside it, optional PPO fine-tuning
 on the graph, then the greedy placement and, while the call budget allows, batches of sampled placements;
 the best objective wins.
@@ -31,10 +31,10 @@ from placeto.methods.gdp.model import log_policy, make_net, sample
 from placeto.methods.gdp.ppo import (Drawn, Task, _heads, _uniforms, draw, greedy_decoding, init_params,
                                      make_optimizer, make_task, ppo_step, sample_batch)
 from placeto.objective import meter, metered, score_batch
-from simulator.cluster import Cluster
-from simulator.errors import InputError
-from simulator.graph import Graph
-from simulator.io import PathLike, read_json
+from simulator.model.cluster import Cluster
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+from simulator.model.io import PathLike, read_json
 
 
 def is_gdp_run(run_dir: PathLike | None) -> bool:
@@ -74,8 +74,8 @@ def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
     """(config, params) of a gdp run directory; InputError naming the file if it is not a readable one."""
     run_dir = Path(str(run_dir))
     config = load_config(run_dir)
-    from simulator.cluster import cluster_preset
-    from simulator.generate import layered_dag
+    from simulator.model.cluster import cluster_preset
+    from simulator.model.generate import layered_dag
 
     probe = make_task(layered_dag(8, seed=0), cluster_preset("placeto-k80", min(2, config.max_devices)), config)
     path = run_dir / CHECKPOINT
@@ -155,8 +155,8 @@ _sample = jax.jit(sample, static_argnames=("net", "batch"))
 def _warm_decoder(order: str) -> None:
     """Compile (or load) the list decoder's numba kernel on a tiny graph, outside any meter."""
     from placeto.methods.gdp.decoder import decode
-    from simulator.cluster import cluster_preset
-    from simulator.generate import layered_dag
+    from simulator.model.cluster import cluster_preset
+    from simulator.model.generate import layered_dag
 
     g = layered_dag(8, seed=0)
     decode(g, cluster_preset("placeto-k80", 2), np.zeros((g.n_nodes, 2)), np.ones((g.n_nodes, 2)), 1.0, None, order)
@@ -169,7 +169,7 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     PPO fine-tuning first (`tune`'s settings, default FinetuneSettings.default_for the policy; charged to the
     budget, its compilation is not). `search` (method gdp-search): after the greedy placement, the policy's
     per-node device distributions are the prior of placeto-search's annealing
-    (`placeto.search.prior.search_from_prior`) for the rest of the budget, instead of sampled placements.
+    (`placeto.methods.prior.search_from_prior`) for the rest of the budget, instead of sampled placements.
     Coarse-to-fine where `coarse_view` says so: the better of the two views' greedy placements decides where the
     budget goes (module docstring); the grouping's seconds are charged to the time budget and counted in the run's
     seconds."""
@@ -312,7 +312,7 @@ def _search(net, params, task, seed: int, limit: float, extra: list) -> np.ndarr
     node's device distribution) start and steer placeto-search's annealing, until the meter's count reaches
     `limit` or it runs out; `extra`: more (placement, objective) start candidates, placements of task.graph.
     Coarse-to-fine: the groups' distributions are their ops' and the search runs on the op graph. int32[N ops]."""
-    from placeto.search.prior import search_from_prior
+    from placeto.methods.prior import search_from_prior
 
     graph, cluster = task.graph, task.cluster
     d = cluster.n_devices

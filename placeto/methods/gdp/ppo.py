@@ -33,9 +33,9 @@ from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.inputs import GdpInputs, gdp_inputs
 from placeto.methods.gdp.model import NEG, GdpNet, heads, log_policy, make_net
 from placeto.objective import objective_scale, score_batch
-from simulator.cluster import Cluster
-from simulator.graph import Graph
-from simulator.grouping import Grouping
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
+from simulator.grouping.group import Grouping
 
 
 class Task(NamedTuple):
@@ -237,7 +237,7 @@ def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> 
 
 def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array, lo: int, hi: int) -> Drawn:
     """Samples [lo, hi) of a batch drawn one key per sample: sample i is categorical(fold_in(key, i)) of the one
-    forward pass, so the batch is the same however [0, B) is split into ranges (placeto.distributed); not
+    forward pass, so the batch is the same however [0, B) is split into ranges (placeto.rollouts.distributed); not
     `draw`'s batch for the same key. Scored (metered)."""
     if config.decoder != "independent":
         return _decode_range(net, config, params, task, key, lo, hi)

@@ -3,7 +3,7 @@
 One update = one PPO step (placeto.methods.gdp.ppo) on task `update % T` (tasks in a fixed order). Its
 sampling key is fold_in(key(seed), update), so a run resumed from a checkpoint continues exactly as an
 uninterrupted run would: equal seeds give equal checkpoints, killed or not. With `workers`
-(placeto.distributed.WorkerSpec) the placements are sampled and simulated in Ray actors, one key per sample
+(placeto.rollouts.distributed.WorkerSpec) the placements are sampled and simulated in Ray actors, one key per sample
 (ppo.draw_range): equal seeds give equal checkpoints for every number of workers (not those of a run without).
 
 Run directory (like Placeto's): config.json (GdpConfig with "method": "gdp"), checkpoint.msgpack (params,
@@ -27,17 +27,17 @@ from flax import serialization
 
 from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, check_resume_devices, counter,
                                   objectives, read_blob, restore)
-from placeto.distributed import WorkerSpec, open_pool
+from placeto.rollouts.distributed import WorkerSpec, open_pool
 from placeto.methods.gdp.workers import WORKER
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.ppo import Drawn, Task, concat_drawn, init_params, make_optimizer, make_task, ppo_step
 from placeto.objective import metered, record
 from placeto.progress import advance
-from simulator.cluster import Cluster
-from simulator.errors import InputError
-from simulator.graph import Graph
-from simulator.io import atomic_write_bytes, read_json, save_placement
+from simulator.model.cluster import Cluster
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+from simulator.model.io import atomic_write_bytes, read_json, save_placement
 
 METRICS = "metrics.csv"
 FIELDS = ("update", "samples", "seconds", "task", "loss", "entropy", "mean_objective_us", "batch_best_us",
@@ -149,7 +149,7 @@ def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequen
     Args:
       init: parameters to start from instead of a fresh initialisation (fine-tuning a family policy).
       log: optional callable(str) for one progress line per checkpoint.
-      workers: a placeto.distributed.WorkerSpec: sample and simulate on Ray (see the module docstring).
+      workers: a placeto.rollouts.distributed.WorkerSpec: sample and simulate on Ray (see the module docstring).
       progress: a tqdm bar on stderr in placements sampled (config.updates * samples_per_update in all), with
         their rate, the ETA, the update's task and the best placement's objective so far.
     """
@@ -162,7 +162,7 @@ def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequen
 
 def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (ppo.draw_range), counted by this process's meter."""
-    from placeto.workers import key_data
+    from placeto.rollouts.workers import key_data
 
     drawn = concat_drawn(pool.run(params, (task, key_data(key)), config.samples_per_update))
     record(drawn.objective)

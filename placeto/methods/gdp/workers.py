@@ -1,4 +1,4 @@
-"""gdp's rollout worker: its share of one update's sampled placements (placeto.workers runs it)."""
+"""gdp's rollout worker: its share of one update's sampled placements (placeto.rollouts.workers runs it)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Sequence
 
 import numpy as np
 
-from placeto.workers import Pair, from_key_data
+from placeto.rollouts.workers import Pair, from_key_data
 
-WORKER = "placeto.methods.gdp.workers:GdpWorker"  # its kind (placeto.workers.make_worker)
+WORKER = "placeto.methods.gdp.workers:GdpWorker"  # its kind (placeto.rollouts.workers.make_worker)
 
 
 class GdpWorker:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, ClassVar
 
-from placeto.methods.pergraph import PerGraphConfig
+from placeto.methods.sequence.pergraph import PerGraphConfig
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """The hierarchical planner's network (seed 001): a feed-forward Grouper and a seq2seq Placer over the groups.
 
-    Grouper    op embeddings (placeto.methods.op_embed: type, output sizes, adjacency, position) -> a ReLU layer
+    Grouper    op embeddings (placeto.methods.sequence.op_embed: type, output sizes, adjacency, position) -> a ReLU layer
                -> a softmax over G groups per op; K groupings are sampled, one group per op
     groups     per sampled grouping, each group's embedding from segment sums over its ops (nothing N x N): the
                mean op embedding, the share of the graph's ops, and the group's adjacency (edges from it to
                each group and into it from each group, as shares of all edges): float32[K, G, H + 1 + 2G]
-    Placer     placeto.methods.seq2seq over the G groups in index order (a memory per sampled grouping)
+    Placer     placeto.methods.sequence.seq2seq over the G groups in index order (a memory per sampled grouping)
     placement  each op takes its group's device: int32[K, Np]
 
 Both are trained jointly by REINFORCE on log p(grouping) + log p(devices | grouping) (each a mean over its
@@ -21,9 +21,9 @@ import jax
 import jax.numpy as jnp
 
 from placeto.methods.hierarchical.config import HierarchicalConfig
-from placeto.methods.op_embed import OpEmbed, OpInputs
-from placeto.methods.reinforce import Sampled, Scored
-from placeto.methods.seq2seq import Seq2Seq, clip_logits
+from placeto.methods.sequence.op_embed import OpEmbed, OpInputs
+from placeto.methods.sequence.reinforce import Sampled, Scored
+from placeto.methods.sequence.seq2seq import Seq2Seq, clip_logits
 
 
 class Actions(NamedTuple):

@@ -1,11 +1,11 @@
-"""The hierarchical method's MethodSpec (placeto.methods.pergraph): config, presets, inputs and network."""
+"""The hierarchical method's MethodSpec (placeto.methods.sequence.pergraph): config, presets, inputs and network."""
 
 from __future__ import annotations
 
 from placeto.methods.hierarchical.config import PRESETS, HierarchicalConfig
 from placeto.methods.hierarchical.model import make_net
-from placeto.methods.op_embed import op_inputs
-from placeto.methods.pergraph import MethodSpec
+from placeto.methods.sequence.op_embed import op_inputs
+from placeto.methods.sequence.pergraph import MethodSpec
 
 METHOD = HierarchicalConfig.METHOD
 

@@ -6,15 +6,15 @@ REINFORCE on families of graphs.
     policy.py           the network: message passing (placeto.gnn) and a device-count agnostic scoring head
     rollout.py          episodes of the policy on one graph (`Rollout`), shared by training, placing and search
     episodes.py         per-episode sampling of a batch's episodes (any split across workers gives the same batch)
-    rollout_workers.py  Placeto's rollout worker (placeto.workers runs it in this process or on Ray actors)
+    rollout_workers.py  Placeto's rollout worker (placeto.rollouts.workers runs it in this process or on Ray actors)
     gradient.py         the REINFORCE update: per-step baselines, clipped Adam, entropy schedule
     train.py            training over a family of (graph, cluster) tasks: run directory, checkpoints, resume
     place.py            zero-shot placement from a run directory or shipped policy
     cli.py              `placeto train` (the default method)'s library call
 
-Policy-guided search with this policy ("placeto-search") is placeto.search.guided. Shared with the other learned
+Policy-guided search with this policy ("placeto-search") is placeto.methods.placeto.guided. Shared with the other learned
 methods, below them all: graph features (placeto.features), message passing (placeto.gnn), checkpoints
-(placeto.checkpoint_io), the objective and its meter (placeto.objective), rollout workers (placeto.workers).
+(placeto.checkpoint_io), the objective and its meter (placeto.objective), rollout workers (placeto.rollouts.workers).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def _train(args, graphs, clusters, workers=None) -> int:
 
 
 def _run(variant, graph, cluster, seed=0, budget=None, seconds=None, checkpoint=None, finetune_episodes=0):
-    from placeto.search.guided import run_learned
+    from placeto.methods.placeto.guided import run_learned
 
     return run_learned(variant, graph, cluster, seed, budget, seconds, checkpoint, finetune_episodes)
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.errors import InputError
+from simulator.model.errors import InputError
 
 
 def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) -> int:
     """Train (or resume) a Placeto run on `graphs` x `clusters` as the train command's arguments say (--config,
     --set, --episodes, --seed, --minutes, --init-from, --fresh); prints a summary. `workers`: a
-    placeto.distributed.WorkerSpec (--workers)."""
+    placeto.rollouts.distributed.WorkerSpec (--workers)."""
     from placeto.checkpoint_io import check_init_model
     from placeto.methods.placeto.config import PRESETS, parse_overrides
     from placeto.methods.placeto.place import load_policy_params

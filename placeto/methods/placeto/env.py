@@ -21,9 +21,9 @@ import numpy as np
 from placeto import objective
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays, graph_arrays
-from simulator.cluster import Cluster
-from simulator.graph import Graph
-from simulator.result import SimResult, lower_bound
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
+from simulator.model.result import SimResult, lower_bound
 
 from simulator import simulate, simulate_batch
 

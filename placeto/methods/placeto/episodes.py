@@ -13,7 +13,7 @@ a function of (key, seed, e) alone:
 
 so `collect_episodes(..., lo, hi)` over any partition of [0, B) into ranges, concatenated in order by
 `concat_rollouts`, is bit for bit `collect_episodes(..., 0, B)`. Training with `--workers N`
-(placeto.distributed) uses this sampling for every N >= 1; a run without `--workers` keeps `collect_rollout`
+(placeto.rollouts.distributed) uses this sampling for every N >= 1; a run without `--workers` keeps `collect_rollout`
 (the sampling the shipped policies were trained with), so its checkpoint differs from a `--workers` run's.
 """
 

@@ -20,10 +20,10 @@ from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays
 from placeto.methods.placeto.policy import make_policy
 from placeto.methods.placeto.rollout import collect_rollout
-from simulator.cluster import Cluster
-from simulator.graph import Graph
-from simulator.errors import InputError
-from simulator.io import PathLike
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
+from simulator.model.errors import InputError
+from simulator.model.io import PathLike
 
 
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
@@ -107,8 +107,8 @@ def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
     """The PlacetoConfig of a shipped policy or run directory (InputError for another method's run directory: its
     config.json's "method", which a Placeto run leaves out or sets to "placeto")."""
     from placeto.policies import resolve_checkpoint
-    from simulator.io import read_json
-    from simulator.limits import short_repr
+    from simulator.model.io import read_json
+    from simulator.model.limits import short_repr
 
     path = resolve_checkpoint(checkpoint)
     d = read_json(path / "config.json")
@@ -124,8 +124,8 @@ def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]
     """(config, params) of a shipped policy or run directory, params restored into the network's structure."""
     from placeto.features import graph_arrays
     from placeto.methods.placeto.policy import make_policy
-    from simulator.cluster import cluster_preset
-    from simulator.generate import layered_dag
+    from simulator.model.cluster import cluster_preset
+    from simulator.model.generate import layered_dag
 
     from placeto.policies import resolve_checkpoint
 

@@ -1,4 +1,4 @@
-"""Placeto's rollout worker: its share of one update's episodes (placeto.workers runs it, in this process or on
+"""Placeto's rollout worker: its share of one update's episodes (placeto.rollouts.workers runs it, in this process or on
 a Ray actor; see there for why the batch does not depend on the number of workers)."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from typing import Sequence
 import jax
 import numpy as np
 
-from placeto.workers import Pair, from_key_data
+from placeto.rollouts.workers import Pair, from_key_data
 
-WORKER = "placeto.methods.placeto.rollout_workers:PlacetoWorker"  # its kind (placeto.workers.make_worker)
+WORKER = "placeto.methods.placeto.rollout_workers:PlacetoWorker"  # its kind (placeto.rollouts.workers.make_worker)
 
 
 class PlacetoWorker:

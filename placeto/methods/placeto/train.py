@@ -18,7 +18,7 @@ every so often, to choose a checkpoint from afterwards). Rerunning `train` on th
 first update, every `checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping
 the last checkpoint.
 
-With `workers` (placeto.distributed.WorkerSpec) the rollouts run in Ray actors, episode by episode
+With `workers` (placeto.rollouts.distributed.WorkerSpec) the rollouts run in Ray actors, episode by episode
 (placeto.methods.placeto.episodes): equal seeds give equal checkpoints for every number of workers, but not the
 checkpoint of a run without workers, whose batches are sampled from one key (as the shipped policies were).
 """
@@ -46,7 +46,7 @@ from placeto.methods.placeto import env as E
 from placeto.checkpoint_io import (CHECKPOINT, MAX_COUNTER, RunLock, check_devices, check_finite,
                                    check_resume_devices, check_same_model, counter, objectives, read_blob, restore)
 from placeto.methods.placeto.config import PlacetoConfig
-from placeto.distributed import WorkerSpec, open_pool
+from placeto.rollouts.distributed import WorkerSpec, open_pool
 from placeto.methods.placeto.rollout_workers import WORKER
 from placeto.features import GraphArrays
 from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_steps, clipped_adam, entropy_coef,
@@ -55,10 +55,10 @@ from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
 from placeto.progress import advance
-from simulator.cluster import Cluster
-from simulator.errors import InputError
-from simulator.graph import Graph
-from simulator.io import atomic_write_bytes, check_output_path, save_placement, write_json
+from simulator.model.cluster import Cluster
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+from simulator.model.io import atomic_write_bytes, check_output_path, save_placement, write_json
 
 class TrainSummary(NamedTuple):
     """What a `train` call did. Runtimes are memory-penalised microseconds."""
@@ -240,7 +240,7 @@ def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Seq
     With resume and a checkpoint in out_dir, continues from it (same model config expected) up to
     config.episodes; stops early (with a checkpoint) after config.time_limit_minutes. A fresh run starts from
     `init_params` when given (fine-tuning a trained policy: same model config; a new optimizer). With `workers`
-    (a placeto.distributed.WorkerSpec), rollouts run on Ray (see the module docstring). See the module
+    (a placeto.rollouts.distributed.WorkerSpec), rollouts run on Ray (see the module docstring). See the module
     docstring for what out_dir holds.
     """
     if not graphs:
@@ -385,7 +385,7 @@ def best_device_targets(ro: Rollout, move_weight: float = 1.0) -> np.ndarray:
 def _pool_collect(pool, task: int, batch: int):
     """collect(params, key, seed) -> Rollout of `batch` episodes of task index `task`, split across the pool."""
     from placeto.methods.placeto.episodes import concat_rollouts
-    from placeto.workers import key_data
+    from placeto.rollouts.workers import key_data
 
     return lambda params, key, seed: concat_rollouts(pool.run(params, (task, key_data(key), seed), batch))
 

@@ -1,9 +1,9 @@
 """The RNN placer's network (seeds 000/002): op embeddings -> colocation items -> seq2seq -> a device per item.
 
-    OpEmbed      op type, output sizes, adjacency (placeto.methods.op_embed): float32[Np, H]
+    OpEmbed      op type, output sizes, adjacency (placeto.methods.sequence.op_embed): float32[Np, H]
     items        the mean embedding of each item's ops (segment sums over `OpInputs.item`): float32[Tp, H],
                  in the topological order of the items' first ops
-    Seq2Seq      bidirectional LSTM encoder + attentional LSTM decoder (placeto.methods.seq2seq), one memory
+    Seq2Seq      bidirectional LSTM encoder + attentional LSTM decoder (placeto.methods.sequence.seq2seq), one memory
                  shared by the K sampled placements
     placement    each op takes its item's device: int32[K, Np]
 """
@@ -14,10 +14,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from placeto.methods.op_embed import OpEmbed, OpInputs
-from placeto.methods.reinforce import Sampled, Scored
+from placeto.methods.sequence.op_embed import OpEmbed, OpInputs
+from placeto.methods.sequence.reinforce import Sampled, Scored
 from placeto.methods.rnn.config import RnnConfig
-from placeto.methods.seq2seq import Seq2Seq
+from placeto.methods.sequence.seq2seq import Seq2Seq
 
 
 class RnnPlacer(nn.Module):

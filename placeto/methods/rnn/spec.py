@@ -1,9 +1,9 @@
-"""The rnn method's MethodSpec (placeto.methods.pergraph): config, presets, inputs and network."""
+"""The rnn method's MethodSpec (placeto.methods.sequence.pergraph): config, presets, inputs and network."""
 
 from __future__ import annotations
 
-from placeto.methods.op_embed import op_inputs
-from placeto.methods.pergraph import MethodSpec
+from placeto.methods.sequence.op_embed import op_inputs
+from placeto.methods.sequence.pergraph import MethodSpec
 from placeto.methods.rnn.config import PRESETS, RnnConfig
 from placeto.methods.rnn.model import make_net
 

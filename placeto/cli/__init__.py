@@ -1,0 +1,1 @@
+"""The `placeto` command line: parses arguments, calls the libraries, prints."""

@@ -1,0 +1,214 @@
+"""Command-line argument types with ranges, and a parser whose errors are one line.
+
+Every number the CLI takes is range-checked when parsed (so `--seed 99999999999999999999999` is a usage error,
+not an OverflowError deep in JAX), and argparse's usage errors print one line, `placeto train: error: ...`, with
+exit status 2 like every other bad input. Every parser shows each argument's default in its help (HelpFormatter).
+
+The device count of a command that simulates is the one its placement or cluster file records when it is given
+one, else --devices, else DEFAULT_DEVICES; --devices that disagrees with such a file is an InputError
+(resolve_devices), never a silent choice between them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from typing import Callable, Sequence
+
+from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster
+from simulator.model.errors import InputError
+from simulator.model.limits import MAX_DEVICES, MAX_SEED
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's ArgumentDefaultsHelpFormatter (every default shown: " (default: 4)", a list as "2,4,8") that keeps
+    pre-formatted descriptions and epilogs as written. Defaults that say nothing (None, False, an empty list) are
+    left to the help text, which says what happens without the argument."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or not shows_default(action):
+            return text
+        return f"{text} (default: {format_default(action.default).replace('%', '%%')})"
+
+
+def shows_default(action: argparse.Action) -> bool:
+    """Whether HelpFormatter appends `action`'s default to its help: a value that means something, on an option
+    (or a positional that may be left out)."""
+    if action.default is None or action.default is False or action.default == [] or \
+            action.default is argparse.SUPPRESS or action.help is argparse.SUPPRESS:
+        return False
+    return bool(action.option_strings) or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE)
+
+
+def format_default(value: object) -> str:
+    """A default as the user would type it: lists and tuples comma-separated."""
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are a single line on stderr (no usage block), exit status 2, and whose help
+    shows every default (HelpFormatter). Its subparsers are OneLineParsers too (argparse makes them of the parent's
+    class), so both hold for every subcommand."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):  # noqa: D102  (argparse's hook)
+        text = " ".join(message.split())
+        sys.stderr.write(f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
+def int_in(lo: int, hi: int) -> Callable[[str], int]:
+    """An argparse type: an integer in [lo, hi], checked on the digits (no huge int is built)."""
+
+    def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-")
+        if not digits.isdigit() or len(digits) > 30:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text[:40]!r}")
+        value = int(text)
+        if not lo <= value <= hi:
+            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float in [lo, hi] (with `lo_open`: in (lo, hi])."""
+    span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text[:40]!r}") from None
+        if not (math.isfinite(value) and lo <= value <= hi) or (lo_open and value == lo):
+            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text[:40]!r}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
+def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
+    """An argparse type: comma-separated values, each parsed by `item` (e.g. int_in(1, 8)); at least one."""
+
+    def parse(text: str) -> list:
+        parts = [t for t in text.split(",") if t.strip()]
+        if not parts:
+            raise argparse.ArgumentTypeError(f"expected comma-separated values, got {text[:40]!r}")
+        return [item(t) for t in parts]
+
+    parse.__name__ = f"comma-separated {getattr(item, '__name__', 'value')}s"
+    return parse
+
+
+DEVICES = int_in(1, MAX_DEVICES)
+
+
+def device_spec(text: str):
+    """An argparse type: a device count or a platform:index list (simulator.hardware.devices.parse_device_spec),
+    its error naming the offending entry."""
+    from simulator.hardware.devices import parse_device_spec
+
+    try:
+        return parse_device_spec(text)
+    except ValueError as e:  # InputError: argparse would print only "invalid value"
+        raise argparse.ArgumentTypeError(str(e).removeprefix("--devices: ")) from None
+
+
+device_spec.__name__ = "device spec"
+DEVICE_SPEC = device_spec  # local devices: "2", "gpu:0,cpu:0", "cpu:0,cpu:1"
+SEED = int_in(0, MAX_SEED)
+COUNT = int_in(0, 10**9)  # episodes, samples, warm-up runs
+POSITIVE = int_in(1, 10**9)  # repeats, groups, budgets
+WORKERS = int_in(1, 1024)
+MINUTES = float_in(0.0, 1e7, lo_open=True)  # a time limit: finite, and not 0 (placeto read 0 as none, gdp as now)
+PERCENT = float_in(0.0, 1e6)  # a bound in percent (--max-cp-growth)
+
+
+DEFAULT_DEVICES = 4  # devices of every command when neither --devices nor a placement or cluster file says (as
+# most of the Placeto paper's results); `compare` and `train`, which take several counts, default to [4] too
+
+
+def devices_help(files: str = "the placement or cluster file's count") -> str:
+    """The help text of a --devices flag that names a device count, saying where the count comes from: `files`
+    (the files that record one) when given, else DEFAULT_DEVICES."""
+    return f"number of devices (default: {files} when given, else {DEFAULT_DEVICES}; a different count is an error)"
+
+
+def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False) -> None:
+    """--devices N / --preset NAME / --cluster FILE, shared by every command that simulates. --devices defaults to
+    None (so that a given one can be checked against the files: cluster_from_args). With `device_list`, --devices
+    also takes local devices as a platform:index list (DEVICE_SPEC, e.g. gpu:0,cpu:0: `place --hardware`);
+    cluster_from_args then takes the preset with that many devices."""
+    local = (". With --hardware: a count or local devices as platform:index, e.g. gpu:0,cpu:0 (default there: "
+             "the cluster file's count, else every GPU, else 2 host CPU devices; at most 4 host CPU devices per "
+             "core, at least 8)") if device_list else ""
+    p.add_argument("--devices", type=DEVICE_SPEC if device_list else DEVICES, default=None,
+                   help=devices_help("the cluster file's count" if device_list else
+                                     "the placement or cluster file's count") + local)
+    add_preset_argument(p)
+    p.add_argument("--cluster", help="cluster JSON file, e.g. from `placeto calibrate` (instead of --preset; its "
+                                     "device count is the command's)")
+
+
+def add_preset_argument(p: argparse.ArgumentParser, with_cluster: bool = True) -> None:
+    """--preset NAME: the cluster preset (simulator.model.cluster.PRESETS), its choices listed in the help;
+    `with_cluster`: the command also takes --cluster, which replaces it."""
+    ignored = " (ignored with --cluster)" if with_cluster else ""
+    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), metavar="NAME",
+                   help=f"cluster preset, the device kind and its costs{ignored}: %(choices)s")
+
+
+def spec_count(devices: int | Sequence | None) -> int | None:
+    """The device count of a --devices value: a count, or a platform:index list's length; None if not given."""
+    return devices if devices is None or isinstance(devices, int) else len(devices)
+
+
+def placement_devices(path: str) -> int | None:
+    """How many devices placement file `path` records (its "devices" list); None when it records none. A file
+    that cannot be read or parsed gives None here: it fails with its own message when it is loaded."""
+    from simulator.model.io import read_json
+
+    try:
+        d = read_json(path)
+    except InputError:
+        return None
+    devices = d.get("devices") if isinstance(d, dict) else None
+    return len(devices) if isinstance(devices, list) and devices else None
+
+
+def resolve_devices(given: int | None, files: Sequence[tuple[str, int | None]] = ()) -> int:
+    """The device count of a command: `given` (--devices' count; None when not given), else the count of the
+    `files` ((name such as "placement P.json", the count it records or None), in order), else DEFAULT_DEVICES.
+    InputError, naming the file and both counts, when --devices and a file, or two files, disagree."""
+    known = [(name, n) for name, n in files if n is not None]
+    if given is not None:
+        for name, n in known:
+            if n != given:
+                raise InputError(f"--devices {given} but {name} has {n} devices (leave --devices out to use the "
+                                 f"file's count)")
+        return given
+    for (first, m), (name, n) in zip(known, known[1:]):
+        if m != n:
+            raise InputError(f"{first} has {m} devices but {name} has {n}")
+    return known[0][1] if known else DEFAULT_DEVICES
+
+
+def cluster_from_args(args: argparse.Namespace, placement: str | None = None) -> Cluster:
+    """The cluster of --cluster, else --preset with the resolved device count (resolve_devices: --devices, the
+    cluster file's and the placement file `placement`'s, checked against each other)."""
+    cluster = load_cluster(args.cluster) if getattr(args, "cluster", None) else None
+    files = [(f"cluster {args.cluster}", cluster.n_devices)] if cluster is not None else []
+    if placement is not None:
+        files.append((f"placement {placement}", placement_devices(placement)))
+    n = resolve_devices(spec_count(getattr(args, "devices", None)), files)
+    return cluster if cluster is not None else cluster_preset(args.preset, n)

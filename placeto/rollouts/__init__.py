@@ -1,0 +1,1 @@
+"""Rollout workers: each learned method's share of an update, serially or on Ray."""

@@ -1,1 +1,0 @@
-"""Search methods: simulated annealing and policy-guided search, on the shared move set of `moves`."""

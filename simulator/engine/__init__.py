@@ -1,0 +1,1 @@
+"""The discrete-event simulator: the fast numba engine beside its plain-Python reference."""

@@ -1,0 +1,1 @@
+"""Grouping: an op graph contracted to a smaller graph of groups, and placements mapped back and forth."""

@@ -1,0 +1,287 @@
+"""A rig of D CPU devices that really run at once: one worker process per device.
+
+JAX's host "devices" (`--xla_force_host_platform_device_count`) are labels over one shared thread pool: two jitted
+chains of 700x700 matmuls on cpu:0 and cpu:1 overlap about 1.16x on this 2-core machine, where two NumPy threads
+overlap 1.99x (experiments/results/rig_concurrency.md). Here each device is its own process
+(`simulator.hardware.rig.worker`), spawned (a fresh interpreter, not a fork of a process with JAX threads running), with its
+own single-device JAX CPU client and XLA's intra-op threading off (`simulator.hardware.devices.SERIAL_CPU_FLAGS`), so a
+device is one core's worth of work and D devices run on D cores at once; optionally each worker is pinned to a
+core (`pin`). A worker keeps the memory it allocates (glibc's malloc set by `WORKER_MALLOC`), as a device's caching
+allocator does, so a step does not fault in again what the step before it freed.
+
+What moves where:
+* code: each stage of a placed `simulator.hardware.dispatch.Plan` (a jitted fn(token, *inputs) -> (token, *outputs)) is
+  exported in the parent with `jax.export` and sent once as bytes; the worker deserializes and jits it
+  (`simulator.hardware.rig.plans.to_rig` builds the per-worker instruction lists);
+* resident values (parameters, optimizer state, the batch) are sent once, when a plan is put on the rig, and kept
+  in the worker across plans of the same `scope`;
+* values crossing devices during a step go through one shared memory block per plan (`multiprocessing.
+  shared_memory`, numpy views), with a small message over a direct pipe between the two workers;
+* the parent sends ("run", plan) to every worker and waits for each to answer: one step at a time.
+
+Failures are errors, not hangs: every wait (the parent's for a reply, a worker's for a batch) has a timeout
+(`timeout_s`); a worker that dies, times out or raises makes the rig raise `RigError` naming it, and close
+itself (its workers stopped, or killed; its shared memory unlinked). `close()` (also at exit, and on `with`) stops
+the workers and unlinks every block.
+
+This module imports neither jax nor numpy-heavy code at import time; the parent's JAX need not have more than one
+device.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+import weakref
+from typing import Any, Sequence
+
+from simulator.model.errors import InputError
+
+DEFAULT_TIMEOUT_S = 300.0  # a reply or a batch that takes longer means a worker is stuck (compiles included)
+PIN = True  # pin worker d to core d (mod cores): unpinned, a worker running alone borrows a second core (XLA:CPU
+#            still has helper threads), so one device is more than one core and two overlap only 1.25-1.37x;
+#            pinned, 1.91-1.94x (experiments/results/benchmarks/rig_concurrency.md). The price: a pinned worker
+#            cannot move off a core another program keeps busy
+REPLY_SLACK_S = 5.0  # the parent waits this much longer than a worker waits for a batch: the worker's own
+#                     error (which batch it waited for) arrives first
+START_TIMEOUT_S = 120.0  # a worker's start: a fresh interpreter importing jax
+WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=68719476736",
+                 "glibc.malloc.top_pad=67108864")
+#   glibc's malloc settings in every worker (GLIBC_TUNABLES): a worker keeps the memory it once allocated, as a
+#   GPU runtime's caching allocator does. With glibc's defaults a freed buffer goes back to the kernel (a large one
+#   is unmapped, the heap's free top trimmed, a thread arena's heap shrunk or deleted) and the next step's kernels
+#   fault it in again page by page. No mmap: every buffer comes from a heap; no trimming (64 GiB): no heap's top
+#   is given back; a top pad of 64 MiB (a thread arena's whole heap): glibc's heap_trim keeps a thread arena's
+#   emptied heap instead of unmapping it (it deletes one only when what would be left is under the pad). Each is
+#   needed (ad hoc, 2026-11-28, nmt_004 at 2 devices, after the interleaved rounds of 9 placements): trimming off
+#   and the pad set but mmap on, etf's worker 1 took 8,504 page faults a step (Spearman 0.95, median |error|
+#   13.6%); with all three none (0.98, 7.4%); mmap and trimming off, the pad left at 0, 12,751 in one run (the
+#   previous session). One arena for all threads (glibc.malloc.arena_max=1, the setting before this) also stopped
+#   the faults, but ran ptb_006's single device 2-3x slower (10-14 ms a step against 4.5-5 with these settings or
+#   glibc's defaults): XLA's threads, sharing one core, queued on the one arena's lock
+
+
+class RigError(RuntimeError):
+    """A worker of the rig failed: it raised, died, or did not answer in time (one line, naming it)."""
+
+
+def worker_env(environ: dict) -> dict:
+    """A worker's environment: `environ` with XLA_FLAGS as `worker_flags`, JAX on the CPU, and WORKER_MALLOC added
+    to GLIBC_TUNABLES (a tunable `environ` already sets keeps its value)."""
+    tunables = _with_defaults([t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t], WORKER_MALLOC)
+    return dict(environ, XLA_FLAGS=worker_flags(environ.get("XLA_FLAGS", "")), JAX_PLATFORMS="cpu",
+                GLIBC_TUNABLES=":".join(tunables))
+
+
+def worker_flags(flags: str) -> str:
+    """XLA_FLAGS for a worker: the caller's, without a host device count (a worker has one device), with
+    SERIAL_CPU_FLAGS (one core per execution)."""
+    from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
+
+    words = [w for w in flags.split() if not w.startswith(HOST_DEVICE_FLAG + "=")]
+    return " ".join(_with_defaults(words, SERIAL_CPU_FLAGS))
+
+
+def _with_defaults(settings: list[str], defaults: Sequence[str]) -> list[str]:
+    """`settings` ("name=value" each) followed by the `defaults` whose name none of them sets."""
+    named = {w.split("=")[0] for w in settings}
+    return settings + [d for d in defaults if d.split("=")[0] not in named]
+
+
+@contextlib.contextmanager
+def one_core(core: int | None = None):
+    """Inside the block every thread of this process (JAX's thread pools included, and threads started inside) runs
+    on one core (default: the first free one); the affinity is restored after. For measuring what a worker of the
+    rig, one pinned core, would take: unpinned, XLA:CPU runs independent parts of one computation on other cores
+    even with its intra-op threading off."""
+    before = os.sched_getaffinity(0)
+    core = free_cores()[0] if core is None else core
+    _set_all_threads({core})
+    try:
+        yield core
+    finally:
+        _set_all_threads(before)
+
+
+def _set_all_threads(cores: set[int]) -> None:
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), cores)
+        except (ProcessLookupError, OSError):  # a thread that ended meanwhile
+            pass
+
+
+def free_cores() -> list[int]:
+    """The cores this process may run on (its affinity), in order."""
+    return sorted(os.sched_getaffinity(0))
+
+
+class ProcessRig:
+    """D worker processes, one JAX CPU device each. Use as a context manager, or call close()."""
+
+    def __init__(self, n_devices: int, pin: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S):
+        if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
+            raise InputError(f"a process rig needs a positive device count, got {n_devices!r}")
+        if not timeout_s > 0:
+            raise InputError(f"the rig's timeout must be positive, got {timeout_s!r}")
+        self.n_devices, self.pin, self.timeout_s = n_devices, pin, float(timeout_s)
+        cores = free_cores()
+        self.cores = [cores[d % len(cores)] if pin else None for d in range(n_devices)]
+        pipes = {(a, b): multiprocessing.Pipe() for a in range(n_devices) for b in range(a + 1, n_devices)}
+        peers = [{b if a == d else a: ends[0] if a == d else ends[1] for (a, b), ends in pipes.items() if d in (a, b)}
+                 for d in range(n_devices)]
+        self.conns, self.processes, self.blocks = [], [], {}
+        self._ids = itertools.count(1)
+        self.loaded: list[set] = [set() for _ in range(n_devices)]  # stage ids each worker holds
+        self.resident: dict = {}  # (scope, value, device) -> value id held by that worker
+        self.closed = False
+        try:
+            for d in range(n_devices):
+                ours, theirs = multiprocessing.Pipe()
+                self.processes.append(_start_worker(d, theirs, peers[d], self.cores[d], self.timeout_s))
+                theirs.close()
+                self.conns.append(ours)
+        finally:
+            for ends in pipes.values():
+                for end in ends:
+                    end.close()
+        self._finalizer = weakref.finalize(self, _shutdown, self.processes, self.conns, self.blocks)
+        self.call_all([("put", [(0, _zero())])] * n_devices, START_TIMEOUT_S)  # every worker up, jax imported
+
+    def __enter__(self) -> "ProcessRig":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def new_id(self) -> int:
+        """A fresh id for a value, stage or plan (unique within this rig)."""
+        return next(self._ids)
+
+    def call(self, d: int, request: tuple, timeout_s: float | None = None) -> Any:
+        """Send `request` to worker d and return its reply's value (RigError on failure, and the rig closes)."""
+        return self.call_all({d: request}, timeout_s)[d]
+
+    def call_all(self, requests: dict | Sequence, timeout_s: float | None = None) -> dict:
+        """Send requests ({worker: request}, or one per worker in order) to the workers at once, then wait for
+        every reply (up to `timeout_s`, default the rig's timeout + REPLY_SLACK_S): {worker: value}. RigError (and
+        the rig closes) if one raised, died or timed out."""
+        if self.closed:
+            raise RigError("the process rig is closed")
+        requests = dict(enumerate(requests)) if not isinstance(requests, dict) else requests
+        try:
+            for d, request in requests.items():
+                self.conns[d].send(request)
+        except (OSError, ValueError) as e:  # BrokenPipeError: the worker is gone
+            self._fail(f"worker {d} cannot be reached ({self._exit_note(d) or type(e).__name__})")
+        timeout = self.timeout_s + REPLY_SLACK_S if timeout_s is None else timeout_s
+        deadline = time.monotonic() + timeout
+        replies = {}
+        for d in requests:
+            replies[d] = self._reply(d, deadline, timeout, requests[d][0])
+        return replies
+
+    def _reply(self, d: int, deadline: float, timeout: float, what: str) -> Any:
+        conn = self.conns[d]
+        try:
+            ready = conn.poll(max(0.0, deadline - time.monotonic()))
+            status, value = conn.recv() if ready else (None, None)
+        except (EOFError, OSError):
+            self._fail(f"worker {d} died during {what!r} ({self._exit_note(d) or 'its pipe closed'})")
+        if status is None:
+            self._fail(f"worker {d} did not answer {what!r} within {timeout:g} s")
+        if status == "error":
+            self._fail(f"worker {d} failed in {what!r}: {value}")
+        return value
+
+    def _exit_note(self, d: int) -> str:
+        try:
+            code = self.processes[d].wait(0.5)
+        except subprocess.TimeoutExpired:
+            return ""
+        return f"exit code {code}"
+
+    def _fail(self, message: str) -> None:
+        self.close()
+        raise RigError(f"process rig: {message}")
+
+    def block(self, size: int) -> str:
+        """A new shared memory block of `size` bytes (at least 1) owned by the rig; its name."""
+        from multiprocessing import shared_memory
+
+        shm = shared_memory.SharedMemory(create=True, size=max(1, size))
+        self.blocks[shm.name] = shm
+        return shm.name
+
+    def release(self, name: str) -> None:
+        """Unlink a block made by `block`."""
+        shm = self.blocks.pop(name, None)
+        if shm is not None:
+            _unlink(shm)
+
+    def close(self) -> None:
+        """Stop the workers (killed if they do not stop within a few seconds) and unlink every block."""
+        if not self.closed:
+            self.closed = True
+            self._finalizer()
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+
+# a worker's program: rig_worker imported by its name (not run as __main__), so the Run/Send/Recv the parent
+# pickles unpickle as that module's classes
+WORKER_MAIN = "import sys; from simulator.hardware.rig.worker import main; main(sys.argv[1:])"
+
+
+def _start_worker(index: int, conn: Any, peers: dict, core: int | None, timeout_s: float) -> subprocess.Popen:
+    """`simulator.hardware.rig.worker.main` (WORKER_MAIN) with its pipes' file descriptors inherited: a fresh interpreter
+    (not a fork of this process, whose JAX runtime may have threads; nor multiprocessing's spawn, which would import
+    the caller's __main__ again), its environment as `worker_env`, the repository on its path."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(worker_env(dict(os.environ)),
+               PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    argv = [sys.executable, "-c", WORKER_MAIN, str(index), str(conn.fileno()), f"{timeout_s!r}",
+            "-" if core is None else str(core)] + [f"{d}:{c.fileno()}" for d, c in peers.items()]
+    fds = [conn.fileno()] + [c.fileno() for c in peers.values()]
+    return subprocess.Popen(argv, env=env, pass_fds=fds, stdin=subprocess.DEVNULL)
+
+
+def _zero():
+    import numpy as np
+
+    return np.zeros((), np.int8)
+
+
+def _unlink(shm: Any) -> None:
+    try:
+        shm.close()
+        shm.unlink()
+    except (FileNotFoundError, BufferError):
+        pass
+
+
+def _shutdown(processes: list, conns: list, blocks: dict) -> None:
+    """Ask every worker to stop, wait, kill the ones still running, unlink the blocks."""
+    for conn in conns:
+        try:
+            conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+    deadline = time.monotonic() + 5.0
+    for p in processes:
+        try:
+            p.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5.0)
+    for conn in conns:
+        conn.close()
+    for name in list(blocks):
+        _unlink(blocks.pop(name))

@@ -1,0 +1,241 @@
+"""The worker process of `simulator.hardware.rig.pool`: one JAX CPU device, running its share of placed steps.
+
+A worker is started by `simulator.hardware.rig.pool.ProcessRig` (`python -c WORKER_MAIN INDEX FD TIMEOUT CORE PEER:FD...`:
+a fresh interpreter, never a fork of a process whose JAX runtime has threads; FD: the inherited end of
+its pipe to the parent, PEER:FD one per other worker), with XLA_FLAGS set by the parent so that its CPU client has one
+device and no intra-op threading (`simulator.hardware.devices.SERIAL_CPU_FLAGS`): one worker, one core's worth of
+work. It may be pinned to one core (`os.sched_setaffinity`).
+
+It serves requests from the parent, one at a time, over its `Connection` (`serve`): a request is a tuple whose
+first item names it, the reply is ("ok", value) or ("error", one line with the exception's type and message):
+
+    ("load", stages)                 deserialize each (stage, blob) of `stages` (`jax.export` blobs,
+                                     `Exported.serialize()`); each compiles in its first run
+    ("put", items)                   keep each (key, array) of `items` (numpy arrays) on the device, resident
+    ("drop", keys)                   forget resident values
+    ("plan", plan, program, shm, keep)  a step's instruction list (`Recv`, `Run`, `Send`); `shm` names the shared
+                                     memory block its transfers go through; `keep`: values to keep after a step
+    ("run", plan)                    run one step of `plan`; the reply's value: the events of the step (`Event`)
+    ("fetch", plan, keys)            the kept values of the last step, as numpy arrays
+    ("free", plan)                   forget a plan, detach from its shared memory
+    ("stop",)                        exit
+
+Transfers: a `Send` copies values into the plan's shared memory block (`multiprocessing.shared_memory`, at
+offsets the parent chose) and then tells the receiving worker over a direct pipe (`peers[dst]`) that batch
+`batch` of this step is there; a `Recv` waits (up to the rig's timeout) for that message and copies the values
+onto the device, the batch in one call (`jax.device_put([...], may_alias=False)`: a copy, since the block is
+rewritten next step; 71 us a value against 128 in one call each, 425 small values, 2026-11-28 on this 2-core
+machine). The parent runs one step at a time and waits for every worker before the next, so a block is never
+rewritten while read.
+
+Events carry `time.perf_counter_ns()` (CLOCK_MONOTONIC, the same clock in every process of a Linux machine), so the
+parent can lay every worker's stages on one time axis (a measured Gantt chart).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import time
+import traceback
+from typing import Any, NamedTuple
+
+import numpy as np
+
+
+class Slot(NamedTuple):
+    """Where one transferred value lives in a plan's shared memory block."""
+
+    key: int  # the value's id in the step's environment
+    offset: int  # bytes from the block's start
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name
+
+
+class Recv(NamedTuple):
+    """Wait for batch `batch` from worker `src`, then copy its values onto this device."""
+
+    src: int
+    batch: int
+    slots: tuple[Slot, ...]
+
+
+class Run(NamedTuple):
+    """Run stage `stage` (fn(token, *inputs) -> (token, *outputs)); `label` names it in the events."""
+
+    stage: int
+    label: int  # the plan's task index
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    donated: tuple[int, ...] = ()  # inputs whose buffers the stage takes over: dropped after it runs
+
+
+class Send(NamedTuple):
+    """Copy values into the shared memory block, then tell worker `dst` that batch `batch` is there."""
+
+    dst: int
+    batch: int
+    label: int  # the plan's task index of the producer
+    slots: tuple[Slot, ...]
+
+
+class Event(NamedTuple):
+    """One timed piece of a step on a worker: a stage run, a send (copy into shared memory) or a receive (the
+    wait for the batch and the copy onto the device). Nanoseconds of `time.perf_counter_ns()`."""
+
+    kind: str  # "run", "send" or "recv"
+    label: int  # task index (run, send) or batch (recv)
+    start_ns: int
+    end_ns: int
+
+
+def main(argv: list[str]) -> None:
+    """The worker's entry point (`simulator.hardware.rig.pool.WORKER_MAIN`): argv INDEX FD TIMEOUT CORE PEER:FD...
+    (CORE "-": not pinned)."""
+    from multiprocessing.connection import Connection
+
+    index, fd, timeout_s, core = int(argv[0]), int(argv[1]), float(argv[2]), argv[3]
+    conn = Connection(fd)
+    peers = {int(d): Connection(int(f)) for d, f in (p.split(":") for p in argv[4:])}
+    if core != "-":
+        os.sched_setaffinity(0, {int(core)})
+    import jax  # noqa: F401  -- the CPU client starts with the flags the parent set
+
+    state = {"stages": {}, "values": {}, "plans": {}, "peers": peers, "timeout_s": timeout_s, "index": index,
+             "arrived": {d: set() for d in peers}}
+    serve(conn, state)
+
+
+def serve(conn: Any, state: dict) -> None:
+    """Answer requests until ("stop",) or the parent's end of the pipe closes. The garbage collector is off while
+    steps run (a step makes a few thousand objects, none in a cycle, so none waits for it; a collection of this
+    JAX process would land in some step's time) and collects after every other request, between plans."""
+    gc.disable()
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            break
+        if request[0] == "stop":
+            break
+        try:
+            reply = ("ok", HANDLERS[request[0]](state, *request[1:]))
+        except Exception as e:  # noqa: BLE001 -- reported to the parent, which raises it there
+            last = traceback.extract_tb(e.__traceback__)[-1:]
+            where = f" ({os.path.basename(last[0].filename)}:{last[0].lineno})" if last else ""
+            reply = ("error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{where}")
+        conn.send(reply)
+        if request[0] != "run":
+            gc.collect()
+    for plan in list(state["plans"]):
+        _free(state, plan)
+
+
+def _load(state: dict, stages: list) -> None:
+    """Deserialize every (stage id, blob) of `stages` as a jitted function; it compiles in its first run. (Compiled
+    ahead of time instead, `jit(...).lower(...).compile()`, the stages ran through another call path, and a
+    worker's freed 64 MB buffer was faulted in again every step in one run of four:
+    tests/test_process_rig.py's fault test.)"""
+    import jax
+
+    for stage, blob in stages:
+        state["stages"][stage] = jax.jit(jax.export.deserialize(bytearray(blob)).call)
+
+
+def _put(state: dict, items: list) -> None:
+    import jax
+
+    for key, array in items:
+        state["values"][key] = jax.device_put(array, may_alias=False)
+
+
+def _drop(state: dict, keys: tuple) -> None:
+    for k in keys:
+        state["values"].pop(k, None)
+
+
+def _plan(state: dict, plan: int, program: tuple, shm_name: str | None, keep: tuple) -> None:
+    from multiprocessing import shared_memory
+
+    import jax
+    import jax.numpy as jnp
+
+    shm = None
+    if shm_name:
+        from multiprocessing import resource_tracker
+
+        shm = shared_memory.SharedMemory(name=shm_name)
+        # Python < 3.13 registers an attached block with this process's own resource tracker, which would unlink
+        # it (and warn of a leak) when the worker exits: the parent owns it and unlinks it
+        resource_tracker.unregister(shm._name, "shared_memory")
+    # the token committed to the device, as a stage returns it: an uncommitted one in the first step made jit
+    # compile the plan's first stage again in the second (its cache is keyed on that)
+    state["plans"][plan] = {"program": program, "shm": shm, "keep": keep, "last": {},
+                            "token": jax.device_put(jnp.zeros((), jnp.int8), jax.devices()[0])}
+
+
+def _free(state: dict, plan: int) -> None:
+    entry = state["plans"].pop(plan, None)
+    if entry is not None and entry["shm"] is not None:
+        entry["shm"].close()
+
+
+def _fetch(state: dict, plan: int, keys: tuple) -> list:
+    last = state["plans"][plan]["last"]
+    return [np.asarray(last[k]) for k in keys]
+
+
+def _view(shm: Any, slot: Slot) -> np.ndarray:
+    dtype = np.dtype(slot.dtype)
+    count = int(np.prod(slot.shape, dtype=np.int64))
+    return np.ndarray(slot.shape, dtype, buffer=shm.buf, offset=slot.offset) if count else np.zeros(slot.shape,
+                                                                                                     dtype)
+
+
+def _run(state: dict, plan: int) -> list[Event]:
+    """One step of `plan`: its instructions in order, every stage waited for (its end time is real)."""
+    import jax
+
+    entry = state["plans"][plan]
+    env = dict(state["values"])
+    events = []
+    clock = time.perf_counter_ns
+    for ins in entry["program"]:
+        t0 = clock()
+        if isinstance(ins, Run):
+            token, *outs = state["stages"][ins.stage](entry["token"], *[env[k] for k in ins.inputs])
+            jax.block_until_ready(outs)
+            entry["token"] = token
+            for k in ins.donated:
+                env.pop(k, None)
+            env.update(zip(ins.outputs, outs))
+            events.append(Event("run", ins.label, t0, clock()))
+        elif isinstance(ins, Send):
+            for slot in ins.slots:
+                _view(entry["shm"], slot)[...] = np.asarray(env[slot.key])
+            state["peers"][ins.dst].send((plan, ins.batch))
+            events.append(Event("send", ins.label, t0, clock()))
+        else:
+            _wait(state, ins.src, (plan, ins.batch))  # the batch's values in one call: 1.7x faster than one each
+            views = [_view(entry["shm"], slot) for slot in ins.slots]
+            env.update(zip([slot.key for slot in ins.slots], jax.device_put(views, may_alias=False)))
+            events.append(Event("recv", ins.batch, t0, clock()))
+    entry["last"] = {k: env[k] for k in entry["keep"] if k in env}
+    return events
+
+
+def _wait(state: dict, src: int, batch: tuple) -> None:
+    """Block until worker `src` said `batch` is in shared memory (TimeoutError after the rig's timeout)."""
+    arrived, conn = state["arrived"][src], state["peers"][src]
+    deadline = time.monotonic() + state["timeout_s"]
+    while batch not in arrived:
+        left = deadline - time.monotonic()
+        if left <= 0 or not conn.poll(left):
+            raise TimeoutError(f"worker {state['index']}: no batch {batch[1]} from worker {src} within "
+                               f"{state['timeout_s']:g} s")
+        arrived.add(conn.recv())
+    arrived.discard(batch)
+
+
+HANDLERS = {"load": _load, "put": _put, "drop": _drop, "plan": _plan, "free": _free, "fetch": _fetch, "run": _run}
+

@@ -1,0 +1,214 @@
+"""`placeto profile`: measured costs of a graph's units on the local devices, filed under each device's kind.
+
+Three ways to measure, `method`:
+
+    step   (default) the whole program as one compiled step per device, each unit (op or group) under its own
+           named scope, its kernels' time read from a jax.profiler trace (simulator.measure.step_profile): the cost of
+           the unit as it runs inside the compiled step, without the dispatch floor of a call (tens of us)
+    units  every unit alone as its own jitted call, net of the measured dispatch floor
+           (simulator.measure.calibrate.profile_plan): what the per-unit harness pays
+    ops    every op alone (simulator.measure.profile.profile_graph), summed per group: the old op-level profile, one
+           dispatch floor per op (on a GPU many times the op's kernels)
+
+Costs go under the device's kind (simulator.hardware.devices.kind_of: "local-cpu", "local-h200", ...), or a name the
+user gives when all devices are of one kind; the calibrated cluster of `placeto calibrate` uses the same kinds,
+so `eval --costs graph` and `place --hardware` simulate with them. meta.profile[kind] records the method, the
+device, the JAX version, the host (platform.node()), the machine's load when the measurement began (1-minute load
+average and cores: `machine_load`; a profile taken `under_load` says so and is not kept as final by `place
+--hardware`) and, for `step`, the busy time and XLA's flop and byte counts of the compiled step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from pathlib import Path
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+
+METHODS = ("step", "units", "ops")
+MAX_LOAD_PER_CORE = 0.5  # a profile taken while the 1-minute load average, less 1 for placeto's own process
+#                          (a run just before counts too), exceeded 0.5 x cores was taken under load
+LOAD_ENV = "PLACETO_MAX_LOAD_PER_CORE"  # overrides MAX_LOAD_PER_CORE (a shared machine that is never idle)
+
+
+class Program(NamedTuple):
+    """What runs a graph's units: simulator.hardware.dispatch.UnitProgram per graph node, and the op values."""
+
+    units: list
+    values: list
+    traced: Any  # simulator.tracing.trace.Traced, or None for an exported program
+    op_to_group: np.ndarray | None
+    source: str  # "zoo program", "--program", or "exported <file>"
+    outputs: tuple = ()  # the step's outputs (simulator.tracing.trace.Source, or literals)
+
+
+def graph_program(graph: Graph, program: str | None = None, args_spec: str | None = None,
+                  exported: str | None = None, seed: int = 0) -> Program:
+    """The units of `graph`'s program: its exported program (simulator.tracing.export), else a re-trace (a zoo program
+    of its meta, or the `program` the user named; simulator.workloads.families.retrace maps a re-trace that differs)."""
+    from simulator.tracing import export
+    from simulator.tracing.lowering import leaf_values, unit_programs
+
+    bundle = export.find_export(graph, exported) if program is None else None
+    if bundle is not None:
+        return Program(list(bundle.units), export.values(bundle, seed), None, None,
+                       f"exported {Path(bundle.path).name}", tuple(bundle.outputs))
+    from simulator.workloads.families import program_of
+
+    traced, op_to_group, args = program_of(graph, program, args_spec)
+    units = unit_programs(traced, op_to_group, graph.n_nodes if op_to_group is not None else None)
+    if len(units) != graph.n_nodes:
+        raise InputError(f"graph {graph.name!r}: its program has {len(units)} units, the graph {graph.n_nodes} "
+                         f"nodes")
+    return Program(units, leaf_values(traced, args, seed), traced, op_to_group,
+                   "--program" if program else "zoo program",
+                   tuple(traced.outputs) + tuple(a for _, a in traced.updates))
+
+
+def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
+            args_spec: str | None = None, exported: str | None = None, devices: Sequence[Any] | None = None,
+            method: str = "step", progress: bool = False) -> Graph:
+    """`graph` with measured costs (float64[N] microseconds) for every kind of device in `devices` (default: the
+    first local device), measured on the first device of each kind; `kind` renames the kind when there is one.
+    `progress`: a bar on stderr over its phases (the program, then each kind), its clock ticking within each."""
+    import jax
+
+    from simulator.hardware.devices import kind_of
+    from simulator.measure.profile import with_measured
+
+    if method not in METHODS:
+        raise InputError(f"unknown profile method {method!r} (known: {', '.join(METHODS)})")
+    if repeats < 1:
+        raise InputError(f"repeats must be >= 1, got {repeats}")
+    devices = list(devices) if devices else jax.devices()[:1]
+    by_kind: dict[str, Any] = {}
+    for d in devices:
+        by_kind.setdefault(kind_of(d), d)
+    if kind is not None and len(by_kind) > 1:
+        raise InputError(f"--kind names one kind, but the devices are of {len(by_kind)}: "
+                         f"{', '.join(by_kind)} (leave --kind out: each is filed under its own)")
+    with phases(1 + len(by_kind), graph.name, progress) as bar:
+        bar.set_postfix_str("the program (re-trace or export)")
+        prog = graph_program(graph, program, args_spec, exported)
+        if method == "ops" and prog.traced is None:
+            raise InputError(f"graph {graph.name!r}: --method ops re-traces the program; an exported program can "
+                             f"only be profiled by units (--method step or units)")
+        for name, device in by_kind.items():
+            bar.update()
+            bar.set_postfix_str(f"{len(prog.units)} units on {device} ({method}: {MEASURES[method]})")
+            load = machine_load()  # before the measurement: its own work would count as load
+            cost, info = measure(prog, device, method, repeats, warmup)
+            graph = with_measured(graph, kind or name, np.round(cost, 3), {
+                "method": method, "repeats": repeats, "warmup": warmup, "source": prog.source, **load, **info},
+                device)
+        bar.update()
+    return graph
+
+
+MEASURES = {"step": "compiling the step, then tracing it", "units": "each unit alone", "ops": "each op alone"}
+
+
+@contextlib.contextmanager
+def phases(total: int, name: str, enabled: bool) -> Iterator[Any]:
+    """A tqdm bar on stderr (a terminal only) over `total` phases of profiling `name`, redrawn every second so that its clock ticks
+    through a phase of minutes (a step's compilation and trace has no finer steps to count); rate and ETA are
+    the average over the phases done (smoothing 0)."""
+    import threading
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, desc=f"profile {name}", unit="phase", disable=None if enabled else True, smoothing=0,
+               bar_format="{desc}: {n}/{total} phases [{elapsed}<{remaining}]{postfix}")  # None: on a terminal only
+    enabled = not bar.disable
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.wait(1.0):
+            bar.refresh()
+
+    ticker = threading.Thread(target=tick, daemon=True)
+    if enabled:
+        ticker.start()
+    try:
+        yield bar
+    finally:
+        stop.set()
+        if enabled:
+            ticker.join()
+        bar.close()
+
+
+def machine_load() -> dict[str, Any]:
+    """What a profile records of the machine it is taken on: "host" (platform.node()), "load_1min" (the 1-minute
+    load average, runnable processes; None where the OS has none) and "cores" (os.cpu_count())."""
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        load = None
+    return {"host": platform.node(), "load_1min": load, "cores": os.cpu_count()}
+
+
+def max_load_per_core(environ: Mapping[str, str] = os.environ) -> float:
+    """The load per core above which a profile counts as taken under load: $PLACETO_MAX_LOAD_PER_CORE when set
+    to a number >= 0, else MAX_LOAD_PER_CORE (0.5)."""
+    try:
+        value = float(environ.get(LOAD_ENV, ""))
+    except ValueError:
+        return MAX_LOAD_PER_CORE
+    return value if value >= 0 else MAX_LOAD_PER_CORE
+
+
+def under_load(how: Mapping[str, Any]) -> bool:
+    """Whether the profile recorded as `how` (a meta.profile entry) was taken under load: its load_1min, less 1
+    for placeto's own process, above `max_load_per_core()` x its cores (on 2 cores: a load above 2.0). An entry
+    without them (a profile older than the rule) is not."""
+    load, cores = how.get("load_1min"), how.get("cores")
+    if not isinstance(load, (int, float)) or not isinstance(cores, int) or cores < 1:
+        return False
+    return load - 1.0 > max_load_per_core() * cores
+
+
+def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
+    """(float64[U] microseconds per unit on `device`, what to record about the measurement)."""
+    from simulator.tracing.lowering import unit_order
+    from simulator.hardware.plans import units_plan
+
+    if method == "step":
+        from simulator.hardware.plans import materialises
+        from simulator.measure.step_profile import ATTRIBUTION, profile_units
+
+        whole = materialises(device)  # as the harness runs a stage there (simulator.hardware.plans.materialises)
+        sp = profile_units(prog.units, prog.values, unit_order(prog.units), device, repeats, warmup,
+                           None if whole else prog.outputs)
+        return sp.wall_costs(), {
+            "materialised": whole, "attribution": ATTRIBUTION, "busy_us": round(sp.busy_us, 3),
+            "unattributed_us": round(sp.unattributed_us, 3), "step_wall_us": round(sp.wall_us, 3),
+            "launch_us": round(sp.launch_us, 3), "steps_traced": sp.steps,
+            "events_per_step": sp.events, "xla_flops": _finite(sp.flops),
+            "xla_bytes_accessed": _finite(sp.bytes_accessed)}
+    if method == "units":
+        from simulator.measure.calibrate import dispatch_floor_us, profile_plan
+
+        plan = units_plan(prog.units, prog.values, np.zeros(len(prog.units), np.int32), [device], (), None, {},
+                          stages=False)
+        return profile_plan(plan, repeats), {"dispatch_floor_us": round(dispatch_floor_us(device), 3)}
+    import jax
+
+    from simulator.measure.profile import dispatch_overhead_us, profile_graph
+
+    with jax.default_device(device):
+        op_cost = profile_graph(prog.traced, repeats, warmup)
+        floor = dispatch_overhead_us()
+    cost = op_cost if prog.op_to_group is None else np.bincount(prog.op_to_group, weights=op_cost,
+                                                                minlength=len(prog.units))
+    return cost, {"dispatch_overhead_us": round(floor, 3)}
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None

@@ -1,0 +1,117 @@
+"""The simulation result type and the lower bound every placement is compared to."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from simulator.model.cluster import Cluster
+from simulator.model.graph import Graph
+
+
+class Transfers(NamedTuple):
+    """The T transfers of a schedule, in the order they started.
+
+    node: int32[T] producer; out: int32[T] output index; device: int32[T] sending device;
+    start: float64[T] bus start, microseconds; end: float64[T] arrival (children released), microseconds.
+    """
+
+    node: np.ndarray
+    out: np.ndarray
+    device: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class SimResult:
+    """One simulated training step.
+
+    Attributes:
+      runtime: time of the last event (trailing idle and bus overheads included), microseconds.
+      start, end: float64[N] start and end time of every node, microseconds.
+      device: int32[N] device of every node.
+      busy: float64[D] total compute time per device, microseconds.
+      capacity: float64[D] memory capacity per device, bytes.
+      lower_bound: max(critical path without communication, total compute / D), microseconds.
+      transfers: every transfer of the schedule.
+      compute_peak_memory: () -> float64[D], called once, on the first read of `peak_memory`.
+      peak_memory: float64[D] peak bytes per device (persistent bytes + live tensors), computed when first read:
+        the memory sweep costs about half the event loop at 10,000 nodes (experiments.benchmarks.bench_simulator),
+        and most callers read only the runtime or the schedule.
+    """
+
+    runtime: float
+    start: np.ndarray
+    end: np.ndarray
+    device: np.ndarray
+    busy: np.ndarray
+    capacity: np.ndarray
+    lower_bound: float
+    transfers: Transfers
+    compute_peak_memory: Callable[[], np.ndarray] = dataclasses.field(repr=False)
+
+    @functools.cached_property
+    def peak_memory(self) -> np.ndarray:
+        """float64[D] peak bytes per device (persistent bytes + live tensors)."""
+        return self.compute_peak_memory()
+
+    @property
+    def oom(self) -> np.ndarray:
+        """bool[D] devices whose peak memory exceeds their capacity."""
+        return self.peak_memory > self.capacity
+
+    @property
+    def any_oom(self) -> bool:
+        return bool(self.oom.any())
+
+    @property
+    def ratio(self) -> float:
+        """runtime / lower bound (>= 1 up to the simulator's overheads)."""
+        return self.runtime / self.lower_bound if self.lower_bound > 0 else float("inf")
+
+    def to_dict(self, graph: Graph | None = None, cluster: Cluster | None = None) -> dict[str, Any]:
+        """JSON-serialisable summary plus the per-node schedule."""
+        d = {
+            "runtime_us": self.runtime, "lower_bound_us": self.lower_bound, "ratio_to_lower_bound": self.ratio if math.isfinite(self.ratio) else None,
+            "devices": [{"name": cluster.devices[k].name if cluster else k, "busy_us": float(self.busy[k]),
+                         "peak_memory_bytes": float(self.peak_memory[k]),
+                         "capacity_bytes": float(self.capacity[k]), "oom": bool(self.oom[k])}
+                        for k in range(len(self.busy))],
+            "oom": self.any_oom, "n_transfers": int(len(self.transfers.node)),
+        }
+        names = graph.names if graph is not None else range(len(self.start))
+        d["nodes"] = [{"name": nm, "device": int(dv), "start_us": float(s), "end_us": float(e)}
+                      for nm, dv, s, e in zip(names, self.device, self.start, self.end)]
+        return d
+
+
+def min_costs(graph: Graph, cluster: Cluster) -> np.ndarray:
+    """float64[N] each node's compute time on its fastest device of the cluster, microseconds."""
+    return graph.cost_matrix(cluster.kinds).min(axis=1)
+
+
+def critical_path(graph: Graph, cost: np.ndarray) -> float:
+    """Longest path through the graph with node weights `cost` (float64[N]) and free communication."""
+    finish = np.zeros(graph.n_nodes)
+    par_off, par = graph.parents
+    for i in graph.topo_order.tolist():
+        ps = par[par_off[i]:par_off[i + 1]]
+        finish[i] = (finish[ps].max() if ps.size else 0.0) + cost[i]
+    return float(finish.max()) if graph.n_nodes else 0.0
+
+
+def lower_bound(graph: Graph, cluster: Cluster) -> float:
+    """max(critical path without communication, total compute / number of devices), microseconds.
+
+    Costs are each node's fastest device's, so no placement on this cluster can finish sooner.
+    """
+    key = ("lower_bound", cluster.kinds)
+    if key not in graph.cache:
+        cost = min_costs(graph, cluster)
+        graph.cache[key] = max(critical_path(graph, cost), float(cost.sum()) / cluster.n_devices)
+    return graph.cache[key]

@@ -1,0 +1,53 @@
+"""Summary statistics of a graph: what `placeto graph info` prints and the datasets README tabulates."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Sequence
+
+import numpy as np
+
+from simulator.model.cluster import Cluster, Device, cluster_preset
+from simulator.model.graph import DEFAULT_KIND, Graph
+from simulator.model.limits import MAX_BYTES
+from simulator.model.result import critical_path, lower_bound
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphStats:
+    """Sizes in nodes/edges/bytes, times in microseconds, for device kind `kind`."""
+
+    name: str
+    nodes: int
+    edges: int
+    kind: str
+    total_compute_us: float
+    critical_path_us: float
+    total_out_bytes: float
+    persistent_bytes: float
+    lower_bound_us: dict[int, float]  # device count -> lower bound
+
+
+def pick_kind(graph: Graph, preferred: str | None = None) -> str:
+    """`preferred` when the graph has costs for it (recorded, plain-number or derived: Graph.has_costs), else the
+    graph's first kind."""
+    if preferred and (preferred in graph.costs or DEFAULT_KIND in graph.costs or graph.has_costs(preferred)):
+        return preferred
+    return next(iter(graph.costs), DEFAULT_KIND)
+
+
+def uniform_cluster(kind: str, n_devices: int) -> Cluster:
+    """n identical devices of `kind` with the placeto-k80 interconnect (only used for bounds, not for simulation)."""
+    devices = tuple(Device(f"/{kind}:{i}", kind, MAX_BYTES) for i in range(n_devices))  # memory: no limit
+    return dataclasses.replace(cluster_preset("placeto-k80", n_devices), name=f"{kind}x{n_devices}", devices=devices)
+
+
+def graph_stats(graph: Graph, kind: str | None = None, device_counts: Sequence[int] = (1, 2, 4, 8)) -> GraphStats:
+    kind = pick_kind(graph, kind)
+    cost = graph.cost_for(kind)
+    return GraphStats(
+        name=graph.name, nodes=graph.n_nodes, edges=graph.n_edges, kind=kind,
+        total_compute_us=float(cost.sum()), critical_path_us=critical_path(graph, cost),
+        total_out_bytes=float(np.sum(graph.out_bytes)), persistent_bytes=float(np.sum(graph.persistent_bytes)),
+        lower_bound_us={d: lower_bound(graph, uniform_cluster(kind, d)) for d in device_counts},
+    )

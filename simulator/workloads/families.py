@@ -1,0 +1,490 @@
+"""Graph families and benchmark models: sample programs, trace, cost, group, split, write with a manifest.
+
+A family is 32 programs of one kind whose hyperparameters (and, for the ENAS families, cell architectures) are
+drawn from a seed: Placeto's three (FAMILIES: cifar10, ptb, nmt) and five more (NEW_FAMILIES: transformer, mlp,
+matmul, moe, cnn; ALL_FAMILIES holds all eight). Each program's training step is traced to an op graph
+(`simulator.tracing.trace`), given analytic roofline costs for every GPU spec of `simulator.model.costs` (`ANALYTIC_KINDS`), and
+grouped (`simulator.grouping.group`). The grouped graph is what is shipped and placed; its meta records how to rebuild
+the op graph (`program`) and the op -> group map (`grouping.op_to_group`), so placements expand to ops and graphs
+can be re-traced for profiling and hardware runs. Everything is a pure function of the seed: the same seed writes
+byte-identical files.
+
+Layout: `datasets/<family>/manifest.json` plus `<graph>.json.gz`; benchmarks in `datasets/benchmarks/` with human
+expert placements (`<graph>.expert_<D>dev.json`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+from simulator.model.io import load_graph, read_json, save_graph, save_placement, write_json
+from simulator.model.stats import graph_stats
+
+from simulator.workloads.family_samplers import SAMPLERS
+
+DATASETS = Path(__file__).resolve().parent.parent / "datasets"  # the repository's shipped data
+SPLITS = ("train", "test")
+ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")  # their shares of the op costs drive the grouping
+LATER_KINDS = ("h100-pcie", "h200")  # fused-group rooflines added after grouping: the groups stay as they were
+COST_KINDS = ANALYTIC_KINDS + LATER_KINDS  # every kind of simulator.model.costs.SPECS: what built and imported graphs carry
+FAMILIES = ("cifar10", "ptb", "nmt")  # Placeto's families
+NEW_FAMILIES = ("transformer", "mlp", "matmul", "moe", "cnn")  # modern programs, sampled the same way
+ALL_FAMILIES = FAMILIES + NEW_FAMILIES  # a family's index here seeds its specs and split: append only
+N_GRAPHS, N_TEST = 32, 8
+DEVICE_COUNTS = (2, 4, 8)
+SINGLE_DEVICE_EXPERT = ("inception_v3", "nasnet")  # the seeds' expert placement for these: one GPU
+
+
+@dataclasses.dataclass(frozen=True)
+class GraphSpec:
+    """One graph to build: `simulator.workloads.zoo.build_program(kind, **kwargs)`, grouped to about `target_groups`."""
+
+    name: str
+    kind: str
+    kwargs: dict[str, Any]
+    target_groups: int
+
+
+def family_specs(family: str, seed: int = 0) -> list[GraphSpec]:
+    """The N_GRAPHS graph specs of `family`, deterministic in `seed`."""
+    if family not in SAMPLERS:
+        raise InputError(f"unknown family {family!r} (known: {', '.join(ALL_FAMILIES)}, benchmarks)")
+    specs = []
+    for i in range(N_GRAPHS):
+        rng = np.random.default_rng([seed, ALL_FAMILIES.index(family), i])
+        kwargs = {"seed": int(rng.integers(2**31)), **SAMPLERS[family](rng)}
+        specs.append(GraphSpec(f"{family}_{i:03d}", family, kwargs, target_groups=int(rng.integers(100, 301))))
+    return specs
+
+
+def benchmark_specs() -> list[GraphSpec]:
+    """The seeds' benchmark models (simulator.workloads.zoo.list_benchmarks), grouped to 400-1000 groups by size."""
+    from simulator.workloads.zoo import list_benchmarks
+
+    targets = {"nmt_l8": 1000, "nmt_l4": 600, "rnnlm_l8": 600}
+    return [GraphSpec(s.name, s.kind, dict(s.kwargs), targets.get(s.name, 400)) for s in list_benchmarks()]
+
+
+def split_of(family: str, seed: int) -> list[str]:
+    """A fixed train/test split: N_TEST graphs of a seeded permutation are "test", the rest "train"."""
+    perm = np.random.default_rng([seed, ALL_FAMILIES.index(family), 10**6]).permutation(N_GRAPHS)
+    test = set(perm[:N_TEST].tolist())
+    return ["test" if i in test else "train" for i in range(N_GRAPHS)]
+
+
+# ---- building one graph ----------------------------------------------------------------------------------
+def trace_spec(spec: GraphSpec):
+    """(program, Traced op graph with analytic costs for ANALYTIC_KINDS) of `spec`."""
+    from simulator.workloads.zoo import build_program
+    from simulator.model.costs import annotate_costs
+    from simulator.tracing.trace import trace
+
+    program = build_program(spec.kind, **spec.kwargs)
+    traced = trace(program.step, program.params, program.opt_state, program.batch, name=spec.name)
+    op_graph = annotate_costs(traced.graph, ANALYTIC_KINDS)
+    return program, dataclasses.replace(traced, graph=op_graph)
+
+
+def with_later_kinds(grouping, op_graph: Graph):
+    """`grouping` (simulator.grouping.group.Grouping) with the LATER_KINDS' fused-group roofline costs on its graph."""
+    from simulator.model.costs import fused_group_costs
+
+    graph = grouping.graph
+    for kind in LATER_KINDS:
+        graph = graph.with_costs(kind, fused_group_costs(op_graph, grouping.op_to_group, kind))
+    return dataclasses.replace(grouping, graph=graph)
+
+
+def expert_op_placement(op_graph: Graph, layer_groups: list[list[str]], n_devices: int) -> np.ndarray:
+    """The seeds' human expert placement on ops: layer group j on device j * D // G (one LSTM layer per GPU for
+    NMT/RNNLM, attention and softmax beside the last layer); ops outside every layer go with the last group."""
+    owner = {layer: j for j, layers in enumerate(layer_groups) for layer in layers}
+    n_groups = len(layer_groups)
+    device_of_group = [j * n_devices // n_groups if n_groups >= n_devices else j for j in range(n_groups)]
+    placement = np.full(op_graph.n_nodes, device_of_group[-1], dtype=np.int32)
+    for i, name in enumerate(op_graph.names):
+        stack = op_graph.attrs[i].get("name_stack", "")
+        for token in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", f"{stack} {name}"):
+            if token in owner:
+                placement[i] = device_of_group[owner[token]]
+                break
+    return placement
+
+
+def build_graph(spec: GraphSpec, family: str) -> tuple[Graph, dict[str, np.ndarray]]:
+    """The grouped graph of `spec` (meta: program, family, grouping) and its expert placements per device count
+    (benchmarks only; empty for families)."""
+    from simulator.grouping.group import group, group_placement_from_ops
+
+    from simulator.tracing.retrace_map import op_keys
+
+    program, traced = trace_spec(spec)
+    grouping = with_later_kinds(group(traced.graph, spec.target_groups), traced.graph)
+    meta = {"family": family, "program": {"kind": spec.kind, "kwargs": spec.kwargs},
+            "ops": traced.graph.n_nodes, "op_edges": traced.graph.n_edges,
+            "layers": program.meta.get("layers", []), "model": program.meta.get("config", {}),
+            "grouping": {"target_groups": spec.target_groups, "op_to_group": grouping.op_to_group.tolist(),
+                         "op_keys": op_keys(traced.graph, traced.input_leaf),
+                         "jax_version": traced.graph.meta.get("jax_version")}}
+    experts: dict[str, np.ndarray] = {}
+    if family == "benchmarks":
+        for d in DEVICE_COUNTS:
+            if spec.kind in SINGLE_DEVICE_EXPERT:
+                experts[str(d)] = np.zeros(grouping.graph.n_nodes, dtype=np.int32)
+            else:
+                ops = expert_op_placement(traced.graph, program.meta["layer_groups"], d)
+                experts[str(d)] = group_placement_from_ops(grouping, ops).astype(np.int32)
+        meta["expert_placement"] = {d: p.tolist() for d, p in experts.items()}
+    graph = dataclasses.replace(grouping.graph, name=spec.name, meta=meta)
+    return graph, experts
+
+
+def _build_and_write(args: tuple[GraphSpec, str, str]) -> dict[str, Any]:
+    spec, family, out_dir = args
+    graph, experts = build_graph(spec, family)
+    out = Path(out_dir)
+    if (out / f"{spec.name}.json.gz").exists():
+        graph = carry_measured(graph, load_graph(out / f"{spec.name}.json.gz"))
+    save_graph(graph, out / f"{spec.name}.json.gz")
+    for d, placement in experts.items():
+        save_placement(out / f"{spec.name}.expert_{d}dev.json", placement, [f"/gpu:{k}" for k in range(int(d))])
+    return graph_entry(graph, f"{spec.name}.json.gz")
+
+
+def carry_measured(graph: Graph, old: Graph) -> Graph:
+    """`graph` with the measured costs (the kinds in old.meta["profile"]) of an earlier build of the same graph, so
+    rebuilding keeps profiles, which are slow to take and noisy by nature. Dropped if the nodes differ."""
+    measured = old.meta.get("profile", {})
+    if not measured or old.names != graph.names:
+        return graph
+    graph = dataclasses.replace(graph, meta={**graph.meta, "profile": measured})
+    for kind in measured:
+        graph = graph.with_costs(kind, old.costs[kind])
+    return graph
+
+
+def graph_entry(graph: Graph, file: str) -> dict[str, Any]:
+    """Manifest entry: file and statistics (K80 costs) of a built graph."""
+    s = graph_stats(graph, "k80", DEVICE_COUNTS)
+    return {"file": file, "name": graph.name, "ops": graph.meta.get("ops"), "groups": graph.n_nodes,
+            "edges": graph.n_edges, "total_compute_us": round(s.total_compute_us, 3),
+            "critical_path_us": round(s.critical_path_us, 3),
+            "lower_bound_us": {str(d): round(v, 3) for d, v in s.lower_bound_us.items()},
+            "program": graph.meta.get("program")}
+
+
+# ---- building a family ------------------------------------------------------------------------------------
+def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: int = 2,
+          only: list[str] | None = None, progress: bool = True) -> Path:
+    """Build `family` (one of ALL_FAMILIES, or "benchmarks") under `out_root/<family>/` with its manifest.
+
+    `workers` processes trace in parallel (spawned, so JAX starts fresh in each); `only` restricts to the named
+    graphs (the manifest is then not rewritten). Returns the family folder.
+    """
+    import concurrent.futures
+    import multiprocessing
+
+    from tqdm import tqdm
+
+    specs = benchmark_specs() if family == "benchmarks" else family_specs(family, seed)
+    splits = ["test"] * len(specs) if family == "benchmarks" else split_of(family, seed)
+    out = Path(out_root) / family
+    todo = [s for s in specs if only is None or s.name in only]
+    jobs = [(s, family, str(out)) for s in todo]
+    bar = tqdm(total=len(jobs), desc=f"build {family}", unit="graph", disable=not progress)
+    entries: dict[str, dict] = {}
+    if workers > 1 and len(jobs) > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+            for entry in pool.map(_build_and_write, jobs):
+                entries[entry["name"]] = entry
+                bar.update()
+    else:
+        for job in jobs:
+            entry = _build_and_write(job)
+            entries[entry["name"]] = entry
+            bar.update()
+    bar.close()
+    if only is None:
+        graphs = [{**entries[s.name], "split": split} for s, split in zip(specs, splits)]
+        write_json(out / "manifest.json", {"family": family, "seed": seed,
+                                           "cost_kinds": list(COST_KINDS), "graphs": graphs})
+    return out
+
+
+def load_manifest(family: str, root: str | Path = DATASETS) -> dict[str, Any]:
+    """The manifest of a built family; a clear InputError if it is missing or malformed."""
+    path = Path(root) / family / "manifest.json"
+    if not path.is_file():
+        raise InputError(f"family {family!r}: no manifest at {path} (run `placeto datasets build --family {family}`)")
+    manifest = read_json(path)
+    entries = manifest.get("graphs") if isinstance(manifest, dict) else None
+    if not isinstance(entries, list) or not all(isinstance(e, dict) and "file" in e for e in entries):
+        raise InputError("malformed manifest: field 'graphs' must list objects with a 'file'", str(path))
+    return manifest
+
+
+def load_family(name: str, split: str | None = "test", root: str | Path = DATASETS) -> list[Graph]:
+    """The graphs of family `name` (files listed in its manifest), those of `split` only (None: all)."""
+    if split is not None and split not in SPLITS:
+        raise InputError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
+    chosen = [e["file"] for e in load_manifest(name, root)["graphs"] if split is None or e.get("split") == split]
+    if not chosen:
+        raise InputError(f"family {name!r} has no {split + ' ' if split else ''}graphs")
+    return [load_graph(Path(root) / name / f) for f in chosen]
+
+
+def seed_graphs(family: str, seeds: list[int], root: str | Path) -> list[Graph]:
+    """Every graph (both splits) of `family` built with each of `seeds` (> 0: disjoint from the shipped seed-0
+    family and its test split), built under root/s<seed>/ first if missing (`build`, ~1.5 s a graph), and named
+    s<seed>_<name> so that no two share a name. More training graphs of the same distribution."""
+    out = []
+    for seed in seeds:
+        if seed == 0:
+            raise InputError("seed 0 is the shipped family (its test split is held out); extra seeds are >= 1")
+        folder = Path(root) / f"s{seed}"
+        if not (folder / family / "manifest.json").is_file():
+            build(family, out_root=folder, seed=seed)
+        out += [dataclasses.replace(g, name=f"s{seed}_{g.name}") for g in load_family(family, None, folder)]
+    return out
+
+
+# ---- re-tracing and profiling built graphs ------------------------------------------------------------------
+def retrace(graph: Graph, program: str | None = None, args_spec: str | None = None):
+    """(Traced op graph, op_to_group int32[N_ops] or None) of a graph built here or by `placeto import-jax`.
+
+    A graph file never names code that runs: family and benchmark graphs are rebuilt from meta["program"], a
+    kind of the package's own zoo with validated arguments (simulator.workloads.zoo.registry.check_program_args); any
+    other program is imported only when the user names it (`program`, "module:function", from --program), its
+    example arguments from `args_spec` (--args-spec) or else from the inline JSON of meta["source"]["args_spec"].
+    InputError when none applies, naming the --program to pass.
+    """
+    from simulator.workloads.zoo.registry import check_program_args
+    from simulator.tracing.importer import trace_import
+
+    meta, where = graph.meta, graph.source or f"graph {graph.name!r}"
+    if program is not None:
+        spec = args_spec if args_spec is not None else (meta.get("source") or {}).get("args_spec")
+        if spec is None:
+            raise InputError(f"--program {program}: the graph's meta has no 'source.args_spec': pass --args-spec",
+                             where)
+        from_data = None if args_spec is not None else f"{where}: meta.source.args_spec"
+        traced = trace_import(program, spec, name=graph.name, from_data=from_data)
+    elif "program" in meta:
+        check_program_args(meta["program"]["kind"], meta["program"].get("kwargs", {}), f"{where}: meta.program")
+        spec = GraphSpec(graph.name, meta["program"]["kind"], meta["program"].get("kwargs", {}), 0)
+        traced = trace_spec(spec)[1]
+    elif (meta.get("source") or {}).get("function"):
+        raise InputError(f"meta.source names the program {meta['source']['function'][:80]!r}, which placeto does "
+                         f"not import because a data file says so: pass --program MODULE:FUNCTION to re-trace it",
+                         where)
+    else:
+        raise InputError(f"graph {graph.name!r}: meta has no 'program' to re-trace it from (pass --program)", where)
+    op_to_group = meta.get("grouping", {}).get("op_to_group")
+    if op_to_group is not None:
+        traced, op_to_group = _groups_of_retrace(graph, traced, where)
+    elif traced.graph.n_nodes != graph.n_nodes:
+        raise InputError(f"graph {graph.name!r}: re-traced program has {traced.graph.n_nodes} ops, "
+                         f"the graph has {graph.n_nodes} nodes")
+    return traced, op_to_group
+
+
+def _print_note(note: str) -> None:
+    print(note, file=sys.stderr, flush=True)
+
+
+RETRACE_NOTES: Callable[[str], None] = _print_note  # where `retrace` reports a re-trace that differs from the file
+
+
+def _groups_of_retrace(graph: Graph, traced, where: str):
+    """(traced, op_to_group int32[N_ops]) of a grouped graph's re-trace. A re-trace with the file's ops (same count
+    and, when the file has them, the same op keys) keeps meta.grouping.op_to_group; one that differs (another JAX
+    version) is mapped onto the file's groups by op keys (simulator.tracing.retrace_map), or, where the file has no keys or
+    too few match, regrouped by the file's rules when that gives the same group count (never mapped by position;
+    otherwise an InputError asking for a rebuild); the one-line note goes to RETRACE_NOTES and to traced.graph.meta["retrace_note"]."""
+    from simulator.tracing.retrace_map import MIN_MATCHED, map_ops, op_keys, quotient_acyclic
+
+    grouping = graph.meta["grouping"]
+    old = _int_list(grouping.get("op_to_group"), graph.n_nodes, where, "meta.grouping.op_to_group")
+    old_keys = grouping.get("op_keys")
+    if old_keys is not None and (not isinstance(old_keys, list) or len(old_keys) != old.size
+                                 or not all(isinstance(k, str) and k.count("|") >= 3 for k in old_keys)):
+        raise InputError(f"meta.grouping.op_keys must list {old.size} op keys (one per op_to_group entry)", where)
+    n_new = traced.graph.n_nodes
+    if n_new == old.size and (old_keys is None or op_keys(traced.graph, traced.input_leaf) == old_keys):
+        return traced, old
+    built = grouping.get("jax_version") or "an unknown JAX"
+    import jax
+
+    head = (f"{graph.name}: re-traced under jax {jax.__version__}: {n_new} ops vs {old.size} in the file "
+            f"(built under {built})")
+    m = None if old_keys is None else map_ops(traced.graph, traced.input_leaf, graph, old, old_keys)
+    if m is not None and m.exact + m.loose >= MIN_MATCHED * n_new and quotient_acyclic(traced.graph, m.op_to_group,
+                                                                                          graph.n_nodes):
+        note = (f"{head}; {m.exact} matched by key, {m.loose} by a looser key, {m.joined} joined a neighbour's "
+                f"group, {m.moved} moved to keep the groups acyclic, {m.empty_groups} groups left empty")
+        if m.moved + m.empty_groups > 0.25 * n_new:  # a mapping this loose no longer stands for the file's groups
+            note += f" (rebuild it under this JAX: placeto datasets build --only {graph.name} --out DIR)"
+        op_to_group = m.op_to_group
+    else:  # no keys to map by (never by position) or too few matched: the file's rules, else refused
+        op_to_group = _regroup(graph, traced, where)
+        why = "the file has no op keys" if m is None else "too few ops matched by key"
+        note = f"{head}; {why}: regrouped by the file's rules ({graph.n_nodes} groups)"
+    RETRACE_NOTES(note)
+    graph_meta = {**traced.graph.meta, "retrace_note": note}
+    return dataclasses.replace(traced, graph=dataclasses.replace(traced.graph, meta=graph_meta)), op_to_group
+
+
+def _int_list(value: Any, bound: int, where: str, field: str) -> np.ndarray:
+    """int32 array of `value`, a list of ints in [0, bound); InputError naming `field` otherwise."""
+    ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+    array = np.asarray(value if ok else [], dtype=np.int64)
+    if not ok or (array.size and (array.min() < 0 or array.max() >= bound)):
+        raise InputError(f"{field} must list group indices in [0, {bound})", where)
+    return array.astype(np.int32)
+
+
+def _regroup(graph: Graph, traced, where: str) -> np.ndarray:
+    """op_to_group of the re-trace grouped anew with the file's rules (simulator.grouping.group.group to
+    meta.grouping.target_groups); InputError when that does not give the file's group count."""
+    from simulator.grouping.group import group
+
+    target = graph.meta["grouping"].get("target_groups")
+    regrouped = group(traced.graph, target) if isinstance(target, int) and target >= 1 else None
+    if regrouped is None or regrouped.graph.n_nodes != graph.n_nodes:
+        name = graph.name
+        raise InputError(f"the re-traced program's ops cannot be mapped onto the file's {graph.n_nodes} groups: "
+                         f"rebuild the graph under this JAX (placeto datasets build --only {name} --out DIR)", where)
+    return regrouped.op_to_group.astype(np.int32)
+
+
+# ---- datasets/README.md ----------------------------------------------------------------------------------
+README_END = "<!-- end of generated tables -->"  # write_readme owns README.md above this line, keeps what follows
+README_HEAD = """<!-- Written by simulator.workloads.families.write_readme (placeto datasets build) down to the line that closes the
+generated tables; text below that line is kept as it is. -->
+
+# Datasets
+
+Graph families in the style of Placeto's (ENAS cifar10 conv cells, ENAS ptb recurrent cells, nmt with varied
+length and batch; 32 graphs each with a fixed 24/8 train/test split), five families of other model kinds sampled
+the same way, and the seeds' benchmark models, all traced from real JAX/Flax training steps (forward, backward,
+optimizer update) in `simulator/workloads/zoo/`, given analytic roofline costs (`simulator/model/costs.py`: op by op for K80 and a
+generic CPU, the seeds' TensorFlow setting; each group as one fused computation for V100, A100, H100 SXM and
+PCIe, H200), and grouped (`simulator/grouping/group.py`; targets of 100-300 groups, 400-1000 for the benchmarks).
+Each `<family>/manifest.json` lists the graph files, their split and statistics; each graph's meta says how to
+rebuild its op graph (`program`), maps ops to groups (`grouping.op_to_group`) and keys every op
+(`grouping.op_keys`: primitive, forward/backward, scope, outputs), so a re-trace under another JAX is mapped
+onto the groups (`simulator/tracing/retrace_map.py`). Benchmarks ship human expert placements
+(`<graph>.expert_<D>dev.json`, also in the graph's `meta.expert_placement`). Graphs profiled on local devices
+carry measured costs under the device's kind (`local-cpu`, `local-h200`, ...).
+
+The five newer families (`simulator.workloads.families.NEW_FAMILIES`; hyperparameters drawn per graph from the seed,
+`simulator/workloads/families.py`):
+
+- `transformer` (`simulator/workloads/zoo/transformer.py`): 1-4 pre-LN blocks (multi-head attention + gelu MLP, Adam);
+  by a coin flip per graph, a causal language model (token and position embeddings, final projection and
+  softmax loss) or encoder blocks on features with a regression loss; d_model 64/128/256, heads 2/4/8, MLP
+  ratio 2/4, sequence 32/64/128, batch 4/8/16.
+- `mlp` (`simulator/workloads/zoo/mlp.py`): 2-12 dense layers of width 64-512 (constant or narrowing by 0.75 or 0.5 a
+  layer), relu/gelu/tanh/silu, with or without layer norm, batch 64-256, momentum SGD; the batch runs as 2-32
+  micro-batches (gradient accumulation: 32-128 layer copies in all, a layer-normalised layer counting twice),
+  each a parallel copy of the network.
+- `matmul` (`simulator/workloads/zoo/matmul_chain.py`): 1, 2, 4 or 8 parallel chains of bias-free matmuls summed at the end
+  (40-112 matmuls in all, at most 64 a chain), width 128-1024 alternating with 1x/2x/4x wider intermediates,
+  32-256 rows, tanh between matmuls or none, mean squared error, Adam.
+- `moe` (`simulator/workloads/zoo/moe.py`): 1-2 residual mixture-of-experts layers of 2-8 gelu-MLP experts with a softmax
+  router keeping the top 1 or 2 gates (dense dispatch: every expert sees every token, outputs weighted by the
+  gates) and a load-balancing loss; d_model 64-256, expert width 128-512, 64-1024 tokens, Adam.
+- `cnn` (`simulator/workloads/zoo/cnn.py`): a plain VGG-style CNN, 2-4 stages of 1-3 convolutions (3x3 or 5x5, relu, no
+  batch norm) each ending in 2x2 max pooling, 8-32 channels doubling per stage, images 16-64 pixels, then a dense
+  layer and softmax loss, momentum SGD; batch 64 or 128 run as 4-32 micro-batches (32-96 conv copies in all).
+
+Rebuild (byte for byte; measured costs already in a file are kept):
+
+    placeto datasets build --family all        # or cifar10 | ptb | nmt | transformer | mlp | matmul | moe | cnn
+                                               #    | benchmarks (one family: --family moe)
+    placeto profile datasets/benchmarks/*.json.gz    # measured costs of this machine (a separate step)
+
+Widths are reduced against the papers' models to keep tracing and profiling fast on a laptop; the structure
+(layers, cells, unrolled time steps) is the real one. Times below are K80 analytic costs in milliseconds;
+lower bounds are max(critical path, total compute / D).
+"""
+
+
+def readme_table(root: str | Path = DATASETS) -> str:
+    """Markdown statistics tables of every built family under `root`."""
+    lines = ["| family | graphs | ops | groups | edges | compute ms | critical path ms | LB 2 | LB 4 | LB 8 |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    rows = []
+    for family in (*ALL_FAMILIES, "benchmarks"):
+        if not (Path(root) / family / "manifest.json").exists():
+            continue
+        graphs = load_manifest(family, root)["graphs"]
+        rows += [(g["name"], [g]) for g in graphs] if family == "benchmarks" else [(family, graphs)]
+    for label, gs in rows:
+        spans = [_span([g[key] for g in gs]) for key in ("ops", "groups", "edges")]
+        spans += [_span([g[key] * 1e-3 for g in gs], "{:.1f}") for key in ("total_compute_us", "critical_path_us")]
+        spans += [_span([g["lower_bound_us"][str(d)] * 1e-3 for g in gs], "{:.1f}") for d in DEVICE_COUNTS]
+        lines.append(f"| {label} | {len(gs)} | " + " | ".join(spans) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _span(values: list[float], fmt: str = "{:.0f}") -> str:
+    """"lo–hi" of `values` in `fmt`, or one number when they are all equal."""
+    lo, hi = min(values), max(values)
+    return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
+
+
+def hand_written(readme: str) -> str:
+    """The part of an existing README.md that write_readme keeps: what follows the README_END line; in a README
+    written before that line existed, whatever follows the statistics table. Stripped of blank lines around it."""
+    if README_END in readme:
+        return readme.split(README_END, 1)[1].strip("\n")
+    lines = readme.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("| family | graphs |")]
+    if not starts:
+        return ""
+    end = starts[0]
+    while end < len(lines) and lines[end].startswith("|"):
+        end += 1
+    return "\n".join(lines[end:]).strip("\n")
+
+
+def write_readme(root: str | Path = DATASETS) -> None:
+    """(Re)write `root/README.md`: README_HEAD, the statistics tables of the manifests (`readme_table`), the
+    README_END line, then the hand-written text that followed README_END in the existing file (`hand_written`),
+    unchanged: sections that others maintain go below that line. Writing twice gives the same file."""
+    path = Path(root) / "README.md"
+    kept = hand_written(path.read_text()) if path.is_file() else ""
+    text = README_HEAD + "\n" + readme_table(root) + "\n" + README_END + "\n" + (f"\n{kept}\n" if kept else "")
+    Path(root).mkdir(parents=True, exist_ok=True)
+    from simulator.model.io import atomic_write_bytes
+
+    atomic_write_bytes(path, text.encode())
+
+
+def program_of(graph: Graph, program: str | None = None,
+               args_spec: str | None = None) -> tuple[Any, np.ndarray | None, tuple]:
+    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark graph, or of the
+    `program` ("module:function") the user named for an imported graph (simulator.workloads.families.retrace)."""
+    from simulator.tracing.importer import parse_args_spec
+
+    traced, op_to_group = retrace(graph, program, args_spec)  # InputError naming --program when it is needed
+    if program is None:
+        from simulator.workloads.zoo.registry import build_program_from_data
+
+        built = build_program_from_data(graph.meta["program"]["kind"], graph.meta["program"].get("kwargs", {}))
+        args = (built.params, built.opt_state, built.batch)
+    elif args_spec is not None:
+        args = parse_args_spec(args_spec)
+    else:
+        args = parse_args_spec(graph.meta["source"]["args_spec"], f"{graph.source or graph.name}: meta.source")
+    return traced, op_to_group, args
