@@ -4,7 +4,7 @@ Compilation cache: no test writes into the user's JAX compilation cache (simulat
 placeto's cache root (PLACETO_CACHE: calibrations, profiles). Each test process (each pytest-xdist worker) gets
 its own temporary ones instead, which the `placeto` commands the tests run inherit (in-process, or as
 subprocesses through the environment), so a policy compiled by one test is read back by the next; they are
-removed when the process exits. tests/test_compile_cache.py and tests/test_readme.py set their own.
+removed when the process exits. tests/simulator/measure/test_compile_cache.py and tests/docs/test_readme.py set their own.
 
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test
@@ -62,7 +62,7 @@ if not os.environ.get("PLACETO_CACHE"):  # calibrations and profiles (eval/place
 SERIAL = (  # test files, or file::test name prefixes
     "test_hardware.py::test_synthetic_kernels_track_costs",  # each node's time alone against its cost
     "test_compare.py::test_learned_rows_share_the_budget",
-    "test_search.py::test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start",
+    "test_guided.py::test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start",
     "test_step_profile.py::test_profile_units_in_the_compiled_step",  # which units the measured time goes to
 )
 
@@ -76,7 +76,7 @@ SLOW_FIRST = (  # the longest modules (each an xdist_group), started first so no
     "test_distributed.py",
     "test_hardware.py",  # its subprocess: staged plans, calibrate, eval --hardware
     "test_on_hardware.py::test_place_hardware_end_to_end",  # place --hardware twice on nmt_002
-    "test_import_models.py",
+    "test_importer.py",
     "test_bad_inputs.py",
 )
 

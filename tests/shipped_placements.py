@@ -10,8 +10,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-FIXTURE = Path(__file__).resolve().parent / "data" / "shipped_placements.json"
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = Path(__file__).resolve().parents[0] / "data" / "shipped_placements.json"
 # (shipped policy, graph files): two test-split graphs of each family
 CASES = [
     ("nmt", ["datasets/nmt/nmt_004.json.gz", "datasets/nmt/nmt_011.json.gz"]),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-import shipped_placements as S
+import tests.shipped_placements as S
 
 
 @pytest.mark.parametrize("policy, graphs", S.CASES, ids=[c[0] for c in S.CASES])

@@ -6,7 +6,7 @@ Every column is the greedy decoding of `placeto.methods.gdp.decoder` with no sco
 20 (the large config's initial value) and load-gap weight w1, in the "heft" or the "etf" order, exact ties to the
 lowest device or ("random ties") broken by the uniforms the one pass uses (key(TIE_SEED), placeto.methods.gdp
 .place), simulated once on the placeto-k80 preset; runtimes as a ratio to m-ETF (`etf`). With w1 = 0 and ties to
-the lowest device the "etf" decoder is m-ETF and the "heft" decoder is HEFT (tests/test_gdp_decoder.py), so the
+the lowest device the "etf" decoder is m-ETF and the "heft" decoder is HEFT (tests/placeto/methods/gdp/test_decoder.py), so the
 table shows what each ingredient does before any learning. Graphs: gdp_scale's op graphs and 10k generated
 graphs (cached as there).
 """

@@ -3,7 +3,7 @@ against simulated, the experiments' curves), so that a method reads the same eve
 
 Learned methods have saturated warm hues (reds, oranges, pinks, browns, gold) and are drawn with a black outline
 (bars) or a thick solid line; classical baselines have muted or cool hues (greys, blues, purples, cyans, greens) and
-thin dashed lines. Every name a plot can show has its own colour (tests/test_plot_style.py computes those names
+thin dashed lines. Every name a plot can show has its own colour (tests/placeto/harness/test_plot_style.py computes those names
 from placeto.baselines, the method registry, compare and the experiments, and checks that no two colours are
 closer than MIN_DELTA_E); any other name gets one of FALLBACK, chosen by a hash of the name, never a named colour.
 

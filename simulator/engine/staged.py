@@ -35,7 +35,7 @@ per graph (simulator.measure.rig_step.graph_contention: its whole step on one wo
 alone); a second pass adds to each stage contention x its units' work x the share of its first-pass time another
 device ran a stage (`overlap`).
 `simulate_staged_reference` does the same with the plain-Python event loop (`simulator.engine.reference`), the oracle
-(tests/test_staged_sim.py checks them equal). Pure: no JAX at import.
+(tests/simulator/engine/test_staged.py checks them equal). Pure: no JAX at import.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ op and grouped as the datasets are), which is none of the graphs a user places:
   (it started before the Send ended).
 
 Every fit is non-negative least squares (scipy.optimize.nnls) over all events of `repeats` steps of each of
-`PLACEMENTS` placements after two warm-up steps. `fit_events` is pure (tests/test_rig_workload.py).
+`PLACEMENTS` placements after two warm-up steps. `fit_events` is pure (tests/simulator/measure/test_rig_workload.py).
 """
 
 from __future__ import annotations

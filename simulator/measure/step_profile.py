@@ -18,14 +18,14 @@ unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
   share the elapsed time equally, so the units' times add up to the time the device was busy; on a device
   plane (one GPU stream) every kernel is charged its own duration: the kernels a CUDA graph runs side by side
   are the step's work (rnnlm_l2 on an H200, tests/data/gpu_traces: 0.5-0.8 ms of kernels per traced step, the
-  real step 0.853 ms: tests/test_step_profile.py);
+  real step 0.853 ms: tests/simulator/measure/test_step_profile.py);
 * idle gaps are never charged: under the profiler each kernel launched outside a command buffer waits several
   microseconds (rnnlm_l2_nocmdbuf in tests/data/gpu_traces), on the CPU the gaps hold the profiler's own per-event work
   (~4 us per thunk). What launching a step costs beyond its kernels is measured outside the profiler instead:
   `StepProfile.wall_us` (the compiled step timed alone) minus `busy_us` is `launch_us`;
 * GPU events carry no `run_id`: the traced steps come back as one run and are split at their `steps - 1`
   largest idle gaps (between steps the host blocks on the outputs and launches the next: far longer than the
-  gaps between the kernels of one step; tests/test_step_profile.py finds the 3 steps of each trace).
+  gaps between the kernels of one step; tests/simulator/measure/test_step_profile.py finds the 3 steps of each trace).
 
 A unit's cost is its median over the traced steps, in microseconds. `StepProfile.busy_us` (the sum) is what the
 simulator takes as one device's step time for the single-device placement; compare it with the plain jitted step

@@ -29,7 +29,7 @@ whether to consolidate (w[:, 1] < 0) or spread (w[:, 1] > 0).
 A sample records what PPO needs to re-evaluate its log-probabilities under new parameters in one batched pass:
 the features g and the masks (they depend on the earlier decisions only, which the sample fixes).
 
-`decode` runs the numba kernels; `decode_reference` is the plain-Python oracle (tests/test_gdp_decoder.py).
+`decode` runs the numba kernels; `decode_reference` is the plain-Python oracle (tests/placeto/methods/gdp/test_decoder.py).
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def _load(state: dict, stages: list) -> None:
     """Deserialize every (stage id, blob) of `stages` as a jitted function; it compiles in its first run. (Compiled
     ahead of time instead, `jit(...).lower(...).compile()`, the stages ran through another call path, and a
     worker's freed 64 MB buffer was faulted in again every step in one run of four:
-    tests/test_process_rig.py's fault test.)"""
+    tests/simulator/hardware/rig/test_pool.py's fault test.)"""
     import jax
 
     for stage, blob in stages:

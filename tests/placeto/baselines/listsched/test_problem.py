@@ -1,0 +1,178 @@
+"""The list schedulers with channel-booked transfers: kernels equal to the plain oracle and to Baechi's own event
+loop node for node, Baechi's public placements reproduced, hand-computed toy schedules, and m-sct / m-topo."""
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from placeto.baselines.listsched import problem as ls
+from placeto.baselines import run_method
+from placeto.baselines.listsched.baechi_reference import baechi_etf, baechi_sct
+from placeto.baselines.etf import etf, etf_schedule
+from placeto.baselines.heft import heft_schedule
+from placeto.baselines.m_sct import favourite_children, m_sct
+from placeto.baselines.m_topo import m_topo
+from simulator import Cluster, Device, cluster_preset, load_graph, make_graph
+from simulator.engine.fast import simulate
+from simulator.model.generate import layered_dag
+
+ROOT = Path(__file__).resolve().parents[4]
+REFERENCE = ROOT / "experiments" / "reference" / "baechi_public_placers.csv"
+
+
+def assert_same(a: ls.Schedule, b: ls.Schedule):
+    assert np.array_equal(a.device, b.device)
+    assert np.array_equal(a.start, b.start) and np.array_equal(a.end, b.end)
+
+
+def toy_cluster(n_dev, delta1=0.0, delta2=25.0):
+    """Big memory, 1 byte/us, so transfer times are byte counts."""
+    return Cluster("toy", tuple(Device(f"/gpu:{i}", "k80", 1e12) for i in range(n_dev)), delta1, delta2, 1.0)
+
+
+# ---- fast paths equal the references ------------------------------------------------------------------------
+def _check_all(graph, cluster, model):
+    prob = ls.build_problem(graph, cluster, model)
+    fast = etf_schedule(prob)
+    assert_same(fast, ls.etf_reference(prob))
+    assert_same(fast, baechi_etf(prob))
+    order = ls.heft_order(prob, graph.topo_order)
+    assert_same(heft_schedule(prob, order), ls.heft_reference(prob, order))
+
+
+@pytest.mark.parametrize("model", sorted(ls.TRANSFER_MODELS))
+@pytest.mark.parametrize("seed", range(4))
+def test_kernels_equal_references_on_random_graphs(seed, model):
+    rng = np.random.default_rng(seed)
+    graph = layered_dag(int(rng.integers(20, 150)), seed=seed, kinds=("k80", "cpu"))
+    n_dev = int(rng.integers(2, 5))
+    cluster = cluster_preset("placeto-k80-cpu", n_dev)
+    if seed % 2:  # tight memory: the tiers decide, and nothing fits at times (the fallback)
+        total = float(graph.persistent_bytes.sum() + graph.node_out_bytes.sum())
+        cluster = Cluster("tight", tuple(Device(d.name, d.kind, total / n_dev * 0.3) for d in cluster.devices),
+                          5.7, 25.0, 7600.0)
+    _check_all(graph, cluster, model)
+
+
+@pytest.mark.parametrize("name", ["nmt/nmt_006", "benchmarks/inception_v3"])
+def test_kernels_equal_references_on_benchmarks(name):
+    graph = load_graph(ROOT / "datasets" / f"{name}.json.gz")
+    for n_dev in (2, 8):
+        for model in (ls.DEFAULT_TRANSFER_MODEL, "baechi"):
+            _check_all(graph, cluster_preset("placeto-k80", n_dev), model)
+
+
+def test_baechi_model_reproduces_the_public_placements():
+    with open(REFERENCE, newline="") as f:
+        ref = {(r["graph"], int(r["n_devices"]), r["method"]): float(r["runtime_us"]) for r in csv.DictReader(f)}
+    for name in ("nmt_005", "nmt_006"):
+        graph = load_graph(ROOT / "datasets" / "nmt" / f"{name}.json.gz")
+        for n_dev in (2, 4, 8):
+            cluster = cluster_preset("placeto-k80", n_dev)
+            placements = {"m-etf": etf(graph, cluster, model="baechi"), "m-topo": m_topo(graph, cluster)}
+            for method, p in placements.items():
+                assert simulate(graph, p, cluster).runtime == pytest.approx(ref[(name, n_dev, method)], abs=1e-3)
+
+
+# ---- toy schedules by hand ----------------------------------------------------------------------------------
+def fork():
+    """a (10 us) makes one 20-byte output, read by b, c, d (50 us each)."""
+    nodes = [{"name": "a", "cost": 10.0, "out_bytes": [20]}] + [{"name": x, "cost": 50.0} for x in "bcd"]
+    return make_graph("fork", nodes, [(0, 1, 0), (0, 2, 0), (0, 3, 0)])
+
+
+@pytest.mark.parametrize("model", ["simulator", "shared-channel"])
+def test_fork_output_is_sent_once_to_every_other_device(model):
+    graph, cluster = fork(), toy_cluster(3)
+    s = etf_schedule(ls.build_problem(graph, cluster, model))
+    # b follows a on /gpu:0; c and d start at 30 = 10 + 20 bytes on the other two devices: one transfer for both
+    assert s.device.tolist() == [0, 0, 1, 2]
+    assert s.start.tolist() == [0, 10, 30, 30] and s.end.tolist() == [10, 60, 80, 80]
+    res = simulate(graph, s.device, cluster)
+    assert res.start.tolist() == s.start.tolist() and len(res.transfers.node) == 1
+
+
+def test_fork_under_baechis_model_pays_a_copy_per_device():
+    graph, cluster = fork(), toy_cluster(3)
+    s = etf_schedule(ls.build_problem(graph, cluster, "baechi"))
+    # comm = round(20 + 25) = 45 per copy. c gets its copy at 10 + 45 = 55; a copy for /gpu:2 would wait for
+    # the sender's channel (busy until 55) and arrive at 100, so d runs after b on /gpu:0 at 60.
+    assert s.device.tolist() == [0, 0, 1, 0]
+    assert s.start.tolist() == [0, 10, 55, 60] and s.end.tolist() == [10, 60, 105, 110]
+
+
+def test_transfers_queue_fifo_on_the_sender():
+    nodes = [{"name": "a", "cost": 10.0, "out_bytes": [100, 100]}, {"name": "b", "cost": 50.0},
+             {"name": "c", "cost": 50.0}]
+    graph, cluster = make_graph("two_outputs", nodes, [(0, 1, 0), (0, 2, 1)]), toy_cluster(2, delta1=5.0)
+    st = ls.State(ls.build_problem(graph, cluster, "simulator"))
+    st.commit(0, 0, 0.0)
+    st.commit(1, 1, 0.0)  # output 0 leaves at 10 and arrives at 110; the bus is busy until 110 + 25
+    st.commit(2, 1, 0.0)  # output 1 leaves at 135 and arrives at 235
+    assert st.start == [0, 110, 235] and st.chan[0] == 260 and st.avail == [15, 290]
+    assert simulate(graph, np.array([0, 1, 1]), cluster).start.tolist() == [0, 110, 235]
+
+
+def sct_toy():
+    """a, r sources; b needs a's 1000 B and r's 100 B; L (1000 us) and z (200 us) need r's 1-byte output."""
+    nodes = [{"name": "a", "cost": 10.0, "out_bytes": [1000]}, {"name": "r", "cost": 20.0, "out_bytes": [100, 1]},
+             {"name": "b", "cost": 10.0}, {"name": "L", "cost": 1000.0}, {"name": "z", "cost": 200.0}]
+    return make_graph("sct_toy", nodes, [(0, 2, 0), (1, 2, 0), (1, 3, 1), (1, 4, 1)])
+
+
+def test_sct_waits_for_the_favourite_child():
+    graph, cluster = sct_toy(), toy_cluster(2, delta2=0.0)
+    prob = ls.build_problem(graph, cluster, "simulator")
+    # m-ETF: /gpu:0 runs a, then z as soon as r's byte arrives (21), then b behind z.
+    s = etf_schedule(prob)
+    assert s.device.tolist() == [0, 1, 0, 1, 0]
+    assert s.start.tolist() == [0, 0, 221, 20, 21] and s.end.tolist() == [10, 20, 231, 1020, 221]
+    # m-SCT with b as a's favourite: /gpu:0 waits for b (inputs there at 120, the earliest device) and z is not
+    # urgent (/gpu:1 is busy with L until 1020), so b runs at 120 and z after it.
+    s = baechi_sct(prob, np.array([2, -1, -1, -1, -1]))
+    assert s.device.tolist() == [0, 1, 0, 1, 0]
+    assert s.start.tolist() == [0, 0, 120, 20, 130] and s.end.tolist() == [10, 20, 130, 1020, 330]
+
+
+def test_sct_without_favourites_is_etf():
+    graph = layered_dag(120, seed=3)
+    prob = ls.build_problem(graph, cluster_preset("placeto-k80", 4))
+    assert_same(baechi_sct(prob, np.full(graph.n_nodes, -1)), etf_schedule(prob))
+
+
+# ---- m-sct and m-topo ---------------------------------------------------------------------------------------
+def test_favourite_children_from_the_lp():
+    chain = make_graph("chain", [{"name": f"n{i}", "cost": 10.0, "out_bytes": [25]} for i in range(4)],
+                       [(i, i + 1, 0) for i in range(3)])
+    prob = ls.build_problem(chain, toy_cluster(2), "simulator")
+    assert favourite_children(prob).tolist() == [1, 2, 3, -1]
+    # a fork: keeping the long child b (100 us) next to a shortens the makespan; c pays its 50 us transfer.
+    nodes = [{"name": "a", "cost": 10.0, "out_bytes": [25]}, {"name": "b", "cost": 100.0}, {"name": "c", "cost": 10.0}]
+    prob = ls.build_problem(make_graph("fork2", nodes, [(0, 1, 0), (0, 2, 0)]), toy_cluster(2), "simulator")
+    assert favourite_children(prob).tolist() == [1, -1, -1]
+
+
+@pytest.mark.parametrize("name", ["m-sct", "m-topo"])
+def test_m_sct_and_m_topo_are_valid_and_deterministic(name):
+    for graph, cluster in ((layered_dag(90, seed=1), cluster_preset("placeto-k80", 4)),
+                           (layered_dag(60, seed=2, kinds=("k80", "cpu")), cluster_preset("placeto-k80-cpu", 3))):
+        a = run_method(name, graph, cluster, 0).placement
+        assert a.dtype == np.int32 and a.shape == (graph.n_nodes,) and 0 <= a.min() and a.max() < cluster.n_devices
+        assert np.array_equal(a, run_method(name, graph, cluster, 5).placement)
+    if name == "m-sct":  # the favourites change the schedule, not only the order of equal choices
+        graph, cluster = layered_dag(200, seed=4), cluster_preset("placeto-k80", 4)
+        assert not np.array_equal(m_sct(graph, cluster), etf(graph, cluster))
+
+
+@pytest.mark.parametrize("by", ["memory", "compute"])
+def test_m_topo_fills_devices_in_topological_order(by):
+    graph, cluster = layered_dag(300, seed=6), cluster_preset("placeto-k80", 4)
+    p = m_topo(graph, cluster, by=by)
+    assert np.all(np.diff(p[graph.topo_order]) >= 0) and len(set(p.tolist())) == 4
+    weight = np.floor(graph.persistent_bytes + graph.node_out_bytes) if by == "memory" else graph.cost_for("k80")
+    share = weight.sum() // 4 + weight.max()
+    assert all(weight[p == d].sum() <= share for d in range(4))
+    with pytest.raises(ValueError, match="by must be"):
+        m_topo(graph, cluster, by="bytes")
