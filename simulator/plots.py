@@ -1,5 +1,7 @@
-"""Gantt chart of a simulated schedule: per device, one row of compute (the ops it runs) and one row of its
-outgoing bus (the transfers it sends), coloured by device; the step's end and the lower bound as vertical lines."""
+"""Gantt charts: a simulated schedule, and a step measured on the process rig beside the simulated one.
+
+Per device, one row of compute (the ops it runs) and one row of its outgoing bus (the transfers it sends),
+coloured by device; the step's end and the lower bound as vertical lines."""
 
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ import numpy as np  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
+from simulator.engine.fast import simulate  # noqa: E402
+from simulator.measure.rig_step import MeasuredStep  # noqa: E402
 from simulator.model.cluster import Cluster  # noqa: E402
+from simulator.model.graph import Graph  # noqa: E402
 from simulator.model.io import PathLike, atomic_write_bytes  # noqa: E402
 from simulator.model.result import SimResult  # noqa: E402
 
 MS = 1e-3  # the chart's unit: milliseconds per microsecond
+NS_MS = 1e-6  # milliseconds per nanosecond (a measured step's clock)
 BUS_ALPHA = 0.35  # transfers are drawn in a light tint of their sending device's colour
 
 
@@ -77,3 +83,49 @@ def _legend_handles(color, with_lower_bound: bool) -> list:
         handles.append(Line2D([], [], color="dimgray", linestyle=":", linewidth=1.4,
                               label="dotted line: lower bound (max of critical path, compute / devices)"))
     return handles
+
+
+def gantt_measured(path: PathLike, graph: Graph, cluster: Cluster, placement: np.ndarray, step: MeasuredStep,
+                   title: str = "") -> None:
+    """Write a PNG: the simulated schedule of `placement` on `cluster` (top) and the measured step (bottom), on
+    one time axis in milliseconds."""
+    result = simulate(graph, np.asarray(placement, dtype=np.int32), cluster)
+    n = cluster.n_devices
+    colors = plt.get_cmap("tab10")
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 2.6 + 1.2 * n), sharex=True, layout="constrained")
+    for d in range(n):
+        color = colors(d % 10)
+        on = np.flatnonzero((result.device == d) & (result.end > result.start))
+        top.broken_barh(list(zip(result.start[on] * 1e-3, (result.end[on] - result.start[on]) * 1e-3)),
+                        (2 * d + 0.55, 0.8), facecolors=color, edgecolor="black", linewidth=0.2)
+        sent = np.flatnonzero(result.transfers.device == d)
+        top.broken_barh(list(zip(result.transfers.start[sent] * 1e-3,
+                                 (result.transfers.end[sent] - result.transfers.start[sent]) * 1e-3)),
+                        (2 * d + 1.55, 0.8), facecolors=matplotlib.colors.to_rgba(color, 0.35), edgecolor=color,
+                        linewidth=0.4)
+        events = step.events.get(d, [])
+        runs = [(s * NS_MS, (e - s) * NS_MS) for kind, _, s, e in events if kind == "run"]
+        moves = [(s * NS_MS, (e - s) * NS_MS) for kind, _, s, e in events if kind != "run"]
+        bottom.broken_barh(runs, (2 * d + 0.55, 0.8), facecolors=color, edgecolor="black", linewidth=0.4)
+        bottom.broken_barh(moves, (2 * d + 1.55, 0.8), facecolors=matplotlib.colors.to_rgba(color, 0.35),
+                           edgecolor=color, linewidth=0.4)
+    labels = [f"{cluster.devices[d].name} {'transfers' if k else 'compute'}" for d in range(n) for k in (0, 1)]
+    for ax in (top, bottom):
+        ax.set_yticks([2 * d + k + 0.95 for d in range(n) for k in (0, 1)], labels)
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+    top.axvline(result.runtime * 1e-3, color="black", linestyle="--", linewidth=1.2)
+    bottom.axvline(step.wall_ns * NS_MS, color="black", linestyle="--", linewidth=1.2)
+    top.set_title(f"simulated: {result.runtime * 1e-3:.2f} ms (one bar per unit; transfers on the sender's row)",
+                  fontsize=9)
+    n_runs = sum(kind == "run" for evs in step.events.values() for kind, *_ in evs)
+    bottom.set_title(f"measured on the process rig: {step.wall_ns * NS_MS:.2f} ms, the median of "
+                     f"{len(step.steps_ns)} steps (one bar per stage, {n_runs} stages; transfers: a send's copy "
+                     f"into shared memory, a receive's wait and copy)", fontsize=9)
+    bottom.set_xlabel("time since the step's start (ms); dashed: the step's end")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    buf = _io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    atomic_write_bytes(path, buf.getvalue())

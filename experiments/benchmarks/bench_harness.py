@@ -7,7 +7,7 @@ it times, in one interleaved run (simulator.hardware.timing.time_interleaved, so
     staged 1dev        program_plan(stages=True), every unit on device 0: one jitted stage, one dispatch
     per-unit 1dev      program_plan(stages=False): one jitted function per unit (the old harness), one thread
     staged 2dev        the 2-device placement (the benchmark's expert one, else round robin), dispatched in
-                       placeto.harness.evaluate.staged_order: one stage per run of a device's units
+                       simulator.hardware.runner.staged_order: one stage per run of a device's units
     per-unit 2dev      the same placement, one task per unit in simulated start order, one thread per device
 
 and checks that the staged plans' outputs equal the plain step's (allclose). Prints a table of median step
@@ -37,7 +37,8 @@ def bench_graph(path: Path, repeats: int) -> tuple[list[tuple[str, float, int, i
     import jax
     import numpy as np
 
-    from placeto.harness.evaluate import dispatch_order, program_of, staged_order
+    from simulator.hardware.runner import dispatch_order, staged_order
+    from simulator.workloads.families import program_of
     from simulator.workloads.zoo.registry import build_program_from_data
     from simulator import load_graph, load_placement
     from simulator.model.cluster import Cluster, Device

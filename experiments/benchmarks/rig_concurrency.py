@@ -14,7 +14,7 @@ take turns. The target (issue 40): the process rig >= 1.8x at 2 devices.
 
 With --graph G (and --methods, --placement P.json ...): also placed steps of G (its zoo program), every placement and the single
 device (every unit on device 0) on both rigs, interleaved in one set of rounds: the threads rig (this process's
-host devices, staged as placeto.harness.evaluate.HardwareRunner runs them) and the process rig with each device's units
+host devices, staged as simulator.hardware.runner.HardwareRunner runs them) and the process rig with each device's units
 kept together (`staged`, few stages) or in simulated start order (`simulated`, more and shorter stages). The
 simulation cluster is the calibration `place --hardware` cached for these devices (calibrated now if none), the
 profile the one-core one `place --hardware --rig processes` uses (both rigs are simulated with it).
@@ -109,7 +109,7 @@ def placed_section(args: argparse.Namespace) -> list[str]:
     import numpy as np
 
     from simulator.measure.cluster_cache import cached_cluster
-    from placeto.harness.evaluate import hardware_runner
+    from simulator.hardware.runner import hardware_runner
     from placeto.harness.on_hardware import ensure_profile
     from simulator import simulate
     from simulator.hardware.devices import local_devices

@@ -153,7 +153,7 @@ def run_one(graph, fit, repeats: int, budget: int, threads: bool, checkpoint: Pa
     """Rows (placement, transfers, both measurement runs, simulated with every model) and the agreements."""
     import numpy as np
 
-    from placeto.harness.evaluate import hardware_runner
+    from simulator.hardware.runner import hardware_runner
     from simulator import simulate
     from simulator.measure.fit import held_out_predictions
 
@@ -186,7 +186,7 @@ def summarise(result: dict) -> dict:
     """Per model: errors and Spearman against the pooled measurement and the tie-aware concordance; and the
     same statistics of run 2 against run 1 (repeatability)."""
     from simulator.measure.agreement import agreement, concordance, spearman
-    from placeto.harness.evaluate import EvalRow
+    from simulator.measure.agreement import EvalRow
     from simulator.hardware.timing import timing_of
 
     run1 = [timing_of(r["runs"][0]) for r in result["rows"]]

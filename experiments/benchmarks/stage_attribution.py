@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> dict:
 
     from simulator.measure.boundary_costs import chunked
     from simulator.measure.cluster_cache import cached_cluster
-    from placeto.harness.evaluate import hardware_runner
+    from simulator.hardware.runner import hardware_runner
     from simulator.measure.rig_step import measured_step
     from simulator import load_graph
     from simulator.hardware.devices import local_devices

@@ -101,7 +101,8 @@ def run_graph(path: str, args: argparse.Namespace) -> dict:
     import numpy as np
 
     from simulator.measure.cluster_cache import cached_cluster
-    from placeto.harness.evaluate import evaluate, hardware_runner
+    from placeto.harness.evaluate import evaluate
+    from simulator.hardware.runner import hardware_runner
     from simulator import load_graph, simulate
     from simulator.hardware.devices import local_devices
     from simulator.engine.staged import stage_runs

@@ -94,7 +94,7 @@ def _load_record(path: Path) -> Record:
 
 def _runner(rec: Record, graph, costs: RigCosts):
     """A HardwareRunner that simulates only: the cluster of the record's kind, the recorded dispatch orders."""
-    from placeto.harness.evaluate import HardwareRunner
+    from simulator.hardware.runner import HardwareRunner
     from simulator.model.cluster import Cluster, Device
 
     orders = {np.asarray(p["placement"], dtype=np.int32).tobytes(): p["order"] for p in rec.placements}

@@ -6,7 +6,7 @@ devices (placeto's rig: one core each):
 
     single device            every unit on device 0, one jitted stage (the `place --hardware` single device)
     <method> on 2 devices    the method's placement (etf, m-sct against analytic "cpu" costs), staged as
-                             placeto.harness.evaluate.HardwareRunner runs it
+                             simulator.hardware.runner.HardwareRunner runs it
     <method> stages, 1 dev   the SAME stages (the placement's stage boundaries) with every stage on device 0
     k slices, 1 dev          the step cut into k consecutive slices of its topological order, all on device 0
     one task per unit        every unit its own jitted call on device 0
@@ -35,7 +35,8 @@ def plans_of(path: str) -> tuple[list[str], list]:
     import numpy as np
 
     from placeto.baselines import run_method
-    from placeto.harness.evaluate import dispatch_order, hardware_runner, program_of, staged_order
+    from simulator.hardware.runner import dispatch_order, hardware_runner, staged_order
+    from simulator.workloads.families import program_of
     from simulator.model.cluster import Cluster, Device
     from simulator.model.io import load_graph
     from simulator.tracing.lowering import leaf_values
@@ -73,7 +74,7 @@ def main() -> None:
     ensure_host_devices(2)
     import numpy as np
 
-    from placeto.harness.calibration import measure_concurrency
+    from simulator.measure.concurrency import measure_concurrency
     from simulator.hardware.timing import time_interleaved, timing_of
 
     names, plans = plans_of(args.graph)

@@ -19,11 +19,12 @@ from placeto.cli.arguments import (COUNT, DEVICE_SPEC, DEVICES, MINUTES, PERCENT
                                cluster_from_args, comma_list)
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
 from placeto.rollouts.distributed import WorkerError, add_worker_arguments
-from placeto.harness.on_hardware import DEFAULT_METHODS as DEFAULT_HARDWARE_METHODS
 from simulator.model.errors import TRACEBACK_ENV, InputError
 from simulator.model.io import check_distinct_paths, check_output_path
 
 Command = Callable[[argparse.Namespace], int]
+
+HARDWARE_CANDIDATES = ("etf", "m-sct", "local-search")  # `place --hardware`'s default --candidates
 
 EPISODES_HELP = ("training budget in sampled complete placements (default: the --config preset's). placeto counts "
                  "episodes: each visits every node (config passes times, one simulator call per visit) and ends in "
@@ -225,7 +226,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from placeto.harness.compare import run_compare
+    from placeto.cli.compare import run_compare
     from simulator.model.limits import MAX_SEED
 
     if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
@@ -267,8 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--gantt", help="write a Gantt chart of the schedule to this PNG")
     sim.set_defaults(func=cmd_simulate)
 
-    from placeto.harness.compare import add_compare_arguments
-    from placeto.harness.evaluate import add_program_arguments
+    from placeto.cli.compare import add_compare_arguments
+    from placeto.cli.eval import add_program_arguments
     from simulator.workloads.families import ALL_FAMILIES
 
     datasets = sub.add_parser("datasets", help="graph families and benchmark models").add_subparsers(
@@ -409,13 +410,14 @@ def build_parser() -> argparse.ArgumentParser:
                          "against the plain jax.jit of the step (a fresh process, default threading). --devices: a "
                          "count or a list such as gpu:0,cpu:0 (default: the --cluster file's count, else every GPU, "
                          "else 2 host CPU devices)")
-    hw.add_argument("--candidates", default=",".join(DEFAULT_HARDWARE_METHODS),
+    hw.add_argument("--candidates", default=",".join(HARDWARE_CANDIDATES),
                     help="comma list of methods whose placements compete (each gets --seconds, 2 when not given)")
     hw.add_argument("--top", type=POSITIVE, default=3, help="how many of the best simulated placements run for real")
     hw.add_argument("--repeats", type=POSITIVE, default=7, help="timed steps per placement run for real")
     hw.add_argument("--plot", help="write the measured against simulated step times of the placements run to this "
                                    "PNG")
-    from placeto.harness.evaluate import RIG_HELP, RIGS
+    from placeto.cli.eval import RIG_HELP
+    from simulator.hardware.options import RIGS
 
     hw.add_argument("--rig", choices=RIGS, default=None, help=RIG_HELP)
     hw.add_argument("--gantt", metavar="PNG",
@@ -433,8 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("run", help="run directory")
     plot.set_defaults(func=cmd_plot)
 
-    from placeto.harness.calibration import add_calibrate_arguments, run_calibrate
-    from placeto.harness.evaluate import add_eval_arguments, add_program_arguments, run_eval
+    from placeto.cli.calibrate import add_calibrate_arguments, run_calibrate
+    from placeto.cli.eval import add_eval_arguments, add_program_arguments, run_eval
 
     ev = sub.add_parser("eval", help="simulate placements, and with --hardware run them on local JAX devices")
     add_eval_arguments(ev)

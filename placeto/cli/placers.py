@@ -48,7 +48,7 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     ensure_host_devices(spec)  # before anything imports jax
     from simulator.model.io import load_graph, save_placement
 
-    from placeto.harness.evaluate import default_rig
+    from simulator.hardware.options import default_rig
     from placeto.harness.on_hardware import place_on_hardware, report
 
     methods = [m for m in args.candidates.split(",") if m]
@@ -66,7 +66,8 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
     print(report(outcome))
     print(f"-> {args.out} ({outcome.best.name})")
     if args.plot:
-        from placeto.harness.evaluate import EvalRow, plot_agreement
+        from simulator.measure.agreement import EvalRow
+        from placeto.harness.evaluate import plot_agreement
 
         rows = [EvalRow(c.name, c.simulated_us, c.measured) for c in outcome.candidates if c.measured is not None]
         plot_agreement(rows, args.plot, f"{graph.name} on {outcome.cluster.n_devices} local devices: "
@@ -166,32 +167,13 @@ def cmd_place(args: argparse.Namespace) -> int:
         return _place_with_baseline(args, graph, cluster)
     from placeto.methods import registry
 
-    owner = registry.checkpoint_method(args.checkpoint)  # its config.json's "method" (None: no checkpoint)
-    if args.method is None and owner not in (None, registry.DEFAULT):
-        args.method = owner  # a gdp / rnn / hierarchical run directory
-    if args.method in registry.PACKAGES and registry.get(args.method).per_graph:
-        if args.finetune_episodes:
-            raise InputError(f"--finetune-episodes: {args.method} policies are per graph (train longer instead)")
-        if args.checkpoint is not None and args.budget is None and args.seconds is None:
-            args.budget = 2 + args.samples  # the run's best placement, the greedy decode and the samples
-    greedy_calls = registry.of_variant(args.method).greedy_calls if args.method in registry.all_variants() else None
-    if greedy_calls is not None and args.budget is None and args.seconds is None:
-        # greedy (and the single device, where the policy keeps it) + samples (+ fine-tuning)
-        args.budget = greedy_calls(args.checkpoint, graph) + args.samples + args.finetune_episodes
-    if args.checkpoint is not None and args.method in registry.all_variants():
-        wanted = registry.of_variant(args.method)
-        if not wanted.per_graph and registry.policy_kind(owner) != wanted.name:
-            kind = "a gdp" if wanted.name == "gdp" else "a Placeto"
-            raise InputError(f"--method {args.method} needs {kind} policy; {args.checkpoint} is not one")
-    budgeted = args.seconds is not None or args.budget is not None or args.finetune_episodes > 0
-    method = args.method or ("placeto-search" if args.seconds is not None or args.budget is not None else "placeto")
-    if method != "placeto" and not budgeted:
-        raise InputError(f"--method {method} searches: give --seconds S or --budget N")
-    if budgeted or method != "placeto":
+    request = registry.resolve_place(args.method, args.checkpoint, args.budget, args.seconds, args.samples,
+                                     args.finetune_episodes, graph)
+    method, budget = request.method, request.budget
+    if request.budgeted:
         from placeto import policies
         from placeto.harness.compare import run_learned
 
-        budget = args.budget if args.budget is not None else (None if args.seconds is not None else 10**9)
         run, compile_s = run_learned(method, graph, cluster, args.seed, budget, args.seconds, args.checkpoint,
                                      args.finetune_episodes)
         placement, calls = run.placement, run.simulator_calls

@@ -19,7 +19,7 @@ fastest measured (`placeto place G --hardware`).
    never measured slower than it in the same run. The pick favours whichever placement drew fast steps, so the
    kept placement and the single device run again, interleaved, and the speedup printed is that of these fresh
    steps (`Recheck`), with its spread (the ratio of the single device's quartiles to the kept placement's). A
-   speedup beyond what the devices' measured concurrency allows (placeto.harness.calibration.beyond_concurrency) is
+   speedup beyond what the devices' measured concurrency allows (simulator.measure.concurrency.beyond_concurrency) is
    measured once more on fresh steps; if it holds it is kept, and the report says the gain does not come from
    running the devices at once (on host CPU devices, splitting the step into stages can itself be faster);
 6. the baseline a user would run without placeto: the plain `jax.jit` of the graph's step with JAX's default
@@ -38,11 +38,27 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from placeto.baselines.single import single as single_placement
+from placeto.harness.compare import run_one
+from placeto.harness.evaluate import step_bar
+from simulator.engine.fast import simulate
+from simulator.hardware import plain_jit
+from simulator.hardware.devices import local_devices
+from simulator.hardware.plain_jit import plain_line, rig_line
+from simulator.hardware.rig.pool import one_core as pinned
+from simulator.hardware.runner import hardware_runner
+from simulator.hardware.timing import interleaved_steps
+from simulator.measure import profile_cache
+from simulator.measure.cluster_cache import cached_cluster
+from simulator.measure.concurrency import beyond_concurrency, beyond_note, concurrency_line, measure_concurrency
+from simulator.measure.graph_profile import profile, under_load
+from simulator.measure.rig_step import measured_step
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
+from simulator.model.io import save_graph
+from simulator.plots import gantt_measured
 
-DEFAULT_METHODS = ("etf", "m-sct", "local-search")
 RIG_COLUMN = "vs 1 rig device"  # the single-device column's header on host CPU devices (simulator.hardware.plain_jit.rig_line)
 
 
@@ -82,8 +98,8 @@ class Outcome(NamedTuple):
     cluster: Cluster
     speedup: float  # single.median / best.median on the samples the pick was made with (biased up)
     spread: tuple[float, float]  # (single.q25 / best.q75, single.q75 / best.q25), the same samples
-    runner: Any = None  # placeto.harness.evaluate.HardwareRunner that measured them (its compiled stages are reused)
-    concurrency: Any = None  # placeto.harness.calibration.Concurrency of the devices (None: not measured)
+    runner: Any = None  # simulator.hardware.runner.HardwareRunner that measured them (its compiled stages are reused)
+    concurrency: Any = None  # simulator.measure.concurrency.Concurrency of the devices (None: not measured)
     recheck: Recheck | None = None  # the kept placement and the single device on fresh steps (None: not run)
     plain: tuple = ()  # simulator.hardware.plain_jit.PlainJit before and after the placements ran (empty: not measured)
     flagged: Recheck | None = None  # a first recheck whose speedup was beyond the devices' concurrency (then
@@ -94,17 +110,12 @@ def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seco
                     progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
     """(every method's placement ranked by simulated time without duplicates, the single-device candidate:
     all nodes on the cluster's fastest single device, placeto.baselines.single, as in `place` and `compare`)."""
-    from simulator import simulate
-
-    from placeto.baselines.single import single as single_placement
-    from placeto.harness.compare import _run_one
-
     p = single_placement(graph, cluster)
     single = Candidate("single device", p, float(simulate(graph, p, cluster).runtime))
     found: dict[bytes, Candidate] = {single.placement.tobytes(): single}
     for name in methods:
         kept: list[np.ndarray] = []
-        row = _run_one(name, graph, cluster, seed, None, seconds, {}, save=kept.append)
+        row = run_one(name, graph, cluster, seed, None, seconds, {}, save=kept.append)
         if not kept:
             progress(f"  {name:<14} not applicable: {row.note}")
             continue
@@ -122,7 +133,7 @@ def pick(measured: Sequence[Candidate], single: Candidate) -> tuple[Candidate, f
     return best, s.median_us / b.median_us, (s.q25_us / b.q75_us, s.q75_us / b.q25_us)
 
 
-def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: Sequence[str] = DEFAULT_METHODS,
+def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: Sequence[str],
                       seconds: float = 2.0, top: int = 3, repeats: int = 7, warmup: int = 2, seed: int = 0,
                       cluster: Cluster | None = None, progress: Callable[[str], None] = print,
                       plain: bool = True, save_profile: bool = False, rig: str = "threads",
@@ -131,16 +142,11 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     calibrate (cached), place with `methods`, run the best `top` candidates and the single device on the local
     devices of `spec` (a count or a device list, see simulator.hardware.devices), keep the fastest measured and run
     it and the single device again on fresh steps: twice when the first gives a speedup beyond the devices'
-    measured concurrency (placeto.harness.calibration.beyond_concurrency). With `plain`, the plain jit of the graph
+    measured concurrency (simulator.measure.concurrency.beyond_concurrency). With `plain`, the plain jit of the graph
     file's step is timed in a fresh process before and after (simulator.hardware.plain_jit). `rig`: "threads" (this
     process's devices) or "processes" (one worker process per host CPU device: simulator.hardware.rig.pool); `gantt`
     (processes only): a PNG of the kept placement's measured step beside its simulated one (simulator.measure.rig_step).
     Call ensure_host_devices(spec) before JAX starts."""
-    from simulator.hardware.devices import local_devices
-
-    from simulator.hardware import plain_jit
-    from placeto.harness.evaluate import hardware_runner, step_bar
-
     if top < 1:
         raise InputError(f"--top must be >= 1, got {top}")
     if gantt is not None and rig != "processes":
@@ -150,8 +156,6 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     with step_bar("profiling (steps)"):
         graph = ensure_profile(graph, graph_path, devices, progress, save_profile, one_core=rig == "processes")
     if cluster is None:
-        from simulator.measure.cluster_cache import cached_cluster
-
         with step_bar("calibrating (probe steps)"):
             cluster = cached_cluster(devices, spec, progress=progress)
     elif cluster.n_devices != len(devices):
@@ -176,8 +180,6 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
             progress("timing the plain jax.jit of the step again (the same process) ...")
         after = (child.again(),) if before and before[0].available else ()
         if gantt is not None:
-            from simulator.measure.rig_step import gantt_measured, measured_step
-
             progress(f"measuring {outcome.best.name}'s stages for the Gantt chart ...")
             step = measured_step(runner, outcome.best.placement, steps=repeats, warmup=warmup)
             gantt_measured(gantt, graph, cluster, outcome.best.placement, step,
@@ -194,7 +196,7 @@ def restaged(runner: Any, ranked: list[Candidate], single: Candidate,
              progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
     """(`ranked` re-simulated as `runner` runs them and ranked again, the single device among them): on the
     process rig (a runner with rig costs) the staged simulation of each candidate's stages
-    (placeto.harness.evaluate.HardwareRunner.simulate), which predicts the rig's steps where the per-unit model the
+    (simulator.hardware.runner.HardwareRunner.simulate), which predicts the rig's steps where the per-unit model the
     placers searched with does not (experiments/results/benchmarks/staged_fidelity.md); as is otherwise."""
     if runner.rig_costs is None:
         return ranked, single
@@ -209,11 +211,6 @@ def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate
                     warmup: int, progress: Callable[[str], None]) -> Outcome:
     """Steps 4 and 5 of the module docstring: run `chosen` (the single device last), pick, measure the devices'
     concurrency on the rig in use, recheck (twice when beyond it)."""
-    from simulator.hardware.timing import interleaved_steps
-
-    from placeto.harness.calibration import beyond_concurrency, measure_concurrency
-    from placeto.harness.evaluate import step_bar
-
     progress(f"running {len(chosen)} placements for real ({repeats} steps each after {warmup} warm-up, "
              f"interleaved) ...")
     with step_bar("running placements", interleaved_steps(len(chosen), repeats, warmup)):
@@ -243,11 +240,6 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
     `one_core`: the profile must be one taken with this process on one core (`cores_used` 1: what a device of the
     process rig is; simulator.hardware.rig.pool.one_core), else one taken without (what this process's devices are);
     a profile of the other kind is measured again."""
-    from simulator.model.io import save_graph
-
-    from simulator.measure import profile_cache
-    from simulator.measure.graph_profile import profile, under_load
-
     first = {}
     for d in devices:
         first.setdefault(profile_cache.profile_key(graph, d), d)  # the first device of each kind
@@ -274,8 +266,6 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
                  f"step; cached in {profile_cache.entry_path(todo[0][0], graph.name).parent}, the graph file "
                  f"untouched) ...")
         if one_core:
-            from simulator.hardware.rig.pool import one_core as pinned
-
             with pinned() as core:
                 progress(f"profile: this process pinned to core {core} while it measures (a process rig device is "
                          f"one core)")
@@ -301,8 +291,6 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
 
 def _stale(how: Any, key: Any, one_core: bool) -> str | None:
     """simulator.measure.profile_cache.stale, and whether the profile was taken on one core as this run needs."""
-    from simulator.measure import profile_cache
-
     why = profile_cache.stale(how, key)
     if why is None and bool(how.get("cores_used") == 1) != one_core:
         why = ("was measured on one core; this run's devices are this process's (--rig threads)" if not one_core
@@ -312,12 +300,8 @@ def _stale(how: Any, key: Any, one_core: bool) -> str | None:
 
 def recheck(runner: Any, best: Candidate, single: Candidate, repeats: int, warmup: int,
             progress: Callable[[str], None] = print) -> Recheck:
-    """`best` and `single` (measured candidates) run again by `runner` (placeto.harness.evaluate.HardwareRunner) on fresh
+    """`best` and `single` (measured candidates) run again by `runner` (simulator.hardware.runner.HardwareRunner) on fresh
     steps, interleaved; only the single device when it is the one kept."""
-    from simulator.hardware.timing import interleaved_steps
-
-    from placeto.harness.evaluate import step_bar
-
     if best is single:
         progress(f"running the single device again ({repeats} fresh steps) ...")
         with step_bar("rechecking", interleaved_steps(1, repeats, warmup)):
@@ -334,8 +318,6 @@ def report(outcome: Outcome) -> str:
     """The candidates' table (each measured one's speed relative to the single device: its median over theirs),
     the placement kept and why, the kept placement against plain jit (when timed), what host CPU devices are (when
     they are the devices) and the devices' concurrency, as printed by `placeto place --hardware`."""
-    from simulator.hardware.plain_jit import plain_line, rig_line
-
     rig = on_host_rig(outcome)
     column = RIG_COLUMN if rig else "vs single"
     base = outcome.single.measured.median_us
@@ -354,8 +336,6 @@ def report(outcome: Outcome) -> str:
     if rig:
         lines.append(rig_line())
     if outcome.concurrency is not None:
-        from placeto.harness.calibration import concurrency_line
-
         lines.append(concurrency_line(outcome.concurrency))
     return "\n".join(lines)
 
@@ -373,8 +353,6 @@ def verdict(outcome: Outcome) -> str:
     """One line: the placement kept and why (its speedup over the single device on fresh steps when rechecked,
     and whether that is beyond what the devices' measured concurrency allows), naming the placements measured
     slower than the single device."""
-    from placeto.harness.calibration import beyond_concurrency, beyond_note
-
     single = outcome.single
     others = [c for c in outcome.candidates if c.measured is not None and c is not single]
     slower = sorted((c for c in others if c.measured.median_us > single.measured.median_us),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from placeto.methods.base import Method
 from simulator.model.errors import InputError
@@ -122,3 +122,51 @@ def ship(run_dir: PathLike, name: str, provenance: dict[str, Any], root: PathLik
     write_json(dest / "provenance.json", {"name": name, "commit": git_commit(), "seed": config.seed,
                                           **provenance})
     return dest
+
+
+class PlaceRequest(NamedTuple):
+    """What `placeto place` runs for a learned method: the compare row (variant) and its budget."""
+
+    method: str  # the variant: "placeto", "placeto-search", "gdp", ...
+    budget: float | None  # simulator calls (None: unlimited, a wall-clock budget only)
+    budgeted: bool  # run inside a budget (`Method.run`, as compare does), else a plain `Method.place`
+
+
+def resolve_place(method: str | None, checkpoint: PathLike | None, budget: int | None, seconds: float | None,
+                  samples: int, finetune_episodes: int, graph: Any) -> PlaceRequest:
+    """The variant and budget `place` runs with.
+
+    Args:
+      method: the variant asked for (None: the checkpoint's method, else "placeto", or "placeto-search" when a
+        budget is given).
+      checkpoint: a shipped policy's name or a run directory (None: each method's default).
+      budget, seconds: the budget asked for (None: not given).
+      samples, finetune_episodes: extra sampled placements and fine-tuning episodes asked for.
+      graph: the graph to place (a greedy decode's cost in calls can depend on its size).
+    Raises:
+      InputError: the method and checkpoint do not go together, or a searching method has no budget.
+    """
+    owner = checkpoint_method(checkpoint)  # its config.json's "method" (None: no checkpoint)
+    if method is None and owner not in (None, DEFAULT):
+        method = owner  # a gdp / rnn / hierarchical run directory
+    if method in PACKAGES and get(method).per_graph:
+        if finetune_episodes:
+            raise InputError(f"--finetune-episodes: {method} policies are per graph (train longer instead)")
+        if checkpoint is not None and budget is None and seconds is None:
+            budget = 2 + samples  # the run's best placement, the greedy decode and the samples
+    greedy_calls = of_variant(method).greedy_calls if method in all_variants() else None
+    if greedy_calls is not None and budget is None and seconds is None:
+        # greedy (and the single device, where the policy keeps it) + samples (+ fine-tuning)
+        budget = greedy_calls(checkpoint, graph) + samples + finetune_episodes
+    if checkpoint is not None and method in all_variants():
+        wanted = of_variant(method)
+        if not wanted.per_graph and policy_kind(owner) != wanted.name:
+            kind = "a gdp" if wanted.name == "gdp" else "a Placeto"
+            raise InputError(f"--method {method} needs {kind} policy; {checkpoint} is not one")
+    budgeted = seconds is not None or budget is not None or finetune_episodes > 0
+    method = method or ("placeto-search" if seconds is not None or budget is not None else "placeto")
+    if method != "placeto" and not budgeted:
+        raise InputError(f"--method {method} searches: give --seconds S or --budget N")
+    if budgeted or method != "placeto":
+        return PlaceRequest(method, budget if budget is not None else (None if seconds is not None else 10**9), True)
+    return PlaceRequest(method, budget, False)

@@ -13,7 +13,7 @@ topological. Plans of:
   read by no later stage there, no step output and no send; resident values (parameters, optimizer state, the
   batch, closed-over constants: committed to their device once, when the plan is built) are never donated,
   since the next step reads them again. Units that only hold values dispatch nothing and come first.
-  `placeto.harness.evaluate.staged_order` orders the units so a device's units stay together where dependencies allow;
+  `simulator.hardware.runner.staged_order` orders the units so a device's units stay together where dependencies allow;
   all on one device, the step is one dispatch. `stages=False` gives one task per unit (what
   `simulator.measure.calibrate.profile_plan` times unit by unit, and `simulator.tracing.export.bundle_plan` still builds);
 * cost-only graphs (`simulator.hardware.synthetic.synthetic_plan`, with this module's `compile_task`,

@@ -139,7 +139,7 @@ class Observed(NamedTuple):
 
 
 def observe(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Observed:
-    """The Observed of `runner`'s graph on its process rig (placeto.harness.evaluate.HardwareRunner with a rig of at least
+    """The Observed of `runner`'s graph on its process rig (simulator.hardware.runner.HardwareRunner with a rig of at least
     2 workers and rig costs: the units' costs already scaled to the rig): its units cut into `chunks` runs
     (`chunked`), the plan run `steps` times after `warmup`."""
     from simulator.measure.rig_step import timed_steps

@@ -16,16 +16,19 @@ all D chains are done):
 `measure(chains, rounds)` times every way in interleaved rounds (round r starts at way r mod W, and within a way
 alternates whether together or apart comes first), so load that comes and goes hits them alike, and reports the
 medians: speedup = apart / together, D when the devices run fully at once, 1 when they take turns. `speedup` is
-the one-number check (`placeto.harness.calibration.measure_concurrency` calls it on the rig in use).
+the one-number check (`simulator.measure.concurrency.measure_concurrency` calls it on the rig in use).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
+
+from simulator.hardware.devices import device_count, local_devices
 
 SIZE, LENGTH = 700, 8  # the default chain: 8 matmuls of 700 x 700
 
@@ -174,3 +177,88 @@ def measure(ways: dict[str, Chains], rounds: int = 7, warmup: int = 1) -> dict[s
 def speedup(chains: Chains, rounds: int = 5) -> float:
     """apart / together of one way of running D chains (medians of `rounds` interleaved rounds)."""
     return measure({"chains": chains}, rounds)["chains"].speedup
+
+
+CONCURRENT = 0.75  # devices "run concurrently" when n independent chains finish at least 0.75 n times faster
+
+
+class Concurrency(NamedTuple):
+    """How concurrently the local devices ran independent work like a placement's (simulator.measure.concurrency:
+    n chains of 700x700 matmuls, one per device, at once against one device after the other)."""
+
+    n: int  # devices
+    speedup: float  # the n chains one after the other over all at once (n: fully concurrent, 1: taking turns)
+    cores: int  # CPU cores of this machine (os.cpu_count)
+    load: float  # 1-minute load average when measured
+    platform: str  # the devices' platform, "cpu" for host CPU devices (which share the machine's cores)
+    rig: str = "threads"  # where they ran: "threads" (this process's JAX devices) or "processes" (process rig)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether the devices ran in parallel as the simulator assumes (speedup >= CONCURRENT * n)."""
+        return self.speedup >= CONCURRENT * self.n
+
+    @property
+    def ceiling(self) -> int:
+        """The most this machine can give: n devices, but host CPU devices at most one per core."""
+        return min(self.n, self.cores) if self.platform == "cpu" else self.n
+
+
+def measure_concurrency(spec: int | tuple, rig: Any = None, rounds: int = 5) -> Concurrency | None:
+    """Measure how concurrently the local devices of `spec` (a count n, or a platform:index list) run work like a
+    placement's: n chains of 8 matmuls of 700x700, one per device, all at once against one device after the other
+    (simulator.measure.concurrency), on the rig in use: `rig` (a simulator.hardware.rig.pool.ProcessRig, one chain per
+    worker) or, None, this process's JAX devices. None for one device or mixed platforms (their speeds differ, so
+    the ratio would not say it)."""
+    if device_count(spec) < 2:
+        return None
+    devices = local_devices(spec)
+    if len({d.platform for d in devices}) > 1:
+        return None
+    chains = rig_chains(rig) if rig is not None else host_chains(devices)
+    try:
+        ratio = speedup(chains, rounds)
+    finally:
+        chains.close()
+    return Concurrency(len(devices), ratio, os.cpu_count() or 1, os.getloadavg()[0], devices[0].platform,
+                       "processes" if rig is not None else "threads")
+
+
+def concurrency_line(c: Concurrency) -> str:
+    """One line: the measured parallel speedup against the n the simulator assumes and, when the devices do not
+    run concurrently, what that means for measured and simulated speedups."""
+    how = ", one worker process each," if c.rig == "processes" else ""
+    what = (f"{c.n} host CPU devices sharing {c.cores} core{'s' if c.cores > 1 else ''} (load {c.load:.1f}){how}"
+            if c.platform == "cpu" else f"{c.n} {c.platform} devices")
+    cap = f", at most {c.ceiling}x on {c.cores} cores" if c.ceiling < c.n else ""
+    ran = f"devices: {what} ran independent work {c.speedup:.2f}x as fast as one (the simulator assumes {c.n}x{cap})"
+    if c.concurrent:
+        return f"{ran}: concurrent, as simulated"
+    other = " or --rig processes (a process per host CPU device)" if c.platform == "cpu" and c.rig == "threads" else ""
+    return (f"{ran}: NOT concurrent, so running the devices at once gains nothing here; the simulated gains "
+            f"need devices that run in parallel (e.g. GPUs{other})")
+
+
+SPEEDUP_SLACK = 1.25  # a measured speedup up to 1.25x the devices' measured concurrency is noise, not a surprise
+
+
+def beyond_concurrency(speedup: float, c: Concurrency | None) -> bool:
+    """Whether a placement measured `speedup` times the single device's speed is faster than running its devices
+    at once can explain: above SPEEDUP_SLACK times the devices' measured concurrency (`c.speedup`, at least 1).
+    False when the concurrency was not measured (one device, or mixed platforms)."""
+    return c is not None and speedup > SPEEDUP_SLACK * max(c.speedup, 1.0)
+
+
+def beyond_note(c: Concurrency, final: float, first: float | None = None) -> str:
+    """Words for a speedup over the single device that was `beyond_concurrency`: `final` the last measurement,
+    `first` the one before it when it was measured again. Where `final` is still beyond, that it held, and so
+    that the gain does not come (devices that run concurrently: not only) from running the devices at once;
+    else what the first measurement gave."""
+    allows = f"the {c.speedup:.2f}x the devices' measured concurrency allows"
+    if first is not None and not beyond_concurrency(final, c):
+        return f"measured again: the first fresh steps gave {first:.2f}x, beyond {allows}"
+    how = f" (on two sets of fresh steps: {first:.2f}x, then {final:.2f}x)" if first is not None else ""
+    why = ("more than running the devices at once can give" if c.concurrent else
+           "the gain is not from running the devices at once")
+    return (f"{final:.2f}x is BEYOND {allows}{how}: {why} (splitting the step into stages can itself make XLA "
+            f"faster; docs/hardware.md)")

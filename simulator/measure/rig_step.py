@@ -1,25 +1,24 @@
-"""A measured step of a placement on the process rig as a Gantt chart, beside the simulated schedule.
+"""A measured step of a placement on the process rig: every worker's events on one clock, and contention.
 
 `measured_step(runner, placement)` runs the placement's plan on the runner's process rig (simulator.hardware.rig.pool)
 `steps` times after a warm-up and keeps the step of median wall-clock time: every worker's events (stage runs,
 sends into shared memory, receives: `simulator.hardware.rig.worker.Event`, in `time.perf_counter_ns()`, one clock for all
 processes of a Linux machine), placed on the parent's time axis (0: the parent asks the workers to start).
-`gantt_measured` draws it under the simulator's schedule of the same placement on the same cluster (one row of
+`simulator.plots.gantt_measured` draws it under the simulator's schedule of the same placement on the same cluster (one row of
 compute and one of transfers per device in both; milliseconds), so where the simulator and the machine disagree
 shows.
 """
 
 from __future__ import annotations
 
-import io
 import time
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from simulator.model.io import PathLike, atomic_write_bytes
+from simulator.model.errors import InputError
 
-MS = 1e-6  # milliseconds per nanosecond
+
 
 
 class MeasuredStep(NamedTuple):
@@ -32,7 +31,7 @@ class MeasuredStep(NamedTuple):
 
 def timed_steps(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int = 2) -> list[tuple[int, int, dict]]:
     """[(wall ns, start ns, {worker: [simulator.hardware.rig.worker.Event]})] of `steps` steps of `placement` on `runner`'s
-    process rig (placeto.harness.evaluate.HardwareRunner with a rig) after `warmup` untimed ones; its plan closed after."""
+    process rig (simulator.hardware.runner.HardwareRunner with a rig) after `warmup` untimed ones; its plan closed after."""
     plan = runner.runnable(placement)
     try:
         for _ in range(warmup):
@@ -48,10 +47,8 @@ def timed_steps(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int 
 
 
 def measured_step(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int = 2) -> MeasuredStep:
-    """Run `placement` on `runner`'s process rig (placeto.harness.evaluate.HardwareRunner with a rig) and keep the step of
+    """Run `placement` on `runner`'s process rig (simulator.hardware.runner.HardwareRunner with a rig) and keep the step of
     median wall time, with its events."""
-    from simulator.model.errors import InputError
-
     if runner.rig is None:
         raise InputError("a measured Gantt chart needs the stage times of each device: run on --rig processes")
     taken = timed_steps(runner, placement, steps, warmup)
@@ -74,8 +71,6 @@ def graph_contention(runner: Any, steps: int = 5, warmup: int = 2) -> Contention
     measurement of the graph on the rig, as the step's scaling in HardwareRunner.with_rig_costs is: no placement
     of it is run. Alone and together steps alternate (`steps` of each, after `warmup` together steps, which also
     compile); stage times are the workers' own "run" events (no round trip)."""
-    from simulator.model.errors import InputError
-
     if runner.rig is None or runner.rig.n_devices < 2:
         raise InputError("contention is measured between two workers of a process rig")
     n = runner.graph.n_nodes
@@ -101,54 +96,3 @@ def graph_contention(runner: Any, steps: int = 5, warmup: int = 2) -> Contention
     return Contention(max(0.0, t / a - 1.0) if a > 0 else 0.0, a, t)
 
 
-def gantt_measured(path: PathLike, graph: Any, cluster: Any, placement: np.ndarray, step: MeasuredStep,
-                   title: str = "") -> None:
-    """Write a PNG: the simulated schedule of `placement` on `cluster` (top) and the measured step (bottom), on
-    one time axis in milliseconds."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from simulator import simulate
-
-    result = simulate(graph, np.asarray(placement, dtype=np.int32), cluster)
-    n = cluster.n_devices
-    colors = plt.get_cmap("tab10")
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(12, 2.6 + 1.2 * n), sharex=True, layout="constrained")
-    for d in range(n):
-        color = colors(d % 10)
-        on = np.flatnonzero((result.device == d) & (result.end > result.start))
-        top.broken_barh(list(zip(result.start[on] * 1e-3, (result.end[on] - result.start[on]) * 1e-3)),
-                        (2 * d + 0.55, 0.8), facecolors=color, edgecolor="black", linewidth=0.2)
-        sent = np.flatnonzero(result.transfers.device == d)
-        top.broken_barh(list(zip(result.transfers.start[sent] * 1e-3,
-                                 (result.transfers.end[sent] - result.transfers.start[sent]) * 1e-3)),
-                        (2 * d + 1.55, 0.8), facecolors=matplotlib.colors.to_rgba(color, 0.35), edgecolor=color,
-                        linewidth=0.4)
-        events = step.events.get(d, [])
-        runs = [(s * MS, (e - s) * MS) for kind, _, s, e in events if kind == "run"]
-        moves = [(s * MS, (e - s) * MS) for kind, _, s, e in events if kind != "run"]
-        bottom.broken_barh(runs, (2 * d + 0.55, 0.8), facecolors=color, edgecolor="black", linewidth=0.4)
-        bottom.broken_barh(moves, (2 * d + 1.55, 0.8), facecolors=matplotlib.colors.to_rgba(color, 0.35),
-                           edgecolor=color, linewidth=0.4)
-    labels = [f"{cluster.devices[d].name} {'transfers' if k else 'compute'}" for d in range(n) for k in (0, 1)]
-    for ax in (top, bottom):
-        ax.set_yticks([2 * d + k + 0.95 for d in range(n) for k in (0, 1)], labels)
-        ax.invert_yaxis()
-        ax.grid(axis="x", alpha=0.3)
-    top.axvline(result.runtime * 1e-3, color="black", linestyle="--", linewidth=1.2)
-    bottom.axvline(step.wall_ns * MS, color="black", linestyle="--", linewidth=1.2)
-    top.set_title(f"simulated: {result.runtime * 1e-3:.2f} ms (one bar per unit; transfers on the sender's row)",
-                  fontsize=9)
-    n_runs = sum(kind == "run" for evs in step.events.values() for kind, *_ in evs)
-    bottom.set_title(f"measured on the process rig: {step.wall_ns * MS:.2f} ms, the median of "
-                     f"{len(step.steps_ns)} steps (one bar per stage, {n_runs} stages; transfers: a send's copy "
-                     f"into shared memory, a receive's wait and copy)", fontsize=9)
-    bottom.set_xlabel("time since the step's start (ms); dashed: the step's end")
-    if title:
-        fig.suptitle(title, fontsize=10)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_write_bytes(path, buf.getvalue())

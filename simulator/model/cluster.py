@@ -327,3 +327,22 @@ def load_cluster(path: PathLike) -> Cluster:
 
 def save_cluster(cluster: Cluster, path: PathLike) -> None:
     write_json(path, cluster.to_dict())
+
+
+def describe_devices(cluster: Cluster) -> str:
+    """"2x local-cpu (64.0 GB each)", or per device for a mixed cluster: "/gpu:0 local-h200 (143.8 GB),
+    /cpu:0 local-cpu (270.0 GB)"."""
+    if len(set(cluster.kinds)) == 1 and len(set(cluster.memory)) == 1:
+        return f"{cluster.n_devices}x {cluster.kinds[0]} ({cluster.memory[0] / 1e9:.1f} GB each)"
+    return ", ".join(f"{d.name} {d.kind} ({d.memory_bytes / 1e9:.1f} GB)" for d in cluster.devices)
+
+
+def cluster_summary(cluster: Cluster) -> str:
+    """delta1, delta2, bandwidth and, when set, latency and host times, on one line."""
+    text = (f"delta1 {cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, bandwidth "
+            f"{cluster.bandwidth_bytes_per_us:g} B/us ({cluster.bandwidth_bytes_per_us / 1e3:.2f} GB/s)")
+    if cluster.latency_us:
+        text += f", latency {cluster.latency_us:g} us"
+    for h in cluster.hosts:
+        text += f", host {h.name!r}: dispatch {h.dispatch_us:g} us, transfer {h.transfer_us:g} us"
+    return text

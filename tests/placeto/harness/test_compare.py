@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from placeto.harness.compare import (add_compare_arguments, compare, load_family, markdown_table, plot_compare,
-                             run_compare, write_csv)
+from placeto.cli.compare import add_compare_arguments, run_compare
+from placeto.harness.compare import compare, markdown_table, plot_compare, write_csv
+from simulator.workloads.families import load_family
 from simulator import cluster_preset, make_graph, save_graph
 from simulator.model.errors import InputError
 from simulator.model.generate import layered_dag

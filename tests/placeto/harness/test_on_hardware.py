@@ -77,7 +77,7 @@ def test_a_speedup_beyond_the_devices_concurrency_is_flagged():
     """Devices that run independent work 1.14x as fast as one cannot make a placement 3x faster by running at
     once: such a speedup is flagged (place --hardware measures it again), and if it holds the report says the gain
     is not from concurrency; within SPEEDUP_SLACK of the concurrency it is noise, not flagged."""
-    from placeto.harness.calibration import SPEEDUP_SLACK, Concurrency, beyond_concurrency
+    from simulator.measure.concurrency import SPEEDUP_SLACK, Concurrency, beyond_concurrency
 
     serial = Concurrency(2, 1.14, 2, 0.3, "cpu")
     assert beyond_concurrency(3.0, serial) and not beyond_concurrency(1.14 * SPEEDUP_SLACK, serial)

@@ -165,7 +165,8 @@ def test_agreement_plot_colours_placements_by_method(tmp_path):
     from matplotlib.colors import to_hex
 
     from placeto.harness import plot_style
-    from placeto.harness.evaluate import EvalRow, _agreement_figure, plot_agreement
+    from simulator.measure.agreement import EvalRow
+    from placeto.harness.evaluate import _agreement_figure, plot_agreement
 
     rows = [EvalRow("/p/nmt_004.2dev.etf.json", 4100, _timing(5200, 200)),
             EvalRow("single device", 6000, _timing(4700, 50)), EvalRow("mine.json", 3000, None),

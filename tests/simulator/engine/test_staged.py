@@ -145,7 +145,7 @@ def _mlp_runner():
     import jax
     from tests.helpers.programs import mlp_step
 
-    from placeto.harness.evaluate import HardwareRunner
+    from simulator.hardware.runner import HardwareRunner
     from simulator.tracing import lowering
     from simulator.hardware import plans
     from simulator.tracing.trace import trace

@@ -20,9 +20,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from placeto.harness.calibration import add_calibrate_arguments
-from placeto.harness.evaluate import (EvalRow, add_eval_arguments, agreement, concordance, dispatch_order, format_agreement,
-                              run_eval, simulation_cluster, spearman)
+from placeto.cli.calibrate import add_calibrate_arguments
+from simulator.measure.agreement import EvalRow, agreement, concordance, format_agreement, spearman
+from placeto.cli.eval import add_eval_arguments, run_eval
+from simulator.hardware.runner import dispatch_order, simulation_cluster
 from simulator import make_graph, save_graph, save_placement
 from simulator.model.cluster import Cluster, Device, load_cluster
 from simulator.model.errors import InputError
@@ -561,7 +562,7 @@ def test_bad_device_spec_on_the_command_line_is_one_line_exit_2(capsys):
 
 
 def test_staged_order_is_topological_and_keeps_devices_together():
-    from placeto.harness.evaluate import staged_order
+    from simulator.hardware.runner import staged_order
 
     g = layered_dag(80, seed=5)
     placement = np.random.default_rng(1).integers(0, 2, g.n_nodes).astype(np.int32)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from simulator.measure.agreement import EvalRow, versus_single
-from placeto.harness.calibration import Concurrency, concurrency_line
+from simulator.measure.concurrency import Concurrency, concurrency_line
 from placeto.cli.main import main
 from placeto.harness.evaluate import summary_lines
 from simulator import save_graph, save_placement

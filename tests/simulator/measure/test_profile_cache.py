@@ -123,7 +123,7 @@ def test_eval_hardware_uses_the_cached_calibration(cache, capsys):
     """eval --hardware's cluster is place --hardware's cached calibration (nothing is calibrated here)."""
     import argparse
 
-    from placeto.harness.evaluate import eval_cluster
+    from placeto.cli.eval import eval_cluster
     from simulator.model.cluster import Cluster, Device, load_cluster, save_cluster
     from simulator.hardware.devices import local_devices
 

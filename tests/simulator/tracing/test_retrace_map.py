@@ -191,7 +191,7 @@ def test_runner_of_a_changed_trace_simulates_the_units_it_runs(files, monkeypatc
     emptied): the runner simulates the units' own (simulator.tracing.lowering.unit_graph), so the staged simulation of its
     dispatch order has no cycle at 4 devices (it had, with the emptied group's stage first and the file's edges
     into it: jax 0.11.2 on files built under 0.10.2)."""
-    from placeto.harness.evaluate import hardware_runner
+    from simulator.hardware.runner import hardware_runner
     from simulator.model.cluster import Cluster, Device
     from simulator.tracing.lowering import unit_programs
     from simulator.engine.staged import RigCosts, simulate_staged

@@ -6,7 +6,6 @@ here (experiments/benchmarks/rig_concurrency.py measures them): only that the nu
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -247,7 +246,7 @@ def test_one_core_pins_every_thread_and_restores():
 
 def test_rig_choice_errors_are_one_line(tmp_path, capsys):
     from placeto.cli.main import main
-    from placeto.harness.evaluate import start_rig
+    from simulator.hardware.runner import start_rig
 
     with pytest.raises(InputError, match="unknown rig 'fibers'"):
         start_rig("fibers", jax.devices()[:1])

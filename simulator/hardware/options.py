@@ -1,0 +1,19 @@
+"""The choices of running a graph on local devices, light enough for the command line's parser (no JAX): the
+execution modes, the rigs, and a device spec's default rig."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from simulator.hardware.devices import default_local_spec
+
+MODES = ("auto", "program", "synthetic")  # the graph's real program, synthetic kernels taking its costs, or either
+RIGS = ("threads", "processes")  # this process's JAX devices, or one worker process per host CPU device
+
+
+def default_rig(spec: Any) -> str:
+    """The --rig default for a device spec: "processes" when every device is a host CPU device (a count on a
+    machine without GPUs, or a list of cpu entries), else "threads"."""
+    if isinstance(spec, int):
+        return "processes" if isinstance(default_local_spec(spec), int) else "threads"
+    return "processes" if all(p == "cpu" for p, _ in spec) else "threads"
