@@ -177,7 +177,7 @@ def start(graph_path: str | os.PathLike | None, platform: str = "default", steps
     if graph_path is None:
         return Child(PlainJit(why="the graph has no file for a fresh process to read"))
     env = plain_env(os.environ, platform)
-    root = str(Path(__file__).resolve().parents[1])  # placeto and simulator, importable in the child
+    root = str(Path(__file__).resolve().parents[2])  # placeto and simulator, importable in the child
     env["PYTHONPATH"] = os.pathsep.join([root] + [p for p in [env.get("PYTHONPATH")] if p])
     argv = [python, "-m", "simulator.hardware.plain_jit", str(graph_path), "--platform", platform, "--steps", str(steps),
             "--warmup", str(warmup), "--serve"] + (["--exported", str(exported)] if exported else [])

@@ -30,7 +30,7 @@ from simulator.model.stats import graph_stats
 
 from simulator.workloads.family_samplers import SAMPLERS
 
-DATASETS = Path(__file__).resolve().parent.parent / "datasets"  # the repository's shipped data
+DATASETS = Path(__file__).resolve().parents[2] / "datasets"  # the repository's shipped data
 SPLITS = ("train", "test")
 ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")  # their shares of the op costs drive the grouping
 LATER_KINDS = ("h100-pcie", "h200")  # fused-group rooflines added after grouping: the groups stay as they were

@@ -38,6 +38,7 @@ import subprocess
 import sys
 import time
 import weakref
+from pathlib import Path
 from typing import Any, Sequence
 
 from simulator.model.errors import InputError
@@ -244,7 +245,7 @@ def _start_worker(index: int, conn: Any, peers: dict, core: int | None, timeout_
     """`simulator.hardware.rig.worker.main` (WORKER_MAIN) with its pipes' file descriptors inherited: a fresh interpreter
     (not a fork of this process, whose JAX runtime may have threads; nor multiprocessing's spawn, which would import
     the caller's __main__ again), its environment as `worker_env`, the repository on its path."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(Path(__file__).resolve().parents[3])  # the repository: simulator/ importable in the worker
     env = dict(worker_env(dict(os.environ)),
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
     argv = [sys.executable, "-c", WORKER_MAIN, str(index), str(conn.fileno()), f"{timeout_s!r}",

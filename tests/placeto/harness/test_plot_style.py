@@ -58,7 +58,7 @@ def _tuple_names(path: Path, function: str) -> list[str]:
 
 def _candidate_names() -> list[str]:
     """The literal names placeto.harness.on_hardware gives its candidates (`Candidate("single device", ...)`)."""
-    tree = ast.parse((ROOT / "placeto" / "on_hardware.py").read_text())
+    tree = ast.parse((ROOT / "placeto" / "harness" / "on_hardware.py").read_text())
     return [c.args[0].value for c in ast.walk(tree) if isinstance(c, ast.Call) and getattr(c.func, "id", "") ==
             "Candidate" and c.args and isinstance(c.args[0], ast.Constant) and isinstance(c.args[0].value, str)]
 
