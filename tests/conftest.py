@@ -1,10 +1,10 @@
 """Shared test setup.
 
-Compilation cache: no test writes into the user's JAX compilation cache (simulator.measure.compile_cache), nor into
+Compilation cache: no test writes into the user's JAX compilation cache (simulator.measure.cache), nor into
 placeto's cache root (PLACETO_CACHE: calibrations, profiles). Each test process (each pytest-xdist worker) gets
 its own temporary ones instead, which the `placeto` commands the tests run inherit (in-process, or as
 subprocesses through the environment), so a policy compiled by one test is read back by the next; they are
-removed when the process exits. tests/simulator/measure/test_compile_cache.py and tests/docs/test_readme.py set their own.
+removed when the process exits. tests/simulator/measure/test_cache.py and tests/docs/test_readme.py set their own.
 
 Serial tests: `make test` runs the suite on both cores (pytest-xdist, `-m "not serial"`), then the tests marked
 `serial` alone: those that time real steps on host devices or assert wall-clock budgets, which a second test

@@ -61,7 +61,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     from simulator.measure.graph_profile import graph_program
     from simulator.workloads.zoo.registry import build_program_from_data
     from simulator.measure.calibrate import profile_plan
-    from simulator.measure.cluster_cache import cached_cluster
+    from simulator.measure.calibrate import cached_cluster
     from simulator.hardware.dispatch import run_plan
     from simulator.tracing.lowering import unit_order
     from simulator.hardware.plans import units_plan

@@ -108,7 +108,7 @@ def placed_section(args: argparse.Namespace) -> list[str]:
     """Markdown lines: the placed steps of --graph (see the module docstring)."""
     import numpy as np
 
-    from simulator.measure.cluster_cache import cached_cluster
+    from simulator.measure.calibrate import cached_cluster
     from simulator.hardware.runner import hardware_runner
     from placeto.harness.on_hardware import ensure_profile
     from simulator import simulate

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> dict:
     import numpy as np
 
     from simulator.measure.boundary_costs import chunked
-    from simulator.measure.cluster_cache import cached_cluster
+    from simulator.measure.calibrate import cached_cluster
     from simulator.hardware.runner import hardware_runner
     from simulator.measure.rig_step import measured_step
     from simulator import load_graph

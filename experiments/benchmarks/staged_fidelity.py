@@ -100,7 +100,7 @@ def placements(graph, cluster, seconds: float, n_devices: int) -> list[tuple[str
 def run_graph(path: str, args: argparse.Namespace) -> dict:
     import numpy as np
 
-    from simulator.measure.cluster_cache import cached_cluster
+    from simulator.measure.calibrate import cached_cluster
     from placeto.harness.evaluate import evaluate
     from simulator.hardware.runner import hardware_runner
     from simulator import load_graph, simulate

@@ -2,7 +2,7 @@
 cache turned off, side by side, for the shipped Placeto policy and the shipped gdp policy.
 
 Each command runs as a subprocess, exactly as a user types it, with PLACETO_COMPILE_CACHE set to a fresh temporary
-directory (cold, then warm: the same directory) or to `off` (simulator.measure.compile_cache). Measured per command: the
+directory (cold, then warm: the same directory) or to `off` (simulator.measure.cache). Measured per command: the
 wall time, the CPU time (user + system; the machine may be loaded, CPU time is the steadier figure), and JAX's
 own compile log (JAX_LOG_COMPILES=1): the seconds spent tracing, lowering to MLIR and compiling with XLA, where
 "XLA compile" includes reading an executable back from the persistent cache, plus the persistent-cache hits.

@@ -615,9 +615,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--held-out", choices=(*dist.GROUPS, "none", "all"), required=True)
     sub.add_parser("ship")
     args = p.parse_args(argv)
-    from simulator.measure import compile_cache
+    from simulator.measure import cache
 
-    compile_cache.enable()  # as every placeto command: runs and evaluations of the same shapes compile once
+    cache.enable_compile_cache()  # as every placeto command: runs and evaluations of the same shapes compile once
     if args.cmd == "train":
         train(args.method, args.held_out, args.minutes, args.graphs, args.set)
     elif args.cmd == "select":

@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=SEARCH_SECONDS,
                         help="wall-clock budget of each searching method in the comparison")
     args = parser.parse_args(argv)
-    from simulator.measure import compile_cache
+    from simulator.measure import cache
 
-    compile_cache.enable()  # as every placeto command: a second demo compiles little (PLACETO_COMPILE_CACHE)
+    cache.enable_compile_cache()  # as every placeto command: a second demo compiles little (PLACETO_COMPILE_CACHE)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     simulator_section(out, args.seed)

@@ -210,7 +210,7 @@ def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> Any:
 
 def eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:
     """--cluster, else (with --hardware) the calibrated cluster of the local devices `spec` (the one `place
-    --hardware` caches, simulator.measure.cluster_cache.cached_cluster: calibrated now only when none is cached), else
+    --hardware` caches, simulator.measure.calibrate.cached_cluster: calibrated now only when none is cached), else
     --preset with n devices."""
     if args.cluster:
         cluster = load_cluster(args.cluster)
@@ -218,7 +218,7 @@ def eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster
             raise InputError(f"--devices {n} but cluster {args.cluster} has {cluster.n_devices} devices")
         return cluster
     if args.hardware:
-        from simulator.measure.cluster_cache import cached_cluster  # JAX's modules: only when the placements run
+        from simulator.measure.calibrate import cached_cluster  # JAX's modules: only when the placements run
 
         return cached_cluster(local_devices(spec), spec, progress=lambda line: print(line, flush=True))
     return cluster_preset(args.preset, n)

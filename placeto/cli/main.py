@@ -13,7 +13,7 @@ import sys
 import traceback
 from typing import Callable, Sequence
 
-from simulator.measure import compile_cache
+from simulator.measure import cache
 from placeto.cli.arguments import (COUNT, DEVICE_SPEC, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS,
                                DEFAULT_DEVICES, OneLineParser, add_cluster_arguments, add_preset_argument,
                                cluster_from_args, comma_list)
@@ -47,7 +47,7 @@ EPILOG = """workflow, on a shipped test graph (see `placeto <command> --help` fo
 Device counts: the placement or cluster file's when one is given (a --devices that differs is an error), else
 --devices, else %d."""
 EPILOG %= DEFAULT_DEVICES
-EPILOG += "\n\n" + compile_cache.HELP
+EPILOG += "\n\n" + cache.HELP
 
 
 # ---- graph / simulate -------------------------------------------------------------------------------------
@@ -456,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    compile_cache.enable()  # before any JAX compilation: PLACETO_COMPILE_CACHE (simulator.measure.compile_cache)
+    cache.enable_compile_cache()  # before any JAX compilation: PLACETO_COMPILE_CACHE (simulator.measure.cache)
     try:
         code = args.func(args)
         sys.stdout.flush()  # here, not at exit, so a closed pipe is caught below

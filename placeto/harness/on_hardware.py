@@ -3,7 +3,7 @@ fastest measured (`placeto place G --hardware`).
 
 1. profile: the graph's units are measured on each kind of local device in use (simulator.measure.graph_profile, method
    "step"), unless the graph file or placeto's cache holds a current one (this device, host and JAX version, not
-   taken under load: simulator.measure.profile_cache); the profile is cached there, keyed by the graph's content, so the
+   taken under load: simulator.measure.cache); the profile is cached there, keyed by the graph's content, so the
    next run skips it; the graph file is never written unless asked (`save_profile`, `--save-profile`);
 2. calibrate: the cluster of these devices (simulator.measure.calibrate.calibrate_fit), cached in the user's cache
    directory (`PLACETO_CACHE`, else `$XDG_CACHE_HOME/placeto`, else `~/.cache/placeto`) per device list, host
@@ -48,10 +48,10 @@ from simulator.hardware.plain_jit import plain_line, rig_line
 from simulator.hardware.rig.pool import one_core as pinned
 from simulator.hardware.runner import hardware_runner
 from simulator.hardware.timing import interleaved_steps
-from simulator.measure import profile_cache
-from simulator.measure.cluster_cache import cached_cluster
+from simulator.measure import cache
+from simulator.measure.calibrate import cached_cluster
 from simulator.measure.concurrency import beyond_concurrency, beyond_note, concurrency_line, measure_concurrency
-from simulator.measure.graph_profile import profile, under_load
+from simulator.measure.graph_profile import profile, stale, under_load
 from simulator.measure.rig_step import measured_step
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
@@ -233,7 +233,7 @@ def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate
 
 def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
                    progress: Callable[[str], None] = print, save: bool = False, one_core: bool = False) -> Graph:
-    """`graph` with a current step profile of every kind of `devices` (simulator.measure.profile_cache.stale): the
+    """`graph` with a current step profile of every kind of `devices` (simulator.measure.graph_profile.stale): the
     graph's own where current, else placeto's cache's, else measured now and cached there. The graph file is
     left as it is, unless `save` (then the graph with its profiles is written to `graph_path`).
 
@@ -242,16 +242,16 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
     a profile of the other kind is measured again."""
     first = {}
     for d in devices:
-        first.setdefault(profile_cache.profile_key(graph, d), d)  # the first device of each kind
+        first.setdefault(cache.profile_key(graph, d), d)  # the first device of each kind
     todo, found = [], []
     for key, d in first.items():
         own = graph.meta.get("profile", {}).get(key.kind) if key.kind in graph.costs else None
         if own is not None and _stale(own, key, one_core) is None:
             found.append(f"{key.kind} in {graph_path or 'the graph'}")
             continue
-        entry = profile_cache.read(key, graph)
+        entry = cache.read_profile(key, graph)
         if entry is not None and _stale(entry.profile, key, one_core) is None:
-            graph = profile_cache.with_entry(graph, key.kind, entry)
+            graph = cache.with_profile(graph, key.kind, entry)
             found.append(f"{key.kind} in {entry.path}")
             continue
         why = [f"the {key.kind} profile in {graph_path or 'the graph'} {_stale(own, key, one_core)}"] if own else []
@@ -263,7 +263,7 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
         progress(f"profile: cached ({'; '.join(found)})")
     if todo:
         progress(f"profiling {graph.name} on {', '.join(str(d.device_kind) for _, d in todo)} (inside the compiled "
-                 f"step; cached in {profile_cache.entry_path(todo[0][0], graph.name).parent}, the graph file "
+                 f"step; cached in {cache.profile_path(todo[0][0], graph.name).parent}, the graph file "
                  f"untouched) ...")
         if one_core:
             with pinned() as core:
@@ -276,7 +276,7 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
             graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
         for key, _ in todo:
             try:
-                profile_cache.write(key, graph)
+                cache.write_profile(key, graph)
             except (OSError, InputError) as e:  # an unwritable cache: this run still has its profile
                 progress(f"profile: not cached ({e})")
             how = graph.meta["profile"][key.kind]
@@ -290,8 +290,8 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
 
 
 def _stale(how: Any, key: Any, one_core: bool) -> str | None:
-    """simulator.measure.profile_cache.stale, and whether the profile was taken on one core as this run needs."""
-    why = profile_cache.stale(how, key)
+    """simulator.measure.graph_profile.stale, and whether the profile was taken on one core as this run needs."""
+    why = stale(how, key)
     if why is None and bool(how.get("cores_used") == 1) != one_core:
         why = ("was measured on one core; this run's devices are this process's (--rig threads)" if not one_core
                else "was measured by this process unpinned; a process rig device is one core")

@@ -12,19 +12,14 @@ every learned method through it, never a method module by name.
 Code map, from the bottom up (every import points down; tests/test_import_cycles.py checks there is no circle
 and that no method imports another):
     simulator/                  the world: graphs, clusters, simulation
-    shared by all methods       placeto.features (graph features, padding buckets), placeto.gnn (message
-                                passing, position encoding), placeto.config_fields (typed, range-checked
-                                configs; --set), placeto.checkpoint_io (run directory files), placeto.objective
-                                (the objective and the simulator-call meter), placeto.rollouts.workers (rollout workers,
-                                in-process pool), placeto.rollouts.distributed (Ray), placeto.policies (shipped checkpoints)
-    shared by rnn, hierarchical op_embed (op embeddings and their inputs), seq2seq (the LSTM encoder + attentional
-                                decoder), reinforce (REINFORCE with a moving-average baseline), pergraph (config
-                                base, MethodSpec), pergraph_specs (each one's MethodSpec by name), rundir (run
-                                directory: training, checkpoints, resume), pergraph_place (placing from a run,
-                                training inside a budget: the compare rows), pergraph_cli (`placeto train --method
-                                rnn|hierarchical`)
-    the methods                 placeto/, gdp/, rnn/, hierarchical/
-    above the methods           registry; placeto.search (annealing; search.prior: annealing steered by a policy's
-                                prior, shared by placeto-search and gdp-search; search.guided: Placeto's
-                                policy-guided search), placeto.harness.compare, placeto.cli.main / cli_placers
+    shared by all methods       placeto.features, placeto.gnn, placeto.config_fields, placeto.checkpoint_io,
+                                placeto.objective, placeto.rollouts, placeto.policies (docs/packages.md)
+    shared by rnn, hierarchical sequence/: op_embed (op embeddings and their inputs), seq2seq (the LSTM encoder and
+                                attentional decoder), reinforce (REINFORCE with a moving-average baseline),
+                                pergraph (config base, MethodSpec), specs (each one's MethodSpec by name), rundir
+                                (training, checkpoints, resume), place (placing from a run, training inside a
+                                budget: the compare rows), cli (`placeto train --method rnn|hierarchical`)
+    shared by the searches      prior (annealing steered by a policy's prior: placeto-search and gdp-search)
+    the methods                 placeto/ (with guided: its policy-guided search), gdp/, rnn/, hierarchical/
+    above the methods           registry, placeto.harness, placeto.cli
 """

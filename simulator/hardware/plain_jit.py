@@ -315,14 +315,14 @@ def describe_device(device: Any) -> str:
 def prepare_child(graph_path: str, platform: str, exported: str | None) -> tuple[Any, dict] | dict:
     """(time(steps, warmup) -> [us], what to print beside the times) for the graph's step on the platform's
     first device, or {"why": ...} when it has no step to run."""
-    from simulator.measure import compile_cache
+    from simulator.measure import cache
     from simulator.model.io import load_graph
 
     graph = load_graph(graph_path)
     found = step_of(graph, exported)
     if isinstance(found, str):
         return {"why": found}
-    compile_cache.enable()  # as every placeto command: a second run compiles little
+    cache.enable_compile_cache()  # as every placeto command: a second run compiles little
     import jax
 
     device = jax.devices("cpu")[0] if platform == "cpu" else jax.devices()[0]

@@ -31,7 +31,7 @@ from simulator.hardware.synthetic import synthetic_plan
 from simulator.hardware.timing import time_rounds, timing_of, warm_plans
 from simulator.measure.boundary_costs import CHUNKS, fit_observed, observe
 from simulator.measure.calibrate import calibrate_kernel, profile_plan
-from simulator.measure.cluster_cache import cached_rig_costs
+from simulator.measure.rig_calibrate import cached_rig_costs
 from simulator.measure.graph_profile import graph_program, measure
 from simulator.measure.rig_step import graph_contention, measured_step
 from simulator.model.cluster import Cluster
@@ -126,7 +126,7 @@ class HardwareRunner:
 
     def with_rig_costs(self, progress: Callable[[str], None] = print, steps: int = 5) -> "HardwareRunner":
         """This runner simulating its rig's stages (`simulate`): the process rig's costs from the cache, measured
-        now when none is (simulator.measure.cluster_cache.cached_rig_costs), and the units' costs scaled to the rig's own
+        now when none is (simulator.measure.rig_calibrate.cached_rig_costs), and the units' costs scaled to the rig's own
         speed: profiled in this process, they are scaled so that, with what the staged simulation charges the single
         stage beyond them (its launch and input reads, the step's round trip), they add up to the whole step run as
         one stage on the rig's first worker (median of `steps` after two warm-up steps; freeing the values a step

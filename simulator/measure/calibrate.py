@@ -40,11 +40,13 @@ import dataclasses
 import functools
 import os
 import time
+from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from simulator.model.cluster import Cluster, Device
+from simulator.measure import cache
+from simulator.model.cluster import Cluster, Device, load_cluster, save_cluster
 from simulator.model.errors import InputError
 from simulator.measure.fit import Fit, Probe, calibration_probes, cluster_with, fit_cluster
 from simulator.model.graph import DEFAULT_KIND
@@ -230,3 +232,22 @@ def calibrate_kernel(device: Any, size: int = 64, repeats: int = 7) -> KernelMod
     iter_us = max((per_kernel_us(n_iter, 1) - base) / n_iter, 1e-3)
     fill_us = max(per_kernel_us(0, fill) - base, 1e-3)
     return KernelModel(iter_us, fill / fill_us, size)
+
+
+def cached_cluster(devices: Sequence[Any], spec: Any, repeats: int = 7,
+                   progress: Callable[[str], None] = print) -> Cluster:
+    """The calibrated cluster of `devices` (resolved from the --devices `spec`), from the cache
+    (simulator.measure.cache.cluster_cache_path) or measured now and cached (`calibrate_fit`); `place --hardware` and
+    `eval --hardware` share it. A damaged or stale entry (unreadable, or not of these devices: their count and
+    cost kinds) is named in one warning on stderr and measured again, replacing it; an entry that cannot be
+    written is a warning too (the calibration is used, not cached)."""
+    def read(path: Path) -> Cluster:
+        cluster = load_cluster(path)
+        cache.check_cached_cluster(cluster, devices)
+        return cluster
+
+    path = cache.cluster_cache_path(devices)
+    return cache.cached(path, read, lambda: calibrate_fit(spec, repeats).cluster, lambda c: save_cluster(c, path),
+                   f"cluster: {path} (cached calibration; delete it to measure again)",
+                   f"calibrating {len(devices)} local devices (cached afterwards in {path}) ...",
+                   "damaged or stale calibration cache entry", "the calibration", progress)

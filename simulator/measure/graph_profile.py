@@ -29,6 +29,9 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 import numpy as np
 
 from simulator.model.errors import InputError
+from simulator.hardware.plans import MATERIALISED_PLATFORMS
+from simulator.measure.cache import ProfileKey
+from simulator.measure.step_profile import ATTRIBUTION
 from simulator.model.graph import Graph
 
 METHODS = ("step", "units", "ops")
@@ -212,3 +215,26 @@ def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) 
 
 def _finite(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
+
+
+def stale(how: Mapping[str, Any] | None, key: ProfileKey) -> str | None:
+    """Why the profile recorded as `how` (a meta.profile entry) cannot serve a run keyed `key`, or None when it
+    is current: measured by the step method on the same device, host and JAX version, and not under load."""
+    if not how:
+        return "is missing"
+    if how.get("method") != "step":
+        return f"was measured by method {how.get('method')!r}, not 'step'"
+    if (how.get("platform") in MATERIALISED_PLATFORMS) != (how.get("materialised") is True):
+        return "was measured before the harness materialised every unit's outputs (simulator.hardware.plans.materialises)"
+    if how.get("attribution") != ATTRIBUTION:
+        return ("was attributed to units by an older rule (a kernel without a unit scope charged to its operand's "
+                "unit, not its user's: simulator.measure.step_profile.instruction_units)")
+    if how.get("device") != key.device:
+        return f"is of another device ({how.get('device')})"
+    if how.get("jax_version") != key.jax_version:
+        return f"is from JAX {how.get('jax_version')}, this is {key.jax_version}"
+    if how.get("host") != key.host:
+        return "is from another host" if how.get("host") else "does not record its host"
+    if under_load(how):
+        return f"was measured under load (load {how['load_1min']:g} on {how['cores']} cores)"
+    return None

@@ -17,11 +17,18 @@ only launch_us and step_us are measured).
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from simulator.engine.staged import RigCosts
+from simulator.measure import cache
+from simulator.measure.rig_workload import VERSION
+from simulator.model.io import atomic_write_bytes
 
 CHAIN = 8  # trivial stages per worker in the launch plan
 
@@ -91,3 +98,27 @@ def rig_costs(rig: Any, repeats: int = 30) -> tuple[RigCosts, dict]:
     steps = measure(rig, repeats=max(3, repeats // 3), launch_us=launch, step_us=step)
     raw["events"] = counts(steps)
     return fit_events(steps, step), raw
+
+
+def cached_rig_costs(rig: Any, devices: Sequence[Any], repeats: int = 30,
+                     progress: Callable[[str], None] = print) -> RigCosts:
+    """simulator.engine.staged.RigCosts of the process `rig` running `devices`, from the cache (simulator.measure.cache.rig_costs_path) or
+    measured now on the rig (`rig_costs`, a few seconds) and cached. A damaged entry (not
+    an object of RigCosts' fields, each a finite number >= 0) is named in one warning on stderr and measured
+    again; one that cannot be written is a warning too."""
+    fields = [f.name for f in dataclasses.fields(RigCosts)]
+
+    def read(path: Path) -> RigCosts:
+        data = json.loads(path.read_text())
+        if not isinstance(data, dict) or sorted(data) != sorted(fields) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+                for v in data.values()):
+            raise ValueError(f"expected an object of the fields {', '.join(fields)}, each a finite number >= 0")
+        return RigCosts(**{k: float(v) for k, v in data.items()})
+
+    path = cache.rig_costs_path(devices, VERSION)
+    return cache.cached(path, read, lambda: rig_costs(rig, repeats)[0],
+                   lambda costs: atomic_write_bytes(path, json.dumps(dataclasses.asdict(costs), indent=1).encode()),
+                   f"rig costs: {path} (cached; delete it to measure again)",
+                   f"measuring the process rig's stage launch and transfer costs (cached afterwards in {path}) ...",
+                   "damaged rig costs cache entry", "the rig costs", progress)

@@ -34,7 +34,7 @@ import numpy as np
 from simulator.engine.staged import RigCosts, stage_inputs, stage_outputs
 
 VERSION = 3  # of the workload and the fit: rig costs cached under another version are measured again
-#   (simulator.measure.cluster_cache.rig_costs_path); 2: the per-output-MB stage cost; 3: a Recv puts its batch's values
+#   (simulator.measure.cache.rig_costs_path); 2: the per-output-MB stage cost; 3: a Recv puts its batch's values
 #   on the device in one call (simulator.hardware.rig.worker)
 PLACEMENTS = ("random", "chunks", "sparse", "halves")  # per unit at random; 8 alternating slices; 20% on device
 #   1; the first half of the order on device 0, the rest on 1 (one cut that many values cross: per-value costs)

@@ -1,7 +1,7 @@
 """Every class of bad input (issue 11) through the CLI: exit status 2, exactly one line on stderr, no traceback,
 no pre-existing file changed, and no code imported because a data file named it.
 
-The cases run in one driver process (tests/cli_driver.py) that forks a child per command line, so the imports
+The cases run in one driver process (tests/docs/cli_driver.py) that forks a child per command line, so the imports
 are paid once; `test_the_driver_matches_the_real_entry_point` runs a few of them as plain `python -m placeto.cli.main`
 subprocesses to show the two agree. Files are tiny (a 4-node graph), train cases use the `tiny` preset.
 """

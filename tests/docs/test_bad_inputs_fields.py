@@ -117,9 +117,9 @@ def read_graph(d: Any):
 
 def use_graph(graph) -> None:
     """What commands do with a graph before any long work: simulate it, check the zoo program its meta names, read
-    its profiles (simulator.measure.profile_cache.stale, as `place --hardware` does; simulator.workloads.families.carry_measured, as a
+    its profiles (simulator.measure.graph_profile.stale, as `place --hardware` does; simulator.workloads.families.carry_measured, as a
     rebuild does) and place it with its expert placement."""
-    from simulator.measure import profile_cache
+    from simulator.measure import cache, graph_profile
     from placeto.baselines import run_method
     from simulator.workloads.families import carry_measured
     from simulator.workloads.zoo.registry import check_program_args
@@ -131,9 +131,9 @@ def use_graph(graph) -> None:
     program = graph.meta.get("program")
     if program is not None:
         check_program_args(program["kind"], program.get("kwargs", {}), "meta.program")
-    key = profile_cache.ProfileKey("0" * 64, "local-cpu", "cpu", "host", "0.0")
+    key = cache.ProfileKey("0" * 64, "local-cpu", "cpu", "host", "0.0")
     for how in (graph.meta.get("profile") or {}).values():
-        profile_cache.stale(how, key)
+        graph_profile.stale(how, key)
     carry_measured(graph, graph)
     run_method("expert", graph, cluster)  # NotApplicable without one for 2 devices: an InputError
 
@@ -145,7 +145,7 @@ def check_graph(path: tuple, value: Any) -> None:
 def test_the_examples_are_valid(tmp_path):
     """Unmutated, every example reads and is used without an error."""
     from placeto.checkpoint_io import read_config
-    from simulator.measure.cluster_cache import check_cached_cluster
+    from simulator.measure.cache import check_cached_cluster
     from simulator.model.cluster import cluster_from_dict
     from simulator.model.io import placement_from_dict
 
@@ -219,8 +219,8 @@ class _HostCPU:
 
 def check_cluster(path: tuple, value: Any) -> None:
     """A cluster file, and the same file as `place --hardware`'s calibration cache entry (a stale one, of other
-    devices, is refused like a damaged one: simulator.measure.cluster_cache.check_cached_cluster)."""
-    from simulator.measure.cluster_cache import check_cached_cluster
+    devices, is refused like a damaged one: simulator.measure.cache.check_cached_cluster)."""
+    from simulator.measure.cache import check_cached_cluster
     from simulator import simulate
     from simulator.model.cluster import cluster_from_dict
 
@@ -243,26 +243,26 @@ def test_cluster_fields_property(path, value):
     check_cluster(path, value)
 
 
-# ---- the profile cache entry (simulator.measure.profile_cache) ---------------------------------------------------------------
+# ---- the profile cache entry (simulator.measure.cache) ---------------------------------------------------------------
 @pytest.fixture(scope="module")
 def profile_entry(tmp_path_factory):
     """(the entry's path, its valid JSON, a reader): a damaged entry must read as None with one warning line."""
-    from simulator.measure import profile_cache
+    from simulator.measure import cache
 
     mp = pytest.MonkeyPatch()
     mp.setenv("PLACETO_CACHE", str(tmp_path_factory.mktemp("cache")))
     graph = read_graph(GRAPH)
-    key = profile_cache.ProfileKey("0" * 64, "local-cpu", "cpu", "host", "0.0")
-    path = profile_cache.write(key, graph)
+    key = cache.ProfileKey("0" * 64, "local-cpu", "cpu", "host", "0.0")
+    path = cache.write_profile(key, graph)
     entry = json.loads(path.read_text())
 
     def read(text: str) -> None:
         path.write_text(text)
         warnings: list[str] = []
-        found = profile_cache.read(key, graph, warn=warnings.append)
+        found = cache.read_profile(key, graph, warn=warnings.append)
         assert (found is None) == bool(warnings) and all("\n" not in w for w in warnings), warnings
         if found is not None:
-            use_graph(profile_cache.with_entry(graph, key.kind, found))
+            use_graph(cache.with_profile(graph, key.kind, found))
 
     yield entry, read
     mp.undo()

@@ -94,7 +94,7 @@ def test_a_damaged_or_stale_calibration_cache_entry_is_named_and_replaced(tmp_pa
     other devices (their count or cost kinds), is named in one warning and calibrated again, the entry replaced;
     an entry that cannot be written is a warning, the calibration still used."""
     import simulator.measure.calibrate
-    from simulator.measure import cluster_cache
+    from simulator.measure import cache
     from simulator.model.cluster import Cluster, Device, load_cluster, save_cluster
 
     class CPU:
@@ -105,7 +105,7 @@ def test_a_damaged_or_stale_calibration_cache_entry_is_named_and_replaced(tmp_pa
     monkeypatch.setattr(simulator.measure.calibrate, "calibrate_fit",
                         lambda spec, repeats: calls.append(spec) or type("Fit", (), {"cluster": fresh}))
     entry = tmp_path / "entry.json"
-    monkeypatch.setattr(cluster_cache, "cluster_cache_path", lambda devices: entry)
+    monkeypatch.setattr(cache, "cluster_cache_path", lambda devices: entry)
     devices = [CPU(), CPU()]
     stale = Cluster("old", tuple(Device(f"/gpu:{i}", "k80", 1e9) for i in range(2)), 1.0, 1.0, 1.0)
     for content in (b"{ not json", stale, Cluster("one", fresh.devices[:1], 1.0, 1.0, 1.0)):
@@ -114,51 +114,51 @@ def test_a_damaged_or_stale_calibration_cache_entry_is_named_and_replaced(tmp_pa
         else:
             save_cluster(content, entry)
         calls.clear()
-        got = cluster_cache.cached_cluster(devices, 2, progress=lambda _: None)
+        got = simulator.measure.calibrate.cached_cluster(devices, 2, progress=lambda _: None)
         err = capsys.readouterr().err.splitlines()
         assert got is fresh and calls == [2] and len(err) == 1, err
         assert str(entry) in err[0] and "damaged or stale calibration cache entry" in err[0]
         assert load_cluster(entry).name == "fresh"  # replaced
     calls.clear()
-    assert cluster_cache.cached_cluster(devices, 2, progress=lambda _: None).name == "fresh" and calls == []
+    assert simulator.measure.calibrate.cached_cluster(devices, 2, progress=lambda _: None).name == "fresh" and calls == []
     entry.unlink()
     entry.mkdir()  # a directory in the way: calibrated, used, not cached
     entry.joinpath("x").write_text("")
-    assert cluster_cache.cached_cluster(devices, 2, progress=lambda _: None) is fresh
+    assert simulator.measure.calibrate.cached_cluster(devices, 2, progress=lambda _: None) is fresh
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "cannot cache the calibration" in err[1]
 
 
 def test_damaged_rig_costs_cache_entry_is_replaced(monkeypatch, tmp_path, capsys):
-    """simulator.measure.cluster_cache.cached_rig_costs: an entry that is not an object of RigCosts' fields, each a finite
+    """simulator.measure.rig_calibrate.cached_rig_costs: an entry that is not an object of RigCosts' fields, each a finite
     number >= 0, is named in one warning and measured again (replacing it); a good entry is reused; an entry that
     cannot be written is a warning, the costs still used."""
     import json
 
     import simulator.measure.rig_calibrate
-    from simulator.measure import cluster_cache
+    from simulator.measure import cache
     from simulator.engine.staged import RigCosts
 
     fresh = RigCosts(launch_us=50.0, step_us=100.0, latency_us=80.0)
     calls = []
     monkeypatch.setattr(simulator.measure.rig_calibrate, "rig_costs", lambda rig, repeats: (calls.append(1) or fresh, {}))
     entry = tmp_path / "entry.rig.json"
-    monkeypatch.setattr(cluster_cache, "rig_costs_path", lambda devices: entry)
+    monkeypatch.setattr(cache, "rig_costs_path", lambda devices, version: entry)
     good = json.loads(json.dumps(fresh.__dict__))
     for content in ("{ not json", "[]", json.dumps({**good, "launch_us": -1.0}), json.dumps({**good, "x": 1.0}),
                     json.dumps({**good, "step_us": True}), json.dumps({**good, "latency_us": "NaN"})):
         entry.write_text(content)
         calls.clear()
-        got = cluster_cache.cached_rig_costs(None, [], progress=lambda _: None)
+        got = simulator.measure.rig_calibrate.cached_rig_costs(None, [], progress=lambda _: None)
         err = capsys.readouterr().err.splitlines()
         assert got == fresh and calls == [1] and len(err) == 1, (content, err)
         assert str(entry) in err[0] and "damaged rig costs cache entry" in err[0]
         assert json.loads(entry.read_text()) == good  # replaced
     calls.clear()
-    assert cluster_cache.cached_rig_costs(None, [], progress=lambda _: None) == fresh and calls == []
+    assert simulator.measure.rig_calibrate.cached_rig_costs(None, [], progress=lambda _: None) == fresh and calls == []
     entry.unlink()
     entry.mkdir()  # a directory in the way: measured, used, not cached
     entry.joinpath("x").write_text("")
-    assert cluster_cache.cached_rig_costs(None, [], progress=lambda _: None) == fresh
+    assert simulator.measure.rig_calibrate.cached_rig_costs(None, [], progress=lambda _: None) == fresh
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 2 and "cannot cache the rig costs" in err[1]

@@ -229,7 +229,7 @@ def test_gdp_two_workers_write_the_checkpoint_of_one(ray_local, tmp_path):
 
 @needs_ray
 def test_pergraph_two_workers_write_the_checkpoint_of_one(ray_local, tmp_path):
-    """The hierarchical planner (the rnn placer's batches take the same path: placeto.pergraph's RayPool; both
+    """The hierarchical planner (the rnn placer's batches take the same path: placeto.methods.sequence.rundir's worker pool; both
     methods' splits are checked equal above without Ray)."""
     method = "hierarchical"
     config = get_spec(method).presets["tiny"](devices=2, episodes=3 * 16)
