@@ -95,7 +95,7 @@ def spec_from_args(args: argparse.Namespace) -> WorkerSpec | None:
 def require_ray():
     """The ray module, or InputError saying how to install it."""
     try:
-        import ray
+        import ray  # the optional extra: imported only here and where it runs (_Host)
     except ImportError:
         raise InputError(f"--workers needs Ray, which is not installed: {RAY_HINT}") from None
     return ray
