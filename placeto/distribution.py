@@ -20,8 +20,11 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from placeto.coarsen import MAX_POLICY_NODES
 from simulator.model.cluster import Cluster, cluster_preset
 from simulator.model.graph import Graph
+from simulator.workloads import generated
+from simulator.workloads.families import load_family
 
 TRACED_CLUSTERS: tuple[tuple[str, int], ...] = (("placeto-k80", 2), ("placeto-k80", 4), ("placeto-k80", 8),
                                                 ("h100-nvlink-cpu", 4))
@@ -58,9 +61,6 @@ def family_tasks(family: str, split: str, clusters: Sequence[tuple[str, int]] = 
                  max_graphs: int | None = None, seed: int = 0) -> list[Task]:
     """The tasks of `family`'s `split` ("train" or "test"): a traced family's graphs (the first `max_graphs`) on
     every cluster of `clusters`; a generated family's graphs (GEN_COUNTS[split] of them) on their own clusters."""
-    from simulator.workloads import generated
-    from simulator.workloads.families import load_family
-
     if family in generated.GEN_FAMILIES:
         specs = generated.gen_specs(family, GEN_COUNTS[split], seed=seed, split=split, max_nodes=GEN_MAX_NODES)
         pairs = [generated.build(s) for s in specs]
@@ -73,8 +73,6 @@ def training_tasks(held_out: str | None, max_graphs: int | None = None, seed: in
     """Train-split tasks of every family outside group `held_out` (None: every family), in a seeded order that
     mixes families, sizes and clusters from the first update on; graphs the policies place as they are (at most
     `placeto.coarsen.MAX_POLICY_NODES` nodes: larger ones are placed through their groups)."""
-    from placeto.coarsen import MAX_POLICY_NODES
-
     tasks = [t for f in families() if held_out is None or group_of(f) != held_out
              for t in family_tasks(f, "train", max_graphs=max_graphs, seed=seed)
              if t.graph.n_nodes <= MAX_POLICY_NODES]

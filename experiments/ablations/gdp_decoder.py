@@ -35,14 +35,14 @@ def measure(graphs, devices, cache: Path) -> list[tuple[str, int, str, float, fl
 
     from placeto.methods.gdp.decoder import decode
     from placeto.methods.gdp.ppo import TIE_SEED
-    from placeto.methods.gdp.ppo import _uniforms
+    from placeto.methods.gdp.ppo import decoder_uniforms
     from simulator import cluster_preset, simulate
 
     out = []
     for name in graphs:
         graph = load(name, cache)
         n = graph.n_nodes
-        ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), np.zeros(1, np.uint32), n), np.float64)
+        ties = np.asarray(decoder_uniforms(jax.random.key(TIE_SEED), np.zeros(1, np.uint32), n), np.float64)
         for d in devices:
             cluster = cluster_preset("placeto-k80", d)
             base = simulate(graph, etf(graph, cluster), cluster).runtime

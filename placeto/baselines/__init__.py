@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from placeto.baselines.common import DEFAULT_BUDGET, Method, NotApplicable, as_placement, default_seconds
+from placeto.compile_time import excluded
 from placeto.objective import metered
 from placeto.baselines.etf import etf
 from placeto.baselines.expert import expert
@@ -93,8 +94,6 @@ def run_method(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget:
         if budget is None and seconds is None:
             raise InputError(f"method {name!r} needs a budget of simulator calls or seconds")
         options["budget"] = math.inf if budget is None else budget
-    from placeto.compile_time import excluded
-
     with metered(seconds=seconds) as m, excluded(m) as jit:
         placement = method(graph, cluster, seed, **options)
         elapsed = m.elapsed() - jit.seconds

@@ -13,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from placeto.baselines.common import CPU_KIND, NotApplicable, gpu_devices
+from placeto.objective import score_batch
+from simulator import simulate
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
@@ -22,8 +24,6 @@ def single_device(graph: Graph, cluster: Cluster) -> int:
     (out of memory, simulated runtime in us); ties go to the first accelerator (`gpu_devices` order), then to the
     other devices by index. One simulation per distinct device (kind, memory, host), not metered (it is the
     reference every method is compared with, not a search); cached per graph and cluster."""
-    from simulator import simulate
-
     key = ("single_device", cluster)
     if key not in graph.cache:
         first = [int(i) for i in gpu_devices(cluster)]
@@ -60,7 +60,5 @@ def cpu_only(graph: Graph, cluster: Cluster, seed: int = 0) -> np.ndarray:
 def or_single(graph: Graph, cluster: Cluster, placement: np.ndarray, per_gb: float) -> np.ndarray:
     """int32[N] `placement`, or `single`'s where that scores better (lower memory-penalised simulated runtime,
     `placeto.objective.score_batch` with `per_gb`; `placement` on ties): two metered simulator calls."""
-    from placeto.objective import score_batch
-
     cands = np.stack([np.asarray(placement, np.int32), single(graph, cluster)])
     return cands[int(np.argmin(score_batch(graph, cands, cluster, per_gb)))]

@@ -2,14 +2,18 @@
 
 A method is a frozen record of plain functions (as optax's `GradientTransformation` is a pair of them), so the
 registry (placeto.methods.registry), the comparison (placeto.harness.compare), the shipped policies and the CLI reach
-every learned method the same way. The functions import the method's heavy modules (jax, flax) only when called:
-listing the methods costs nothing.
+every learned method the same way. Its functions are `Ref`s: each names a function of the method's modules by its
+import path, and imports that module when first called, so that building a Method (and listing the methods,
+reading their names, presets and default checkpoints: the CLI's parser does) imports none of the heavy modules
+(jax, flax). The paths are module-level strings, which the import-cycle test (tests/test_import_cycles.py)
+counts as imports: a dependency loaded by name is still a dependency.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
@@ -28,6 +32,25 @@ NoteFn = Callable[..., "str | None"]
 # (checkpoint or None: the default, graph) -> simulator calls of the greedy placement (place's default budget)
 CallsFn = Callable[..., int]
 LARGE_GRAPH_NODES = 1000  # above this, a method's large_checkpoint (if any) is its default (coarsen's threshold)
+
+
+def default_for(n_nodes: int, default: str | None, large: str | None) -> str | None:
+    """The default checkpoint for a graph of `n_nodes` nodes: `large` (if any) above LARGE_GRAPH_NODES nodes, else
+    `default`."""
+    return large if large and n_nodes > LARGE_GRAPH_NODES else default
+
+
+@dataclasses.dataclass(frozen=True)
+class Ref:
+    """The function at import path `path` ("package.module:function"), called with `args` before the caller's:
+    the module is imported on the first call (importlib, by name, as the registry loads a method)."""
+
+    path: str
+    args: tuple = ()
+
+    def __call__(self, *args, **kwargs):
+        module, _, name = self.path.partition(":")
+        return getattr(importlib.import_module(module), name)(*self.args, *args, **kwargs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,8 +72,7 @@ class Method:
 
     def default_for(self, n_nodes: int) -> str | None:
         """The shipped policy used for a graph of `n_nodes` nodes when no checkpoint of this method is given."""
-        return self.large_checkpoint if self.large_checkpoint and n_nodes > LARGE_GRAPH_NODES else \
-            self.default_checkpoint
+        return default_for(n_nodes, self.default_checkpoint, self.large_checkpoint)
     place: PlaceFn | None = None  # zero-shot placement without a budget (None: every placement goes through run)
     note: NoteFn | None = None  # what `placeto place` adds about how the policy read the graph (None: nothing)
     greedy_calls: CallsFn | None = None  # simulator calls of its greedy placement (None: not budgeted in calls)

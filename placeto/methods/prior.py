@@ -6,6 +6,7 @@ method: a method brings its greedy placement and prior.
 from __future__ import annotations
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from placeto.baselines.common import batch_size, evaluate
 from placeto.objective import meter
@@ -18,8 +19,6 @@ from simulator.model.graph import Graph
 def renaming(src: np.ndarray, dst: np.ndarray, n_devices: int) -> np.ndarray:
     """int[D] the device permutation that renames placement `src` to agree with `dst` on the most nodes
     (linear assignment on their D x D agreement counts): src's device d is dst's names[d]. src, dst: int[N]."""
-    from scipy.optimize import linear_sum_assignment
-
     agree = np.zeros((n_devices, n_devices))
     np.add.at(agree, (src, dst), 1.0)  # agree[a, b]: nodes src put on a and dst on b
     _, names = linear_sum_assignment(-agree)  # square: its rows are 0..D-1 in order

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from placeto.methods.base import Method
+from placeto.policies import CHECKPOINT, SHIPPED, git_commit, resolve_checkpoint
 from simulator.model.errors import InputError
 from simulator.model.io import PathLike, atomic_write_bytes, write_json
 from simulator.model.limits import short_repr
@@ -78,8 +79,6 @@ def run_method(run_dir: PathLike | None) -> str | None:
 def checkpoint_method(name_or_dir: PathLike | None) -> str | None:
     """The method of a shipped policy name or run directory (None for None or anything unresolvable; InputError
     for a run directory whose config.json names no learned method, see run_method)."""
-    from placeto.policies import resolve_checkpoint
-
     if name_or_dir is None:
         return None
     try:
@@ -97,8 +96,6 @@ def policy_kind(method: str | None) -> str:
 
 def load_run(run_dir: PathLike) -> tuple[Method, Any, Any]:
     """(method, config, params) of a run directory or shipped policy, whichever method trained it."""
-    from placeto.policies import resolve_checkpoint
-
     path = resolve_checkpoint(run_dir)
     method = get(run_method(path) or DEFAULT)
     config, params = method.load(path)
@@ -109,9 +106,7 @@ def ship(run_dir: PathLike, name: str, provenance: dict[str, Any], root: PathLik
     """Copy a run's config and parameters (not its optimizer state) to `<root>/<name>/` with provenance.json,
     root defaulting to the package's shipped policies (placeto.policies.SHIPPED). Any method's run: its
     config.json keeps its "method" field."""
-    from flax import serialization
-
-    from placeto.policies import CHECKPOINT, SHIPPED, git_commit
+    from flax import serialization  # here: importing the registry imports no jax or flax (the CLI's start-up)
 
     _, config, params = load_run(run_dir)
     dest = Path(root if root is not None else SHIPPED) / name

@@ -29,6 +29,8 @@ import socket
 import warnings
 from typing import Any, Callable, Sequence
 
+from placeto.cli.arguments import WORKERS, float_in
+from placeto.rollouts.workers import make_worker, partition
 from simulator.model.errors import InputError
 
 RAY_HINT = "pip install 'placeto[ray]'"
@@ -66,8 +68,6 @@ class WorkerSpec:
 
 def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> None:
     """--workers N, --ray-address ADDR, --worker-timeout S."""
-    from placeto.cli.arguments import WORKERS, float_in
-
     p.add_argument("--workers", type=WORKERS, default=None,
                    help=f"run the {what} in N Ray workers (needs {RAY_HINT}); without --ray-address a local Ray "
                         "starts on this machine")
@@ -95,7 +95,7 @@ def spec_from_args(args: argparse.Namespace) -> WorkerSpec | None:
 def require_ray():
     """The ray module, or InputError saying how to install it."""
     try:
-        import ray
+        import ray  # the optional extra: imported only here and where it runs (_Host)
     except ImportError:
         raise InputError(f"--workers needs Ray, which is not installed: {RAY_HINT}") from None
     return ray
@@ -150,9 +150,7 @@ class _Host:
     def __init__(self, kind: str, payload: list):
         """payload: [object ref of (config, pairs)], nested so that Ray passes the ref, not the data: the actor's
         creation stays small, and a restart fetches the data again from the pool that holds it."""
-        import ray
-
-        from placeto.rollouts.workers import make_worker
+        import ray  # the optional extra, only where it runs: this is a Ray actor
 
         self.worker = make_worker(kind, ray.get(payload[0]))
 
@@ -193,9 +191,7 @@ class RayPool:
 
     def submit(self, params, args: tuple, total: int) -> list:
         """The object refs of `run`'s shares; the parameters go to the object store once."""
-        import jax
-
-        from placeto.rollouts.workers import partition
+        import jax  # here: the CLI's parser imports this module, and jax costs seconds of start-up
 
         ref = self.ray.put(jax.device_get(params))
         return [a.run.remote(ref, args, lo, hi) for a, (lo, hi) in zip(self.actors, partition(total, self.workers))]

@@ -17,14 +17,17 @@ from __future__ import annotations
 
 import importlib
 import os
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
+
+# jax is imported inside the functions that use it: placeto.rollouts.distributed imports this module, and the CLI's
+# parser imports that one (jax costs seconds of start-up)
+if TYPE_CHECKING:
+    import jax
 
 Pair = tuple[Graph, Cluster]
 
@@ -41,10 +44,15 @@ def partition(total: int, parts: int) -> list[tuple[int, int]]:
 
 def key_data(key: jax.Array) -> np.ndarray:
     """uint32[2] raw bits of a typed key (what crosses to a worker)."""
+    import jax  # see the note at the top
+
     return np.asarray(jax.random.key_data(key))
 
 
 def from_key_data(data: np.ndarray) -> jax.Array:
+    import jax  # see the note at the top
+    import jax.numpy as jnp
+
     return jax.random.wrap_key_data(jnp.asarray(data))
 
 
@@ -64,6 +72,8 @@ class SerialPool:
 
     def run(self, params, args: tuple, total: int) -> list:
         """[worker.run(params, *args, lo, hi) for each range of partition(total, workers)], in order."""
+        import jax  # see the note at the top
+
         params = jax.device_get(params)
         return [self.worker.run(params, *args, lo, hi) for lo, hi in partition(total, self.workers)]
 

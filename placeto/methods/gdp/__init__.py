@@ -17,42 +17,13 @@ base.LARGE_GRAPH_NODES nodes).
 
 from __future__ import annotations
 
-from placeto.methods.base import Method
-from placeto.methods.gdp.config import NAME, PRESETS, GdpConfig
-
-
-def _train(args, graphs, clusters, workers=None) -> int:
-    from placeto.methods.gdp.cli import train_from_args
-
-    return train_from_args(args, graphs, clusters, workers=workers)
-
-
-def _run(variant, graph, cluster, seed=0, budget=None, seconds=None, checkpoint=None, finetune_episodes=0):
-    from placeto.methods.gdp.place import run_gdp
-
-    return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, variant == "gdp-search")
-
-
-def _note(graph, cluster, checkpoint, calls):
-    from placeto.methods.gdp.place import coarse_note
-
-    return coarse_note(graph, cluster, checkpoint, simulating=calls > 1)  # more than one call: both views scored
-
-
-def _greedy_calls(checkpoint, graph):
-    from placeto.methods.gdp.place import is_gdp_checkpoint, zero_shot_calls
-
-    return zero_shot_calls(checkpoint if is_gdp_checkpoint(checkpoint) else METHOD.default_for(graph.n_nodes))
-
-
-def _load(run_dir):
-    from placeto.methods.gdp.place import load_run
-
-    return load_run(run_dir)
-
+from placeto.methods.base import Method, Ref
+from placeto.methods.gdp.config import DEFAULT_CHECKPOINT, LARGE_CHECKPOINT, NAME, PRESETS, GdpConfig
 
 METHOD = Method(
     name=NAME, description="GDP: GraphSAGE + segment-recurrent attention, one-shot placements, PPO on families",
-    config_cls=GdpConfig, presets=PRESETS, variants=("gdp", "gdp-search"), train=_train, run=_run, load=_load,
-    finetunes=True, default_checkpoint="gdp-general", large_checkpoint="gdp-large", note=_note,
-    greedy_calls=_greedy_calls)
+    config_cls=GdpConfig, presets=PRESETS, variants=("gdp", "gdp-search"),
+    train=Ref("placeto.methods.gdp.cli:train_from_args"), run=Ref("placeto.methods.gdp.place:run_variant"),
+    load=Ref("placeto.methods.gdp.place:load_run"), finetunes=True, default_checkpoint=DEFAULT_CHECKPOINT,
+    large_checkpoint=LARGE_CHECKPOINT, note=Ref("placeto.methods.gdp.place:placing_note"),
+    greedy_calls=Ref("placeto.methods.gdp.place:greedy_calls"))

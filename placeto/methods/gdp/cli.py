@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import argparse
 
+from placeto.checkpoint_io import check_init_model
+from placeto.config_fields import parse_overrides
 from placeto.methods.gdp.config import PRESETS, GdpConfig
+from placeto.methods.gdp.place import load_run
+from placeto.methods.gdp.train import train
 from simulator.model.errors import InputError
 
 
 def config_from_args(args: argparse.Namespace):
     """GdpConfig from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes."""
-    from placeto.config_fields import parse_overrides
-
     try:
         changes = parse_overrides(args.set, GdpConfig)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
@@ -25,10 +27,6 @@ def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) ->
     """Train (or resume) a gdp run on `graphs` x `clusters` as the train command's arguments say; prints a
     summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy); `workers`: a
     placeto.rollouts.distributed.WorkerSpec (--workers)."""
-    from placeto.checkpoint_io import check_init_model
-    from placeto.methods.gdp.place import load_run
-    from placeto.methods.gdp.train import train
-
     config = config_from_args(args)
     init = None
     if args.init_from:

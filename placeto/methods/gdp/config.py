@@ -8,7 +8,11 @@ import json
 import math
 from typing import Any
 
+from placeto.coarsen import MAX_POLICY_NODES  # large's coarse_groups: the largest graph the others place as it is
+
 NAME = "gdp"  # config.json's "method" field of a gdp run directory
+DEFAULT_CHECKPOINT = "gdp-general"  # the shipped policy gdp places with when given none
+LARGE_CHECKPOINT = "gdp-large"  # ... on graphs of more than base.LARGE_GRAPH_NODES nodes
 DECODERS = ("independent", "heft", "etf")  # GdpConfig.decoder
 
 
@@ -245,8 +249,6 @@ def large(**changes: Any) -> GdpConfig:
     communication-bound graphs over 1,000 nodes (coarse_groups). The shipped gdp-large is this
     config at its initialisation (`--episodes 0`): PPO with it made the one pass worse
     (experiments/results/reproduce/gdp_large_training.md)."""
-    from placeto.coarsen import MAX_POLICY_NODES  # the largest graph the other policies place as it is
-
     return GdpConfig(decoder="etf", samples_per_update=16, ppo_epochs=2, lr=1e-3, entropy=0.001, temperature=1.0,
                      checkpoint_seconds=120.0, coarse_groups=MAX_POLICY_NODES).replace(**changes)
 

@@ -24,15 +24,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from placeto.baselines import MethodRun
+from placeto.baselines.single import or_single, single
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob, restore
-from placeto.methods.gdp.config import NAME
-from placeto.methods.gdp.config import FinetuneSettings, GdpConfig
+from placeto.coarsen import for_policy
+from placeto.compile_time import excluded
+from placeto.features import communication_ratio
+from placeto.methods.base import default_for
+from placeto.methods.gdp.config import DEFAULT_CHECKPOINT, LARGE_CHECKPOINT, NAME, FinetuneSettings, GdpConfig
+from placeto.methods.gdp.decoder import decode
 from placeto.methods.gdp.model import log_policy, make_net, sample
-from placeto.methods.gdp.ppo import (Drawn, Task, _heads, _uniforms, draw, greedy_decoding, init_params,
-                                     make_optimizer, make_task, ppo_step, sample_batch)
+from placeto.methods.gdp.ppo import (Drawn, Task, decoder_heads, decoder_uniforms, draw, greedy_decoding,
+                                     init_params, make_optimizer, make_task, ppo_step, sample_batch)
+from placeto.methods.prior import search_from_prior
 from placeto.objective import meter, metered, score_batch
-from simulator.model.cluster import Cluster
+from placeto.policies import resolve_checkpoint
+from simulator.model.cluster import Cluster, cluster_preset
 from simulator.model.errors import InputError
+from simulator.model.generate import layered_dag
 from simulator.model.graph import Graph
 from simulator.model.io import PathLike, read_json
 
@@ -50,8 +58,6 @@ def is_gdp_run(run_dir: PathLike | None) -> bool:
 
 def is_gdp_checkpoint(name_or_dir: PathLike | None) -> bool:
     """True if a shipped policy name or run directory is a gdp one (False for None or anything unresolvable)."""
-    from placeto.policies import resolve_checkpoint
-
     if name_or_dir is None:
         return False
     try:
@@ -74,9 +80,6 @@ def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
     """(config, params) of a gdp run directory; InputError naming the file if it is not a readable one."""
     run_dir = Path(str(run_dir))
     config = load_config(run_dir)
-    from simulator.model.cluster import cluster_preset
-    from simulator.model.generate import layered_dag
-
     probe = make_task(layered_dag(8, seed=0), cluster_preset("placeto-k80", min(2, config.max_devices)), config)
     path = run_dir / CHECKPOINT
     template = param_template(lambda: init_params(config, probe))
@@ -86,17 +89,12 @@ def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
 def coarse_view(graph: Graph, cluster: Cluster, config: GdpConfig) -> bool:
     """True if `config` places `graph` coarse-to-fine on `cluster`: more than coarse_groups nodes and a
     communication-to-computation ratio above coarse_ccr (GdpConfig.coarse_groups)."""
-    from placeto.features import communication_ratio
-
     return 0 < config.coarse_groups < graph.n_nodes and communication_ratio(graph, cluster) > config.coarse_ccr
 
 
 def coarse_note(graph: Graph, cluster: Cluster, checkpoint: PathLike, simulating: bool) -> str | None:
     """One line saying how the gdp policy `checkpoint` placed `graph` coarse-to-fine, or None if it did not
     (or `checkpoint` is no gdp policy). `simulating`: both views were scored (run_gdp with more than one call)."""
-    from placeto.features import communication_ratio
-    from placeto.policies import resolve_checkpoint
-
     if not is_gdp_checkpoint(checkpoint):
         return None
     config = load_config(resolve_checkpoint(checkpoint))
@@ -114,8 +112,6 @@ def placing_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> tuple[Tas
     placements are expanded to `graph`'s ops and scored there."""
     if not coarse_view(graph, cluster, config):
         return make_task(graph, cluster, config), 0.0
-    from placeto.coarsen import for_policy
-
     view = for_policy(graph, config.coarse_groups, config.coarse_groups)
     return make_task(graph, cluster, config, view.grouping), view.seconds
 
@@ -135,8 +131,6 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
         _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
         placement = task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
     if config.keep_single:
-        from placeto.baselines.single import or_single
-
         return or_single(graph, cluster, placement, config.memory_penalty_per_gb)
     return placement
 
@@ -154,10 +148,6 @@ def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster)
 _sample = jax.jit(sample, static_argnames=("net", "batch"))
 def _warm_decoder(order: str) -> None:
     """Compile (or load) the list decoder's numba kernel on a tiny graph, outside any meter."""
-    from placeto.methods.gdp.decoder import decode
-    from simulator.model.cluster import cluster_preset
-    from simulator.model.generate import layered_dag
-
     g = layered_dag(8, seed=0)
     decode(g, cluster_preset("placeto-k80", 2), np.zeros((g.n_nodes, 2)), np.ones((g.n_nodes, 2)), 1.0, None, order)
 
@@ -173,8 +163,6 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     Coarse-to-fine where `coarse_view` says so: the better of the two views' greedy placements decides where the
     budget goes (module docstring); the grouping's seconds are charged to the time budget and counted in the run's
     seconds."""
-    from placeto.policies import resolve_checkpoint
-
     t0 = time.perf_counter()
     config, params = load_run(resolve_checkpoint(checkpoint))
     if cluster.n_devices > config.max_devices:
@@ -189,9 +177,10 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
         score_batch(graph, np.zeros((1, graph.n_nodes), np.int32), cluster)
     for view in views:  # the network (and the PPO update) compiled for each view's shapes, unmetered
         if config.decoder != "independent":
-            jax.block_until_ready(_heads(net, params, view.inputs))
+            jax.block_until_ready(decoder_heads(net, params, view.inputs))
             for k in _batch_sizes(config.samples_per_update):  # the decoders' uniforms, greedy (k = 1) and sampled
-                jax.block_until_ready(_uniforms(jax.random.key(0), jnp.zeros(k, jnp.uint32), view.graph.n_nodes))
+                jax.block_until_ready(decoder_uniforms(jax.random.key(0), jnp.zeros(k, jnp.uint32),
+                                                       view.graph.n_nodes))
         elif search:
             jax.block_until_ready(_log_policy(net, params, view.inputs))
         else:
@@ -201,8 +190,6 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
                 finetune(tuning, params, view, seed, 1)
     compile_s = time.perf_counter() - t0 - group_s
     calls = math.inf if budget is None else budget
-    from placeto.compile_time import excluded
-
     with metered(max_calls=calls, seconds=None if seconds is None else max(seconds - group_s, 0.0)) as m, \
             excluded(m) as jit:  # a compilation met inside moves the deadline, reported with the compile seconds
         task = _better_view(config, net, params, views)
@@ -220,6 +207,26 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     return MethodRun(best_p.astype(np.int32), m.calls, elapsed + group_s, trace, jit.seconds), compile_s + jit.seconds
 
 
+def run_variant(variant: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
+                seconds: float | None = None, checkpoint: PathLike | None = None,
+                finetune_episodes: int = 0) -> tuple[MethodRun, float]:
+    """gdp's Method.run (placeto.methods.base.RunFn): compare row `variant`, "gdp" or "gdp-search", by `run_gdp`."""
+    return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, variant == "gdp-search")
+
+
+def placing_note(graph: Graph, cluster: Cluster, checkpoint: PathLike, calls: int) -> str | None:
+    """gdp's Method.note: `coarse_note`, both views scored when the placement took more than one call."""
+    return coarse_note(graph, cluster, checkpoint, simulating=calls > 1)
+
+
+def greedy_calls(checkpoint: PathLike | None, graph: Graph) -> int:
+    """gdp's Method.greedy_calls: `zero_shot_calls` of `checkpoint` if it is a gdp policy, else of the shipped one
+    gdp places `graph` with."""
+    if not is_gdp_checkpoint(checkpoint):
+        checkpoint = default_for(graph.n_nodes, DEFAULT_CHECKPOINT, LARGE_CHECKPOINT)
+    return zero_shot_calls(checkpoint)
+
+
 def _batch_sizes(samples_per_update: int) -> list[int]:
     """The sampled batch sizes `_sampled_decodings` uses: powers of two up to samples_per_update, and it (so a
     budget's last, smaller batches compile nothing new: `run_gdp` compiles them all first)."""
@@ -229,8 +236,6 @@ def _batch_sizes(samples_per_update: int) -> list[int]:
 
 def _single(config: GdpConfig, task: Task) -> tuple[np.ndarray, float]:
     """(the single-device placement int32[N] of task.graph, its objective on the op graph): one metered call."""
-    from placeto.baselines.single import single
-
     p = np.asarray(single(task.graph, task.cluster), np.int32)
     return p, float(task.score(p[None], config.memory_penalty_per_gb)[0])
 
@@ -238,8 +243,6 @@ def _single(config: GdpConfig, task: Task) -> tuple[np.ndarray, float]:
 def zero_shot_calls(checkpoint: PathLike) -> int:
     """Simulator calls of a gdp policy's greedy placement as run_gdp makes it: 1, or 2 where the policy keeps
     the single device when that is better (config.keep_single). `checkpoint`: a gdp run or shipped name."""
-    from placeto.policies import resolve_checkpoint
-
     return 2 if load_config(resolve_checkpoint(checkpoint)).keep_single else 1
 
 
@@ -312,13 +315,11 @@ def _search(net, params, task, seed: int, limit: float, extra: list) -> np.ndarr
     node's device distribution) start and steer placeto-search's annealing, until the meter's count reaches
     `limit` or it runs out; `extra`: more (placement, objective) start candidates, placements of task.graph.
     Coarse-to-fine: the groups' distributions are their ops' and the search runs on the op graph. int32[N ops]."""
-    from placeto.methods.prior import search_from_prior
-
     graph, cluster = task.graph, task.cluster
     d = cluster.n_devices
     if net.config.decoder != "independent":  # each node's distribution at its greedy decision
         dec = greedy_decoding(net.config, net, params, task)
-        scores, weight = (np.asarray(a, np.float64) for a in _heads(net, params, task.inputs))
+        scores, weight = (np.asarray(a, np.float64) for a in decoder_heads(net, params, task.inputs))
         logits = scores[:graph.n_nodes, :d] + np.einsum("ndk,nk->nd", dec.feat[0], weight[:graph.n_nodes])
         logp = np.where(dec.allowed[0], logits, -np.inf)
     else:

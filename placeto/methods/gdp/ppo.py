@@ -30,6 +30,7 @@ import numpy as np
 import optax
 
 from placeto.methods.gdp.config import GdpConfig
+from placeto.methods.gdp.decoder import decode
 from placeto.methods.gdp.inputs import GdpInputs, gdp_inputs
 from placeto.methods.gdp.model import NEG, GdpNet, heads, log_policy, make_net
 from placeto.objective import objective_scale, score_batch
@@ -205,12 +206,11 @@ def greedy_decoding(config: GdpConfig, net: GdpNet, params, task: Task):
     device given the earlier ones, exact ties broken at random by uniforms of key(TIE_SEED), the same for every
     call (m-ETF's own rule, the lowest device, measured 1.03-1.15x worse on the op graphs: gdp_decoder.md), or
     with config.greedy_ties "lowest" by that rule."""
-    from placeto.methods.gdp.decoder import decode
-
-    scores, weight = (np.asarray(a) for a in _heads(net, params, task.inputs))
+    scores, weight = (np.asarray(a) for a in decoder_heads(net, params, task.inputs))
     if config.greedy_ties == "lowest":
         return decode(task.graph, task.cluster, scores, weight, config.temperature, None, config.decoder, greedy=True)
-    ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), jnp.zeros(1, jnp.uint32), task.graph.n_nodes), np.float64)
+    ties = np.asarray(decoder_uniforms(jax.random.key(TIE_SEED), jnp.zeros(1, jnp.uint32), task.graph.n_nodes),
+                      np.float64)
     return decode(task.graph, task.cluster, scores, weight, config.temperature, ties, config.decoder, greedy=True)
 
 
@@ -269,12 +269,10 @@ def _sample_rows(logp_all: jax.Array, keys: jax.Array):
 
 def _decode_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array, lo: int, hi: int) -> Drawn:
     """`draw_range` for a list decoder: sample i decoded from uniforms of fold_in(key, i); padded to Np, Dm."""
-    from placeto.methods.gdp.decoder import decode
-
-    scores, weight = (np.asarray(a) for a in _heads(net, params, task.inputs))
+    scores, weight = (np.asarray(a) for a in decoder_heads(net, params, task.inputs))
     n, d = task.graph.n_nodes, task.cluster.n_devices
-    dec = decode(task.graph, task.cluster, scores, weight, config.temperature,
-                 np.asarray(_uniforms(key, jnp.arange(lo, hi, dtype=jnp.uint32), n), np.float64), config.decoder)
+    uniforms = np.asarray(decoder_uniforms(key, jnp.arange(lo, hi, dtype=jnp.uint32), n), np.float64)
+    dec = decode(task.graph, task.cluster, scores, weight, config.temperature, uniforms, config.decoder)
     n_pad, d_max = scores.shape
     b = hi - lo
     acts, logp = np.zeros((b, n_pad), np.int32), np.zeros((b, n_pad), np.float32)
@@ -286,13 +284,13 @@ def _decode_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.A
 
 
 @functools.partial(jax.jit, static_argnames=("net",))
-def _heads(net: GdpNet, params, x: GdpInputs):
+def decoder_heads(net: GdpNet, params, x: GdpInputs):
     """(scores float32[Np, Dm], weights float32[Np]) of a list decoder (model.heads), jitted."""
     return heads(net, params, x)
 
 
 @functools.partial(jax.jit, static_argnames=("n",))
-def _uniforms(key: jax.Array, index: jax.Array, n: int) -> jax.Array:
+def decoder_uniforms(key: jax.Array, index: jax.Array, n: int) -> jax.Array:
     """float32[K, n]: row k uniform in [0, 1) from fold_in(key, index[k]) alone."""
     return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i), (n,)))(index)
 

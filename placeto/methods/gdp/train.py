@@ -28,6 +28,7 @@ from flax import serialization
 from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, check_resume_devices, counter,
                                   objectives, read_blob, restore)
 from placeto.rollouts.distributed import WorkerSpec, open_pool
+from placeto.rollouts.workers import key_data
 from placeto.methods.gdp.workers import WORKER
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
@@ -162,8 +163,6 @@ def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequen
 
 def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (ppo.draw_range), counted by this process's meter."""
-    from placeto.rollouts.workers import key_data
-
     drawn = concat_drawn(pool.run(params, (task, key_data(key)), config.samples_per_update))
     record(drawn.objective)
     return drawn

@@ -19,36 +19,13 @@ methods, below them all: graph features (placeto.features), message passing (pla
 
 from __future__ import annotations
 
-from placeto.methods.base import Method
+from placeto.methods.base import Method, Ref
 from placeto.methods.placeto.config import PRESETS, PlacetoConfig
-
-
-def _train(args, graphs, clusters, workers=None) -> int:
-    from placeto.methods.placeto.cli import train_from_args
-
-    return train_from_args(args, graphs, clusters, workers)
-
-
-def _run(variant, graph, cluster, seed=0, budget=None, seconds=None, checkpoint=None, finetune_episodes=0):
-    from placeto.methods.placeto.guided import run_learned
-
-    return run_learned(variant, graph, cluster, seed, budget, seconds, checkpoint, finetune_episodes)
-
-
-def _place(graph, cluster, checkpoint=None, samples=0, seed=0):
-    from placeto.methods.placeto.place import place
-
-    result = place(graph, cluster, checkpoint, samples=samples, seed=seed)
-    return result.placement, result.sim_calls
-
-
-def _load(run_dir):
-    from placeto.methods.placeto.place import load_policy_params
-
-    return load_policy_params(run_dir)
-
 
 METHOD = Method(
     name="placeto", description="Placeto: GNN policy over an MDP placing one node per step, REINFORCE on families",
-    config_cls=PlacetoConfig, presets=PRESETS, variants=("placeto", "placeto-search"), train=_train, run=_run,
-    load=_load, finetunes=True, default_checkpoint=None, place=_place)  # None: placeto.policies.DEFAULT_POLICY
+    config_cls=PlacetoConfig, presets=PRESETS, variants=("placeto", "placeto-search"),
+    train=Ref("placeto.methods.placeto.cli:train_from_args"), run=Ref("placeto.methods.placeto.guided:run_learned"),
+    load=Ref("placeto.methods.placeto.place:load_policy_params"), finetunes=True,
+    default_checkpoint=None,  # None: placeto.policies.DEFAULT_POLICY
+    place=Ref("placeto.methods.placeto.place:place_graph"))

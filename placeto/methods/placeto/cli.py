@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import argparse
 
+from placeto.checkpoint_io import check_init_model
+from placeto.methods.placeto.config import PRESETS, parse_overrides
+from placeto.methods.placeto.place import load_policy_params
+from placeto.methods.placeto.train import train
 from simulator.model.errors import InputError
 
 
@@ -12,11 +16,6 @@ def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) ->
     """Train (or resume) a Placeto run on `graphs` x `clusters` as the train command's arguments say (--config,
     --set, --episodes, --seed, --minutes, --init-from, --fresh); prints a summary. `workers`: a
     placeto.rollouts.distributed.WorkerSpec (--workers)."""
-    from placeto.checkpoint_io import check_init_model
-    from placeto.methods.placeto.config import PRESETS, parse_overrides
-    from placeto.methods.placeto.place import load_policy_params
-    from placeto.methods.placeto.train import train
-
     try:
         changes = parse_overrides(args.set)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),

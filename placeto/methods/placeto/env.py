@@ -19,8 +19,11 @@ from typing import NamedTuple
 import numpy as np
 
 from placeto import objective
+from placeto.baselines import METHODS
+from placeto.baselines.single import or_single
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.features import GraphArrays, graph_arrays
+from placeto.objective import score_batch
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 from simulator.model.result import SimResult, lower_bound
@@ -111,10 +114,6 @@ def list_start(graph: Graph, cluster: Cluster, per_gb: float, kind: str = "etf")
     earlier in `LIST_STARTS[kind]` on ties) of the schedulers' placements, or the single device
     (`placeto.baselines.single`: every node on the first accelerator) where that scores better. "etf": m-ETF
     alone (two simulator calls); "list": m-ETF, m-SCT, m-TOPO and HEFT (five). Memoised in graph.cache."""
-    from placeto.baselines import METHODS
-    from placeto.baselines.single import or_single
-    from placeto.objective import score_batch
-
     key = ("placeto.list_start", cluster, per_gb, kind)
     if key not in graph.cache:
         cands = np.stack([np.asarray(METHODS[m](graph, cluster), np.int32) for m in LIST_STARTS[kind]])

@@ -32,16 +32,21 @@ from typing import Any
 import jax
 import numpy as np
 
+from placeto import coarsen
 from placeto.methods.placeto import env as E
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.baselines import MethodRun
 from placeto.baselines.common import batch_size, evaluate
+from placeto.compile_time import excluded
 from placeto.objective import meter, metered
 from placeto.methods.placeto.place import load_policy_params
 from placeto.policies import resolve_checkpoint
 from placeto.methods.placeto.policy import Policy, make_policy
+from placeto.methods.placeto.rollout import collect_rollout
+from placeto.methods.placeto.train import finetune_params
 from placeto.methods.prior import relabel_prior, renaming, search_from_prior  # noqa: F401  (renaming: re-exported)
 from simulator.model.cluster import Cluster
+from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 
 
@@ -85,8 +90,6 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
     t0 = time.perf_counter()
     config, params = _load(str(resolve_checkpoint(checkpoint)))
     if cluster.n_devices > config.max_devices:
-        from simulator.model.errors import InputError
-
         raise InputError(f"{checkpoint or 'the default policy'}: places on at most {config.max_devices} devices, "
                          f"the cluster has {cluster.n_devices}")
     policy = make_policy(config)
@@ -104,9 +107,6 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
             _, _, h = policy.act_refresh(params, arrays, obs, jax.random.key(0), False)
             jax.block_until_ready(policy.act_stale(params, arrays, obs, jax.random.key(0), False, h))
     if finetuning:
-        from placeto.objective import metered
-        from placeto.methods.placeto.train import finetune_params
-
         with metered():  # its simulations are not charged to anyone
             finetune_params(config, params, graph, cluster, config.episodes_per_update, 0)  # compiles
             t1 = time.perf_counter()
@@ -155,8 +155,6 @@ def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.nd
     the method never returns worse; a budget it cannot pay for is overspent, and compare marks the row), then
     batches of sampled episodes while the budget lasts (calls in `budget` and the meter's); the best placement
     any episode visited."""
-    from placeto.methods.placeto.rollout import collect_rollout
-
     ctx = E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
     m, calls0 = meter(), meter().calls
@@ -233,8 +231,6 @@ def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
     settings, a fresh optimizer; stops early when the meter is spent, and does not start an update that, as far as
     the last one's duration tells (the first: prep.update_seconds), would not end before the meter's deadline).
     Its simulations count in the meter."""
-    from placeto.methods.placeto.train import finetune_params
-
     if episodes <= 0:
         return prep
     params, best, score = finetune_params(prep.config, prep.params, prep.graph, prep.cluster, episodes, seed,
@@ -252,9 +248,6 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
     The policy places a graph of more than `coarsen.MAX_POLICY_NODES` nodes as groups (`placeto.coarsen`; the
     grouping's seconds are charged to the run): "placeto" expands the best group placement (its trace is the
     grouped graph's), "placeto-search" searches the op graph from the expanded placement and prior."""
-    from placeto import coarsen
-    from placeto.compile_time import excluded
-
     coarse = coarsen.for_policy(graph)
     prep = prepare(checkpoint, coarse.graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
                    finetuning=finetune_episodes > 0)

@@ -13,17 +13,22 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
+from placeto import coarsen
 from placeto.methods.placeto import env as E
 from placeto.checkpoint_io import check_devices, param_template, read_blob, restore
 from placeto.checkpoint_io import read_config as read_method_config
 from placeto.methods.placeto.config import PlacetoConfig
-from placeto.features import GraphArrays
+from placeto.features import GraphArrays, graph_arrays
 from placeto.methods.placeto.policy import make_policy
 from placeto.methods.placeto.rollout import collect_rollout
-from simulator.model.cluster import Cluster
+from placeto.objective import score_batch
+from placeto.policies import resolve_checkpoint
+from simulator.model.cluster import Cluster, cluster_preset
+from simulator.model.generate import layered_dag
 from simulator.model.graph import Graph
 from simulator.model.errors import InputError
-from simulator.model.io import PathLike
+from simulator.model.io import PathLike, read_json
+from simulator.model.limits import short_repr
 
 
 CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
@@ -62,10 +67,6 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = No
     than `coarsen.MAX_POLICY_NODES` nodes (and no `initial`) is placed as groups and expanded
     (`placeto.coarsen`); the runtimes are then re-simulated on `graph`.
     """
-    from placeto import coarsen
-    from placeto.objective import score_batch
-    from placeto.policies import resolve_checkpoint
-
     coarse = coarsen.for_policy(graph) if initial is None else coarsen.Coarse(graph, None, 0.0)
     if coarse.grouping is not None:
         res = place(coarse.graph, cluster, checkpoint_dir, samples, seed)
@@ -96,9 +97,10 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = No
                        float(first.final_runtime[0]), sum(ro.sim_calls for ro in rollouts))
 
 
-def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samples: int = 0,
+def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = None, samples: int = 0,
                 seed: int = 0) -> tuple[np.ndarray, int]:
-    """(best placement int32[N], simulator calls) of the trained policy in `checkpoint_dir` on `graph`."""
+    """(best placement int32[N], simulator calls) of the trained policy in `checkpoint_dir` on `graph` (`place`;
+    Placeto's Method.place)."""
     res = place(graph, cluster, checkpoint_dir, samples, seed)
     return res.placement, res.sim_calls
 
@@ -106,10 +108,6 @@ def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path, samp
 def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
     """The PlacetoConfig of a shipped policy or run directory (InputError for another method's run directory: its
     config.json's "method", which a Placeto run leaves out or sets to "placeto")."""
-    from placeto.policies import resolve_checkpoint
-    from simulator.model.io import read_json
-    from simulator.model.limits import short_repr
-
     path = resolve_checkpoint(checkpoint)
     d = read_json(path / "config.json")
     method = d.get("method", "placeto") if isinstance(d, dict) else "placeto"
@@ -122,13 +120,6 @@ def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
 
 def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]:
     """(config, params) of a shipped policy or run directory, params restored into the network's structure."""
-    from placeto.features import graph_arrays
-    from placeto.methods.placeto.policy import make_policy
-    from simulator.model.cluster import cluster_preset
-    from simulator.model.generate import layered_dag
-
-    from placeto.policies import resolve_checkpoint
-
     config = load_config(checkpoint)
     # Parameter shapes do not depend on the graph: any small graph gives the template.
     probe = layered_dag(8, seed=0)

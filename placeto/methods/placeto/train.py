@@ -47,6 +47,7 @@ from placeto.checkpoint_io import (CHECKPOINT, MAX_COUNTER, RunLock, check_devic
                                    check_resume_devices, check_same_model, counter, objectives, read_blob, restore)
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.rollouts.distributed import WorkerSpec, open_pool
+from placeto.methods.placeto.episodes import concat_rollouts
 from placeto.methods.placeto.rollout_workers import WORKER
 from placeto.features import GraphArrays
 from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_steps, clipped_adam, entropy_coef,
@@ -54,7 +55,9 @@ from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_
                                               returns_to_go, steps_of)
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
+from placeto.objective import meter
 from placeto.progress import advance
+from placeto.rollouts.workers import key_data
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
@@ -384,9 +387,6 @@ def best_device_targets(ro: Rollout, move_weight: float = 1.0) -> np.ndarray:
 
 def _pool_collect(pool, task: int, batch: int):
     """collect(params, key, seed) -> Rollout of `batch` episodes of task index `task`, split across the pool."""
-    from placeto.methods.placeto.episodes import concat_rollouts
-    from placeto.rollouts.workers import key_data
-
     return lambda params, key, seed: concat_rollouts(pool.run(params, (task, key_data(key), seed), batch))
 
 
@@ -447,8 +447,6 @@ def finetune_params(config: PlacetoConfig, params: Any, graph: Graph, cluster: C
 
     Returns (params, best placement int32[N] any episode visited, its objective in microseconds).
     """
-    from placeto.objective import meter
-
     cfg = config.replace(episodes=episodes, seed=seed)
     policy, optimizer = make_policy(cfg), make_optimizer(cfg)
     ctx = E.make_context(graph, cluster, cfg)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from placeto.config_fields import parse_overrides
 from placeto.methods.sequence.pergraph import PerGraphConfig
+from placeto.methods.sequence.rundir import train
 from placeto.methods.sequence.specs import get_spec
 from simulator.model.errors import InputError
 
@@ -12,8 +14,6 @@ from simulator.model.errors import InputError
 def config_from_args(method: str, args: argparse.Namespace, devices: int) -> PerGraphConfig:
     """The method's config from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes and
     the cluster's device count; InputError naming the field on a bad value."""
-    from placeto.config_fields import parse_overrides
-
     spec = get_spec(method)
     try:
         changes = parse_overrides(args.set, spec.config_cls)
@@ -30,8 +30,6 @@ def config_from_args(method: str, args: argparse.Namespace, devices: int) -> Per
 def train_from_args(method: str, args: argparse.Namespace, graphs, clusters, workers=None) -> int:
     """Train (or resume) an rnn / hierarchical run as the train command's arguments say; prints a summary.
     `workers`: a placeto.rollouts.distributed.WorkerSpec (--workers)."""
-    from placeto.methods.sequence.rundir import train
-
     if args.family or len(graphs) != 1 or len(clusters) != 1:
         raise InputError(f"--method {method} trains one policy per graph and cluster (as the seeds): give one "
                          f"--graph and one --devices count (or --cluster)")

@@ -35,7 +35,7 @@ import numpy as np
 
 from placeto import jraph_adapter as ja
 from placeto.features import N_STATIC, bucket, static_node_features
-from placeto.gnn import MessagePassing
+from placeto.gnn import MessagePassing, sinusoid
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
@@ -142,8 +142,6 @@ class OpEmbed(nn.Module):
 
     @nn.compact
     def __call__(self, x: OpInputs):
-        from placeto.gnn import sinusoid
-
         kind = nn.Embed(self.op_types, self.hidden, name="op_type")(x.op_type)  # [Np, H]
         pos = sinusoid(x.position.shape[0], self.hidden)[x.position]  # [Np, H]
         feats = jnp.concatenate([kind, x.numeric, pos], axis=-1)[:, None, :]  # [Np, 1, 2H + N_STATIC]

@@ -48,6 +48,15 @@ def run_pergraph(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budge
     return train_in_budget(name, graph, cluster, seed, budget, seconds, config)
 
 
+def run_method(variant: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
+               seconds: float | None = None, checkpoint: PathLike | None = None,
+               finetune_episodes: int = 0) -> tuple[MethodRun, float]:
+    """rnn's and hierarchical's Method.run (placeto.methods.base.RunFn): `run_pergraph`. `finetune_episodes` does
+    not apply: a per-graph policy is trained longer instead (Method.finetunes False)."""
+    del finetune_episodes
+    return run_pergraph(variant, graph, cluster, seed, budget, seconds, checkpoint)
+
+
 def _compile(net, inputs, params, batch: int, greedy: bool, with_update: bool, config) -> None:
     """Compile `sample` (and the update) for these shapes, outside any meter; nothing is simulated."""
     drawn = sample(net, params, inputs, jax.random.key(0), batch, greedy)

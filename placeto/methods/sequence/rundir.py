@@ -37,11 +37,13 @@ from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, co
 from placeto.rollouts.distributed import WorkerSpec, open_pool
 from placeto.methods.sequence.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig
 from placeto.methods.sequence.specs import get_spec
-from placeto.methods.sequence.reinforce import Baseline, Drawn, concat_drawn, init_params, make_optimizer, reinforce_step
+from placeto.methods.sequence.reinforce import (Baseline, Drawn, concat_drawn, draw_range, init_params, make_optimizer,
+                                               reinforce_step)
 from placeto.objective import metered, record
 from placeto.progress import advance
-from placeto.rollouts.workers import Pair, from_key_data
-from simulator.model.cluster import Cluster
+from placeto.rollouts.workers import Pair, from_key_data, key_data
+from simulator.model.cluster import Cluster, cluster_preset
+from simulator.model.generate import layered_dag
 from simulator.model.errors import InputError
 from simulator.model.limits import number, short_repr
 from simulator.model.graph import Graph
@@ -204,8 +206,6 @@ def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike,
 def _draw_on(pool, config: PerGraphConfig, params, key: jax.Array) -> Drawn:
     """The update's samples drawn across the pool's workers (reinforce.draw_range), counted by this process's
     meter."""
-    from placeto.rollouts.workers import key_data
-
     drawn = concat_drawn(pool.run(params, (key_data(key),), config.samples_per_update))
     record(drawn.scores.objective)
     return drawn
@@ -292,9 +292,6 @@ def load_run(run_dir: PathLike) -> tuple[PerGraphConfig, Any, dict[str, Any]]:
         config = spec.config_cls.from_dict(d)
     except (TypeError, ValueError) as e:
         raise InputError(str(e), str(run_dir / CONFIG)) from None
-    from simulator.model.cluster import cluster_preset
-    from simulator.model.generate import layered_dag
-
     probe = spec.make_inputs(layered_dag(8, seed=0), cluster_preset("placeto-k80", config.devices), config)
     net = spec.make_net(config)
     shapes = jax.eval_shape(lambda: net.init(jax.random.key(0), probe, jax.random.key(0), 1, False,
@@ -304,6 +301,13 @@ def load_run(run_dir: PathLike) -> tuple[PerGraphConfig, Any, dict[str, Any]]:
     blob = read_blob(path, ("params", "task"))
     task = stored_task(blob, path)
     return config, restore(template, blob["params"], "params", path), task
+
+
+def load_params(run_dir: PathLike) -> tuple[PerGraphConfig, Any]:
+    """(config, params) of a per-graph run directory (`load_run` without its task): rnn's and hierarchical's
+    Method.load."""
+    config, params, _ = load_run(run_dir)
+    return config, params
 
 
 WORKER = "placeto.methods.sequence.rundir:PerGraphWorker"  # the per-graph methods' worker kind (placeto.rollouts.workers.make_worker)
@@ -320,7 +324,5 @@ class PerGraphWorker:
 
     def run(self, params, key: np.ndarray, lo: int, hi: int):
         """reinforce.Drawn of samples [lo, hi) of an update."""
-        from placeto.methods.sequence.reinforce import draw_range
-
         return draw_range(self.net, self.config, params, self.inputs, self.graph, self.cluster, from_key_data(key),
                           lo, hi)

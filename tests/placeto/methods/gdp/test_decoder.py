@@ -13,7 +13,7 @@ from placeto.methods.gdp.config import GdpConfig, tiny
 from placeto.methods.gdp.decoder import decode, decode_reference
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.place import greedy_placement, load_run, run_gdp
-from placeto.methods.gdp.ppo import (_heads, concat_drawn, decoded_log_policy, draw, draw_range, init_params,
+from placeto.methods.gdp.ppo import (concat_drawn, decoded_log_policy, decoder_heads, draw, draw_range, init_params,
                                      make_task)
 from placeto.methods.gdp.train import train
 from placeto.objective import metered, score_batch
@@ -28,7 +28,7 @@ N = 60  # every graph here has about N nodes: one padded shape, one compilation 
 def _outputs(graph, cluster, config=CONFIG):
     task = make_task(graph, cluster, config)
     params = init_params(config, task)
-    return task, params, *(np.asarray(a) for a in _heads(make_net(config), params, task.inputs))
+    return task, params, *(np.asarray(a) for a in decoder_heads(make_net(config), params, task.inputs))
 
 
 def _tight(graph, n_dev):
@@ -121,10 +121,10 @@ def test_decoder_is_a_model_field_and_old_configs_keep_the_independent_decoder()
 def test_a_fresh_policy_is_the_list_scheduler_up_to_its_tie_breaks():
     """Scores and load weight start at 0: fresh parameters decode m-ETF's (HEFT's) placement with ties to the lowest
     device; the one pass (greedy_placement) breaks the ties with key(TIE_SEED)'s uniforms, the same every call."""
-    from placeto.methods.gdp.ppo import TIE_SEED, _uniforms
+    from placeto.methods.gdp.ppo import TIE_SEED, decoder_uniforms
 
     graph, cluster = branching_blocks(N, seed=6), cluster_preset("placeto-k80", 4)
-    ties = np.asarray(_uniforms(jax.random.key(TIE_SEED), np.zeros(1, np.uint32), graph.n_nodes), np.float64)
+    ties = np.asarray(decoder_uniforms(jax.random.key(TIE_SEED), np.zeros(1, np.uint32), graph.n_nodes), np.float64)
     for order, scheduler in (("etf", etf), ("heft", heft)):
         config = CONFIG.replace(decoder=order)
         task, params, scores, weight = _outputs(graph, cluster, config)
