@@ -270,7 +270,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=str(ROOT / "experiments" / "results" / "benchmarks"))
     p.add_argument("--replot", action="store_true",
                    help="only redraw the curves PNGs already in --out from the CSV and kept traces (no runs)")
-    from placeto.rollouts.distributed import add_worker_arguments, spec_from_args
+    from placeto.cli.arguments import add_worker_arguments, spec_from_args
 
     add_worker_arguments(p, "graphs (one Ray task per graph, one CPU each)")
     args = p.parse_args(argv)

@@ -34,7 +34,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="trained policy (run directory or shipped name); adds 'placeto' and 'placeto-search' columns")
     p.add_argument("--out", default=str(ROOT / "experiments" / "results" / "reproduce"))
     p.add_argument("--plot", action="store_true")
-    from placeto.rollouts.distributed import add_worker_arguments
+    from placeto.cli.arguments import add_worker_arguments
 
     add_worker_arguments(p, "graphs (one Ray task per graph)")
     return p.parse_args(argv)
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     from placeto.harness.compare import compare, markdown_table, plot_compare, write_csv
-    from placeto.rollouts.distributed import spec_from_args
+    from placeto.cli.arguments import spec_from_args
     from simulator.model.errors import InputError
     from simulator.model.io import atomic_write_bytes, load_graph
 

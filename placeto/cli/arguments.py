@@ -16,6 +16,7 @@ import math
 import sys
 from typing import Callable, Sequence
 
+from placeto.rollouts.distributed import RAY_HINT, WorkerSpec, probe, require_ray
 from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.model.errors import InputError
 from simulator.model.limits import MAX_DEVICES, MAX_SEED
@@ -212,3 +213,29 @@ def cluster_from_args(args: argparse.Namespace, placement: str | None = None) ->
         files.append((f"placement {placement}", placement_devices(placement)))
     n = resolve_devices(spec_count(getattr(args, "devices", None)), files)
     return cluster if cluster is not None else cluster_preset(args.preset, n)
+
+
+def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> None:
+    """--workers N, --ray-address ADDR, --worker-timeout S."""
+    p.add_argument("--workers", type=WORKERS, default=None,
+                   help=f"run the {what} in N Ray workers (needs {RAY_HINT}); without --ray-address a local Ray "
+                        "starts on this machine")
+    p.add_argument("--ray-address", default=None, metavar="ADDR",
+                   help="join this Ray cluster (HOST:PORT of `ray start --head`, ray://HOST:PORT, or auto)")
+    p.add_argument("--worker-timeout", type=float_in(1.0, 1e6), default=WorkerSpec.timeout_s, metavar="S",
+                   help="stop with an error when the workers give no result for S seconds")
+
+
+def spec_from_args(args: argparse.Namespace) -> WorkerSpec | None:
+    """The WorkerSpec of --workers / --ray-address / --worker-timeout; None without --workers. InputError if
+    --ray-address comes without --workers or nothing answers there, or Ray is not installed."""
+    workers, address = getattr(args, "workers", None), getattr(args, "ray_address", None)
+    if workers is None:
+        if address is not None:
+            raise InputError("--ray-address needs --workers N (how many Ray workers to run)")
+        return None
+    require_ray()
+    spec = WorkerSpec(workers, address, getattr(args, "worker_timeout", WorkerSpec.timeout_s))
+    if address is not None:
+        probe(address, spec.connect_timeout_s)  # before anything is written
+    return spec

@@ -13,7 +13,7 @@ from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table,
 from placeto.methods import registry
 from placeto.methods.base import LARGE_GRAPH_NODES
 from placeto.policies import DEFAULT_POLICY
-from placeto.rollouts.distributed import add_worker_arguments, spec_from_args
+from placeto.cli.arguments import add_worker_arguments, spec_from_args
 from simulator.model.cluster import Cluster, load_cluster
 from simulator.model.errors import InputError
 from simulator.model.io import atomic_write_bytes, check_output_path, load_graph

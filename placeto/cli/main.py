@@ -18,7 +18,8 @@ from placeto.cli.arguments import (COUNT, DEVICE_SPEC, DEVICES, MINUTES, PERCENT
                                DEFAULT_DEVICES, OneLineParser, add_cluster_arguments, add_preset_argument,
                                cluster_from_args, comma_list)
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
-from placeto.rollouts.distributed import WorkerError, add_worker_arguments
+from placeto.rollouts.distributed import WorkerError
+from placeto.cli.arguments import add_worker_arguments
 from simulator.model.errors import TRACEBACK_ENV, InputError
 from simulator.model.io import check_distinct_paths, check_output_path
 

@@ -16,7 +16,7 @@ from simulator.model.io import check_distinct_paths, check_output_path
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from placeto.rollouts.distributed import spec_from_args
+    from placeto.cli.arguments import spec_from_args
     from placeto.methods import registry
 
     workers = spec_from_args(args)  # None without --workers

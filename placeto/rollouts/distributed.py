@@ -18,7 +18,6 @@ not forwarded). With one, the driver joins that cluster; its nodes must have pla
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
 import itertools
@@ -29,7 +28,6 @@ import socket
 import warnings
 from typing import Any, Callable, Sequence
 
-from placeto.cli.arguments import WORKERS, float_in
 from placeto.rollouts.workers import make_worker, partition
 from simulator.model.errors import InputError
 
@@ -66,32 +64,6 @@ class WorkerSpec:
             raise InputError("worker timeouts must be positive numbers of seconds")
 
 
-def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> None:
-    """--workers N, --ray-address ADDR, --worker-timeout S."""
-    p.add_argument("--workers", type=WORKERS, default=None,
-                   help=f"run the {what} in N Ray workers (needs {RAY_HINT}); without --ray-address a local Ray "
-                        "starts on this machine")
-    p.add_argument("--ray-address", default=None, metavar="ADDR",
-                   help="join this Ray cluster (HOST:PORT of `ray start --head`, ray://HOST:PORT, or auto)")
-    p.add_argument("--worker-timeout", type=float_in(1.0, 1e6), default=WorkerSpec.timeout_s, metavar="S",
-                   help="stop with an error when the workers give no result for S seconds")
-
-
-def spec_from_args(args: argparse.Namespace) -> WorkerSpec | None:
-    """The WorkerSpec of --workers / --ray-address / --worker-timeout; None without --workers. InputError if
-    --ray-address comes without --workers or nothing answers there, or Ray is not installed."""
-    workers, address = getattr(args, "workers", None), getattr(args, "ray_address", None)
-    if workers is None:
-        if address is not None:
-            raise InputError("--ray-address needs --workers N (how many Ray workers to run)")
-        return None
-    require_ray()
-    spec = WorkerSpec(workers, address, getattr(args, "worker_timeout", WorkerSpec.timeout_s))
-    if address is not None:
-        _probe(address, spec.connect_timeout_s)  # before anything is written
-    return spec
-
-
 def require_ray():
     """The ray module, or InputError saying how to install it."""
     try:
@@ -106,7 +78,7 @@ def connect(spec: WorkerSpec):
     if nothing answers there within connect_timeout_s), else a new local Ray with spec.workers CPUs."""
     ray = require_ray()
     if spec.address is not None:
-        _probe(spec.address, spec.connect_timeout_s)
+        probe(spec.address, spec.connect_timeout_s)
     if ray.is_initialized():
         return ray
     try:
@@ -128,7 +100,7 @@ def start(address: str | None = None, num_cpus: int | None = None):
     return ray
 
 
-def _probe(address: str, timeout: float) -> None:
+def probe(address: str, timeout: float) -> None:
     """InputError unless a TCP connection to `address` opens within `timeout` s ("auto" is not probed: Ray finds
     the local cluster itself)."""
     if address == "auto":
