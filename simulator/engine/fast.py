@@ -34,8 +34,8 @@ from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import check_placement
-from simulator.engine.peak_memory import _peak
-from simulator.engine.prepared import Prepared, _prepare, prepare  # noqa: F401  (_prepare: for tests and benchmarks)
+from simulator.engine.peak_memory import fill_peak_memory
+from simulator.engine.prepared import Prepared, prepare
 from simulator.model.result import SimResult, Transfers, lower_bound
 
 
@@ -79,7 +79,7 @@ class _Schedule(NamedTuple):
     x_out: np.ndarray  # int32[T] its output index
     x_dev: np.ndarray  # int32[T] sending device
     x_end: np.ndarray  # float64[T] arrival, microseconds (the starts are work.x_start[:T])
-    work: _Work  # the schedule (start, end, x_start) and what _peak reads
+    work: _Work  # the schedule (start, end, x_start) and what fill_peak_memory reads
 
 
 # ---- the compiled event loop ---------------------------------------------------------------------------
@@ -304,7 +304,7 @@ class _LazyPeak:
                 if self._peak is None:
                     g, w, dev = self._args
                     peak = np.zeros(g.cost.shape[1])
-                    _peak(g, w, dev, peak)
+                    fill_peak_memory(g, w, dev, peak)
                     self._peak, self._args = peak, None
         return self._peak
 
@@ -323,7 +323,7 @@ def _simulate_rows(g, placements, lo, hi, runtime, peak, with_memory, done):
     for b in range(lo, hi):
         runtime[b], done[b] = _run(g, w, placements[b])
         if with_memory and done[b] == n:
-            _peak(g, w, placements[b], peak[b])
+            fill_peak_memory(g, w, placements[b], peak[b])
 
 
 # ---- public API ----------------------------------------------------------------------------------------

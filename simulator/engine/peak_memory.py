@@ -20,7 +20,7 @@ _jit = numba.njit(cache=True, nogil=True)
 
 
 @_jit
-def _peak(g, w, dev, peak):
+def fill_peak_memory(g, w, dev, peak):
     """Fill peak (float64[D]) with peak_memory_reference's bytes for the schedule in `w` (after _run)."""
     if g.exact_memory:
         _peak_memory_exact(g, w, dev, peak)

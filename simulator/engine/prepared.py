@@ -43,11 +43,11 @@ def prepare(graph: Graph, cluster: Cluster) -> Prepared:
     """The placement-independent arrays of `graph` on `cluster`, memoised in graph.cache."""
     key = ("engine.prepare", cluster)
     if key not in graph.cache:
-        graph.cache[key] = _prepare(graph, cluster)
+        graph.cache[key] = prepare_arrays(graph, cluster)
     return graph.cache[key]
 
 
-def _prepare(graph: Graph, cluster: Cluster) -> Prepared:
+def prepare_arrays(graph: Graph, cluster: Cluster) -> Prepared:
     n, n_dev, n1 = graph.n_nodes, cluster.n_devices, max(graph.n_nodes, 1)
     cost = np.ascontiguousarray(graph.cost_matrix(cluster.kinds), dtype=np.float64)
     check_graph_on_cluster(graph, cluster, cost)  # every simulated time finite: the kernel's index math needs it

@@ -45,6 +45,8 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.engine.fast import simulate
+from simulator.engine.reference import simulate_reference
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph, make_graph
@@ -260,16 +262,12 @@ def simulate_staged(graph: Graph, placement: Sequence[int], cluster: Cluster, or
     """Simulated step time of `placement` run as stages in dispatch `order` (see the module docstring); the fast
     engine (simulator.engine.fast). With `costs.contention`, a second pass adds to each stage `contention` x its
     units' work x the share of its time (first pass) another device was running a stage (`overlap`)."""
-    from simulator.engine.fast import simulate
-
     return _two_passes(simulate, graph, placement, cluster, order, costs, holders)
 
 
 def simulate_staged_reference(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int],
                               costs: RigCosts, holders: Sequence[bool] | None = None) -> StagedResult:
     """`simulate_staged` with the plain-Python event loop (simulator.engine.reference): the oracle."""
-    from simulator.engine.reference import simulate_reference
-
     return _two_passes(simulate_reference, graph, placement, cluster, order, costs, holders)
 
 

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from simulator import InputError, simulate, simulate_batch, simulate_reference
 from simulator.model.cluster import Cluster, Device, Host
-from simulator.engine.fast import _prepare, _simulate_one, _simulate_rows
+from simulator.engine.fast import _simulate_one, _simulate_rows
+from simulator.engine.prepared import prepare_arrays
 from simulator.model.graph import make_graph
 from simulator.model.limits import MAX_TIME_US
 from tests.simulator.engine.test_fast import assert_same
@@ -115,7 +116,7 @@ def test_kernel_survives_any_numbers_and_device_indices(data):
     hosts = (Host("h", 1.0, 1.0),)  # one host shared by every device
     cluster = Cluster("raw", tuple(Device(f"/d:{i}", "k80", 1e9, "h") for i in range(n_dev)), 1.0, 1.0, 1.0, 1.0,
                       hosts)
-    g = _prepare(make_graph("raw", nodes, edges), cluster)
+    g = prepare_arrays(make_graph("raw", nodes, edges), cluster)
     g = g._replace(cost=np.asarray(data.draw(st.lists(RAW, min_size=n * n_dev, max_size=n * n_dev)),
                                    dtype=np.float64).reshape(n, n_dev),
                    xfer_time=np.asarray(data.draw(st.lists(RAW, min_size=2 * n, max_size=2 * n))),
