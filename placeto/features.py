@@ -89,19 +89,6 @@ def cost_unit(graph: Graph, cluster: Cluster) -> float:
     return float(nz.mean()) if nz.size else 1.0
 
 
-def communication_ratio(graph: Graph, cluster: Cluster) -> float:
-    """The graph's communication-to-computation ratio (CCR, dimensionless): what all its edges would take as
-    transfers between devices (delta2 + latency + bytes / bandwidth each, us) over its total compute on the fastest
-    devices (us; inf if it has none). The classic test of whether to cluster before scheduling: at a high CCR a
-    list scheduler's greedy spreading pays more in transfers than it gains in parallelism. The ungrouped op graphs
-    of nmt_l8, rnnlm_l8 and nasnet have 10.5, 10.5 and 14.8 on placeto-k80; gdp_scale's generated graphs 0.9-1.4.
-    """
-    nbytes = graph.out_bytes[graph.out_offsets[graph.edge_src] + graph.edge_out]
-    comm = float(np.sum(cluster.delta2_us + cluster.latency_us + nbytes / cluster.bandwidth_bytes_per_us))
-    compute = float(min_costs(graph, cluster).sum())
-    return comm / compute if compute > 0 else (0.0 if comm == 0 else float("inf"))
-
-
 def static_node_features(graph: Graph, cluster: Cluster) -> np.ndarray:
     """float32[N, N_STATIC]: compute cost, output bytes (as transfer time), degrees, depth, memory.
 

@@ -23,7 +23,7 @@ The distribution (per task, independently; "log-uniform" means uniform in the lo
 * nodes: 50 to 20,000, log-uniform (callers cap it: `max_nodes`, e.g. smaller graphs for training).
 * cost scale: the median op cost on the fastest device, 1 us to 1 s, log-uniform; op costs log-normal around
   it (sigma 0.3-1.5), 0-10% zero-cost ops.
-* CCR (`placeto.features.communication_ratio`): 0.1 to 20, log-uniform, met by the output sizes up to their
+* CCR (`simulator.model.stats.communication_ratio`): 0.1 to 20, log-uniform, met by the output sizes up to their
   rounding to whole bytes (within 1%).
 * devices: 2 to 8. Cluster: 40% homogeneous (kind "gpu"); 30% heterogeneous, 2-3 kinds "gpu-a", "gpu-b",
   "gpu-c" whose costs are 1x, 1-4x, 1-4x the fastest (log-uniform, each op spread around it with sigma
@@ -61,6 +61,7 @@ from simulator.model.cluster import Cluster, Device
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.limits import MAX_BYTES, MAX_SEED
+from simulator.model.stats import communication_ratio
 
 GEN_FAMILIES = ("gen-chain", "gen-forkjoin", "gen-layered", "gen-skip")
 GEN_SPLITS = ("train", "test", "all")
@@ -83,7 +84,7 @@ class GenSpec:
       cost_scale_us: median op cost on the fastest device, us.
       cost_sigma: log-normal sigma of the op costs around the scale.
       zero_cost_frac: fraction of ops that cost nothing.
-      ccr: target communication-to-computation ratio (`placeto.features.communication_ratio`).
+      ccr: target communication-to-computation ratio (`simulator.model.stats.communication_ratio`).
       bytes_sigma: log-normal sigma of the output sizes.
       bandwidth_bytes_per_us: the cluster's bandwidth, bytes/us.
       fixed_comm_frac: share of the mean transfer time that is per-transfer overhead (delta2 + latency).
@@ -442,7 +443,7 @@ def build(spec: GenSpec) -> tuple[Graph, Cluster]:
     Costs (us): kind 0 of the spec's kinds is the fastest on every op, its cost log-normal around
     cost_scale_us; other kinds multiply it by their factor times a per-op log-normal spread (clipped to at
     least 1x). Output bytes (each op 1 output, 10% of ops 2) are log-normal, then scaled so that
-    `placeto.features.communication_ratio(graph, cluster)` equals spec.ccr up to the rounding to whole bytes.
+    `simulator.model.stats.communication_ratio(graph, cluster)` equals spec.ccr up to the rounding to whole bytes.
     Memory: with `S` = total persistent bytes + the peak of live outputs in the ops' (topological) order, each
     GPU holds memory_headroom * S (roomy) or memory_headroom * (persistent / D + peak live outputs) (tight);
     the CPU of a gpu-cpu cluster max(4x a GPU's, 1.5 S).
@@ -561,8 +562,6 @@ def family_stats(family: str, n: int = 32, seed: int = 0, max_nodes: int = MAX_N
     rows = []
     for spec in gen_specs(family, n, seed, "all", max_nodes=max_nodes):
         graph, cluster = build(spec)
-        from placeto.features import communication_ratio
-
         rows.append((graph.n_nodes, graph.n_edges, communication_ratio(graph, cluster), cluster.n_devices,
                      spec.cost_scale_us, spec.cluster_type, spec.memory_tight))
     cols = list(zip(*rows))
@@ -589,7 +588,7 @@ def readme_section(n: int = 32, seed: int = 0, max_nodes: int = MAX_NODES) -> st
         "",
         "Per task: 50-20,000 ops (log-uniform; callers cap it with `max_nodes`); median op cost 1 us to 1 s on",
         "the fastest device (log-uniform), op costs log-normal around it; communication-to-computation ratio",
-        "(`placeto.features.communication_ratio`) 0.1-20, log-uniform, met by the output sizes; 2-8 devices:",
+        "(`simulator.model.stats.communication_ratio`) 0.1-20, log-uniform, met by the output sizes; 2-8 devices:",
         "homogeneous (40%), heterogeneous with 2-3 kinds 1-4x apart (30%), or GPUs plus one CPU 5-30x slower",
         "(30%); memory roomy (75%) or tight (25%: each GPU holds 1.1-1.5x a balanced share). The train/test split",
         "is fixed: one seeded index of every 4 is test (25%).",

@@ -28,7 +28,6 @@ from placeto.baselines.single import or_single, single
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob, restore
 from placeto.coarsen import for_policy
 from placeto.compile_time import excluded
-from placeto.features import communication_ratio
 from placeto.methods.base import default_for
 from placeto.methods.gdp.config import DEFAULT_CHECKPOINT, LARGE_CHECKPOINT, NAME, FinetuneSettings, GdpConfig
 from placeto.methods.gdp.decoder import decode
@@ -43,6 +42,7 @@ from simulator.model.errors import InputError
 from simulator.model.generate import layered_dag
 from simulator.model.graph import Graph
 from simulator.model.io import PathLike, read_json
+from simulator.model.stats import communication_ratio
 
 
 def is_gdp_run(run_dir: PathLike | None) -> bool:

@@ -6,7 +6,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from placeto.features import communication_ratio
+from simulator.model.stats import communication_ratio
 from simulator.workloads.generated import (CLUSTER_TYPES, GEN_FAMILIES, GenSpec, build, draw_spec, gen_specs, readme_section,
                                rebuild, spec_from_meta, tasks)
 from simulator import load_cluster, load_graph, lower_bound, save_cluster, save_graph, simulate

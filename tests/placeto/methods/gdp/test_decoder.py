@@ -190,7 +190,7 @@ def test_a_checkpoint_with_a_bad_decoding_field_is_one_line_and_exit_2(tmp_path,
 
 
 def test_communication_ratio_is_transfer_time_over_compute():
-    from placeto.features import communication_ratio
+    from simulator.model.stats import communication_ratio
     from simulator.model.result import min_costs
 
     graph, cluster = layered_dag(N, seed=5), cluster_preset("placeto-k80", 3)
