@@ -64,9 +64,10 @@ from typing import NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.grouping.quotient import Quotient, quotient_topo_order
+from simulator.model.costs import FREE_OPS, FUSED_KINDS, fused_group_costs
 from simulator.model.errors import InputError
 from simulator.model.graph import DEFAULT_KIND, Graph, make_graph
-from simulator.grouping.quotient import Quotient, quotient_topo_order
 
 _WAVE = 64  # step (c): nodes whose labels one contraction raises each way before leaving the rest stale
 _RESCHEDULE = 8  # step (c): labels are recomputed after n_groups / _RESCHEDULE contractions left them stale
@@ -425,11 +426,9 @@ def _effective_cost(graph: Graph, kind: str) -> np.ndarray:
 def _group_costs(graph: Graph, g: np.ndarray, kind: str, cost: np.ndarray, n_groups: int) -> np.ndarray:
     """float64[G] a group's cost under `kind`: the fused roofline of its ops for the XLA-era analytic kinds of
     a traced graph (simulator.model.costs.fused_group_costs), else the sum of its ops' costs."""
-    from simulator.model import costs
-
-    traced = all(op in costs.FREE_OPS or "flops" in a for op, a in zip(graph.ops, graph.attrs))
-    if kind in costs.FUSED_KINDS and traced and graph.n_nodes:
-        return costs.fused_group_costs(graph, g, kind)
+    traced = all(op in FREE_OPS or "flops" in a for op, a in zip(graph.ops, graph.attrs))
+    if kind in FUSED_KINDS and traced and graph.n_nodes:
+        return fused_group_costs(graph, g, kind)
     return np.bincount(g, weights=cost, minlength=n_groups)
 
 

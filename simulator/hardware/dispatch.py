@@ -38,7 +38,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 if TYPE_CHECKING:  # this module must not import jax at import time (see simulator.hardware.devices)
-    from simulator.tracing.trace import Source
+    from simulator.model.graph import Source
 
 Key = tuple[Any, int]  # a value on a device: (node output `Source`, or another name, device index)
 

@@ -35,12 +35,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
-from simulator.model.errors import InputError
 from simulator.hardware.dispatch import Const, Key, Plan, Task
+from simulator.model.errors import InputError
+from simulator.model.graph import Source
 from simulator.tracing.lowering import UnitProgram, unit_order, unit_programs
 
 if TYPE_CHECKING:  # this module must not import jax at import time (see simulator.hardware.devices)
-    from simulator.tracing.trace import Source, Traced
+    from simulator.tracing.trace import Traced
 
 _FUNCTIONS: "weakref.WeakKeyDictionary[Traced, dict]" = weakref.WeakKeyDictionary()  # jitted units per trace
 DONATE = True  # donate transient stage inputs; safe on CPU too (jax 0.10: buffers reused, no warning)
@@ -78,8 +79,6 @@ def units_plan(units: Sequence[UnitProgram], values: Sequence[Any], placement: S
     one task per unit.
     """
     import jax
-
-    from simulator.tracing.trace import Source
 
     place = placement_array(placement, len(units), len(devices), what)
     order = unit_order(units, None if order is None else check_order(order, len(units)))

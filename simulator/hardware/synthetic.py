@@ -18,9 +18,9 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
-from simulator.model.graph import Graph
 from simulator.hardware.dispatch import Plan, Task
 from simulator.hardware.plans import check_order, compile_task, finish_plan, placement_array
+from simulator.model.graph import Graph, Source
 
 _KERNELS: dict = {}  # (output sizes, matrix side, device) -> jitted synthetic kernel
 
@@ -61,8 +61,6 @@ def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, 
     device index (mixed devices: a GPU runs the loop far faster than a CPU)."""
     import jax
     import jax.numpy as jnp
-
-    from simulator.tracing.trace import Source
 
     n = graph.n_nodes
     kernels = [kernel] * len(devices) if isinstance(kernel, KernelModel) else list(kernel)

@@ -34,6 +34,11 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.engine.staged import stage_graph, stage_inputs, stage_outputs, stage_sends
+from simulator.measure.rig_step import timed_steps
+from simulator.measure.rig_workload import received
+from simulator.model.errors import InputError
+
 CHUNKS = 32  # runs of about equal profiled cost (each one stage or a few: holders split none)
 STEPS = 3  # timed steps of the chunked plan (each stage's median is fitted)
 
@@ -105,8 +110,6 @@ def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -
     simulator.measure.rig_workload.received times it), in the steps' `events` ({worker: [simulator.hardware.rig.worker.Event]}
     each); `sends` as simulator.engine.staged.stage_sends, stages on devices `placement` (int[S]). A batch whose events
     are not one send and one receive in every step is left out."""
-    from simulator.measure.rig_workload import received
-
     out = {}
     for s, dst in sends:
         taken = []
@@ -142,10 +145,6 @@ def observe(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
     """The Observed of `runner`'s graph on its process rig (simulator.hardware.runner.HardwareRunner with a rig of at least
     2 workers and rig costs: the units' costs already scaled to the rig): its units cut into `chunks` runs
     (`chunked`), the plan run `steps` times after `warmup`."""
-    from simulator.measure.rig_step import timed_steps
-    from simulator.model.errors import InputError
-    from simulator.engine.staged import stage_graph, stage_inputs, stage_outputs, stage_sends
-
     if runner.rig is None or runner.rig.n_devices < 2 or runner.rig_costs is None:
         raise InputError("values crossing stages are measured between two workers of a process rig")
     graph, holders = runner.graph, runner.holders

@@ -53,7 +53,8 @@ from simulator.model.graph import DEFAULT_KIND
 from simulator.hardware.dispatch import Plan, run_plan
 from simulator.hardware.devices import device_count, kind_of, local_devices
 from simulator.hardware.plans import compile_task
-from simulator.hardware.synthetic import KernelModel, kernel_body
+from simulator.hardware.synthetic import KernelModel, kernel_body, synthetic_plan
+from simulator.hardware.timing import time_interleaved
 
 DEFAULT_MEMORY = 64 * 10**9  # bytes, when the machine does not say
 
@@ -164,9 +165,6 @@ def measure_probes(devices: Sequence, probes: Sequence[Probe], repeats: int = 7,
     """The probes with measured_us: the lower quartile of `repeats` steps each, run by simulator.hardware.dispatch as
     placed graphs are (synthetic kernels taking each node's cost), the probes interleaved round by round as placements
     are (simulator.hardware.timing.time_interleaved). Lower quartile: on a shared machine load only adds."""
-    from simulator.hardware.timing import time_interleaved
-    from simulator.hardware.synthetic import synthetic_plan
-
     kernels = [calibrate_kernel(d) for d in devices]  # each device's own: mixed devices run it at different speeds
     plans = [synthetic_plan(p.graph, p.placement, p.graph.cost_for(DEFAULT_KIND), devices, kernels)
              for p in probes]

@@ -29,6 +29,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import numpy as np
 
 from simulator.hardware.devices import device_count, local_devices
+from simulator.hardware.rig.worker import Run
+from simulator.hardware.timing import gc_paused
 
 SIZE, LENGTH = 700, 8  # the default chain: 8 matmuls of 700 x 700
 
@@ -99,8 +101,6 @@ def rig_chains(rig: Any, size: int = SIZE, length: int = LENGTH, seed: int = 0) 
     import jax
     import jax.numpy as jnp
 
-    from simulator.hardware.rig.worker import Run
-
     def stage(token, x, w):
         return token, chain_fn(length)(x, w)
 
@@ -154,8 +154,6 @@ def numpy_chains(n: int, size: int = SIZE, length: int = LENGTH, seed: int = 0) 
 
 def measure(ways: dict[str, Chains], rounds: int = 7, warmup: int = 1) -> dict[str, Overlap]:
     """{name: Overlap} of every way (see the module docstring: interleaved rounds, medians)."""
-    from simulator.hardware.timing import gc_paused
-
     names = list(ways)
     for name in names:
         for _ in range(warmup):

@@ -29,6 +29,7 @@ from typing import Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.engine.fast import simulate
 from simulator.model.cluster import Cluster, Host
 from simulator.model.graph import Graph, make_graph
 
@@ -149,8 +150,6 @@ def cluster_params(cluster: Cluster) -> dict[str, float]:
 
 def simulate_probes(probes: Sequence[Probe], cluster: Cluster) -> np.ndarray:
     """float64[P] simulated step time of every probe on `cluster`, microseconds."""
-    from simulator.engine.fast import simulate
-
     return np.array([simulate(p.graph, p.placement, cluster).runtime for p in probes])
 
 
@@ -217,8 +216,6 @@ def held_out_predictions(graph: Graph, placements: Sequence[np.ndarray], measure
                          free: Sequence[str] = WORKLOAD_FREE) -> np.ndarray:
     """float64[P]: the simulated step time of each placement with the parameters `fit_on_placements` fits on
     the other P - 1 (leave-one-out: no placement is predicted by a fit that saw it)."""
-    from simulator.engine.fast import simulate
-
     out = np.empty(len(placements))
     for k in range(len(placements)):
         rest = [i for i in range(len(placements)) if i != k]

@@ -15,25 +15,34 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import jax
-import jax.extend.core as jcore
 import numpy as np
 
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.tracing.trace import Traced
+
+if TYPE_CHECKING:
+    import jax.extend.core as jcore
+
+    from simulator.tracing.trace import Traced
+
+# jax on first use, function by function: simulator.tracing.lowering and export and simulator.measure.graph_profile
+# import this module and must load without jax (simulator.hardware.devices sets XLA flags before jax starts)
 
 
 def local_kind() -> str:
     """Device kind name of the local backend: its platform ("cpu", "gpu", "tpu")."""
+    import jax  # jax on first use
+
     return jax.devices()[0].platform
 
 
 def random_operand(aval: Any, rng: np.random.Generator) -> Any:
     """A random array of `aval`'s shape and dtype: floats standard normal, integers and booleans zero (indices stay
     in range, integer loops run their counted trips), PRNG keys split from key 0."""
+    import jax  # jax on first use
+
     shape, dtype = aval.shape, aval.dtype
     if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
         keys = jax.random.split(jax.random.key(0), max(1, int(np.prod(shape))))
@@ -45,6 +54,8 @@ def random_operand(aval: Any, rng: np.random.Generator) -> Any:
 
 def _bind_fn(eqn: jcore.JaxprEqn) -> Callable:
     """A function of the equation's non-literal operands that applies its primitive once."""
+    import jax.extend.core as jcore  # jax on first use
+
     params = eqn.primitive.get_bind_params(eqn.params)
     subfuns, params = params if isinstance(params, tuple) else ((), params)
     literals = {k: a.val for k, a in enumerate(eqn.invars) if isinstance(a, jcore.Literal)}
@@ -61,12 +72,16 @@ def _bind_fn(eqn: jcore.JaxprEqn) -> Callable:
 
 def equation_signature(eqn: jcore.JaxprEqn) -> str:
     """What makes two equations do the same work: primitive, operand avals (literals by value) and params."""
+    import jax.extend.core as jcore  # jax on first use
+
     ops = [f"lit:{a.val!r}:{a.aval}" if isinstance(a, jcore.Literal) else str(a.aval) for a in eqn.invars]
     params = sorted((k, repr(v)) for k, v in eqn.params.items())
     return f"{eqn.primitive.name}|{ops}|{params}"
 
 
 def _median_us(fn: Callable, args: Sequence[Any], repeats: int, warmup: int) -> float:
+    import jax  # jax on first use
+
     for _ in range(max(1, warmup)):  # the first call compiles
         jax.block_until_ready(fn(*args))
     times = []
@@ -79,6 +94,9 @@ def _median_us(fn: Callable, args: Sequence[Any], repeats: int, warmup: int) -> 
 
 def time_equation(eqn: jcore.JaxprEqn, repeats: int = 5, warmup: int = 2, seed: int = 0) -> float:
     """Median microseconds of one call of the equation alone on the default device (random operands)."""
+    import jax  # jax on first use
+    import jax.extend.core as jcore
+
     rng = np.random.default_rng(seed)
     operands = [random_operand(a.aval, rng) for a in eqn.invars if not isinstance(a, jcore.Literal)]
     return _median_us(jax.jit(_bind_fn(eqn)), operands, repeats, warmup)
@@ -86,6 +104,8 @@ def time_equation(eqn: jcore.JaxprEqn, repeats: int = 5, warmup: int = 2, seed: 
 
 def dispatch_overhead_us(repeats: int = 50, warmup: int = 2) -> float:
     """Median microseconds of a jitted call doing nearly nothing: the floor included in every timing."""
+    import jax  # jax on first use
+
     x = jax.numpy.zeros(())
     return _median_us(jax.jit(lambda a: a + 1), [x], repeats, warmup)
 
@@ -122,6 +142,8 @@ def with_measured(graph: Graph, kind: str, cost: np.ndarray, info: dict, device:
     """`graph` with measured costs (float64[N] microseconds) under `kind` and the conditions in
     meta["profile"][kind]: the device (default: the first local one), its platform, the JAX version and `info`
     (None values left out). The entry also marks the kind as measured, so dataset rebuilds keep it."""
+    import jax  # jax on first use
+
     device = jax.devices()[0] if device is None else device
     meta = dict(graph.meta)
     meta["profile"] = {**meta.get("profile", {}), kind: {

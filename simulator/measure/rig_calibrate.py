@@ -26,8 +26,9 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from simulator.engine.staged import RigCosts
+from simulator.hardware.rig.worker import Run
 from simulator.measure import cache
-from simulator.measure.rig_workload import VERSION
+from simulator.measure.rig_workload import VERSION, counts, fit_events, measure
 from simulator.model.io import atomic_write_bytes
 
 CHAIN = 8  # trivial stages per worker in the launch plan
@@ -66,8 +67,6 @@ def _runs(rig: Any, plan: int, workers: list[int], repeats: int) -> tuple[list[f
 
 def launch_and_step(rig: Any, repeats: int = 30) -> tuple[float, float]:
     """(launch_us, step_us) on every worker of `rig` (see the module docstring)."""
-    from simulator.hardware.rig.worker import Run
-
     workers = list(range(rig.n_devices))
     stage, plan, x = rig.new_id(), rig.new_id(), rig.new_id()
     ids = [rig.new_id() for _ in range(CHAIN)]
@@ -93,8 +92,6 @@ def rig_costs(rig: Any, repeats: int = 30) -> tuple[RigCosts, dict]:
     raw: dict = {"launch_us": launch, "step_us": step}
     if rig.n_devices < 2:
         return RigCosts(launch_us=launch, step_us=max(step, 0.0)), raw
-    from simulator.measure.rig_workload import counts, fit_events, measure
-
     steps = measure(rig, repeats=max(3, repeats // 3), launch_us=launch, step_us=step)
     raw["events"] = counts(steps)
     return fit_events(steps, step), raw

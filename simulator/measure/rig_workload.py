@@ -32,6 +32,12 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 
 from simulator.engine.staged import RigCosts, stage_inputs, stage_outputs
+from simulator.grouping.group import group
+from simulator.hardware.plans import program_plan
+from simulator.hardware.rig.plans import to_rig
+from simulator.hardware.rig.pool import one_core
+from simulator.measure.step_profile import profile_units
+from simulator.tracing.lowering import leaf_values, unit_order, unit_programs
 
 VERSION = 3  # of the workload and the fit: rig costs cached under another version are measured again
 #   (simulator.measure.cache.rig_costs_path); 2: the per-output-MB stage cost; 3: a Recv puts its batch's values
@@ -102,13 +108,7 @@ def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
     process's)."""
     import jax
 
-    from simulator.grouping.group import group
-    from simulator.tracing.lowering import leaf_values, unit_order, unit_programs
-    from simulator.hardware.plans import program_plan
-    from simulator.hardware.rig.pool import one_core
-    from simulator.hardware.rig.plans import to_rig
-    from simulator.measure.step_profile import profile_units
-    from simulator.tracing.trace import trace
+    from simulator.tracing.trace import trace  # imports jax: the rig's cache and calibration load without it
 
     step, args = workload(seed)
     traced = trace(step, *args, name="rig-workload")

@@ -43,7 +43,9 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.hardware.timing import time_calls
 from simulator.model.errors import InputError
+from simulator.model.graph import Source
 
 ATTRIBUTION = 2  # the rule `instruction_units` charges kernels without a unit scope by (2: nearest scoped user first)
 
@@ -107,8 +109,6 @@ def step_function(units: Sequence[Any], order: Sequence[int],
     lets it. Each unit's body runs under `jax.named_scope(f"placeto_unit_{u}")`.
     """
     import jax
-
-    from simulator.tracing.trace import Source
 
     value_keys = [Source(i, 0) for unit in units for i in unit.values]
     produced = ([s for u in order for s in units[u].outputs] if outputs is None else
@@ -327,8 +327,6 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
     passed between units). The step is also timed alone, `repeats` times, outside the profiler (`wall_us`)."""
     import jax
     from jax.profiler import ProfileData
-
-    from simulator.hardware.timing import time_calls
 
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")

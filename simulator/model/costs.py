@@ -25,13 +25,12 @@ import functools
 import math
 from typing import Any, Mapping, NamedTuple, Sequence
 
-import jax.numpy as jnp
 import numpy as np
 
 from simulator.model.errors import InputError
 
-# `Graph` in the annotations is simulator.model.graph.Graph, not imported here: Graph.cost_for imports this module for the
-# costs it derives on demand (`derived_costs`), and an import back would be a cycle.
+# `Graph` in the annotations is simulator.model.graph.Graph, not imported here: simulator.model.graph imports this
+# module for the costs it derives on demand (`derived_costs`), and an import back would be a cycle.
 
 TFLOP = 1e12
 GB = 1e9
@@ -126,6 +125,8 @@ class Work(NamedTuple):
 @functools.lru_cache(maxsize=None)
 def itemsize(dtype: Any) -> int:
     """Bytes per element of a dtype (or dtype name); 0 for what is not an array dtype (tokens)."""
+    import jax.numpy as jnp  # jax on first use: graph files load without it
+
     try:
         return jnp.dtype(dtype).itemsize  # jnp knows bfloat16 and the float8s by name
     except TypeError:
@@ -217,6 +218,8 @@ def _shapes_bytes(shapes: Sequence[Sequence[int]], dtypes: Sequence[str]) -> flo
 @functools.lru_cache(maxsize=None)
 def _float_bits(dtype: str) -> int:
     """Bits of a floating dtype name, 0 for non-float dtypes."""
+    import jax.numpy as jnp  # jax on first use: graph files load without it
+
     try:
         d = jnp.dtype(dtype)
     except TypeError:

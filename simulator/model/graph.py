@@ -12,14 +12,24 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.model.costs import derived_costs
 from simulator.model.errors import InputError
 from simulator.model.limits import MAX_BYTES, MAX_COST_US, MAX_INDEX, integer, number
 
 DEFAULT_KIND = "default"  # cost key used when a node's cost is a plain number (applies to every device kind)
+
+
+# How a traced program (simulator.tracing.trace), its units, plans and exported files name the values of its op
+# graph; here, below the tracer, so that the jax-free modules among them need not import it.
+class Source(NamedTuple):
+    """Where a value comes from: output `out` of node `node`."""
+
+    node: int
+    out: int
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -134,8 +144,6 @@ class Graph:
         object and kind and kept in `cache`: `costs`, `kinds` and the graph's file stay as they were."""
         key = ("derived cost", kind)
         if key not in self.cache:
-            from simulator.model.costs import derived_costs  # imports jax: only when a kind is missing
-
             self.cache[key] = _frozen(derived_costs(self, kind))
         return self.cache[key]
 

@@ -31,10 +31,15 @@ from typing import Any, NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.hardware.devices import local_devices
+from simulator.hardware.plans import units_plan
+from simulator.measure.calibrate import profile_plan
+from simulator.measure.profile import random_operand
 from simulator.model.errors import InputError
-from simulator.model.graph import Graph
+from simulator.model.graph import Graph, Source
 from simulator.model.io import PathLike, atomic_write_bytes
 from simulator.model.limits import MAX_INDEX
+from simulator.tracing.lowering import UnitProgram, unit_programs
 
 FORMAT, VERSION = "placeto-export", 1
 VALUE_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16",
@@ -113,9 +118,6 @@ def export_program(traced: Any, graph: Graph, path: PathLike, op_to_group: np.nd
     import jax
     from jax import export as jax_export
 
-    from simulator.tracing.lowering import unit_programs
-    from simulator.tracing.trace import Source
-
     units = unit_programs(traced, op_to_group)
     if len(units) != graph.n_nodes:
         raise InputError(f"graph {graph.name!r} has {graph.n_nodes} nodes but the program {len(units)} units")
@@ -179,8 +181,6 @@ def _read(z: zipfile.ZipFile, name: str, where: str) -> bytes:
 
 
 def _pairs(x: Any, field: str, n_ops: int) -> tuple:
-    from simulator.tracing.trace import Source
-
     if not isinstance(x, list):
         raise InputError(f"{field}: expected a list of [op, output] pairs")
     out = []
@@ -280,8 +280,6 @@ def load_export(path: PathLike, graph: Graph) -> Bundle:
 
 
 def _unit(u: Any, k: int, n_ops: int, functions: list) -> Any:
-    from simulator.tracing.lowering import UnitProgram
-
     where = f"manifest.json: units[{k}]"
     if not isinstance(u, dict):
         raise InputError(f"{where}: expected an object")
@@ -330,8 +328,6 @@ def values(bundle: Bundle, seed: int = 0) -> list:
     parameters seeded random arrays of their shapes (floats standard normal, integers zero)."""
     import jax
 
-    from simulator.measure.profile import random_operand
-
     n_ops = max([max(u.values, default=-1) for u in bundle.units] + [-1]) + 1
     out: list = [None] * n_ops
     rng = np.random.default_rng(seed)
@@ -348,8 +344,6 @@ def values(bundle: Bundle, seed: int = 0) -> list:
 def bundle_plan(bundle: Bundle, vals: Sequence[Any], placement: Sequence[int], devices: Sequence,
                 order: Sequence[int] | None = None):
     """The simulator.hardware.dispatch.Plan of the exported program placed unit by unit (placement: int[U])."""
-    from simulator.hardware.plans import units_plan
-
     return units_plan(bundle.units, vals, placement, devices, bundle.outputs, None, bundle.cache, order)
 
 
@@ -378,8 +372,5 @@ def find_export(graph: Graph, path: PathLike | None = None) -> Bundle | None:
 def measure_units(bundle: Bundle, repeats: int = 5, seed: int = 0) -> np.ndarray:
     """float64[U] microseconds of every unit of the exported program run alone on the first local device, net
     of the dispatch floor (simulator.measure.calibrate.profile_plan)."""
-    from simulator.measure.calibrate import profile_plan
-    from simulator.hardware.devices import local_devices
-
     plan = bundle_plan(bundle, values(bundle, seed), np.zeros(len(bundle.units), np.int32), local_devices(1))
     return profile_plan(plan, repeats)

@@ -25,6 +25,8 @@ from typing import Any, NamedTuple, Sequence
 
 import jax
 
+from simulator.grouping.group import group
+from simulator.model.costs import annotate_costs
 from simulator.model.errors import InputError, UserCodeError
 from simulator.model.graph import Graph
 from simulator.tracing.trace import Traced, trace
@@ -240,9 +242,6 @@ def import_step(function: str, args_spec: str, kinds: Sequence[str], name: str |
     costs, grows by at most `max_cp_growth`; colocation names may join to reach the target)."""
     import dataclasses
     import time
-
-    from simulator.model.costs import annotate_costs
-    from simulator.grouping.group import group
 
     t0 = time.perf_counter()
     traced = trace_import(function, args_spec, name=name, params=params, opt_state=opt_state)

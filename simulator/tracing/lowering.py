@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 
+from simulator.measure.profile import equation_signature, random_operand
 from simulator.model.errors import InputError
+from simulator.model.graph import Graph, Source
 
 if TYPE_CHECKING:  # this module must not import jax at import time (see simulator.hardware.devices)
-    from simulator.model.graph import Graph
-    from simulator.tracing.trace import Source, Traced
+    from simulator.tracing.trace import Traced
 
 
 def _binder(eqn: Any) -> Callable[..., list]:
@@ -44,8 +45,6 @@ def _unit_body(traced: Traced, members: Sequence[int], inputs: Sequence[Source],
     """f(*inputs) -> outputs: the member equations bound in node (= topological) order."""
     import jax.extend.core as jcore
 
-    from simulator.tracing.trace import Source
-
     steps = [(m, _binder(traced.equations[m]), traced.args[m]) for m in members if traced.equations[m] is not None]
 
     def body(*xs):
@@ -63,8 +62,6 @@ def leaf_values(traced: Traced, args: Sequence[Any], seed: int = 0) -> list:
     `args` (a tuple of pytrees as traced); ShapeDtypeStruct leaves become random arrays (floats standard normal,
     integers zero, as simulator.measure.profile does)."""
     import jax
-
-    from simulator.measure.profile import random_operand
 
     flat, tree = jax.tree_util.tree_flatten(tuple(args))
     if tree != traced.in_tree:
@@ -96,8 +93,6 @@ def unit_programs(traced: Traced, op_to_group: np.ndarray | None = None,
     """[U] the units of a traced program: ops, or groups via `op_to_group` (int32[N_ops]); `n_units` (default:
     the largest group + 1) also counts trailing groups left without ops (a re-trace under another JAX mapped onto
     the file's groups, simulator.tracing.retrace_map): such units do nothing."""
-    from simulator.tracing.trace import Source
-
     n_ops = traced.graph.n_nodes
     unit_of = np.arange(n_ops) if op_to_group is None else np.asarray(op_to_group, dtype=np.int64)
     if unit_of.shape != (n_ops,):
@@ -131,8 +126,6 @@ def unit_order(units: Sequence[UnitProgram], priority: Sequence[int] | None = No
     already topological comes back unchanged; one that is not (a file's group graph against a re-traced
     program whose ops moved between groups) is repaired, not refused."""
     import heapq
-
-    from simulator.tracing.trace import Source
 
     made = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
     made.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
@@ -171,8 +164,6 @@ def unit_graph(graph: "Graph", units: Sequence[UnitProgram], op_graph: "Graph") 
     `op_graph`, the traced op graph)."""
     import dataclasses
 
-    from simulator.tracing.trace import Source
-
     if graph.n_nodes != len(units):
         raise InputError(f"graph {graph.name!r} has {graph.n_nodes} nodes, the program {len(units)} units")
     read = {s for unit in units for s in unit.inputs}
@@ -193,9 +184,6 @@ def unit_graph(graph: "Graph", units: Sequence[UnitProgram], op_graph: "Graph") 
 def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tuple) -> Any:
     """Units doing the same thing share one jitted function per device: single equations with the same
     signature and operand pattern (the unrolled steps of an RNN); groups are keyed by identity."""
-    from simulator.measure.profile import equation_signature
-    from simulator.tracing.trace import Source
-
     if len(members) == 1 and traced.equations[members[0]] is not None:
         m = members[0]
         pattern = tuple(inputs.index(a) if isinstance(a, Source) else -1 for a in traced.args[m])

@@ -48,7 +48,8 @@ import numpy as np
 from jax.tree_util import keystr, tree_flatten_with_path
 
 from simulator.model import costs
-from simulator.model.graph import Graph, make_graph
+from simulator.model.graph import Graph, Source, make_graph
+from simulator.tracing import roles as R
 
 INLINED = {"jit": "jaxpr", "pjit": "jaxpr", "closed_call": "call_jaxpr", "core_call": "call_jaxpr",
            "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr", "custom_vjp_call_jaxpr": "fun_jaxpr",
@@ -57,13 +58,6 @@ FORWARD_COLOCATED = frozenset({"reshape", "transpose", "convert_element_type", "
                                "expand_dims", "copy", "copy_p", "reduce_precision", "slice", "rev"})
 INPUT_OPS = ("input", "param", "const")
 DropVar = getattr(jcore, "DropVar", None) or jax.core.DropVar  # jax < 0.8 has it in jax.core only
-
-
-class Source(NamedTuple):
-    """Where a value comes from: output `out` of node `node`."""
-
-    node: int
-    out: int
 
 
 class Static(NamedTuple):
@@ -286,8 +280,6 @@ class _Flat(NamedTuple):
 def _flat_step(fn: Callable, leaves: list, in_tree: Any, dynamic: list[int]) -> tuple[Callable, _Flat]:
     """f(*array leaves) -> [array leaves of the result] + [leaves of the arguments updated in place]; static
     (non-array) leaves are closed over, as equinox.filter_jit does."""
-    from simulator.tracing.roles import is_array
-
     info = _Flat([], [])
 
     def flat(*dyn):
@@ -301,7 +293,7 @@ def _flat_step(fn: Callable, leaves: list, in_tree: Any, dynamic: list[int]) -> 
         changed = [i for i, x in zip(dynamic, dyn) if len(after) == len(full) and after[i] is not x]
         info.result[:] = [(path_leaves, out_tree)]
         info.updated[:] = changed
-        return [x for _, x in path_leaves if is_array(x)] + [after[i] for i in changed]
+        return [x for _, x in path_leaves if R.is_array(x)] + [after[i] for i in changed]
 
     return flat, info
 
@@ -312,8 +304,6 @@ def trace(fn: Callable, *example_args: Any, name: str | None = None, params: str
     into an op graph; see the module doc. Parameters, optimizer slots and state are found by
     `simulator.tracing.roles` (from the pytree structure, or the key paths `params` / `opt_state`);
     `persistent_argnums` (legacy) instead makes these arguments persistent, the first the parameters."""
-    from simulator.tracing import roles as R
-
     path_leaves, in_tree = tree_flatten_with_path(example_args)
     paths, leaves = [p for p, _ in path_leaves], [x for _, x in path_leaves]
     dynamic = [i for i, x in enumerate(leaves) if R.is_array(x)]

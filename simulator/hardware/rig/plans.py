@@ -29,6 +29,7 @@ import numpy as np
 from simulator.hardware.dispatch import Const, Plan
 from simulator.hardware.rig.pool import ProcessRig
 from simulator.hardware.rig.worker import Event, Recv, Run, Send, Slot
+from simulator.model.errors import InputError
 
 ALIGN = 64  # bytes: every value in a shared memory block starts at a multiple of this
 
@@ -83,8 +84,6 @@ class RigPlan:
 def to_rig(plan: Plan, rig: ProcessRig, scope: Any = None) -> RigPlan:
     """`plan` loaded on `rig` (one worker per device index of the plan; see the module docstring). `scope`:
     resident values sent under the same (hashable) scope are shared with other plans; None: this plan's own."""
-    from simulator.model.errors import InputError
-
     if len(plan.devices) != rig.n_devices:
         raise InputError(f"the plan has {len(plan.devices)} devices, the process rig {rig.n_devices}")
     ids, avals, owned = _resident(plan, rig, scope)

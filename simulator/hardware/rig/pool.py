@@ -41,6 +41,7 @@ import weakref
 from pathlib import Path
 from typing import Any, Sequence
 
+from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
 from simulator.model.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0  # a reply or a batch that takes longer means a worker is stuck (compiles included)
@@ -82,8 +83,6 @@ def worker_env(environ: dict) -> dict:
 def worker_flags(flags: str) -> str:
     """XLA_FLAGS for a worker: the caller's, without a host device count (a worker has one device), with
     SERIAL_CPU_FLAGS (one core per execution)."""
-    from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
-
     words = [w for w in flags.split() if not w.startswith(HOST_DEVICE_FLAG + "=")]
     return " ".join(_with_defaults(words, SERIAL_CPU_FLAGS))
 

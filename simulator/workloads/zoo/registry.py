@@ -21,6 +21,7 @@ from simulator.workloads.zoo.rnnlm import RNNLMConfig, build_rnnlm
 from simulator.workloads.zoo.transformer import TransformerConfig, build_transformer
 from simulator.model.errors import InputError
 from simulator.model.limits import MAX_SEED, short_repr
+from simulator.workloads.family_samplers import SAMPLERS
 
 PROGRAMS: dict[str, Callable[..., Program]] = {
     "cifar10": build_cifar10,
@@ -115,8 +116,6 @@ def reference_sizes(kind: str) -> dict[str, float]:
     """The largest value of each numeric config field of `kind` that the project builds: its default, the
     benchmarks' (list_benchmarks) and its family's (simulator.workloads.family_samplers.SAMPLERS, REFERENCE_DRAWS seeded draws)."""
     import numpy as np
-
-    from simulator.workloads.family_samplers import SAMPLERS
 
     largest = {f.name: f.default for f in dataclasses.fields(CONFIGS[kind])
                if type(f.default) in (int, float)}

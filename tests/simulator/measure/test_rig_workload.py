@@ -8,7 +8,7 @@ from simulator.hardware.dispatch import Task
 from simulator.hardware.rig.worker import Event
 from simulator.measure.rig_workload import StepEvents, fit_events, placements
 from simulator.engine.staged import RigCosts, stage_inputs, stage_outputs
-from simulator.tracing.trace import Source
+from simulator.model.graph import Source
 
 TRUE = RigCosts(launch_us=40.0, launch_us_per_input=7.0, launch_us_per_input_mb=300.0, launch_us_per_output_mb=150.0,
                 step_us=0.0, send_us=20.0, send_us_per_value=5.0, send_us_per_mb=50.0, recv_us=30.0, recv_us_per_value=9.0,

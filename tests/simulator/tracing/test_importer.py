@@ -24,7 +24,8 @@ import optax
 import pytest
 
 from simulator.model.errors import InputError
-from simulator.tracing.trace import Source, trace
+from simulator.model.graph import Source
+from simulator.tracing.trace import trace
 
 # its module fixtures are costly: `make test` (--dist loadgroup) runs the whole module on one worker, so they run once
 pytestmark = pytest.mark.xdist_group("test_import_models")

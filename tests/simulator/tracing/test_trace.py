@@ -13,7 +13,8 @@ from simulator.model.costs import CONTROL_FLOW_OPS
 from simulator.model.errors import InputError
 from simulator.model.io import dumps_graph, load_graph, save_graph
 from simulator.tracing.importer import trace_import
-from simulator.tracing.trace import INLINED, Source, equation_at, trace
+from simulator.model.graph import Source
+from simulator.tracing.trace import INLINED, equation_at, trace
 
 
 def mlp_step_and_args(optimizer=None, batch=8, d_in=10, hidden=16, d_out=4):
