@@ -38,7 +38,7 @@ def bench_graph(path: Path, repeats: int) -> tuple[list[tuple[str, float, int, i
     import numpy as np
 
     from simulator.hardware.runner import dispatch_order, staged_order
-    from simulator.workloads.families import program_of
+    from simulator.tracing.program import program_of
     from simulator.workloads.zoo.registry import build_program_from_data
     from simulator import load_graph, load_placement
     from simulator.model.cluster import Cluster, Device

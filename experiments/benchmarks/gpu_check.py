@@ -58,7 +58,7 @@ def check_graph(name: str, device, repeats: int, log) -> dict:
     """Every figure of one benchmark graph (see the module docstring)."""
     import jax
 
-    from simulator.measure.graph_profile import graph_program
+    from simulator.tracing.program import graph_program
     from simulator.workloads.zoo.registry import build_program_from_data
     from simulator.measure.calibrate import profile_plan
     from simulator.measure.calibrate import cached_cluster

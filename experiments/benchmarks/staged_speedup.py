@@ -36,7 +36,7 @@ def plans_of(path: str) -> tuple[list[str], list]:
 
     from placeto.baselines import run_method
     from simulator.hardware.runner import dispatch_order, hardware_runner, staged_order
-    from simulator.workloads.families import program_of
+    from simulator.tracing.program import program_of
     from simulator.model.cluster import Cluster, Device
     from simulator.model.io import load_graph
     from simulator.tracing.lowering import leaf_values

@@ -22,6 +22,7 @@ ends.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -33,8 +34,15 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
-from simulator.model.errors import InputError
 from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
+from simulator.hardware.timing import time_calls, timing_of
+from simulator.measure import cache
+from simulator.measure.step_profile import step_function
+from simulator.model.errors import InputError
+from simulator.model.io import load_graph
+from simulator.tracing import export
+from simulator.tracing.lowering import unit_order
+from simulator.tracing.program import zoo_program
 
 STEPS, WARMUP = 20, 3  # timed steps and untimed ones first (the first compiles)
 TIMEOUT_S = 300.0  # the child's time limit: importing JAX, building the program, compiling and timing it
@@ -62,8 +70,6 @@ class PlainJit:
 
     def timing(self) -> Any:
         """simulator.hardware.timing.Timing of the steps (call only when `available`)."""
-        from simulator.hardware.timing import timing_of
-
         return timing_of(self.times_us)
 
 
@@ -280,23 +286,13 @@ def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | st
     """The step of a graph: its zoo program (meta.program), else its exported program (`exported`, or the file
     beside the graph's); a string saying why when it has neither."""
     if "program" in graph.meta:
-        from simulator.workloads.zoo.registry import build_program_from_data
-
-        program = graph.meta["program"]
-        if not isinstance(program, Mapping):
-            raise InputError(f"{graph.source or graph.name}: meta.program: expected an object")
-        built = build_program_from_data(program.get("kind"), program.get("kwargs", {}),
-                                        f"{graph.source or graph.name}: meta.program")
-        return Step(built.step, (built.params, built.opt_state, built.batch), f"zoo program {program['kind']}")
-    from simulator.tracing import export
-
+        built = zoo_program(graph)
+        return Step(built.step, (built.params, built.opt_state, built.batch),
+                    f"zoo program {graph.meta['program']['kind']}")
     bundle = export.find_export(graph, exported)
     if bundle is None:
         return ("the graph's meta names no zoo program and no exported program (`import-jax --export`) is beside "
                 "it")
-    from simulator.tracing.lowering import unit_order
-    from simulator.measure.step_profile import step_function
-
     values = export.values(bundle, seed)
     step, keys = step_function(bundle.units, unit_order(bundle.units), bundle.outputs)
     return Step(step, tuple(values[s.node] for s in keys),
@@ -315,9 +311,6 @@ def describe_device(device: Any) -> str:
 def prepare_child(graph_path: str, platform: str, exported: str | None) -> tuple[Any, dict] | dict:
     """(time(steps, warmup) -> [us], what to print beside the times) for the graph's step on the platform's
     first device, or {"why": ...} when it has no step to run."""
-    from simulator.measure import cache
-    from simulator.model.io import load_graph
-
     graph = load_graph(graph_path)
     found = step_of(graph, exported)
     if isinstance(found, str):
@@ -330,8 +323,6 @@ def prepare_child(graph_path: str, platform: str, exported: str | None) -> tuple
     jitted = jax.jit(found.fn)
 
     def time(steps: int, warmup: int) -> list[float]:
-        from simulator.hardware.timing import time_calls
-
         return time_calls(lambda: jax.block_until_ready(jitted(*args)), steps, warmup)
 
     return time, {"device": describe_device(device), "program": found.what}
@@ -354,16 +345,35 @@ def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported:
                 print(json.dumps({"times_us": time(steps, warmup), **what}), file=stdout, flush=True)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from placeto.cli.arguments import COUNT, POSITIVE, OneLineParser
+class ChildParser(argparse.ArgumentParser):
+    """The child's arguments: an error is one line on stderr (the parent reports the last one), exit status 2."""
 
-    p = OneLineParser(prog="python -m simulator.hardware.plain_jit", description="Time the plain jax.jit of a graph file's "
-                      "training step (its zoo or exported program) and print one JSON line.")
+    def error(self, message: str):  # noqa: D102  (argparse's hook)
+        sys.stderr.write(f"{self.prog}: error: {' '.join(message.split())}\n")
+        sys.exit(2)
+
+
+def at_least(lo: int):
+    """An argparse type: an integer >= `lo` (at most 30 digits: no huge int is built)."""
+
+    def parse(text: str) -> int:
+        digits = text.strip().lstrip("+-")
+        if not digits.isdigit() or len(digits) > 30 or int(text) < lo:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text[:40]!r}")
+        return int(text)
+
+    return parse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = ChildParser(prog="python -m simulator.hardware.plain_jit", description="Time the plain jax.jit of a graph "
+                    "file's training step (its zoo or exported program) and print one JSON line.",
+                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("graph", help="graph file (.json or .json.gz)")
     p.add_argument("--platform", choices=PLATFORMS, default="default", help="run on JAX's default device or the "
                                                                             "host CPU")
-    p.add_argument("--steps", type=POSITIVE, default=STEPS, help="timed steps")
-    p.add_argument("--warmup", type=COUNT, default=WARMUP, help="untimed steps first (the first compiles)")
+    p.add_argument("--steps", type=at_least(1), default=STEPS, help="timed steps")
+    p.add_argument("--warmup", type=at_least(0), default=WARMUP, help="untimed steps first (the first compiles)")
     p.add_argument("--exported", help="the graph's exported program (default: <graph>.export.zip, when there)")
     p.add_argument("--serve", action="store_true", help="then time it again for every line 'again' on stdin")
     args = p.parse_args(argv)

@@ -31,15 +31,15 @@ from simulator.hardware.synthetic import synthetic_plan
 from simulator.hardware.timing import time_rounds, timing_of, warm_plans
 from simulator.measure.boundary_costs import CHUNKS, fit_observed, observe
 from simulator.measure.calibrate import calibrate_kernel, profile_plan
+from simulator.measure.graph_profile import measure
 from simulator.measure.rig_calibrate import cached_rig_costs
-from simulator.measure.graph_profile import graph_program, measure
 from simulator.measure.rig_step import graph_contention, measured_step
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import DEFAULT_KIND, Graph
 from simulator.tracing import export
 from simulator.tracing.lowering import leaf_values, unit_graph, unit_programs
-from simulator.workloads.families import program_of
+from simulator.tracing.program import graph_program, program_of
 
 
 class Measured(NamedTuple):
@@ -359,7 +359,7 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
 
     mode "program" runs the graph's program: re-traced when `program` is named on the command line, else its
     exported program (simulator.tracing.export.find_export: `exported`, or the file beside the graph), else re-traced
-    from a zoo program of its meta (simulator.workloads.families.retrace; InputError otherwise); "synthetic" runs calibrated
+    from a zoo program of its meta (simulator.tracing.program.retrace; InputError otherwise); "synthetic" runs calibrated
     kernels taking the simulation costs; "auto" picks "program" when possible.
 
     rig "threads": the devices are this process's JAX devices (host CPU devices share one thread pool); "processes":

@@ -23,55 +23,27 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-from pathlib import Path
-from typing import Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
+from simulator.hardware.devices import kind_of
+from simulator.hardware.plans import materialises, units_plan
+from simulator.measure.calibrate import dispatch_floor_us, profile_plan
+from simulator.measure.profile import dispatch_overhead_us, profile_graph, with_measured
+from simulator.measure.step_profile import ATTRIBUTION, profile_units
 from simulator.model.errors import InputError
 from simulator.hardware.plans import MATERIALISED_PLATFORMS
 from simulator.measure.cache import ProfileKey
 from simulator.measure.step_profile import ATTRIBUTION
 from simulator.model.graph import Graph
+from simulator.tracing.lowering import unit_order
+from simulator.tracing.program import Program, graph_program
 
 METHODS = ("step", "units", "ops")
 MAX_LOAD_PER_CORE = 0.5  # a profile taken while the 1-minute load average, less 1 for placeto's own process
 #                          (a run just before counts too), exceeded 0.5 x cores was taken under load
 LOAD_ENV = "PLACETO_MAX_LOAD_PER_CORE"  # overrides MAX_LOAD_PER_CORE (a shared machine that is never idle)
-
-
-class Program(NamedTuple):
-    """What runs a graph's units: simulator.hardware.dispatch.UnitProgram per graph node, and the op values."""
-
-    units: list
-    values: list
-    traced: Any  # simulator.tracing.trace.Traced, or None for an exported program
-    op_to_group: np.ndarray | None
-    source: str  # "zoo program", "--program", or "exported <file>"
-    outputs: tuple = ()  # the step's outputs (simulator.tracing.trace.Source, or literals)
-
-
-def graph_program(graph: Graph, program: str | None = None, args_spec: str | None = None,
-                  exported: str | None = None, seed: int = 0) -> Program:
-    """The units of `graph`'s program: its exported program (simulator.tracing.export), else a re-trace (a zoo program
-    of its meta, or the `program` the user named; simulator.workloads.families.retrace maps a re-trace that differs)."""
-    from simulator.tracing import export
-    from simulator.tracing.lowering import leaf_values, unit_programs
-
-    bundle = export.find_export(graph, exported) if program is None else None
-    if bundle is not None:
-        return Program(list(bundle.units), export.values(bundle, seed), None, None,
-                       f"exported {Path(bundle.path).name}", tuple(bundle.outputs))
-    from simulator.workloads.families import program_of
-
-    traced, op_to_group, args = program_of(graph, program, args_spec)
-    units = unit_programs(traced, op_to_group, graph.n_nodes if op_to_group is not None else None)
-    if len(units) != graph.n_nodes:
-        raise InputError(f"graph {graph.name!r}: its program has {len(units)} units, the graph {graph.n_nodes} "
-                         f"nodes")
-    return Program(units, leaf_values(traced, args, seed), traced, op_to_group,
-                   "--program" if program else "zoo program",
-                   tuple(traced.outputs) + tuple(a for _, a in traced.updates))
 
 
 def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
@@ -81,9 +53,6 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
     first local device), measured on the first device of each kind; `kind` renames the kind when there is one.
     `progress`: a bar on stderr over its phases (the program, then each kind), its clock ticking within each."""
     import jax
-
-    from simulator.hardware.devices import kind_of
-    from simulator.measure.profile import with_measured
 
     if method not in METHODS:
         raise InputError(f"unknown profile method {method!r} (known: {', '.join(METHODS)})")
@@ -179,13 +148,7 @@ def under_load(how: Mapping[str, Any]) -> bool:
 
 def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
     """(float64[U] microseconds per unit on `device`, what to record about the measurement)."""
-    from simulator.tracing.lowering import unit_order
-    from simulator.hardware.plans import units_plan
-
     if method == "step":
-        from simulator.hardware.plans import materialises
-        from simulator.measure.step_profile import ATTRIBUTION, profile_units
-
         whole = materialises(device)  # as the harness runs a stage there (simulator.hardware.plans.materialises)
         sp = profile_units(prog.units, prog.values, unit_order(prog.units), device, repeats, warmup,
                            None if whole else prog.outputs)
@@ -196,14 +159,10 @@ def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) 
             "events_per_step": sp.events, "xla_flops": _finite(sp.flops),
             "xla_bytes_accessed": _finite(sp.bytes_accessed)}
     if method == "units":
-        from simulator.measure.calibrate import dispatch_floor_us, profile_plan
-
         plan = units_plan(prog.units, prog.values, np.zeros(len(prog.units), np.int32), [device], (), None, {},
                           stages=False)
         return profile_plan(plan, repeats), {"dispatch_floor_us": round(dispatch_floor_us(device), 3)}
     import jax
-
-    from simulator.measure.profile import dispatch_overhead_us, profile_graph
 
     with jax.default_device(device):
         op_cost = profile_graph(prog.traced, repeats, warmup)

@@ -158,7 +158,7 @@ def unit_order(units: Sequence[UnitProgram], priority: Sequence[int] | None = No
 def unit_graph(graph: "Graph", units: Sequence[UnitProgram], op_graph: "Graph") -> "Graph":
     """`graph` (U nodes, one per unit) with the edges and output sizes of the units' own dataflow, and no cost for a
     unit left without ops: the graph of what `units` run. A re-trace under another JAX mapped onto a file's groups
-    (simulator.workloads.families.retrace) moves ops between groups and empties some, so the file's edges no longer say which
+    (simulator.tracing.program.retrace) moves ops between groups and empties some, so the file's edges no longer say which
     unit reads which; a simulation of the file's edges can then order a unit before its inputs. A unit's outputs:
     the values it computes (`outputs`), then the values it holds resident that other units read (bytes from
     `op_graph`, the traced op graph)."""

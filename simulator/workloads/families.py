@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
+from simulator.grouping.group import group, group_placement_from_ops
+from simulator.model.costs import annotate_costs, fused_group_costs
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import load_graph, read_json, save_graph, save_placement, write_json
+from simulator.model.io import atomic_write_bytes, load_graph, read_json, save_graph, save_placement, write_json
 from simulator.model.stats import graph_stats
-
+from simulator.tracing.retrace_map import op_keys
 from simulator.workloads.family_samplers import SAMPLERS
 
 DATASETS = Path(__file__).resolve().parents[2] / "datasets"  # the repository's shipped data
@@ -67,7 +68,7 @@ def family_specs(family: str, seed: int = 0) -> list[GraphSpec]:
 
 def benchmark_specs() -> list[GraphSpec]:
     """The seeds' benchmark models (simulator.workloads.zoo.list_benchmarks), grouped to 400-1000 groups by size."""
-    from simulator.workloads.zoo import list_benchmarks
+    from simulator.workloads.zoo import list_benchmarks  # flax and jax: loading a family needs neither
 
     targets = {"nmt_l8": 1000, "nmt_l4": 600, "rnnlm_l8": 600}
     return [GraphSpec(s.name, s.kind, dict(s.kwargs), targets.get(s.name, 400)) for s in list_benchmarks()]
@@ -83,9 +84,8 @@ def split_of(family: str, seed: int) -> list[str]:
 # ---- building one graph ----------------------------------------------------------------------------------
 def trace_spec(spec: GraphSpec):
     """(program, Traced op graph with analytic costs for ANALYTIC_KINDS) of `spec`."""
-    from simulator.workloads.zoo import build_program
-    from simulator.model.costs import annotate_costs
-    from simulator.tracing.trace import trace
+    from simulator.tracing.trace import trace  # jax: loading a family needs none
+    from simulator.workloads.zoo import build_program  # flax and jax, likewise
 
     program = build_program(spec.kind, **spec.kwargs)
     traced = trace(program.step, program.params, program.opt_state, program.batch, name=spec.name)
@@ -95,8 +95,6 @@ def trace_spec(spec: GraphSpec):
 
 def with_later_kinds(grouping, op_graph: Graph):
     """`grouping` (simulator.grouping.group.Grouping) with the LATER_KINDS' fused-group roofline costs on its graph."""
-    from simulator.model.costs import fused_group_costs
-
     graph = grouping.graph
     for kind in LATER_KINDS:
         graph = graph.with_costs(kind, fused_group_costs(op_graph, grouping.op_to_group, kind))
@@ -122,10 +120,6 @@ def expert_op_placement(op_graph: Graph, layer_groups: list[list[str]], n_device
 def build_graph(spec: GraphSpec, family: str) -> tuple[Graph, dict[str, np.ndarray]]:
     """The grouped graph of `spec` (meta: program, family, grouping) and its expert placements per device count
     (benchmarks only; empty for families)."""
-    from simulator.grouping.group import group, group_placement_from_ops
-
-    from simulator.tracing.retrace_map import op_keys
-
     program, traced = trace_spec(spec)
     grouping = with_later_kinds(group(traced.graph, spec.target_groups), traced.graph)
     meta = {"family": family, "program": {"kind": spec.kind, "kwargs": spec.kwargs},
@@ -257,115 +251,6 @@ def seed_graphs(family: str, seeds: list[int], root: str | Path) -> list[Graph]:
     return out
 
 
-# ---- re-tracing and profiling built graphs ------------------------------------------------------------------
-def retrace(graph: Graph, program: str | None = None, args_spec: str | None = None):
-    """(Traced op graph, op_to_group int32[N_ops] or None) of a graph built here or by `placeto import-jax`.
-
-    A graph file never names code that runs: family and benchmark graphs are rebuilt from meta["program"], a
-    kind of the package's own zoo with validated arguments (simulator.workloads.zoo.registry.check_program_args); any
-    other program is imported only when the user names it (`program`, "module:function", from --program), its
-    example arguments from `args_spec` (--args-spec) or else from the inline JSON of meta["source"]["args_spec"].
-    InputError when none applies, naming the --program to pass.
-    """
-    from simulator.workloads.zoo.registry import check_program_args
-    from simulator.tracing.importer import trace_import
-
-    meta, where = graph.meta, graph.source or f"graph {graph.name!r}"
-    if program is not None:
-        spec = args_spec if args_spec is not None else (meta.get("source") or {}).get("args_spec")
-        if spec is None:
-            raise InputError(f"--program {program}: the graph's meta has no 'source.args_spec': pass --args-spec",
-                             where)
-        from_data = None if args_spec is not None else f"{where}: meta.source.args_spec"
-        traced = trace_import(program, spec, name=graph.name, from_data=from_data)
-    elif "program" in meta:
-        check_program_args(meta["program"]["kind"], meta["program"].get("kwargs", {}), f"{where}: meta.program")
-        spec = GraphSpec(graph.name, meta["program"]["kind"], meta["program"].get("kwargs", {}), 0)
-        traced = trace_spec(spec)[1]
-    elif (meta.get("source") or {}).get("function"):
-        raise InputError(f"meta.source names the program {meta['source']['function'][:80]!r}, which placeto does "
-                         f"not import because a data file says so: pass --program MODULE:FUNCTION to re-trace it",
-                         where)
-    else:
-        raise InputError(f"graph {graph.name!r}: meta has no 'program' to re-trace it from (pass --program)", where)
-    op_to_group = meta.get("grouping", {}).get("op_to_group")
-    if op_to_group is not None:
-        traced, op_to_group = _groups_of_retrace(graph, traced, where)
-    elif traced.graph.n_nodes != graph.n_nodes:
-        raise InputError(f"graph {graph.name!r}: re-traced program has {traced.graph.n_nodes} ops, "
-                         f"the graph has {graph.n_nodes} nodes")
-    return traced, op_to_group
-
-
-def _print_note(note: str) -> None:
-    print(note, file=sys.stderr, flush=True)
-
-
-RETRACE_NOTES: Callable[[str], None] = _print_note  # where `retrace` reports a re-trace that differs from the file
-
-
-def _groups_of_retrace(graph: Graph, traced, where: str):
-    """(traced, op_to_group int32[N_ops]) of a grouped graph's re-trace. A re-trace with the file's ops (same count
-    and, when the file has them, the same op keys) keeps meta.grouping.op_to_group; one that differs (another JAX
-    version) is mapped onto the file's groups by op keys (simulator.tracing.retrace_map), or, where the file has no keys or
-    too few match, regrouped by the file's rules when that gives the same group count (never mapped by position;
-    otherwise an InputError asking for a rebuild); the one-line note goes to RETRACE_NOTES and to traced.graph.meta["retrace_note"]."""
-    from simulator.tracing.retrace_map import MIN_MATCHED, map_ops, op_keys, quotient_acyclic
-
-    grouping = graph.meta["grouping"]
-    old = _int_list(grouping.get("op_to_group"), graph.n_nodes, where, "meta.grouping.op_to_group")
-    old_keys = grouping.get("op_keys")
-    if old_keys is not None and (not isinstance(old_keys, list) or len(old_keys) != old.size
-                                 or not all(isinstance(k, str) and k.count("|") >= 3 for k in old_keys)):
-        raise InputError(f"meta.grouping.op_keys must list {old.size} op keys (one per op_to_group entry)", where)
-    n_new = traced.graph.n_nodes
-    if n_new == old.size and (old_keys is None or op_keys(traced.graph, traced.input_leaf) == old_keys):
-        return traced, old
-    built = grouping.get("jax_version") or "an unknown JAX"
-    import jax
-
-    head = (f"{graph.name}: re-traced under jax {jax.__version__}: {n_new} ops vs {old.size} in the file "
-            f"(built under {built})")
-    m = None if old_keys is None else map_ops(traced.graph, traced.input_leaf, graph, old, old_keys)
-    if m is not None and m.exact + m.loose >= MIN_MATCHED * n_new and quotient_acyclic(traced.graph, m.op_to_group,
-                                                                                          graph.n_nodes):
-        note = (f"{head}; {m.exact} matched by key, {m.loose} by a looser key, {m.joined} joined a neighbour's "
-                f"group, {m.moved} moved to keep the groups acyclic, {m.empty_groups} groups left empty")
-        if m.moved + m.empty_groups > 0.25 * n_new:  # a mapping this loose no longer stands for the file's groups
-            note += f" (rebuild it under this JAX: placeto datasets build --only {graph.name} --out DIR)"
-        op_to_group = m.op_to_group
-    else:  # no keys to map by (never by position) or too few matched: the file's rules, else refused
-        op_to_group = _regroup(graph, traced, where)
-        why = "the file has no op keys" if m is None else "too few ops matched by key"
-        note = f"{head}; {why}: regrouped by the file's rules ({graph.n_nodes} groups)"
-    RETRACE_NOTES(note)
-    graph_meta = {**traced.graph.meta, "retrace_note": note}
-    return dataclasses.replace(traced, graph=dataclasses.replace(traced.graph, meta=graph_meta)), op_to_group
-
-
-def _int_list(value: Any, bound: int, where: str, field: str) -> np.ndarray:
-    """int32 array of `value`, a list of ints in [0, bound); InputError naming `field` otherwise."""
-    ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-    array = np.asarray(value if ok else [], dtype=np.int64)
-    if not ok or (array.size and (array.min() < 0 or array.max() >= bound)):
-        raise InputError(f"{field} must list group indices in [0, {bound})", where)
-    return array.astype(np.int32)
-
-
-def _regroup(graph: Graph, traced, where: str) -> np.ndarray:
-    """op_to_group of the re-trace grouped anew with the file's rules (simulator.grouping.group.group to
-    meta.grouping.target_groups); InputError when that does not give the file's group count."""
-    from simulator.grouping.group import group
-
-    target = graph.meta["grouping"].get("target_groups")
-    regrouped = group(traced.graph, target) if isinstance(target, int) and target >= 1 else None
-    if regrouped is None or regrouped.graph.n_nodes != graph.n_nodes:
-        name = graph.name
-        raise InputError(f"the re-traced program's ops cannot be mapped onto the file's {graph.n_nodes} groups: "
-                         f"rebuild the graph under this JAX (placeto datasets build --only {name} --out DIR)", where)
-    return regrouped.op_to_group.astype(np.int32)
-
-
 # ---- datasets/README.md ----------------------------------------------------------------------------------
 README_END = "<!-- end of generated tables -->"  # write_readme owns README.md above this line, keeps what follows
 README_HEAD = """<!-- Written by simulator.workloads.families.write_readme (placeto datasets build) down to the line that closes the
@@ -466,25 +351,4 @@ def write_readme(root: str | Path = DATASETS) -> None:
     kept = hand_written(path.read_text()) if path.is_file() else ""
     text = README_HEAD + "\n" + readme_table(root) + "\n" + README_END + "\n" + (f"\n{kept}\n" if kept else "")
     Path(root).mkdir(parents=True, exist_ok=True)
-    from simulator.model.io import atomic_write_bytes
-
     atomic_write_bytes(path, text.encode())
-
-
-def program_of(graph: Graph, program: str | None = None,
-               args_spec: str | None = None) -> tuple[Any, np.ndarray | None, tuple]:
-    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark graph, or of the
-    `program` ("module:function") the user named for an imported graph (simulator.workloads.families.retrace)."""
-    from simulator.tracing.importer import parse_args_spec
-
-    traced, op_to_group = retrace(graph, program, args_spec)  # InputError naming --program when it is needed
-    if program is None:
-        from simulator.workloads.zoo.registry import build_program_from_data
-
-        built = build_program_from_data(graph.meta["program"]["kind"], graph.meta["program"].get("kwargs", {}))
-        args = (built.params, built.opt_state, built.batch)
-    elif args_spec is not None:
-        args = parse_args_spec(args_spec)
-    else:
-        args = parse_args_spec(graph.meta["source"]["args_spec"], f"{graph.source or graph.name}: meta.source")
-    return traced, op_to_group, args

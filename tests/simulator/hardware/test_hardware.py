@@ -181,7 +181,8 @@ SCRIPT = textwrap.dedent('''
     # a zoo program (a small nmt family graph): staged plans on 1 and 2 devices equal jax.jit(step); then
     # `placeto eval --hardware --devices cpu:1,cpu:0` on it (devices listed out of order)
     from placeto.cli.main import main as placeto_main
-    from placeto.harness.evaluate import program_of, staged_order
+    from simulator.hardware.runner import staged_order
+    from simulator.tracing.program import program_of
     from simulator.workloads.zoo.registry import build_program_from_data
     from simulator import load_graph
     zoo_path = f"{ROOT}/datasets/nmt/nmt_002.json.gz"

@@ -11,10 +11,11 @@ import jax
 import numpy as np
 import pytest
 
-import simulator.workloads.families as families
+import simulator.tracing.program as retracing
 import simulator.workloads.zoo
 from placeto.cli.main import main
-from simulator.workloads.families import GraphSpec, build_graph, retrace
+from simulator.tracing.program import retrace
+from simulator.workloads.families import GraphSpec, build_graph
 from simulator.model.errors import InputError
 from simulator.model.graph import make_graph
 from simulator.model.io import load_graph, save_graph, save_placement
@@ -50,7 +51,7 @@ def files(tmp_path_factory):
 @pytest.fixture
 def notes(monkeypatch):
     got = []
-    monkeypatch.setattr(families, "RETRACE_NOTES", got.append)
+    monkeypatch.setattr(retracing, "RETRACE_NOTES", got.append)
     return got
 
 
@@ -162,7 +163,7 @@ def test_profile_and_hardware_eval_of_a_changed_trace(files, monkeypatch, tmp_pa
 
 def _dataflow(units):
     """{(producer unit, consumer unit)} of a program's units, read off their inputs and outputs."""
-    from simulator.tracing.trace import Source
+    from simulator.model.graph import Source
 
     made = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
     made.update((s, u) for u, unit in enumerate(units) for s in unit.outputs)
@@ -196,9 +197,9 @@ def test_runner_of_a_changed_trace_simulates_the_units_it_runs(files, monkeypatc
     from simulator.tracing.lowering import unit_programs
     from simulator.engine.staged import RigCosts, simulate_staged
 
-    monkeypatch.setattr(families, "retrace", _one_group_emptied(families.retrace))
+    monkeypatch.setattr(retracing, "retrace", _one_group_emptied(retracing.retrace))
     graph = load_graph(files["plain"]).with_costs("cpu", np.ones(load_graph(files["plain"]).n_nodes))
-    traced, op_to_group = families.retrace(graph)
+    traced, op_to_group = retracing.retrace(graph)
     units = unit_programs(traced, op_to_group, graph.n_nodes)
     assert _dataflow(units) != set(zip(graph.edge_src.tolist(), graph.edge_dst.tolist()))
     one, cluster = (Cluster("rig", tuple(Device(f"cpu:{d}", "cpu", 1e12) for d in range(n)), 5.0, 5.0, 1e4)
