@@ -1,4 +1,4 @@
-"""How much host time the placed-execution harness (simulator.hardware.dispatch) adds to a training step (issue 29).
+"""How much host time the placed-execution harness (simulator.hardware.dispatch) adds to a training step.
 
 For each graph (default: the rnnlm_l2 benchmark, 400 groups, and a small nmt family graph, nmt_002, 115 groups)
 it times, in one interleaved run (simulator.hardware.timing.time_interleaved, so load changes hit every variant alike):

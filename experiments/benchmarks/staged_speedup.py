@@ -1,6 +1,6 @@
 """Is a placement's measured speedup on host CPU devices from running the devices at once, or from the stages?
 
-Issue 40, item 5: on a 2-core machine a 2-device placement of nmt_004 measured ~3x the single device while the two
+Why ask: on a 2-core machine a 2-device placement of nmt_004 measured ~3x the single device while the two
 host devices run independent work only ~1.1x as fast as one. In one interleaved run (simulator.hardware.timing), on 2 host
 devices (placeto's rig: one core each):
 

@@ -21,7 +21,7 @@ topological. Plans of:
   trip count is set so that it takes the node's cost on its device (`KernelModel`, measured by
   `simulator.measure.calibrate.calibrate_kernel`), then writes outputs of the recorded sizes.
 
-Why stages (issue 29): a dispatched task costs the host about 70 us on an H200 (rnnlm_l2, 400 groups: 30.6 ms
+Why stages: a dispatched task costs the host about 70 us on an H200 (rnnlm_l2, 400 groups: 30.6 ms
 a step dispatched group by group vs 1.8 ms staged: experiments/results/benchmarks/gpu_check_h200.md); on this CPU
 63.9 ms vs 33.1 ms staged and 31.9 ms for the plain jit (experiments/results/benchmarks/bench_harness.md). A stage's outputs exist
 only once the whole stage has run, so another device waiting for an early unit of a long stage waits longer

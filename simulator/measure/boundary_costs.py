@@ -1,4 +1,4 @@
-"""What stages and values crossing them cost on the process rig, fitted on the user's graph itself (issue 40, item 2).
+"""What stages and values crossing them cost on the process rig, fitted on the user's graph itself.
 
 The rig's launch and transfer costs (simulator.measure.rig_workload) are fitted once per machine on a small calibration
 step and cached. Two things they miss, both measured here on the user's graph at the time it is placed:

@@ -1,4 +1,4 @@
-"""Importing training steps written with outside libraries (issue 14): flax TrainState (examples/), flax linen with
+"""Importing training steps written with outside libraries: flax TrainState (examples/), flax linen with
 {params, batch_stats}, flax nnx (in-place updates), equinox (static leaves, loss returned first), keras 3's
 stateless variable lists; named paths; the exported program run from the files alone.
 
