@@ -191,7 +191,7 @@ def test_simulate_and_measure_scales_the_costs_to_the_single_device_in_the_timed
     out); the placements simulated with the units' costs scaled to its median step in those rounds (scale_to),
     the stages as planned. Without rescale: no extra plan, the runner's own simulation."""
     pytest.importorskip("jax")
-    import simulator.hardware.timing as T
+    import simulator.hardware.runner as T  # the runner calls the warm-up and the rounds by these names
 
     import dataclasses
 
