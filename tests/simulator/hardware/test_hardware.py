@@ -47,8 +47,8 @@ SCRIPT = textwrap.dedent('''
     from simulator.model.errors import InputError
     from simulator.grouping.group import group
     from simulator.tracing.importer import trace_import
-    from placeto.harness.calibration import add_calibrate_arguments, run_calibrate
-    from placeto.harness.evaluate import add_eval_arguments, run_eval
+    from placeto.cli.calibrate import add_calibrate_arguments, run_calibrate
+    from placeto.cli.eval import add_eval_arguments, run_eval
     import argparse
 
     TX = optax.adam(1e-2)
@@ -223,7 +223,7 @@ SYNTHETIC = textwrap.dedent('''
     from simulator import make_graph
     from simulator.measure.calibrate import profile_plan
     from simulator.model.cluster import Cluster, Device
-    from placeto.harness.evaluate import hardware_runner
+    from simulator.hardware.runner import hardware_runner
 
     costs = [1000.0, 2000.0, 4000.0, 8000.0]  # a cost-only chain
     nodes = [{"name": f"n{i}", "cost": c, "out_bytes": [4096]} for i, c in enumerate(costs)]
@@ -626,7 +626,7 @@ CHANGED_TRACE = textwrap.dedent('''
     from simulator.tracing import lowering
     from simulator.grouping.group import group
     from simulator.tracing.trace import trace
-    from placeto.harness.evaluate import dispatch_order
+    from simulator.hardware.runner import dispatch_order
     from simulator.model.cluster import Cluster, Device
     step, *args = mlp_step((8, 32, 32, 32, 4), batch=8)
     reference = jax.jit(step)(*args)
