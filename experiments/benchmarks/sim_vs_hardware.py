@@ -217,7 +217,7 @@ def markdown(results: list[dict], env: dict) -> str:
              f"Machine: {env['cores']} cores, "
              f"load average {env['load_before']} before and {env['load_after']} after; JAX {env['jax']}; "
              f"XLA_FLAGS `{env['xla_flags']}`; dispatch: {env['dispatch']}. Parallel speedup of the devices on "
-             f"independent ~1 ms kernels (`simulator.measure.calibrate.measure_parallelism`; the simulator assumes the "
+             f"independent chains of matmuls (`simulator.measure.concurrency.measure_concurrency`; the simulator assumes the "
              f"number of devices, this machine allows at most min(devices, cores)): "
              f"{speedups}." + (f" The held-out model was recomputed from the measurements afterwards: "
                                 f"`{env['held_out_command']}`." if env.get("held_out_command") else ""),
@@ -344,8 +344,8 @@ def main() -> int:
     ensure_host_devices(max(counts), serial=not args.no_serial)  # before anything imports jax
     import jax
 
-    from simulator.measure.calibrate import calibrate_fit, measure_parallelism
-    from simulator.hardware.devices import local_devices
+    from simulator.measure.calibrate import calibrate_fit
+    from simulator.measure.concurrency import measure_concurrency
 
     work, out = Path(args.work), Path(args.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -363,7 +363,8 @@ def main() -> int:
     results = []
     for n in counts:
         fit = calibrate_fit(n, repeats=max(args.repeats, 5))
-        speedup = measure_parallelism(local_devices(n))
+        concurrency = measure_concurrency(n)  # None for one device: it runs alone
+        speedup = concurrency.speedup if concurrency is not None else 1.0
         env[f"parallel_speedup_{n}"] = round(speedup, 2)
         env["fits"][str(n)] = {"params": fit.params, "r2": fit.r2 if fit.r2 == fit.r2 else None,
                                "rms_relative": fit.rms_relative,

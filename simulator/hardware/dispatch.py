@@ -29,7 +29,7 @@ Three facts about JAX's CPU client shape this (measured with jax 0.10 on 2 cores
 With XLA's intra-op threading switched off (`SERIAL_CPU_FLAGS`, set by `ensure_host_devices`, both in
 `simulator.hardware.devices`) a task uses one core, so D host devices can behave like D single-core devices when
 D <= free cores; with more devices than free cores they share them and the measured times exceed the
-simulator's (`simulator.measure.calibrate.measure_parallelism` says how concurrent the devices really are).
+simulator's (`simulator.measure.concurrency.measure_concurrency` says how concurrent the devices really are).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ kernel's trip count set from that device's own `calibrate_kernel`, so a probe no
 device; the six fitted parameters are shared by all devices, so delta1 and the dispatch time are those of the
 probe pair taken together, and bandwidth and latency those of a transfer between the two (for "gpu:0,cpu:0":
 host<->device copies). Devices after the second are assumed to behave like them.
-`measure_parallelism` says whether the devices really run concurrently (the simulator assumes they do).
+Whether the devices really run concurrently (the simulator assumes they do) is simulator.measure.concurrency's.
 
 `profile_plan(plan)` times every task of a plan alone (median of repeats, minus the same measurement of a
 trivial task, so the dispatch and synchronisation floor is not counted twice with delta1): the cost of the unit
@@ -87,30 +87,6 @@ def _median_us(run: Callable[[], Any], repeats: int, q: float = 0.5) -> float:
         run()
         times.append((time.perf_counter() - t0) * 1e6)
     return float(np.quantile(times, q))
-
-
-def measure_parallelism(devices: Sequence, kernel_us: float = 1000.0, per_device: int = 8,
-                        repeats: int = 5) -> float:
-    """Speedup of len(devices) independent chains of `per_device` ~1 ms kernels, one chain per device, over the
-    same kernels chained on one device. len(devices) if the devices really run concurrently; about 1 when the
-    machine cannot give them a core each (fewer cores than devices, or cores busy with other work)."""
-    import jax
-    import jax.numpy as jnp
-
-    kernel = calibrate_kernel(devices[0])
-    fns = [compile_task(kernel_body((4,), kernel.size), d) for d in devices]
-    trips = [jax.device_put(jnp.int32(kernel.iterations(kernel_us, 4)), d) for d in devices]
-    tok0 = [jax.device_put(jnp.zeros((), jnp.int8), d) for d in devices]
-
-    def run(spread: bool):
-        tokens = list(tok0)
-        for _ in range(per_device):
-            for k in range(len(devices)):
-                d = k if spread else 0
-                tokens[d], _out = fns[d](tokens[d], trips[d])
-        jax.block_until_ready(tokens)
-
-    return _median_us(lambda: run(False), repeats) / _median_us(lambda: run(True), repeats)
 
 
 def calibrate(spec: int | tuple = 2, repeats: int = 7, name: str | None = None) -> Cluster:
