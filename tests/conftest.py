@@ -60,7 +60,7 @@ if not os.environ.get("PLACETO_CACHE"):  # calibrations and profiles (eval/place
     os.environ["PLACETO_CACHE"] = _ROOT
 
 SERIAL = (  # test files, or file::test name prefixes
-    "test_hardware.py::test_synthetic_kernels_track_costs",  # each node's time alone against its cost
+    "test_synthetic.py::test_synthetic_kernels_track_costs",  # each node's time alone against its cost
     "test_compare.py::test_learned_rows_share_the_budget",
     "test_guided.py::test_sa_spends_its_budget_is_deterministic_and_never_worse_than_its_start",
     "test_step_profile.py::test_profile_units_in_the_compiled_step",  # which units the measured time goes to
@@ -74,7 +74,7 @@ def pytest_configure(config):
 SLOW_FIRST = (  # the longest modules (each an xdist_group), started first so no worker idles at the end
     "test_readme.py",  # block 0's place --hardware from a cold cache, the longest test
     "test_distributed.py",
-    "test_hardware.py",  # its subprocess: staged plans, calibrate, eval --hardware
+    "test_dispatch.py",  # its subprocess: staged plans, calibrate, eval --hardware
     "test_on_hardware.py::test_place_hardware_end_to_end",  # place --hardware twice on nmt_002
     "test_importer.py",
     "test_bad_inputs.py",

@@ -7,7 +7,7 @@ the graph file as it is), with JAX's compilation cache and placeto's caches (cal
 scratch directory too. Budgets are made small (SMALLER: the README shows the real ones; a hardware run places a
 smaller graph of the same family) and the hardware runs time fewer steps on the threads rig (EXTRA: the process
 rig's own calibration, boundary fit and contention cost CI minutes and run end to end in
-tests/placeto/harness/test_on_hardware.py, tests/simulator/hardware/test_hardware.py and tests/simulator/tracing/test_importer.py); `make demo` and `make test`
+tests/placeto/harness/test_on_hardware.py, tests/simulator/hardware/test_dispatch.py and tests/simulator/tracing/test_importer.py); `make demo` and `make test`
 are the set-up, not run here (CI runs `make test`).
 """
 

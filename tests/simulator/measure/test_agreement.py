@@ -1,17 +1,20 @@
-"""Hardware output that explains itself: the concurrency line, the placements measured against the single
-device, Spearman with its n, the refit table's columns, and eval's flag combinations checked before any work."""
+"""simulator.measure.agreement and the hardware output that explains itself: errors, Spearman and concordance, the
+concurrency line, the placements measured against the single device, the refit table's columns, and eval's flag
+combinations checked before any work."""
+
+import math
 
 import numpy as np
 import pytest
 
-from simulator.measure.agreement import EvalRow, versus_single
+from simulator.measure.agreement import EvalRow, agreement, concordance, format_agreement, spearman, versus_single
 from simulator.measure.concurrency import Concurrency, concurrency_line
 from placeto.cli.main import main
 from placeto.harness.evaluate import summary_lines
 from simulator import save_graph, save_placement
 from simulator.measure.fit import Fit, format_fit
 from simulator.model.generate import layered_dag
-from simulator.hardware.timing import timing_of
+from simulator.hardware.timing import Timing, timing_of
 
 
 def _row(name, simulated_ms, measured_ms):
@@ -107,3 +110,42 @@ def test_eval_plot_without_hardware_fails_before_any_work(tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 2 and captured.err.count("\n") == 1 and "--plot" in captured.err and "--hardware" in captured.err
     assert captured.out == "" and not (tmp_path / "rows.json").exists()
+
+
+def test_agreement_and_spearman():
+    def row(sim, meas):
+        return EvalRow("p", sim, Timing(meas, meas, meas, meas, meas, np.array([meas])))
+
+    rows = [row(100, 100), row(220, 200), row(270, 300), row(500, 400), row(600, 500)]
+    a = agreement(rows)
+    assert a.n == 5 and a.spearman == pytest.approx(1.0)
+    assert a.median_ape == pytest.approx(10.0) and a.mean_ape == pytest.approx((0 + 10 + 10 + 25 + 20) / 5)
+    assert spearman([1, 2, 3, 4, 5], [5, 4, 3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(spearman([1, 2, 3, 4], [1, 2, 3, 4]))  # fewer than MIN_RANKED (5) points
+    assert math.isnan(agreement([EvalRow("p", 1.0)]).median_ape)
+    # Undefined correlations are "n/a" with the reason, never "nan"
+    assert format_agreement(a) == "median |error| 10.0%, mean |error| 13.0% over 5 placements; Spearman 1.00 (n=5)"
+    assert not a.spearman_note
+    four = format_agreement(agreement(rows[:4]))  # a rank correlation over 4 points is left out, with the reason
+    assert "Spearman n/a (n=4: needs >= 5 placements)" in four and "nan" not in four
+    tied = format_agreement(agreement([row(100 * k, 100) for k in range(1, 6)]))
+    assert "Spearman n/a (every placement measures the same time)" in tied
+    assert format_agreement(agreement([EvalRow("p", 1.0)])) == "median |error| n/a, Spearman n/a (nothing measured)"
+
+
+def test_concordance_counts_overlapping_iqrs_as_ties():
+    def timing(median, half_iqr):
+        return Timing(median, median - half_iqr, median + half_iqr, median - 2 * half_iqr, median + 2 * half_iqr,
+                      np.array([median]))
+
+    measured = [timing(100, 5), timing(108, 5), timing(200, 5), timing(300, 5)]  # 100 and 108 overlap: a tie
+    c = concordance([1.0, 2.0, 3.0, 4.0], measured)
+    assert (c.agree, c.disagree, c.ties, c.pairs) == (5.0, 0.0, 1, 6) and c.fraction == 1.0
+    c = concordance([1.0, 2.0, 4.0, 3.0], measured)  # 200 and 300 swapped
+    assert (c.agree, c.disagree, c.ties) == (4.0, 1.0, 1) and c.fraction == pytest.approx(0.8)
+    c = concordance([1.0, 2.0, 3.0, 3.0], measured)  # a predicted tie counts half
+    assert (c.agree, c.disagree) == (4.5, 0.5)
+    second = [timing(100, 5), timing(150, 5), timing(250, 60), timing(300, 5)]  # run 2: 250 +- 60 overlaps 300
+    c = concordance([1.0, 2.0, 3.0, 4.0], measured, also_tied=second)
+    assert (c.ties, c.agree) == (2, 4.0)  # (100, 108) tied in run 1, (250, 300) in run 2
+    assert math.isnan(concordance([1.0, 1.0], [timing(100, 5), timing(101, 5)]).fraction)
