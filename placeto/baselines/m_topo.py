@@ -1,11 +1,11 @@
-"""`m-topo`: Baechi's topological-order placer (placer/m_topo.py, the default "uniform" variant).
+"""`m-topo`: Baechi's topological-order placer, its default "uniform" variant.
 
-Walk the nodes in topological order (Kahn's, FIFO: Baechi's `assign_topo_order`) and fill the devices one
-after another, moving to the next device when the current one would exceed its share:
-share = total // D + the largest single node, so every device but the last ends up with more than total // D
-and the last never overflows. With by="memory" (Baechi) a node weighs its charged bytes (persistent +
-outputs, whole bytes), with by="compute" its cost on the device's kind. Like Baechi's uniform variant it
-ignores device capacity: the share is below capacity whenever the graph fits the cluster with some slack.
+Baechi's placer/m_topo.py. Walk the nodes in topological order (Kahn's, FIFO: Baechi's `assign_topo_order`) and
+fill the devices one after another, moving to the next device when the current one would exceed its share,
+total // D + the largest single node: every device but the last ends up with more than total // D and the last
+never overflows. With by="memory" (Baechi) a node weighs its charged bytes (persistent + outputs, whole
+bytes), with by="compute" its cost on the device's kind. Like Baechi's uniform variant it ignores device
+capacity: the share is below capacity whenever the graph fits the cluster with some slack.
 
 Complexity O(N). With by="memory" it reproduces the public Baechi placements
 (experiments/results/reproduce/baechi_compare.md).
@@ -21,7 +21,10 @@ from simulator.model.graph import Graph
 
 
 def m_topo(graph: Graph, cluster: Cluster, seed: int = 0, by: str = "memory") -> np.ndarray:
-    """int32[N] devices filled in topological order up to an equal share of memory (or compute)."""
+    """Devices int32[N] filled in topological order, an equal share each.
+
+    by: "memory" (Baechi: the charged bytes) or "compute" (the cost on each device's kind).
+    """
     del seed  # deterministic
     if by == "memory":
         weights = [int(b) for b in memory_need(graph).tolist()]

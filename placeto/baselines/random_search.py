@@ -11,7 +11,7 @@ from simulator.model.graph import Graph
 
 
 def random_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET) -> np.ndarray:
-    """int32[N] the best of `budget` placements drawn uniformly over all devices (ties: the first drawn).
+    """The best int32[N] of `budget` uniform random placements (ties: the first).
 
     Uses exactly `budget` simulator calls (or fewer if the meter's deadline comes first); placements are drawn
     and scored in chunks so memory stays O(EVAL_CHUNK * N) for any budget.

@@ -1,9 +1,10 @@
-"""`scotch`: a partition with the Scotch library (pyscotch), the graph-partitioning baseline of Mirhoseini et al.
+"""`scotch`: a Scotch partition (pyscotch), the papers' partitioning baseline.
 
-As in the papers, Scotch maps the undirected graph onto a complete graph of all devices (the CPU included when
-the cluster has one) minimising the bytes cut while balancing compute: node weights are compute times on the
-first accelerator kind, edge weights the bytes sent (parallel edges merged), and devices of different speed
-get proportionally weighted parts (Scotch's weighted complete architecture, `cmpltw`).
+The graph-partitioning baseline of Mirhoseini et al. As in the papers, Scotch maps the undirected graph onto a
+complete graph of all devices (the CPU included when the cluster has one) minimising the bytes cut while balancing
+compute: node weights are compute times on the first accelerator kind, edge weights the bytes sent (parallel edges
+merged), and devices of different speed get proportionally weighted parts (Scotch's weighted complete architecture,
+`cmpltw`).
 
 pyscotch bundles libscotch (no system package needed); it prints a line on stderr when it first loads, which
 is silenced here.
@@ -66,7 +67,10 @@ def scotch_parts(ug: UndirectedGraph, n_parts: int, weights: np.ndarray | None, 
 
 
 def scotch(graph: Graph, cluster: Cluster, seed: int = 0, balance: float = 0.05) -> np.ndarray:
-    """int32[N] a Scotch mapping onto all devices, node weight = compute time, parts weighted by speed."""
+    """A Scotch mapping int32[N] onto all devices, parts weighted by speed.
+
+    Node weight: compute time on the first accelerator's kind; `balance`: allowed imbalance.
+    """
     devices = np.arange(cluster.n_devices, dtype=np.int32)
     speeds = device_speeds(graph, cluster, devices)
     weights = None if np.allclose(speeds, speeds[0]) else speeds
