@@ -1,1 +1,1 @@
-"""The harness: comparing methods in simulation, evaluating them against measurements and on hardware, and their plots."""
+"""The harness: compare methods, evaluate them on hardware, plot the results."""
