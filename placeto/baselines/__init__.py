@@ -88,7 +88,7 @@ def get_method(name: str) -> Method:
 
 def run_method(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
                seconds: float | None = None, **options) -> MethodRun:
-    """Run method `name` inside a meter that counts, traces and limits its simulations.
+    """Run method `name` in a meter that counts and limits its calls.
 
     The meter (`placeto.objective.metered`) traces the best objective and holds the budget: `budget` simulator
     calls (None: unlimited) and/or `seconds` of wall time, which the searching methods spend (the others ignore

@@ -1,4 +1,4 @@
-"""What the baselines share: method type, budgets, devices, the weighted graph.
+"""What the baselines share: budgets, devices, the weighted graph.
 
 Every method is a function `(graph, cluster, seed, **options) -> int32[N]` (device index per node). Methods that
 search (random, local-search, sa) score placements with `evaluate` (`placeto.objective.score_batch`: the one
@@ -28,11 +28,11 @@ MAX_DEFAULT_SECONDS = 60.0
 
 
 def default_seconds(graph: Graph) -> float:
-    """Default wall-clock budget (s) of a searching or sampling method on `graph`.
+    """Default wall-clock budget (s) of a searching method on `graph`.
 
-    Beside DEFAULT_BUDGET calls, compilation excluded: DEFAULT_SECONDS (10 s), 1 s more per SECONDS_NODES nodes,
-    at most MAX_DEFAULT_SECONDS (60 s). Where the calls run out first (a small graph), the result is the call
-    budget's, deterministic in the seed.
+    For a method that searches or samples, beside DEFAULT_BUDGET calls, compilation excluded: DEFAULT_SECONDS
+    (10 s), 1 s more per SECONDS_NODES nodes, at most MAX_DEFAULT_SECONDS (60 s). Where the calls run out first (a
+    small graph), the result is the call budget's, deterministic in the seed.
     """
     return min(MAX_DEFAULT_SECONDS, DEFAULT_SECONDS + graph.n_nodes / SECONDS_NODES)
 
@@ -45,7 +45,7 @@ class NotApplicable(InputError):
 
 
 def count_simulator_calls():
-    """A meter counting the simulations of a `with` block (its `.calls`).
+    """A meter counting the simulations of a `with` block.
 
     This is `placeto.objective.metered()`.
     """
@@ -53,7 +53,7 @@ def count_simulator_calls():
 
 
 def evaluate(graph: Graph, placements: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """Search objective of a batch of placements, counted by the current meter.
+    """Search objective of placements, counted by the current meter.
 
     Args:
       placements: int[B, N] device index per node, one placement a row.
@@ -84,13 +84,16 @@ def budget_left(budget: float) -> bool:
 
 # ---- devices ----------------------------------------------------------------------------------------------
 def gpu_devices(cluster: Cluster) -> np.ndarray:
-    """Indices int32[G] of the accelerators (every kind but "cpu"), else all devices."""
+    """Indices int32[G] of the accelerators, else of all devices.
+
+    Accelerators: every kind but "cpu".
+    """
     idx = [i for i, d in enumerate(cluster.devices) if d.kind != CPU_KIND]
     return np.asarray(idx or range(cluster.n_devices), dtype=np.int32)
 
 
 def reference_kind(cluster: Cluster, devices: np.ndarray | None = None) -> str:
-    """The kind whose costs weigh the partitioners' nodes: the first accelerator's."""
+    """The first accelerator's kind: its costs weigh partitioned nodes."""
     devices = gpu_devices(cluster) if devices is None else devices
     return cluster.devices[int(devices[0])].kind
 
@@ -107,7 +110,7 @@ def device_speeds(graph: Graph, cluster: Cluster, devices: np.ndarray) -> np.nda
 
 # ---- the weighted graph -------------------------------------------------------------------------------------
 class PairBytes(NamedTuple):
-    """Distinct producer -> consumer pairs and the bytes a transfer moves.
+    """Distinct producer -> consumer pairs and their transfer bytes.
 
     src, dst: int32[P] pair endpoints, sorted by (dst, src) like `graph.parents`.
     bytes: float64[P] total size of the distinct outputs of src that dst consumes.
@@ -119,7 +122,7 @@ class PairBytes(NamedTuple):
 
 
 def pair_bytes(graph: Graph) -> PairBytes:
-    """Merge parallel edges: each (src, dst) pair with its distinct outputs' bytes.
+    """Merge parallel edges: (src, dst) pairs with their outputs' bytes.
 
     Cached in `graph.cache`.
     """
@@ -137,7 +140,7 @@ def pair_bytes(graph: Graph) -> PairBytes:
 
 
 def scale_to_ints(x: np.ndarray, total: float = 1e7) -> np.ndarray:
-    """Small int64 weights >= 1 proportional to x >= 0, summing to about `total`.
+    """int64 weights >= 1 in proportion to x >= 0, summing to ~`total`.
 
     The partitioners take small integer weights.
     """
@@ -160,7 +163,7 @@ class UndirectedGraph(NamedTuple):
 
 
 def undirected(graph: Graph, node_weight: np.ndarray) -> UndirectedGraph:
-    """The symmetric CSR graph the partitioners take, weighted by `node_weight`.
+    """The symmetric CSR graph the partitioners take.
 
     Args:
       node_weight: float64[N] node weights; the edge weights are the pairs' bytes (`pair_bytes`). Both are
@@ -178,7 +181,7 @@ def undirected(graph: Graph, node_weight: np.ndarray) -> UndirectedGraph:
 
 
 def memory_need(graph: Graph) -> np.ndarray:
-    """Bytes float64[N] charged to a node's device: persistent plus all outputs.
+    """Bytes float64[N] a node charges its device: persistent + outputs.
 
     It over-estimates what stays resident (the simulator frees an output once its consumers are done) and
     leaves out received copies, which occupy the consumers' devices.

@@ -25,16 +25,16 @@ from simulator.model.graph import Graph
 
 
 def etf(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL) -> np.ndarray:
-    """Devices int32[N] m-ETF schedules the nodes on (deterministic: `seed` unused).
+    """Devices int32[N] m-ETF schedules the nodes on.
 
-    `model` names a `listsched.problem.TRANSFER_MODELS` entry.
+    Deterministic: `seed` is unused. `model` names a `listsched.problem.TRANSFER_MODELS` entry.
     """
     del seed  # deterministic
     return etf_schedule(build_problem(graph, cluster, model)).device
 
 
 def etf_schedule(prob: ScheduleProblem) -> Schedule:
-    """The m-ETF schedule: the fast path of `listsched.problem.etf_reference`."""
+    """The m-ETF schedule (fast path of `problem.etf_reference`)."""
     tl = new_timeline(prob)
     _etf_kernel(prob, tl)
     return Schedule(tl.device, tl.start, tl.end)
@@ -42,7 +42,10 @@ def etf_schedule(prob: ScheduleProblem) -> Schedule:
 
 @numba.njit(cache=True)
 def _best_tier(ready, n_ready, prob, tl):
-    """The lowest memory tier (`listsched.kernels.tier`) of any ready pair."""
+    """The lowest memory tier of any ready (node, device) pair.
+
+    Tiers: `listsched.kernels.tier`.
+    """
     best = 2
     for i in range(n_ready):
         for d in range(prob.cost.shape[1]):
@@ -54,7 +57,7 @@ def _best_tier(ready, n_ready, prob, tl):
 
 @numba.njit(cache=True)
 def _invalidate(ready, n_ready, prob, tl, valid, xfer):
-    """Forget the estimates that used a channel the last placement booked.
+    """Forget the estimates using a channel the last placement booked.
 
     Baechi's rule, plus the channels of the devices of the node's parents.
     """
@@ -70,7 +73,7 @@ def _invalidate(ready, n_ready, prob, tl, valid, xfer):
 
 @numba.njit(cache=True)
 def _lower_bound(v, prob, tl, out):
-    """Static lower bounds out[d] on v's input-ready time on each device d.
+    """Lower bounds out[d] on v's input-ready time on each device d.
 
     A remote output arrives no earlier than its producer's end plus its latency.
     """
@@ -86,11 +89,11 @@ def _lower_bound(v, prob, tl, out):
 
 @numba.njit(cache=True)
 def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower):
-    """(start, device, index in ready) of the first-starting ready pair of `best_tier`.
+    """(start, device, index in ready) of the earliest ready pair.
 
-    A pair starts at max(input-ready, device free, floor); ties: earlier topological position, then lower
-    device. Cached estimates come first, so the static lower bounds prune more of the stale ones, which are
-    re-estimated.
+    Among the pairs of `best_tier`, a pair starts at max(input-ready, device free, floor); ties: earlier topological
+    position, then lower device. Cached estimates come first, so the static lower bounds prune more of the stale
+    ones, which are re-estimated.
     """
     n, n_dev = prob.cost.shape
     bs, bt, bd, bi = np.inf, n, n_dev, -1
@@ -151,9 +154,10 @@ def pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer, lower):
 
 @numba.njit(cache=True)
 def after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower):
-    """Update ready after v was placed and taken off it; returns the new n_ready.
+    """Update ready after placing v; returns the new n_ready.
 
-    Forgets the estimates v made stale and adds the children it made ready, with their lower bounds.
+    v was placed and taken off ready: forget the estimates it made stale and add the children it made ready, with
+    their lower bounds.
     """
     _invalidate(ready, n_ready, prob, tl, valid, xfer)
     for j in range(prob.ch_off[v], prob.ch_off[v + 1]):

@@ -1,4 +1,7 @@
-"""`expert`: the human expert placement shipped with a graph, or from a file."""
+"""`expert`: the human expert placement, shipped or from a file.
+
+Shipped with a benchmark graph, or given as a placement file.
+"""
 
 from __future__ import annotations
 

@@ -24,9 +24,9 @@ from simulator.model.graph import Graph
 
 
 def heft(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL) -> np.ndarray:
-    """Devices int32[N] HEFT schedules the nodes on (deterministic: `seed` unused).
+    """Devices int32[N] HEFT schedules the nodes on.
 
-    `model` names a `listsched.problem.TRANSFER_MODELS` entry.
+    Deterministic: `seed` is unused. `model` names a `listsched.problem.TRANSFER_MODELS` entry.
     """
     del seed  # deterministic
     prob = build_problem(graph, cluster, model)
@@ -34,7 +34,7 @@ def heft(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRA
 
 
 def heft_schedule(prob: ScheduleProblem, order: np.ndarray) -> Schedule:
-    """The HEFT schedule of nodes in `order`: the fast path of `heft_reference`."""
+    """HEFT's schedule of `order`, the fast path of `heft_reference`."""
     tl = new_timeline(prob)
     _heft_kernel(order.astype(np.int64), prob, tl)
     return Schedule(tl.device, tl.start, tl.end)

@@ -1,4 +1,4 @@
-"""`local-search`: hill climbing, a little annealing, over single-node moves.
+"""`local-search`: hill climbing over single-node moves.
 
 Scored by the simulator. Start from the best of single and the list schedulers' placements (etf, heft; or from
 `init`). Each iteration draws a batch of proposals (`placeto.baselines.moves`: one node moved, to a neighbour's
@@ -27,7 +27,9 @@ from simulator.model.graph import Graph
 
 def local_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET, batch: int = 16,
                  neighbour_prob: float = 0.8, t0: float = 0.01, init: np.ndarray | str | None = None) -> np.ndarray:
-    """int32[N] the best placement found within `budget` simulator calls (and the meter's deadline).
+    """The best placement int32[N] found within the budget.
+
+    The budget: `budget` simulator calls, and the meter's deadline.
 
     Args:
       budget: simulator calls, the starting placements' included (math.inf: until the meter's deadline).

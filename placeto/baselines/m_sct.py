@@ -38,9 +38,10 @@ THRESHOLD = 0.5  # Baechi's m_sct default: x <= 0.5 rounds to a favourite edge
 
 def m_sct(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL,
           threshold: float = THRESHOLD) -> np.ndarray:
-    """Devices int32[N] m-SCT schedules the nodes on (deterministic: `seed` unused).
+    """Devices int32[N] m-SCT schedules the nodes on.
 
-    `model` names a `listsched.problem.TRANSFER_MODELS` entry; `threshold` rounds the LP (module docstring).
+    Deterministic: `seed` is unused. `model` names a `listsched.problem.TRANSFER_MODELS` entry; `threshold` rounds
+    the LP (module docstring).
     """
     del seed  # deterministic
     prob = build_problem(graph, cluster, model)
@@ -62,7 +63,10 @@ def edges_by_source(prob: ScheduleProblem) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 class _Rows:
-    """Sparse inequalities A @ x <= b, added block by block (rows local to it)."""
+    """Sparse inequalities A @ x <= b, added block by block.
+
+    Row numbers are local to the block.
+    """
 
     def __init__(self):
         self.rows, self.cols, self.vals, self.rhs = [], [], [], []
@@ -131,7 +135,7 @@ def _lp_unit(cost: np.ndarray, comm: np.ndarray) -> float:
 
 
 def favourite_children(prob: ScheduleProblem, threshold: float = THRESHOLD) -> np.ndarray:
-    """Each node's favourite child int64[N] (-1: none), from the rounded LP.
+    """Each node's favourite child int64[N] (-1: none) from the LP.
 
     Edges are assigned in Baechi's order, with its overwrites (module docstring, step 2).
     """

@@ -1,4 +1,4 @@
-"""`metis`: a METIS k-way min-cut partition (pymetis), balanced on compute.
+"""`metis`: a METIS k-way min-cut partition, balanced on compute.
 
 The partition is of the undirected graph. Node weights are compute times on the first accelerator kind, edge weights
 the bytes a producer sends its consumer (parallel edges merged); part i goes to device i, with target part sizes
@@ -38,7 +38,11 @@ def metis_parts(ug: UndirectedGraph, n_parts: int, targets: np.ndarray | None, s
 
 
 def metis(graph: Graph, cluster: Cluster, seed: int = 0, ufactor: int = 30) -> np.ndarray:
-    """int32[N] a METIS k-way partition over all devices, node weight = compute time."""
+    """A METIS k-way partition int32[N] over all devices.
+
+    Node weight: compute time on the first accelerator's kind; part sizes follow device speed when the devices
+    differ.
+    """
     devices = np.arange(cluster.n_devices, dtype=np.int32)
     speeds = device_speeds(graph, cluster, devices)
     targets = None if np.allclose(speeds, speeds[0]) else speeds / speeds.sum()

@@ -19,7 +19,7 @@ from simulator.model.graph import Graph
 
 def mincut(graph: Graph, cluster: Cluster, seed: int = 0, backend: str = "scotch",
            balance: float = 0.05) -> np.ndarray:
-    """A memory-balanced min-cut partition int32[N] over the accelerators.
+    """A memory-balanced min-cut int32[N] over the accelerators.
 
     Over all devices if there are none. backend: "scotch" or "metis".
     """

@@ -1,4 +1,4 @@
-"""What the local searches share: starts, node weights and move proposals.
+"""What the local searches share: starts, node weights, moves.
 
 A move puts one node on another device. Nodes are drawn with probability proportional to (compute time + mean
 compute time), so the heavy nodes that decide the makespan move more often. The target is, with probability
@@ -36,7 +36,10 @@ def start_placements(graph: Graph, cluster: Cluster, init: np.ndarray | str | No
 
 
 def best_start(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) -> tuple[np.ndarray, float]:
-    """(placement int32[N], objective) of the best start (one simulator call per candidate)."""
+    """(placement int32[N], objective) of the best start.
+
+    One simulator call per candidate.
+    """
     starts = start_placements(graph, cluster, init)
     scores = evaluate(graph, np.stack(starts), cluster)
     i = int(np.argmin(scores))
@@ -44,14 +47,20 @@ def best_start(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) ->
 
 
 def node_weights(graph: Graph, cluster: Cluster) -> np.ndarray:
-    """Probability float64[N] of moving each node, ~ its mean cost + the mean."""
+    """Probability float64[N] of moving each node.
+
+    Proportional to its mean cost plus the graph's mean cost.
+    """
     cost = graph.cost_matrix(cluster.kinds).mean(axis=1)
     weight = cost + cost.mean() + 1e-12
     return weight / weight.sum()
 
 
 def neighbours(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (offsets int64[N + 1], int32[2P]) of each node's parents and children."""
+    """Each node's parents and children as a CSR.
+
+    (offsets int64[N + 1], neighbours int32[2P]); cached in graph.cache.
+    """
     key = ("search_neighbours",)
     if key not in graph.cache:
         par_off, par = graph.parents
@@ -68,7 +77,7 @@ def neighbours(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
 
 def targets(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off: np.ndarray, nb: np.ndarray,
             n_dev: int, neighbour_prob: float) -> np.ndarray:
-    """New devices int32[B] for `nodes`: a neighbour's or a random other one.
+    """New devices int32[B] for `nodes`: a neighbour's or a random one.
 
     With probability `neighbour_prob` the device of a random parent or child, when that differs from the node's;
     else a uniformly chosen other device.
@@ -83,7 +92,7 @@ def targets(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off
 
 
 def proposals(cur: np.ndarray, nodes: np.ndarray, devs: np.ndarray) -> np.ndarray:
-    """int32[B, N] copies of `cur`, row b with node nodes[b] moved to devs[b]."""
+    """int32[B, N] copies of `cur`, nodes[b] moved to devs[b] in row b."""
     out = np.repeat(cur[None, :], len(nodes), axis=0)
     out[np.arange(len(nodes)), nodes] = devs
     return out
@@ -91,7 +100,7 @@ def proposals(cur: np.ndarray, nodes: np.ndarray, devs: np.ndarray) -> np.ndarra
 
 def blocks(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off: np.ndarray, nb: np.ndarray,
            max_size: int) -> list[np.ndarray]:
-    """For each node, a connected block of nodes around it on its device.
+    """A connected block around each node, on its device.
 
     A breadth-first walk over parents and children on the same device, up to a size drawn uniformly from
     2..max_size. Moving a chain's piece at once crosses the barrier that single moves face: each single move
@@ -119,7 +128,7 @@ def blocks(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off:
 
 
 def block_proposals(cur: np.ndarray, members: list[np.ndarray], devs: np.ndarray) -> np.ndarray:
-    """int32[B, N] copies of `cur`, row b with members[b] moved to devs[b]."""
+    """int32[B, N] copies of `cur`, members[b] moved to devs[b]."""
     out = np.repeat(cur[None, :], len(members), axis=0)
     for b, block in enumerate(members):
         out[b, block] = devs[b]

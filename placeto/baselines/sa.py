@@ -1,4 +1,4 @@
-"""`sa`: simulated annealing over node and block moves, with restarts.
+"""`sa`: simulated annealing over node and block moves.
 
 Start from the best of single and the list schedulers (etf, heft), or from `init`. The starting temperature is
 calibrated on the first batch: the median uphill move of the start is accepted with probability `p_accept0`; the
@@ -30,7 +30,9 @@ TargetFn = Callable[[np.random.Generator, np.ndarray, np.ndarray], np.ndarray]  
 def sa(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET, batch: int = 16,
        neighbour_prob: float = 0.8, p_accept0: float = 0.1, t_end: float = 1e-3, patience: int = 0,
        block_prob: float = 0.5, max_block: int = 8, init: np.ndarray | str | None = None) -> np.ndarray:
-    """int32[N] the best placement found within `budget` simulator calls (and the meter's deadline).
+    """The best placement int32[N] found within the budget.
+
+    The budget: `budget` simulator calls, and the meter's deadline.
 
     Args:
       budget: simulator calls including the starts (math.inf: until the meter's deadline).
@@ -61,7 +63,7 @@ def anneal(graph: Graph, cluster: Cluster, start: np.ndarray, start_score: float
            rng: np.random.Generator, budget: float, batch: int = 16, p_accept0: float = 0.1, t_end: float = 1e-3,
            patience: int = 0, weight: np.ndarray | None = None, block_prob: float = 0.0,
            max_block: int = 8) -> np.ndarray:
-    """The annealing loop of `sa`, from `start`, target devices from `propose`.
+    """The annealing loop of `sa`, with target devices from `propose`.
 
     Shared with policy-guided search. weight: float64[N] node-drawing probabilities (default
     `moves.node_weights`). block_prob: fraction of the proposals that move a connected block of up to

@@ -1,4 +1,4 @@
-"""Everything on one device: `single` (the fastest device) and `cpu-only`.
+"""Everything on one device: `single` and `cpu-only`.
 
 `single` is "Single-GPU" in the papers. "The single device" means one thing in every command (`place`,
 `place --hardware`, `compare`, and the learned methods' starts through `or_single`): `single_device`, the device on
@@ -46,7 +46,10 @@ def single_device(graph: Graph, cluster: Cluster) -> int:
 
 
 def single(graph: Graph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-    """int32[N] all nodes on the fastest single device (`single_device`)."""
+    """Every node on the fastest single device, int32[N].
+
+    The device is `single_device`'s; `seed` is unused (deterministic).
+    """
     del seed  # deterministic
     return np.full(graph.n_nodes, single_device(graph, cluster), dtype=np.int32)
 

@@ -1,1 +1,1 @@
-"""The harness: compare methods, evaluate them on hardware, plot the results."""
+"""Comparing methods, evaluating them on hardware, plotting them."""

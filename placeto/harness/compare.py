@@ -1,4 +1,4 @@
-"""The comparison harness: every method on every graph and device count.
+"""Comparing every method on every graph and device count.
 
 Simulated, tabulated and plotted. `compare` runs each method (see `placeto.baselines`, and the learned methods of
 `placeto.methods`, by default with their shipped policies) and simulates its placement once with the full simulator
@@ -57,7 +57,10 @@ Seconds = float | Callable[[Graph], float] | None  # a budget in seconds, or one
 
 
 def searches(name: str) -> bool:
-    """Whether method `name` spends a budget (searching baselines, learned and per-graph methods)."""
+    """Whether method `name` spends a budget.
+
+    The searching baselines, the learned and the per-graph methods do.
+    """
     return name in BUDGETED or name in LEARNED or name in PER_GRAPH
 
 
@@ -87,7 +90,10 @@ class Row:
 
     @property
     def over_budget(self) -> bool:
-        """It placed for longer than its seconds + OVER_BUDGET, or simulated more than its calls."""
+        """Whether the run went over its budget.
+
+        It placed for longer than its seconds + OVER_BUDGET, or simulated more than its calls.
+        """
         return self.applies and (self.place_seconds > self.budget_seconds * (1 + OVER_BUDGET)
                                  or self.simulator_calls > self.budget_calls)
 
@@ -118,7 +124,7 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
             seconds: Seconds = default_seconds, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
             progress: bool = True, save_placements: str | Path | None = None,
             workers: WorkerSpec | None = None) -> list[Row]:
-    """Run `methods` on every graph at every device count; one Row per triple.
+    """Run `methods` on every graph and device count; a Row per triple.
 
     Every method that searches or samples gets the same budget per graph: `budget` and/or `seconds`, inference
     and fine-tuning included, jit compilation excluded (reported in `compile_seconds`).
@@ -163,7 +169,7 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
 def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str | Cluster,
                 seed: int, budget: float | None, seconds: float | None, policy: dict, files: dict | None = None,
                 bar=None) -> tuple[list[Row], list[tuple[int, str, np.ndarray]]]:
-    """The rows of `graph`, every device count x method, and the placements made.
+    """The rows of `graph` (device counts x methods), placements made.
 
     Returns:
       (rows, their ratios set; [(devices, method, placement), ...]). Placements are written through `files`
@@ -193,9 +199,10 @@ def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluste
 
 def graph_rows_task(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str | Cluster,
                     seed: int, budget: float | None, seconds: float | None, policy: dict):
-    """`_graph_rows` as a Ray task (placeto.rollouts.distributed.map_ordered).
+    """`_graph_rows` as a Ray task (`map_ordered`).
 
-    The worker's compilations are warmed up first; placements are returned rather than written.
+    For placeto.rollouts.distributed.map_ordered. The worker's compilations are warmed up first; placements are
+    returned rather than written.
     """
     warm_up(warm_up_names(names), cluster_name)
     return _graph_rows(graph, device_counts, names, cluster_name, seed, budget, seconds, policy)
@@ -212,7 +219,7 @@ def warm_up_names(names: Sequence[str]) -> list[str]:
 
 
 def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -> None:
-    """Run each method once on a tiny graph, to compile its numba kernels.
+    """Compile each method's numba kernels by a run on a tiny graph.
 
     So numba's one-time compilation (or cache loading) is not charged to the first graph's timed run. On 2
     devices of the preset, or on the given Cluster.
@@ -227,7 +234,7 @@ def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -
 
 
 def cluster_of(cluster_name: str | Cluster, n_devices: int) -> Cluster:
-    """Preset `cluster_name` with `n_devices` devices, or the given Cluster.
+    """Preset `cluster_name` at `n_devices` devices, or the Cluster.
 
     Raises:
       InputError: a Cluster without `n_devices` devices.
@@ -241,7 +248,7 @@ def cluster_of(cluster_name: str | Cluster, n_devices: int) -> Cluster:
 
 
 def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
-    """Writers of the placements made: one file per graph x device count x method.
+    """Placement writers: one file per graph x device count x method.
 
     Returns:
       {id(graph): f(cluster, method) -> f(placement)} writing `<out_dir>/<graph>.<D>dev.<method>.json` in the
@@ -298,7 +305,7 @@ def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float 
 def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
                 seconds: float | None = None, checkpoint: str | Path | None = None,
                 finetune_episodes: int = 0) -> tuple[MethodRun, float]:
-    """Run learned method row `name`; returns (MethodRun, compile seconds).
+    """Run learned method row `name`: (MethodRun, compile seconds).
 
     Fine-tuned first if asked, inside one meter (see `compare`). The registry's Method that provides the row runs
     it (Method.run; placeto.methods.registry). "placeto" / "placeto-search":
@@ -332,7 +339,7 @@ def _with_ratios(rows: list[Row]) -> list[Row]:
 
 # ---- writers --------------------------------------------------------------------------------------------------
 def write_csv(rows: Sequence[Row], path: PathLike) -> None:
-    """One line per row, the Row fields as columns (NaN written as empty)."""
+    """Write the rows as CSV, the Row fields as columns (NaN: empty)."""
     import io
 
     fields = [f.name for f in dataclasses.fields(Row) if f.name != "trace"]
@@ -428,11 +435,11 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 
 def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
-    """A bar chart per graph, `<out_dir>/<graph>.png`; returns the paths.
+    """A bar chart per graph in `out_dir`; returns the paths.
 
-    The simulated step time (ms) of each method, grouped by device count, in the colours of
-    placeto.harness.plot_style (learned methods outlined in black); hatched bars ran out of memory; a dashed line
-    marks each device count's lower bound; methods that do not apply are listed in the legend.
+    Each is `<out_dir>/<graph>.png`: the simulated step time (ms) of each method, grouped by device count, in the
+    colours of placeto.harness.plot_style (learned methods outlined in black); hatched bars ran out of memory; a
+    dashed line marks each device count's lower bound; methods that do not apply are listed in the legend.
     """
     import matplotlib
 

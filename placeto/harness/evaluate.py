@@ -58,7 +58,7 @@ def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster
 
 
 def format_row(row: EvalRow, width: int = 28) -> str:
-    """One table line: placement, simulated and measured step times, error.
+    """One table line: placement, simulated and measured times, error.
 
     The placement's file name and simulated time; when measured, its median [IQR, min] and the error (times in
     ms, the error in percent).
@@ -75,12 +75,12 @@ def format_row(row: EvalRow, width: int = 28) -> str:
 
 
 def plot_agreement(rows: Sequence[EvalRow], path: PathLike, title: str = "") -> None:
-    """A PNG scatter of measured against simulated step times, with the y = x line.
+    """A PNG scatter of measured against simulated step times.
 
-    Measured: the median with interquartile bars; times in ms. Each placement is named in the legend and coloured
-    by its method (placeto.harness.plot_style; eval's file names `<graph>.<D>dev.<method>.json` count as their
-    method); axes turn logarithmic when times span over 20x, and zoom in on the points when they all lie in the
-    top 70% of the range.
+    With the y = x line. Measured: the median with interquartile bars; times in ms. Each placement is named in the
+    legend and coloured by its method (placeto.harness.plot_style; eval's file names `<graph>.<D>dev.<method>.json`
+    count as their method); axes turn logarithmic when times span over 20x, and zoom in on the points when they all
+    lie in the top 70% of the range.
 
     Raises:
       InputError: nothing was measured.
@@ -139,7 +139,10 @@ def _agreement_figure(plt, measured: Sequence[EvalRow], title: str):
 
 
 def _short_name(name: str) -> str:
-    """A placement's label: its file name without .json / .json.gz, or the method name as given."""
+    """A placement's label: its file's stem, or the method name.
+
+    The file name without .json / .json.gz; a method name as given.
+    """
     stem = Path(name).name
     for suffix in (".gz", ".json"):
         stem = stem[:-len(suffix)] if stem.endswith(suffix) else stem
@@ -190,7 +193,7 @@ def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray], con
 
 
 def beyond_lines(single: EvalRow, others: Sequence[EvalRow], concurrency: Concurrency | None) -> list[str]:
-    """A line if the fastest placement beat `single` beyond the concurrency.
+    """A line if the fastest beat `single` beyond the concurrency.
 
     One line when the fastest of `others` (measured placements over several devices) measured faster than the
     single device `single` than the devices' measured concurrency allows

@@ -75,7 +75,7 @@ class Candidate(NamedTuple):
 
 
 class Recheck(NamedTuple):
-    """The kept placement and the single device, measured again on fresh steps.
+    """The kept placement and the single device, timed again afresh.
 
     Interleaved, after the pick: the samples a placement was picked with favour it (the fastest of several noisy
     medians is biased low).
@@ -114,7 +114,7 @@ class Outcome(NamedTuple):
 
 def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seconds: float, seed: int = 0,
                     progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
-    """The methods' placements ranked by simulated time, and the single device.
+    """The methods' placements by simulated time, and the single device.
 
     Returns:
       (the candidates, ranked, without duplicates; the single-device candidate: all nodes on the cluster's
@@ -137,7 +137,9 @@ def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seco
 
 
 def pick(measured: Sequence[Candidate], single: Candidate) -> tuple[Candidate, float, tuple[float, float]]:
-    """The fastest measured candidate by median, and its speedup over `single`.
+    """The fastest measured candidate and its speedup over `single`.
+
+    Fastest by the median step.
 
     Returns:
       (best, speedup, spread): the spread is (single q25 / best q75, single q75 / best q25).
@@ -152,7 +154,7 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
                       cluster: Cluster | None = None, progress: Callable[[str], None] = print,
                       plain: bool = True, save_profile: bool = False, rig: str = "threads",
                       gantt: str | None = None) -> Outcome:
-    """Place `graph` for local devices; keep the fastest measured placement.
+    """Place `graph` for local devices, keeping the fastest measured.
 
     Profile (cached in placeto's cache), calibrate (cached), place with `methods`, run the best `top` candidates
     and the single device, keep the fastest measured and run it and the single device again on fresh steps:
@@ -324,7 +326,7 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
 
 
 def _stale(how: Any, key: Any, one_core: bool) -> str | None:
-    """Why the profile is stale (None: it is current), core use included.
+    """Why the profile is stale, core use included; None: current.
 
     simulator.measure.graph_profile.stale, and whether the profile was taken on one core as this run needs.
     """

@@ -96,7 +96,7 @@ def is_learned(label: str) -> bool:
 
 
 def color(label: str) -> str:
-    """The method's colour (hex), else a FALLBACK one by a hash of the name.
+    """The method's colour (hex), else a FALLBACK one by name hash.
 
     The hash (crc32) is deterministic across runs and machines, unlike Python's hash.
     """
@@ -107,7 +107,7 @@ def color(label: str) -> str:
 
 
 def colors(labels: Iterable[str]) -> dict[str, str]:
-    """{label: colour} for the labels of one plot, the fallbacks distinct.
+    """{label: colour} for one plot's labels, fallbacks distinct.
 
     The named colours, and distinct fallbacks for the others (the hash's pick, else the next unused one, as long
     as FALLBACK lasts).
@@ -129,7 +129,7 @@ def colors(labels: Iterable[str]) -> dict[str, str]:
 
 
 def bar_style(label: str, face: str | None = None) -> dict:
-    """`ax.bar` / `ax.barh` keywords: the colour, black outline if learned."""
+    """`ax.bar`/`ax.barh` keywords: colour, black outline if learned."""
     face = face or color(label)
     if is_learned(label):
         return dict(facecolor=face, edgecolor="black", linewidth=1.4)
@@ -137,7 +137,7 @@ def bar_style(label: str, face: str | None = None) -> dict:
 
 
 def line_style(label: str, face: str | None = None) -> dict:
-    """`ax.plot` / `ax.step` keywords: the colour, thick and solid if learned.
+    """`ax.plot`/`ax.step` keywords: colour, thick and solid if learned.
 
     Thinner and dashed for a classical method.
     """

@@ -1,13 +1,13 @@
-"""Training curves of a run directory (training_curves.png), any method.
+"""Training curves of a run directory as training_curves.png.
 
-Read from the run's metrics.csv. Placeto's rows (one per update and graph: episodes, simulator calls, runtimes and
-the lower bound) are drawn as runtime / lower bound against episodes and simulator calls; the sequence methods' rows
-(gdp, rnn, hierarchical: placements sampled, seconds, objectives in microseconds) as objective in ms against
-placements and wall seconds. Every point is marked, so a run of one update still shows; a panel without data says so
-instead of staying blank. A run of up to MAX_NAMED graphs draws one named line per graph; a run of more draws the
-family instead: the mean of the per-graph curves and the band between their 25th and 75th percentiles, on a common x
-grid (family_spread). The title says which graphs were held out, from the run's selection.json when it has one, else
-that the run records none (training never evaluates the held-out graphs: `placeto compare` does).
+Any method's, read from its metrics.csv. Placeto's rows (one per update and graph: episodes, simulator calls,
+runtimes and the lower bound) are drawn as runtime / lower bound against episodes and simulator calls; the sequence
+methods' rows (gdp, rnn, hierarchical: placements sampled, seconds, objectives in microseconds) as objective in ms
+against placements and wall seconds. Every point is marked, so a run of one update still shows; a panel without data
+says so instead of staying blank. A run of up to MAX_NAMED graphs draws one named line per graph; a run of more
+draws the family instead: the mean of the per-graph curves and the band between their 25th and 75th percentiles, on
+a common x grid (family_spread). The title says which graphs were held out, from the run's selection.json when it
+has one, else that the run records none (training never evaluates the held-out graphs: `placeto compare` does).
 """
 
 from __future__ import annotations
@@ -90,9 +90,10 @@ def _read(run_dir: Path) -> tuple[tuple[Panel, ...], dict[str, dict[str, np.ndar
 
 
 def _only_graph(run_dir: Path) -> str:
-    """The graph a per-graph run (rnn, hierarchical) trained on, or "all graphs".
+    """The graph a per-graph run trained on, or "all graphs".
 
-    Such a run has no graph column: its one best/<graph>@<D>d.json names the graph.
+    A per-graph run (rnn, hierarchical) has no graph column: its one best/<graph>@<D>d.json names the
+    graph.
     """
     best = sorted((run_dir / "best").glob("*.json"))
     return best[0].name.removesuffix(".json") if len(best) == 1 else "all graphs"
@@ -174,7 +175,7 @@ def _method(run: Path) -> str:
 
 
 def plot_run(run_dir: str | Path, note: Callable[[str], None] | None = print) -> list[Path]:
-    """Write training_curves.png into `run_dir`; returns the files written.
+    """Write training_curves.png into `run_dir`; returns the paths.
 
     `note` (print by default) gets one line when there are no metrics yet or when a curve has a single point.
     """
@@ -213,7 +214,7 @@ def _empty_figure(plt, title: str, text: str):
 
 
 def _curves_figure(plt, panels: list[Panel], data: dict, title: str, held_out: str = "", method: str = "placeto"):
-    """The panels in a grid of two columns, per series or for the family.
+    """The panels in two columns, per series or for the family.
 
     Columns: x in episodes / placements, then in simulator calls / seconds. Up to MAX_NAMED series: one line with
     markers each, a lone point labelled with its value; one series is named in the title, several in a legend
@@ -251,7 +252,10 @@ def _curves_figure(plt, panels: list[Panel], data: dict, title: str, held_out: s
 
 
 def _draw_graphs(plt, ax, panel: Panel, data: dict) -> None:
-    """One named line with markers per series (few of them: tab10 has a colour for each)."""
+    """One named line with markers per series.
+
+    Few of them: tab10 has a colour for each.
+    """
     cmap = plt.get_cmap("tab10")
     for i, (name, d) in enumerate(sorted(data.items())):
         x, y = _series(panel, d)
@@ -263,7 +267,10 @@ def _draw_graphs(plt, ax, panel: Panel, data: dict) -> None:
 
 
 def _draw_family(ax, panel: Panel, data: dict, method: str) -> None:
-    """The family's mean line (marked, so a one-point run still shows) over its interquartile band."""
+    """The family's mean line over its interquartile band.
+
+    The line is marked, so a one-point run still shows.
+    """
     s = family_spread(panel, data)
     if not len(s.x):
         return

@@ -1,1 +1,1 @@
-"""The Baechi placers' shared core: the problem, numba kernels, Baechi's loop."""
+"""The Baechi placers' core: problem, numba kernels, Baechi's loop."""

@@ -1,4 +1,4 @@
-"""Baechi's m-ETF and m-SCT event loops in plain Python, an oracle for the kernels.
+"""Baechi's m-ETF and m-SCT event loops in plain Python: an oracle.
 
 From github.com/beomyeol/baechi (placer/m_etf.py and placer/m_sct.py), over `problem.State`'s transfer and memory
 model. Written from Baechi's structure, not from our kernel's, so that the two agree only if our reading is right:
@@ -31,7 +31,7 @@ from placeto.baselines.listsched.problem import Schedule, ScheduleProblem, State
 
 
 class _Loop:
-    """One run of the event loop: m-ETF, or m-SCT given favourite children.
+    """One run of the event loop: m-ETF, or m-SCT with favourites.
 
     favourite: int[N] each node's favourite child (-1: none); None: m-ETF.
     """
@@ -142,7 +142,7 @@ class _Loop:
         return None if best is None else (best[2], best[3])
 
     def _place_without_memory(self) -> None:
-        """Place the best-tier pair that starts first: nothing fits, nothing runs."""
+        """Place the earliest best-tier pair: nothing fits, nothing runs."""
         tiers = {(v, d): self.st.tier(v, d) for v in self.ready for d in range(self.n_dev)}
         low = min(tiers.values())
         s, _, d, v = min((max(self._estimate(v, d), self.st.avail[d], self.now), self.topo[v], d, v)
@@ -167,7 +167,7 @@ class _Loop:
 
 
 def baechi_etf(prob: ScheduleProblem) -> Schedule:
-    """Baechi's m-ETF event loop; equal to `problem.etf_reference` and `etf`."""
+    """Baechi's m-ETF event loop, equal to `etf_reference` and `etf`."""
     return _Loop(prob, None).run()
 
 

@@ -1,4 +1,4 @@
-"""numba versions of `problem.State`: tiers, input-ready times, placing a node.
+"""numba kernels mirroring `problem.State`, bit for bit.
 
 Each function mirrors the `problem.State` method of the same name (`place` is `State.commit`) operation for
 operation, transfer booking included, so the kernels' floats equal the references' to the last bit. The partial
@@ -70,7 +70,10 @@ def _send(o, q, src, d, chan, record, prob, tl):
 
 @numba.njit(cache=True)
 def _merged(j, q, src, d, prob, tl):
-    """Baechi's estimate: q's missing outputs as one transfer on the current channels."""
+    """Baechi's estimate: q's missing outputs as one transfer.
+
+    On the current channels; nothing is booked.
+    """
     start = max(tl.end[q], tl.chan[src])
     if prob.shared_channel:
         start = max(start, tl.chan[d])
@@ -127,7 +130,7 @@ def ready_time(v, d, commit, prob, tl):
 
 @numba.njit(cache=True)
 def place(v, d, s, prob, tl):
-    """Place v on d, starting at the later of s and its booked input-ready time."""
+    """Place v on d at the later of s and its booked input-ready time."""
     r, any_xfer = ready_time(v, d, True, prob, tl)
     tl.changed[d] = any_xfer and prob.shared_channel  # the receiver's channel is booked only when shared
     c = prob.cost[v, d]

@@ -1,4 +1,4 @@
-"""The list schedulers' model, and plain-Python references as the kernels' oracles.
+"""The list schedulers' model, and plain references as oracles.
 
 The list schedulers (`etf`, `heft`, `m-sct`) keep one estimated timeline per device and per channel:
 
@@ -34,7 +34,10 @@ from simulator.model.graph import Graph
 
 
 class TransferModel(NamedTuple):
-    """How the list schedulers estimate transfers (timeline: module docstring)."""
+    """How the list schedulers estimate transfers.
+
+    The timeline: see the module docstring.
+    """
 
     latency_with_delta2: bool  # data arrives bytes/bandwidth + delta2 after the start, not bytes/bandwidth
     whole_us: bool  # transfer times rounded to whole us, as Baechi's get_comm_cost
@@ -90,7 +93,7 @@ class ScheduleProblem(NamedTuple):
 
 
 def pair_outputs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """Per (parent, child) pair, the distinct global outputs the child uses.
+    """Each (parent, child) pair's distinct global outputs used.
 
     Returns:
       (in_off int64[P + 1], in_out int64[I]): a CSR aligned with `graph.parents`, outputs ascending.
@@ -116,7 +119,10 @@ def transfer_times(graph: Graph, cluster: Cluster, model: TransferModel) -> tupl
 
 def build_problem(graph: Graph, cluster: Cluster, model: str | TransferModel = DEFAULT_TRANSFER_MODEL
                   ) -> ScheduleProblem:
-    """The arrays the list schedulers read, under the named (or given) transfer model."""
+    """The arrays the list schedulers read, under transfer model `model`.
+
+    `model`: a TRANSFER_MODELS name, or a TransferModel.
+    """
     tm = TRANSFER_MODELS[model] if isinstance(model, str) else model
     par_off, par = graph.parents
     in_off, in_out = pair_outputs(graph)
@@ -154,7 +160,7 @@ def upward_rank(graph: Graph, mean_cost: np.ndarray, mean_comm: np.ndarray) -> n
 
 
 def heft_order(prob: ScheduleProblem, topo_order: np.ndarray) -> np.ndarray:
-    """Nodes int32[N] by decreasing upward rank, ties in topological order.
+    """Nodes int32[N] by decreasing upward rank, then topologically.
 
     So parents come before their children.
     """
@@ -244,7 +250,10 @@ class State:
         return arrive
 
     def _merged(self, todo: list[int], q: int, src: int, d: int) -> float:
-        """Baechi's estimate: q's missing outputs as one transfer on the current channels."""
+        """Baechi's estimate: q's missing outputs as one transfer.
+
+        On the current channels; nothing is booked.
+        """
         p = self.prob
         start = max(self.end[q], self.chan[src])
         if p.shared_channel:
@@ -255,7 +264,7 @@ class State:
         return start + (span + float(p.latency[todo[-1]]))
 
     def commit(self, v: int, d: int, s: float) -> None:
-        """Place v on d, starting at the later of s and its booked input-ready time."""
+        """Place v on d at the later of s and its booked input-ready time."""
         p = self.prob
         r, self.senders = self.ready_time(v, d, commit=True)
         c = float(p.cost[v, d])
@@ -275,12 +284,12 @@ class State:
 
 
 def etf_reference(prob: ScheduleProblem) -> Schedule:
-    """m-ETF: repeatedly place the (ready node, device) pair that can start first.
+    """m-ETF: repeatedly place the ready pair that can start first.
 
-    A pair's start is max(estimated input-ready time, device free, time of the previous pick); ties go to the
-    earlier node in topological order, then the lower device (Baechi's order). Only pairs of the best memory
-    tier compete; when that is not tier 0 (nothing fits anywhere), the start is also held back to when every
-    device is idle, the time Baechi's loop would stop waiting for memory.
+    A pair is (ready node, device). A pair's start is max(estimated input-ready time, device free, time of the
+    previous pick); ties go to the earlier node in topological order, then the lower device (Baechi's order). Only
+    pairs of the best memory tier compete; when that is not tier 0 (nothing fits anywhere), the start is also held
+    back to when every device is idle, the time Baechi's loop would stop waiting for memory.
     """
     st = State(prob)
     n, n_dev = prob.cost.shape
@@ -309,7 +318,7 @@ def etf_reference(prob: ScheduleProblem) -> Schedule:
 
 
 def heft_reference(prob: ScheduleProblem, order: np.ndarray) -> Schedule:
-    """HEFT without insertion: each node, in `order`, where it finishes first.
+    """HEFT, no insertion: each node in `order` where it finishes first.
 
     Only the devices of its best memory tier compete; start = max(estimated input-ready, device free). Ties:
     earlier start, lower device.
