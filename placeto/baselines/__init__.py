@@ -1,4 +1,6 @@
-"""Baseline placement methods, one file each, all `(graph, cluster, seed, **options) -> int32[N]`.
+"""Baseline placement methods, one file each, behind one signature.
+
+Each method is `(graph, cluster, seed, **options) -> int32[N]`, the device index per node.
 
 | name | what it optimises | simulator calls |
 |---|---|---|
@@ -64,17 +66,21 @@ BUDGETED = frozenset({"random", "local-search", "sa"})  # methods that take `bud
 
 
 class MethodRun(NamedTuple):
-    """One method's placement. placement: int32[N]; simulator_calls: placements it simulated; seconds: wall."""
+    """One method's placement and what it cost."""
 
-    placement: np.ndarray
-    simulator_calls: int
-    seconds: float
+    placement: np.ndarray  # int32[N] device index per node
+    simulator_calls: int  # placements it simulated
+    seconds: float  # wall time, compilation excluded
     trace: tuple = ()  # ((seconds, calls, best objective so far), ...) at each improvement: the anytime curve
     compile_seconds: float = 0.0  # compilation met inside the run (placeto.compile_time), not in `seconds`
 
 
 def get_method(name: str) -> Method:
-    """The method registered as `name`; InputError listing the known names otherwise."""
+    """The method registered as `name`.
+
+    Raises:
+      InputError: no method has that name (the message lists the known names).
+    """
     if name not in METHODS:
         raise InputError(f"unknown method {name!r} (known: {', '.join(METHODS)})")
     return METHODS[name]
@@ -82,12 +88,16 @@ def get_method(name: str) -> Method:
 
 def run_method(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
                seconds: float | None = None, **options) -> MethodRun:
-    """Run method `name` inside a meter (`placeto.objective.metered`) that counts its simulations, traces its
-    best objective and holds its budget: `budget` simulator calls (None: unlimited) and/or `seconds` of wall
-    time, which the searching methods spend (the others ignore it). A kernel that compiles inside the run (numba,
-    not warmed up) moves the deadline and is reported in `compile_seconds`, not in `seconds`.
+    """Run method `name` in a meter that counts and limits its calls.
 
-    Raises NotApplicable (an InputError) if the method does not apply to this graph or cluster.
+    The meter (`placeto.objective.metered`) traces the best objective and holds the budget: `budget` simulator
+    calls (None: unlimited) and/or `seconds` of wall time, which the searching methods spend (the others ignore
+    it). A kernel that compiles inside the run (numba, not warmed up) moves the deadline and is reported in
+    `compile_seconds`, not in `seconds`.
+
+    Raises:
+      NotApplicable: (an InputError) the method does not apply to this graph or cluster.
+      InputError: an unknown name, or a searching method given neither `budget` nor `seconds`.
     """
     method = get_method(name)
     if name in BUDGETED:

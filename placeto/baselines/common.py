@@ -1,4 +1,4 @@
-"""What the baselines share: the method type, the simulator-call counter, device choice and the weighted graph.
+"""What the baselines share: budgets, devices, the weighted graph.
 
 Every method is a function `(graph, cluster, seed, **options) -> int32[N]` (device index per node). Methods that
 search (random, local-search, sa) score placements with `evaluate` (`placeto.objective.score_batch`: the one
@@ -20,62 +20,89 @@ Method = Callable[..., np.ndarray]  # (graph, cluster, seed, **options) -> int32
 
 CPU_KIND = "cpu"
 DEFAULT_BUDGET = 1000  # simulator calls of the searching baselines; the learned policy gets the same (compare)
-# ... and at most default_seconds(graph) of wall time: on a large graph a call costs much more (a 50,000-node graph:
-# gdp spent 1,000 calls in 667 s to end 0.2% ahead of etf's one pass in 0.46 s), and a count of calls means nothing
+# ... and at most default_seconds(graph) of wall time: on a large graph a call costs far more, so a count of calls
+# alone is no budget (docs/commands.md)
 DEFAULT_SECONDS = 10.0  # up to SECONDS_NODES nodes; then 1 s more per SECONDS_NODES nodes, at most MAX_DEFAULT_SECONDS
 SECONDS_NODES = 10_000
 MAX_DEFAULT_SECONDS = 60.0
 
 
 def default_seconds(graph: Graph) -> float:
-    """The default wall-clock budget (seconds, compilation excluded) of a searching or sampling method on `graph`,
-    beside DEFAULT_BUDGET calls: DEFAULT_SECONDS (10 s), 1 s more per SECONDS_NODES nodes, at most 60 s. Where the
-    calls run out first (a small graph), the result is the call budget's, deterministic in the seed."""
+    """Default wall-clock budget (s) of a searching method on `graph`.
+
+    For a method that searches or samples, beside DEFAULT_BUDGET calls, compilation excluded: DEFAULT_SECONDS
+    (10 s), 1 s more per SECONDS_NODES nodes, at most MAX_DEFAULT_SECONDS (60 s). Where the calls run out first (a
+    small graph), the result is the call budget's, deterministic in the seed.
+    """
     return min(MAX_DEFAULT_SECONDS, DEFAULT_SECONDS + graph.n_nodes / SECONDS_NODES)
 
 
 class NotApplicable(InputError):
-    """The method does not apply to this graph or cluster (no shipped expert placement, no CPU device, ...)."""
+    """The method does not apply to this graph or cluster.
+
+    E.g. the graph ships no expert placement, or the cluster has no CPU device.
+    """
 
 
 def count_simulator_calls():
-    """Count the simulations inside the `with` block (`placeto.objective.metered`; the meter has `.calls`)."""
+    """A meter counting the simulations of a `with` block.
+
+    This is `placeto.objective.metered()`.
+    """
     return metered()
 
 
 def evaluate(graph: Graph, placements: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """float64[B] search objective of placements int[B, N]: `placeto.objective.score_batch` (runtime plus the
-    memory penalty, us), counted by the current meter."""
+    """Search objective of placements, counted by the current meter.
+
+    Args:
+      placements: int[B, N] device index per node, one placement a row.
+
+    Returns:
+      float64[B] `placeto.objective.score_batch`: simulated runtime plus the memory penalty, us.
+    """
     return score_batch(graph, placements, cluster)
 
 
 def batch_size(want: int, limit: float) -> int:
-    """Proposals to score now: at most `want`, at most `limit` - calls so far, at most the meter's calls left."""
+    """How many proposals to score now.
+
+    At most `want`, at most `limit` minus the calls so far, at most the meter's calls left.
+    """
     m = meter()
     return int(max(0, min(want, limit - m.calls, m.max_calls - m.calls)))
 
 
 def budget_left(budget: float) -> bool:
-    """The search may simulate more: fewer than `budget` calls and the meter's calls and seconds not spent."""
+    """Whether the search may simulate more.
+
+    True while fewer than `budget` calls were made and the meter's calls and seconds are not spent.
+    """
     m = meter()
     return m.calls < budget and not m.exhausted()
 
 
 # ---- devices ----------------------------------------------------------------------------------------------
 def gpu_devices(cluster: Cluster) -> np.ndarray:
-    """int32[G] indices of the accelerator devices (every kind but "cpu"); all devices if there are none."""
+    """Indices int32[G] of the accelerators, else of all devices.
+
+    Accelerators: every kind but "cpu".
+    """
     idx = [i for i, d in enumerate(cluster.devices) if d.kind != CPU_KIND]
     return np.asarray(idx or range(cluster.n_devices), dtype=np.int32)
 
 
 def reference_kind(cluster: Cluster, devices: np.ndarray | None = None) -> str:
-    """The device kind whose costs weigh nodes for the partitioners: the first accelerator's."""
+    """The first accelerator's kind: its costs weigh partitioned nodes."""
     devices = gpu_devices(cluster) if devices is None else devices
     return cluster.devices[int(devices[0])].kind
 
 
 def device_speeds(graph: Graph, cluster: Cluster, devices: np.ndarray) -> np.ndarray:
-    """float64[len(devices)] relative speed of each device: total cost on the reference kind / total cost on it."""
+    """Relative speed float64[len(devices)] of each device.
+
+    The graph's total cost on the reference kind over its total cost on the device's kind.
+    """
     costs = graph.cost_matrix([cluster.devices[int(d)].kind for d in devices]).sum(axis=0)
     ref = graph.cost_for(reference_kind(cluster, devices)).sum()
     return np.where(costs > 0, ref / np.maximum(costs, 1e-300), 1.0)
@@ -83,7 +110,7 @@ def device_speeds(graph: Graph, cluster: Cluster, devices: np.ndarray) -> np.nda
 
 # ---- the weighted graph -------------------------------------------------------------------------------------
 class PairBytes(NamedTuple):
-    """Distinct producer -> consumer pairs with the bytes a transfer between them moves.
+    """Distinct producer -> consumer pairs and their transfer bytes.
 
     src, dst: int32[P] pair endpoints, sorted by (dst, src) like `graph.parents`.
     bytes: float64[P] total size of the distinct outputs of src that dst consumes.
@@ -95,7 +122,10 @@ class PairBytes(NamedTuple):
 
 
 def pair_bytes(graph: Graph) -> PairBytes:
-    """Merge parallel edges: each (src, dst) pair carries the sum of the distinct outputs it uses."""
+    """Merge parallel edges: (src, dst) pairs with their outputs' bytes.
+
+    Cached in `graph.cache`.
+    """
     key = ("pair_bytes",)
     if key not in graph.cache:
         n = np.int64(max(graph.n_nodes, 1))
@@ -110,7 +140,10 @@ def pair_bytes(graph: Graph) -> PairBytes:
 
 
 def scale_to_ints(x: np.ndarray, total: float = 1e7) -> np.ndarray:
-    """int64 weights >= 1 proportional to x >= 0, summing to about `total` (partitioners want small ints)."""
+    """int64 weights >= 1 in proportion to x >= 0, summing to ~`total`.
+
+    The partitioners take small integer weights.
+    """
     s = float(x.sum())
     if s <= 0:
         return np.ones(x.shape, dtype=np.int64)
@@ -130,7 +163,12 @@ class UndirectedGraph(NamedTuple):
 
 
 def undirected(graph: Graph, node_weight: np.ndarray) -> UndirectedGraph:
-    """Symmetric CSR with node weights `node_weight` (float64[N]) and edge weights = bytes, as small ints."""
+    """The symmetric CSR graph the partitioners take.
+
+    Args:
+      node_weight: float64[N] node weights; the edge weights are the pairs' bytes (`pair_bytes`). Both are
+        scaled to small ints (`scale_to_ints`).
+    """
     pb = pair_bytes(graph)
     w = scale_to_ints(pb.bytes)
     rows = np.concatenate([pb.src, pb.dst]).astype(np.int64)
@@ -143,7 +181,7 @@ def undirected(graph: Graph, node_weight: np.ndarray) -> UndirectedGraph:
 
 
 def memory_need(graph: Graph) -> np.ndarray:
-    """float64[N] bytes a node is charged on its device: persistent bytes plus all its outputs.
+    """Bytes float64[N] a node charges its device: persistent + outputs.
 
     It over-estimates what stays resident (the simulator frees an output once its consumers are done) and
     leaves out received copies, which occupy the consumers' devices.
@@ -152,7 +190,11 @@ def memory_need(graph: Graph) -> np.ndarray:
 
 
 def as_placement(x: np.ndarray, graph: Graph, cluster: Cluster) -> np.ndarray:
-    """int32[N] copy of `x`, checked: right length, every index a device of `cluster`."""
+    """An int32[N] copy of `x`, checked.
+
+    Raises:
+      AssertionError: a wrong length, or an index that is not a device of `cluster`.
+    """
     p = np.asarray(x).astype(np.int32).reshape(-1)
     if p.shape != (graph.n_nodes,) or (p.size and (p.min() < 0 or p.max() >= cluster.n_devices)):
         raise AssertionError(f"invalid placement for {graph.name!r} on {cluster.n_devices} devices")

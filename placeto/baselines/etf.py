@@ -1,15 +1,16 @@
-"""`etf`: earliest task first with memory limits (Baechi's m-ETF), a list scheduler that also places.
+"""`etf`: Baechi's m-ETF, earliest task first with memory limits.
 
-Repeatedly, among the nodes whose parents are all placed, place the (node, device) pair that can start
-soonest, given when each device is free and when the node's inputs can be on it; booking a placement books
-its transfers on the device channels (transfer and memory model in `_listsched`; the default transfer model is
-"shared-channel"). Ties: earlier in topological order, then lower device, as Baechi. The start times it picks
-never decrease, so its estimated schedule reads like the simulator's timeline.
+A list scheduler that also places. Repeatedly, among the nodes whose parents are all placed, place the (node,
+device) pair that can start soonest, given when each device is free and when the node's inputs can be on it;
+booking a placement books its transfers on the device channels (transfer and memory model:
+`listsched.problem`; the default transfer model is "shared-channel"). Ties: earlier in topological order, then
+lower device, as Baechi. The start times it picks never decrease, so its estimated schedule reads like the
+simulator's timeline.
 
-With model="baechi" it is the public Baechi m-ETF (placer/m_etf.py) node for node. Complexity
-O(N * R * D) for R the largest ready set, plus re-estimating the cached input-ready times a placement made
-stale (only for pairs whose static lower bound could still win): about 0.4 s for 20k nodes on 8 devices.
-`_listsched.etf_reference` is the plain oracle and `_baechi_reference.baechi_etf` Baechi's own event loop.
+With model="baechi" it is the public Baechi m-ETF (placer/m_etf.py) node for node. Complexity O(N * R * D) for
+R the largest ready set, plus re-estimating the cached input-ready times a placement made stale (only for pairs
+whose static lower bound could still win; timing: docs/commands.md). `listsched.problem.etf_reference` is the
+plain oracle and `listsched.baechi_reference.baechi_etf` Baechi's own event loop.
 """
 
 from __future__ import annotations
@@ -24,13 +25,16 @@ from simulator.model.graph import Graph
 
 
 def etf(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL) -> np.ndarray:
-    """int32[N] the devices m-ETF schedules the nodes on; `model` names a `_listsched.TRANSFER_MODELS` entry."""
+    """Devices int32[N] m-ETF schedules the nodes on.
+
+    Deterministic: `seed` is unused. `model` names a `listsched.problem.TRANSFER_MODELS` entry.
+    """
     del seed  # deterministic
     return etf_schedule(build_problem(graph, cluster, model)).device
 
 
 def etf_schedule(prob: ScheduleProblem) -> Schedule:
-    """The m-ETF schedule (fast path, equal to `_listsched.etf_reference`)."""
+    """The m-ETF schedule (fast path of `problem.etf_reference`)."""
     tl = new_timeline(prob)
     _etf_kernel(prob, tl)
     return Schedule(tl.device, tl.start, tl.end)
@@ -38,7 +42,10 @@ def etf_schedule(prob: ScheduleProblem) -> Schedule:
 
 @numba.njit(cache=True)
 def _best_tier(ready, n_ready, prob, tl):
-    """The lowest memory tier (`_listsched_numba.tier`) of any ready (node, device) pair."""
+    """The lowest memory tier of any ready (node, device) pair.
+
+    Tiers: `listsched.kernels.tier`.
+    """
     best = 2
     for i in range(n_ready):
         for d in range(prob.cost.shape[1]):
@@ -50,7 +57,10 @@ def _best_tier(ready, n_ready, prob, tl):
 
 @numba.njit(cache=True)
 def _invalidate(ready, n_ready, prob, tl, valid, xfer):
-    """Forget the estimates that used a channel the last placement booked (Baechi's rule, plus parents)."""
+    """Forget the estimates using a channel the last placement booked.
+
+    Baechi's rule, plus the channels of the devices of the node's parents.
+    """
     for i in range(n_ready):
         w = ready[i]
         touched = False
@@ -63,7 +73,10 @@ def _invalidate(ready, n_ready, prob, tl, valid, xfer):
 
 @numba.njit(cache=True)
 def _lower_bound(v, prob, tl, out):
-    """out[d] <= any input-ready estimate of v on d: a remote output arrives >= its producer's end + latency."""
+    """Lower bounds out[d] on v's input-ready time on each device d.
+
+    A remote output arrives no earlier than its producer's end plus its latency.
+    """
     out[:] = 0.0
     for j in range(prob.par_off[v], prob.par_off[v + 1]):
         q = prob.par[j]
@@ -76,9 +89,12 @@ def _lower_bound(v, prob, tl, out):
 
 @numba.njit(cache=True)
 def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower):
-    """(start, device, index in ready) of the ready (node, device) pair of `best_tier` that can start first, at
-    max(input-ready, device free, floor); ties: earlier topological position, then lower device. Cached
-    estimates first, so the static lower bounds prune more of the stale ones, which are re-estimated."""
+    """(start, device, index in ready) of the earliest ready pair.
+
+    Among the pairs of `best_tier`, a pair starts at max(input-ready, device free, floor); ties: earlier topological
+    position, then lower device. Cached estimates come first, so the static lower bounds prune more of the stale
+    ones, which are re-estimated.
+    """
     n, n_dev = prob.cost.shape
     bs, bt, bd, bi = np.inf, n, n_dev, -1
     for stale in (False, True):
@@ -100,10 +116,14 @@ def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, 
 
 @numba.njit(cache=True)
 def etf_start(prob):
-    """m-ETF's bookkeeping before its first choice: (pending int64[N] unplaced parents of each node, ready
-    int64[N] whose first n_ready entries are the sources, n_ready, and per (node, device) the cached input-ready
-    estimates est float64[N, D], their validity valid bool[N, D], whether they need a transfer xfer bool[N, D]
-    (so channels can change them) and their static lower bounds lower float64[N, D])."""
+    """m-ETF's bookkeeping before its first choice.
+
+    Returns:
+      (pending, ready, n_ready, est, valid, xfer, lower): pending int64[N], each node's unplaced parents; ready
+      int64[N], whose first n_ready entries are the sources; and per (node, device) the cached input-ready
+      estimates est float64[N, D], their validity valid bool[N, D], whether they need a transfer xfer
+      bool[N, D] (so channels can change them) and their static lower bounds lower float64[N, D].
+    """
     n, n_dev = prob.cost.shape
     pending = prob.par_off[1:] - prob.par_off[:-1]
     ready = np.empty(n, np.int64)  # ready[:n_ready] unordered; ties are broken by topological position
@@ -118,9 +138,12 @@ def etf_start(prob):
 
 @numba.njit(cache=True)
 def pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer, lower):
-    """m-ETF's next choice, its node taken off ready: (node, device, start, best tier, floor, new n_ready). The
-    pair is `earliest_pair`'s among the ready pairs of the lowest memory tier, no earlier than `t_last` (the last
-    start) nor, outside tier 0, than every device's free time (the floor)."""
+    """m-ETF's next choice, its node taken off ready.
+
+    Returns (node, device, start, best tier, floor, new n_ready): `earliest_pair`'s pair among the ready pairs of
+    the lowest memory tier, starting no earlier than `t_last` (the last start) nor, outside tier 0, than every
+    device's free time (the floor).
+    """
     best_tier = _best_tier(ready, n_ready, prob, tl)
     floor = t_last if best_tier == 0 else max(t_last, tl.avail.max())
     bs, bd, bi = earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower)
@@ -131,8 +154,11 @@ def pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer, lower):
 
 @numba.njit(cache=True)
 def after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower):
-    """After v was placed (and taken out of ready): forget the estimates it made stale, add the children it made
-    ready (with their lower bounds). Returns the new n_ready."""
+    """Update ready after placing v; returns the new n_ready.
+
+    v was placed and taken off ready: forget the estimates it made stale and add the children it made ready, with
+    their lower bounds.
+    """
     _invalidate(ready, n_ready, prob, tl, valid, xfer)
     for j in range(prob.ch_off[v], prob.ch_off[v + 1]):
         w = prob.ch[j]

@@ -1,4 +1,7 @@
-"""`expert`: the human expert placement shipped with a benchmark graph (or given as a placement file)."""
+"""`expert`: the human expert placement, shipped or from a file.
+
+Shipped with a benchmark graph, or given as a placement file.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ def expert(graph: Graph, cluster: Cluster, seed: int = 0, placement_file: str | 
     """int32[N] the expert placement for `cluster.n_devices` devices.
 
     From `placement_file` when given, else from `graph.meta["expert_placement"][str(n_devices)]`.
-    Raises NotApplicable if the graph ships none for this device count, InputError if it is malformed.
+
+    Raises:
+      NotApplicable: the graph ships none for this device count.
+      InputError: it is malformed.
     """
     del seed
     n_dev = cluster.n_devices

@@ -1,12 +1,14 @@
-"""`heft`: Heterogeneous Earliest Finish Time (Topcuoglu et al. 2002), without insertion, memory-aware.
+"""`heft`: HEFT list scheduling without insertion, memory-aware.
 
-Nodes are taken in decreasing upward rank (mean compute + the longest mean-communication path below them);
-each goes to the device where it would finish first given device availability and when its inputs can be
-there, booking its transfers on the device channels (transfer and memory model in `_listsched`, shared with
-`etf`). Without insertion a node is appended after the last node put on its device, which matches the
-simulator's FIFO device queues better than filling idle gaps would.
+Heterogeneous Earliest Finish Time (Topcuoglu et al. 2002). Nodes are taken in decreasing upward rank (mean
+compute + the longest mean-communication path below them); each goes to the device where it would finish first
+given device availability and when its inputs can be there, booking its transfers on the device channels
+(transfer and memory model: `listsched.problem`, shared with `etf`). Without insertion a node is appended after
+the last node put on its device, which matches the simulator's FIFO device queues better than filling idle gaps
+would.
 
-Complexity O(N log N + N * D * inputs) with the numba kernel; `_listsched.heft_reference` is the plain oracle.
+Complexity O(N log N + N * D * inputs) with the numba kernel; `listsched.problem.heft_reference` is the plain
+oracle.
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ from simulator.model.graph import Graph
 
 
 def heft(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL) -> np.ndarray:
-    """int32[N] the devices HEFT schedules the nodes on; `model` names a `_listsched.TRANSFER_MODELS` entry."""
+    """Devices int32[N] HEFT schedules the nodes on.
+
+    Deterministic: `seed` is unused. `model` names a `listsched.problem.TRANSFER_MODELS` entry.
+    """
     del seed  # deterministic
     prob = build_problem(graph, cluster, model)
     return heft_schedule(prob, heft_order(prob, graph.topo_order)).device
 
 
 def heft_schedule(prob: ScheduleProblem, order: np.ndarray) -> Schedule:
-    """The HEFT schedule for nodes in `order` (fast path, equal to `_listsched.heft_reference`)."""
+    """HEFT's schedule of `order`, the fast path of `heft_reference`."""
     tl = new_timeline(prob)
     _heft_kernel(order.astype(np.int64), prob, tl)
     return Schedule(tl.device, tl.start, tl.end)

@@ -1,11 +1,12 @@
-"""`local-search`: hill climbing with a little annealing over single-node moves, scored by the simulator.
+"""`local-search`: hill climbing over single-node moves.
 
-Start from the best of single and the list schedulers' placements (etf, heft; or from `init`). Each iteration
-draws a batch of proposals (`placeto.baselines.moves`: one node moved, to a neighbour's device or another one),
-scores the whole batch with one `simulate_batch` call, and accepts the best proposal if it improves on the
-current placement, or with the Metropolis probability exp(-(worse - current) / T) under a temperature T that
-decays linearly from `t0` times the starting objective to 0 over the budget. The best placement seen is
-returned. `sa` (placeto.baselines.sa) is the full simulated annealing, with a calibrated schedule and restarts.
+Scored by the simulator. Start from the best of single and the list schedulers' placements (etf, heft; or from
+`init`). Each iteration draws a batch of proposals (`placeto.baselines.moves`: one node moved, to a neighbour's
+device or another one), scores the whole batch with one `simulate_batch` call, and accepts the best proposal if it
+improves on the current placement, or with the Metropolis probability exp(-(worse - current) / T) under a
+temperature T that decays linearly from `t0` times the starting objective to 0 over the budget. The best placement
+seen is returned. `sa` (placeto.baselines.sa) is the full simulated annealing, with a calibrated schedule and
+restarts.
 
 Budget: `budget` simulator calls, and whatever the open meter allows (`compare --seconds`: a wall-clock
 deadline). Deterministic in `seed` under a call budget.
@@ -26,7 +27,9 @@ from simulator.model.graph import Graph
 
 def local_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET, batch: int = 16,
                  neighbour_prob: float = 0.8, t0: float = 0.01, init: np.ndarray | str | None = None) -> np.ndarray:
-    """int32[N] the best placement found within `budget` simulator calls (and the meter's deadline).
+    """The best placement int32[N] found within the budget.
+
+    The budget: `budget` simulator calls, and the meter's deadline.
 
     Args:
       budget: simulator calls, the starting placements' included (math.inf: until the meter's deadline).
@@ -63,8 +66,11 @@ def local_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = 
 
 
 def progress(m, calls0: int, budget: float) -> float:
-    """Fraction of the budget spent, in [0, 1]: the larger of the calls' and the wall clock's fractions. The
-    calls are `budget` counted from `calls0`, or the meter's calls left at `calls0` if fewer."""
+    """Fraction of the budget spent, in [0, 1].
+
+    The larger of the calls' and the wall clock's fractions. The calls are `budget` counted from `calls0`, or the
+    meter's calls left at `calls0` if fewer.
+    """
     budget = min(budget, m.max_calls - calls0)
     by_calls = (m.calls - calls0) / budget if math.isfinite(budget) and budget > 0 else 0.0
     span = m.deadline - m.start

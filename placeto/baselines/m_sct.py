@@ -1,4 +1,6 @@
-"""`m-sct`: Baechi's memory-constrained Small Communication Time placer (Jeon et al. 2020; placer/m_sct.py).
+"""`m-sct`: Baechi's memory-aware Small Communication Time placer.
+
+Memory-constrained SCT (Jeon et al. 2020; Baechi's placer/m_sct.py):
 
 1. Favourite children from the LP relaxation of SCT (Hanen & Munier's small-communication-time rule): for
    every distinct edge i -> j a variable x_ij in [0, 1] (0: j is i's favourite child and runs right after it
@@ -14,11 +16,10 @@
 2. Rounding: edge i -> j is a favourite edge if round(x_ij - threshold + 0.5) == 0 (Baechi's rule and
    threshold 0.5), assigned in edge order with Baechi's overwrites: a later favourite child of i replaces the
    earlier one, and a later favoured parent of j clears the earlier parent's favourite.
-3. m-ETF's event loop (`_baechi_reference.baechi_sct`), except that a free device whose last op's favourite
+3. m-ETF's event loop (`listsched.baechi_reference.baechi_sct`), except that a free device whose last op's favourite
    child is ready and starts earliest there waits for it unless another op is urgent.
 
-Complexity: the LP (N + P variables) plus the plain-Python event loop, about N * R * D; seconds for a few
-thousand nodes.
+Complexity: the LP (N + P variables) plus the plain-Python event loop, about N * R * D.
 """
 
 from __future__ import annotations
@@ -37,14 +38,22 @@ THRESHOLD = 0.5  # Baechi's m_sct default: x <= 0.5 rounds to a favourite edge
 
 def m_sct(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL,
           threshold: float = THRESHOLD) -> np.ndarray:
-    """int32[N] the devices m-SCT schedules the nodes on; `model` names a `_listsched.TRANSFER_MODELS` entry."""
+    """Devices int32[N] m-SCT schedules the nodes on.
+
+    Deterministic: `seed` is unused. `model` names a `listsched.problem.TRANSFER_MODELS` entry; `threshold` rounds
+    the LP (module docstring).
+    """
     del seed  # deterministic
     prob = build_problem(graph, cluster, model)
     return baechi_sct(prob, favourite_children(prob, threshold)).device
 
 
 def edges_by_source(prob: ScheduleProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Distinct edges in (source, child) order, Baechi's edge ids: (src int64[P], dst int64[P], comm float64[P] us)."""
+    """Distinct edges in (source, child) order, as Baechi numbers them.
+
+    Returns:
+      (src int64[P], dst int64[P], comm float64[P]): comm is the edge's channel time, us.
+    """
     n = prob.cost.shape[0]
     dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(prob.par_off))
     src = prob.par.astype(np.int64)
@@ -54,7 +63,10 @@ def edges_by_source(prob: ScheduleProblem) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 class _Rows:
-    """Sparse inequalities A @ x <= b, added block by block with row numbers local to the block."""
+    """Sparse inequalities A @ x <= b, added block by block.
+
+    Row numbers are local to the block.
+    """
 
     def __init__(self):
         self.rows, self.cols, self.vals, self.rhs = [], [], [], []
@@ -73,7 +85,10 @@ class _Rows:
 
 
 def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
-    """float64[P] the LP's x per edge of `edges_by_source` (0: favourite edge, 1: pays communication)."""
+    """The LP's x float64[P] per edge of `edges_by_source`.
+
+    0: a favourite edge; 1: the edge pays its communication time.
+    """
     n = prob.cost.shape[0]
     src, dst, comm = edges_by_source(prob)
     n_e = src.size
@@ -81,7 +96,8 @@ def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
         return np.zeros(0)
     p = prob.cost.mean(axis=1)
     # In units of the mean op cost: HiGHS's tolerances are absolute (1e-7), so in microseconds they would choose
-    # among the LP's many optimal vertices differently for the same graph in other units (scale_units).
+    # among the LP's many optimal vertices differently for the same graph in other units
+    # (simulator.model.scaling.scale_units).
     unit = _lp_unit(p, comm)
     p, comm = p / unit, comm / unit
     e, s_var, w_var = np.arange(n_e), n_e + np.arange(n), n_e + n  # variables: [x (P), s (N), w]
@@ -107,7 +123,10 @@ def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
 
 
 def _lp_unit(cost: np.ndarray, comm: np.ndarray) -> float:
-    """The LP's time unit, us: the mean positive node cost (else the mean positive communication time, else 1)."""
+    """The LP's time unit, us: the mean positive node cost.
+
+    Else the mean positive communication time, else 1.
+    """
     for x in (cost, comm):
         pos = x[x > 0]
         if pos.size:
@@ -116,7 +135,10 @@ def _lp_unit(cost: np.ndarray, comm: np.ndarray) -> float:
 
 
 def favourite_children(prob: ScheduleProblem, threshold: float = THRESHOLD) -> np.ndarray:
-    """int64[N] each node's favourite child (-1: none), from the rounded LP with Baechi's assignment order."""
+    """Each node's favourite child int64[N] (-1: none) from the LP.
+
+    Edges are assigned in Baechi's order, with its overwrites (module docstring, step 2).
+    """
     src, dst, _ = edges_by_source(prob)
     favourite_edge = np.round(relaxed_favourites(prob) - threshold + 0.5) == 0
     fav = [-1] * prob.cost.shape[0]

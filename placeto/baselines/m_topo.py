@@ -1,11 +1,11 @@
-"""`m-topo`: Baechi's topological-order placer (placer/m_topo.py, the default "uniform" variant).
+"""`m-topo`: Baechi's topological-order placer ("uniform").
 
-Walk the nodes in topological order (Kahn's, FIFO: Baechi's `assign_topo_order`) and fill the devices one
-after another, moving to the next device when the current one would exceed its share:
-share = total // D + the largest single node, so every device but the last ends up with more than total // D
-and the last never overflows. With by="memory" (Baechi) a node weighs its charged bytes (persistent +
-outputs, whole bytes), with by="compute" its cost on the device's kind. Like Baechi's uniform variant it
-ignores device capacity: the share is below capacity whenever the graph fits the cluster with some slack.
+Baechi's placer/m_topo.py. Walk the nodes in topological order (Kahn's, FIFO: Baechi's `assign_topo_order`) and
+fill the devices one after another, moving to the next device when the current one would exceed its share,
+total // D + the largest single node: every device but the last ends up with more than total // D and the last
+never overflows. With by="memory" (Baechi) a node weighs its charged bytes (persistent + outputs, whole
+bytes), with by="compute" its cost on the device's kind. Like Baechi's uniform variant it ignores device
+capacity: the share is below capacity whenever the graph fits the cluster with some slack.
 
 Complexity O(N). With by="memory" it reproduces the public Baechi placements
 (experiments/results/reproduce/baechi_compare.md).
@@ -21,7 +21,10 @@ from simulator.model.graph import Graph
 
 
 def m_topo(graph: Graph, cluster: Cluster, seed: int = 0, by: str = "memory") -> np.ndarray:
-    """int32[N] devices filled in topological order up to an equal share of memory (or compute)."""
+    """Devices int32[N] filled in topological order, equal shares.
+
+    by: "memory" (Baechi: the charged bytes) or "compute" (the cost on each device's kind).
+    """
     del seed  # deterministic
     if by == "memory":
         weights = [int(b) for b in memory_need(graph).tolist()]
@@ -33,9 +36,13 @@ def m_topo(graph: Graph, cluster: Cluster, seed: int = 0, by: str = "memory") ->
 
 
 def topo_fill(order: np.ndarray, weights: list, n_dev: int) -> np.ndarray:
-    """int32[N] fill devices 0..D-1 in `order` up to total // D + max weight each.
+    """Fill devices 0..D-1 in `order`, each to total // D + max weight.
 
-    weights: per node either a number (the same on every device) or a list of D numbers (its weight on each).
+    Args:
+      weights: per node either a number (the same on every device) or a list of D numbers (its weight on each).
+
+    Returns:
+      int32[N] the device of each node.
     """
     per_device = [w if isinstance(w, list) else [w] * n_dev for w in weights]
     placement = np.zeros(len(weights), dtype=np.int32)
@@ -51,5 +58,8 @@ def topo_fill(order: np.ndarray, weights: list, n_dev: int) -> np.ndarray:
 
 
 def _share(weights: list, n_dev: int):
-    """total // D + the largest weight (Baechi's max_memory_per_device); integer for integer weights."""
+    """A device's share: total // D + the largest weight.
+
+    Baechi's max_memory_per_device; an integer for integer weights.
+    """
     return sum(weights) // n_dev + max(weights, default=0)

@@ -1,9 +1,9 @@
-"""`metis`: a k-way min-cut partition of the undirected graph with METIS (pymetis), balanced on compute.
+"""`metis`: a METIS k-way min-cut partition, balanced on compute.
 
-Node weights are compute times on the first accelerator kind, edge weights the bytes a producer sends its
-consumer (parallel edges merged); part i goes to device i, with target part sizes proportional to device speed
-when the devices differ. METIS knows nothing of order or overlap: a balanced cut can serialise a chain across
-devices, which is why it is a weak baseline on deep graphs (as in the papers' tables).
+The partition is of the undirected graph. Node weights are compute times on the first accelerator kind, edge weights
+the bytes a producer sends its consumer (parallel edges merged); part i goes to device i, with target part sizes
+proportional to device speed when the devices differ. METIS knows nothing of order or overlap: a balanced cut can
+serialise a chain across devices, which is why it is a weak baseline on deep graphs (as in the papers' tables).
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ from simulator.model.graph import Graph
 
 def metis_parts(ug: UndirectedGraph, n_parts: int, targets: np.ndarray | None, seed: int,
                 ufactor: int = 30) -> np.ndarray:
-    """int32[N] part per node; `targets` (float[n_parts], sums to 1) are the wanted weight shares or None.
+    """Part int32[N] of each node in METIS's k-way partition.
 
-    ufactor: allowed imbalance in thousandths (30: the heaviest part may be 3% above its target).
+    Args:
+      targets: float[n_parts] wanted weight shares, summing to 1; None: equal.
+      ufactor: allowed imbalance in thousandths (30: the heaviest part may be 3% above its target).
     """
     n = len(ug.xadj) - 1
     if n_parts == 1 or n == 0:
@@ -36,7 +38,11 @@ def metis_parts(ug: UndirectedGraph, n_parts: int, targets: np.ndarray | None, s
 
 
 def metis(graph: Graph, cluster: Cluster, seed: int = 0, ufactor: int = 30) -> np.ndarray:
-    """int32[N] a METIS k-way partition over all devices, node weight = compute time."""
+    """A METIS k-way partition int32[N] over all devices.
+
+    Node weight: compute time on the first accelerator's kind; part sizes follow device speed when the devices
+    differ.
+    """
     devices = np.arange(cluster.n_devices, dtype=np.int32)
     speeds = device_speeds(graph, cluster, devices)
     targets = None if np.allclose(speeds, speeds[0]) else speeds / speeds.sum()

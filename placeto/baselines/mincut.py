@@ -1,9 +1,9 @@
-"""`mincut`: the "MinCut" baseline of Mirhoseini et al. 2018: a min-cut partition over the GPUs only,
-balanced on memory rather than compute.
+"""`mincut`: the "MinCut" baseline of Mirhoseini et al. 2018.
 
-Node weights are the bytes a node keeps on its device (persistent bytes plus its outputs, see `memory_need`);
-parts are weighted by device memory capacity, so each GPU gets a share of the footprint in proportion to what it
-holds. The cut is the bytes sent. Scotch by default; `backend="metis"` uses METIS instead.
+A min-cut partition over the GPUs only, balanced on memory rather than compute. Node weights are the bytes a node
+keeps on its device (persistent bytes plus its outputs, see `memory_need`); parts are weighted by device memory
+capacity, so each GPU gets a share of the footprint in proportion to what it holds. The cut is the bytes sent.
+Scotch by default; `backend="metis"` uses METIS instead.
 """
 
 from __future__ import annotations
@@ -19,7 +19,10 @@ from simulator.model.graph import Graph
 
 def mincut(graph: Graph, cluster: Cluster, seed: int = 0, backend: str = "scotch",
            balance: float = 0.05) -> np.ndarray:
-    """int32[N] a memory-balanced min-cut partition over the accelerators (all devices if there are none)."""
+    """A memory-balanced min-cut int32[N] over the accelerators.
+
+    Over all devices if there are none. backend: "scotch" or "metis".
+    """
     devices = gpu_devices(cluster)
     capacity = np.asarray([cluster.devices[int(d)].memory_bytes for d in devices], dtype=np.float64)
     equal = np.allclose(capacity, capacity[0])

@@ -1,9 +1,10 @@
-"""What the local searches share: starting placements, node weights and single-node move proposals.
+"""What the local searches share: starts, node weights, moves.
 
 A move puts one node on another device. Nodes are drawn with probability proportional to (compute time + mean
 compute time), so the heavy nodes that decide the makespan move more often. The target is, with probability
 `neighbour_prob`, the device of one of the node's parents or children (pulling a node to its data), else a
-uniformly chosen other device; policy-guided search (`guided.py`) adds a third source, the policy's prior.
+uniformly chosen other device; policy-guided search (`placeto.methods.placeto.guided`) adds a third source, the
+policy's prior.
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ LIST_SCHEDULERS = {"single": single, "etf": etf, "heft": heft}
 
 
 def start_placements(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) -> list[np.ndarray]:
-    """Candidate starts: a given placement, a named one, or (None) single and the list schedulers' placements."""
+    """Candidate starting placements of a search.
+
+    `init`: a placement, a name of LIST_SCHEDULERS, or None for single's and the list schedulers' placements.
+    """
     if init is None:
         return [f(graph, cluster) for f in LIST_SCHEDULERS.values()]
     if isinstance(init, str):
@@ -32,7 +36,10 @@ def start_placements(graph: Graph, cluster: Cluster, init: np.ndarray | str | No
 
 
 def best_start(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) -> tuple[np.ndarray, float]:
-    """(placement int32[N], objective) of the best start (one simulator call per candidate)."""
+    """(placement int32[N], objective) of the best start.
+
+    One simulator call per candidate.
+    """
     starts = start_placements(graph, cluster, init)
     scores = evaluate(graph, np.stack(starts), cluster)
     i = int(np.argmin(scores))
@@ -40,14 +47,20 @@ def best_start(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) ->
 
 
 def node_weights(graph: Graph, cluster: Cluster) -> np.ndarray:
-    """float64[N] probability of moving each node: proportional to mean cost + the graph's mean cost."""
+    """Probability float64[N] of moving each node.
+
+    Proportional to its mean cost plus the graph's mean cost.
+    """
     cost = graph.cost_matrix(cluster.kinds).mean(axis=1)
     weight = cost + cost.mean() + 1e-12
     return weight / weight.sum()
 
 
 def neighbours(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (offsets int64[N + 1], int32[2P]) of each node's parents and children."""
+    """Each node's parents and children as a CSR.
+
+    (offsets int64[N + 1], neighbours int32[2P]); cached in graph.cache.
+    """
     key = ("search_neighbours",)
     if key not in graph.cache:
         par_off, par = graph.parents
@@ -64,7 +77,11 @@ def neighbours(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
 
 def targets(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off: np.ndarray, nb: np.ndarray,
             n_dev: int, neighbour_prob: float) -> np.ndarray:
-    """int32[B] a new device for each node: a neighbour's (if it differs) or a uniformly chosen other one."""
+    """New devices int32[B] for `nodes`: a neighbour's or a random one.
+
+    With probability `neighbour_prob` the device of a random parent or child, when that differs from the node's;
+    else a uniformly chosen other device.
+    """
     other = (cur[nodes] + rng.integers(1, n_dev, size=len(nodes))) % n_dev
     degree = nb_off[nodes + 1] - nb_off[nodes]
     pick = nb_off[nodes] + (rng.random(len(nodes)) * np.maximum(degree, 1)).astype(np.int64)
@@ -75,7 +92,7 @@ def targets(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off
 
 
 def proposals(cur: np.ndarray, nodes: np.ndarray, devs: np.ndarray) -> np.ndarray:
-    """int32[B, N] copies of `cur`, row b with node nodes[b] moved to devs[b]."""
+    """int32[B, N] copies of `cur`, nodes[b] moved to devs[b] in row b."""
     out = np.repeat(cur[None, :], len(nodes), axis=0)
     out[np.arange(len(nodes)), nodes] = devs
     return out
@@ -83,9 +100,15 @@ def proposals(cur: np.ndarray, nodes: np.ndarray, devs: np.ndarray) -> np.ndarra
 
 def blocks(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off: np.ndarray, nb: np.ndarray,
            max_size: int) -> list[np.ndarray]:
-    """For each node, a connected block around it on its current device: a breadth-first walk over parents and
-    children on the same device, up to a size drawn uniformly from 2..max_size (moving a chain's piece at once
-    crosses the barrier that single moves face: each single move adds transfers before it pays off)."""
+    """A connected block around each node, on its device.
+
+    A breadth-first walk over parents and children on the same device, up to a size drawn uniformly from
+    2..max_size. Moving a chain's piece at once crosses the barrier that single moves face: each single move
+    adds transfers before it pays off.
+
+    Returns:
+      One int64 array of block members per node, the node first.
+    """
     out = []
     for v in nodes.tolist():
         size = int(rng.integers(2, max_size + 1))
@@ -105,7 +128,7 @@ def blocks(rng: np.random.Generator, nodes: np.ndarray, cur: np.ndarray, nb_off:
 
 
 def block_proposals(cur: np.ndarray, members: list[np.ndarray], devs: np.ndarray) -> np.ndarray:
-    """int32[B, N] copies of `cur`, row b with every node of members[b] moved to devs[b]."""
+    """int32[B, N] copies of `cur`, members[b] moved to devs[b]."""
     out = np.repeat(cur[None, :], len(members), axis=0)
     for b, block in enumerate(members):
         out[b, block] = devs[b]

@@ -1,4 +1,7 @@
-"""`random`: the best of K uniform random placements by simulated runtime."""
+"""`random`: the best of K uniform random placements.
+
+By simulated runtime (the search objective, `evaluate`).
+"""
 
 from __future__ import annotations
 
@@ -11,10 +14,10 @@ from simulator.model.graph import Graph
 
 
 def random_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET) -> np.ndarray:
-    """int32[N] the best of `budget` placements drawn uniformly over all devices (ties: the first drawn).
+    """The best int32[N] of `budget` uniform random placements.
 
-    Uses exactly `budget` simulator calls (or fewer if the meter's deadline comes first); placements are drawn
-    and scored in chunks so memory stays O(EVAL_CHUNK * N) for any budget.
+    Ties: the first drawn. Uses exactly `budget` simulator calls (or fewer if the meter's deadline comes first);
+    placements are drawn and scored in chunks so memory stays O(EVAL_CHUNK * N) for any budget.
     """
     if budget < 1:
         raise ValueError(f"random: budget must be >= 1, got {budget}")

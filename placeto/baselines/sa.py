@@ -1,13 +1,13 @@
-"""`sa`: simulated annealing over node and block moves with a calibrated geometric schedule and restarts.
+"""`sa`: simulated annealing over node and block moves.
 
 Start from the best of single and the list schedulers (etf, heft), or from `init`. The starting temperature is
-calibrated on the first batch: the median uphill move of the start is accepted with probability `p_accept0`;
-the temperature then falls geometrically to `t_end` times that over the budget (calls or wall clock, whichever
-runs out first). Each iteration scores a batch of proposals (`moves`: one node, or a connected block of nodes
-on one device, to a neighbour's device or another one) with one `simulate_batch` call and moves
-to the best one if it improves, else to a random one of the batch with the Metropolis probability. After
-`patience` iterations without a new best the search restarts from the best placement (the temperature keeps
-falling), so a long run does not wander off. Returns the best placement seen.
+calibrated on the first batch: the median uphill move of the start is accepted with probability `p_accept0`; the
+temperature then falls geometrically to `t_end` times that over the budget (calls or wall clock, whichever runs out
+first). Each iteration scores a batch of proposals (`moves`: one node, or a connected block of nodes on one device,
+to a neighbour's device or another one) with one `simulate_batch` call and moves to the best one if it improves,
+else to a random one of the batch with the Metropolis probability. After `patience` iterations without a new best
+the search restarts from the best placement (the temperature keeps falling), so a long run does not wander off.
+Returns the best placement seen.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ TargetFn = Callable[[np.random.Generator, np.ndarray, np.ndarray], np.ndarray]  
 def sa(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BUDGET, batch: int = 16,
        neighbour_prob: float = 0.8, p_accept0: float = 0.1, t_end: float = 1e-3, patience: int = 0,
        block_prob: float = 0.5, max_block: int = 8, init: np.ndarray | str | None = None) -> np.ndarray:
-    """int32[N] the best placement found within `budget` simulator calls (and the meter's deadline).
+    """The best placement int32[N] found within the budget.
+
+    The budget: `budget` simulator calls, and the meter's deadline.
 
     Args:
       budget: simulator calls including the starts (math.inf: until the meter's deadline).
@@ -39,7 +41,7 @@ def sa(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = DEFAULT_BU
       t_end: final temperature as a fraction of the starting one.
       patience: iterations without a new best before restarting from the best (0: max(50, N // 4)).
       block_prob, max_block: share of proposals that move a connected block of 2..max_block nodes on one device
-        (on 6 training graphs at 8,000 calls: 1.005x the best variant with 0.5, 1.028x with single moves only).
+        (why 0.5: docs/commands.md).
       init: see `moves.start_placements`.
     """
     if budget < 1:
@@ -61,11 +63,11 @@ def anneal(graph: Graph, cluster: Cluster, start: np.ndarray, start_score: float
            rng: np.random.Generator, budget: float, batch: int = 16, p_accept0: float = 0.1, t_end: float = 1e-3,
            patience: int = 0, weight: np.ndarray | None = None, block_prob: float = 0.0,
            max_block: int = 8) -> np.ndarray:
-    """The annealing loop of `sa` from `start` with target devices from `propose` (shared with guided search).
+    """The annealing loop of `sa`, with target devices from `propose`.
 
-    weight: float64[N] node-drawing probabilities (default `moves.node_weights`). block_prob: fraction of the
-    proposals that move a connected block of up to `max_block` nodes (`moves.blocks`) instead of one node.
-    Counts `budget` from the meter's count at entry.
+    Shared with policy-guided search. weight: float64[N] node-drawing probabilities (default
+    `moves.node_weights`). block_prob: fraction of the proposals that move a connected block of up to
+    `max_block` nodes (`moves.blocks`) instead of one node. Counts `budget` from the meter's count at entry.
     """
     n = graph.n_nodes
     m, calls0 = meter(), meter().calls

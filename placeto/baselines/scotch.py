@@ -1,9 +1,10 @@
-"""`scotch`: a partition with the Scotch library (pyscotch), the graph-partitioning baseline of Mirhoseini et al.
+"""`scotch`: a Scotch partition, the papers' partitioning baseline.
 
-As in the papers, Scotch maps the undirected graph onto a complete graph of all devices (the CPU included when
-the cluster has one) minimising the bytes cut while balancing compute: node weights are compute times on the
-first accelerator kind, edge weights the bytes sent (parallel edges merged), and devices of different speed
-get proportionally weighted parts (Scotch's weighted complete architecture, `cmpltw`).
+The graph-partitioning baseline of Mirhoseini et al. As in the papers, Scotch maps the undirected graph onto a
+complete graph of all devices (the CPU included when the cluster has one) minimising the bytes cut while balancing
+compute: node weights are compute times on the first accelerator kind, edge weights the bytes sent (parallel edges
+merged), and devices of different speed get proportionally weighted parts (Scotch's weighted complete architecture,
+`cmpltw`).
 
 pyscotch bundles libscotch (no system package needed); it prints a line on stderr when it first loads, which
 is silenced here.
@@ -26,7 +27,7 @@ _OPTION_RANDOM_FIXED_SEED = 1  # SCOTCH_OPTIONNUMRANDOMFIXEDSEED
 
 
 def _pyscotch():
-    """Import pyscotch quietly (it announces the library it loads on stderr)."""
+    """Import pyscotch quietly: it announces its library on stderr."""
     try:
         with contextlib.redirect_stderr(io.StringIO()):
             import pyscotch
@@ -38,9 +39,10 @@ def _pyscotch():
 
 def scotch_parts(ug: UndirectedGraph, n_parts: int, weights: np.ndarray | None, seed: int,
                  balance: float = 0.05) -> np.ndarray:
-    """int32[N] part per node from Scotch's default quality mapping strategy.
+    """Part int32[N] of each node in Scotch's quality mapping.
 
-    weights: int-like float[n_parts] relative part capacities (None: equal); balance: allowed imbalance.
+    Scotch's default quality mapping strategy. weights: int-like float[n_parts] relative part capacities (None:
+    equal); balance: allowed imbalance.
     """
     n = len(ug.xadj) - 1
     if n_parts == 1 or n == 0:
@@ -66,7 +68,10 @@ def scotch_parts(ug: UndirectedGraph, n_parts: int, weights: np.ndarray | None, 
 
 
 def scotch(graph: Graph, cluster: Cluster, seed: int = 0, balance: float = 0.05) -> np.ndarray:
-    """int32[N] a Scotch mapping onto all devices, node weight = compute time, parts weighted by speed."""
+    """A Scotch mapping int32[N] onto all devices, weighted by speed.
+
+    Node weight: compute time on the first accelerator's kind; `balance`: allowed imbalance.
+    """
     devices = np.arange(cluster.n_devices, dtype=np.int32)
     speeds = device_speeds(graph, cluster, devices)
     weights = None if np.allclose(speeds, speeds[0]) else speeds

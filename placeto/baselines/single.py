@@ -1,11 +1,11 @@
-"""Everything on one device: `single` (the cluster's fastest single device, "Single-GPU" in the papers) and
-`cpu-only`.
+"""Everything on one device: `single` and `cpu-only`.
 
-"The single device" means one thing in every command (`place`, `place --hardware`, `compare`, and the
-learned methods' starts through `or_single`): `single_device`, the device on which the whole graph simulates
-fastest alone, preferring a device it fits in; on ties (identical devices) the first accelerator. On presets
-whose first accelerator is the fastest (every preset of identical GPUs, and the `-cpu` presets for graphs that
-run faster on the GPUs than on the host CPU) that is the first accelerator, as in the papers.
+`single` is "Single-GPU" in the papers. "The single device" means one thing in every command (`place`,
+`place --hardware`, `compare`, and the learned methods' starts through `or_single`): `single_device`, the device on
+which the whole graph simulates fastest alone, preferring a device it fits in; on ties (identical devices) the
+first accelerator. On presets whose first accelerator is the fastest (every preset of identical GPUs, and the
+`-cpu` presets for graphs that run faster on the GPUs than on the host CPU) that is the first accelerator, as in
+the papers.
 """
 
 from __future__ import annotations
@@ -20,10 +20,13 @@ from simulator.model.graph import Graph
 
 
 def single_device(graph: Graph, cluster: Cluster) -> int:
-    """The index of the cluster's fastest single device for `graph`: every node on it alone, the lowest
-    (out of memory, simulated runtime in us); ties go to the first accelerator (`gpu_devices` order), then to the
-    other devices by index. One simulation per distinct device (kind, memory, host), not metered (it is the
-    reference every method is compared with, not a search); cached per graph and cluster."""
+    """The index of the cluster's fastest single device for `graph`.
+
+    Every node on it alone, the lowest (out of memory, simulated runtime in us); ties go to the first accelerator
+    (`gpu_devices` order), then to the other devices by index. One simulation per distinct device (kind, memory,
+    host), not metered (it is the reference every method is compared with, not a search); cached per graph and
+    cluster.
+    """
     key = ("single_device", cluster)
     if key not in graph.cache:
         first = [int(i) for i in gpu_devices(cluster)]
@@ -43,13 +46,20 @@ def single_device(graph: Graph, cluster: Cluster) -> int:
 
 
 def single(graph: Graph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-    """int32[N] all nodes on the fastest single device (`single_device`)."""
+    """Every node on the fastest single device, int32[N].
+
+    The device is `single_device`'s; `seed` is unused (deterministic).
+    """
     del seed  # deterministic
     return np.full(graph.n_nodes, single_device(graph, cluster), dtype=np.int32)
 
 
 def cpu_only(graph: Graph, cluster: Cluster, seed: int = 0) -> np.ndarray:
-    """int32[N] all nodes on the first CPU device. Raises NotApplicable if the cluster has none."""
+    """Every node on the first CPU device, int32[N].
+
+    Raises:
+      NotApplicable: the cluster has no CPU device.
+    """
     del seed
     cpus = [i for i, d in enumerate(cluster.devices) if d.kind == CPU_KIND]
     if not cpus:
@@ -58,7 +68,10 @@ def cpu_only(graph: Graph, cluster: Cluster, seed: int = 0) -> np.ndarray:
 
 
 def or_single(graph: Graph, cluster: Cluster, placement: np.ndarray, per_gb: float) -> np.ndarray:
-    """int32[N] `placement`, or `single`'s where that scores better (lower memory-penalised simulated runtime,
-    `placeto.objective.score_batch` with `per_gb`; `placement` on ties): two metered simulator calls."""
+    """`placement` int32[N], or `single`'s where that scores better.
+
+    Better: a lower memory-penalised simulated runtime (`placeto.objective.score_batch` with `per_gb`);
+    `placement` on ties. Two metered simulator calls.
+    """
     cands = np.stack([np.asarray(placement, np.int32), single(graph, cluster)])
     return cands[int(np.argmin(score_batch(graph, cands, cluster, per_gb)))]

@@ -1,1 +1,1 @@
-"""The `placeto` command line: parses arguments, calls the libraries, prints."""
+"""The `placeto` command line: parse, call the libraries, print."""

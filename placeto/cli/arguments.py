@@ -1,4 +1,4 @@
-"""Command-line argument types with ranges, and a parser whose errors are one line.
+"""Argument types with ranges, and a parser with one-line errors.
 
 Every number the CLI takes is range-checked when parsed (so `--seed 99999999999999999999999` is a usage error,
 not an OverflowError deep in JAX), and argparse's usage errors print one line, `placeto train: error: ...`, with
@@ -23,9 +23,12 @@ from simulator.model.limits import MAX_DEVICES, MAX_SEED
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's ArgumentDefaultsHelpFormatter (every default shown: " (default: 4)", a list as "2,4,8") that keeps
+    """Help that shows every default and keeps descriptions as written.
+
+    ArgumentDefaultsHelpFormatter (every default shown: " (default: 4)", a list as "2,4,8") that keeps
     pre-formatted descriptions and epilogs as written. Defaults that say nothing (None, False, an empty list) are
-    left to the help text, which says what happens without the argument."""
+    left to the help text, which says what happens without the argument.
+    """
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
@@ -35,8 +38,10 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def shows_default(action: argparse.Action) -> bool:
-    """Whether HelpFormatter appends `action`'s default to its help: a value that means something, on an option
-    (or a positional that may be left out)."""
+    """Whether HelpFormatter appends `action`'s default to its help.
+
+    A default that means something, on an option (or a positional that may be left out).
+    """
     if action.default is None or action.default is False or action.default == [] or \
             action.default is argparse.SUPPRESS or action.help is argparse.SUPPRESS:
         return False
@@ -44,16 +49,18 @@ def shows_default(action: argparse.Action) -> bool:
 
 
 def format_default(value: object) -> str:
-    """A default as the user would type it: lists and tuples comma-separated."""
+    """A default as the user would type it: sequences comma-separated."""
     if isinstance(value, (list, tuple)):
         return ",".join(str(v) for v in value)
     return str(value)
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are a single line on stderr (no usage block), exit status 2, and whose help
-    shows every default (HelpFormatter). Its subparsers are OneLineParsers too (argparse makes them of the parent's
-    class), so both hold for every subcommand."""
+    """An ArgumentParser whose errors are one line, exit status 2.
+
+    On stderr, no usage block; its help shows every default (HelpFormatter). Its subparsers are OneLineParsers too
+    (argparse makes them of the parent's class), so both hold for every subcommand.
+    """
 
     def __init__(self, *args, **kwargs):
         kwargs.setdefault("formatter_class", HelpFormatter)
@@ -66,7 +73,10 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse type: an integer in [lo, hi], checked on the digits (no huge int is built)."""
+    """An argparse type: an integer in [lo, hi].
+
+    Checked on the digits: no huge int is built.
+    """
 
     def parse(text: str) -> int:
         digits = text.strip().lstrip("+-")
@@ -82,7 +92,10 @@ def int_in(lo: int, hi: int) -> Callable[[str], int]:
 
 
 def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite float in [lo, hi] (with `lo_open`: in (lo, hi])."""
+    """An argparse type: a finite float in [lo, hi].
+
+    With `lo_open`: in (lo, hi].
+    """
     span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
 
     def parse(text: str) -> float:
@@ -99,7 +112,10 @@ def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], flo
 
 
 def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
-    """An argparse type: comma-separated values, each parsed by `item` (e.g. int_in(1, 8)); at least one."""
+    """An argparse type: comma-separated values, each parsed by `item`.
+
+    E.g. int_in(1, 8); at least one value.
+    """
 
     def parse(text: str) -> list:
         parts = [t for t in text.split(",") if t.strip()]
@@ -115,8 +131,10 @@ DEVICES = int_in(1, MAX_DEVICES)
 
 
 def device_spec(text: str):
-    """An argparse type: a device count or a platform:index list (simulator.hardware.devices.parse_device_spec),
-    its error naming the offending entry."""
+    """An argparse type: a device count or a platform:index list.
+
+    simulator.hardware.devices.parse_device_spec; its error names the offending entry.
+    """
     from simulator.hardware.devices import parse_device_spec
 
     try:
@@ -140,16 +158,20 @@ DEFAULT_DEVICES = 4  # devices of every command when neither --devices nor a pla
 
 
 def devices_help(files: str = "the placement or cluster file's count") -> str:
-    """The help text of a --devices flag that names a device count, saying where the count comes from: `files`
-    (the files that record one) when given, else DEFAULT_DEVICES."""
+    """Help of a --devices count, saying where the count comes from.
+
+    `files` (the files that record one) when given, else DEFAULT_DEVICES.
+    """
     return f"number of devices (default: {files} when given, else {DEFAULT_DEVICES}; a different count is an error)"
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False) -> None:
-    """--devices N / --preset NAME / --cluster FILE, shared by every command that simulates. --devices defaults to
-    None (so that a given one can be checked against the files: cluster_from_args). With `device_list`, --devices
-    also takes local devices as a platform:index list (DEVICE_SPEC, e.g. gpu:0,cpu:0: `place --hardware`);
-    cluster_from_args then takes the preset with that many devices."""
+    """Add --devices, --preset and --cluster, for commands that simulate.
+
+    --devices defaults to None, so that a given one can be checked against the files (cluster_from_args). With
+    `device_list`, --devices also takes local devices as a platform:index list (DEVICE_SPEC, e.g. gpu:0,cpu:0:
+    `place --hardware`); cluster_from_args then takes the preset with that many devices.
+    """
     local = (". With --hardware: a count or local devices as platform:index, e.g. gpu:0,cpu:0 (default there: "
              "the cluster file's count, else every GPU, else 2 host CPU devices; at most 4 host CPU devices per "
              "core, at least 8)") if device_list else ""
@@ -162,21 +184,30 @@ def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False)
 
 
 def add_preset_argument(p: argparse.ArgumentParser, with_cluster: bool = True) -> None:
-    """--preset NAME: the cluster preset (simulator.model.cluster.PRESETS), its choices listed in the help;
-    `with_cluster`: the command also takes --cluster, which replaces it."""
+    """Add --preset NAME, its choices listed in the help.
+
+    The choices: simulator.model.cluster.PRESETS. `with_cluster`: the command also takes --cluster, which
+    replaces it.
+    """
     ignored = " (ignored with --cluster)" if with_cluster else ""
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), metavar="NAME",
                    help=f"cluster preset, the device kind and its costs{ignored}: %(choices)s")
 
 
 def spec_count(devices: int | Sequence | None) -> int | None:
-    """The device count of a --devices value: a count, or a platform:index list's length; None if not given."""
+    """The device count of a --devices value; None if not given.
+
+    A count, or a platform:index list's length.
+    """
     return devices if devices is None or isinstance(devices, int) else len(devices)
 
 
 def placement_devices(path: str) -> int | None:
-    """How many devices placement file `path` records (its "devices" list); None when it records none. A file
-    that cannot be read or parsed gives None here: it fails with its own message when it is loaded."""
+    """How many devices placement file `path` records; None if none.
+
+    Its "devices" list. A file that cannot be read or parsed gives None here: it fails with its own message when
+    it is loaded.
+    """
     from simulator.model.io import read_json
 
     try:
@@ -188,9 +219,18 @@ def placement_devices(path: str) -> int | None:
 
 
 def resolve_devices(given: int | None, files: Sequence[tuple[str, int | None]] = ()) -> int:
-    """The device count of a command: `given` (--devices' count; None when not given), else the count of the
-    `files` ((name such as "placement P.json", the count it records or None), in order), else DEFAULT_DEVICES.
-    InputError, naming the file and both counts, when --devices and a file, or two files, disagree."""
+    """The device count of a command, from --devices or its files.
+
+    Args:
+      given: --devices' count; None when not given.
+      files: (name such as "placement P.json", the count it records or None), in order.
+
+    Returns:
+      `given`, else the files' count, else DEFAULT_DEVICES.
+
+    Raises:
+      InputError: naming the file and both counts, when --devices and a file, or two files, disagree.
+    """
     known = [(name, n) for name, n in files if n is not None]
     if given is not None:
         for name, n in known:
@@ -205,8 +245,11 @@ def resolve_devices(given: int | None, files: Sequence[tuple[str, int | None]] =
 
 
 def cluster_from_args(args: argparse.Namespace, placement: str | None = None) -> Cluster:
-    """The cluster of --cluster, else --preset with the resolved device count (resolve_devices: --devices, the
-    cluster file's and the placement file `placement`'s, checked against each other)."""
+    """The cluster of --cluster, else --preset at the resolved count.
+
+    resolve_devices checks --devices, the cluster file's count and the placement file `placement`'s against each
+    other.
+    """
     cluster = load_cluster(args.cluster) if getattr(args, "cluster", None) else None
     files = [(f"cluster {args.cluster}", cluster.n_devices)] if cluster is not None else []
     if placement is not None:
@@ -216,7 +259,7 @@ def cluster_from_args(args: argparse.Namespace, placement: str | None = None) ->
 
 
 def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> None:
-    """--workers N, --ray-address ADDR, --worker-timeout S."""
+    """Add --workers N, --ray-address ADDR, --worker-timeout S."""
     p.add_argument("--workers", type=WORKERS, default=None,
                    help=f"run the {what} in N Ray workers (needs {RAY_HINT}); without --ray-address a local Ray "
                         "starts on this machine")
@@ -227,8 +270,11 @@ def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> 
 
 
 def spec_from_args(args: argparse.Namespace) -> WorkerSpec | None:
-    """The WorkerSpec of --workers / --ray-address / --worker-timeout; None without --workers. InputError if
-    --ray-address comes without --workers or nothing answers there, or Ray is not installed."""
+    """The WorkerSpec of the worker arguments; None without --workers.
+
+    Raises:
+      InputError: --ray-address without --workers or nothing answers there, or Ray is not installed.
+    """
     workers, address = getattr(args, "workers", None), getattr(args, "ray_address", None)
     if workers is None:
         if address is not None:

@@ -1,5 +1,8 @@
-"""`placeto calibrate`: the calibration graphs measured on local devices, the cluster model's timing parameters
-fitted to them (simulator.measure.calibrate.calibrate_fit), the cluster written."""
+"""`placeto calibrate`: a cluster file fitted to the local devices.
+
+The calibration graphs are run on local devices, the cluster model's timing parameters fitted to them
+(simulator.measure.calibrate.calibrate_fit) and the cluster written.
+"""
 
 from __future__ import annotations
 
@@ -55,8 +58,11 @@ def run_calibrate(args: argparse.Namespace) -> int:
 
 
 def check_parallelism(spec: int | tuple) -> Concurrency | None:
-    """Measure (`measure_concurrency`) and print `concurrency_line`; None (nothing printed) for one device or
-    mixed platforms."""
+    """Measure the devices' concurrency and print its line.
+
+    `measure_concurrency`, printed by `concurrency_line`; None (nothing printed) for one device or mixed
+    platforms.
+    """
     c = measure_concurrency(spec)
     if c is not None:
         print(concurrency_line(c))

@@ -1,5 +1,7 @@
-"""`placeto compare`: every method on every graph and device count, simulated and tabulated (the arguments and the
-command; the harness is placeto.harness.compare)."""
+"""`placeto compare`: its arguments and the command.
+
+Every method on every graph and device count, simulated and tabulated; the harness is placeto.harness.compare.
+"""
 
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ from simulator.workloads.families import SPLITS, load_family
 
 
 class DefaultCounts(list):
-    """compare's --devices default ([DEFAULT_DEVICES]): a list that says it was not given, so that with --cluster
-    only a --devices the user typed is checked against the file's count."""
+    """compare's --devices default, marked as not given.
+
+    [DEFAULT_DEVICES], in a list that says it was not given: with --cluster, only a --devices the user typed is
+    checked against the file's count.
+    """
 
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
@@ -67,7 +72,11 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_compare(args: argparse.Namespace) -> int:
-    """`placeto compare`: run, print the markdown table, write files. InputError on bad arguments."""
+    """`placeto compare`: run, print the markdown table, write files.
+
+    Raises:
+      InputError: bad arguments.
+    """
     if bool(args.graphs) == bool(args.family):
         raise InputError("give graph files or --family, not both" if args.graphs else
                          "give graph files or --family FAMILY")

@@ -1,6 +1,6 @@
-"""`make demo`: the main job end to end on an embedded default, printing a result table and writing plots.
+"""`make demo`: the main job end to end, with tables and plots.
 
-Run as `python -m placeto.cli.demo --out demo_out`.
+On embedded defaults. Run as `python -m placeto.cli.demo --out demo_out`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from simulator.plots import gantt
 
 
 def simple_placements(n_nodes: int, topo_order: np.ndarray, n_devices: int, seed: int) -> dict[str, np.ndarray]:
-    """Single-device, uniform random and round-robin (over the topological order) placements."""
+    """Single-device, uniform random and round-robin placements.
+
+    Round-robin over the topological order.
+    """
     rr = np.empty(n_nodes, dtype=np.int32)
     rr[topo_order] = np.arange(n_nodes) % n_devices
     return {
@@ -52,14 +55,16 @@ def simulator_section(out: Path, seed: int) -> None:
 
 
 def describe_program(program: dict) -> str:
-    """A family graph's program as one readable phrase: {"kind": "nmt", "kwargs": {"layers": 2, "batch": 32,
-    "seed": 7}} -> "nmt, layers 2, batch 32" (the seed left out)."""
+    """A family graph's program as one phrase, its seed left out.
+
+    {"kind": "nmt", "kwargs": {"layers": 2, "batch": 32, "seed": 7}} -> "nmt, layers 2, batch 32".
+    """
     kwargs = ", ".join(f"{k} {v}" for k, v in program.get("kwargs", {}).items() if k != "seed")
     return f"{program.get('kind', '?')}, {kwargs}" if kwargs else str(program.get("kind", "?"))
 
 
 def datasets_section(family: str = "nmt", benchmark: str = "nmt_l4", n_devices: int = 4) -> None:
-    """A family's statistics, then the human expert and single-device placements of a benchmark model."""
+    """Print a family's stats, a benchmark's expert and single device."""
     from simulator.workloads.families import DATASETS, load_family, load_manifest
 
     manifest = load_manifest(family)
@@ -83,7 +88,10 @@ SEARCH_SECONDS = 1.0  # wall-clock budget per method on the test graph (compilat
 
 
 def policy_section(family: str = "nmt", n_devices: int = 4):
-    """Zero-shot placement of an unseen test graph with the shipped general policy (no training here)."""
+    """Place an unseen test graph zero-shot with the shipped policy.
+
+    The general one; no training here. Returns the graph.
+    """
     from simulator.workloads.families import load_family
     from placeto.policies import DEFAULT_POLICY, shipped_policies
     from placeto.methods.placeto import guided
@@ -107,7 +115,10 @@ def policy_section(family: str = "nmt", n_devices: int = 4):
 
 
 def compare_section(graph, out: Path, n_devices: int = 4, seconds: float = SEARCH_SECONDS) -> list:
-    """Every baseline and the learned methods on `graph`, the searching ones with the same wall seconds."""
+    """Compare every method on `graph`, searches at equal seconds.
+
+    Every baseline and the learned methods; returns the rows.
+    """
     from placeto.harness.compare import compare, markdown_table, plot_compare, write_csv
 
     methods = ["single", "metis", "scotch", "etf", "heft", "random", "local-search", "sa", "placeto",
@@ -123,10 +134,13 @@ def compare_section(graph, out: Path, n_devices: int = 4, seconds: float = SEARC
 
 
 def hardware_section(graph, out: Path, seconds: float = 1.0) -> None:
-    """Place the graph for this machine (`placeto place --hardware` in a subprocess, which sets XLA_FLAGS before
-    JAX starts): profile it on 2 local JAX devices inside the compiled step, calibrate them (both cached), place
-    with etf, m-sct and local search against that cluster, run the best placements and the single device for real
-    and keep the fastest measured; the measured against simulated times go to a plot."""
+    """Place the graph for local devices: `placeto place --hardware`.
+
+    In a subprocess, which sets XLA_FLAGS before JAX starts: profile the graph on 2 local JAX devices inside the
+    compiled step, calibrate them (both cached), place with etf, m-sct and local search against that cluster, run
+    the best placements and the single device for real and keep the fastest measured; the measured against
+    simulated times go to a plot.
+    """
     import subprocess
 
     graph_file = out / f"{graph.name}.json.gz"

@@ -1,4 +1,7 @@
-"""`placeto eval`: simulated against measured step times of placements (the arguments and the command)."""
+"""`placeto eval`: simulated against measured step times.
+
+Of the placements given. The arguments and the command; the evaluation is placeto.harness.evaluate.
+"""
 
 from __future__ import annotations
 
@@ -60,8 +63,11 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_program_arguments(p: argparse.ArgumentParser) -> None:
-    """--program / --args-spec: the code that re-traces an imported graph, named by the user (a graph file's
-    meta.source is never imported on the file's word)."""
+    """Add the flags naming the code that re-traces an imported graph.
+
+    --program, --args-spec, --exported. The user names the code: a graph file's meta.source is never imported on the
+    file's word.
+    """
     p.add_argument("--program", metavar="MODULE:FUNCTION",
                    help="import and re-trace this function for a graph from `import-jax` (zoo graphs need none)")
     p.add_argument("--args-spec", help="its example arguments (as for import-jax; default: the graph's inline "
@@ -196,9 +202,11 @@ def _nothing():
 
 
 def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> Any:
-    """simulator.hardware.plain_jit.Child: the plain jit of the graph file's step (its zoo or exported program) in a fresh
-    process, timed once and kept to time again; a graph run through --program gets an unavailable one (the child
-    imports nothing)."""
+    """The plain jit of the graph's step in a fresh process, timed once.
+
+    A simulator.hardware.plain_jit.Child, kept to time again, of the step's zoo or exported program. A graph run
+    through --program gets an unavailable one (the child imports nothing).
+    """
     from simulator.hardware import plain_jit  # JAX's modules: only when the placements run
 
     if args.program:
@@ -209,9 +217,12 @@ def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> Any:
 
 
 def eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:
-    """--cluster, else (with --hardware) the calibrated cluster of the local devices `spec` (the one `place
-    --hardware` caches, simulator.measure.calibrate.cached_cluster: calibrated now only when none is cached), else
-    --preset with n devices."""
+    """The cluster eval simulates with.
+
+    --cluster, else (with --hardware) the calibrated cluster of the local devices `spec` (the one
+    `place --hardware` caches, simulator.measure.calibrate.cached_cluster: calibrated now only when none is
+    cached), else --preset with n devices.
+    """
     if args.cluster:
         cluster = load_cluster(args.cluster)
         if cluster.n_devices != n:

@@ -1,7 +1,7 @@
-"""The `placeto` command line: parses arguments, calls the libraries, prints. No logic a test would want lives here.
+"""The `placeto` command line: parse, call the libraries, print.
 
-Bad input (a malformed graph, placement or cluster file, or argument) prints one line naming the file and the
-offending node or field, and exits with status 2.
+No logic a test would want lives here. Bad input (a malformed graph, placement or cluster file, or argument) prints
+one line naming the file and the offending node or field, and exits with status 2.
 """
 
 from __future__ import annotations
@@ -245,7 +245,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def add_verbose_argument(p: argparse.ArgumentParser) -> None:
-    """--verbose, on the commands that run the user's code (a module, a step function, an args factory)."""
+    """Add --verbose to a command that runs the user's code.
+
+    Its code: a module, a step function, an args factory.
+    """
     p.add_argument("--verbose", action="store_true",
                    help=f"on an error raised by your code, also print its traceback (or set {TRACEBACK_ENV}=1)")
 
@@ -483,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _silence_stdout() -> None:
-    """Point stdout at /dev/null, so the interpreter's final flush of a closed pipe raises nothing."""
+    """Point stdout at /dev/null so a closed pipe's last flush is quiet."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())

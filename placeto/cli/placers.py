@@ -1,7 +1,7 @@
-"""The learned placers' commands of `placeto`: train, place, policies (their arguments: placeto.cli.main.build_parser).
+"""The learned placers' commands: train, place, policies.
 
-As in placeto.cli.main: parse, call the libraries, print; bad input raises InputError, which `placeto.cli.main.main` prints
-as one line with exit status 2.
+Their arguments: placeto.cli.main.build_parser. As in placeto.cli.main: parse, call the libraries, print; bad input
+raises InputError, which `placeto.cli.main.main` prints as one line with exit status 2.
 """
 
 from __future__ import annotations
@@ -32,7 +32,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _place_on_hardware(args: argparse.Namespace) -> int:
-    """`place --hardware`: placeto.harness.on_hardware.place_on_hardware, then the placement file and the report."""
+    """`place --hardware`: place for local devices, write, report.
+
+    placeto.harness.on_hardware.place_on_hardware, then the placement file and the report.
+    """
     from simulator.hardware.devices import default_local_spec, ensure_host_devices
 
     unused = [flag for flag, given in (("--checkpoint", args.checkpoint is not None),
@@ -80,15 +83,23 @@ MAX_SECONDS = 86400.0  # --seconds of a placement method: a day
 
 
 def check_seconds(seconds: float | None) -> None:
-    """InputError unless `seconds` (--seconds; None: not given) is a budget in (0, MAX_SECONDS]: never zero or
-    negative, never one that cannot expire (inf, nan, 1e300)."""
+    """InputError unless `seconds` is a budget in (0, MAX_SECONDS].
+
+    `seconds`: --seconds, None when not given. Never zero or negative, never one that cannot expire (inf, nan,
+    1e300).
+    """
     if seconds is not None and not 0 < seconds <= MAX_SECONDS:
         raise InputError(f"--seconds must be in (0, {MAX_SECONDS:g}], got {seconds}")
 
 
 def graph_files(paths: list[str]) -> list[str]:
-    """The train command's --graph arguments as files: a directory stands for its graph files (*.json,
-    *.json.gz), sorted by name; InputError for a directory without any."""
+    """The train command's --graph arguments as files.
+
+    A directory stands for its graph files (*.json, *.json.gz), sorted by name.
+
+    Raises:
+      InputError: a directory without any.
+    """
     from pathlib import Path
 
     out = []
@@ -104,7 +115,10 @@ def graph_files(paths: list[str]) -> list[str]:
 
 
 def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
-    """(graphs, clusters) the train command's --family/--graph and --cluster/--preset/--devices name."""
+    """(graphs, clusters) that train's arguments name.
+
+    The graphs of --family or --graph; the clusters of --cluster, or --preset at each --devices count.
+    """
     from simulator.model.io import load_graph
 
     from simulator.workloads.families import ALL_FAMILIES, load_family
@@ -123,8 +137,11 @@ def _train_inputs(args: argparse.Namespace) -> tuple[list, list]:
 
 
 def single_line(single, graph, cluster: Cluster) -> str:
-    """The `single device` line of `place`: the simulated runtime (a simulator.model.result.SimResult) of the cluster's
-    fastest single device (placeto.baselines.single.single_device, as `compare`'s "single" row) and its name."""
+    """`place`'s single-device line: its simulated runtime and name.
+
+    `single`: the simulator.model.result.SimResult of the cluster's fastest single device
+    (placeto.baselines.single.single_device, as `compare`'s "single" row).
+    """
     from placeto.baselines.single import single_device
 
     name = cluster.devices[single_device(graph, cluster)].name
@@ -205,7 +222,7 @@ def cmd_place(args: argparse.Namespace) -> int:
 
 
 def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> int:
-    """`place --method NAME` for a baseline of placeto.baselines: its placement, written like any other."""
+    """`place --method NAME` for a baseline, written as any placement."""
     from placeto.baselines.single import single as single_placement
     from simulator import simulate
     from simulator.model.io import save_placement
@@ -235,9 +252,12 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
 
 
 def _reproducing(command: str, policy_dir) -> str:
-    """The policy's recorded command with --set for every config field whose default (that of the command's
-    --config preset) has changed since (read from its config.json with its method's config class), so that
-    rerunning it trains the same configuration."""
+    """The policy's command, pinning the config defaults changed since.
+
+    It gets --set for every config field whose default (that of the command's --config preset) has changed since
+    (read from its config.json with its method's config class), so that rerunning it trains the same
+    configuration.
+    """
     from placeto.checkpoint_io import read_config
     from placeto.config_fields import pinned_overrides
     from placeto.methods import registry

@@ -1,13 +1,14 @@
-"""Compile the numba kernels ahead: the simulator's (simulator.engine.fast, simulator.engine.peak_memory) and the list
-schedulers' (placeto.baselines: m-ETF, m-SCT, m-TOPO, HEFT). A method's own kernels (gdp's list decoders) compile in
-the method's first run: methods are reached through placeto.methods.registry only.
+"""Compile the numba kernels ahead of the first placeto command.
+
+The simulator's (simulator.engine.fast, simulator.engine.peak_memory) and the list schedulers' (placeto.baselines:
+m-ETF, m-SCT, m-TOPO, HEFT). A method's own kernels (gdp's list decoders) compile in the method's first run:
+methods are reached through placeto.methods.registry only.
 
 numba compiles a kernel the first time it is called and caches the result beside its source (`cache=True`:
 `__pycache__/*.nbc`), so the first placeto command after an install spends most of its time compiling them
-(`placeto place datasets/nmt/nmt_004.json.gz` on a 2-core VM, JAX's cache warm: 46 s the first time, 4 s the
-next). Two processes started before the cache is written each compile everything they call: `make test` runs this
-first, its two parts side by side, so that the test processes start with the cache warm. A user building an image
-can run it once too.
+(docs/commands.md). Two processes started before the cache is written each compile everything they call: `make test`
+runs this first, its two parts side by side, so that the test processes start with the cache warm. A user building
+an image can run it once too.
 
     python -m placeto.cli.warmup                # both parts, one after the other
     python -m placeto.cli.warmup simulator      # or one part (the other in a second process: both cores)
@@ -25,8 +26,10 @@ PARTS = ("simulator", "schedulers")
 
 
 def simulator_part(graph, cluster) -> None:
-    """simulate (the single device, an alternating placement: transfers) with its peak memory, and simulate_batch
-    with and without peak memory."""
+    """Compile simulate and simulate_batch, with and without memory.
+
+    simulate runs the single device and an alternating placement (transfers), each with its peak memory.
+    """
     from simulator import simulate
     from simulator.engine.fast import simulate_batch
 
@@ -39,16 +42,21 @@ def simulator_part(graph, cluster) -> None:
 
 
 def schedulers_part(cluster) -> None:
-    """The list schedulers, each run once on a tiny graph (placeto.harness.compare.warm_up, which compare runs before its
-    timed runs for the same reason)."""
+    """Run each list scheduler once on a tiny graph, to compile it.
+
+    placeto.harness.compare.warm_up, which compare runs before its timed runs for the same reason.
+    """
     from placeto.harness.compare import warm_up
 
     warm_up(("etf", "m-sct", "m-topo", "heft"), cluster)
 
 
 def warm(parts=PARTS) -> float:
-    """Compile (or load) `parts` on small generated graphs on 2 K80s (the kernels' types do not depend on the
-    sizes, and a graph read from a file compiles nothing more); the seconds it took."""
+    """Compile (or load) `parts`; returns the seconds it took.
+
+    On small generated graphs on 2 K80s: the kernels' types do not depend on the sizes, and a graph read from a
+    file compiles nothing more.
+    """
     from simulator.model.cluster import cluster_preset
     from simulator.model.generate import layered_dag
 

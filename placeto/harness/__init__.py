@@ -1,1 +1,1 @@
-"""The harness: comparing methods in simulation, evaluating them against measurements and on hardware, and their plots."""
+"""Comparing methods, evaluating them on hardware, plotting them."""

@@ -1,11 +1,11 @@
-"""The comparison harness: every method on every graph and device count, simulated, tabulated and plotted.
+"""Comparing every method on every graph and device count.
 
-`compare` runs each method (see `placeto.baselines`, and the learned methods of `placeto.methods`, by default with
-their shipped policies) and simulates its placement once with the full simulator (runtime and memory). A method that
-does not apply (no shipped expert placement, no CPU device) still gets a row, with `runtime_us` NaN and the reason
-in `note`; tables print it as "—", as the papers' tables print "-". Rows whose placement runs out of memory keep
-their runtime but are marked `oom` and printed "OOM"; `ratio_to_best` divides by the best runtime among the
-placements that fit in memory (among all of them if none fits).
+Simulated, tabulated and plotted. `compare` runs each method (see `placeto.baselines`, and the learned methods of
+`placeto.methods`, by default with their shipped policies) and simulates its placement once with the full simulator
+(runtime and memory). A method that does not apply (no shipped expert placement, no CPU device) still gets a row,
+with `runtime_us` NaN and the reason in `note`; tables print it as "—", as the papers' tables print "-". Rows whose
+placement runs out of memory keep their runtime but are marked `oom` and printed "OOM"; `ratio_to_best` divides by
+the best runtime among the placements that fit in memory (among all of them if none fits).
 
 Budgets: every method that searches or samples (`searches`) gets the same budget per graph, simulator calls
 and/or wall seconds (default: DEFAULT_BUDGET calls and at most `default_seconds(graph)`, which grows with the
@@ -57,7 +57,10 @@ Seconds = float | Callable[[Graph], float] | None  # a budget in seconds, or one
 
 
 def searches(name: str) -> bool:
-    """Whether method `name` spends a budget (searching baselines, learned and per-graph methods)."""
+    """Whether method `name` spends a budget.
+
+    The searching baselines, the learned and the per-graph methods do.
+    """
     return name in BUDGETED or name in LEARNED or name in PER_GRAPH
 
 
@@ -87,14 +90,22 @@ class Row:
 
     @property
     def over_budget(self) -> bool:
-        """It placed for longer than its seconds + OVER_BUDGET, or simulated more than its calls."""
+        """Whether the run went over its budget.
+
+        It placed for longer than its seconds + OVER_BUDGET, or simulated more than its calls.
+        """
         return self.applies and (self.place_seconds > self.budget_seconds * (1 + OVER_BUDGET)
                                  or self.simulator_calls > self.budget_calls)
 
 
 def resolve_methods(methods: str | Sequence[str]) -> list[str]:
-    """Method names, in order and once each, from "a,b" or a list, where a name of METHOD_SETS ("all",
-    "baselines", "learned") stands for its methods. InputError on an unknown name or an empty list."""
+    """Method names, in order and once each, from "a,b" or a list.
+
+    A name of METHOD_SETS ("all", "baselines", "learned") stands for its methods.
+
+    Raises:
+      InputError: an unknown name, or no names.
+    """
     if isinstance(methods, str):
         methods = [m.strip() for m in methods.split(",") if m.strip()]
     known = set(METHODS) | set(LEARNED) | set(PER_GRAPH)
@@ -113,19 +124,25 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
             seconds: Seconds = default_seconds, checkpoint: str | Path | None = None, finetune_episodes: int = 0,
             progress: bool = True, save_placements: str | Path | None = None,
             workers: WorkerSpec | None = None) -> list[Row]:
-    """Run `methods` (resolve_methods: "all" is every baseline and the learned methods) on every graph for every
-    device count of preset `cluster_name`; one Row per triple. `cluster_name` may also be a Cluster (e.g. from a
-    cluster file): then every device count must be its own.
-    With `save_placements`, every placement made is written there (`placement_files`), atomically, as it is made.
-    With `workers` (a placeto.rollouts.distributed.WorkerSpec) each graph's rows are one Ray task, graphs run
-    concurrently and rows come back in the serial order (with a call budget, the serial rows, times aside);
-    placements are then written by this process as each graph finishes.
+    """Run `methods` on every graph and device count; a Row per triple.
 
-    Budget of every method that searches or samples, per graph: `budget` simulator calls (None: unlimited)
-    and/or `seconds` of wall time (None: unlimited; a function of the graph: its value for each graph, by default
-    `default_seconds`), inference and fine-tuning included, jit compilation excluded (reported in
-    `compile_seconds`). Learned methods use the policy `checkpoint` (a run directory or shipped name; None: the
-    default shipped policy), fine-tuned `finetune_episodes` episodes on each graph first.
+    Every method that searches or samples gets the same budget per graph: `budget` and/or `seconds`, inference
+    and fine-tuning included, jit compilation excluded (reported in `compile_seconds`).
+
+    Args:
+      methods: names or sets for `resolve_methods` ("all": every baseline and the learned methods).
+      cluster_name: a preset, used at each of `device_counts`; or a Cluster (e.g. from a cluster file), whose
+        device count every count must be.
+      budget: simulator calls per graph (None: unlimited).
+      seconds: wall seconds per graph (None: unlimited; a function of the graph, by default `default_seconds`:
+        its value for each graph).
+      checkpoint: the learned methods' policy, a run directory or shipped name (None: the default shipped one).
+      finetune_episodes: episodes of fine-tuning on each graph first.
+      save_placements: a directory where every placement made is written (`placement_files`), atomically, as it
+        is made.
+      workers: a placeto.rollouts.distributed.WorkerSpec: each graph's rows are one Ray task, graphs run
+        concurrently and rows come back in the serial order (with a call budget, the serial rows, times aside);
+        placements are then written by this process as each graph finishes.
     """
     names = resolve_methods(methods)
     policy = dict(checkpoint=checkpoint, finetune_episodes=finetune_episodes)
@@ -152,8 +169,12 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
 def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str | Cluster,
                 seed: int, budget: float | None, seconds: float | None, policy: dict, files: dict | None = None,
                 bar=None) -> tuple[list[Row], list[tuple[int, str, np.ndarray]]]:
-    """(rows of `graph`, every device count x method, ratios set; the placements made as (devices, method,
-    placement)). Placements are written through `files` (`placement_files`) as they are made."""
+    """The rows of `graph` (device counts x methods), placements made.
+
+    Returns:
+      (rows, their ratios set; [(devices, method, placement), ...]). Placements are written through `files`
+      (`placement_files`) as they are made.
+    """
     rows, made = [], []
     seconds = seconds(graph) if callable(seconds) else seconds
     for n_dev in device_counts:
@@ -178,22 +199,31 @@ def _graph_rows(graph: Graph, device_counts: list[int], names: list[str], cluste
 
 def graph_rows_task(graph: Graph, device_counts: list[int], names: list[str], cluster_name: str | Cluster,
                     seed: int, budget: float | None, seconds: float | None, policy: dict):
-    """`_graph_rows` in a Ray task (placeto.rollouts.distributed.map_ordered): the process's compilations warmed up first,
-    placements returned rather than written."""
+    """`_graph_rows` as a Ray task (`map_ordered`).
+
+    For placeto.rollouts.distributed.map_ordered. The worker's compilations are warmed up first; placements are
+    returned rather than written.
+    """
     warm_up(warm_up_names(names), cluster_name)
     return _graph_rows(graph, device_counts, names, cluster_name, seed, budget, seconds, policy)
 
 
 def warm_up_names(names: Sequence[str]) -> list[str]:
-    """The baselines whose numba kernels `names` will run: the baselines among them, and the list schedulers that
-    every search starts from (etf, heft: placeto.baselines.moves.best_start)."""
+    """The baselines whose numba kernels `names` will run.
+
+    The baselines among them, and the list schedulers that every search starts from (etf, heft:
+    placeto.baselines.moves.best_start).
+    """
     starts = ["etf", "heft"] if any(searches(n) for n in names) else []
     return list(dict.fromkeys([*(n for n in names if n in METHODS), *starts]))
 
 
 def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -> None:
-    """Run each method once on a tiny graph so that numba's one-time compilation (or cache loading) is not
-    charged to the first graph's timed run (on 2 devices of the preset, or on the given Cluster)."""
+    """Compile each method's numba kernels by a run on a tiny graph.
+
+    So numba's one-time compilation (or cache loading) is not charged to the first graph's timed run. On 2
+    devices of the preset, or on the given Cluster.
+    """
     cluster = cluster_name if isinstance(cluster_name, Cluster) else cluster_preset(cluster_name, 2)
     graph = layered_dag(12, seed=0)  # plain-number costs: any device kind
     for name in names:
@@ -204,8 +234,11 @@ def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -
 
 
 def cluster_of(cluster_name: str | Cluster, n_devices: int) -> Cluster:
-    """Preset `cluster_name` with `n_devices` devices, or `cluster_name` itself if it is a Cluster (InputError
-    unless it has `n_devices` devices)."""
+    """Preset `cluster_name` at `n_devices` devices, or the Cluster.
+
+    Raises:
+      InputError: a Cluster without `n_devices` devices.
+    """
     if not isinstance(cluster_name, Cluster):
         return cluster_preset(cluster_name, n_devices)
     if cluster_name.n_devices != n_devices:
@@ -215,9 +248,13 @@ def cluster_of(cluster_name: str | Cluster, n_devices: int) -> Cluster:
 
 
 def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
-    """{id(graph): f(cluster, method) -> f(placement)} writing `<out_dir>/<graph>.<D>dev.<method>.json` in the
-    placement file format (simulator.model.io.save_placement, atomic): one file per graph x device count x method.
-    Graph names are made file-safe, and numbered (`name-2`) when two graphs share one."""
+    """Placement writers: one file per graph x device count x method.
+
+    Returns:
+      {id(graph): f(cluster, method) -> f(placement)} writing `<out_dir>/<graph>.<D>dev.<method>.json` in the
+      placement file format (simulator.model.io.save_placement, atomic). Graph names are made file-safe, and
+      numbered (`name-2`) when two graphs share one.
+    """
     out, used, files = Path(out_dir), set(), {}
     for graph in graphs:
         stem = re.sub(r"[^A-Za-z0-9_.-]+", "_", graph.name).strip(".") or "graph"
@@ -237,7 +274,10 @@ def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
 
 def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float | None, seconds: float | None,
              policy: dict, save: Callable[[np.ndarray], None] | None = None) -> Row:
-    """A Row with ratio_to_best still unset (NaN); `save(placement)` when the method placed the graph."""
+    """One method's Row on one graph, ratio_to_best still unset (NaN).
+
+    Calls `save(placement)` when the method placed the graph.
+    """
     base = dict(graph=graph.name, n_devices=cluster.n_devices, method=name, ratio_to_best=math.nan,
                 lower_bound_us=lower_bound(graph, cluster))
     if searches(name):
@@ -265,13 +305,18 @@ def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float 
 def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
                 seconds: float | None = None, checkpoint: str | Path | None = None,
                 finetune_episodes: int = 0) -> tuple[MethodRun, float]:
-    """(MethodRun, compile seconds) of learned method row `name`, fine-tuned first if asked, inside one meter (see
-    `compare`): the registry's Method that provides the row runs it (Method.run; placeto.methods.registry).
-    "placeto" / "placeto-search": placeto.methods.placeto.guided.run_learned; "gdp" / "gdp-search":
-    placeto.methods.gdp.place.run_gdp; "rnn" / "hierarchical": placed from their run directory `checkpoint`, or
-    trained from scratch on the graph within the budget without one (placeto.methods.sequence.place;
-    `finetune_episodes` does not apply). A family-trained method given another kind's checkpoint uses its own
-    default shipped policy instead; given a per-graph run: NotApplicable."""
+    """Run learned method row `name`: (MethodRun, compile seconds).
+
+    Fine-tuned first if asked, inside one meter (see `compare`). The registry's Method that provides the row runs
+    it (Method.run; placeto.methods.registry). "placeto" / "placeto-search":
+    placeto.methods.placeto.guided.run_learned; "gdp" / "gdp-search": placeto.methods.gdp.place.run_gdp; "rnn" /
+    "hierarchical": placed from their run directory `checkpoint`, or trained from scratch on the graph within the
+    budget without one (placeto.methods.sequence.place; `finetune_episodes` does not apply). A family-trained
+    method given another kind's checkpoint uses its own default shipped policy instead.
+
+    Raises:
+      NotApplicable: a family-trained method given a per-graph run.
+    """
     method = registry.of_variant(name)
     if method.per_graph:  # from its run directory, or trained from scratch inside the budget
         return method.run(name, graph, cluster, seed, budget, seconds, checkpoint, finetune_episodes)
@@ -294,7 +339,7 @@ def _with_ratios(rows: list[Row]) -> list[Row]:
 
 # ---- writers --------------------------------------------------------------------------------------------------
 def write_csv(rows: Sequence[Row], path: PathLike) -> None:
-    """One line per row, the Row fields as columns (NaN written as empty)."""
+    """Write the rows as CSV, the Row fields as columns (NaN: empty)."""
     import io
 
     fields = [f.name for f in dataclasses.fields(Row) if f.name != "trace"]
@@ -320,8 +365,10 @@ OVER_MARK = " (over)"  # after a runtime or place time whose run went over its b
 
 
 def budget_text(rows: Sequence[Row]) -> str:
-    """A method's budget over its rows: "1 s", "1000 calls", "1000 calls or 10 s" (a range where graphs differ),
-    "—" for a method that spends none."""
+    """A method's budget over its rows, e.g. "1000 calls or 10 s".
+
+    "1 s", "1000 calls", "1000 calls or 10 s" (a range where graphs differ); "—" for a method that spends none.
+    """
     def span(values, unit, fmt):
         values = sorted({v for v in values if not math.isnan(v) and not math.isinf(v)})
         if not values:
@@ -337,11 +384,12 @@ def budget_text(rows: Sequence[Row]) -> str:
 
 
 def markdown_table(rows: Sequence[Row]) -> str:
-    """Runtimes in ms, one line per (graph, devices), one column per method, the best in bold.
+    """The rows as markdown: a runtime table, then a summary per method.
 
-    "OOM": the placement runs out of memory; "—": the method does not apply; " (over)": the run went over its
-    budget (Row.over_budget). A second table summarises each method: mean ratio to the best, mean ratio to the
-    lower bound, mean placement time beside its budget, compile time and simulator calls.
+    Runtimes in ms, one line per (graph, devices), one column per method, the best in bold. "OOM": the placement
+    runs out of memory; "—": the method does not apply; " (over)": the run went over its budget (Row.over_budget). A
+    second table summarises each method: mean ratio to the best, mean ratio to the lower bound, mean placement time
+    beside its budget, compile time and simulator calls.
     """
     methods = list(dict.fromkeys(r.method for r in rows))
     keys = list(dict.fromkeys((r.graph, r.n_devices) for r in rows))
@@ -387,10 +435,12 @@ def markdown_table(rows: Sequence[Row]) -> str:
 
 
 def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
-    """A bar chart per graph as `<out_dir>/<graph>.png`: the simulated step time (ms) of each method, grouped by
-    device count, in the colours of placeto.harness.plot_style (learned methods outlined in black); hatched bars ran out
-    of memory; a dashed line marks each device count's lower bound; methods that do not apply are listed in the
-    legend."""
+    """A bar chart per graph in `out_dir`; returns the paths.
+
+    Each is `<out_dir>/<graph>.png`: the simulated step time (ms) of each method, grouped by device count, in the
+    colours of placeto.harness.plot_style (learned methods outlined in black); hatched bars ran out of memory; a
+    dashed line marks each device count's lower bound; methods that do not apply are listed in the legend.
+    """
     import matplotlib
 
     matplotlib.use("Agg")

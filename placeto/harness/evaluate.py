@@ -1,11 +1,11 @@
-"""Evaluating placements: simulated against measured step times, the rows and summaries `placeto eval` and
-`placeto place --hardware` print, their plot and JSON, and the cluster refitted to measured steps.
+"""Evaluating placements: simulated against measured step times.
 
-Each placement's simulated step time is compared with its measured median step time: error = (simulated -
-measured) / measured. The summary gives the median and mean |error|, the Spearman rank correlation with its n,
-given a single-device placement the placements measured faster and slower than it, the fastest measured placement
-against the plain jit of the graph's step (simulator.hardware.plain_jit), and whether the devices ran concurrently
-(simulator.measure.concurrency). Running the placements is simulator.hardware.runner's.
+The rows and summaries `placeto eval` and `placeto place --hardware` print, their plot and JSON, and the cluster
+refitted to measured steps. Each placement's simulated step time is compared with its measured median step time:
+error = (simulated - measured) / measured. The summary gives the median and mean |error|, the Spearman rank
+correlation with its n, given a single-device placement the placements measured faster and slower than it, the
+fastest measured placement against the plain jit of the graph's step (simulator.hardware.plain_jit), and whether the
+devices ran concurrently (simulator.measure.concurrency). Running the placements is simulator.hardware.runner's.
 """
 
 from __future__ import annotations
@@ -39,9 +39,12 @@ from simulator.model.io import PathLike, atomic_write_bytes
 def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster: Cluster,
              runner: HardwareRunner | None = None, repeats: int = 5, warmup: int = 2,
              progress: Callable[[str], None] | None = None) -> list[EvalRow]:
-    """Simulate every (name, placement) on `cluster` and, with a `runner`, measure it on hardware; with a runner
-    the simulation is the runner's (`HardwareRunner.simulate_and_measure`: on the process rig the staged one, its
-    units' costs scaled to the single device's median step in the same timed rounds)."""
+    """Simulate each (name, placement) and, with a `runner`, measure it.
+
+    With a runner the simulation is the runner's (`HardwareRunner.simulate_and_measure`: on the process rig the
+    staged one, its units' costs scaled to the single device's median step in the same timed rounds).
+    `progress` gets each row's table line.
+    """
     arrays = [np.asarray(p, dtype=np.int32) for _, p in placements]
     if runner is None:
         simulated, measured = [float(simulate(graph, p, cluster).runtime) for p in arrays], [None] * len(arrays)
@@ -55,7 +58,11 @@ def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster
 
 
 def format_row(row: EvalRow, width: int = 28) -> str:
-    """One table line: placement (file name), simulated ms and, if measured, median [IQR, min] ms and error."""
+    """One table line: placement, simulated and measured times, error.
+
+    The placement's file name and simulated time; when measured, its median [IQR, min] and the error (times in
+    ms, the error in percent).
+    """
     name = Path(row.name).name
     name = name if len(name) <= width else "..." + name[-(width - 3):]
     text = f"{name:<{width}} {row.simulated_us / 1e3:>12.3f}"
@@ -68,10 +75,16 @@ def format_row(row: EvalRow, width: int = 28) -> str:
 
 
 def plot_agreement(rows: Sequence[EvalRow], path: PathLike, title: str = "") -> None:
-    """Scatter of measured (median, interquartile bars) against simulated step time (ms) with the y = x line, as a
-    PNG. Each placement is named in the legend and coloured by its method (placeto.harness.plot_style; eval's file names
-    `<graph>.<D>dev.<method>.json` count as their method); axes turn logarithmic when times span over 20x, and
-    zoom in on the points when they all lie in the top 70% of the range."""
+    """A PNG scatter of measured against simulated step times.
+
+    With the y = x line. Measured: the median with interquartile bars; times in ms. Each placement is named in the
+    legend and coloured by its method (placeto.harness.plot_style; eval's file names `<graph>.<D>dev.<method>.json`
+    count as their method); axes turn logarithmic when times span over 20x, and zoom in on the points when they all
+    lie in the top 70% of the range.
+
+    Raises:
+      InputError: nothing was measured.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -126,7 +139,10 @@ def _agreement_figure(plt, measured: Sequence[EvalRow], title: str):
 
 
 def _short_name(name: str) -> str:
-    """A placement's label: its file name without .json / .json.gz, or the method name as given."""
+    """A placement's label: its file's stem, or the method name.
+
+    The file name without .json / .json.gz; a method name as given.
+    """
     stem = Path(name).name
     for suffix in (".gz", ".json"):
         stem = stem[:-len(suffix)] if stem.endswith(suffix) else stem
@@ -135,9 +151,12 @@ def _short_name(name: str) -> str:
 
 @contextlib.contextmanager
 def step_bar(what: str, total: int | None = None):
-    """A tqdm progress bar on stderr (shown on a terminal only), advanced by every step simulator.hardware.timing runs
-    inside the block (simulator.hardware.timing.reporting_steps): its rate and, with a `total`, its ETA (`place --hardware` and `eval
-    --hardware`'s long phases)."""
+    """A tqdm bar on stderr counting the steps run inside the block.
+
+    Shown on a terminal only; advanced by every step simulator.hardware.timing runs inside the block
+    (simulator.hardware.timing.reporting_steps): its rate and, with a `total`, its ETA (`place --hardware` and
+    `eval --hardware`'s long phases).
+    """
     with tqdm(total=total, desc=what, unit="step", disable=None, leave=False, file=sys.stderr) as bar, \
             reporting_steps(bar.update):
         yield bar
@@ -145,11 +164,14 @@ def step_bar(what: str, total: int | None = None):
 
 def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray], concurrency: Concurrency | None,
                   plain: Sequence[Any] = (), rig: bool = False) -> list[str]:
-    """eval --hardware's summary: what the errors compare and the agreement (Spearman with its n), the
-    placements measured faster or slower than the fastest measured single-device placement (when one was
-    given), the fastest measured placement against the plain jit of the step (simulator.hardware.plain_jit.PlainJit runs,
-    when given), what host CPU devices are (`rig`: the devices are host CPU devices), and whether the devices ran
-    concurrently (None: not measured, one device or mixed platforms)."""
+    """The summary lines of `eval --hardware`.
+
+    What the errors compare and the agreement (Spearman with its n); the placements measured faster or slower
+    than the fastest measured single-device placement (when one was given); the fastest measured placement against
+    the plain jit of the step (`plain`: simulator.hardware.plain_jit.PlainJit runs, when given); what host CPU
+    devices are (`rig`: the devices are host CPU devices); and whether the devices ran concurrently
+    (`concurrency`; None: not measured, one device or mixed platforms).
+    """
     lines = [f"summary, simulated against measured step time: {format_agreement(agreement(rows))}"]
     one = [len(np.unique(p)) == 1 for p in placements]  # single-device placements: compared with, not listed
     singles = [r for r, single in zip(rows, one) if single and r.measured is not None]
@@ -171,9 +193,13 @@ def summary_lines(rows: Sequence[EvalRow], placements: Sequence[np.ndarray], con
 
 
 def beyond_lines(single: EvalRow, others: Sequence[EvalRow], concurrency: Concurrency | None) -> list[str]:
-    """One line when the fastest of `others` (measured placements over several devices) measured faster than the
-    single device `single` than the devices' measured concurrency allows (simulator.measure.concurrency.beyond_concurrency):
-    eval measures each once, `place --hardware` measures such a speedup again."""
+    """A line if the fastest beat `single` beyond the concurrency.
+
+    One line when the fastest of `others` (measured placements over several devices) measured faster than the
+    single device `single` than the devices' measured concurrency allows
+    (simulator.measure.concurrency.beyond_concurrency); else none. eval measures each once; `place --hardware`
+    measures such a speedup again.
+    """
     if not others:
         return []
     fastest = min(others, key=lambda r: r.measured.median_us)
@@ -185,8 +211,11 @@ def beyond_lines(single: EvalRow, others: Sequence[EvalRow], concurrency: Concur
 
 def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequence[EvalRow],
                     summary: Agreement, plain: Sequence[Any] = ()) -> None:
-    """The rows, the agreement and (when timed) the plain jit of the step, as JSON: "plain_jit" holds its
-    timing over every run with its device and program, or {"unavailable": why}."""
+    """Write the rows, the agreement and the plain jit's timing as JSON.
+
+    "plain_jit" (when timed) holds its timing over every run with its device and program, or
+    {"unavailable": why}.
+    """
     def timing(m):
         return None if m is None else {k: getattr(m, k) for k in ("median_us", "q25_us", "q75_us", "min_us",
                                                                   "max_us")}
@@ -206,8 +235,11 @@ def write_rows_json(path: PathLike, graph: Graph, cluster: Cluster, rows: Sequen
 
 def refit(path: str, graph: Graph, cluster: Cluster, placements: Sequence[np.ndarray],
           rows: Sequence[EvalRow]) -> None:
-    """Fit the cluster's per-op and per-transfer costs to the rows' measured steps, write it to `path`, and print
-    the fit and the leave-one-out agreement (simulator.measure.fit.held_out_predictions)."""
+    """Refit the cluster to the measured steps, write it, print the fit.
+
+    The per-op and per-transfer costs are fitted to the rows' measured steps and the cluster written to `path`;
+    prints the fit and the leave-one-out agreement (simulator.measure.fit.held_out_predictions).
+    """
     measured = [r.measured.median_us for r in rows]
     start = cluster_params(cluster)
     print(f"refitting the cluster to the {len(rows)} measured placements ...", flush=True)

@@ -1,35 +1,38 @@
-"""Place for this machine: profile, calibrate, place, run the best candidates and the single device, keep the
-fastest measured (`placeto place G --hardware`).
+"""Placing for the local devices: `placeto place G --hardware`.
 
-1. profile: the graph's units are measured on each kind of local device in use (simulator.measure.graph_profile, method
-   "step"), unless the graph file or placeto's cache holds a current one (this device, host and JAX version, not
-   taken under load: simulator.measure.cache); the profile is cached there, keyed by the graph's content, so the
-   next run skips it; the graph file is never written unless asked (`save_profile`, `--save-profile`);
+Profile, calibrate, place, run the best candidates and the single device, keep the fastest measured:
+
+1. profile: the graph's units are profiled on each kind of local device in use (simulator.measure.graph_profile,
+   method "step"), unless the graph file or placeto's cache holds a current one (this device, host and JAX
+   version, not taken under load: simulator.measure.cache); the profile is cached there, keyed by the graph's
+   content, so the next run skips it; the graph file is never written unless asked (`save_profile`,
+   `--save-profile`);
 2. calibrate: the cluster of these devices (simulator.measure.calibrate.calibrate_fit), cached in the user's cache
    directory (`PLACETO_CACHE`, else `$XDG_CACHE_HOME/placeto`, else `~/.cache/placeto`) per device list, host
    and JAX version;
 3. place: every method asked for (classical or learned, as `placeto compare` runs them) against that cluster,
    the same seconds each; the placements are ranked by simulated step time, duplicates dropped;
 4. run: the best `top` candidates and the single-device placement (every unit on the device that simulates
-   fastest alone) run for real, their steps interleaved (simulator.hardware.timing.time_interleaved); on the process rig
-   the units' costs are scaled again to the single device's median step in those rounds (the model's anchor),
-   and the simulated times printed are those (HardwareRunner.simulate_and_measure);
+   fastest alone) run for real, their steps interleaved (simulator.hardware.timing.time_interleaved); on the
+   process rig the units' costs are scaled again to the single device's median step in those rounds (the
+   model's anchor), and the simulated times printed are those (HardwareRunner.simulate_and_measure);
 5. keep the fastest measured (median). Doing no harm: the single device (the cluster's fastest,
    placeto.baselines.single) is always a candidate, timed in the same interleaved rounds, so the answer is
    never measured slower than it in the same run. The pick favours whichever placement drew fast steps, so the
    kept placement and the single device run again, interleaved, and the speedup printed is that of these fresh
    steps (`Recheck`), with its spread (the ratio of the single device's quartiles to the kept placement's). A
-   speedup beyond what the devices' measured concurrency allows (simulator.measure.concurrency.beyond_concurrency) is
-   measured once more on fresh steps; if it holds it is kept, and the report says the gain does not come from
-   running the devices at once (on host CPU devices, splitting the step into stages can itself be faster);
+   speedup beyond what the devices' measured concurrency allows
+   (simulator.measure.concurrency.beyond_concurrency) is measured once more on fresh steps; if it holds it is
+   kept, and the report says the gain does not come from running the devices at once (on host CPU devices,
+   splitting the step into stages can itself be faster);
 6. the baseline a user would run without placeto: the plain `jax.jit` of the graph's step with JAX's default
    device and threading, timed in a fresh process before and after the placements (simulator.hardware.plain_jit).
 
 The report says which placement is kept and why, every measured placement's speed relative to the single
 device (those measured slower by name), the kept placement against plain jit, and whether the devices ran
-concurrently (placeto.harness.calibration). Host CPU devices are a test rig: they share the machine's cores and memory
-and run single-threaded, so the single device there is one core, and the simulated gains of a placement over
-several devices cannot show in the measured times; the report says so.
+concurrently (simulator.measure.concurrency). Host CPU devices are a test rig: they share the host's cores and
+memory and run single-threaded, so the single device there is one core, and the simulated gains of a placement
+over several devices cannot show in the measured times; the report says so.
 """
 
 from __future__ import annotations
@@ -59,7 +62,7 @@ from simulator.model.graph import Graph
 from simulator.model.io import save_graph
 from simulator.plots import gantt_measured
 
-RIG_COLUMN = "vs 1 rig device"  # the single-device column's header on host CPU devices (simulator.hardware.plain_jit.rig_line)
+RIG_COLUMN = "vs 1 rig device"  # the single-device column's header on host CPU devices (plain_jit.rig_line)
 
 
 class Candidate(NamedTuple):
@@ -72,8 +75,11 @@ class Candidate(NamedTuple):
 
 
 class Recheck(NamedTuple):
-    """The kept placement and the single device measured again after the pick, interleaved, on fresh steps: the
-    samples a placement was picked with favour it (the fastest of several noisy medians is biased low)."""
+    """The kept placement and the single device, timed again afresh.
+
+    Interleaved, after the pick: the samples a placement was picked with favour it (the fastest of several noisy
+    medians is biased low).
+    """
 
     kept: Any  # simulator.hardware.timing.Timing of the kept placement
     single: Any  # simulator.hardware.timing.Timing of the single device (the same Timing when it is the one kept)
@@ -98,18 +104,22 @@ class Outcome(NamedTuple):
     cluster: Cluster
     speedup: float  # single.median / best.median on the samples the pick was made with (biased up)
     spread: tuple[float, float]  # (single.q25 / best.q75, single.q75 / best.q25), the same samples
-    runner: Any = None  # simulator.hardware.runner.HardwareRunner that measured them (its compiled stages are reused)
+    runner: Any = None  # the simulator.hardware.runner.HardwareRunner that measured them (stages reused)
     concurrency: Any = None  # simulator.measure.concurrency.Concurrency of the devices (None: not measured)
     recheck: Recheck | None = None  # the kept placement and the single device on fresh steps (None: not run)
-    plain: tuple = ()  # simulator.hardware.plain_jit.PlainJit before and after the placements ran (empty: not measured)
+    plain: tuple = ()  # plain_jit.PlainJit before and after the placements ran (empty: not measured)
     flagged: Recheck | None = None  # a first recheck whose speedup was beyond the devices' concurrency (then
     #                                 `recheck` is the second, on fresh steps again); None: none was
 
 
 def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seconds: float, seed: int = 0,
                     progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
-    """(every method's placement ranked by simulated time without duplicates, the single-device candidate:
-    all nodes on the cluster's fastest single device, placeto.baselines.single, as in `place` and `compare`)."""
+    """The methods' placements by simulated time, and the single device.
+
+    Returns:
+      (the candidates, ranked, without duplicates; the single-device candidate: all nodes on the cluster's
+      fastest single device, placeto.baselines.single, as in `place` and `compare`).
+    """
     p = single_placement(graph, cluster)
     single = Candidate("single device", p, float(simulate(graph, p, cluster).runtime))
     found: dict[bytes, Candidate] = {single.placement.tobytes(): single}
@@ -127,7 +137,13 @@ def rank_candidates(graph: Graph, cluster: Cluster, methods: Sequence[str], seco
 
 
 def pick(measured: Sequence[Candidate], single: Candidate) -> tuple[Candidate, float, tuple[float, float]]:
-    """(the fastest measured candidate by median, its speedup over `single`, the spread of that speedup)."""
+    """The fastest measured candidate and its speedup over `single`.
+
+    Fastest by the median step.
+
+    Returns:
+      (best, speedup, spread): the spread is (single q25 / best q75, single q75 / best q25).
+    """
     best = min(measured, key=lambda c: c.measured.median_us)
     s, b = single.measured, best.measured
     return best, s.median_us / b.median_us, (s.q25_us / b.q75_us, s.q75_us / b.q25_us)
@@ -138,15 +154,27 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
                       cluster: Cluster | None = None, progress: Callable[[str], None] = print,
                       plain: bool = True, save_profile: bool = False, rig: str = "threads",
                       gantt: str | None = None) -> Outcome:
-    """Profile (cached in placeto's cache; also written into the graph file at `graph_path` with `save_profile`),
-    calibrate (cached), place with `methods`, run the best `top` candidates and the single device on the local
-    devices of `spec` (a count or a device list, see simulator.hardware.devices), keep the fastest measured and run
-    it and the single device again on fresh steps: twice when the first gives a speedup beyond the devices'
-    measured concurrency (simulator.measure.concurrency.beyond_concurrency). With `plain`, the plain jit of the graph
-    file's step is timed in a fresh process before and after (simulator.hardware.plain_jit). `rig`: "threads" (this
-    process's devices) or "processes" (one worker process per host CPU device: simulator.hardware.rig.pool); `gantt`
-    (processes only): a PNG of the kept placement's measured step beside its simulated one (simulator.measure.rig_step).
-    Call ensure_host_devices(spec) before JAX starts."""
+    """Place `graph` for local devices, keeping the fastest measured.
+
+    Profile (cached in placeto's cache), calibrate (cached), place with `methods`, run the best `top` candidates
+    and the single device, keep the fastest measured and run it and the single device again on fresh steps:
+    twice when the first gives a speedup beyond the devices' measured concurrency
+    (simulator.measure.concurrency.beyond_concurrency). Call ensure_host_devices(spec) before JAX starts.
+
+    Args:
+      graph_path: the graph file; with `save_profile` the profile is also written into it.
+      spec: the local devices, a count or a device list (simulator.hardware.devices).
+      plain: time the plain jit of the graph file's step in a fresh process, before and after
+        (simulator.hardware.plain_jit).
+      rig: "threads" (this process's devices) or "processes" (one worker process per host CPU device:
+        simulator.hardware.rig.pool).
+      gantt: (processes only) a PNG of the kept placement's measured step beside its simulated one
+        (simulator.measure.rig_step).
+
+    Raises:
+      InputError: a bad `top`, `gantt` without the process rig, a cluster of another device count, or a graph
+        without costs for the cluster's kinds.
+    """
     if top < 1:
         raise InputError(f"--top must be >= 1, got {top}")
     if gantt is not None and rig != "processes":
@@ -194,10 +222,13 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
 
 def restaged(runner: Any, ranked: list[Candidate], single: Candidate,
              progress: Callable[[str], None] = print) -> tuple[list[Candidate], Candidate]:
-    """(`ranked` re-simulated as `runner` runs them and ranked again, the single device among them): on the
-    process rig (a runner with rig costs) the staged simulation of each candidate's stages
-    (simulator.hardware.runner.HardwareRunner.simulate), which predicts the rig's steps where the per-unit model the
-    placers searched with does not (experiments/results/benchmarks/staged_fidelity.md); as is otherwise."""
+    """`ranked` re-simulated as `runner` runs them, and ranked again.
+
+    Returns (ranked, single). On the process rig (a runner with rig costs) each candidate gets the staged
+    simulation of its stages (simulator.hardware.runner.HardwareRunner.simulate), which predicts the rig's steps
+    where the per-unit model the placers searched with does not
+    (experiments/results/benchmarks/staged_fidelity.md); otherwise the candidates are returned as they are.
+    """
     if runner.rig_costs is None:
         return ranked, single
     progress("simulated again as the rig runs them (stages, their launches and transfers: simulator.engine.staged):")
@@ -209,8 +240,11 @@ def restaged(runner: Any, ranked: list[Candidate], single: Candidate,
 
 def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate], spec: Any, repeats: int,
                     warmup: int, progress: Callable[[str], None]) -> Outcome:
-    """Steps 4 and 5 of the module docstring: run `chosen` (the single device last), pick, measure the devices'
-    concurrency on the rig in use, recheck (twice when beyond it)."""
+    """Steps 4 and 5 of the module docstring: run, pick, recheck.
+
+    Run `chosen` (the single device last), pick, measure the devices' concurrency on the rig in use, and recheck
+    (twice when beyond it).
+    """
     progress(f"running {len(chosen)} placements for real ({repeats} steps each after {warmup} warm-up, "
              f"interleaved) ...")
     with step_bar("running placements", interleaved_steps(len(chosen), repeats, warmup)):
@@ -233,9 +267,11 @@ def _run_candidates(runner: Any, chosen: list[Candidate], ranked: list[Candidate
 
 def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
                    progress: Callable[[str], None] = print, save: bool = False, one_core: bool = False) -> Graph:
-    """`graph` with a current step profile of every kind of `devices` (simulator.measure.graph_profile.stale): the
-    graph's own where current, else placeto's cache's, else measured now and cached there. The graph file is
-    left as it is, unless `save` (then the graph with its profiles is written to `graph_path`).
+    """`graph` with a current step profile of every kind of `devices`.
+
+    Current: simulator.measure.graph_profile.stale. The graph's own where current, else placeto's cache's, else
+    measured now and cached there. The graph file is left as it is, unless `save` (then the graph with its
+    profiles is written to `graph_path`).
 
     `one_core`: the profile must be one taken with this process on one core (`cores_used` 1: what a device of the
     process rig is; simulator.hardware.rig.pool.one_core), else one taken without (what this process's devices are);
@@ -290,7 +326,10 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
 
 
 def _stale(how: Any, key: Any, one_core: bool) -> str | None:
-    """simulator.measure.graph_profile.stale, and whether the profile was taken on one core as this run needs."""
+    """Why the profile is stale, core use included; None: current.
+
+    simulator.measure.graph_profile.stale, and whether the profile was taken on one core as this run needs.
+    """
     why = stale(how, key)
     if why is None and bool(how.get("cores_used") == 1) != one_core:
         why = ("was measured on one core; this run's devices are this process's (--rig threads)" if not one_core
@@ -300,8 +339,10 @@ def _stale(how: Any, key: Any, one_core: bool) -> str | None:
 
 def recheck(runner: Any, best: Candidate, single: Candidate, repeats: int, warmup: int,
             progress: Callable[[str], None] = print) -> Recheck:
-    """`best` and `single` (measured candidates) run again by `runner` (simulator.hardware.runner.HardwareRunner) on fresh
-    steps, interleaved; only the single device when it is the one kept."""
+    """Run `best` and `single` again on fresh steps, interleaved.
+
+    By `runner` (simulator.hardware.runner.HardwareRunner); only the single device when it is the one kept.
+    """
     if best is single:
         progress(f"running the single device again ({repeats} fresh steps) ...")
         with step_bar("rechecking", interleaved_steps(1, repeats, warmup)):
@@ -315,9 +356,12 @@ def recheck(runner: Any, best: Candidate, single: Candidate, repeats: int, warmu
 
 
 def report(outcome: Outcome) -> str:
-    """The candidates' table (each measured one's speed relative to the single device: its median over theirs),
-    the placement kept and why, the kept placement against plain jit (when timed), what host CPU devices are (when
-    they are the devices) and the devices' concurrency, as printed by `placeto place --hardware`."""
+    """The report `placeto place --hardware` prints.
+
+    The candidates' table (each measured one's speed relative to the single device: its median over theirs), the
+    placement kept and why, the kept placement against plain jit (when timed), what host CPU devices are (when
+    they are the devices) and the devices' concurrency.
+    """
     rig = on_host_rig(outcome)
     column = RIG_COLUMN if rig else "vs single"
     base = outcome.single.measured.median_us
@@ -341,8 +385,10 @@ def report(outcome: Outcome) -> str:
 
 
 def on_host_rig(outcome: Outcome) -> bool:
-    """Whether the placements ran on host CPU devices (the runner's devices; without one, a cluster of
-    "local-cpu" devices only)."""
+    """Whether the placements ran on host CPU devices.
+
+    The runner's devices; without a runner, a cluster of "local-cpu" devices only.
+    """
     devices = getattr(outcome.runner, "devices", None)
     if devices:
         return all(getattr(d, "platform", "") == "cpu" for d in devices)
@@ -350,9 +396,11 @@ def on_host_rig(outcome: Outcome) -> bool:
 
 
 def verdict(outcome: Outcome) -> str:
-    """One line: the placement kept and why (its speedup over the single device on fresh steps when rechecked,
-    and whether that is beyond what the devices' measured concurrency allows), naming the placements measured
-    slower than the single device."""
+    """One line: the placement kept and why.
+
+    Its speedup over the single device on fresh steps when rechecked, and whether that is beyond what the
+    devices' measured concurrency allows; the line names the placements measured slower than the single device.
+    """
     single = outcome.single
     others = [c for c in outcome.candidates if c.measured is not None and c is not single]
     slower = sorted((c for c in others if c.measured.median_us > single.measured.median_us),

@@ -1,11 +1,12 @@
-"""One colour per placement method, shared by every plot that shows methods (compare's bar chart, eval's measured
-against simulated, the experiments' curves), so that a method reads the same everywhere.
+"""One colour per method, the same in every plot that shows methods.
 
-Learned methods have saturated warm hues (reds, oranges, pinks, browns, gold) and are drawn with a black outline
-(bars) or a thick solid line; classical baselines have muted or cool hues (greys, blues, purples, cyans, greens) and
-thin dashed lines. Every name a plot can show has its own colour (tests/placeto/harness/test_plot_style.py computes those names
-from placeto.baselines, the method registry, compare and the experiments, and checks that no two colours are
-closer than MIN_DELTA_E); any other name gets one of FALLBACK, chosen by a hash of the name, never a named colour.
+Compare's bar chart, eval's measured against simulated, the experiments' curves: a method reads the same
+everywhere. Learned methods have saturated warm hues (reds, oranges, pinks, browns, gold) and are drawn with a
+black outline (bars) or a thick solid line; classical baselines have muted or cool hues (greys, blues, purples,
+cyans, greens) and thin dashed lines. Every name a plot can show has its own colour
+(tests/placeto/harness/test_plot_style.py computes those names from placeto.baselines, the method registry, compare
+and the experiments, and checks that no two colours are closer than MIN_DELTA_E); any other name gets one of
+FALLBACK, chosen by a hash of the name, never a named colour.
 
 Kept free of heavy imports (no JAX, no method modules): the experiments import it from their plotting functions.
 """
@@ -71,9 +72,11 @@ def _normal(label: str) -> str:
 
 
 def canonical(label: str) -> str | None:
-    """The method a plot label names, or None: the label itself in any case or spacing ("Single device",
-    "gdp fine-tuned"), an alias ("random-search"), or the method part of a placement file name as compare and
-    place write them (`<graph>.<D>dev.<method>.json`)."""
+    """The method a plot label names, or None.
+
+    The label itself in any case or spacing ("Single device", "gdp fine-tuned"), an alias ("random-search"), or
+    the method part of a placement file name as compare and place write them (`<graph>.<D>dev.<method>.json`).
+    """
     stem = PurePath(str(label)).name
     for suffix in (".gz", ".json"):
         stem = stem[:-len(suffix)] if stem.endswith(suffix) else stem
@@ -93,8 +96,10 @@ def is_learned(label: str) -> bool:
 
 
 def color(label: str) -> str:
-    """The method's colour (hex); a name without one gets a FALLBACK colour picked by a hash of the name
-    (deterministic across runs and machines, unlike Python's hash)."""
+    """The method's colour (hex), else a FALLBACK one by name hash.
+
+    The hash (crc32) is deterministic across runs and machines, unlike Python's hash.
+    """
     name = canonical(label)
     if name is not None:
         return COLORS[name]
@@ -102,8 +107,11 @@ def color(label: str) -> str:
 
 
 def colors(labels: Iterable[str]) -> dict[str, str]:
-    """{label: colour} for the labels of one plot: the named colours, and distinct fallbacks for the others (the
-    hash's pick, else the next unused one, as long as FALLBACK lasts)."""
+    """{label: colour} for one plot's labels, fallbacks distinct.
+
+    The named colours, and distinct fallbacks for the others (the hash's pick, else the next unused one, as long
+    as FALLBACK lasts).
+    """
     out, used = {}, set()
     labels = list(dict.fromkeys(labels))
     for label in labels:
@@ -121,7 +129,7 @@ def colors(labels: Iterable[str]) -> dict[str, str]:
 
 
 def bar_style(label: str, face: str | None = None) -> dict:
-    """Keyword arguments for `ax.bar` / `ax.barh`: the colour, and a black outline for a learned method."""
+    """`ax.bar`/`ax.barh` keywords: colour, black outline if learned."""
     face = face or color(label)
     if is_learned(label):
         return dict(facecolor=face, edgecolor="black", linewidth=1.4)
@@ -129,8 +137,10 @@ def bar_style(label: str, face: str | None = None) -> dict:
 
 
 def line_style(label: str, face: str | None = None) -> dict:
-    """Keyword arguments for `ax.plot` / `ax.step`: the colour; thick and solid for a learned method, thinner
-    and dashed for a classical one."""
+    """`ax.plot`/`ax.step` keywords: colour, thick and solid if learned.
+
+    Thinner and dashed for a classical method.
+    """
     face = face or color(label)
     if is_learned(label):
         return dict(color=face, linewidth=2.2, linestyle="-")
@@ -138,8 +148,11 @@ def line_style(label: str, face: str | None = None) -> dict:
 
 
 def legend_outside(ax, entries: int, fontsize: float = 8, **kwargs):
-    """A legend right of the axes when it has more than 6 entries (else inside, where it fits best); the figure
-    must then be laid out with tight_layout or constrained layout so the legend stays on the canvas."""
+    """A legend right of the axes for more than 6 entries, else inside.
+
+    Inside, where it fits best. Outside, the figure must be laid out with tight_layout or constrained layout so
+    the legend stays on the canvas.
+    """
     if entries > 6:
         return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, fontsize=fontsize,
                          **kwargs)

@@ -1,13 +1,13 @@
-"""Training curves of a run directory (training_curves.png), for every method's metrics.csv.
+"""Training curves of a run directory as training_curves.png.
 
-Placeto's rows (one per update and graph: episodes, simulator calls, runtimes and the lower bound) are drawn as
-runtime / lower bound against episodes and simulator calls; the sequence methods' rows (gdp, rnn, hierarchical:
-placements sampled, seconds, objectives in microseconds) as objective in ms against placements and wall seconds.
-Every point is marked, so a run of one update still shows; a panel without data says so instead of staying blank.
-A run of up to MAX_NAMED graphs draws one named line per graph; a run of more draws the family instead: the mean of
-the per-graph curves and the band between their 25th and 75th percentiles, on a common x grid (family_spread).
-The title says which graphs were held out, from the run's selection.json when it has one, else that the run
-records none (training never evaluates the held-out graphs: `placeto compare` does).
+Any method's, read from its metrics.csv. Placeto's rows (one per update and graph: episodes, simulator calls,
+runtimes and the lower bound) are drawn as runtime / lower bound against episodes and simulator calls; the sequence
+methods' rows (gdp, rnn, hierarchical: placements sampled, seconds, objectives in microseconds) as objective in ms
+against placements and wall seconds. Every point is marked, so a run of one update still shows; a panel without data
+says so instead of staying blank. A run of up to MAX_NAMED graphs draws one named line per graph; a run of more
+draws the family instead: the mean of the per-graph curves and the band between their 25th and 75th percentiles, on
+a common x grid (family_spread). The title says which graphs were held out, from the run's selection.json when it
+has one, else that the run records none (training never evaluates the held-out graphs: `placeto compare` does).
 """
 
 from __future__ import annotations
@@ -28,7 +28,10 @@ GRID = 60  # points of the common x grid of family_spread
 
 
 class Panel(NamedTuple):
-    """One panel: column `y` (scaled by `y_scale`, divided by column `y_over` when set) against column `x`."""
+    """One panel: column `y` against column `x`.
+
+    `y` is scaled by `y_scale`, and divided by column `y_over` when set.
+    """
 
     x: str
     y: str
@@ -57,8 +60,15 @@ SEQUENCE = (Panel("samples", "mean_objective_us", "placements sampled",
 
 
 def _read(run_dir: Path) -> tuple[tuple[Panel, ...], dict[str, dict[str, np.ndarray]]]:
-    """(the panels of this run's kind of metrics, {series: {column: float64 array}}): one series per graph for
-    Placeto (its "graph" column), per task for gdp, one for the per-graph methods."""
+    """The panels of this run's kind of metrics, and its series.
+
+    Returns:
+      (panels, {series: {column: float64 array}}): one series per graph for Placeto (its "graph" column), per
+      task for gdp, one for the per-graph methods.
+
+    Raises:
+      InputError: no metrics.csv, or a column missing.
+    """
     path = run_dir / "metrics.csv"
     if not path.is_file():
         raise InputError(f"{run_dir}: no metrics.csv (not a run directory of `placeto train`?)")
@@ -80,8 +90,11 @@ def _read(run_dir: Path) -> tuple[tuple[Panel, ...], dict[str, dict[str, np.ndar
 
 
 def _only_graph(run_dir: Path) -> str:
-    """The graph a per-graph run (rnn, hierarchical: no graph column) trained on: its one best/<graph>@<D>d.json,
-    else "all graphs"."""
+    """The graph a per-graph run trained on, or "all graphs".
+
+    A per-graph run (rnn, hierarchical) has no graph column: its one best/<graph>@<D>d.json names the
+    graph.
+    """
     best = sorted((run_dir / "best").glob("*.json"))
     return best[0].name.removesuffix(".json") if len(best) == 1 else "all graphs"
 
@@ -102,8 +115,11 @@ def _series(panel: Panel, d: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndar
 
 
 class Spread(NamedTuple):
-    """The per-graph curves of one panel, each interpolated onto a common x grid from its first point on (its last
-    value held to the end), where at least half the graphs have a value (anywhere one has, if nowhere do)."""
+    """The per-graph curves of one panel on a common x grid.
+
+    Each curve is interpolated onto the grid from its first point on (its last value held to the end); the grid
+    keeps the points where at least half the graphs have a value (anywhere one has, if nowhere do).
+    """
 
     x: np.ndarray  # float64[G]: the grid, in the panel's x unit
     mean: np.ndarray  # float64[G]: mean over the graphs with a value at x
@@ -113,7 +129,10 @@ class Spread(NamedTuple):
 
 
 def family_spread(panel: Panel, data: dict[str, dict[str, np.ndarray]], points: int = GRID) -> Spread:
-    """The mean and interquartile band of the series of `data` in `panel` (deterministic: no sampling)."""
+    """The mean and interquartile band of `data`'s series in `panel`.
+
+    Deterministic: no sampling.
+    """
     curves = [_series(panel, d) for _, d in sorted(data.items())]
     curves = [(x, y) for x, y in curves if len(x)]
     if not curves:
@@ -134,8 +153,10 @@ def family_spread(panel: Panel, data: dict[str, dict[str, np.ndarray]], points: 
 
 
 def _held_out(run: Path) -> str:
-    """What the run records about graphs it did not train on: selection.json's validation tasks (Placeto's
-    `select`), else that it records none."""
+    """What the run records about the graphs it did not train on.
+
+    selection.json's validation tasks (Placeto's `select`), else that it records none.
+    """
     try:
         d = json.loads((run / "selection.json").read_text())
     except (OSError, ValueError):
@@ -154,8 +175,10 @@ def _method(run: Path) -> str:
 
 
 def plot_run(run_dir: str | Path, note: Callable[[str], None] | None = print) -> list[Path]:
-    """Write training_curves.png into run_dir and return the files written. `note` (print by default) gets one
-    line when there are no metrics yet or when a curve has a single point."""
+    """Write training_curves.png into `run_dir`; returns the paths.
+
+    `note` (print by default) gets one line when there are no metrics yet or when a curve has a single point.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,11 +214,13 @@ def _empty_figure(plt, title: str, text: str):
 
 
 def _curves_figure(plt, panels: list[Panel], data: dict, title: str, held_out: str = "", method: str = "placeto"):
-    """Panels in a grid of two columns (x: episodes / placements, then simulator calls / seconds). Up to
-    MAX_NAMED series: one line with markers each, a lone point labelled with its value; one series is named in
-    the title, several in a legend right of the panels. More: the family's mean line and interquartile band
-    (family_spread), in the method's colour. `held_out` (what the run says about held-out graphs) ends the
-    title."""
+    """The panels in two columns, per series or for the family.
+
+    Columns: x in episodes / placements, then in simulator calls / seconds. Up to MAX_NAMED series: one line with
+    markers each, a lone point labelled with its value; one series is named in the title, several in a legend
+    right of the panels. More: the family's mean line and interquartile band (family_spread), in the method's
+    colour. `held_out` (what the run says about held-out graphs) ends the title.
+    """
     from matplotlib.ticker import MaxNLocator
 
     cols = 2 if len(panels) > 1 else 1
@@ -227,7 +252,10 @@ def _curves_figure(plt, panels: list[Panel], data: dict, title: str, held_out: s
 
 
 def _draw_graphs(plt, ax, panel: Panel, data: dict) -> None:
-    """One named line with markers per series (few of them: tab10 has a colour for each)."""
+    """One named line with markers per series.
+
+    Few of them: tab10 has a colour for each.
+    """
     cmap = plt.get_cmap("tab10")
     for i, (name, d) in enumerate(sorted(data.items())):
         x, y = _series(panel, d)
@@ -239,7 +267,10 @@ def _draw_graphs(plt, ax, panel: Panel, data: dict) -> None:
 
 
 def _draw_family(ax, panel: Panel, data: dict, method: str) -> None:
-    """The family's mean line (marked, so a one-point run still shows) over its interquartile band."""
+    """The family's mean line over its interquartile band.
+
+    The line is marked, so a one-point run still shows.
+    """
     s = family_spread(panel, data)
     if not len(s.x):
         return

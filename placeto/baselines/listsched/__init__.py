@@ -1,1 +1,1 @@
-"""The list-scheduling core the Baechi placers share: the problem, numba kernels and Baechi's reference."""
+"""The Baechi placers' core: problem, numba kernels, Baechi's loop."""

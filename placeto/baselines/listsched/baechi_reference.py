@@ -1,7 +1,7 @@
-"""Baechi's m-ETF and m-SCT event loops (github.com/beomyeol/baechi, placer/m_etf.py and placer/m_sct.py), in
-plain Python over `_listsched.State`'s transfer and memory model.
+"""Baechi's m-ETF and m-SCT event loops in plain Python: an oracle.
 
-Written from Baechi's structure, not from our kernel's, so that the two agree only if our reading is right:
+From github.com/beomyeol/baechi (placer/m_etf.py and placer/m_sct.py), over `problem.State`'s transfer and memory
+model. Written from Baechi's structure, not from our kernel's, so that the two agree only if our reading is right:
 
 * A clock visits event times. At each, every device advances: a free device's clock moves to now, and an op
   whose end has come releases its children; a child enters the ready list when all its parents have ended.
@@ -18,7 +18,7 @@ Written from Baechi's structure, not from our kernel's, so that the two agree on
 Differences from Baechi, none of which arise on graphs whose ops all take time and fit in memory: children of
 a zero-cost op are released at once (Baechi forces costs >= 1 us); when no ready op fits in memory anywhere,
 instead of stopping with an error, it places the best-memory-tier pair that starts first, at the earliest when
-every device is idle (`_listsched.etf_reference` does the same, so the two stay equal).
+every device is idle (`problem.etf_reference` does the same, so the two stay equal).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ from placeto.baselines.listsched.problem import Schedule, ScheduleProblem, State
 
 
 class _Loop:
-    """One run of the event loop; `favourite` int[N] (child or -1) turns m-ETF into m-SCT."""
+    """One run of the event loop: m-ETF, or m-SCT with favourites.
+
+    favourite: int[N] each node's favourite child (-1: none); None: m-ETF.
+    """
 
     def __init__(self, prob: ScheduleProblem, favourite: np.ndarray | None):
         self.prob, self.st = prob, State(prob)
@@ -139,7 +142,7 @@ class _Loop:
         return None if best is None else (best[2], best[3])
 
     def _place_without_memory(self) -> None:
-        """Nothing fits anywhere and nothing is running: place the best-tier pair that starts first."""
+        """Place the earliest best-tier pair: nothing fits, nothing runs."""
         tiers = {(v, d): self.st.tier(v, d) for v in self.ready for d in range(self.n_dev)}
         low = min(tiers.values())
         s, _, d, v = min((max(self._estimate(v, d), self.st.avail[d], self.now), self.topo[v], d, v)
@@ -164,10 +167,13 @@ class _Loop:
 
 
 def baechi_etf(prob: ScheduleProblem) -> Schedule:
-    """Baechi's m-ETF event loop (equal to `_listsched.etf_reference` and the `etf` kernel)."""
+    """Baechi's m-ETF event loop, equal to `etf_reference` and `etf`."""
     return _Loop(prob, None).run()
 
 
 def baechi_sct(prob: ScheduleProblem, favourite: np.ndarray) -> Schedule:
-    """Baechi's m-SCT event loop for favourite: int[N] child each node waits for (-1: none)."""
+    """Baechi's m-SCT event loop.
+
+    favourite: int[N] the child each node's device waits for (-1: none).
+    """
     return _Loop(prob, np.asarray(favourite)).run()

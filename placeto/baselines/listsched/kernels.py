@@ -1,8 +1,8 @@
-"""numba versions of `_listsched.State`: tiers, input-ready times with transfer booking, and placing a node.
+"""numba kernels mirroring `problem.State`, bit for bit.
 
-Each function mirrors the `_listsched.State` method of the same name (`place` is `State.commit`) operation
-for operation, so the kernels' floats equal the references' to the last bit. The partial schedule lives in a
-`Timeline` of arrays; `prob` is a `_listsched.ScheduleProblem`.
+Each function mirrors the `problem.State` method of the same name (`place` is `State.commit`) operation for
+operation, transfer booking included, so the kernels' floats equal the references' to the last bit. The partial
+schedule lives in a `Timeline` of arrays; `prob` is a `problem.ScheduleProblem`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,10 @@ from placeto.baselines.listsched.problem import ScheduleProblem
 
 
 class Timeline(NamedTuple):
-    """A partial schedule. N nodes, D devices, O outputs; times in us, memory in bytes."""
+    """A partial schedule as arrays: times in us, memory in bytes.
+
+    N nodes, D devices, O outputs.
+    """
 
     device: np.ndarray  # int32[N] device of each placed node, -1 if not placed
     start: np.ndarray  # float64[N]
@@ -32,7 +35,7 @@ class Timeline(NamedTuple):
 
 
 def new_timeline(prob: ScheduleProblem) -> Timeline:
-    """The empty schedule: nothing placed, devices and channels free at 0, nothing charged."""
+    """The empty schedule: nothing placed or charged, all free at 0."""
     n, n_dev = prob.cost.shape
     return Timeline(np.full(n, -1, np.int32), np.zeros(n), np.zeros(n), np.zeros(n_dev), np.zeros(n_dev),
                     np.full((prob.latency.size, n_dev), -1.0), np.zeros(n_dev), np.zeros(n_dev),
@@ -67,7 +70,10 @@ def _send(o, q, src, d, chan, record, prob, tl):
 
 @numba.njit(cache=True)
 def _merged(j, q, src, d, prob, tl):
-    """Baechi's estimate: parent q's missing outputs as one transfer on the current channels."""
+    """Baechi's estimate: q's missing outputs as one transfer.
+
+    On the current channels; nothing is booked.
+    """
     start = max(tl.end[q], tl.chan[src])
     if prob.shared_channel:
         start = max(start, tl.chan[d])
@@ -83,8 +89,10 @@ def _merged(j, q, src, d, prob, tl):
 
 @numba.njit(cache=True)
 def ready_time(v, d, commit, prob, tl):
-    """(time v's inputs are all on d, whether a transfer is needed); with commit, book the transfers and mark
-    the booked channels in tl.changed."""
+    """(time v's inputs are all on d, whether a transfer is needed).
+
+    With commit, book the transfers and mark the booked channels in tl.changed.
+    """
     if commit:
         chan = tl.chan
         tl.changed[:] = False
@@ -122,7 +130,7 @@ def ready_time(v, d, commit, prob, tl):
 
 @numba.njit(cache=True)
 def place(v, d, s, prob, tl):
-    """Place v on d, starting at the later of s and its booked input-ready time."""
+    """Place v on d at the later of s and its booked input-ready time."""
     r, any_xfer = ready_time(v, d, True, prob, tl)
     tl.changed[d] = any_xfer and prob.shared_channel  # the receiver's channel is booked only when shared
     c = prob.cost[v, d]

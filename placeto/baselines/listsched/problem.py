@@ -1,4 +1,4 @@
-"""The list schedulers' shared model and their plain-Python references (the oracles for the numba kernels).
+"""The list schedulers' model, and plain references as oracles.
 
 The list schedulers (`etf`, `heft`, `m-sct`) keep one estimated timeline per device and per channel:
 
@@ -19,7 +19,7 @@ The list schedulers (`etf`, `heft`, `m-sct`) keep one estimated timeline per dev
   Baechi would stop with an error.
 
 `TRANSFER_MODELS` names the variants; see `TransferModel`. The references below are deliberately plain; the
-kernels (etf.py, heft.py) and Baechi's own event loop (`_baechi_reference`) are tested equal to them.
+kernels (etf.py, heft.py) and Baechi's own event loop (`baechi_reference`) are tested equal to them.
 """
 
 from __future__ import annotations
@@ -34,7 +34,10 @@ from simulator.model.graph import Graph
 
 
 class TransferModel(NamedTuple):
-    """How the list schedulers estimate transfers (see the module docstring for the timeline)."""
+    """How the list schedulers estimate transfers.
+
+    The timeline: see the module docstring.
+    """
 
     latency_with_delta2: bool  # data arrives bytes/bandwidth + delta2 after the start, not bytes/bandwidth
     whole_us: bool  # transfer times rounded to whole us, as Baechi's get_comm_cost
@@ -62,9 +65,10 @@ DEFAULT_TRANSFER_MODEL = "shared-channel"
 
 
 class ScheduleProblem(NamedTuple):
-    """A graph on a cluster as the list schedulers see it. N nodes, D devices, P distinct parent pairs, O outputs.
+    """A graph on a cluster as the list schedulers see it.
 
-    Passed whole to the numba kernels (a namedtuple of arrays and scalars).
+    N nodes, D devices, P distinct parent pairs, O outputs. Passed whole to the numba kernels (a namedtuple of
+    arrays and scalars).
     """
 
     cost: np.ndarray  # float64[N, D] compute time of node on device, us
@@ -89,7 +93,11 @@ class ScheduleProblem(NamedTuple):
 
 
 def pair_outputs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
-    """CSR aligned with `graph.parents`: per (parent, child) pair the distinct global outputs used, ascending."""
+    """Each (parent, child) pair's distinct global outputs used.
+
+    Returns:
+      (in_off int64[P + 1], in_out int64[I]): a CSR aligned with `graph.parents`, outputs ascending.
+    """
     par_off, par = graph.parents
     n_out = max(int(graph.out_bytes.size), 1)
     dst = np.repeat(np.arange(graph.n_nodes, dtype=np.int64), np.diff(par_off))
@@ -111,7 +119,10 @@ def transfer_times(graph: Graph, cluster: Cluster, model: TransferModel) -> tupl
 
 def build_problem(graph: Graph, cluster: Cluster, model: str | TransferModel = DEFAULT_TRANSFER_MODEL
                   ) -> ScheduleProblem:
-    """The arrays the list schedulers read, under the named (or given) transfer model."""
+    """The arrays the list schedulers read, under transfer model `model`.
+
+    `model`: a TRANSFER_MODELS name, or a TransferModel.
+    """
     tm = TRANSFER_MODELS[model] if isinstance(model, str) else model
     par_off, par = graph.parents
     in_off, in_out = pair_outputs(graph)
@@ -130,10 +141,11 @@ def build_problem(graph: Graph, cluster: Cluster, model: str | TransferModel = D
 
 
 def upward_rank(graph: Graph, mean_cost: np.ndarray, mean_comm: np.ndarray) -> np.ndarray:
-    """float64[N] HEFT's upward rank; mean_comm (float64[P]) is aligned with `graph.parents`.
+    """HEFT's upward rank float64[N], us.
 
-    rank[p] >= rank[c] for every edge p -> c (floating-point addition of non-negatives is monotone), so
-    sorting by (-rank, topological position) is a topological order.
+    mean_cost: float64[N], us; mean_comm: float64[P], us, aligned with `graph.parents`. rank[p] >= rank[c] for
+    every edge p -> c (floating-point addition of non-negatives is monotone), so sorting by (-rank, topological
+    position) is a topological order.
     """
     par_off, par = graph.parents
     rank = np.asarray(mean_cost, dtype=np.float64).copy()
@@ -148,14 +160,20 @@ def upward_rank(graph: Graph, mean_cost: np.ndarray, mean_comm: np.ndarray) -> n
 
 
 def heft_order(prob: ScheduleProblem, topo_order: np.ndarray) -> np.ndarray:
-    """int32[N] nodes by decreasing upward rank, ties in topological order (so parents come first)."""
+    """Nodes int32[N] by decreasing upward rank, then topologically.
+
+    So parents come before their children.
+    """
     pos = np.empty(len(topo_order), dtype=np.int64)
     pos[topo_order] = np.arange(len(topo_order))
     return np.lexsort((pos, -prob.rank)).astype(np.int32)
 
 
 class Schedule(NamedTuple):
-    """What a list scheduler decided. device: int32[N]; start, end: float64[N] estimated times, us."""
+    """What a list scheduler decided.
+
+    device: int32[N]; start, end: float64[N] estimated times, us.
+    """
 
     device: np.ndarray
     start: np.ndarray
@@ -164,7 +182,10 @@ class Schedule(NamedTuple):
 
 # ---- plain references ---------------------------------------------------------------------------------------
 class State:
-    """The timelines of a partial schedule, in plain Python (shared by the references and `_baechi_reference`)."""
+    """The timelines of a partial schedule, in plain Python.
+
+    Shared by the references below and `baechi_reference`.
+    """
 
     def __init__(self, prob: ScheduleProblem):
         self.prob = prob
@@ -185,7 +206,10 @@ class State:
         return 1 if self.used_p[d] + float(p.persistent[v]) <= cap else 2
 
     def ready_time(self, v: int, d: int, commit: bool = False) -> tuple[float, set[int]]:
-        """(time v's inputs are all on d, devices that must send for it); with commit, book the transfers."""
+        """(time v's inputs are all on d, devices that must send them).
+
+        With commit, book the transfers.
+        """
         p = self.prob
         chan = self.chan if commit else list(self.chan)
         r, senders = 0.0, set()
@@ -226,7 +250,10 @@ class State:
         return arrive
 
     def _merged(self, todo: list[int], q: int, src: int, d: int) -> float:
-        """Baechi's estimate: the parent's missing outputs as one transfer on the current channels."""
+        """Baechi's estimate: q's missing outputs as one transfer.
+
+        On the current channels; nothing is booked.
+        """
         p = self.prob
         start = max(self.end[q], self.chan[src])
         if p.shared_channel:
@@ -237,7 +264,7 @@ class State:
         return start + (span + float(p.latency[todo[-1]]))
 
     def commit(self, v: int, d: int, s: float) -> None:
-        """Place v on d, starting at the later of s and its booked input-ready time."""
+        """Place v on d at the later of s and its booked input-ready time."""
         p = self.prob
         r, self.senders = self.ready_time(v, d, commit=True)
         c = float(p.cost[v, d])
@@ -257,12 +284,12 @@ class State:
 
 
 def etf_reference(prob: ScheduleProblem) -> Schedule:
-    """m-ETF: repeatedly place the (ready node, device) pair that can start first.
+    """m-ETF: repeatedly place the ready pair that can start first.
 
-    A pair's start is max(estimated input-ready time, device free, time of the previous pick); ties go to the
-    earlier node in topological order, then the lower device (Baechi's order). Only pairs of the best memory
-    tier compete; when that is not tier 0 (nothing fits anywhere), the start is also held back to when every
-    device is idle, the time Baechi's loop would stop waiting for memory.
+    A pair is (ready node, device). A pair's start is max(estimated input-ready time, device free, time of the
+    previous pick); ties go to the earlier node in topological order, then the lower device (Baechi's order). Only
+    pairs of the best memory tier compete; when that is not tier 0 (nothing fits anywhere), the start is also held
+    back to when every device is idle, the time Baechi's loop would stop waiting for memory.
     """
     st = State(prob)
     n, n_dev = prob.cost.shape
@@ -291,8 +318,10 @@ def etf_reference(prob: ScheduleProblem) -> Schedule:
 
 
 def heft_reference(prob: ScheduleProblem, order: np.ndarray) -> Schedule:
-    """HEFT without insertion: in `order`, put each node on the device of its best memory tier where it
-    finishes first (start = max(estimated input-ready, device free)). Ties: earlier start, lower device.
+    """HEFT, no insertion: each node in `order` where it finishes first.
+
+    Only the devices of its best memory tier compete; start = max(estimated input-ready, device free). Ties:
+    earlier start, lower device.
     """
     st = State(prob)
     n_dev = prob.cost.shape[1]
