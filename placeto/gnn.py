@@ -46,7 +46,7 @@ class MessagePassing(nn.Module):
         h = nn.relu(nn.Dense(self.hidden, name="embed")(x)) * mask
         to_msg = nn.Dense(2 * self.hidden, name="messages")  # [from-parent | from-child] transforms
         update = nn.Dense(self.hidden, name="update")
-        norm = nn.LayerNorm(name="norm")  # keeps embeddings O(1) however many rounds (else ~1.6x per round)
+        norm = nn.LayerNorm(name="norm")  # keeps embeddings O(1) however many rounds (else they grow every round)
         for _ in range(self.rounds):
             msg = to_msg(h)
             from_parents = jax.ops.segment_sum(msg[senders, :, :self.hidden], receivers, n)
