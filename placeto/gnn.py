@@ -10,9 +10,9 @@ Results log). Weights are shared across rounds (one propagation operator applied
 receptive field grows with k while the parameter count does not.
 
 It takes S states of ONE graph at once in node-major layout ([Np, S, ...]): the gathers and segment sums then
-move rows of S * H floats, which XLA on CPU does far faster than S vmapped scatters
-(experiments/results/benchmarks/placeto_throughput.md, "Node-major layout"). Placeto's grouped view of its
-current node is placeto.methods.placeto.node_context.
+move rows of S * H floats, which XLA on CPU does far faster than S vmapped scatters (experiments/README.md,
+"Figures behind design choices"). Placeto's grouped view of its current node is
+placeto.methods.placeto.node_context.
 """
 
 from __future__ import annotations

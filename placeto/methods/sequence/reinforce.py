@@ -208,5 +208,5 @@ def init_params(net, inputs, seed: int) -> Any:
 
 @functools.partial(jax.jit, static_argnames=("net",))
 def _init(net, inputs, key: jax.Array) -> Any:
-    # jitted: flax's eager init runs the LSTM scans op by op (measured 9-14 s, against ~2 s compiled)
+    # jitted: flax's eager init runs the LSTM scans op by op, far slower than compiled (experiments/README.md)
     return net.init(key, inputs, jax.random.key(0), 1, False, method="sample")
