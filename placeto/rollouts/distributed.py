@@ -239,7 +239,7 @@ def open_pool(workers: WorkerSpec | None, kind: str, config, pairs: Sequence[tup
 
 def map_ordered(spec: WorkerSpec, fn: Callable[..., Any], items: Sequence[tuple],
                 on_result: Callable[[int, Any], None] | None = None) -> list:
-    """[fn(*item) for item in items], each a Ray task, in order.
+    """[fn(*item) for item in items], each item a Ray task.
 
     Results come in the order of `items`.
 

@@ -63,10 +63,9 @@ def group_features(h: jax.Array, groups: jax.Array, x: OpInputs, n_groups: int) 
 def block_prior(x: OpInputs, n_groups: int, strength: float) -> jax.Array:
     """float32[Np, G] the block prior's term of the Grouper's logits.
 
-    -strength * (d / 1 group)^2, where
-
-    d is the distance from the op's place in the depth-first order (scaled to [0, G)) to the centre of group g: with
-    strength > 0 the untrained Grouper favours contiguous blocks of the order. 0: the seed's plain Grouper.
+    -strength * (d / 1 group)^2, where d is the distance from the op's place in the depth-first order (scaled to [0,
+    G)) to the centre of group g: with strength > 0 the untrained Grouper favours contiguous blocks of the order. 0:
+    the seed's plain Grouper.
     """
     n = jnp.maximum(x.node_mask.sum(), 1)
     place = x.position.astype(jnp.float32) * n_groups / n  # [Np]

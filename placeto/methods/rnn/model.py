@@ -50,10 +50,7 @@ class RnnPlacer(nn.Module):
         return Sampled(dec.actions, dec.actions[:, x.item])
 
     def __call__(self, x: OpInputs, actions: jax.Array) -> Scored:
-        """Log-probabilities of actions int32[K, Tp], per real item.
-
-        Means over the real items.
-        """
+        """Log-probabilities of actions int32[K, Tp]: means over the real items."""
         dec = self.seq2seq(self._items(x), x.item_mask, "forced", jax.random.key(0), actions)
         n = jnp.maximum(x.item_mask.sum(), 1)
         return Scored(dec.logp.sum(-1) / n, dec.entropy.sum(-1).mean() / n)

@@ -87,9 +87,7 @@ def rewards(scores: Scores, scale: float, oom_penalty: float) -> np.ndarray:
 def baseline_step(base: Baseline, reward: np.ndarray, decay: float) -> tuple[np.ndarray, Baseline]:
     """(advantages float32[K], the baseline after this batch).
 
-    advantage = reward - b.
-
-    See the module docstring.
+    advantage = reward - b; see the module docstring.
     """
     mean = float(np.mean(reward))
     b = mean if base.count == 0 else base.value
