@@ -56,9 +56,8 @@ def run_method(variant: str, graph: Graph, cluster: Cluster, seed: int = 0, budg
                finetune_episodes: int = 0) -> tuple[MethodRun, float]:
     """Method.run of rnn and hierarchical: `run_pergraph`.
 
-    A placeto.methods.base.RunFn.
-
-    `finetune_episodes` does not apply: a per-graph policy is trained longer instead (Method.finetunes False).
+    A placeto.methods.base.RunFn; `finetune_episodes` does not apply: a per-graph policy is trained longer instead
+    (Method.finetunes False).
     """
     del finetune_episodes
     return run_pergraph(variant, graph, cluster, seed, budget, seconds, checkpoint)

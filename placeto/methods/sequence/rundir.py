@@ -206,9 +206,7 @@ def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike,
           progress: bool = False, workers: WorkerSpec | None = None) -> TrainSummary:
     """Train (or resume) a per-graph policy in run directory `out`.
 
-    `config.METHOD`'s policy, for `graph` on `cluster`.
-
-    See the module docstring.
+    `config.METHOD`'s policy, for `graph` on `cluster`; see the module docstring.
 
     Args:
       resume: continue the run in `out`, if any (False: start afresh).
