@@ -1,7 +1,8 @@
-"""Reading a run directory's config.json and checkpoint.msgpack, validated: every problem is one InputError.
+"""Validated run directory reads: each problem one InputError.
 
-A run directory (of `placeto train`, or a shipped policy) is data like a graph file: it may be truncated by a
-kill, edited by hand, or written by a run with another model config. Whoever reads one goes through here:
+A run directory (of `placeto train`, or a shipped policy) holds config.json and checkpoint.msgpack. It is data
+like a graph file: it may be truncated by a kill, edited by hand, or written by a run with another model config.
+Whoever reads one goes through here:
 
     read_config(run_dir, cls)               config.json -> the method's config `cls` (types and ranges checked)
     read_blob(run_dir / CHECKPOINT, keys)   msgpack -> dict holding `keys`
@@ -40,8 +41,14 @@ MAX_COUNTER = 2**53  # updates, samples, episodes, simulator calls: exact in a f
 
 
 def read_config(run_dir: PathLike, cls: type) -> Any:
-    """The config of class `cls` (a method's frozen dataclass with `from_dict`) in `run_dir`/config.json;
-    InputError naming the file and the field if it is not one."""
+    """The config of class `cls` stored in `run_dir`/config.json.
+
+    Args:
+      cls: a method's frozen config dataclass with `from_dict`.
+
+    Raises:
+      InputError: naming the file and the field, if the file holds no valid `cls`.
+    """
     path = Path(run_dir) / CONFIG
     d = read_json(path)
     if not isinstance(d, dict):
@@ -56,7 +63,11 @@ def read_config(run_dir: PathLike, cls: type) -> Any:
 
 
 def read_blob(path: PathLike, keys: Iterable[str] = ("params",)) -> dict[str, Any]:
-    """The msgpack dictionary at `path`, which must hold `keys`; InputError if missing, truncated or corrupt."""
+    """The msgpack dictionary at `path`, which must hold `keys`.
+
+    Raises:
+      InputError: if the file is missing, truncated or corrupt, or lacks a key.
+    """
     path = Path(path)
     try:
         data = path.read_bytes()
@@ -79,8 +90,13 @@ def read_blob(path: PathLike, keys: Iterable[str] = ("params",)) -> dict[str, An
 
 
 def counter(blob: Mapping[str, Any], key: str, source: PathLike) -> int:
-    """`blob[key]`, a training counter: an integer (not a bool, nor a float or string that int() would take) in
-    [0, MAX_COUNTER]; else an InputError naming `source` and the field."""
+    """`blob[key]`, a training counter: an integer in [0, MAX_COUNTER].
+
+    Not a bool, nor a float or string that int() would take.
+
+    Raises:
+      InputError: naming `source` and the field.
+    """
     value = blob.get(key)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)) or \
             not 0 <= int(value) <= MAX_COUNTER:
@@ -90,8 +106,13 @@ def counter(blob: Mapping[str, Any], key: str, source: PathLike) -> int:
 
 
 def objective(value: Any, where: str, source: PathLike) -> float:
-    """A best objective read from a checkpoint (microseconds): a number >= 0, infinite before the first update;
-    else an InputError naming `source` and `where`."""
+    """A checkpoint's best objective: microseconds >= 0 (or inf).
+
+    inf before the first update.
+
+    Raises:
+      InputError: naming `source` and `where`.
+    """
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)) or \
             not (isinstance(value, (float, np.floating)) or abs(value) < 2**1023) or not float(value) >= 0:
         raise InputError(f"{where}: {short_repr(value)} is not an objective (microseconds >= 0)", str(source))
@@ -99,7 +120,7 @@ def objective(value: Any, where: str, source: PathLike) -> float:
 
 
 def objectives(value: Any, where: str, source: PathLike) -> dict[str, float]:
-    """A checkpoint's {task key: best objective} map (`objective` each); else an InputError."""
+    """A checkpoint's {task key: best objective} map, checked."""
     if not isinstance(value, Mapping):
         raise InputError(f"{where}: expected a map of task -> best objective, got {type(value).__name__}",
                          str(source))
@@ -107,11 +128,16 @@ def objectives(value: Any, where: str, source: PathLike) -> dict[str, float]:
 
 
 def restore(template: Any, state: Any, where: str, source: PathLike) -> Any:
-    """`state` (a flax state dict read from `source`) restored into `template`'s pytree.
+    """Restore flax state dict `state` into `template`'s pytree, checked.
 
-    InputError naming `where` and the leaf path unless the keys match and every leaf has the template's shape
-    and dtype kind (float / int / bool) with finite floats: flax's from_state_dict checks none of that, so a
-    checkpoint of a wider model would load and fail later, deep in a jitted function.
+    `state` was read from `source`.
+
+    flax's from_state_dict checks neither keys nor shapes, so a checkpoint of a wider model would load and fail
+    later, deep in a jitted function; this checks both first.
+
+    Raises:
+      InputError: naming `where` and the leaf path, unless the keys match and every leaf has the template's shape
+        and dtype kind (float / int / bool), with finite floats.
     """
     expected = serialization.to_state_dict(template)
     _check_tree(expected, state, where, str(source))
@@ -119,10 +145,10 @@ def restore(template: Any, state: Any, where: str, source: PathLike) -> Any:
 
 
 def param_template(init: Callable[[], Any]) -> Any:
-    """The pytree `init()` returns (a flax init), with zero-filled numpy leaves of its shapes and dtypes: the
-    template for `restore`, which keeps the structure and replaces every leaf.
+    """`restore`'s template: `init()`'s pytree, zero-filled.
 
-    Traced once (jax.eval_shape), never run: running a flax init compiles each initializer and layer op apart,
+    `init` is a flax init; the leaves have its shapes and dtypes, and restore keeps the structure and replaces every
+    leaf. Traced once (jax.eval_shape), never run: running a flax init compiles each initializer and layer op apart,
     seconds of a placement command's start-up for values that restore throws away.
     """
     return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), jax.eval_shape(init))
@@ -159,7 +185,7 @@ def _kind(dtype: np.dtype) -> str:
 
 
 def check_devices(config: Any, n_devices: int, source: PathLike) -> None:
-    """InputError unless a policy trained with `config` can place on `n_devices` devices."""
+    """InputError unless `config`'s policy can place on `n_devices`."""
     if n_devices > config.max_devices:
         raise InputError(f"the policy places on at most {config.max_devices} devices (max_devices), not "
                          f"{n_devices}", str(source))
@@ -167,8 +193,12 @@ def check_devices(config: Any, n_devices: int, source: PathLike) -> None:
 
 # ---- training-time checks -----------------------------------------------------------------------------------------
 def check_same_model(out: Path, config: Any) -> None:
-    """InputError unless the run's config.json (if any) has the model fields of `config`: resuming with
-    another model would mix parameters of two networks."""
+    """InputError unless the run's model fields are `config`'s.
+
+    A run without config.json passes.
+
+    Resuming with another model would mix the parameters of two networks.
+    """
     if not (out / "config.json").exists():
         return
     old = read_config(out, type(config))
@@ -179,9 +209,11 @@ def check_same_model(out: Path, config: Any) -> None:
 
 
 def trained_devices(out: Path) -> set[int]:
-    """The device counts a run directory's policy trained on, as its best/ placements record them: the `@<D>d` of
-    a task key (mixed device counts, gdp), else the length of the placement file's device list. Unreadable files
-    are skipped: this is evidence, not validation (empty: nothing recorded yet)."""
+    """The device counts the run in `out` trained on, from best/.
+
+    The `@<D>d` of a task key (mixed device counts, gdp), else the length of the placement file's device list.
+    Unreadable files are skipped: this is evidence, not validation (empty: nothing recorded yet).
+    """
     counts = set()
     for path in sorted((out / "best").glob("*.json")):
         match = re.search(r"@(\d+)d\.json$", path.name)
@@ -198,8 +230,11 @@ def trained_devices(out: Path) -> set[int]:
 
 
 def check_resume_devices(out: Path, asked: Iterable[int]) -> None:
-    """InputError unless every device count the run in `out` trained on is among `asked` (the clusters of the
-    `train` that resumes it): resuming a 4-device run with --devices 8 would silently train another task."""
+    """InputError unless `asked` has every device count `out` trained on.
+
+    `asked`: the clusters of the `train` that resumes it. Resuming a 4-device run with --devices 8 would silently
+    train another task.
+    """
     trained, asked = trained_devices(out), set(asked)
     if trained - asked:
         want = ",".join(map(str, sorted(trained)))
@@ -208,8 +243,10 @@ def check_resume_devices(out: Path, asked: Iterable[int]) -> None:
 
 
 def check_finite(params: Any, loss: float, out: Path, update: int, saved_update: int | None) -> None:
-    """InputError (training stops) if the loss or a parameter is NaN or infinite; the last good checkpoint, of
-    update `saved_update`, is left as it is."""
+    """InputError (training stops) on a non-finite loss or parameter.
+
+    The last good checkpoint, of update `saved_update`, is left as it is.
+    """
     if math.isfinite(loss) and bool(_all_finite(params)):
         return
     kept = f"kept the checkpoint of update {saved_update}" if saved_update is not None else "no checkpoint saved"
@@ -227,7 +264,7 @@ LOCK = ".lock"
 
 
 class RunLock:
-    """An exclusive lock on a run directory, held while one `train` writes it.
+    """An exclusive lock held while one `train` writes a run directory.
 
     `run_dir/.lock` holds the holder's pid and is flock'ed by it: the kernel drops the flock when the holder
     dies, however it dies, so a lock file left by a dead pid is simply taken over. The file is emptied, not
@@ -264,8 +301,10 @@ class RunLock:
 
 
 def check_init_model(init_config: Any, config: Any, source: str) -> None:
-    """`--init-from source`: the trained policy's model fields must be this run's (any config with
-    `model_fields()`, Placeto's or gdp's); else an InputError."""
+    """InputError unless the `--init-from` policy has this run's model.
+
+    `source` is the --init-from argument; any config with `model_fields()` (Placeto's or gdp's) will do.
+    """
     if init_config.model_fields() != config.model_fields():
         raise InputError(f"--init-from {source}: its model config differs from this run's "
                          f"({init_config.model_fields()} vs {config.model_fields()})")
@@ -273,9 +312,13 @@ def check_init_model(init_config: Any, config: Any, source: str) -> None:
 
 def save_table_run(out: PathLike, config: Any, params: Any, opt_state: Any, step: int, rows: list[tuple],
                    columns: tuple[str, ...]) -> None:
-    """A run directory (config.json from config.to_json(), checkpoint.msgpack with "params": what policies load)
-    whose checkpoint also holds the optimizer state, `step` and `rows` (tuples of numbers named `columns`), for
-    `load_table_run`. Each file written atomically."""
+    """Write a resumable run directory that policies can load.
+
+    `load_table_run` reads it back.
+
+    config.json comes from config.to_json(); checkpoint.msgpack holds "params" (what policies load), the
+    optimizer state, `step` and `rows` (tuples of numbers named `columns`). Each file is written atomically.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(out / CONFIG, config.to_json().encode())
@@ -285,8 +328,16 @@ def save_table_run(out: PathLike, config: Any, params: Any, opt_state: Any, step
 
 
 def load_table_run(out: PathLike, params: Any, opt_state: Any, columns: tuple[str, ...]) -> tuple:
-    """(params, opt_state, step, rows) of `save_table_run`'s directory, params and optimizer state restored into
-    the given templates, rows as tuples of floats in `columns` order; InputError naming the file otherwise."""
+    """Read `save_table_run`'s directory back.
+
+    Returns (params, opt_state, step, rows).
+
+    Params and optimizer state are restored into the given templates; rows come back as tuples of floats in
+    `columns` order.
+
+    Raises:
+      InputError: naming the file, if it is missing, malformed or of another model.
+    """
     path = Path(out) / CHECKPOINT
     blob = read_blob(path, ("params", "opt_state", "step", "rows"))
     try:

@@ -1,4 +1,4 @@
-"""Automatic coarsening: how the Placeto policy reaches graphs larger than it can place node by node.
+"""Coarsening: how the policy places graphs too large for it.
 
 Placeto's MDP visits every node once per pass and its features hold an N x N reachability matrix, so a placing
 of an unseen 10,000-node graph does not finish in minutes. A graph of more than `MAX_POLICY_NODES` nodes is
@@ -26,23 +26,32 @@ COARSE_GROUPS = 400  # the size of the graphs the shipped policies were trained 
 
 
 class Coarse(NamedTuple):
-    """A graph as the policy sees it: `graph` itself (grouping None) or its grouping, and the time it took."""
+    """A graph as the policy sees it, and the seconds grouping took.
+
+    `grouping` is None when the graph is placed as it is.
+    """
 
     graph: Graph
     grouping: Grouping | None
     seconds: float  # wall seconds spent grouping (0 when the graph is small enough)
 
     def expand(self, placement: np.ndarray) -> np.ndarray:
-        """int32[N ops] from a placement of `self.graph`'s nodes (int[G])."""
+        """int32[N ops] from a placement int[G] of `self.graph`'s nodes."""
         p = np.asarray(placement, np.int32)
         return p if self.grouping is None else expand_placement(self.grouping, p)
 
 
 def for_policy(graph: Graph, max_nodes: int | None = None, groups: int | None = None) -> Coarse:
-    """`graph` unchanged if it has at most `max_nodes` (default `MAX_POLICY_NODES`) nodes, else grouped to
-    `groups` (default `COARSE_GROUPS`) groups; colocation names may merge (their ops then share one device), so
-    that colocation alone never keeps the graph large. InputError if the grouping still has more than
-    `max_nodes` groups."""
+    """`graph` as the policy places it: as it is if small, else grouped.
+
+    Args:
+      max_nodes: the most nodes placed as they are (default `MAX_POLICY_NODES`).
+      groups: the group count of a larger graph (default `COARSE_GROUPS`). Colocation names may merge (their ops
+        then share one device), so that colocation alone never keeps the graph large.
+
+    Raises:
+      InputError: if the grouping still has more than `max_nodes` groups.
+    """
     max_nodes = MAX_POLICY_NODES if max_nodes is None else max_nodes
     if graph.n_nodes <= max_nodes:
         return Coarse(graph, None, 0.0)

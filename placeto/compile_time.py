@@ -1,10 +1,10 @@
-"""Compilation met inside a method's budget: measured from JAX's and numba's own compile events, and excluded.
+"""Keep compilation met inside a method's budget out of it.
 
 A method compiles what it runs before its meter opens (`placeto.objective.metered`; the learned methods report
 it as compile seconds), but a shape or type first met inside the budget (a smaller last batch, a list
 scheduler's kernel not warmed yet, a cold compilation cache after an install) compiles there, and a second of
-XLA or LLVM work would count as a second of placing. `excluded(meter)` listens to the compile events while its
-block runs:
+XLA or LLVM work would count as a second of placing. `excluded(meter)` listens to JAX's and numba's own compile
+events while its block runs:
 
     JAX    /jax/core/compile/{jaxpr_trace,jaxpr_to_mlir_module,backend_compile}_duration (tracing, lowering,
            XLA compilation or a persistent-cache read; jax.monitoring)
@@ -44,7 +44,7 @@ class CompileTally:
     spans: list[tuple[float, float]] = dataclasses.field(default_factory=list)  # (start, end) perf_counter, merged
 
     def add(self, start: float, end: float) -> float:
-        """Count the interval [start, end]; returns the seconds it added beyond those already counted."""
+        """Count [start, end]; return the seconds it newly covers."""
         merged, lo, hi = [], start, end
         for a, b in self.spans:
             if b < lo or a > hi:
@@ -79,8 +79,12 @@ def _on_jax_duration(event: str, duration: float, **kwargs) -> None:
 
 
 def _listen() -> None:
-    """Register the listeners once per process: numba's always, JAX's once JAX has been imported (a command
-    that never imports JAX does not pay for it here)."""
+    """Register the compile listeners once per process.
+
+    numba's at once, JAX's once JAX has been imported.
+
+    (A command that never imports JAX does not pay for it here.)
+    """
     with _LOCK:
         if "numba" not in _LISTENING:
             from numba.core import event
@@ -111,7 +115,7 @@ def _listen() -> None:
 
 @contextlib.contextmanager
 def excluded(meter: Meter | None = None) -> Iterator[CompileTally]:
-    """Tally the compilation inside the block (this thread's), moving `meter`'s deadline later by it."""
+    """Extend `meter`'s deadline by this thread's compilation in the block."""
     _listen()
     tally = CompileTally(meter)
     token = _TALLIES.set((*_TALLIES.get(), tally))

@@ -1,5 +1,7 @@
-"""What every learned method's config shares: field types and ranges checked on construction, and `--set
-FIELD=VALUE` items parsed into typed field values. Each method's config (a frozen dataclass) brings its ranges.
+"""What the learned methods' configs share: checks, `--set` parsing.
+
+Field types and ranges are checked on construction, and `--set FIELD=VALUE` items are parsed into typed field
+values. Each method's config (a frozen dataclass) brings its own ranges.
 """
 
 from __future__ import annotations
@@ -10,8 +12,15 @@ from typing import Any
 
 
 def check_types_and_ranges(config: Any, ranges: dict[str, tuple[float, float]]) -> None:
-    """ValueError naming the field unless every field of the frozen dataclass `config` has its default's type
-    (an int where a float is due is taken) and lies in `ranges`; NaN and infinities are out of every range."""
+    """Check each field of `config` for its default's type and its range.
+
+    Args:
+      config: a frozen dataclass; an int where a float is due is taken (and stored as a float).
+      ranges: {field: (lo, hi)}, inclusive; NaN and infinities are out of every range.
+
+    Raises:
+      ValueError: naming the field.
+    """
     name = type(config).__name__
     for f in dataclasses.fields(config):
         value, kind = getattr(config, f.name), type(f.default)
@@ -31,8 +40,11 @@ def check_types_and_ranges(config: Any, ranges: dict[str, tuple[float, float]]) 
 
 
 def parse_overrides(items: list[str], cls: type) -> dict[str, Any]:
-    """["gamma=0.5", "init_placement=random", ...] -> typed values of `cls`'s fields (ValueError names a bad
-    item)."""
+    """Parse `--set` items ("gamma=0.5", ...) into `cls`'s field values.
+
+    Raises:
+      ValueError: naming the bad item.
+    """
     fields = {f.name: f for f in dataclasses.fields(cls)}
     out: dict[str, Any] = {}
     for item in items:
@@ -58,9 +70,12 @@ FLAG_FIELDS = ("episodes", "seed", "time_limit_minutes", "init_from", "progress"
 
 
 def pinned_overrides(stored: Any, current: Any, command: str = "") -> list[str]:
-    """["FIELD=VALUE", ...] for the fields of config `stored` that differ from config `current` (the same
-    dataclass: today's defaults), leaving out FLAG_FIELDS and fields `command` already sets with --set: appended
-    to a run's recorded command as --set, they make it train what it trained then, whatever the defaults now."""
+    """"FIELD=VALUE" items pinning config `stored` against today's.
+
+    Returns the fields of config `stored` that differ from config `current` (the same dataclass: today's
+    defaults), leaving out FLAG_FIELDS and fields `command` already sets with --set. Appended to a run's recorded
+    command as --set, they make it train what it trained then, whatever the defaults now.
+    """
     out = []
     for f in dataclasses.fields(stored):
         value = getattr(stored, f.name)

@@ -1,17 +1,17 @@
-"""The wide distribution policies train on and are judged on: (graph, cluster) tasks of every family.
+"""The (graph, cluster) tasks policies train and are judged on.
 
 A task is one graph on one cluster. Two sources:
 
-- traced families (`simulator.workloads.families.ALL_FAMILIES`: cifar10, ptb, nmt, transformer, mlp, matmul, moe, cnn), each
-  graph on every cluster of `TRACED_CLUSTERS`: 2, 4 and 8 K80s (identical devices) and one GPU+CPU machine
-  (3 H100s beside the host CPU, `h100-nvlink-cpu`: devices of two speeds);
-- generated families (`simulator.workloads.generated.GEN_FAMILIES`: chains, fork-join, layered, skip connections), each graph
-  drawn with its own cluster (2-8 devices, homogeneous, heterogeneous or GPU+CPU), its cost scale (microseconds
-  to seconds) and its communication-to-computation ratio (0.1-20).
+- traced families (`simulator.workloads.families.ALL_FAMILIES`: cifar10, ptb, nmt, transformer, mlp, matmul,
+  moe, cnn), each graph on every cluster of `TRACED_CLUSTERS`: 2, 4 and 8 K80s (identical devices) and one
+  GPU+CPU machine (3 H100s beside the host CPU, `h100-nvlink-cpu`: devices of two speeds);
+- generated families (`simulator.workloads.generated.GEN_FAMILIES`: chains, fork-join, layered, skip
+  connections), each graph drawn with its own cluster (2-8 devices, homogeneous, heterogeneous or GPU+CPU), its
+  cost scale (microseconds to seconds) and its communication-to-computation ratio (0.1-20).
 
-`GROUPS` are the held-out units of the generalization protocol (experiments/reproduce/generalization.py): a policy judged on
-a family was trained without every family of that family's group, so the families it is judged on are families
-it never saw (and neither were their close relatives: ptb beside nmt, cnn beside cifar10).
+`GROUPS` are the held-out units of the generalization protocol (experiments/reproduce/generalization.py): a
+policy judged on a family was trained without every family of that family's group, so the families it is judged
+on are families it never saw (and neither were their close relatives: ptb beside nmt, cnn beside cifar10).
 """
 
 from __future__ import annotations
@@ -59,8 +59,11 @@ def group_of(family: str) -> str:
 
 def family_tasks(family: str, split: str, clusters: Sequence[tuple[str, int]] = TRACED_CLUSTERS,
                  max_graphs: int | None = None, seed: int = 0) -> list[Task]:
-    """The tasks of `family`'s `split` ("train" or "test"): a traced family's graphs (the first `max_graphs`) on
-    every cluster of `clusters`; a generated family's graphs (GEN_COUNTS[split] of them) on their own clusters."""
+    """The tasks of `family`'s `split` ("train" or "test").
+
+    A traced family's graphs (the first `max_graphs`) on every cluster of `clusters`; a generated family's graphs
+    (GEN_COUNTS[split] of them) on their own clusters.
+    """
     if family in generated.GEN_FAMILIES:
         specs = generated.gen_specs(family, GEN_COUNTS[split], seed=seed, split=split, max_nodes=GEN_MAX_NODES)
         pairs = [generated.build(s) for s in specs]
@@ -70,9 +73,14 @@ def family_tasks(family: str, split: str, clusters: Sequence[tuple[str, int]] = 
 
 
 def training_tasks(held_out: str | None, max_graphs: int | None = None, seed: int = 0) -> list[Task]:
-    """Train-split tasks of every family outside group `held_out` (None: every family), in a seeded order that
-    mixes families, sizes and clusters from the first update on; graphs the policies place as they are (at most
-    `placeto.coarsen.MAX_POLICY_NODES` nodes: larger ones are placed through their groups)."""
+    """Train-split tasks of every family outside group `held_out`.
+
+    `held_out` None: every family.
+
+    They come in a seeded order that mixes families, sizes and clusters from the first update on. The graphs are those
+    the policies place as they are (at most `placeto.coarsen.MAX_POLICY_NODES` nodes: larger ones are placed through
+    their groups).
+    """
     tasks = [t for f in families() if held_out is None or group_of(f) != held_out
              for t in family_tasks(f, "train", max_graphs=max_graphs, seed=seed)
              if t.graph.n_nodes <= MAX_POLICY_NODES]

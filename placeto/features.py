@@ -1,4 +1,4 @@
-"""Graph + cluster -> padded device arrays the policy reads; padding buckets; reachability masks.
+"""Graph + cluster -> the policy's padded arrays; buckets; reachability.
 
 Static per-graph features are computed once on the host (`graph_arrays`); the per-step features that depend on
 the placement (device one-hot, visited / current flags, start times) are built inside the jitted policy from
@@ -30,9 +30,9 @@ MIN_BUCKET = 16
 
 
 class GraphArrays(NamedTuple):
-    """Everything the jitted policy needs about one graph, padded to a bucket (a pytree: pass it to jit).
+    """What the jitted policy needs of one graph, padded to a bucket.
 
-    Np = padded nodes (> N), Ep = padded edges, Dm = config.max_devices.
+    A pytree: pass it to jit. Np = padded nodes (> N), Ep = padded edges, Dm = config.max_devices.
     """
 
     graph: ja.GraphsTuple  # nodes float32[Np, N_STATIC]; senders, receivers int32[Ep] (distinct pairs)
@@ -48,7 +48,10 @@ class GraphArrays(NamedTuple):
 
 
 def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
-    """Smallest size >= n among {minimum} and 2^k, 3 * 2^(k-1): padding wastes at most 50%, compiles stay few."""
+    """The smallest size >= n among {minimum}, 2^k and 3 * 2^(k-1).
+
+    Padding wastes at most 50%, and compiles stay few.
+    """
     size = minimum
     while size < n:
         if size < 4:
@@ -59,17 +62,23 @@ def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
 
 
 def node_bucket(n_nodes: int) -> int:
-    """Padded node count: jraph's padding graph needs at least one padding node."""
+    """Padded node count (jraph's padding graph needs a padding node)."""
     return bucket(n_nodes + 1)
 
 
 def edge_bucket(n_edges: int, n_pad: int) -> int:
-    """Padded edge count: at least 2 per padded node, so most graphs of a node bucket share one edge bucket."""
+    """Padded edge count: at least 2 per padded node.
+
+    So most graphs of a node bucket share one edge bucket.
+    """
     return max(bucket(n_edges), 2 * n_pad)
 
 
 def reachability(graph: Graph) -> np.ndarray:
-    """bool[N, N] r[u, v] = u is a proper ancestor of v (from packed bitsets, reverse topological order)."""
+    """bool[N, N] r[u, v]: u is a proper ancestor of v.
+
+    Built from packed bitsets in reverse topological order.
+    """
     n = graph.n_nodes
     desc = np.zeros((n, (n + 7) // 8), dtype=np.uint8)
     ch_off, ch = graph.children
@@ -83,19 +92,25 @@ def reachability(graph: Graph) -> np.ndarray:
 
 
 def cost_unit(graph: Graph, cluster: Cluster) -> float:
-    """Per-graph time unit (microseconds): mean non-zero fastest-device cost (1 if all costs are zero)."""
+    """Per-graph time unit (us): the mean non-zero fastest-device cost.
+
+    1 if all costs are zero.
+    """
     c = min_costs(graph, cluster)
     nz = c[c > 0]
     return float(nz.mean()) if nz.size else 1.0
 
 
 def static_node_features(graph: Graph, cluster: Cluster) -> np.ndarray:
-    """float32[N, N_STATIC]: compute cost, output bytes (as transfer time), degrees, depth, memory.
+    """float32[N, N_STATIC] static node features.
+
+    Compute cost, output bytes (as transfer time), degrees, depth, memory.
 
     Columns: log1p(cost/u), log1p(transfer/u), cost/max cost, transfer/max cost, log1p(in-degree),
     log1p(out-degree), top level / critical path, bottom level / critical path, persistent bytes / capacity.
-    (u = `cost_unit`; levels are longest cost paths from a source to the node's start and from its start to
-    a sink's end, without communication: classic list-scheduling priorities, beyond Placeto's features.)
+    (u = `cost_unit`; transfer = output bytes as transfer time; levels are longest cost paths from a source to the
+    node's start and from its start to a sink's end, without communication: classic list-scheduling priorities,
+    beyond Placeto's features.)
     """
     cost = min_costs(graph, cluster)
     unit = cost_unit(graph, cluster)
@@ -111,7 +126,10 @@ def static_node_features(graph: Graph, cluster: Cluster) -> np.ndarray:
 
 
 def _levels(graph: Graph, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """float64[N] top level (longest path to the node's start) and bottom level (from its start to the end)."""
+    """float64[N] top level and bottom level of each node.
+
+    Top level: the longest path to the node's start; bottom level: from its start to the end.
+    """
     n = graph.n_nodes
     top, bottom = np.zeros(n), np.zeros(n)
     par_off, par = graph.parents
@@ -128,12 +146,15 @@ def _levels(graph: Graph, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def graph_arrays(graph: Graph, cluster: Cluster, visit_seq: np.ndarray, max_devices: int,
                  n_pad: int | None = None, e_pad: int | None = None) -> GraphArrays:
-    """Build the padded arrays of `graph` on `cluster` (host numpy; jax converts them at the first call).
+    """The padded arrays of `graph` on `cluster`, in host numpy.
+
+    jax converts them at the first call.
 
     Args:
       visit_seq: int32[T] node visited at each step of an episode (for the `visited` flag).
       max_devices: device-axis padding; must be >= cluster.n_devices.
       n_pad, e_pad: padded sizes (default: `node_bucket(N)`, `edge_bucket(E, n_pad)`).
+
     Raises:
       ValueError: if the cluster has more devices than `max_devices`.
     """
@@ -167,5 +188,5 @@ def graph_arrays(graph: Graph, cluster: Cluster, visit_seq: np.ndarray, max_devi
 
 
 def shape_key(arrays: GraphArrays) -> tuple[int, int]:
-    """(padded nodes, padded edges): graphs with equal keys share compiled functions."""
+    """(padded nodes, padded edges): equal keys share compiled functions."""
     return int(arrays.node_mask.shape[0]), int(arrays.edge_mask.shape[0])

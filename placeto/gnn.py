@@ -1,15 +1,18 @@
-"""What the learned methods' networks share: message passing in both directions (Placeto, gdp's GraphSAGE with
-S = 1, the op embeddings of rnn and hierarchical) and the sinusoid position encoding (gdp, op embeddings).
+"""Network parts shared by the learned methods.
+
+Message passing in both directions serves Placeto, gdp's GraphSAGE (S = 1) and the op embeddings of rnn and
+hierarchical; the sinusoid position encoding serves gdp and the op embeddings.
 
 `MessagePassing`: k rounds; in each, every node averages a transform of its parents' embeddings and, with
 separate weights, of its children's, and updates its embedding with a residual MLP followed by LayerNorm
-(without it the embeddings grow ~1.6x per round, and after 8 rounds a few Adam steps saturate the softmax).
-Weights are shared across rounds (one propagation operator applied k times, as in Placeto), so the receptive
-field grows with k while the parameter count does not.
+(without it the embeddings grow every round and a few Adam steps saturate the softmax: experiments/README.md,
+Results log). Weights are shared across rounds (one propagation operator applied k times, as in Placeto), so the
+receptive field grows with k while the parameter count does not.
 
 It takes S states of ONE graph at once in node-major layout ([Np, S, ...]): the gathers and segment sums then
-move rows of S * H floats, which XLA on CPU does far faster than S vmapped scatters (measured 5x at
-S = 8). Placeto's grouped view of its current node is placeto.methods.placeto.node_context.
+move rows of S * H floats, which XLA on CPU does far faster than S vmapped scatters (experiments/README.md,
+"Figures behind design choices"). Placeto's grouped view of its current node is
+placeto.methods.placeto.node_context.
 """
 
 from __future__ import annotations
@@ -20,23 +23,30 @@ import jax.numpy as jnp
 
 
 class MessagePassing(nn.Module):
-    """Node features float32[Np, S, F] -> embeddings float32[Np, S, hidden] (zero on padding nodes)."""
+    """Node features -> embeddings, k rounds both ways.
+
+    float32[Np, S, F] -> float32[Np, S, hidden], zero on padding nodes.
+    """
 
     hidden: int
     rounds: int
 
     @nn.compact
     def __call__(self, x, senders, receivers, node_mask, inv_in_deg, inv_out_deg):
-        """Args:
-          x: float32[Np, S, F] node features of S states; senders, receivers: int32[Ep] edges parent -> child.
-          node_mask: bool[Np]; inv_in_deg, inv_out_deg: float32[Np] 1 / max(1, degree) for mean aggregation.
+        """Embed S states of one graph.
+
+        Args:
+          x: float32[Np, S, F] node features of S states.
+          senders, receivers: int32[Ep] edges parent -> child.
+          node_mask: bool[Np].
+          inv_in_deg, inv_out_deg: float32[Np] 1 / max(1, degree), for mean aggregation.
         """
         n = x.shape[0]
         mask = node_mask[:, None, None].astype(x.dtype)
         h = nn.relu(nn.Dense(self.hidden, name="embed")(x)) * mask
         to_msg = nn.Dense(2 * self.hidden, name="messages")  # [from-parent | from-child] transforms
         update = nn.Dense(self.hidden, name="update")
-        norm = nn.LayerNorm(name="norm")  # keeps embeddings O(1) however many rounds (else ~1.6x per round)
+        norm = nn.LayerNorm(name="norm")  # keeps embeddings O(1) however many rounds (else they grow every round)
         for _ in range(self.rounds):
             msg = to_msg(h)
             from_parents = jax.ops.segment_sum(msg[senders, :, :self.hidden], receivers, n)
@@ -47,7 +57,7 @@ class MessagePassing(nn.Module):
 
 
 def sinusoid(n: int, width: int) -> jax.Array:
-    """float32[n, width] the Transformer's absolute position encoding of sequence positions 0..n-1.
+    """float32[n, width] Transformer position encoding of 0..n-1.
 
     Without it, nodes with equal features and neighbourhoods (two identical chains) get equal logits and no
     policy could put them on different devices; with it, neighbours in the order differ (1 rad per step).

@@ -1,6 +1,7 @@
-"""The one module that imports jraph: its stable core only (GraphsTuple, batch, pad_with_graphs, padding masks).
+"""The one module that imports jraph, and only its stable core.
 
-Everything else in placeto sees `GraphsTuple` and these helpers, so a jraph change touches one file.
+That core: GraphsTuple, batch, pad_with_graphs, the padding masks. Everything else in placeto sees
+`GraphsTuple` and these helpers, so a jraph change touches one file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ GraphsTuple = jraph.GraphsTuple
 
 
 def graphs_tuple(nodes: np.ndarray, senders: np.ndarray, receivers: np.ndarray) -> GraphsTuple:
-    """One graph: nodes float32[N, F], edges senders -> receivers int32[E] (no edge or global features)."""
+    """One graph: nodes float32[N, F], int32[E] edges.
+
+    Edges run senders -> receivers; no edge or global features.
+    """
     n, e = nodes.shape[0], senders.shape[0]
     return GraphsTuple(nodes=np.asarray(nodes, np.float32), edges=None, globals=None,
                        senders=np.asarray(senders, np.int32), receivers=np.asarray(receivers, np.int32),
@@ -22,12 +26,17 @@ def graphs_tuple(nodes: np.ndarray, senders: np.ndarray, receivers: np.ndarray) 
 
 
 def batch(graphs: Sequence[GraphsTuple]) -> GraphsTuple:
-    """Concatenate graphs into one GraphsTuple (node indices offset), on the host."""
+    """Concatenate graphs into one GraphsTuple, on the host.
+
+    Node indices are offset.
+    """
     return jraph.batch_np(graphs)
 
 
 def pad(graph: GraphsTuple, n_node: int, n_edge: int) -> GraphsTuple:
-    """Pad to exactly n_node nodes (> real nodes) and n_edge edges with one padding graph.
+    """Pad to exactly n_node nodes and n_edge edges, one padding graph.
+
+    n_node must exceed the real nodes.
 
     Padding edges join padding nodes only, so message passing on real nodes is unchanged.
     """

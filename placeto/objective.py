@@ -1,4 +1,4 @@
-"""The one objective every method optimises and is charged by, and the one simulator-call meter.
+"""The one objective all methods optimise; the simulator-call meter.
 
 Objective (microseconds): simulated runtime + `penalty_per_gb` * scale * (GB above capacity, summed over
 devices), where scale = the graph's single-device runtime on the cluster (no penalty). The Placeto environment
@@ -32,7 +32,10 @@ EVAL_CHUNK = 64  # placements per simulate_batch call
 
 
 def objective_scale(graph: Graph, cluster: Cluster) -> float:
-    """Single-device runtime (us, > 0) of `graph` on `cluster`: the unit of the memory penalty (cached)."""
+    """The memory penalty's unit: `graph`'s single-device runtime (us).
+
+    On `cluster`; > 0; cached on the graph.
+    """
     key = ("objective_scale", cluster.kinds[0], cluster.delta1_us, cluster.delta2_us,
            cluster.bandwidth_bytes_per_us, float(cluster.host_model.dispatch_us[0]))  # device 0's host, if any
     if key not in graph.cache:
@@ -42,22 +45,33 @@ def objective_scale(graph: Graph, cluster: Cluster) -> float:
 
 
 def penalised(runtime, peak, capacity, scale: float, per_gb: float = PENALTY_PER_GB):
-    """runtime (us, scalar or float[B]) + per_gb * scale * (bytes above capacity summed over devices) / GB.
+    """The objective (us): runtime plus the memory penalty.
 
-    peak: bytes [..., D]; capacity: bytes [D].
+    runtime + per_gb * scale * (bytes above capacity summed over devices) / GB.
+
+    Args:
+      runtime: microseconds, a scalar or float[B].
+      peak: bytes [..., D].
+      capacity: bytes [D].
     """
     return runtime + per_gb * scale * over_capacity_gb(peak, capacity)
 
 
 def over_capacity_gb(peak, capacity) -> np.ndarray:
-    """float64[...] GB above capacity summed over devices (0: the placement fits). peak: bytes [..., D];
-    capacity: bytes [D]. The one notion of out-of-memory every method's reward or objective uses."""
+    """float64[...] GB above capacity, summed over devices (0: it fits).
+
+    The one notion of out-of-memory every method's reward or objective uses. peak: bytes [..., D]; capacity:
+    bytes [D].
+    """
     return np.maximum(np.asarray(peak, np.float64) - np.asarray(capacity, np.float64), 0.0).sum(-1) / GB
 
 
 @dataclasses.dataclass
 class Meter:
-    """Simulations counted since `start` (perf_counter seconds), the best objective and its trace, a budget."""
+    """Simulations counted, the best objective and its trace, a budget.
+
+    `start` and `deadline` are perf_counter seconds.
+    """
 
     max_calls: float = math.inf
     deadline: float = math.inf  # perf_counter time after which the budget is spent
@@ -67,7 +81,7 @@ class Meter:
     trace: list[tuple[float, int, float]] = dataclasses.field(default_factory=list)  # (seconds, calls, best)
 
     def record(self, scores: np.ndarray) -> None:
-        """Count len(scores) simulations and note an improvement of the best objective."""
+        """Count len(scores) simulations; note a better best objective."""
         scores = np.atleast_1d(np.asarray(scores, np.float64))
         self.calls += scores.size
         low = float(scores.min(initial=math.inf))
@@ -95,7 +109,10 @@ _UNMETERED = Meter()  # counts simulations made outside any metered() block (nev
 
 @contextlib.contextmanager
 def metered(max_calls: float | None = None, seconds: float | None = None) -> Iterator[Meter]:
-    """Count and trace the simulations inside the block; give them a budget of calls and/or wall seconds."""
+    """Count and trace the block's simulations, within a budget.
+
+    The budget: at most `max_calls` simulations and/or `seconds` of wall time.
+    """
     now = time.perf_counter()
     m = Meter(max_calls=math.inf if max_calls is None else max_calls,
               deadline=math.inf if seconds is None else now + seconds, start=now)
@@ -107,12 +124,12 @@ def metered(max_calls: float | None = None, seconds: float | None = None) -> Ite
 
 
 def meter() -> Meter:
-    """The innermost open meter (an unlimited one outside any `metered` block)."""
+    """The innermost open meter (outside any block: an unlimited one)."""
     return _METER.get() or _UNMETERED
 
 
 def record(scores: np.ndarray) -> None:
-    """Report simulations made by other code paths (the environment) to the current meter."""
+    """Count simulations made elsewhere (the environment) on the meter."""
     meter().record(scores)
 
 
@@ -125,14 +142,20 @@ class Scores(NamedTuple):
 
 
 def score_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, per_gb: float = PENALTY_PER_GB) -> np.ndarray:
-    """float64[B] objective of placements int[B, N] (batched, on all cores); counted by the meter."""
+    """float64[B] objectives of placements int[B, N]; metered.
+
+    Batched, on all cores.
+    """
     return score_batch_parts(graph, placements, cluster, per_gb).objective
 
 
 def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster,
                       per_gb: float = PENALTY_PER_GB) -> Scores:
-    """`score_batch` with the runtime and the over-capacity apart (for rewards that treat memory their own way,
-    e.g. the RNN placer's fixed out-of-memory penalty); counted by the meter once, by the objective."""
+    """`score_batch`, with runtime and over-capacity apart.
+
+    For rewards that treat memory their own way (e.g. the RNN placer's fixed out-of-memory penalty). Counted by
+    the meter once, by the objective.
+    """
     placements = np.ascontiguousarray(np.atleast_2d(placements), dtype=np.int32)
     cap = np.asarray(cluster.memory, dtype=np.float64)
     scale = objective_scale(graph, cluster)
@@ -150,7 +173,7 @@ def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster,
 
 def score_one(graph: Graph, placement: np.ndarray, cluster: Cluster,
               per_gb: float = PENALTY_PER_GB) -> tuple[float, SimResult]:
-    """(objective, full result) of one placement int[N]; counted by the meter."""
+    """(objective, full result) of one placement int[N]; metered."""
     res = simulate(graph, np.asarray(placement, np.int32), cluster)
     score = float(penalised(res.runtime, res.peak_memory, res.capacity, objective_scale(graph, cluster), per_gb))
     record(np.asarray([score]))

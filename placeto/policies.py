@@ -1,4 +1,4 @@
-"""Shipped trained policies: a registry of small run directories inside the package, and checkpoint resolution.
+"""Shipped policies (run directories in the package); resolution.
 
 A shipped policy is a folder `placeto/shipped/<name>/` with `config.json` (the PlacetoConfig or, for names
 containing "gdp", the GdpConfig it was trained with), `checkpoint.msgpack` (the parameters only: no optimizer
@@ -43,7 +43,10 @@ def shipped_policies() -> list[ShippedPolicy]:
 
 
 def resolve_checkpoint(name_or_dir: PathLike | None) -> Path:
-    """The run directory of a shipped policy name, of a run directory path, or (None) of the default policy."""
+    """The run directory a checkpoint argument names.
+
+    A shipped policy's name, a run directory's path, or None (the default policy).
+    """
     if name_or_dir is None:
         name_or_dir = DEFAULT_POLICY
     text = str(name_or_dir)
@@ -60,7 +63,7 @@ def resolve_checkpoint(name_or_dir: PathLike | None) -> Path:
 
 
 def git_commit() -> str:
-    """The repository's HEAD commit (or "unknown" outside a git checkout)."""
+    """The repository's HEAD commit ("unknown" outside a checkout)."""
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                               text=True, check=True).stdout.strip()

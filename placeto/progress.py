@@ -1,4 +1,4 @@
-"""Progress bars whose rate and ETA leave out the first step, which compiles.
+"""Progress bars whose rate and ETA skip the compiling first step.
 
 A training run's first update compiles the policy (tens of seconds on a CPU) and then runs in a fraction of a
 second: a tqdm bar fed that first step shows an ETA of hours until its average catches up. `advance` moves the bar
@@ -14,7 +14,10 @@ from tqdm import tqdm
 
 
 def advance(bar: tqdm, n: int, first: bool) -> None:
-    """Move `bar` by `n`; when `first` (the step that compiled), count it but start the bar's timing after it."""
+    """Move `bar` by `n`; time it unless `first`.
+
+    The `first` step (the one that compiled) is counted, and the bar's timing starts after it.
+    """
     if not first or bar.disable:  # a disabled bar keeps no clock
         bar.update(n)
         return

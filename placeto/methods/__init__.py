@@ -1,4 +1,4 @@
-"""The learned placement methods, one subpackage each, side by side behind one interface.
+"""The learned placement methods: one subpackage each, behind one interface.
 
     placeto/        Placeto: GNN policy over an MDP placing one node per step, REINFORCE on families
     gdp/            GDP: GNN + segment-recurrent attention, PPO, trained on families
@@ -18,7 +18,8 @@ and that no method imports another):
                                 attentional decoder), reinforce (REINFORCE with a moving-average baseline),
                                 pergraph (config base, MethodSpec), specs (each one's MethodSpec by name), rundir
                                 (training, checkpoints, resume), place (placing from a run, training inside a
-                                budget: the compare rows), cli (`placeto train --method rnn|hierarchical`)
+                                budget: the compare rows), cli (`placeto train --method rnn|hierarchical`),
+                                method (the Method both build)
     shared by the searches      prior (annealing steered by a policy's prior: placeto-search and gdp-search)
     the methods                 placeto/ (with guided: its policy-guided search), gdp/, rnn/, hierarchical/
     above the methods           registry, placeto.harness, placeto.cli

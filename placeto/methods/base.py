@@ -1,12 +1,13 @@
-"""The one interface every learned placement method exports (`placeto.methods.<name>.METHOD`).
+"""The one interface every learned method exports: `METHOD`, a `Method`.
 
-A method is a frozen record of plain functions (as optax's `GradientTransformation` is a pair of them), so the
-registry (placeto.methods.registry), the comparison (placeto.harness.compare), the shipped policies and the CLI reach
-every learned method the same way. Its functions are `Ref`s: each names a function of the method's modules by its
-import path, and imports that module when first called, so that building a Method (and listing the methods,
-reading their names, presets and default checkpoints: the CLI's parser does) imports none of the heavy modules
-(jax, flax). The paths are module-level strings, which the import-cycle test (tests/test_import_cycles.py)
-counts as imports: a dependency loaded by name is still a dependency.
+Each method package exports it as `placeto.methods.<name>.METHOD`. A method is a frozen record of plain functions
+(as optax's `GradientTransformation` is a pair of them), so the registry (placeto.methods.registry), the
+comparison (placeto.harness.compare), the shipped policies and the CLI reach every learned method the same way.
+Its functions are `Ref`s: each names a function of the method's modules by its import path, and imports that
+module when first called, so that building a Method (and listing the methods, reading their names, presets and
+default checkpoints: the CLI's parser does) imports none of the heavy modules (jax, flax). The paths are
+module-level strings, which the import-cycle test (tests/test_import_cycles.py) counts as imports: a dependency
+loaded by name is still a dependency.
 """
 
 from __future__ import annotations
@@ -35,15 +36,20 @@ LARGE_GRAPH_NODES = 1000  # above this, a method's large_checkpoint (if any) is 
 
 
 def default_for(n_nodes: int, default: str | None, large: str | None) -> str | None:
-    """The default checkpoint for a graph of `n_nodes` nodes: `large` (if any) above LARGE_GRAPH_NODES nodes, else
-    `default`."""
+    """The default checkpoint for a graph of `n_nodes` nodes.
+
+    `large` (if any) above LARGE_GRAPH_NODES nodes, else `default`.
+    """
     return large if large and n_nodes > LARGE_GRAPH_NODES else default
 
 
 @dataclasses.dataclass(frozen=True)
 class Ref:
-    """The function at import path `path` ("package.module:function"), called with `args` before the caller's:
-    the module is imported on the first call (importlib, by name, as the registry loads a method)."""
+    """A function named by its import path, imported on the first call.
+
+    `path` is "package.module:function"; the call passes `args` before the caller's. The module is imported by
+    name (importlib), as the registry loads a method.
+    """
 
     path: str
     args: tuple = ()
@@ -71,7 +77,7 @@ class Method:
     large_checkpoint: str | None = None  # ... instead, for graphs of more than LARGE_GRAPH_NODES nodes
 
     def default_for(self, n_nodes: int) -> str | None:
-        """The shipped policy used for a graph of `n_nodes` nodes when no checkpoint of this method is given."""
+        """The shipped policy for a graph of `n_nodes` nodes, absent a checkpoint."""
         return default_for(n_nodes, self.default_checkpoint, self.large_checkpoint)
     place: PlaceFn | None = None  # zero-shot placement without a budget (None: every placement goes through run)
     note: NoteFn | None = None  # what `placeto place` adds about how the policy read the graph (None: nothing)

@@ -1,6 +1,8 @@
-"""Simulated annealing steered by a learned policy's prior (float[N, D]: each node's device distribution): steps 2-3
-of placeto-search (placeto.methods.placeto.guided's module docstring), shared by placeto-search and gdp-search. It knows no
-method: a method brings its greedy placement and prior.
+"""Annealing steered by a policy's prior: placeto-search's steps 2-3.
+
+The prior, float[N, D], is each node's device distribution. The steps are those of placeto-search
+(placeto.methods.placeto.guided's module docstring), shared by placeto-search and gdp-search. This module knows
+no method: a method brings its greedy placement and prior.
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from simulator.model.graph import Graph
 
 
 def renaming(src: np.ndarray, dst: np.ndarray, n_devices: int) -> np.ndarray:
-    """int[D] the device permutation that renames placement `src` to agree with `dst` on the most nodes
-    (linear assignment on their D x D agreement counts): src's device d is dst's names[d]. src, dst: int[N]."""
+    """int[D] the device renaming that makes placement `src` agree most with `dst`.
+
+    Linear assignment on their D x D agreement counts: src's device d is dst's names[d]. src, dst: int[N].
+    """
     agree = np.zeros((n_devices, n_devices))
     np.add.at(agree, (src, dst), 1.0)  # agree[a, b]: nodes src put on a and dst on b
     _, names = linear_sum_assignment(-agree)  # square: its rows are 0..D-1 in order
@@ -26,8 +30,10 @@ def renaming(src: np.ndarray, dst: np.ndarray, n_devices: int) -> np.ndarray:
 
 
 def relabel_prior(prior: np.ndarray, greedy: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The prior with its device axis permuted so that device names agree with `start`'s: the permutation
-    maximising the nodes on which start and the relabelled greedy placement agree (`renaming`)."""
+    """The prior with its device axis renamed to agree with `start`'s.
+
+    The permutation maximises the nodes on which start and the relabelled greedy placement agree (`renaming`).
+    """
     out = np.empty_like(prior)
     out[:, renaming(greedy, start, prior.shape[1])] = prior
     return out
@@ -37,9 +43,16 @@ def search_from_prior(graph: Graph, cluster: Cluster, greedy: np.ndarray, greedy
                       rng: np.random.Generator, limit: float, extra: list = (), prior_prob: float = 0.3,
                       neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5,
                       samples: int = 32) -> np.ndarray:
-    """Steps 2-3 of the module docstring from a policy's greedy placement int[N] (objective `greedy_score`) and
-    prior float[N, D]; shared by placeto-search and gdp-search. Stops when the meter's count reaches `limit`
-    (an absolute count) or the meter runs out; `extra`: more (placement, objective) start candidates."""
+    """Steps 2-3 of the module docstring, from a policy's greedy placement and prior.
+
+    Shared by placeto-search and gdp-search.
+
+    Args:
+      greedy: int[N] the policy's greedy placement, of objective `greedy_score`.
+      prior: float[N, D] each node's device distribution.
+      limit: stop when the meter's count reaches it (an absolute count), or when the meter runs out.
+      extra: more (placement, objective) start candidates.
+    """
     m = meter()
     cdf = np.cumsum(prior, axis=1)
     n_dev = cluster.n_devices

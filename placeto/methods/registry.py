@@ -1,8 +1,8 @@
-"""The learned methods by name, loaded on demand: search, compare, the shipped policies and the CLI ask here,
-never a method module by name.
+"""The learned methods by name, loaded on demand.
 
-Each entry names the package whose `METHOD` (placeto.methods.base.Method) is loaded when first asked for; the
-strings below are real imports (the import-cycle test, tests/test_import_cycles.py, counts them as such).
+Search, compare, the shipped policies and the CLI ask here, never a method module by name. Each entry names the
+package whose `METHOD` (placeto.methods.base.Method) is loaded when first asked for; the strings below are real
+imports (the import-cycle test, tests/test_import_cycles.py, counts them as such).
 """
 
 from __future__ import annotations
@@ -38,14 +38,18 @@ def names() -> tuple[str, ...]:
 
 
 def get(name: str) -> Method:
-    """The Method called `name`; InputError naming the known ones otherwise."""
+    """The Method called `name`.
+
+    Raises:
+      InputError: naming the known methods, if `name` is none of them.
+    """
     if name not in PACKAGES:
         raise InputError(f"unknown learned method {name!r} (known: {', '.join(PACKAGES)})")
     return importlib.import_module(PACKAGES[name]).METHOD
 
 
 def of_variant(variant: str) -> Method:
-    """The Method that provides compare row `variant` (e.g. "gdp-search" -> gdp)."""
+    """The Method providing compare row `variant` ("gdp-search" -> gdp)."""
     for name, rows in VARIANTS.items():
         if variant in rows:
             return get(name)
@@ -57,9 +61,14 @@ def all_variants() -> tuple[str, ...]:
 
 
 def run_method(run_dir: PathLike | None) -> str | None:
-    """The method of a run directory (its config.json's "method", DEFAULT without one); None when `run_dir` is
-    None or has no readable config.json. InputError naming the file when its "method" names no learned method
-    (a number, a list, an unknown name): a run directory this project wrote always names its own."""
+    """The method a run directory's config.json names.
+
+    Its "method" field, DEFAULT without one; None when `run_dir` is None or has no readable config.json.
+
+    Raises:
+      InputError: naming the file, when its "method" names no learned method (a number, a list, an unknown
+        name): a run directory this project wrote always names its own.
+    """
     if run_dir is None:
         return None
     path = Path(str(run_dir)) / "config.json"
@@ -77,8 +86,11 @@ def run_method(run_dir: PathLike | None) -> str | None:
 
 
 def checkpoint_method(name_or_dir: PathLike | None) -> str | None:
-    """The method of a shipped policy name or run directory (None for None or anything unresolvable; InputError
-    for a run directory whose config.json names no learned method, see run_method)."""
+    """The method of a shipped policy's name or a run directory.
+
+    None for None or anything unresolvable; an InputError for a run directory whose config.json names no learned
+    method (see run_method).
+    """
     if name_or_dir is None:
         return None
     try:
@@ -89,13 +101,19 @@ def checkpoint_method(name_or_dir: PathLike | None) -> str | None:
 
 
 def policy_kind(method: str | None) -> str:
-    """The family-trained method whose policy a checkpoint of `method` counts as: itself, or DEFAULT for None
-    (no or no readable checkpoint) and for a per-graph run (which no family-trained method can use)."""
+    """The family-trained method a checkpoint of `method` counts as.
+
+    Itself, or DEFAULT for None (no or no readable checkpoint) and for a per-graph run (which no family-trained
+    method can use).
+    """
     return method if method in PACKAGES and VARIANTS[method] and method not in PER_GRAPH else DEFAULT
 
 
 def load_run(run_dir: PathLike) -> tuple[Method, Any, Any]:
-    """(method, config, params) of a run directory or shipped policy, whichever method trained it."""
+    """(method, config, params) of a run directory or shipped policy.
+
+    Whichever method trained it.
+    """
     path = resolve_checkpoint(run_dir)
     method = get(run_method(path) or DEFAULT)
     config, params = method.load(path)
@@ -103,9 +121,11 @@ def load_run(run_dir: PathLike) -> tuple[Method, Any, Any]:
 
 
 def ship(run_dir: PathLike, name: str, provenance: dict[str, Any], root: PathLike | None = None) -> Path:
-    """Copy a run's config and parameters (not its optimizer state) to `<root>/<name>/` with provenance.json,
-    root defaulting to the package's shipped policies (placeto.policies.SHIPPED). Any method's run: its
-    config.json keeps its "method" field."""
+    """Ship a run: copy its config and parameters to `<root>/<name>/`.
+
+    Not its optimizer state; provenance.json is written beside them. `root` defaults to the package's shipped
+    policies (placeto.policies.SHIPPED). Any method's run: its config.json keeps its "method" field.
+    """
     from flax import serialization  # here: importing the registry imports no jax or flax (the CLI's start-up)
 
     _, config, params = load_run(run_dir)
@@ -120,7 +140,7 @@ def ship(run_dir: PathLike, name: str, provenance: dict[str, Any], root: PathLik
 
 
 class PlaceRequest(NamedTuple):
-    """What `placeto place` runs for a learned method: the compare row (variant) and its budget."""
+    """What `placeto place` runs: a compare row (variant) and its budget."""
 
     method: str  # the variant: "placeto", "placeto-search", "gdp", ...
     budget: float | None  # simulator calls (None: unlimited, a wall-clock budget only)
@@ -138,6 +158,7 @@ def resolve_place(method: str | None, checkpoint: PathLike | None, budget: int |
       budget, seconds: the budget asked for (None: not given).
       samples, finetune_episodes: extra sampled placements and fine-tuning episodes asked for.
       graph: the graph to place (a greedy decode's cost in calls can depend on its size).
+
     Raises:
       InputError: the method and checkpoint do not go together, or a searching method has no budget.
     """

@@ -1,1 +1,1 @@
-"""Rollout workers: each learned method's share of an update, serially or on Ray."""
+"""Rollout workers: a method's share of an update, serially or on Ray."""

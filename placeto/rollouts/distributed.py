@@ -1,4 +1,6 @@
-"""Rollouts and comparisons on Ray: the one module that imports Ray (an optional extra: pip install 'placeto[ray]').
+"""Rollouts and comparisons on Ray: the one module that imports Ray.
+
+Ray is an optional extra: pip install 'placeto[ray]'.
 
 Training with `--workers N` keeps the learner in this process (the driver) and runs the rollouts (policy
 inference and simulation) in N Ray actors. Each update the driver puts the parameters in Ray's object store
@@ -12,8 +14,8 @@ is redone and the update is as if nothing happened. Every wait has a timeout (`t
 stops with a `WorkerError` (one line from the CLI, exit status 1), the last checkpoint kept: rerunning the
 command resumes from it, as after a lost driver.
 
-Without `--ray-address` a local Ray starts on this machine (one CPU per worker, no dashboard, workers' output
-not forwarded). With one, the driver joins that cluster; its nodes must have placeto installed.
+Without `--ray-address` a local Ray starts on the driver's host (one CPU per worker, no dashboard, workers'
+output not forwarded). With one, the driver joins that cluster; its nodes must have placeto installed.
 """
 
 from __future__ import annotations
@@ -45,16 +47,21 @@ class WorkerSpec:
     workers: int
     """Ray actors (compare: concurrent tasks), >= 1; each takes one CPU of the cluster."""
     address: str | None = None
-    """A Ray cluster to join: its head's "HOST:PORT", "ray://HOST:PORT" (Ray client) or "auto"; None: start a
-    local Ray on this machine."""
+    """A Ray cluster to join: "HOST:PORT", "ray://HOST:PORT" or "auto"; None: start one.
+
+    "HOST:PORT": its head's; "ray://HOST:PORT": Ray client. None: start a local Ray on the driver's host.
+    """
     timeout_s: float = 1800.0
-    """Longest wait for one update's rollouts (compare: for the next graph to finish) before WorkerError."""
+    """Longest wait for one update's rollouts, in seconds, before WorkerError.
+
+    compare: for the next graph to finish.
+    """
     start_timeout_s: float = 300.0
-    """Longest wait for the actors to start (import, build their tasks)."""
+    """Longest wait for the actors to start (import, build their tasks), in seconds."""
     max_restarts: int = 3
     """Restarts of a dead actor (and retries of its task) before WorkerError."""
     connect_timeout_s: float = 5.0
-    """Longest wait for a TCP connection to `address`."""
+    """Longest wait for a TCP connection to `address`, in seconds."""
 
     def __post_init__(self):
         if isinstance(self.workers, bool) or not isinstance(self.workers, int) or not 1 <= self.workers <= 1024:
@@ -74,8 +81,11 @@ def require_ray():
 
 
 def connect(spec: WorkerSpec):
-    """Ray, initialised: an already connected Ray is used as is; else the cluster at spec.address (InputError
-    if nothing answers there within connect_timeout_s), else a new local Ray with spec.workers CPUs."""
+    """Ray, initialised: as connected, or joined, or started locally.
+
+    An already connected Ray is used as is; else the cluster at spec.address (InputError if nothing answers there
+    within connect_timeout_s), else a new local Ray with spec.workers CPUs.
+    """
     ray = require_ray()
     if spec.address is not None:
         probe(spec.address, spec.connect_timeout_s)
@@ -89,8 +99,12 @@ def connect(spec: WorkerSpec):
 
 
 def start(address: str | None = None, num_cpus: int | None = None):
-    """ray.init, quiet: joins `address`, or starts a local Ray with `num_cpus` CPUs; no dashboard, the workers'
-    output not forwarded."""
+    """Quiet ray.init: join `address`, or start a local Ray.
+
+    A local Ray gets `num_cpus` CPUs.
+
+    No dashboard; the workers' output is not forwarded.
+    """
     ray = require_ray()
     local = {} if address is not None else {"num_cpus": num_cpus}
     with warnings.catch_warnings():  # Ray's daemons are exec'd right after the fork: JAX's threads are no risk
@@ -101,8 +115,10 @@ def start(address: str | None = None, num_cpus: int | None = None):
 
 
 def probe(address: str, timeout: float) -> None:
-    """InputError unless a TCP connection to `address` opens within `timeout` s ("auto" is not probed: Ray finds
-    the local cluster itself)."""
+    """InputError unless `address` accepts TCP within `timeout` seconds.
+
+    "auto" is not probed: Ray finds the local cluster itself.
+    """
     if address == "auto":
         return
     host, _, port = address.split("://", 1)[-1].rpartition(":")
@@ -117,11 +133,17 @@ def probe(address: str, timeout: float) -> None:
 
 
 class _Host:
-    """The Ray actor: one rollout worker built from data (restarted by Ray from the same data)."""
+    """The Ray actor: one rollout worker, built from data.
+
+    Ray restarts it from the same data.
+    """
 
     def __init__(self, kind: str, payload: list):
-        """payload: [object ref of (config, pairs)], nested so that Ray passes the ref, not the data: the actor's
-        creation stays small, and a restart fetches the data again from the pool that holds it."""
+        """Keep the payload's object ref; the worker is built from it.
+
+        payload: [object ref of (config, pairs)], nested so that Ray passes the ref, not the data: the actor's
+        creation stays small, and a restart fetches the data again from the pool that holds it.
+        """
         import ray  # the optional extra, only where it runs: this is a Ray actor
 
         self.worker = make_worker(kind, ray.get(payload[0]))
@@ -134,8 +156,12 @@ class _Host:
 
 
 class RayPool:
-    """spec.workers Ray actors serving one run's tasks; `run` splits a batch across them (see the module
-    docstring). Close it (or use it as a context manager) to end the actors."""
+    """spec.workers Ray actors serving one run's tasks.
+
+    `run` splits a batch across them (see the module docstring).
+
+    Close it (or use it as a context manager) to end the actors.
+    """
 
     def __init__(self, spec: WorkerSpec, kind: str, payload: tuple):
         ray = connect(spec)
@@ -154,15 +180,24 @@ class RayPool:
             raise
 
     def pids(self, timeout: float | None = None, what: str = "process ids") -> list[int]:
-        """Process id of every actor, once each has finished its queued work (a restarted actor has a new one)."""
+        """Process id of every actor, once each has finished its queued work.
+
+        A restarted actor has a new one.
+        """
         return self._get([a.pid.remote() for a in self.actors], timeout or self.spec.timeout_s, what)
 
     def run(self, params, args: tuple, total: int) -> list:
-        """[worker.run(params, *args, lo, hi) for each range of partition(total, workers)], in order."""
+        """The shares of a batch, in order: worker.run(params, *args, lo, hi) per range.
+
+        The ranges: partition(total, workers).
+        """
         return self._get(self.submit(params, args, total), self.spec.timeout_s, "rollouts")
 
     def submit(self, params, args: tuple, total: int) -> list:
-        """The object refs of `run`'s shares; the parameters go to the object store once."""
+        """The object refs of `run`'s shares.
+
+        The parameters go to the object store once.
+        """
         import jax  # here: the CLI's parser imports this module, and jax costs seconds of start-up
 
         ref = self.ray.put(jax.device_get(params))
@@ -192,9 +227,11 @@ class RayPool:
 
 
 def open_pool(workers: WorkerSpec | None, kind: str, config, pairs: Sequence[tuple]):
-    """A context manager giving a RayPool of `kind` workers (placeto.rollouts.workers.make_worker; `kind`: the worker
-    class's "module:Class" path) for the (graph, cluster) pairs, ended on exit; without `workers`, one giving None
-    (rollouts stay in this process)."""
+    """A context manager giving a RayPool of `kind` workers, ended on exit.
+
+    The workers serve the (graph, cluster) pairs (placeto.rollouts.workers.make_worker; `kind`: the worker class's
+    "module:Class" path). Without `workers`, it gives None (rollouts stay in this process).
+    """
     if workers is None:
         return contextlib.nullcontext()
     return RayPool(workers, kind, (config, list(pairs)))
@@ -202,9 +239,14 @@ def open_pool(workers: WorkerSpec | None, kind: str, config, pairs: Sequence[tup
 
 def map_ordered(spec: WorkerSpec, fn: Callable[..., Any], items: Sequence[tuple],
                 on_result: Callable[[int, Any], None] | None = None) -> list:
-    """[fn(*item) for item in items], each a Ray task (one CPU, retried up to spec.max_restarts times if its
-    process dies), at most spec.workers at once; results in the order of `items`. on_result(index, result) is
-    called as each finishes. fn must be a module-level function (Ray imports it by name)."""
+    """[fn(*item) for item in items], each item a Ray task.
+
+    Results come in the order of `items`.
+
+    Each task takes one CPU and is retried up to spec.max_restarts times if its process dies; at most spec.workers
+    run at once. on_result(index, result) is called as each finishes. fn must be a module-level function (Ray
+    imports it by name).
+    """
     ray = connect(spec)
     remote = ray.remote(fn).options(num_cpus=1, max_retries=spec.max_restarts)
     results: list[Any] = [None] * len(items)

@@ -1,4 +1,6 @@
-"""What a rollout worker computes, without Ray: each learned method's share of one update's batch.
+"""What a rollout worker computes, without Ray: a share of a batch.
+
+Each learned method's share of one update's batch.
 
 An update's batch of B episodes (Placeto) or placements (gdp, rnn, hierarchical) is cut into contiguous ranges,
 one per worker (`partition`); a worker computes its range [lo, hi) with the method's per-sample sampling
@@ -9,8 +11,9 @@ and the checkpoint, is the same for every number of workers.
 A worker is built from data only (a config and the (graph, cluster) pairs it serves, as `make_worker(kind,
 payload)`), so a Ray actor that restarts after a crash rebuilds the same worker. `kind` is the worker class's
 "module:Class" path, which each method names beside its class (placeto.methods.placeto.rollout_workers.WORKER,
-placeto.methods.gdp.workers.WORKER, placeto.methods.sequence.rundir.WORKER): this module knows no method. `SerialPool` runs the shares one
-after another in this process: the plain reference the Ray pool (placeto.rollouts.distributed.RayPool) is tested against.
+placeto.methods.gdp.workers.WORKER, placeto.methods.sequence.rundir.WORKER): this module knows no method.
+`SerialPool` runs the shares one after another in this process: the plain reference the Ray pool
+(placeto.rollouts.distributed.RayPool) is tested against.
 """
 
 from __future__ import annotations
@@ -33,8 +36,10 @@ Pair = tuple[Graph, Cluster]
 
 
 def partition(total: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous ranges [lo, hi) covering [0, total) in order, at most `parts`, sizes differing by at most 1
-    (the first total % parts ranges one longer); empty ranges are left out."""
+    """Contiguous ranges [lo, hi) covering [0, total), at most `parts`.
+
+    In order; sizes differ by at most 1 (the first total % parts ranges are one longer); empty ranges are left out.
+    """
     if parts < 1 or total < 0:
         raise ValueError(f"partition: {total} items into {parts} parts")
     size, extra = divmod(total, parts)
@@ -57,7 +62,10 @@ def from_key_data(data: np.ndarray) -> jax.Array:
 
 
 def make_worker(kind: str, payload: tuple):
-    """The worker of class `kind` ("package.module:Class") built from payload (config, pairs)."""
+    """The worker of class `kind`, built from its payload.
+
+    `kind`: "package.module:Class"; payload: (config, pairs).
+    """
     module, _, name = kind.partition(":")
     if not name:
         raise ValueError(f"worker kind {kind!r} is not a \"module:Class\" path")
@@ -65,13 +73,19 @@ def make_worker(kind: str, payload: tuple):
 
 
 class SerialPool:
-    """`workers` shares of every batch computed one after another by one in-process worker (no Ray)."""
+    """Shares of a batch computed in turn, in this process (no Ray).
+
+    `workers` shares of every batch, by one in-process worker.
+    """
 
     def __init__(self, kind: str, payload: tuple, workers: int = 1):
         self.worker, self.workers = make_worker(kind, payload), workers
 
     def run(self, params, args: tuple, total: int) -> list:
-        """[worker.run(params, *args, lo, hi) for each range of partition(total, workers)], in order."""
+        """The shares of a batch, in order: worker.run(params, *args, lo, hi) per range.
+
+        The ranges: partition(total, workers).
+        """
         import jax  # see the note at the top
 
         params = jax.device_get(params)

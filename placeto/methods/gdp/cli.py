@@ -1,4 +1,7 @@
-"""`placeto train --method gdp`: the library call behind the CLI flag (the CLI module stays thin)."""
+"""`placeto train --method gdp`: the library call behind the flag.
+
+The CLI module stays thin.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,10 @@ from simulator.model.errors import InputError
 
 
 def config_from_args(args: argparse.Namespace):
-    """GdpConfig from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes."""
+    """GdpConfig from the train flags.
+
+    Flags: --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes.
+    """
     try:
         changes = parse_overrides(args.set, GdpConfig)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),
@@ -24,9 +30,11 @@ def config_from_args(args: argparse.Namespace):
 
 
 def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) -> int:
-    """Train (or resume) a gdp run on `graphs` x `clusters` as the train command's arguments say; prints a
-    summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy); `workers`: a
-    placeto.rollouts.distributed.WorkerSpec (--workers)."""
+    """Train (or resume) a gdp run on `graphs` x `clusters` as the flags say.
+
+    Prints a summary. --init-from starts from a gdp run's parameters (fine-tuning a family policy); `workers`: a
+    placeto.rollouts.distributed.WorkerSpec (--workers).
+    """
     config = config_from_args(args)
     init = None
     if args.init_from:

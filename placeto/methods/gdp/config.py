@@ -1,5 +1,7 @@
-"""GDP's configuration: model, PPO and budget in one frozen dataclass (config.json of a run), the settings of
-per-graph fine-tuning, `tiny` for tests."""
+"""GDP's config (a run's config.json) and fine-tuning settings.
+
+Model, PPO and budget in one frozen dataclass; the settings of per-graph fine-tuning; the `tiny` and `large` presets.
+"""
 
 from __future__ import annotations
 
@@ -32,49 +34,64 @@ class GdpConfig:
     max_devices: int = 8
     """Device axis padding: the policy places on any cluster of up to this many devices."""
     decoder: str = "independent"
-    """How a placement is read off the network. "independent": every node's device drawn from its own
-    distribution, all at once (seed 003's single shot). "heft" and "etf": list decoders, decisions conditioned on
-    the devices already chosen: the nodes in a list scheduler's order (HEFT's static upward rank, or m-ETF's
-    earliest-start ready node), each device's logit the network's score plus a learned per-node weight times
-    -log1p(finish gap / cost unit), the finish gap being how much later the node would finish there than on the
-    best device given the placement so far; devices the node's memory does not fit are masked as the list
-    schedulers do (placeto.methods.gdp.decoder). Still one forward pass; the decoding is a sequential numba loop
-    (experiments/results/benchmarks/gdp_scale.md compares them)."""
+    """How a placement is read off the network: "independent", or a list decoder ("heft", "etf").
+
+    "independent": every node's device drawn from its own distribution, all at once (seed 003's single shot).
+    "heft" and "etf": list decoders, decisions conditioned on the devices already chosen: the nodes in a list
+    scheduler's order (HEFT's static upward rank, or m-ETF's earliest-start ready node), each device's logit the
+    network's score plus a learned per-node weight times -log1p(finish gap / cost unit), the finish gap being how
+    much later the node would finish there than on the best device given the placement so far; devices the node's
+    memory does not fit are masked as the list schedulers do (placeto.methods.gdp.decoder). Still one forward pass;
+    the decoding is a sequential numba loop (experiments/results/benchmarks/gdp_scale.md compares them).
+    """
 
     greedy_ties: str = "random"
-    """How a list decoder's greedy decoding (the one pass) breaks exact ties between devices: "random" (uniforms
-    of a fixed key: on the ungrouped op graphs 0.84x m-ETF, experiments/results/ablations/gdp_decoder.md) or
-    "lowest" (m-ETF's own rule: at the initialisation the one pass is then m-ETF's placement exactly). On the
-    grouped family graphs "random" placed 1.01-1.10x m-ETF (gdp-large's initialisation on the nmt, ptb and cifar10
-    test splits at 4 and 8 K80s, a check made on this 2-core machine while choosing the rule for
-    experiments/reproduce/generalization.py; no results file), so the generalizing policies use "lowest"."""
+    """How a list decoder's greedy decoding (the one pass) breaks exact ties: "random" or "lowest".
+
+    "random": uniforms of a fixed key (better on the ungrouped op graphs:
+    experiments/results/ablations/gdp_decoder.md); "lowest": m-ETF's own rule (at the initialisation the one pass is
+    then m-ETF's placement exactly). On the grouped family graphs "random" placed worse than m-ETF
+    (experiments/README.md, "Figures behind design choices"), so the generalizing policies use "lowest".
+    """
 
     coarse_groups: int = 0
-    """Coarse-to-fine placing (0: off). A graph of more than this many nodes whose communication-to-computation
-    ratio exceeds `coarse_ccr` (`placeto.features.communication_ratio`) is grouped to this many groups
-    (`placeto.coarsen.for_policy`: colocation, contractions that delay nothing, critical-path-greedy merging). The
-    one pass places the groups and expands the placement to the ops; with a budget, the greedy placements of the
-    groups and of the ops are both simulated and the rest goes to the better view, every sample scored on the op
-    graph (placeto.methods.gdp.place). Placing only: training places the graphs it is given."""
+    """Coarse-to-fine placing: the group count of large, communication-bound graphs (0: off).
+
+    A graph of more than this many nodes whose communication-to-computation ratio exceeds `coarse_ccr`
+    (`placeto.features.communication_ratio`) is grouped to this many groups (`placeto.coarsen.for_policy`:
+    colocation, contractions that delay nothing, critical-path-greedy merging). The one pass places the groups and
+    expands the placement to the ops; with a budget, the greedy placements of the groups and of the ops are both
+    simulated and the rest goes to the better view, every sample scored on the op graph (placeto.methods.gdp.place).
+    Placing only: training places the graphs it is given.
+    """
     coarse_ccr: float = 4.0
-    """The communication-to-computation ratio above which `coarse_groups` applies. On placeto-k80 the traced op
-    graphs of gdp_scale are at 10.5-14.8 and the grouping's one pass places them 0.55-1.13x the op-level one
-    pass; its generated graphs are at 0.9-1.4 and the grouping places them 1.09-2.33x worse, on all 8 rows
-    (experiments/results/benchmarks/gdp_scale.md: gdp-large-grouped against gdp-etf-fresh, at 4 and 8 devices)."""
+    """The communication-to-computation ratio above which `coarse_groups` applies.
+
+    On placeto-k80 the traced op graphs of gdp_scale lie above it and its generated graphs below; grouping helps the
+    former and hurts the latter (experiments/results/benchmarks/gdp_scale.md: gdp-large-grouped against
+    gdp-etf-fresh, at 4 and 8 devices; experiments/README.md, "GDP at scale").
+    """
 
     # ---- PPO ----------------------------------------------------------------------------------------------
     episodes: int = 1_000_000
-    """Training budget: total placements sampled (and simulated), over all tasks (0: no update; the run holds
-    the initial parameters, e.g. a list decoder's starting policy)."""
+    """Training budget: total placements sampled (and simulated), over all tasks.
+
+    0: no update; the run holds the initial parameters (e.g. a list decoder's starting policy).
+    """
     samples_per_update: int = 512
-    """Placements sampled from the current policy per update (on one task). They share one forward pass, so a
-    large batch costs little beyond its simulations: on the nmt family at 4 devices, 512 reached the same
-    zero-shot quality as 32 in the same wall time (0.727 vs 0.714x single after 4.6 min) at 6x the simulator
-    calls per second (experiments/results/benchmarks/gdp_throughput.md)."""
+    """Placements sampled from the current policy per update (on one task).
+
+    They share one forward pass, so a large batch costs little beyond its simulations: on the nmt family, 512
+    reached the zero-shot quality of 32 in the same wall time at several times the simulator calls per second
+    (experiments/README.md, "Figures behind design choices"; experiments/results/benchmarks/gdp_throughput.md).
+    """
     ppo_epochs: int = 4
     """Gradient steps on each batch of placements."""
     clip: float = 0.2
-    """PPO ratio clip (per node decision: the ratio of a whole placement is a product over N nodes)."""
+    """PPO ratio clip, per node decision.
+
+    The ratio of a whole placement is a product over N nodes.
+    """
     lr: float = 1e-3
     """Adam learning rate."""
     entropy: float = 0.01
@@ -82,33 +99,45 @@ class GdpConfig:
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
     temperature: float = 1.0
-    """The policy that is sampled and trained is the softmax of the logits divided by this (> 1: flatter); the
-    greedy placement (argmax) does not depend on it. Fine-tuning raises it (FinetuneSettings)."""
+    """Temperature of the sampled and trained policy: softmax(logits / this); > 1 is flatter.
+
+    The greedy placement (argmax) does not depend on it. Fine-tuning raises it (FinetuneSettings).
+    """
     keep_single: bool = False
-    """The one pass (greedy placement) returns the single device (every node on the first accelerator,
-    placeto.baselines.single) where that simulates faster than the decoded placement: two simulator calls, so the
+    """The one pass returns the single device where that simulates faster.
+
+    The single device: every node on the first accelerator (placeto.baselines.single). Two simulator calls, so the
     one pass is never slower than the single device (on a GPU+CPU cluster m-ETF's order and the decoder's finish
-    times can still lean on the slow device)."""
+    times can still lean on the slow device).
+    """
     baseline: str = "mean"
-    """What a sample's reward is compared with: "mean", the batch mean (the advantage then over the batch standard
-    deviation); or "greedy", the policy's own one pass on the task (a self-critical baseline, Rennie et al. 2017,
-    as Kool et al. 2019 train their attention placers of routes): a sample is pushed up only if it beats the greedy
-    decoding, so training improves the one pass, not only the sampled placements (one more decoding and one
-    more simulator call per update). List decoders only."""
+    """What a sample's reward is compared with: "mean" or "greedy" (list decoders only).
+
+    "mean": the batch mean (the advantage then over the batch standard deviation); "greedy": the policy's own one
+    pass on the task (a self-critical baseline, Rennie et al. 2017, as Kool et al. 2019 train their attention placers
+    of routes): a sample is pushed up only if it beats the greedy decoding, so training improves the one pass, not
+    only the sampled placements (one more decoding and one more simulator call per update).
+    """
     imitation: float = 0.0
-    """Weight of a cross-entropy toward the list scheduler's own choice at every decision a list decoder recorded
-    (the allowed device where the node finishes first, the lowest on ties: m-ETF's rule for the "etf" decoder),
-    added to the PPO loss: what the policy knows from the list scheduler anchors what RL learns beyond it."""
+    """Weight of a cross-entropy toward the list scheduler's own choice, added to the PPO loss.
+
+    At every decision a list decoder recorded: the allowed device where the node finishes first, the lowest on ties
+    (m-ETF's rule for the "etf" decoder). What the policy knows from the list scheduler anchors what RL learns
+    beyond it.
+    """
     memory_penalty_per_gb: float = 1.0
-    """Objective's memory penalty (placeto.objective), in single-device runtimes per GB above capacity."""
+    """The objective's memory penalty: single-device runtimes per GB above capacity.
+
+    See placeto.objective.
+    """
 
     # ---- run --------------------------------------------------------------------------------------------
     seed: int = 0
     """Seeds initialisation and sampling: equal seeds give equal checkpoints."""
     time_limit_minutes: float = math.inf
-    """Stop (with a checkpoint) after this much wall time; a rerun resumes."""
+    """Stop (with a checkpoint) after this much wall time in minutes; a rerun resumes."""
     checkpoint_seconds: float = 60.0
-    """Checkpoint at most this often (plus after the first update and at the end)."""
+    """Checkpoint at most this often, in seconds (and after the first update and at the end)."""
 
     def __post_init__(self):
         for name in ("hidden", "sage_rounds", "segment", "attn_layers", "heads", "max_devices", "episodes",
@@ -145,8 +174,10 @@ class GdpConfig:
 
     @property
     def updates(self) -> int:
-        """Number of PPO updates: enough for `episodes` sampled placements (rounded up to whole updates of
-        samples_per_update, as rnn and hierarchical round; 0 for 0)."""
+        """Number of PPO updates for `episodes` sampled placements (0 for 0).
+
+        Rounded up to whole updates of samples_per_update, as rnn and hierarchical round.
+        """
         return -(-self.episodes // self.samples_per_update)
 
     def replace(self, **changes: Any) -> "GdpConfig":
@@ -158,8 +189,11 @@ class GdpConfig:
         return fields if self.decoder == "independent" else (*fields, self.decoder)
 
     def model_config(self) -> "GdpConfig":
-        """This config with every non-model field at its default: what the network is built from, so that runs
-        differing only in budget, seed or PPO settings share compiled functions."""
+        """This config with its non-model fields at their defaults.
+
+        What the network is built from, so that runs differing only in budget, seed or PPO settings share compiled
+        functions.
+        """
         return GdpConfig(hidden=self.hidden, sage_rounds=self.sage_rounds, segment=self.segment,
                          attn_layers=self.attn_layers, heads=self.heads, max_devices=self.max_devices,
                          decoder=self.decoder)
@@ -171,7 +205,11 @@ class GdpConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "GdpConfig":
-        """Inverse of to_json; ValueError on a wrong method, unknown field or bad value."""
+        """Inverse of to_json.
+
+        Raises:
+          ValueError: on a wrong method, an unknown field or a bad value.
+        """
         d = dict(d)
         if d.pop("method", None) != NAME:
             raise ValueError(f"GdpConfig: config.json's \"method\" is not {NAME!r}")
@@ -186,10 +224,13 @@ class GdpConfig:
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneSettings:
-    """PPO settings of per-graph fine-tuning (`placeto place --finetune-episodes`, compare's gdp rows), apart from
-    the training settings a policy was trained with: fine-tuning has seconds, not hours, on one graph, so it takes
-    smaller batches, one gradient step per batch, a larger step size and a flatter policy
-    (the removed gdp_finetune ablation: its conclusion and figures in experiments/README.md)."""
+    """PPO settings of per-graph fine-tuning, apart from training's.
+
+    Used by `placeto place --finetune-episodes` and compare's gdp rows. Fine-tuning has seconds, not hours, on one
+    graph, so it takes smaller batches, one gradient step per batch, a larger step size and a flatter policy than
+    the policy was trained with (the removed gdp_finetune ablation: its conclusion and figures in
+    experiments/README.md).
+    """
 
     samples_per_update: int = 128
     """Placements sampled and simulated per update."""
@@ -198,10 +239,11 @@ class FinetuneSettings:
     lr: float = 3e-3
     """Adam learning rate (fresh Adam state)."""
     temperature: float = 2.0
-    """GdpConfig.temperature while fine-tuning: a flatter policy explores placements its confident nodes would
-    never sample (at local search's 10k-call wall time on 8 devices, gdp-general: nmt_l8 106.3 ms vs 111.2 at
-    temperature 1, rnnlm_l8 31.4 vs 33.9, nasnet 108.5 vs 109.4; the removed gdp_finetune ablation's
-    gdp_finetune.md at commit 3a057c6)."""
+    """GdpConfig.temperature while fine-tuning: flatter than in training.
+
+    A flatter policy explores placements its confident nodes would never sample (the removed gdp_finetune
+    ablation: experiments/README.md, "Figures behind design choices").
+    """
 
     def __post_init__(self):
         for name in ("samples_per_update", "ppo_epochs"):
@@ -215,8 +257,13 @@ class FinetuneSettings:
 
     @classmethod
     def default_for(cls, config: GdpConfig) -> "FinetuneSettings":
-        """The defaults above for the "independent" decoder; for a list decoder, whose placements are decoded one
-        by one on the host (a 26k-node placement takes ~0.2 s), batches of 16 at the policy's own temperature."""
+        """The defaults above; for a list decoder, batches of 16.
+
+        The defaults suit the "independent" decoder.
+
+        A list decoder's placements are decoded one by one on the host (experiments/README.md, "Figures behind design
+        choices"), so it takes batches of 16, at the policy's own temperature.
+        """
         if config.decoder == "independent":
             return cls()
         return cls(samples_per_update=16, temperature=1.0)
@@ -227,7 +274,10 @@ class FinetuneSettings:
         return cls(config.samples_per_update, config.ppo_epochs, config.lr, config.temperature)
 
     def apply(self, config: GdpConfig) -> GdpConfig:
-        """`config` with these settings in place of its PPO batch, epochs, learning rate and temperature."""
+        """`config` with these settings in place of its own.
+
+        Its PPO batch, epochs, learning rate and temperature.
+        """
         return config.replace(samples_per_update=self.samples_per_update, ppo_epochs=self.ppo_epochs, lr=self.lr,
                               temperature=self.temperature)
 
@@ -238,17 +288,20 @@ def _check_temperature(owner: str, v: Any) -> None:
 
 
 def tiny(**changes: Any) -> GdpConfig:
-    """A CPU-friendly config for tests: small widths, short segments, a small budget."""
+    """A CPU-friendly config for tests: small widths, segments and budget."""
     return GdpConfig(hidden=16, sage_rounds=2, segment=16, attn_layers=1, heads=2, max_devices=4, episodes=256,
                      samples_per_update=16, ppo_epochs=3, lr=3e-3, checkpoint_seconds=0.0).replace(**changes)
 
 
 def large(**changes: Any) -> GdpConfig:
-    """The large-graph config: the "etf" list decoder, 16 placements per update and 2 epochs (an update on a
-    26k-node graph takes ~6 s here: the decoding is sequential per placement), and coarse-to-fine placing of
-    communication-bound graphs over 1,000 nodes (coarse_groups). The shipped gdp-large is this
-    config at its initialisation (`--episodes 0`): PPO with it made the one pass worse
-    (experiments/results/reproduce/gdp_large_training.md)."""
+    """The large-graph config: "etf" decoder, small batches, coarse-to-fine.
+
+    16 placements per update and 2 epochs (the decoding is sequential per placement, so an update on a large graph
+    is slow: experiments/README.md, "Figures behind design choices"), and coarse-to-fine placing of
+    communication-bound graphs over 1,000 nodes (coarse_groups). The shipped gdp-large is this config at its
+    initialisation (`--episodes 0`): PPO with it made the one pass worse
+    (experiments/results/reproduce/gdp_large_training.md).
+    """
     return GdpConfig(decoder="etf", samples_per_update=16, ppo_epochs=2, lr=1e-3, entropy=0.001, temperature=1.0,
                      checkpoint_seconds=120.0, coarse_groups=MAX_POLICY_NODES).replace(**changes)
 

@@ -1,5 +1,6 @@
-"""gdp's list decoders: a placement read off the network's outputs in a list scheduler's order, every decision
-conditioned on the devices already chosen (GdpConfig.decoder "heft" or "etf").
+"""gdp's list decoders: placements in a list scheduler's order.
+
+Every decision is conditioned on the devices already chosen (GdpConfig.decoder "heft" or "etf").
 
 Order. "heft": the nodes in decreasing upward rank (`placeto.baselines.listsched.problem.heft_order`), fixed in
 advance. "etf": m-ETF's order, decided as it goes: the next node is the ready node of the (ready node, device)
@@ -14,22 +15,24 @@ device is free) gives the time f[d] at which v would finish on d. The logit of d
     g[v, d, 0] = -log1p((f[d] - min_e f[e]) / u)                     how much later v would finish on d
     g[v, d, 1] = -(load[d] - min_e load[e]) / (mean load + u)         how much more work d has been given
 
-with s (float[N, D] scores) and w (float[N, 2] weights, w[:, 0] > 0) from the network's one forward pass, load[d]
-the compute (us) of the nodes placed on d so far, u the graph's cost unit (`placeto.features.cost_unit`, us), T
-the temperature; the minima run over the open devices, the mean over all; devices outside the tier are masked.
-The device is sampled (inverse CDF of one uniform per node) or taken greedily (the largest logit; exact ties to
-the lower device, or broken by the node's uniform) and committed to the timeline (its transfers booked).
+with s (float[N, D] scores) and w (float[N, 2] weights, w[:, 0] > 0) from the network's one forward pass,
+load[d] the compute (us) of the nodes placed on d so far, u the graph's cost unit
+(`placeto.features.cost_unit`, us), T the temperature; the minima run over the open devices, the mean over all;
+devices outside the tier are masked. The device is sampled (inverse CDF of one uniform per node) or taken
+greedily (the largest logit; exact ties to the lower device, or broken by the node's uniform) and committed to
+the timeline (its transfers booked).
 
 With s = 0, w[:, 1] = 0, w[:, 0] -> inf and ties to the lower device, the "heft" decoder is HEFT and the "etf"
 decoder m-ETF. A fresh policy of the large config (s = 0, w[:, 1] = 0, w[:, 0] = 20) starts there; its greedy
-decoding breaks the ties at random (placeto.methods.gdp.place), which alone places the op graphs 0.5-0.9x m-ETF
-(experiments/results/ablations/gdp_decoder.md); the network learns per node how much later a device may finish and
-whether to consolidate (w[:, 1] < 0) or spread (w[:, 1] > 0).
+decoding breaks the ties at random (placeto.methods.gdp.place), which alone places the op graphs below m-ETF
+(experiments/results/ablations/gdp_decoder.md); the network learns per node how much later a device may finish
+and whether to consolidate (w[:, 1] < 0) or spread (w[:, 1] > 0).
 
 A sample records what PPO needs to re-evaluate its log-probabilities under new parameters in one batched pass:
 the features g and the masks (they depend on the earlier decisions only, which the sample fixes).
 
-`decode` runs the numba kernels; `decode_reference` is the plain-Python oracle (tests/placeto/methods/gdp/test_decoder.py).
+`decode` runs the numba kernels; `decode_reference` is the plain-Python oracle
+(tests/placeto/methods/gdp/test_decoder.py).
 """
 
 from __future__ import annotations
@@ -53,7 +56,10 @@ TIE = 1e-9  # logits this close to the largest tie in a greedy decoding
 
 
 class Decoding(NamedTuple):
-    """B placements decoded from one forward pass. N real nodes, D real devices."""
+    """B placements decoded from one forward pass.
+
+    N real nodes, D real devices.
+    """
 
     acts: np.ndarray  # int32[B, N] device of each node
     logp: np.ndarray  # float32[B, N] log-probability of each node's device when it was chosen
@@ -62,8 +68,10 @@ class Decoding(NamedTuple):
 
 
 def problem(graph: Graph, cluster: Cluster):
-    """(ScheduleProblem, int64[N] decision order, 1 / cost unit): what decoding `graph` on `cluster` reads;
-    memoised in graph.cache."""
+    """What decoding `graph` on `cluster` reads, memoised in graph.cache.
+
+    (ScheduleProblem, int64[N] decision order, 1 / cost unit).
+    """
     key = ("gdp.decoder", cluster)
     if key not in graph.cache:
         prob = build_problem(graph, cluster)
@@ -74,10 +82,17 @@ def problem(graph: Graph, cluster: Cluster):
 
 def decode(graph: Graph, cluster: Cluster, scores: np.ndarray, weight: np.ndarray, temperature: float,
            uniforms: np.ndarray | None, order: str = "heft", greedy: bool = False) -> Decoding:
-    """Decode B = len(uniforms) placements in `order` ("heft" or "etf"), one uniform in [0, 1) per node
-    (uniforms: float[B, N]): sampled, or with `greedy` the largest logit, exact ties (within TIE) broken by the
-    uniform (0: the lowest device). uniforms None: one greedy placement, ties to the lowest device.
-    scores: float[N, D]; weight: float[N, N_FEATURES]; see the module docstring."""
+    """Decode B = len(uniforms) placements in `order` ("heft" or "etf").
+
+    Sampled, or with `greedy` the largest logit, exact ties (within TIE) broken by the node's uniform (0: the
+    lowest device). See the module docstring.
+
+    Args:
+      scores: float[N, D].
+      weight: float[N, N_FEATURES].
+      uniforms: float[B, N], one uniform in [0, 1) per node; None: one greedy placement, ties to the lowest
+        device.
+    """
     prob, heft_seq, inv_unit = problem(graph, cluster)
     n, d = prob.cost.shape
     scores = np.ascontiguousarray(scores[:n, :d], np.float64)
@@ -101,8 +116,13 @@ def decode(graph: Graph, cluster: Cluster, scores: np.ndarray, weight: np.ndarra
 
 @numba.njit(cache=True)
 def _choose(v, ok, start, load, prob, scores, weight, inv_unit, inv_temp, u, greedy, feat, allowed, logit):
-    """v's device among those with ok[d], start[d] its start there, load[d] its compute so far: (device, its
-    log-probability); writes feat[v], allowed[v] and adds v's cost to the device's load."""
+    """Choose v's device among those with ok[d].
+
+    Returns (device, its log-probability).
+
+    Here start[d] is v's start on d, load[d] the compute d has so far. Writes feat[v], allowed[v] and adds v's cost to
+    the chosen device's load.
+    """
     n_dev = prob.cost.shape[1]
     f_min, l_min = np.inf, np.inf
     for d in range(n_dev):
@@ -168,8 +188,11 @@ def _heft_decode(order, prob, tl, scores, weight, inv_unit, inv_temp, uniforms, 
 
 @numba.njit(cache=True)
 def _etf_decode(prob, tl, scores, weight, inv_unit, inv_temp, uniforms, greedy, acts, logp, feat, allowed):
-    """`placeto.baselines.etf._etf_kernel`'s node choice (with its cached estimates and pruning), the device
-    chosen by `_choose` among the node's devices of the best tier, each at max(input-ready, free, floor)."""
+    """m-ETF's node order; each node's device chosen by `_choose`.
+
+    The node choice of `placeto.baselines.etf._etf_kernel` (with its cached estimates and pruning); each device of
+    the node's best tier at max(input-ready, free, floor).
+    """
     n, n_dev = prob.cost.shape
     pending, ready, n_ready, est, valid, xfer, lower = etf_start(prob)
     ok = np.empty(n_dev, np.bool_)
@@ -195,7 +218,10 @@ def _etf_decode(prob, tl, scores, weight, inv_unit, inv_temp, uniforms, greedy, 
 
 def decode_reference(graph: Graph, cluster: Cluster, scores: np.ndarray, weight: np.ndarray, temperature: float,
                      uniforms: np.ndarray | None, order: str = "heft", greedy: bool = False) -> Decoding:
-    """`decode` in plain Python over `_listsched.State` (the oracle of the kernels)."""
+    """`decode` in plain Python: the kernels' oracle.
+
+    Over `_listsched.State`.
+    """
     prob, heft_seq, inv_unit = problem(graph, cluster)
     n, n_dev = prob.cost.shape
     out = []

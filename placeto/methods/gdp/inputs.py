@@ -1,8 +1,9 @@
-"""Graph + cluster -> GDP's padded input arrays. Nothing here is N x N: memory is O(N * max_devices + E).
+"""Graph + cluster -> GDP's padded input arrays, nothing N x N.
 
-Padding: nodes to a bucket that is a multiple of the attention segment (placeto.features.bucket, so graphs of
-similar size share one compiled function), edges to a bucket; padding edges join the last padding node to
-itself, padding nodes sit at the end of the topological sequence and are masked out of attention and loss.
+Memory is O(N * max_devices + E). Padding: nodes to a bucket that is a multiple of the attention segment
+(placeto.features.bucket, so graphs of similar size share one compiled function), edges to a bucket; padding
+edges join the last padding node to itself, padding nodes sit at the end of the topological sequence and are
+masked out of attention and loss.
 """
 
 from __future__ import annotations
@@ -20,7 +21,10 @@ N_DEVICE_FEATURES = 3  # log1p(cost on d / unit), memory of d / largest memory, 
 
 
 class GdpInputs(NamedTuple):
-    """One graph on one cluster, padded. Np padded nodes (a multiple of the segment), Ep edges, Dm devices."""
+    """One graph on one cluster, padded.
+
+    Np padded nodes (a multiple of the segment), Ep edges, Dm devices.
+    """
 
     nodes: np.ndarray  # float32[Np, F] static node features (placeto.features.static_node_features)
     senders: np.ndarray  # int32[Ep] parent of each edge (distinct parent -> child pairs)
@@ -35,13 +39,18 @@ class GdpInputs(NamedTuple):
 
 
 def padded_nodes(n_nodes: int, segment: int) -> int:
-    """Np: a bucket >= n_nodes + 1 (one padding node at least, for padding edges), rounded up to the segment."""
+    """Np: a bucket >= n_nodes + 1, rounded up to the segment.
+
+    At least one padding node, for the padding edges.
+    """
     n = bucket(n_nodes + 1)
     return -(-n // segment) * segment
 
 
 def gdp_inputs(graph: Graph, cluster: Cluster, max_devices: int, segment: int) -> GdpInputs:
-    """The padded arrays of `graph` on `cluster` (host numpy), memoised in graph.cache.
+    """The padded arrays of `graph` on `cluster`, host numpy.
+
+    Memoised in graph.cache.
 
     Raises:
       ValueError: if the cluster has more than `max_devices` devices.

@@ -1,4 +1,6 @@
-"""GDP's network: GdpInputs -> per-node device logits, in one forward pass, with no N x N array.
+"""GDP's network: GdpInputs -> per-node device logits.
+
+One forward pass, no N x N array.
 
     GraphSAGE        placeto.gnn.MessagePassing with one state (S = 1): mean over parents and over children,
                      residual MLP, LayerNorm; O(E * H) per round.
@@ -25,23 +27,33 @@ from placeto.methods.gdp.inputs import GdpInputs
 
 NEG = -1e9  # logit of a padded device
 FINISH_WEIGHT_INIT = 20.0
-"""A list decoder's initial weight of the finish gap (placeto.methods.gdp.decoder): a device finishing half a
-cost unit later than the best starts e^-8 times less likely. With 4, a fresh policy's samples were close to
-uniform on generated graphs, whose finish gaps are mostly transfers of about half a cost unit, and PPO learned
-nothing from them. The load gap's weight starts at 0 and may turn negative (consolidate) or positive (spread):
-experiments/results/ablations/gdp_decoder.md measures both directions helping on some graphs and hurting on others, and
-random tie-breaking (the one pass's) ahead of both."""
+"""A list decoder's initial weight of the finish gap (placeto.methods.gdp.decoder).
+
+A device finishing half a cost unit later than the best starts e^-8 times less likely. With 4, a fresh policy's
+samples were close to uniform on generated graphs, whose finish gaps are mostly transfers of about half a cost
+unit, and PPO learned nothing from them. The load gap's weight starts at 0 and may turn negative (consolidate) or
+positive (spread): experiments/results/ablations/gdp_decoder.md measures both directions helping on some graphs
+and hurting on others, and random tie-breaking (the one pass's) ahead of both.
+"""
 
 
 class SegmentAttention(nn.Module):
-    """One Transformer-XL style layer: float32[Np, H] in topological order -> float32[Np, H] (Np = G * L)."""
+    """One Transformer-XL style layer over the nodes in topological order.
+
+    float32[Np, H] -> float32[Np, H], Np = G * L.
+    """
 
     segment: int
     heads: int
 
     @nn.compact
     def __call__(self, x, mask):
-        """Args: x: float32[Np, H] sequence; mask: bool[Np] real positions. Returns float32[Np, H]."""
+        """Attend within and across segments: float32[Np, H] -> float32[Np, H].
+
+        Args:
+          x: float32[Np, H] the sequence.
+          mask: bool[Np] real positions.
+        """
         n, h = x.shape
         g, seg = n // self.segment, self.segment
         xs, ms = x.reshape(g, seg, h), mask.reshape(g, seg)
@@ -62,18 +74,25 @@ class SegmentAttention(nn.Module):
 
 
 class ConcatDense(nn.Module):
-    """nn.Dense on the concatenation of `parts` (last axis), without building it: each part is multiplied by its
-    rows of the kernel and the products are broadcast-added. The parameters (names, shapes, initialisers) are
-    nn.Dense's, so checkpoints are interchangeable. A part broadcast over an axis is multiplied once, not once
-    per position of that axis: the device head's [node, device] inputs cost O(Np * H^2 + Np * Dm * H), not
-    O(Np * Dm * H^2)."""
+    """nn.Dense of concatenated `parts`, without concatenating.
+
+    The concatenation is on the last axis.
+
+    Each part is multiplied by its rows of the kernel and the products are broadcast-added. The parameters (names,
+    shapes, initialisers) are nn.Dense's, so checkpoints are interchangeable. A part broadcast over an axis is
+    multiplied once, not once per position of that axis: the device head's [node, device] inputs cost
+    O(Np * H^2 + Np * Dm * H), not O(Np * Dm * H^2).
+    """
 
     features: int
 
     @nn.compact
     def __call__(self, *parts):
-        """parts: float32[..., F_i] arrays broadcastable against each other (but for the last axis).
-        Returns float32[broadcast shape..., features]."""
+        """Dense of the parts: float32[broadcast shape..., features].
+
+        Args:
+          parts: float32[..., F_i] arrays broadcastable against each other (but for the last axis).
+        """
         widths = [p.shape[-1] for p in parts]
         kernel = self.param("kernel", nn.initializers.lecun_normal(), (sum(widths), self.features))
         out, start = self.param("bias", nn.initializers.zeros_init(), (self.features,)), 0
@@ -84,9 +103,11 @@ class ConcatDense(nn.Module):
 
 
 class GdpNet(nn.Module):
-    """GdpInputs -> logits float32[Np, Dm] (node order; NEG on padded devices, 0 rows on padding nodes); with
-    a list decoder (config.decoder "heft" or "etf"), (scores float32[Np, Dm], weights float32[Np, 2] of the finish
-    gap (> 0) and of the load gap)."""
+    """GdpInputs -> logits float32[Np, Dm] (or scores and weights).
+
+    Logits in node order: NEG on padded devices, 0 rows on padding nodes. With a list decoder (config.decoder
+    "heft" or "etf"): (scores float32[Np, Dm], weights float32[Np, 2] of the finish gap (> 0) and of the load gap).
+    """
 
     config: GdpConfig
 
@@ -105,7 +126,7 @@ class GdpNet(nn.Module):
         dev_key = nn.Dense(c.hidden, name="device_key")(nn.relu(ConcatDense(c.hidden, name="device_hidden")(*dev_in)))
         node_query = nn.Dense(c.hidden, name="node_query")(z)  # [Np, H]
         # A dot product of node and device: an additive MLP of [node, device] alone would give every node the
-        # same device preferences (measured: logit differences equal to 3 digits across nodes).
+        # same device preferences (experiments/README.md, "Figures behind design choices").
         bilinear = jnp.einsum("nh,ndh->nd", node_query, dev_key) / jnp.sqrt(c.hidden)
         hid = nn.relu(ConcatDense(c.hidden, name="head_hidden")(z[:, None, :], *dev_in))  # [Np, Dm, H]
         logits = nn.Dense(1, name="head_out")(hid)[..., 0] + bilinear  # [Np, Dm]
@@ -122,25 +143,36 @@ class GdpNet(nn.Module):
 
 
 def make_net(config: GdpConfig) -> GdpNet:
-    """The network of `config`'s model fields (equal for configs that differ elsewhere: one compilation)."""
+    """The network of `config`'s model fields.
+
+    Equal for configs that differ elsewhere: one compilation.
+    """
     return GdpNet(config.model_config())
 
 
 def heads(net: GdpNet, params, x: GdpInputs) -> tuple[jax.Array, jax.Array | None]:
-    """(float32[Np, Dm] scores, float32[Np, 2] list-decoder weights or None for the "independent" decoder)."""
+    """(scores float32[Np, Dm], list-decoder weights float32[Np, 2] or None).
+
+    None for the "independent" decoder.
+    """
     out = net.apply(params, x)
     return out if isinstance(out, tuple) else (out, None)
 
 
 def log_policy(net: GdpNet, params, x: GdpInputs, temperature: float = 1.0) -> jax.Array:
-    """float32[Np, Dm] log-probabilities of each node's device (padded devices ~ -1e9): the softmax of the logits
-    divided by `temperature` (> 1 flattens each node's distribution; the argmax does not change)."""
+    """float32[Np, Dm] log-probs of each node's device at `temperature`.
+
+    The softmax of the logits divided by `temperature` (> 1 flattens each node's distribution; the argmax does
+    not change); padded devices ~ -1e9.
+    """
     return jax.nn.log_softmax(net.apply(params, x) / temperature, axis=-1)
 
 
 def sample(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int) -> tuple[jax.Array, jax.Array]:
-    """(placements int32[B, Np], greedy int32[Np]): B placements drawn node by node from the policy, and the
-    argmax placement. One forward pass for all of them."""
+    """(placements int32[B, Np], greedy int32[Np]) from one forward pass.
+
+    B placements drawn node by node from the policy, and the argmax placement.
+    """
     logits = net.apply(params, x)
     draws = jax.random.categorical(key, logits[None], axis=-1, shape=(batch, logits.shape[0]))
     return draws.astype(jnp.int32), jnp.argmax(logits, axis=-1).astype(jnp.int32)

@@ -1,15 +1,15 @@
-"""Placing with a trained gdp policy: zero-shot (one forward pass), sampled, or fine-tuned first.
+"""Placing with a gdp policy: zero-shot, sampled, or fine-tuned.
 
-Coarse-to-fine (GdpConfig.coarse_groups): `placing_task` groups a large, communication-bound graph first; the
-one pass places the groups, expanded to the ops. The modes that simulate (`run_gdp`) decode both views greedily,
-the groups and the op graph itself, score both on the op graph (two simulator calls) and spend the rest of their
-budget (fine-tuning, samples, search) on the better view; every placement is scored on the op graph, and the
-grouping's wall time is part of the placing time.
+Zero-shot is one forward pass. Coarse-to-fine (GdpConfig.coarse_groups): `placing_task` groups a large,
+communication-bound graph first; the one pass places the groups, expanded to the ops. The modes that simulate
+(`run_gdp`) decode both views greedily, the groups and the op graph itself, score both on the op graph (two
+simulator calls) and spend the rest of their budget (fine-tuning, samples, search) on the better view; every
+placement is scored on the op graph, and the grouping's wall time is part of the placing time.
 
-`run_gdp` is the compare row "gdp" (placeto.harness.compare.run_learned dispatches to it): the policy is loaded and
-its functions compiled outside the meter (reported as compile seconds); inside it, optional PPO fine-tuning
-on the graph, then the greedy placement and, while the call budget allows, batches of sampled placements;
-the best objective wins.
+`run_gdp` is the compare row "gdp" (placeto.harness.compare.run_learned dispatches to it): the policy is loaded
+and its functions compiled outside the meter (reported as compile seconds); inside it, optional PPO fine-tuning
+on the graph, then the greedy placement and, while the call budget allows, batches of sampled placements; the
+best objective wins.
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ def is_gdp_run(run_dir: PathLike | None) -> bool:
 
 
 def is_gdp_checkpoint(name_or_dir: PathLike | None) -> bool:
-    """True if a shipped policy name or run directory is a gdp one (False for None or anything unresolvable)."""
+    """True if a shipped policy name or run directory is a gdp one.
+
+    False for None or anything unresolvable.
+    """
     if name_or_dir is None:
         return False
     try:
@@ -67,7 +70,11 @@ def is_gdp_checkpoint(name_or_dir: PathLike | None) -> bool:
 
 
 def load_config(run_dir: PathLike) -> GdpConfig:
-    """The config of a gdp run directory; InputError naming the file if it is not a readable one."""
+    """The config of a gdp run directory.
+
+    Raises:
+      InputError: naming the file, if it is not a readable one.
+    """
     path = Path(str(run_dir)) / CONFIG
     d = read_json(path)
     try:
@@ -77,7 +84,11 @@ def load_config(run_dir: PathLike) -> GdpConfig:
 
 
 def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
-    """(config, params) of a gdp run directory; InputError naming the file if it is not a readable one."""
+    """(config, params) of a gdp run directory.
+
+    Raises:
+      InputError: naming the file, if it is not a readable one.
+    """
     run_dir = Path(str(run_dir))
     config = load_config(run_dir)
     probe = make_task(layered_dag(8, seed=0), cluster_preset("placeto-k80", min(2, config.max_devices)), config)
@@ -87,14 +98,20 @@ def load_run(run_dir: PathLike) -> tuple[GdpConfig, Any]:
 
 
 def coarse_view(graph: Graph, cluster: Cluster, config: GdpConfig) -> bool:
-    """True if `config` places `graph` coarse-to-fine on `cluster`: more than coarse_groups nodes and a
-    communication-to-computation ratio above coarse_ccr (GdpConfig.coarse_groups)."""
+    """True if `config` places `graph` coarse-to-fine on `cluster`.
+
+    That is, with more than coarse_groups nodes and a communication-to-computation ratio above coarse_ccr
+    (GdpConfig.coarse_groups).
+    """
     return 0 < config.coarse_groups < graph.n_nodes and communication_ratio(graph, cluster) > config.coarse_ccr
 
 
 def coarse_note(graph: Graph, cluster: Cluster, checkpoint: PathLike, simulating: bool) -> str | None:
-    """One line saying how the gdp policy `checkpoint` placed `graph` coarse-to-fine, or None if it did not
-    (or `checkpoint` is no gdp policy). `simulating`: both views were scored (run_gdp with more than one call)."""
+    """A line on how `checkpoint` placed `graph` coarse-to-fine, or None.
+
+    None if it did not (or `checkpoint` is no gdp policy). `simulating`: both views were scored (run_gdp with more
+    than one call).
+    """
     if not is_gdp_checkpoint(checkpoint):
         return None
     config = load_config(resolve_checkpoint(checkpoint))
@@ -107,9 +124,11 @@ def coarse_note(graph: Graph, cluster: Cluster, checkpoint: PathLike, simulating
 
 
 def placing_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> tuple[Task, float]:
-    """(the task the policy places `graph` through, the wall seconds spent grouping): `graph`'s own, or with
-    `coarse_view`, that of its grouping to config.coarse_groups groups (placeto.coarsen.for_policy), whose
-    placements are expanded to `graph`'s ops and scored there."""
+    """(the task placing `graph`, the wall seconds spent grouping).
+
+    `graph`'s own task, or with `coarse_view`, that of its grouping to config.coarse_groups groups
+    (placeto.coarsen.for_policy), whose placements are expanded to `graph`'s ops and scored there.
+    """
     if not coarse_view(graph, cluster, config):
         return make_task(graph, cluster, config), 0.0
     view = for_policy(graph, config.coarse_groups, config.coarse_groups)
@@ -117,10 +136,13 @@ def placing_task(graph: Graph, cluster: Cluster, config: GdpConfig) -> tuple[Tas
 
 
 def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> np.ndarray:
-    """int32[N] each node on its most likely device: one forward pass, no simulation (with a list decoder,
-    its greedy decoding: each node on its most likely device given those chosen before it; with
-    config.keep_single, two simulations: `placeto.baselines.single.or_single`). Coarse-to-fine where `coarse_view` says so: the groups'
-    greedy placement, expanded to the ops."""
+    """int32[N] each node on its most likely device; no simulation.
+
+    One forward pass. With a list decoder, its greedy decoding (each node on its most likely device given those
+    chosen before it);
+    with config.keep_single, two simulations (`placeto.baselines.single.or_single`). Coarse-to-fine where
+    `coarse_view` says so: the groups' greedy placement, expanded to the ops.
+    """
     if cluster.n_devices > config.max_devices:
         raise InputError(f"the gdp policy places on at most {config.max_devices} devices (max_devices), not "
                          f"{cluster.n_devices}")
@@ -136,8 +158,11 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
 
 
 def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
-    """(`greedy_placement` int32[N], its wall seconds after compilation, the first call's seconds: compilation
-    included). For experiments that report the zero-shot time apart from the one-time compilation."""
+    """`greedy_placement`, timed: (placement int32[N], seconds, first seconds).
+
+    The seconds after compilation, and the first call's seconds (compilation included). For experiments that report
+    the zero-shot time apart from the one-time compilation.
+    """
     t0 = time.perf_counter()
     greedy_placement(config, params, graph, cluster)
     t1 = time.perf_counter()
@@ -147,7 +172,10 @@ def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster)
 
 _sample = jax.jit(sample, static_argnames=("net", "batch"))
 def _warm_decoder(order: str) -> None:
-    """Compile (or load) the list decoder's numba kernel on a tiny graph, outside any meter."""
+    """Compile (or load) the list decoder's kernel, outside any meter.
+
+    On a tiny graph.
+    """
     g = layered_dag(8, seed=0)
     decode(g, cluster_preset("placeto-k80", 2), np.zeros((g.n_nodes, 2)), np.ones((g.n_nodes, 2)), 1.0, None, order)
 
@@ -155,14 +183,18 @@ def _warm_decoder(order: str) -> None:
 def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0, budget: float | None = None,
             seconds: float | None = None, finetune_episodes: int = 0, search: bool = False,
             tune: FinetuneSettings | None = None) -> tuple[MethodRun, float]:
-    """(MethodRun, compile seconds): see the module docstring. `finetune_episodes` sampled placements of
-    PPO fine-tuning first (`tune`'s settings, default FinetuneSettings.default_for the policy; charged to the
-    budget, its compilation is not). `search` (method gdp-search): after the greedy placement, the policy's
-    per-node device distributions are the prior of placeto-search's annealing
-    (`placeto.methods.prior.search_from_prior`) for the rest of the budget, instead of sampled placements.
-    Coarse-to-fine where `coarse_view` says so: the better of the two views' greedy placements decides where the
-    budget goes (module docstring); the grouping's seconds are charged to the time budget and counted in the run's
-    seconds."""
+    """(MethodRun, compile seconds) of the "gdp" and "gdp-search" rows.
+
+    See the module docstring.
+
+    `finetune_episodes` sampled placements of PPO fine-tuning first (`tune`'s settings, default
+    FinetuneSettings.default_for the policy; charged to the budget, its compilation is not). `search` (method
+    gdp-search): after the greedy placement, the policy's per-node device distributions are the prior of
+    placeto-search's annealing (`placeto.methods.prior.search_from_prior`) for the rest of the budget, instead of
+    sampled placements. Coarse-to-fine where `coarse_view` says so: the better of the two views' greedy placements
+    decides where the budget goes (module docstring); the grouping's seconds are charged to the time budget and
+    counted in the run's seconds.
+    """
     t0 = time.perf_counter()
     config, params = load_run(resolve_checkpoint(checkpoint))
     if cluster.n_devices > config.max_devices:
@@ -210,46 +242,66 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
 def run_variant(variant: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
                 seconds: float | None = None, checkpoint: PathLike | None = None,
                 finetune_episodes: int = 0) -> tuple[MethodRun, float]:
-    """gdp's Method.run (placeto.methods.base.RunFn): compare row `variant`, "gdp" or "gdp-search", by `run_gdp`."""
+    """gdp's Method.run: row `variant` by `run_gdp`.
+
+    `variant`: "gdp" or "gdp-search"; a placeto.methods.base.RunFn.
+    """
     return run_gdp(graph, cluster, checkpoint, seed, budget, seconds, finetune_episodes, variant == "gdp-search")
 
 
 def placing_note(graph: Graph, cluster: Cluster, checkpoint: PathLike, calls: int) -> str | None:
-    """gdp's Method.note: `coarse_note`, both views scored when the placement took more than one call."""
+    """gdp's Method.note: `coarse_note`.
+
+    Both views were scored when the placement took more than one call.
+    """
     return coarse_note(graph, cluster, checkpoint, simulating=calls > 1)
 
 
 def greedy_calls(checkpoint: PathLike | None, graph: Graph) -> int:
-    """gdp's Method.greedy_calls: `zero_shot_calls` of `checkpoint` if it is a gdp policy, else of the shipped one
-    gdp places `graph` with."""
+    """gdp's Method.greedy_calls: `zero_shot_calls` of its policy.
+
+    Of `checkpoint` if it is a gdp policy, else of the shipped one gdp places `graph` with.
+    """
     if not is_gdp_checkpoint(checkpoint):
         checkpoint = default_for(graph.n_nodes, DEFAULT_CHECKPOINT, LARGE_CHECKPOINT)
     return zero_shot_calls(checkpoint)
 
 
 def _batch_sizes(samples_per_update: int) -> list[int]:
-    """The sampled batch sizes `_sampled_decodings` uses: powers of two up to samples_per_update, and it (so a
-    budget's last, smaller batches compile nothing new: `run_gdp` compiles them all first)."""
+    """The sampled batch sizes `_sampled_decodings` uses.
+
+    Powers of two up to samples_per_update, and it: a budget's last, smaller batches compile nothing new
+    (`run_gdp` compiles them all first).
+    """
     sizes = {1 << i for i in range(max(1, samples_per_update).bit_length()) if 1 << i <= samples_per_update}
     return sorted(sizes | {max(1, samples_per_update)})
 
 
 def _single(config: GdpConfig, task: Task) -> tuple[np.ndarray, float]:
-    """(the single-device placement int32[N] of task.graph, its objective on the op graph): one metered call."""
+    """(single-device placement int32[N], its objective on the op graph).
+
+    The placement of task.graph; one metered call.
+    """
     p = np.asarray(single(task.graph, task.cluster), np.int32)
     return p, float(task.score(p[None], config.memory_penalty_per_gb)[0])
 
 
 def zero_shot_calls(checkpoint: PathLike) -> int:
-    """Simulator calls of a gdp policy's greedy placement as run_gdp makes it: 1, or 2 where the policy keeps
-    the single device when that is better (config.keep_single). `checkpoint`: a gdp run or shipped name."""
+    """Simulator calls of a gdp policy's greedy placement: 1 or 2.
+
+    As run_gdp makes it: 2 where the policy keeps the single device when that is better (config.keep_single).
+    `checkpoint`: a gdp run or shipped name.
+    """
     return 2 if load_config(resolve_checkpoint(checkpoint)).keep_single else 1
 
 
 def _better_view(config: GdpConfig, net, params, views: list[Task]) -> Task:
-    """The view (a Task of the same op graph: its grouping, or itself) whose greedy placement has the lower
-    objective on the op graph (one metered simulation each; ties: the first); with one view, or a meter that
-    cannot pay for these calls and one more (the chosen view's own greedy placement), the first and no simulation."""
+    """The view whose greedy placement scores lower on the op graph.
+
+    A view is a Task of the same op graph: its grouping, or itself. One metered simulation each (ties: the first);
+    with one view, or a meter that cannot pay for these calls and one more (the chosen view's own greedy
+    placement), the first and no simulation.
+    """
     if len(views) == 1 or meter().calls_left() < len(views) + 1:
         return views[0]
     objective = []
@@ -263,8 +315,11 @@ def _better_view(config: GdpConfig, net, params, views: list[Task]) -> Task:
 
 
 def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np.ndarray:
-    """The gdp method inside its meter: the greedy placement, then batches of config.samples_per_update sampled
-    placements while the meter lasts; int32[N] the best of them and of `extra` ((placement, objective) pairs)."""
+    """The gdp method in its meter: greedy, then sampled batches.
+
+    Batches of config.samples_per_update sampled placements while the meter lasts. Returns int32[N] the best of
+    them and of `extra` ((placement, objective) pairs).
+    """
     n, m = task.graph.n_nodes, meter()
     key = jax.random.key(seed)
     if config.decoder != "independent":
@@ -284,7 +339,7 @@ def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np
 
 
 def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, extra: list) -> np.ndarray:
-    """`_sampled` for a list decoder: the greedy decoding, then batches of sampled decodings."""
+    """`_sampled` for a list decoder: greedy, then sampled decodings."""
     graph, m = task.graph, meter()
     t0 = time.perf_counter()
     best_p = greedy_decoding(config, net, params, task).acts[0]
@@ -311,10 +366,13 @@ _log_policy = jax.jit(log_policy, static_argnames=("net",))
 
 
 def _search(net, params, task, seed: int, limit: float, extra: list) -> np.ndarray:
-    """gdp-search: the policy's greedy placement (argmax per node, one simulation) and prior (float[N, D]: each
-    node's device distribution) start and steer placeto-search's annealing, until the meter's count reaches
-    `limit` or it runs out; `extra`: more (placement, objective) start candidates, placements of task.graph.
-    Coarse-to-fine: the groups' distributions are their ops' and the search runs on the op graph. int32[N ops]."""
+    """gdp-search: placeto-search's annealing, started and steered by the policy.
+
+    The greedy placement (argmax per node, one simulation) and the prior (float[N, D]: each node's device
+    distribution) start and steer the annealing until the meter's count reaches `limit` or it runs out; `extra`:
+    more (placement, objective) start candidates, placements of task.graph. Coarse-to-fine: the groups'
+    distributions are their ops' and the search runs on the op graph. Returns int32[N ops].
+    """
     graph, cluster = task.graph, task.cluster
     d = cluster.n_devices
     if net.config.decoder != "independent":  # each node's distribution at its greedy decision
@@ -336,12 +394,16 @@ def _search(net, params, task, seed: int, limit: float, extra: list) -> np.ndarr
 
 
 def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> tuple[Any, np.ndarray | None, float]:
-    """`updates` PPO updates on one task from `params` (fresh Adam state) with `config`'s batch, epochs and
-    learning rate (run_gdp passes the policy's config with FinetuneSettings applied); stops early when the meter's
-    budget cannot pay for another batch, or its time left for another update as long as the last one. Each
-    update's forward pass also gives the current greedy placement, simulated with the batch (one call more; not
-    learned from). Returns (tuned parameters, best placement int32[N] of task.graph sampled or greedy on the way
-    or None, its objective in microseconds or inf)."""
+    """`updates` PPO updates on one task from `params`, fresh Adam.
+
+    With `config`'s batch, epochs and learning rate (run_gdp passes the policy's config with FinetuneSettings
+    applied); stops early when the meter's budget cannot pay for another batch, or its time left for another update
+    as long as the last one. Each update's forward pass also gives the current greedy placement, simulated with the
+    batch (one call more; not learned from).
+
+    Returns (tuned parameters, best placement int32[N] of task.graph sampled or greedy on the way or None, its
+    objective in microseconds or inf).
+    """
     best_p, best = None, math.inf
     if updates <= 0:
         return params, best_p, best

@@ -1,4 +1,4 @@
-"""GDP's PPO step on one task, shared by family training and per-graph fine-tuning.
+"""GDP's PPO step on one task, for family training and per-graph fine-tuning.
 
 One step = one forward pass that samples B whole placements (each node's device drawn from its own
 distribution), B simulations through placeto.objective.score_batch (counted by the meter), then `ppo_epochs`
@@ -16,7 +16,8 @@ Sample i of an update is decoded from uniforms drawn from fold_in(key, i) alone,
 
 Two options of a list decoder's training (GdpConfig): `baseline` "greedy" compares each sample's reward with the
 policy's own greedy decoding (one more decoding and simulation per update), so what improves is the one pass;
-`imitation` adds a cross-entropy toward the list scheduler's choice at every recorded decision (`scheduler_choice`).
+`imitation` adds a cross-entropy toward the list scheduler's choice at every recorded decision
+(`scheduler_choice`).
 """
 
 from __future__ import annotations
@@ -52,22 +53,30 @@ class Task(NamedTuple):
 
     @property
     def op_graph(self) -> Graph:
-        """The graph whose runtime is the objective: `ops` when coarse, else `graph`."""
+        """The graph the objective simulates: `ops` if coarse, else `graph`."""
         return self.graph if self.ops is None else self.ops
 
     def op_placements(self, acts: np.ndarray) -> np.ndarray:
-        """int32[..., N ops] from placements of `graph`'s nodes (int[..., N]): expanded when coarse."""
+        """int32[..., N ops] from placements int[..., N] of `graph`'s nodes.
+
+        Expanded when coarse.
+        """
         acts = np.asarray(acts, np.int32)
         return acts if self.op_group is None else acts[..., self.op_group]
 
     def score(self, acts: np.ndarray, per_gb: float) -> np.ndarray:
-        """float64[B] objectives (us, metered) of placements int[B, N] of `graph`'s nodes, simulated on the op
-        graph (`ops` when coarse)."""
+        """float64[B] objectives (us) of placements int[B, N]; metered.
+
+        Placements of `graph`'s nodes; simulated on the op graph (`ops` when coarse).
+        """
         return score_batch(self.op_graph, self.op_placements(acts), self.cluster, per_gb)
 
 
 class StepResult(NamedTuple):
-    """What one PPO step did on its task. Objectives in microseconds (memory-penalised runtime)."""
+    """What one PPO step did on its task.
+
+    Objectives in microseconds (memory-penalised runtime).
+    """
 
     params: Any
     opt_state: Any
@@ -79,8 +88,11 @@ class StepResult(NamedTuple):
 
 
 def make_task(graph: Graph, cluster: Cluster, config: GdpConfig, grouping: Grouping | None = None) -> Task:
-    """The task of placing `graph` on `cluster`; with `grouping` (of `graph`), of placing its groups, each
-    placement expanded to `graph`'s ops and scored there."""
+    """The task of placing `graph` (or its groups) on `cluster`.
+
+    With `grouping` (of `graph`), the task places its groups, each placement expanded to `graph`'s ops and
+    scored there.
+    """
     if grouping is not None:
         task = make_task(grouping.graph, cluster, config)
         return task._replace(key=f"{graph.name}@{cluster.n_devices}d", scale=objective_scale(graph, cluster),
@@ -90,7 +102,10 @@ def make_task(graph: Graph, cluster: Cluster, config: GdpConfig, grouping: Group
 
 
 def make_optimizer(config: GdpConfig) -> optax.GradientTransformation:
-    """Clipped Adam; one object per (grad_clip, lr), so that jitted updates taking it compile once."""
+    """Clipped Adam; one object per (grad_clip, lr).
+
+    So that jitted updates taking it compile once.
+    """
     return _optimizer(config.grad_clip, config.lr)
 
 
@@ -100,7 +115,10 @@ def _optimizer(grad_clip: float, lr: float) -> optax.GradientTransformation:
 
 
 class PpoSettings(NamedTuple):
-    """The PPO fields of GdpConfig the compiled update depends on (a static, hashable argument)."""
+    """The PPO fields of GdpConfig the compiled update depends on.
+
+    A static, hashable argument.
+    """
 
     clip: float
     entropy: float
@@ -116,31 +134,46 @@ class PpoSettings(NamedTuple):
 
 @functools.partial(jax.jit, static_argnames=("net", "batch"))
 def sample_batch(net: GdpNet, params, x: GdpInputs, key: jax.Array, batch: int, temperature: float = 1.0):
-    """(placements int32[B, Np], their per-node log-probabilities float32[B, Np], the greedy placement int32[Np]:
-    each node's most likely device) from one forward pass of the policy at `temperature` (model.log_policy)."""
+    """B sampled placements and the greedy one, from one pass.
+
+    Returns (placements int32[B, Np], their per-node log-probabilities float32[B, Np], the greedy placement
+    int32[Np]: each node's most likely device), at `temperature` (model.log_policy).
+    """
     logp = log_policy(net, params, x, temperature)
     acts = jax.random.categorical(key, logp[None], axis=-1, shape=(batch, logp.shape[0])).astype(jnp.int32)
     return acts, logp[jnp.arange(logp.shape[0])[None, :], acts], jnp.argmax(logp, axis=-1).astype(jnp.int32)
 
 
 def decoded_log_policy(scores, weight, feat, allowed, temperature: float = 1.0) -> jax.Array:
-    """float32[B, Np, Dm] a list decoder's log-probabilities at each recorded decision: log-softmax of
-    (scores + sum_k weight[:, k] * feat[..., k]) / temperature over the allowed devices
+    """float32[B, Np, Dm] a list decoder's log-probs at its recorded decisions.
+
+    The log-softmax of (scores + sum_k weight[:, k] * feat[..., k]) / temperature over the allowed devices
     (placeto.methods.gdp.decoder).
 
-    scores: float32[Np, Dm]; weight: float32[Np, K]; feat: float32[B, Np, Dm, K]; allowed: bool[B, Np, Dm]."""
+    Args:
+      scores: float32[Np, Dm].
+      weight: float32[Np, K].
+      feat: float32[B, Np, Dm, K].
+      allowed: bool[B, Np, Dm].
+    """
     logits = (scores[None] + jnp.einsum("bndk,nk->bnd", feat, weight)) / temperature
     return jax.nn.log_softmax(jnp.where(allowed, logits, NEG), axis=-1)
 
 
 def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old_logp, adv, feat=None,
              allowed=None, target=None):
-    """Clipped surrogate (per node, see the module docstring) minus the entropy bonus, plus config.imitation
-    times the cross-entropy toward `target`; (loss, entropy).
+    """(loss, entropy): clipped surrogate - entropy bonus + imitation term.
 
-    acts: int32[B, Np]; old_logp: float32[B, Np]; adv: float32[B]; feat, allowed: a list decoder's records
-    float32[B, Np, Dm, K] and bool[B, Np, Dm] (None for the independent decoder); target: int32[B, Np] the list
-    scheduler's device at each decision (`scheduler_choice`; None: no imitation). Padding nodes are masked out.
+    The clipped surrogate is per node (see the module docstring); the imitation term is config.imitation times the
+    cross-entropy toward `target`. Padding nodes are masked out.
+
+    Args:
+      acts: int32[B, Np].
+      old_logp: float32[B, Np].
+      adv: float32[B].
+      feat, allowed: a list decoder's records float32[B, Np, Dm, K] and bool[B, Np, Dm] (None for the
+        independent decoder).
+      target: int32[B, Np] the list scheduler's device at each decision (`scheduler_choice`; None: no imitation).
     """
     rows = jnp.arange(acts.shape[1])[None, :]
     if feat is None:
@@ -166,16 +199,22 @@ def ppo_loss(net: GdpNet, config: "PpoSettings", params, x: GdpInputs, acts, old
 
 
 def scheduler_choice(feat: np.ndarray, allowed: np.ndarray) -> np.ndarray:
-    """int32[B, Np] the list scheduler's device at every recorded decision: the allowed device whose finish-gap
-    feature is largest (feat[..., 0] = -log1p(finish gap / cost unit), 0 where the node finishes first), the lowest
-    on ties (m-ETF's rule; with the "heft" decoder, HEFT's). feat: float[B, Np, Dm, K]; allowed: bool[B, Np, Dm]."""
+    """int32[B, Np] the list scheduler's device at every recorded decision.
+
+    The allowed device whose finish-gap feature is largest (feat[..., 0] = -log1p(finish gap / cost unit), 0 where
+    the node finishes first), the lowest on ties (m-ETF's rule; with the "heft" decoder, HEFT's). feat:
+    float[B, Np, Dm, K]; allowed: bool[B, Np, Dm].
+    """
     return np.argmax(np.where(allowed, feat[..., 0], -np.inf), axis=-1).astype(np.int32)
 
 
 @functools.partial(jax.jit, static_argnames=("net", "config", "optimizer"))
 def ppo_update(net: GdpNet, config: PpoSettings, optimizer, params, opt_state, x: GdpInputs, acts, old_logp, adv,
                feat=None, allowed=None, target=None):
-    """`config.epochs` Adam steps on one batch, in one compiled scan; returns (params, opt_state, loss, entropy)."""
+    """`config.epochs` Adam steps on one batch, in one compiled scan.
+
+    Returns (params, opt_state, loss, entropy).
+    """
     grad_fn = jax.value_and_grad(lambda p: ppo_loss(net, config, p, x, acts, old_logp, adv, feat, allowed, target),
                                  has_aux=True)
 
@@ -190,8 +229,11 @@ def ppo_update(net: GdpNet, config: PpoSettings, optimizer, params, opt_state, x
 
 
 def advantages(objective: np.ndarray, scale: float, baseline: float | None = None) -> np.ndarray:
-    """float32[B]: reward (-objective / scale) minus the batch mean (or minus -baseline / scale: the greedy
-    decoding's objective, us), over the batch standard deviation."""
+    """float32[B] advantages: (reward - baseline) / batch std.
+
+    reward = -objective / scale; the baseline is the batch mean, or -baseline / scale (the greedy decoding's
+    objective, us).
+    """
     r = -np.asarray(objective, np.float64) / scale
     a = r - (r.mean() if baseline is None else -baseline / scale)
     spread = a.std() if baseline is None else r.std()
@@ -202,10 +244,14 @@ TIE_SEED = 0  # a list decoder's greedy decoding breaks exact ties with uniforms
 
 
 def greedy_decoding(config: GdpConfig, net: GdpNet, params, task: Task):
-    """A list decoder's greedy decoding of `task` (decoder.Decoding with B = 1): each node on its most likely
-    device given the earlier ones, exact ties broken at random by uniforms of key(TIE_SEED), the same for every
-    call (m-ETF's own rule, the lowest device, measured 1.03-1.15x worse on the op graphs: gdp_decoder.md), or
-    with config.greedy_ties "lowest" by that rule."""
+    """A list decoder's greedy decoding of `task`.
+
+    A decoder.Decoding with B = 1.
+
+    Each node on its most likely device given the earlier ones, exact ties broken at random by uniforms of
+    key(TIE_SEED), the same for every call, or with config.greedy_ties "lowest" by m-ETF's own rule, the lowest
+    device (which places the op graphs worse: experiments/results/ablations/gdp_decoder.md).
+    """
     scores, weight = (np.asarray(a) for a in decoder_heads(net, params, task.inputs))
     if config.greedy_ties == "lowest":
         return decode(task.graph, task.cluster, scores, weight, config.temperature, None, config.decoder, greedy=True)
@@ -215,7 +261,7 @@ def greedy_decoding(config: GdpConfig, net: GdpNet, params, task: Task):
 
 
 class Drawn(NamedTuple):
-    """B placements sampled from the policy and scored: what a PPO step learns from."""
+    """B placements sampled and scored: a PPO step's data."""
 
     acts: np.ndarray  # int32[B, Np] device of every (padded) node
     logp: np.ndarray  # float32[B, Np] log-probability of each node's device under the sampling parameters
@@ -225,8 +271,10 @@ class Drawn(NamedTuple):
 
 
 def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> Drawn:
-    """config.samples_per_update placements of `task` from one key (`sample_batch`; for a list decoder
-    `draw_range` of the whole batch), scored (metered)."""
+    """A batch of placements of `task` from one key, scored; metered.
+
+    config.samples_per_update of them, by `sample_batch`; for a list decoder, `draw_range` of the whole batch.
+    """
     if config.decoder != "independent":
         return draw_range(net, config, params, task, key, 0, config.samples_per_update)
     acts, logp, _ = sample_batch(net, params, task.inputs, key, config.samples_per_update, config.temperature)
@@ -236,9 +284,11 @@ def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> 
 
 
 def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array, lo: int, hi: int) -> Drawn:
-    """Samples [lo, hi) of a batch drawn one key per sample: sample i is categorical(fold_in(key, i)) of the one
-    forward pass, so the batch is the same however [0, B) is split into ranges (placeto.rollouts.distributed); not
-    `draw`'s batch for the same key. Scored (metered)."""
+    """Samples [lo, hi) of a batch, one key per sample, scored; metered.
+
+    Sample i is categorical(fold_in(key, i)) of the one forward pass, so the batch is the same however [0, B) is
+    split into ranges (placeto.rollouts.distributed); not `draw`'s batch for the same key.
+    """
     if config.decoder != "independent":
         return _decode_range(net, config, params, task, key, lo, hi)
     logp_all = _forward(net, params, task.inputs, config.temperature)  # one compiled program whatever the range
@@ -257,7 +307,10 @@ def _forward(net: GdpNet, params, x: GdpInputs, temperature: float = 1.0) -> jax
 
 @jax.jit
 def _sample_rows(logp_all: jax.Array, keys: jax.Array):
-    """(acts int32[K, Np], their log-probabilities float32[K, Np]): row k from keys[k] alone (`jax.lax.map`)."""
+    """(acts int32[K, Np], log-probs float32[K, Np]), row k from keys[k].
+
+    Row k depends on keys[k] alone (`jax.lax.map`).
+    """
     rows = jnp.arange(logp_all.shape[0])
 
     def one(key):
@@ -268,7 +321,10 @@ def _sample_rows(logp_all: jax.Array, keys: jax.Array):
 
 
 def _decode_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array, lo: int, hi: int) -> Drawn:
-    """`draw_range` for a list decoder: sample i decoded from uniforms of fold_in(key, i); padded to Np, Dm."""
+    """`draw_range` for a list decoder.
+
+    Sample i is decoded from uniforms of fold_in(key, i); padded to Np, Dm.
+    """
     scores, weight = (np.asarray(a) for a in decoder_heads(net, params, task.inputs))
     n, d = task.graph.n_nodes, task.cluster.n_devices
     uniforms = np.asarray(decoder_uniforms(key, jnp.arange(lo, hi, dtype=jnp.uint32), n), np.float64)
@@ -285,25 +341,34 @@ def _decode_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.A
 
 @functools.partial(jax.jit, static_argnames=("net",))
 def decoder_heads(net: GdpNet, params, x: GdpInputs):
-    """(scores float32[Np, Dm], weights float32[Np]) of a list decoder (model.heads), jitted."""
+    """(scores, weights) of a list decoder, jitted.
+
+    model.heads under jit: scores float32[Np, Dm], weights float32[Np, 2].
+    """
     return heads(net, params, x)
 
 
 @functools.partial(jax.jit, static_argnames=("n",))
 def decoder_uniforms(key: jax.Array, index: jax.Array, n: int) -> jax.Array:
-    """float32[K, n]: row k uniform in [0, 1) from fold_in(key, index[k]) alone."""
+    """float32[K, n] uniforms in [0, 1), row k from fold_in(key, index[k])."""
     return jax.vmap(lambda i: jax.random.uniform(jax.random.fold_in(key, i), (n,)))(index)
 
 
 def concat_drawn(parts) -> Drawn:
-    """The samples of `parts` (ranges of one batch, in order) as one Drawn."""
+    """The samples of `parts` as one Drawn.
+
+    `parts`: ranges of one batch, in order.
+    """
     return Drawn(*(None if field[0] is None else np.concatenate(field) for field in zip(*parts)))
 
 
 def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task: Task, key: jax.Array,
              drawn: Drawn | None = None) -> StepResult:
-    """Sample config.samples_per_update placements of `task` (or take `drawn`: `draw_range`'s), score them,
-    update; see the module docstring."""
+    """One PPO step: sample, score, update.
+
+    Samples config.samples_per_update placements of `task` (or takes `drawn`: `draw_range`'s); see the module
+    docstring.
+    """
     drawn = drawn if drawn is not None else draw(net, config, params, task, key)
     obj, placements = drawn.objective, drawn.acts[:, :task.graph.n_nodes]
     base = None
@@ -322,5 +387,8 @@ def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task:
 
 
 def init_params(config: GdpConfig, task: Task) -> Any:
-    """Fresh parameters from config.seed (their shapes do not depend on the graph)."""
+    """Fresh parameters from config.seed.
+
+    Their shapes do not depend on the graph.
+    """
     return make_net(config).init(jax.random.key(config.seed), task.inputs)

@@ -1,10 +1,11 @@
-"""GDP training: PPO over a family of tasks (graphs x device counts), in a run directory that survives a kill.
+"""GDP training: PPO over a family, in a run directory that survives a kill.
 
-One update = one PPO step (placeto.methods.gdp.ppo) on task `update % T` (tasks in a fixed order). Its
-sampling key is fold_in(key(seed), update), so a run resumed from a checkpoint continues exactly as an
-uninterrupted run would: equal seeds give equal checkpoints, killed or not. With `workers`
-(placeto.rollouts.distributed.WorkerSpec) the placements are sampled and simulated in Ray actors, one key per sample
-(ppo.draw_range): equal seeds give equal checkpoints for every number of workers (not those of a run without).
+The tasks: graphs x device counts. One update = one PPO step (placeto.methods.gdp.ppo) on task `update % T`
+(tasks in a fixed order). Its sampling key is fold_in(key(seed), update), so a run resumed from a checkpoint
+continues exactly as an uninterrupted run would: equal seeds give equal checkpoints, killed or not. With
+`workers` (placeto.rollouts.distributed.WorkerSpec) the placements are sampled and simulated in Ray actors, one
+key per sample (ppo.draw_range): equal seeds give equal checkpoints for every number of workers (not those of a
+run without).
 
 Run directory (like Placeto's): config.json (GdpConfig with "method": "gdp"), checkpoint.msgpack (params,
 optimizer state, counters, best objective per task; written atomically), metrics.csv (one row per update;
@@ -46,7 +47,10 @@ FIELDS = ("update", "samples", "seconds", "task", "loss", "entropy", "mean_objec
 
 
 class TrainSummary(NamedTuple):
-    """What a `train` call did. Objectives are memory-penalised runtimes in microseconds."""
+    """What a `train` call did.
+
+    Objectives are memory-penalised runtimes in microseconds.
+    """
 
     updates: int  # update counter at the end (resumed runs included)
     samples: int  # placements sampled and simulated, resumed runs included
@@ -69,7 +73,10 @@ class RunState(NamedTuple):
 
 def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None,
                config: GdpConfig) -> list[Task]:
-    """Every graph on every cluster, graph-major (clusters None: `graphs` are (graph, cluster) pairs)."""
+    """Every graph on every cluster, graph-major.
+
+    clusters None: `graphs` are (graph, cluster) pairs.
+    """
     if clusters is None:
         pairs = list(graphs)
     else:
@@ -90,9 +97,14 @@ def _save(out: Path, st: RunState) -> None:
 
 
 def _read(out: Path) -> tuple[dict, RunState] | None:
-    """The checkpoint's blob and its counters and best objectives, checked (InputError naming the file and field),
-    params and opt_state left unrestored (None); None when there is no checkpoint. Read before the model is built,
-    so a damaged checkpoint fails at once."""
+    """The checkpoint's blob, counters and best objectives, checked.
+
+    None when there is no checkpoint; params and opt_state are left unrestored (None). Read before the model is built,
+    so a damaged checkpoint fails at once.
+
+    Raises:
+      InputError: naming the file and the field.
+    """
     path = out / CHECKPOINT
     if not path.exists():
         return None
@@ -102,8 +114,11 @@ def _read(out: Path) -> tuple[dict, RunState] | None:
 
 
 def _load(out: Path, template: RunState, read: tuple[dict, RunState] | None = None) -> RunState | None:
-    """The checkpoint's state (`read`, else `_read` now) with its params and opt_state restored into `template`'s
-    structure; None when there is no checkpoint."""
+    """The checkpoint's state, params restored into `template`.
+
+    params and opt_state are restored into `template`'s structure; the rest comes from `read` if given, else
+    `_read` now; None when there is no checkpoint.
+    """
     read = read or _read(out)
     if read is None:
         return None
@@ -114,7 +129,10 @@ def _load(out: Path, template: RunState, read: tuple[dict, RunState] | None = No
 
 
 def _check_config(out: Path, config: GdpConfig) -> None:
-    """InputError unless an existing config.json is a gdp config with the same model fields."""
+    """InputError unless config.json (if any) has these model fields.
+
+    A gdp config with the same model fields.
+    """
     if not (out / CONFIG).exists():
         return
     d = read_json(out / CONFIG)
@@ -128,7 +146,10 @@ def _check_config(out: Path, config: GdpConfig) -> None:
 
 
 def _metrics_writer(out: Path, keep_until: int):
-    """metrics.csv opened for appending, rows of updates >= keep_until dropped (written after the checkpoint)."""
+    """metrics.csv opened for appending.
+
+    Rows of updates >= keep_until are dropped (they were written after the checkpoint).
+    """
     path = out / METRICS
     rows = []
     if path.exists() and keep_until > 0:
@@ -145,7 +166,9 @@ def _metrics_writer(out: Path, keep_until: int):
 def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, out: str | Path,
           resume: bool = True, init: Any = None, log=None, workers: WorkerSpec | None = None,
           progress: bool = False) -> TrainSummary:
-    """Train (or resume) a gdp policy into run directory `out`; see the module docstring.
+    """Train (or resume) a gdp policy into run directory `out`.
+
+    See the module docstring.
 
     Args:
       init: parameters to start from instead of a fresh initialisation (fine-tuning a family policy).
@@ -162,15 +185,21 @@ def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequen
 
 
 def _draw_on(pool, task: int, config: GdpConfig, params, key: jax.Array) -> Drawn:
-    """The update's samples drawn across the pool's workers (ppo.draw_range), counted by this process's meter."""
+    """An update's samples, drawn across the pool's workers.
+
+    By ppo.draw_range; counted by this process's meter.
+    """
     drawn = concat_drawn(pool.run(params, (task, key_data(key)), config.samples_per_update))
     record(drawn.objective)
     return drawn
 
 
 def progress_bar(config: GdpConfig, samples: int, enabled: bool):
-    """A tqdm bar counting placements sampled: `samples` of config.updates * samples_per_update done (a
-    resumed run starts there); says it is compiling until the first update ends."""
+    """A tqdm bar of placements sampled.
+
+    Of config.updates * samples_per_update; `samples` are done already (a resumed run starts there); it says it is
+    compiling until the first update ends.
+    """
     from tqdm import tqdm
 
     bar = tqdm(total=config.updates * config.samples_per_update, initial=samples, unit="placement",
@@ -227,7 +256,10 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
 
 
 def _metrics_row(st: RunState, key: str, r: Any, seconds: float, calls_per_s: float) -> dict[str, Any]:
-    """metrics.csv's row of the update just done (`st` after it, `r` its ppo.StepResult)."""
+    """metrics.csv's row of the update just done.
+
+    `st` after the update, `r` its ppo.StepResult.
+    """
     return {"update": st.update - 1, "samples": st.samples, "seconds": f"{seconds:.2f}", "task": key,
             "loss": f"{r.loss:.6g}", "entropy": f"{r.entropy:.4f}", "mean_objective_us": f"{r.mean_objective:.3f}",
             "batch_best_us": f"{r.best_objective:.3f}", "best_us": f"{st.best[key]:.3f}",

@@ -1,4 +1,7 @@
-"""gdp's rollout worker: its share of one update's sampled placements (placeto.rollouts.workers runs it)."""
+"""gdp's rollout worker: its share of one update's sampled placements.
+
+placeto.rollouts.workers runs it.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +17,10 @@ WORKER = "placeto.methods.gdp.workers:GdpWorker"  # its kind (placeto.rollouts.w
 
 
 class GdpWorker:
-    """gdp placements on the tasks of a run: payload (GdpConfig, [(graph, cluster), ...])."""
+    """gdp placements on the tasks of a run.
+
+    Payload: (GdpConfig, [(graph, cluster), ...]).
+    """
 
     def __init__(self, config, pairs: Sequence[Pair]):
         self.config, self.net = config, make_net(config)

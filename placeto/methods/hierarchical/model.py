@@ -1,7 +1,9 @@
-"""The hierarchical planner's network (seed 001): a feed-forward Grouper and a seq2seq Placer over the groups.
+"""The hierarchical planner's network (seed 001): Grouper and Placer.
 
-    Grouper    op embeddings (placeto.methods.sequence.op_embed: type, output sizes, adjacency, position) -> a ReLU layer
-               -> a softmax over G groups per op; K groupings are sampled, one group per op
+A feed-forward Grouper and a seq2seq Placer over the groups.
+
+    Grouper    op embeddings (placeto.methods.sequence.op_embed: type, output sizes, adjacency, position) -> a
+               ReLU layer -> a softmax over G groups per op; K groupings are sampled, one group per op
     groups     per sampled grouping, each group's embedding from segment sums over its ops (nothing N x N): the
                mean op embedding, the share of the graph's ops, and the group's adjacency (edges from it to
                each group and into it from each group, as shares of all edges): float32[K, G, H + 1 + 2G]
@@ -34,8 +36,14 @@ class Actions(NamedTuple):
 
 
 def group_features(h: jax.Array, groups: jax.Array, x: OpInputs, n_groups: int) -> jax.Array:
-    """float32[K, G, H + 1 + 2G] group embeddings (see the module docstring). h: float32[Np, H] op embeddings
-    (0 on padding ops); groups: int32[K, Np]."""
+    """float32[K, G, H + 1 + 2G] group embeddings.
+
+    See the module docstring.
+
+    Args:
+      h: float32[Np, H] op embeddings (0 on padding ops).
+      groups: int32[K, Np] the group of each op.
+    """
     mask = x.node_mask.astype(h.dtype)
     n_ops = jnp.maximum(mask.sum(), 1.0)
     n_edges = jnp.maximum(x.edge_mask.sum(), 1)
@@ -53,9 +61,12 @@ def group_features(h: jax.Array, groups: jax.Array, x: OpInputs, n_groups: int) 
 
 
 def block_prior(x: OpInputs, n_groups: int, strength: float) -> jax.Array:
-    """float32[Np, G] -strength * (d / 1 group)^2, d = distance from the op's place in the depth-first order
-    (scaled to [0, G)) to the centre of group g: with strength > 0 the untrained Grouper favours contiguous
-    blocks of the order. 0: the seed's plain Grouper."""
+    """float32[Np, G] the block prior's term of the Grouper's logits.
+
+    -strength * (d / 1 group)^2, where d is the distance from the op's place in the depth-first order (scaled to [0,
+    G)) to the centre of group g: with strength > 0 the untrained Grouper favours contiguous blocks of the order. 0:
+    the seed's plain Grouper.
+    """
     n = jnp.maximum(x.node_mask.sum(), 1)
     place = x.position.astype(jnp.float32) * n_groups / n  # [Np]
     d = place[:, None] - (jnp.arange(n_groups, dtype=jnp.float32)[None, :] + 0.5)
@@ -75,13 +86,16 @@ class HierarchicalPlacer(nn.Module):
         self.placer = Seq2Seq(c.hidden, c.devices, c.logit_clip, c.stay_prior)
 
     def _grouper(self, x: OpInputs) -> tuple[jax.Array, jax.Array]:
-        """(op embeddings float32[Np, H], group log-probabilities float32[Np, G])."""
+        """(op embeddings float32[Np, H], group log-probs float32[Np, G])."""
         h = self.embed(x)
         logits = clip_logits(self.grouper_out(nn.relu(self.grouper_hidden(h))), self.config.logit_clip)
         return h, jax.nn.log_softmax(logits + block_prior(x, self.config.groups, self.config.block_prior), axis=-1)
 
     def sample(self, x: OpInputs, key: jax.Array, batch: int, greedy: bool = False) -> Sampled:
-        """`batch` placements: Actions (groups int32[K, Np], devices int32[K, G]) and placement int32[K, Np]."""
+        """`batch` placements: Actions and placement int32[K, Np].
+
+        Actions: groups int32[K, Np], devices int32[K, G].
+        """
         h, logp = self._grouper(x)
         k_group, k_place = jax.random.split(key)
         if greedy:
@@ -96,7 +110,10 @@ class HierarchicalPlacer(nn.Module):
         return Sampled(Actions(groups, dec.actions), jnp.take_along_axis(dec.actions, groups, axis=1))
 
     def __call__(self, x: OpInputs, actions: Actions) -> Scored:
-        """Log-probability of the groupings (mean over real ops) plus that of the devices (mean over groups)."""
+        """Log-probability of the groupings plus that of the devices.
+
+        Each a mean: over the real ops for the groupings, over the groups for the devices.
+        """
         h, logp = self._grouper(x)
         mask = x.node_mask.astype(logp.dtype)
         n_ops = jnp.maximum(mask.sum(), 1.0)
@@ -110,5 +127,8 @@ class HierarchicalPlacer(nn.Module):
 
 
 def make_net(config: HierarchicalConfig) -> HierarchicalPlacer:
-    """The network of `config`'s model fields (runs differing in budget or seed share compilations)."""
+    """The network of `config`'s model fields.
+
+    Runs differing in budget or seed share compilations.
+    """
     return HierarchicalPlacer(HierarchicalConfig(**{f: getattr(config, f) for f in config.MODEL_FIELDS}))

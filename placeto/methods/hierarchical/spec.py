@@ -1,4 +1,7 @@
-"""The hierarchical method's MethodSpec (placeto.methods.sequence.pergraph): config, presets, inputs and network."""
+"""The hierarchical MethodSpec: config, presets, inputs, network.
+
+The type is placeto.methods.sequence.pergraph's.
+"""
 
 from __future__ import annotations
 

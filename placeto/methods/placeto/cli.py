@@ -1,5 +1,7 @@
-"""`placeto train` (method placeto, the default): the library call behind the CLI flags (the CLI module stays
-thin)."""
+"""`placeto train` for method placeto: the library call behind the flags.
+
+placeto is the default method; the CLI module stays thin.
+"""
 
 from __future__ import annotations
 
@@ -13,9 +15,11 @@ from simulator.model.errors import InputError
 
 
 def train_from_args(args: argparse.Namespace, graphs, clusters, workers=None) -> int:
-    """Train (or resume) a Placeto run on `graphs` x `clusters` as the train command's arguments say (--config,
-    --set, --episodes, --seed, --minutes, --init-from, --fresh); prints a summary. `workers`: a
-    placeto.rollouts.distributed.WorkerSpec (--workers)."""
+    """Train (or resume) a Placeto run on `graphs` x `clusters` as the flags say.
+
+    Flags: --config, --set, --episodes, --seed, --minutes, --init-from, --fresh. Prints a summary. `workers`: a
+    placeto.rollouts.distributed.WorkerSpec (--workers).
+    """
     try:
         changes = parse_overrides(args.set)
         changes.update({k: v for k, v in (("episodes", args.episodes), ("seed", args.seed),

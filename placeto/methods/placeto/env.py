@@ -1,9 +1,9 @@
-"""The placement MDP: B episodes on one graph, as pure functions over a typed state (jumanji style).
+"""The placement MDP: B episodes on one graph, pure functions over a typed state.
 
-An episode visits the nodes in a fixed order (`visit_sequence`), each node `passes` times; at every step the
-policy picks the device of the current node, the new placement is simulated once (host, outside jit), and the
-reward is the drop in (memory-penalised) runtime divided by a per-graph constant, so an episode's rewards sum
-to (initial - final runtime) / reward_scale.
+In jumanji's style. An episode visits the nodes in a fixed order (`visit_sequence`), each node `passes` times;
+at every step the policy picks the device of the current node, the new placement is simulated once (host,
+outside jit), and the reward is the drop in (memory-penalised) runtime divided by a per-graph constant, so an
+episode's rewards sum to (initial - final runtime) / reward_scale.
 
 The B episodes of a batch share the graph and the visit order, hence the current node and step index; only
 placements differ. `reset` -> `step` ... until `done`; `observe` gives the policy's input.
@@ -33,7 +33,10 @@ from simulator import simulate, simulate_batch
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class EnvContext:
-    """Per-(graph, cluster) constants, built once by `make_context` (host side, not a pytree)."""
+    """Per-(graph, cluster) constants, built once by `make_context`.
+
+    Host side, not a pytree.
+    """
 
     graph: Graph
     cluster: Cluster
@@ -72,7 +75,7 @@ class EnvState(NamedTuple):
 
 
 class Observation(NamedTuple):
-    """The policy's input at one step (a pytree; jit sees fixed shapes within a bucket)."""
+    """The policy's input at one step (a pytree: fixed shapes within a bucket)."""
 
     placement: np.ndarray  # int32[B, Np]
     start: np.ndarray  # float32[B, Np] normalised start times
@@ -81,7 +84,10 @@ class Observation(NamedTuple):
 
 
 def visit_sequence(graph: Graph, order: str, passes: int, seed: int = 0) -> np.ndarray:
-    """int32[passes * N] nodes in visit order: "topo", "reverse_topo" or "random_fixed" (fixed by seed)."""
+    """int32[passes * N] nodes in visit order.
+
+    Orders: "topo", "reverse_topo" or "random_fixed" (fixed by seed).
+    """
     if order == "topo":
         base = graph.topo_order
     elif order == "reverse_topo":
@@ -110,10 +116,13 @@ LIST_STARTS = {"etf": ("etf",), "list": ("etf", "m-sct", "m-topo", "heft")}  # i
 
 
 def list_start(graph: Graph, cluster: Cluster, per_gb: float, kind: str = "etf") -> np.ndarray:
-    """int32[N] a start from what list schedulers know: the best (lowest memory-penalised simulated runtime, the
-    earlier in `LIST_STARTS[kind]` on ties) of the schedulers' placements, or the single device
-    (`placeto.baselines.single`: every node on the first accelerator) where that scores better. "etf": m-ETF
-    alone (two simulator calls); "list": m-ETF, m-SCT, m-TOPO and HEFT (five). Memoised in graph.cache."""
+    """int32[N] a start from what list schedulers know (memoised in graph.cache).
+
+    The best (lowest memory-penalised simulated runtime, the earlier in `LIST_STARTS[kind]` on ties) of the
+    schedulers' placements, or the single device (`placeto.baselines.single`: every node on the first accelerator)
+    where that scores better. "etf": m-ETF alone (two simulator calls); "list": m-ETF, m-SCT, m-TOPO and HEFT
+    (five).
+    """
     key = ("placeto.list_start", cluster, per_gb, kind)
     if key not in graph.cache:
         cands = np.stack([np.asarray(METHODS[m](graph, cluster), np.int32) for m in LIST_STARTS[kind]])
@@ -123,19 +132,27 @@ def list_start(graph: Graph, cluster: Cluster, per_gb: float, kind: str = "etf")
 
 
 def penalised_runtime(ctx: EnvContext, result: SimResult) -> float:
-    """The objective (`placeto.objective.penalised`): runtime plus memory_penalty_per_gb * reward_scale per GB
-    above capacity (summed over devices), us."""
+    """The objective (`placeto.objective.penalised`), us.
+
+    Runtime plus memory_penalty_per_gb * reward_scale per GB above capacity (summed over devices).
+    """
     return float(_penalised(ctx, result.runtime, result.peak_memory, result.capacity))
 
 
 def _penalised(ctx: EnvContext, runtime, peak: np.ndarray, capacity: np.ndarray):
-    """runtime (us, scalar or [B]) + the memory penalty of peak bytes [..., D] against capacity bytes [D]."""
+    """The penalised runtime: runtime (us, scalar or [B]) + the memory penalty.
+
+    The penalty of peak bytes [..., D] against capacity bytes [D].
+    """
     return objective.penalised(runtime, peak, capacity, ctx.reward_scale, ctx.memory_penalty_per_gb)
 
 
 def _simulate_rows(ctx: EnvContext, placement: np.ndarray, rows: np.ndarray, runtime: np.ndarray,
                    start: np.ndarray) -> None:
-    """Simulate `rows` of placement int32[B, Np] into runtime float64[B] (penalised), start f32[B, Np]."""
+    """Simulate `rows` of placement int32[B, Np].
+
+    Returns the penalised runtime float64[B] and the start times float32[B, Np].
+    """
     n = ctx.n_nodes
 
     def one(b: int) -> None:
@@ -164,9 +181,9 @@ def _pool() -> concurrent.futures.ThreadPoolExecutor:
 
 def reset(ctx: EnvContext, seed: int | np.random.Generator, batch: int = 1,
           placement: np.ndarray | None = None) -> tuple[EnvState, Observation]:
-    """Start `batch` episodes: from `placement` (int[N] or int[B, N]) if given, else ctx.init_placement.
+    """Start `batch` episodes: from `placement` if given, else ctx.init_placement.
 
-    Deterministic in `seed`. One simulator call per episode.
+    `placement`: int[N] or int[B, N]. Deterministic in `seed`. One simulator call per episode.
     """
     n, d = ctx.n_nodes, ctx.cluster.n_devices
     rng = np.random.default_rng(seed)
@@ -193,10 +210,11 @@ def observe(state: EnvState) -> Observation:
 
 
 def action_rewards(state: EnvState) -> np.ndarray:
-    """float64[B, D] the reward `step` would give for each device of the current node, in every episode.
+    """float64[B, D] the reward `step` would give each device of the current node.
 
-    Simulates all D alternatives (B * D simulator calls in one batch); entry [b, action[b]] equals the reward
-    `step(state, action)` returns, exactly. Used by the counterfactual gradient (see PlacetoConfig).
+    In every episode. Simulates all D alternatives (B * D simulator calls in one batch); entry [b, action[b]]
+    equals the reward `step(state, action)` returns, exactly. Used by the counterfactual gradient (see
+    PlacetoConfig).
     """
     ctx = state.ctx
     n, d, b = ctx.n_nodes, ctx.cluster.n_devices, state.placement.shape[0]
@@ -210,9 +228,11 @@ def action_rewards(state: EnvState) -> np.ndarray:
 
 
 def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, bool]:
-    """Put the current node of each episode on device action[b]; returns (state, reward float64[B], done).
+    """Put episode b's current node on device action[b].
 
-    reward = (penalised runtime before - after) / reward_scale. One simulator call per episode whose placement
+    Returns (state, reward float64[B], done).
+
+    Where reward = (penalised runtime before - after) / reward_scale. One simulator call per episode whose placement
     changed (an unchanged placement keeps its runtime and start times: reward exactly 0).
     """
     ctx = state.ctx

@@ -1,20 +1,24 @@
-"""Placeto rollouts episode by episode: the sampling that any split of a batch across workers reproduces exactly.
+"""Placeto rollouts episode by episode, the same for any split of a batch.
+
+Any split of a batch across workers reproduces the batch exactly.
 
 `collect_rollout` (placeto.methods.placeto.rollout) samples a whole batch with one key per step and runs the
 policy on the B states at once; the numbers of row b then depend on B (XLA's matrix products round a row
-differently in batches of different sizes) and on where b sits in the batch. Here every episode e of an update is
-a function of (key, seed, e) alone:
+differently in batches of different sizes) and on where b sits in the batch. Here every episode e of an update
+is a function of (key, seed, e) alone:
 
     initial placement   ctx.init_placement; "random" draws episode e's devices from default_rng([seed, e]),
-                        "single", "etf" and "list" start every episode from ctx.start_placement (device 0 if None)
+                        "single", "etf" and "list" start every episode from ctx.start_placement (device 0 if
+                        None)
     action at step t    categorical(fold_in(fold_in(key, e), t), log pi(state of e)); the policy evaluates
                         one state at a time under `jax.lax.map`, the same compiled body for every episode
                         whatever the number of episodes in the call (checked bitwise in tests)
 
 so `collect_episodes(..., lo, hi)` over any partition of [0, B) into ranges, concatenated in order by
 `concat_rollouts`, is bit for bit `collect_episodes(..., 0, B)`. Training with `--workers N`
-(placeto.rollouts.distributed) uses this sampling for every N >= 1; a run without `--workers` keeps `collect_rollout`
-(the sampling the shipped policies were trained with), so its checkpoint differs from a `--workers` run's.
+(placeto.rollouts.distributed) uses this sampling for every N >= 1; a run without `--workers` keeps
+`collect_rollout` (the sampling the shipped policies were trained with), so its checkpoint differs from a
+`--workers` run's.
 """
 
 from __future__ import annotations
@@ -32,7 +36,9 @@ from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, log_probs
 
 def episode_act(policy: Policy):
-    """Jitted (params, arrays, obs, keys: key[B]) -> actions int32[B], one state at a time (memoised per network).
+    """Jitted actions int32[B], one state at a time; memoised per network.
+
+    (params, arrays, obs, keys: key[B]) -> actions.
 
     Episode b's action is categorical(fold_in(keys[b], obs.t), log pi(state b)).
     """
@@ -57,8 +63,10 @@ def _episode_act(net):
 
 @functools.lru_cache(maxsize=None)
 def _episode_act_cached(net):
-    """(refresh, stale): `_episode_act` for embed_every > 1, one state at a time; refresh also returns each
-    episode's embeddings float32[B, Np, 1, H], stale takes them."""
+    """(refresh, stale): `_episode_act` for embed_every > 1, one state at a time.
+
+    refresh also returns each episode's embeddings float32[B, Np, 1, H]; stale takes them.
+    """
 
     def one_logp(params, arrays, obs, row, h=None):
         node, t = jnp.asarray(obs.node, jnp.int32)[None], jnp.asarray(obs.t, jnp.int32)[None]
@@ -92,8 +100,11 @@ def _episode_act_cached(net):
 
 
 def episode_act_fn(policy: Policy, params, arrays: GraphArrays, keys: jax.Array):
-    """observation -> actions int32[B] of the episodes whose keys are `keys` (see the module docstring); with
-    policy.embed_every = m > 1 it keeps each episode's embeddings of the last step t with t % m == 0."""
+    """observation -> actions int32[B] of the episodes whose keys are `keys`.
+
+    See the module docstring. With policy.embed_every = m > 1 it keeps each episode's embeddings of the last step t
+    with t % m == 0.
+    """
     if policy.embed_every == 1:
         act = episode_act(policy)
         return lambda obs: act(params, arrays, obs, keys)
@@ -115,7 +126,10 @@ def episode_keys(key: jax.Array, lo: int, hi: int) -> jax.Array:
 
 
 def initial_placements(ctx: E.EnvContext, seed: int, lo: int, hi: int) -> np.ndarray:
-    """int32[hi - lo, N] starting placement of episodes [lo, hi) (see the module docstring)."""
+    """int32[hi - lo, N] the starting placements of episodes [lo, hi).
+
+    See the module docstring.
+    """
     n, d = ctx.n_nodes, ctx.cluster.n_devices
     if ctx.init_placement != "random":
         start = np.zeros(n, np.int32) if ctx.start_placement is None else ctx.start_placement
@@ -126,7 +140,10 @@ def initial_placements(ctx: E.EnvContext, seed: int, lo: int, hi: int) -> np.nda
 
 def collect_episodes(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArrays, key: jax.Array, seed: int,
                      lo: int, hi: int, counterfactual: bool = False) -> Rollout:
-    """Episodes [lo, hi) of an update whose sampling key is `key` and seed `seed` (hi > lo), recorded."""
+    """Episodes [lo, hi) of the update of sampling key `key` and seed `seed`, recorded.
+
+    hi > lo.
+    """
     if not 0 <= lo < hi:
         raise ValueError(f"collect_episodes: empty or negative range [{lo}, {hi})")
     act = episode_act_fn(policy, params, arrays, episode_keys(key, lo, hi))
@@ -135,7 +152,10 @@ def collect_episodes(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArr
 
 
 def concat_rollouts(parts: Sequence[Rollout]) -> Rollout:
-    """One Rollout of the episodes of `parts` (same graph, in order): [T, B] arrays joined on B, [B] on 0."""
+    """One Rollout of the episodes of `parts` (same graph, in order).
+
+    [T, B] arrays are joined on B, [B] arrays on 0.
+    """
     if len(parts) == 1:
         return parts[0]
 

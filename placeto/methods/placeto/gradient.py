@@ -1,11 +1,13 @@
-"""The Placeto policy gradient: returns-to-go, the per-step baseline, chunked jitted gradients, and the
-learning-rate and entropy schedules (placeto.methods.placeto.train runs the loop around them).
+"""The Placeto policy gradient: returns, baseline, gradients, schedules.
+
+Returns-to-go, the per-step baseline, chunked jitted gradients, and the learning-rate and entropy schedules
+(placeto.methods.placeto.train runs the loop around them).
 
     returns_to_go       G[t] = sum_k gamma^k r[t + k] of every episode
     baseline_update     the per-step baseline: the mean return-to-go at each step over the last `window` episodes
                         of the same graph (a ring buffer, the current batch included)
-    policy_gradient     re-evaluates recorded states in fixed-size chunks (one jitted function per padding bucket),
-                        optionally on a random subset of steps, and sums the gradients
+    policy_gradient     re-evaluates recorded states in fixed-size chunks (one jitted function per padding
+                        bucket), optionally on a random subset of steps, and sums the gradients
 """
 
 from __future__ import annotations
@@ -45,7 +47,10 @@ class Baseline(NamedTuple):
 
 
 def baseline_update(base: Baseline | None, returns: np.ndarray, window: int) -> tuple[Baseline, np.ndarray]:
-    """Add the batch's returns (float64[T, B]); return (new buffer, baseline float64[T] = mean of the window)."""
+    """Add the batch's returns float64[T, B]: (new buffer, baseline float64[T]).
+
+    The baseline is the mean of the window.
+    """
     t_len, b = returns.shape
     if base is None or base.returns.shape != (window, t_len):
         base = Baseline(np.zeros((window, t_len), np.float32), np.zeros((), np.int64))
@@ -59,7 +64,10 @@ def baseline_update(base: Baseline | None, returns: np.ndarray, window: int) -> 
 
 # ---- gradient --------------------------------------------------------------------------------------------
 class Chunk(NamedTuple):
-    """C recorded steps of B episodes (C fixed per bucket; padding steps have weight 0)."""
+    """C recorded steps of B episodes (C fixed per bucket).
+
+    Padding steps have weight 0.
+    """
 
     placement: jax.Array  # int8[C, B, Np]
     start: jax.Array  # float32[C, B, Np]
@@ -72,18 +80,23 @@ class Chunk(NamedTuple):
 
 
 def _immediate(logp, action_advantages, best: bool):
-    """The counterfactual term per state: sum_d pi(d) * advantage(d) ("expected"), or, with best, sum_d
-    target(d) * log pi(d): minus the cross-entropy against the best immediate device (action_advantages then
-    holds that target distribution)."""
+    """The counterfactual term per state.
+
+    sum_d pi(d) * advantage(d) ("expected"), or, with best, sum_d target(d) * log pi(d): minus the cross-entropy
+    against the best immediate device (action_advantages then holds that target distribution).
+    """
     if best:
         return (logp * action_advantages).sum(-1)
     return (jnp.exp(logp) * action_advantages).sum(-1)
 
 
 def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef, best: bool = False):
-    """-(weighted advantage * log pi(action)) - weighted sum_d pi(d) * action advantage(d) - ent_coef * weighted
-    entropy, and (pg term, entropy). best: the second term is the cross-entropy against chunk.action_advantages
-    as a target distribution (`_immediate`)."""
+    """The loss of one chunk, and (pg term, entropy).
+
+    loss = -(weighted advantage * log pi(action)) - weighted sum_d pi(d) * action advantage(d) - ent_coef *
+    weighted entropy. best: the second term is the cross-entropy against chunk.action_advantages as a target
+    distribution (`_immediate`).
+    """
     c, b, n_pad = chunk.placement.shape
     rep = lambda x: jnp.repeat(x, b)  # noqa: E731  per-step scalars -> per-state
     logp = log_probs(net, params, arrays, chunk.placement.reshape(c * b, n_pad).astype(jnp.int32),
@@ -92,8 +105,10 @@ def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef, best: b
 
 
 def _loss(logp, chunk, ent_coef, best: bool):
-    """The loss of `chunk_loss` from the chunk's log-probabilities float32[..., B, Dm] (a Chunk's [C, B, Dm], a
-    BlockChunk's [R, m, B, Dm]; chunk.weight has the leading axes)."""
+    """The loss of `chunk_loss` from the chunk's log-probabilities float32[..., B, Dm].
+
+    A Chunk's are [C, B, Dm], a BlockChunk's [R, m, B, Dm]; chunk.weight has the leading axes.
+    """
     taken = jnp.take_along_axis(logp, chunk.actions[..., None], axis=-1)[..., 0]
     entropy = -(jnp.exp(logp) * logp).sum(-1)
     w = chunk.weight[..., None]
@@ -105,11 +120,12 @@ def _loss(logp, chunk, ent_coef, best: bool):
 
 @functools.lru_cache(maxsize=None)
 def make_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
-    """Jitted (params, arrays, chunk, ent_coef) -> (grads, (loss, pg, entropy)); one trace per bucket.
+    """Jitted (params, arrays, chunk, ent_coef) -> (grads, (loss, pg, entropy)).
 
-    Memoised per policy (policies are memoised per model config), so repeated `train` calls reuse compilations.
-    A policy with embed_every > 1 gets the loss of BlockChunks (`block_chunk_loss`, for `block_policy_gradient`).
-    counterfactual_loss: PlacetoConfig.counterfactual_loss ("best": the cross-entropy of `_immediate`).
+    One trace per bucket. Memoised per policy (policies are memoised per model config), so repeated `train` calls
+    reuse compilations. A policy with embed_every > 1 gets the loss of BlockChunks (`block_chunk_loss`, for
+    `block_policy_gradient`). counterfactual_loss: PlacetoConfig.counterfactual_loss ("best": the cross-entropy of
+    `_immediate`).
     """
     best = counterfactual_loss == "best"
     loss, trace = (block_chunk_loss, "grad_blocks") if policy.embed_every > 1 else (chunk_loss, "grad")
@@ -125,8 +141,11 @@ def make_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
 
 
 class BlockChunk(NamedTuple):
-    """R blocks of m consecutive recorded steps of B episodes (embed_every = m): the message passing of a block
-    runs on its first step's state, the head on every step's placement (padding steps have weight 0)."""
+    """R blocks of m consecutive recorded steps of B episodes (embed_every = m).
+
+    The message passing of a block runs on its first step's state, the head on every step's placement (padding
+    steps have weight 0).
+    """
 
     placement: jax.Array  # int8[R, m, B, Np] placement before each step
     start: jax.Array  # float32[R, B, Np] start times at each block's first step
@@ -139,8 +158,11 @@ class BlockChunk(NamedTuple):
 
 
 def block_log_probs(net, params, arrays: GraphArrays, chunk: BlockChunk):
-    """float32[R, m, B, Dm] log-probabilities of the policy with `embed_every` = m, exactly as the rollout
-    (placeto.place.collect_rollout) evaluated them: embeddings of each block's first state, head on each step's."""
+    """float32[R, m, B, Dm] log-probabilities of the policy with `embed_every` = m.
+
+    Exactly as the rollout (placeto.methods.placeto.rollout.collect_rollout) evaluated them: embeddings of each
+    block's first state, head on each step's.
+    """
     r, m, b, n_pad = chunk.placement.shape
     first = chunk.placement[:, 0].reshape(r * b, n_pad).astype(jnp.int32)
     h = net.apply(params, arrays, first, chunk.start.reshape(r * b, n_pad), jnp.repeat(chunk.nodes[:, 0], b),
@@ -159,8 +181,11 @@ def block_chunk_loss(net, params, arrays: GraphArrays, chunk: BlockChunk, ent_co
 
 
 def choose_steps(config: PlacetoConfig, t_len: int, rng: np.random.Generator) -> np.ndarray:
-    """The gradient's sample, drawn as `policy_gradient` draws it: sorted step indices (embed_every = 1; all, or
-    `grad_steps` random ones) or block indices (embed_every = m > 1, see `block_policy_gradient`)."""
+    """The gradient's sample of steps, drawn as `policy_gradient` draws it.
+
+    Sorted step indices (embed_every = 1; all, or `grad_steps` random ones) or block indices (embed_every = m > 1,
+    see `block_policy_gradient`).
+    """
     if config.embed_every > 1:
         m = config.embed_every
         n_blocks = -(-t_len // m)
@@ -183,9 +208,12 @@ def steps_of(config: PlacetoConfig, selection: np.ndarray, t_len: int) -> np.nda
 def block_policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
                           action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float,
                           selection: np.ndarray | None = None):
-    """`policy_gradient` for embed_every = m > 1: K of the ceil(T / m) blocks of m steps sampled uniformly
-    (K = ceil(grad_steps / m), or all), every step of a sampled block in the loss with weight NB / (K T B), an
-    unbiased estimate of the mean over all T steps and B episodes; one message passing per block and episode."""
+    """`policy_gradient` for embed_every = m > 1: sampled blocks of m steps.
+
+    K of the ceil(T / m) blocks of m steps sampled uniformly (K = ceil(grad_steps / m), or all), every step of a
+    sampled block in the loss with weight NB / (K T B), an unbiased estimate of the mean over all T steps and B
+    episodes; one message passing per block and episode.
+    """
     m = config.embed_every
     t_len, b = adv.shape
     n_blocks = -(-t_len // m)
@@ -212,11 +240,15 @@ def block_policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArray
 def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro: Rollout, adv: np.ndarray,
                     action_adv: np.ndarray, config: PlacetoConfig, rng: np.random.Generator, ent_coef: float,
                     selection: np.ndarray | None = None):
-    """Summed gradient over the chosen steps (all, or `grad_steps` random ones) and (loss, pg, entropy).
+    """Summed gradient over the chosen steps, and (loss, pg, entropy).
 
-    adv: float64[T, B] advantage of the sampled actions; action_adv: float[T, B, Dm] of every device. With
-    embed_every > 1 the steps are sampled in blocks (`block_policy_gradient`; grad_fn from `make_grad_fn`).
-    selection: the sample, drawn beforehand with `choose_steps` (the same draw from the same rng).
+    The steps: all, or `grad_steps` random ones. With embed_every > 1 the steps are sampled in blocks
+    (`block_policy_gradient`; grad_fn from `make_grad_fn`).
+
+    Args:
+      adv: float64[T, B] advantage of the sampled actions.
+      action_adv: float[T, B, Dm] advantage of every device.
+      selection: the sample, drawn beforehand with `choose_steps` (the same draw from the same rng).
     """
     if config.embed_every > 1:
         return block_policy_gradient(grad_fn, params, ctx, arrays, ro, adv, action_adv, config, rng, ent_coef,
@@ -246,19 +278,25 @@ def make_optimizer(config: PlacetoConfig) -> optax.GradientTransformation:
 
 
 def clipped_adam(grad_clip: float) -> optax.GradientTransformation:
-    """Clip by global norm, then Adam's scaling; the learning rate (`learning_rate`) is applied by the update
-    (placeto.methods.placeto.train), so one compiled update serves every run length."""
+    """Clip by global norm, then Adam's scaling; the update applies the learning rate.
+
+    The update (placeto.methods.placeto.train) applies `learning_rate`, so one compiled update serves every run
+    length.
+    """
     return optax.chain(optax.clip_by_global_norm(grad_clip), optax.scale_by_adam())
 
 
 def learning_rate(config: PlacetoConfig, update: int) -> float:
-    """Exponential decay from lr (update 0) to lr_end (the last update of the episode budget)."""
+    """Exponential decay from lr (update 0) to lr_end (the budget's last update)."""
     n_updates = max(1, math.ceil(config.episodes / config.episodes_per_update) - 1)
     return config.lr * (config.lr_end / config.lr) ** min(1.0, update / n_updates)
 
 
 def entropy_coef(config: PlacetoConfig, episode: int) -> float:
-    """Linear decay from `entropy` to `entropy_end` over entropy_decay_fraction of the budget."""
+    """Linear decay from `entropy` to `entropy_end`, then constant.
+
+    Over entropy_decay_fraction of the budget.
+    """
     span = max(1.0, config.entropy_decay_fraction * config.episodes)
     frac = min(1.0, episode / span)
     return config.entropy + (config.entropy_end - config.entropy) * frac

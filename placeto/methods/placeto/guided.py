@@ -1,8 +1,9 @@
-"""A trained Placeto policy as a placer under a budget: zero-shot episodes, fine-tuning, policy-guided search.
+"""A trained Placeto policy placing under a budget: sampling, tuning, search.
 
-Everything here runs inside the caller's meter (`placeto.objective.metered`): simulations are counted there and
-the searches stop when its calls or wall seconds are spent. One-time costs (loading the parameters, jit
-compilation of the policy for the graph's padding bucket) happen in `prepare`, which reports them apart.
+Zero-shot episodes, fine-tuning, policy-guided search. Everything here runs inside the caller's meter
+(`placeto.objective.metered`): simulations are counted there and the searches stop when its calls or wall
+seconds are spent. One-time costs (loading the parameters, jit compilation of the policy for the graph's
+padding bucket) happen in `prepare`, which reports them apart.
 
 `placeto-search` (`guided_search`), beyond Placeto (compare REGAL's learned prior for a genetic search):
   1. one greedy episode of the policy (cut short after POLICY_SHARE of a wall-clock budget; message passing
@@ -17,7 +18,7 @@ compilation of the policy for the graph's padding bucket) happen in `prepare`, w
      nodes are drawn more often where the policy is unsure (weight x (0.5 + normalised entropy of the prior)).
 On a graph too large for the policy (`placeto.coarsen`) the policy places its groups; the search runs on the
 groups for GROUP_SHARE of the time left, then on the ops from the best expanded placement, every op taking its
-group's prior (`experiments/results/ablations/group_search.md`: 1.014x the best share against 1.153x for groups only).
+group's prior (the share: `experiments/results/ablations/group_search.md`).
 """
 
 from __future__ import annotations
@@ -51,9 +52,9 @@ from simulator.model.graph import Graph
 
 
 # greedy_with_prior refreshes the message passing every config.embed_every steps by default: the policy's own
-# greedy pass (`placeto place`), the one it was trained with (a refresh every step is another policy: on nmt_004 at
-# 4 K80s the shipped general policy gives 24.56 ms that way against 23.74 ms its own way)
-SEARCH_REFRESH = 16  # a 3x faster prior leaves placeto-search more time (experiments/README.md, search_refresh)
+# greedy pass (`placeto place`), the one it was trained with (a refresh every step is another policy, which
+# placed nmt_004 worse: experiments/README.md, "Figures behind design choices")
+SEARCH_REFRESH = 16  # a faster prior leaves placeto-search more time (experiments/README.md, search_refresh)
 
 
 POLICY_SHARE = 0.4  # largest share of a wall-clock budget placeto-search spends in the policy's greedy episode
@@ -62,7 +63,10 @@ GROUP_SHARE = 0.3  # share of the rest spent searching the groups of a coarsened
 
 @dataclasses.dataclass
 class Prepared:
-    """A policy ready to run on one (graph, cluster): compiled for the graph's padding bucket."""
+    """A policy ready to run on one (graph, cluster).
+
+    Compiled for the graph's padding bucket.
+    """
 
     config: PlacetoConfig
     params: Any
@@ -82,11 +86,14 @@ def _load(checkpoint: str) -> tuple[PlacetoConfig, Any]:
 
 def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampling: bool = True,
             finetuning: bool = False) -> Prepared:
-    """Load the policy (a shipped name, a run directory, or None: the default shipped policy) and compile what
-    the methods run for `graph`'s padding bucket: the batch-1 log-probabilities of the greedy episode and, with
-    `sampling`, the sampling step at the config's episodes_per_update; with `finetuning`, the gradient and
-    update functions (by a throw-away update of a copy, outside any budget) and the duration of one update (a
-    second one, timed: `finetune` starts an update only if it fits before the deadline)."""
+    """Load the policy; compile what the methods run for `graph`'s padding bucket.
+
+    The policy: a shipped name, a run directory, or None (the default shipped policy). Compiled: the batch-1
+    log-probabilities of the greedy episode and, with `sampling`, the sampling step at the config's
+    episodes_per_update; with `finetuning`, the gradient and update functions (by a throw-away update of a copy,
+    outside any budget) and the duration of one update (a second one, timed: `finetune` starts an update only if
+    it fits before the deadline).
+    """
     t0 = time.perf_counter()
     config, params = _load(str(resolve_checkpoint(checkpoint)))
     if cluster.n_devices > config.max_devices:
@@ -118,14 +125,14 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
 
 def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: int | None = None,
                       deadline: float = np.inf, whole: bool = False) -> tuple[np.ndarray, float, np.ndarray]:
-    """One greedy episode: (best placement int32[N], its objective, prior float64[N, D] device distributions).
+    """One greedy episode: (best placement int32[N], its objective, prior float64[N, D]).
 
-    The prior of a node is the policy's distribution at its last visit; nodes never reached before the meter ran
-    out (or before `deadline`, a perf_counter time) keep a uniform prior; with `whole`, the episode runs to its end
-    whatever the meter says (the `placeto` method's floor: its zero-shot placement). refresh (default: the
-    policy's config.embed_every, its own greedy pass, as `placeto place` runs it): recompute the message-passing
-    embeddings every `refresh` steps and reuse them in between (the scoring head always sees the current
-    placement); larger is faster (the removed fast_greedy ablation: its figures in experiments/README.md).
+    The prior of a node is the policy's device distribution at its last visit; nodes never reached before the
+    meter ran out (or before `deadline`, a perf_counter time) keep a uniform prior; with `whole`, the episode runs
+    to its end whatever the meter says (the `placeto` method's floor: its zero-shot placement). refresh (default:
+    the policy's config.embed_every, its own greedy pass, as `placeto place` runs it): recompute the
+    message-passing embeddings every `refresh` steps and reuse them in between (the scoring head always sees the
+    current placement); larger is faster (the removed fast_greedy ablation: its figures in experiments/README.md).
     """
     ctx = ctx or E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
@@ -151,10 +158,13 @@ def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: 
 
 
 def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.ndarray:
-    """The `placeto` method: one greedy episode, whole whatever the budget (the policy's zero-shot placement, so
-    the method never returns worse; a budget it cannot pay for is overspent, and compare marks the row), then
-    batches of sampled episodes while the budget lasts (calls in `budget` and the meter's); the best placement
-    any episode visited."""
+    """The `placeto` method: one whole greedy episode, then sampled batches in budget.
+
+    The greedy episode runs whole whatever the budget (the policy's zero-shot placement, so the method never
+    returns worse; a budget it cannot pay for is overspent, and compare marks the row), then batches of sampled
+    episodes while the budget lasts (calls in `budget` and the meter's). Returns the best placement any episode
+    visited.
+    """
     ctx = E.make_context(prep.graph, prep.cluster, prep.config)
     arrays = jax.device_put(ctx.arrays)
     m, calls0 = meter(), meter().calls
@@ -164,7 +174,7 @@ def policy_place(prep: Prepared, seed: int = 0, budget: float = np.inf) -> np.nd
         best, best_score = prep.seen
     key, i = jax.random.key(seed), 0
     batch = prep.config.episodes_per_update
-    last = 2.0 * (time.perf_counter() - t0)  # a sampled batch takes ~2 greedy episodes (measured: 1.5-3x)
+    last = 2.0 * (time.perf_counter() - t0)  # a sampled batch takes ~2 greedy episodes (experiments/README.md)
     # another batch only if it fits in the call budget (an episode simulates at most once per step) and,
     # as far as the last batch's duration tells, in the time left
     while (not m.exhausted() and m.calls - calls0 + batch * ctx.n_steps <= budget
@@ -184,16 +194,19 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
                   neighbour_prob: float = 0.8, batch: int = 16, block_prob: float = 0.5,
                   samples: int = 32, op_graph: Graph | None = None, op_to_group: np.ndarray | None = None,
                   group_share: float = GROUP_SHARE, refresh: int = SEARCH_REFRESH) -> np.ndarray:
-    """The `placeto-search` method (see the module docstring); int32[N] the best placement found.
+    """The `placeto-search` method: the best placement found, int32[N].
 
-    samples: placements drawn node by node from the prior (no policy calls) and scored in one batch; the best
-    of them competes with the greedy episode's and the list schedulers' placements for the start.
-    refresh: the greedy episode's `greedy_with_prior(refresh=...)`.
-    op_graph, op_to_group (int[N ops]): `prep.graph` is the grouping of the larger `op_graph`
-    (`placeto.coarsen`). The policy places the groups; the search runs on the groups for `group_share` of what
-    is left of the budget (cheap simulations, moves of whole groups), then on the op graph from the best of the
-    expanded placements, every op taking its group's prior (N = ops): the groups alone stop at the grouping's
-    optimum, the ops alone move too little per call on a large graph.
+    See the module docstring.
+
+    Args:
+      samples: placements drawn node by node from the prior (no policy calls) and scored in one batch; the best of
+        them competes with the greedy episode's and the list schedulers' placements for the start.
+      refresh: the greedy episode's `greedy_with_prior(refresh=...)`.
+      op_graph, op_to_group: int[N ops]; `prep.graph` is the grouping of the larger `op_graph` (`placeto.coarsen`).
+        The policy places the groups; the search runs on the groups for `group_share` of what is left of the
+        budget (cheap simulations, moves of whole groups), then on the op graph from the best of the expanded
+        placements, every op taking its group's prior (N = ops): the groups alone stop at the grouping's optimum,
+        the ops alone move too little per call on a large graph.
     """
     m, calls0 = meter(), meter().calls
     # the policy's episode gets at most POLICY_SHARE of a wall-clock budget: large graphs still get searched
@@ -227,10 +240,12 @@ def guided_search(prep: Prepared, seed: int = 0, budget: float = np.inf, prior_p
 
 
 def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
-    """A copy of the policy trained `episodes` more episodes on prep's graph alone (REINFORCE, the config's
-    settings, a fresh optimizer; stops early when the meter is spent, and does not start an update that, as far as
-    the last one's duration tells (the first: prep.update_seconds), would not end before the meter's deadline).
-    Its simulations count in the meter."""
+    """A copy of the policy trained `episodes` more episodes on prep's graph alone.
+
+    REINFORCE with the config's settings and a fresh optimizer; stops early when the meter is spent, and does not
+    start an update that, as far as the last one's duration tells (the first: prep.update_seconds), would not end
+    before the meter's deadline. Its simulations count in the meter.
+    """
     if episodes <= 0:
         return prep
     params, best, score = finetune_params(prep.config, prep.params, prep.graph, prep.cluster, episodes, seed,
@@ -241,13 +256,15 @@ def finetune(prep: Prepared, episodes: int, seed: int = 0) -> Prepared:
 def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
                 seconds: float | None = None, checkpoint: str | Path | None = None,
                 finetune_episodes: int = 0) -> tuple[MethodRun, float]:
-    """(MethodRun, compile seconds) of Placeto's compare row `name` ("placeto": greedy + sampled episodes;
-    "placeto-search": policy-guided search) with the Placeto policy `checkpoint` (None: the default shipped one),
-    fine-tuned first if asked, inside one meter (placeto.harness.compare.run_learned).
+    """(MethodRun, compile seconds) of Placeto's compare row `name`, inside one meter.
+
+    "placeto": greedy + sampled episodes; "placeto-search": policy-guided search; with the Placeto policy
+    `checkpoint` (None: the default shipped one), fine-tuned first if asked (placeto.harness.compare.run_learned).
 
     The policy places a graph of more than `coarsen.MAX_POLICY_NODES` nodes as groups (`placeto.coarsen`; the
     grouping's seconds are charged to the run): "placeto" expands the best group placement (its trace is the
-    grouped graph's), "placeto-search" searches the op graph from the expanded placement and prior."""
+    grouped graph's), "placeto-search" searches the op graph from the expanded placement and prior.
+    """
     coarse = coarsen.for_policy(graph)
     prep = prepare(checkpoint, coarse.graph, cluster, sampling=name == "placeto" or finetune_episodes > 0,
                    finetuning=finetune_episodes > 0)

@@ -1,8 +1,8 @@
-"""Zero-shot placement with a trained policy (one greedy episode, or the best of K sampled episodes); episodes
-are placeto.methods.placeto.rollout's, shared with training.
+"""Zero-shot placement with a trained policy: one greedy episode, or the best of K.
 
-Every step of an episode simulates its placement anyway, so the best placement seen during the episode(s) is
-returned, not only the last one; the simulator-call count is what that cost.
+One greedy episode, or the best of K sampled episodes; episodes are placeto.methods.placeto.rollout's, shared
+with training. Every step of an episode simulates its placement anyway, so the best placement seen during the
+episode(s) is returned, not only the last one; the simulator-call count is what that cost.
 """
 
 from __future__ import annotations
@@ -36,8 +36,10 @@ CHECKPOINT = "checkpoint.msgpack"  # in a run directory, beside config.json
 
 # ---- placement -----------------------------------------------------------------------------------------
 def read_config(run_dir: PathLike) -> PlacetoConfig:
-    """The PlacetoConfig in `run_dir`/config.json (placeto.checkpoint_io.read_config: InputError naming the file
-    and the field if it is not one)."""
+    """The PlacetoConfig in `run_dir`/config.json.
+
+    See placeto.checkpoint_io.read_config: an InputError names the file and the field if it is not one.
+    """
     return read_method_config(run_dir, PlacetoConfig)
 
 
@@ -59,13 +61,13 @@ class PlaceResult(NamedTuple):
 
 def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = None, samples: int = 0,
           seed: int = 0, initial: np.ndarray | None = None) -> PlaceResult:
-    """Run the policy of `checkpoint_dir` (a run directory, a shipped policy's name, or None: the default shipped
-    policy) on `graph`: one greedy episode, plus `samples` sampled episodes.
+    """Place `graph`: a greedy episode plus `samples` sampled episodes.
 
-    Returns the best placement any of them visited (the greedy episode's end in `final_placement`). Episodes
-    start from `initial` (int[N]) if given, else from the run's configured initial placement. A graph of more
-    than `coarsen.MAX_POLICY_NODES` nodes (and no `initial`) is placed as groups and expanded
-    (`placeto.coarsen`); the runtimes are then re-simulated on `graph`.
+    With the policy of `checkpoint_dir`: a run directory, a shipped policy's name, or None (the default shipped
+    policy). Returns the best placement any episode visited (the greedy episode's end in `final_placement`). Episodes
+    start from `initial` (int[N]) if given, else from the run's configured initial placement. A graph of more than
+    `coarsen.MAX_POLICY_NODES` nodes (and no `initial`) is placed as groups and expanded (`placeto.coarsen`); the
+    runtimes are then re-simulated on `graph`.
     """
     coarse = coarsen.for_policy(graph) if initial is None else coarsen.Coarse(graph, None, 0.0)
     if coarse.grouping is not None:
@@ -99,15 +101,21 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = No
 
 def place_graph(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = None, samples: int = 0,
                 seed: int = 0) -> tuple[np.ndarray, int]:
-    """(best placement int32[N], simulator calls) of the trained policy in `checkpoint_dir` on `graph` (`place`;
-    Placeto's Method.place)."""
+    """Placeto's Method.place: (best placement int32[N], simulator calls).
+
+    `place` with the policy in `checkpoint_dir`, on `graph`.
+    """
     res = place(graph, cluster, checkpoint_dir, samples, seed)
     return res.placement, res.sim_calls
 
 
 def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
-    """The PlacetoConfig of a shipped policy or run directory (InputError for another method's run directory: its
-    config.json's "method", which a Placeto run leaves out or sets to "placeto")."""
+    """The PlacetoConfig of a shipped policy or run directory.
+
+    Raises:
+      InputError: for another method's run directory (its config.json's "method", which a Placeto run leaves out
+        or sets to "placeto").
+    """
     path = resolve_checkpoint(checkpoint)
     d = read_json(path / "config.json")
     method = d.get("method", "placeto") if isinstance(d, dict) else "placeto"
@@ -119,7 +127,10 @@ def load_config(checkpoint: PathLike | None) -> PlacetoConfig:
 
 
 def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]:
-    """(config, params) of a shipped policy or run directory, params restored into the network's structure."""
+    """(config, params) of a shipped policy or run directory.
+
+    The params are restored into the network's structure.
+    """
     config = load_config(checkpoint)
     # Parameter shapes do not depend on the graph: any small graph gives the template.
     probe = layered_dag(8, seed=0)

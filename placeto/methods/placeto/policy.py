@@ -1,4 +1,4 @@
-"""The placement policy: GNN embeddings + a device-scoring head that works for any number of devices.
+"""The policy: GNN embeddings + a device-scoring head for any device count.
 
 The network evaluates S states of one graph together (the B episodes of a rollout step, or C * B recorded
 states in the gradient pass): node features (static + placement-dependent) -> `MessagePassing` ->
@@ -44,10 +44,16 @@ class PlacetoNet(nn.Module):
 
     @nn.compact
     def __call__(self, a: GraphArrays, placement, start, nodes, ts, embeddings=None, return_embeddings=False):
-        """Args: a: graph arrays; placement: int[S, Np]; start: float32[S, Np]; nodes, ts: int32[S].
+        """Masked device logits float32[S, Dm] of S states (or their embeddings).
 
-        embeddings: float32[Np, S, H] message-passing output to use instead of computing it (a stale one from an
-        earlier step: `fast greedy`); return_embeddings: return that output instead of the logits.
+        Args:
+          a: graph arrays.
+          placement: int[S, Np].
+          start: float32[S, Np].
+          nodes, ts: int32[S].
+          embeddings: float32[Np, S, H] message-passing output to use instead of computing it (a stale one from an
+            earlier step: `fast greedy`).
+          return_embeddings: return that output instead of the logits.
         """
         dm, n_pad, s = self.max_devices, placement.shape[1], placement.shape[0]
         placement, start = placement.T, start.T  # node-major [Np, S]
@@ -71,7 +77,10 @@ class PlacetoNet(nn.Module):
 
 
 def _device_features(a: GraphArrays, onehot, placement, nodes):
-    """float32[S, Dm, 6] per-device summary for each state's current node (a balanced device reads ~1)."""
+    """float32[S, Dm, 6] per-device summary for each state's current node.
+
+    A balanced device reads ~1.
+    """
     g = a.graph
     n_real_dev = jnp.maximum(a.dev_mask.sum(), 1)
     load = jnp.einsum("n,nsd->sd", a.load_cost, onehot) * n_real_dev
@@ -85,7 +94,10 @@ def _device_features(a: GraphArrays, onehot, placement, nodes):
 
 
 def _score_devices(hidden: int, a: GraphArrays, onehot, h, ctx, placement, nodes):
-    """Shared MLP over [context, device embedding, device features] -> masked logits float32[S, Dm]."""
+    """Logits float32[S, Dm] from one MLP shared by the devices.
+
+    Its input: [context, device embedding, device features]; padded devices are masked.
+    """
     counts = onehot.sum(0)  # [S, Dm]
     dev_emb = jnp.einsum("nsd,nsh->sdh", onehot, h) / jnp.maximum(counts, 1.0)[..., None]
     feats = _device_features(a, onehot, placement, nodes)
@@ -97,7 +109,10 @@ def _score_devices(hidden: int, a: GraphArrays, onehot, h, ctx, placement, nodes
 
 
 class Policy(NamedTuple):
-    """Jitted policy functions for one config. B = episodes in the batch, Dm = max devices."""
+    """Jitted policy functions for one config.
+
+    B = episodes in the batch, Dm = max devices.
+    """
 
     net: PlacetoNet
     init: Callable[[jax.Array, GraphArrays], Params]
@@ -111,15 +126,18 @@ class Policy(NamedTuple):
 
 
 def log_probs(net: PlacetoNet, params, arrays: GraphArrays, placement, start, nodes, ts):
-    """Log-probabilities float32[S, Dm] of S states of one graph (not jitted; for loss functions).
+    """Log-probabilities float32[S, Dm] of S states, for loss functions.
 
-    placement: int[S, Np]; start: float32[S, Np]; nodes, ts: int32[S].
+    S states of one graph; not jitted. placement: int[S, Np]; start: float32[S, Np]; nodes, ts: int32[S].
     """
     return jax.nn.log_softmax(net.apply(params, arrays, placement, start, nodes, ts), axis=-1)
 
 
 def make_policy(config: PlacetoConfig) -> Policy:
-    """The policy of `config` (memoised on the model fields: equal models share jitted functions and caches)."""
+    """The policy of `config`, memoised on the model fields.
+
+    Equal models share jitted functions and caches.
+    """
     return _make_policy(config.hidden, config.rounds, config.max_devices, config.group_agg, config.device_onehot,
                         config.embed_every)
 
@@ -145,7 +163,10 @@ def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, dev
 
     @jax.jit
     def act(params, arrays: GraphArrays, obs: Observation, key, greedy):
-        """Sample (key folded with the step) or, where greedy, take the argmax: (actions int32[B], logp f32[B])."""
+        """Sample (key folded with the step) or, where greedy, take the argmax.
+
+        Returns (actions int32[B], logp float32[B]).
+        """
         TRACES["act"] += 1
         return _sample(log_probs(net, params, arrays, *_state_args(obs)), obs, key, greedy)
 
@@ -167,7 +188,7 @@ def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, dev
 
     @jax.jit
     def act_refresh(params, arrays: GraphArrays, obs: Observation, key, greedy):
-        """`act` that also returns the message-passing embeddings float32[Np, B, H] it computed."""
+        """`act`, also returning the embeddings float32[Np, B, H] it computed."""
         TRACES["act_refresh"] += 1
         args = _state_args(obs)
         h = net.apply(params, arrays, *args, return_embeddings=True)
@@ -176,7 +197,10 @@ def _make_policy(hidden: int, rounds: int, max_devices: int, group_agg: str, dev
 
     @jax.jit
     def act_stale(params, arrays: GraphArrays, obs: Observation, key, greedy, embeddings):
-        """`act` with the message-passing embeddings of an earlier step (the head sees the current placement)."""
+        """`act` with the message-passing embeddings of an earlier step.
+
+        The head sees the current placement.
+        """
         TRACES["act_stale"] += 1
         logp = jax.nn.log_softmax(net.apply(params, arrays, *_state_args(obs), embeddings=embeddings), axis=-1)
         return _sample(logp, obs, key, greedy)

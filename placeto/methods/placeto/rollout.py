@@ -1,4 +1,6 @@
-"""Episodes of a Placeto policy on one graph (a `Rollout`): what training, placing and policy-guided search run.
+"""A Placeto policy's episodes on one graph: training, placing, search.
+
+A `Rollout`; training, placing and policy-guided search run them.
 
 Every step of an episode simulates its placement anyway, so the best placement seen during the episode is
 recorded, not only the last one; `sim_calls` is what that cost.
@@ -37,14 +39,18 @@ def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArra
                     batch: int, seed: int, greedy: bool = False, record: bool = True,
                     placement: np.ndarray | None = None, counterfactual: bool | np.ndarray = False,
                     act: Callable[[E.Observation], Any] | None = None) -> Rollout:
-    """Run `batch` episodes to the end with the policy (sampled, or greedy) on ctx's graph.
+    """Run `batch` episodes of the policy to the end on ctx's graph.
 
-    counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step), or
-    at the steps where this bool[T] mask is set (the others' action_rewards stay 0).
-    act: observation -> actions int32[B], instead of `policy.act(params, arrays, obs, key, greedy)` (the
-    per-episode sampling of `placeto.methods.placeto.episodes`). With policy.embed_every = m > 1, steps t = 0, m,
-    2m, ... run the message passing and the steps between reuse its embeddings (`Policy.act_refresh`,
-    `Policy.act_stale`).
+    Sampled, or greedy.
+
+    Args:
+      counterfactual: also simulate every device at every step (`env.action_rewards`, B * D calls per step), or
+        at the steps where this bool[T] mask is set (the others' action_rewards stay 0).
+      act: observation -> actions int32[B], instead of `policy.act(params, arrays, obs, key, greedy)` (the
+        per-episode sampling of `placeto.methods.placeto.episodes`).
+
+    With policy.embed_every = m > 1, steps t = 0, m, 2m, ... run the message passing and the steps between reuse its
+    embeddings (`Policy.act_refresh`, `Policy.act_stale`).
     """
     state, obs = E.reset(ctx, seed, batch, placement)
     t_max, n_pad = ctx.n_steps, ctx.n_pad

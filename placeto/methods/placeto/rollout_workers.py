@@ -1,5 +1,8 @@
-"""Placeto's rollout worker: its share of one update's episodes (placeto.rollouts.workers runs it, in this process or on
-a Ray actor; see there for why the batch does not depend on the number of workers)."""
+"""Placeto's rollout worker: its share of one update's episodes.
+
+placeto.rollouts.workers runs it, in this process or on a Ray actor; see there for why the batch does not
+depend on the number of workers.
+"""
 
 from __future__ import annotations
 
@@ -17,7 +20,10 @@ WORKER = "placeto.methods.placeto.rollout_workers:PlacetoWorker"  # its kind (pl
 
 
 class PlacetoWorker:
-    """Placeto episodes on the tasks of a family run: payload (PlacetoConfig, [(graph, cluster), ...])."""
+    """Placeto episodes on the tasks of a family run.
+
+    Payload: (PlacetoConfig, [(graph, cluster), ...]).
+    """
 
     def __init__(self, config, pairs: Sequence[Pair]):
         self.config, self.policy = config, make_policy(config)
@@ -25,6 +31,9 @@ class PlacetoWorker:
         self.arrays = [jax.device_put(ctx.arrays) for ctx in self.contexts]
 
     def run(self, params, task: int, key: np.ndarray, seed: int, lo: int, hi: int):
-        """placeto.methods.placeto.rollout.Rollout of episodes [lo, hi) of task `task`'s update (key data, seed)."""
+        """Rollout of episodes [lo, hi) of task `task`'s update (key data, seed).
+
+        A placeto.methods.placeto.rollout.Rollout.
+        """
         return collect_episodes(self.policy, params, self.contexts[task], self.arrays[task], from_key_data(key),
                                 seed, lo, hi, counterfactual=self.config.counterfactual)

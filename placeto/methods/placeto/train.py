@@ -1,4 +1,4 @@
-"""REINFORCE for the Placeto policy: rollouts, per-step baseline, chunked jitted gradients, checkpoints, logs.
+"""REINFORCE for the Placeto policy: rollouts, gradients, checkpoints, logs.
 
 One update = B episodes sampled in parallel on one graph (graphs taken in turn), then one Adam step:
 
@@ -9,14 +9,15 @@ One update = B episodes sampled in parallel on one graph (graphs taken in turn),
     policy_gradient     re-evaluates the recorded states in fixed-size chunks (one jitted function per padding
                         bucket), optionally on a random subset of steps, and sums the gradients
                         (placeto.methods.placeto.gradient, with the baseline and the schedules)
-    apply               clip, Adam with an exponentially decaying learning rate (one compiled update for all runs)
+    apply               clip, Adam with an exponentially decaying learning rate (one compiled update for all
+                        runs)
 
 A run directory holds config.json, checkpoint.msgpack, metrics.csv, tb/ (TensorBoard), best/<graph>.json
-(best placement seen per training graph) and, with `snapshot_seconds`, snapshots/<update>.msgpack (the parameters
-every so often, to choose a checkpoint from afterwards). Rerunning `train` on the same directory resumes. While a
-`train` runs, it holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is written after the
-first update, every `checkpoint_seconds`, and at the end; a non-finite loss or parameter stops the run, keeping
-the last checkpoint.
+(best placement seen per training graph) and, with `snapshot_seconds`, snapshots/<update>.msgpack (the
+parameters every so often, to choose a checkpoint from afterwards). Rerunning `train` on the same directory
+resumes. While a `train` runs, it holds the directory's .lock (placeto.checkpoint_io.RunLock); a checkpoint is
+written after the first update, every `checkpoint_seconds`, and at the end; a non-finite loss or parameter
+stops the run, keeping the last checkpoint.
 
 With `workers` (placeto.rollouts.distributed.WorkerSpec) the rollouts run in Ray actors, episode by episode
 (placeto.methods.placeto.episodes): equal seeds give equal checkpoints for every number of workers, but not the
@@ -64,7 +65,10 @@ from simulator.model.graph import Graph
 from simulator.model.io import atomic_write_bytes, check_output_path, save_placement, write_json
 
 class TrainSummary(NamedTuple):
-    """What a `train` call did. Runtimes are memory-penalised microseconds."""
+    """What a `train` call did.
+
+    Runtimes are memory-penalised microseconds.
+    """
 
     episodes: int  # episode counter at the end (includes episodes of resumed-from runs)
     updates: int
@@ -96,8 +100,10 @@ SNAPSHOTS = "snapshots"  # in a run directory: params-only blobs, <update>.msgpa
 
 
 def save_snapshot(out_dir: Path, st: TrainState) -> Path:
-    """The parameters alone, as a checkpoint file's "params" (placement reads nothing else), written atomically
-    to snapshots/<update>.msgpack."""
+    """Write the parameters alone to snapshots/<update>.msgpack, atomically.
+
+    As a checkpoint file's "params" (placement reads nothing else).
+    """
     path = out_dir / SNAPSHOTS / f"{st.update:08d}.msgpack"
     path.parent.mkdir(exist_ok=True)
     atomic_write_bytes(path, serialization.msgpack_serialize({"params": serialization.to_state_dict(st.params),
@@ -106,7 +112,7 @@ def save_snapshot(out_dir: Path, st: TrainState) -> Path:
 
 
 def save_checkpoint(out_dir: Path, st: TrainState) -> None:
-    """flax.serialization bytes of the whole state, written atomically."""
+    """Write the whole state (flax.serialization bytes) atomically."""
     blob = {"params": serialization.to_state_dict(st.params), "opt_state": serialization.to_state_dict(st.opt_state),
             "baselines": {k: {"returns": b.returns, "count": b.count} for k, b in st.baselines.items()},
             "key": np.asarray(jax.random.key_data(st.key)), "episode": st.episode, "update": st.update,
@@ -118,10 +124,11 @@ CHECKPOINT_FIELDS = ("params", "opt_state", "baselines", "key", "episode", "upda
 
 
 def load_checkpoint(out_dir: Path, template: TrainState) -> TrainState | None:
-    """The checkpoint in out_dir restored into `template`'s structures, or None if there is none.
+    """The checkpoint in out_dir restored into `template`'s structures (None: none).
 
-    InputError (naming the file and the field) for a truncated or corrupt checkpoint, or one whose shapes are
-    not those of `template` (a checkpoint of another model config): see placeto.checkpoint_io.
+    Raises:
+      InputError: naming the file and the field, for a truncated or corrupt checkpoint, or one whose shapes are not
+        those of `template` (a checkpoint of another model config): see placeto.checkpoint_io.
     """
     path = Path(out_dir) / CHECKPOINT
     if not path.exists():
@@ -152,7 +159,7 @@ def load_checkpoint(out_dir: Path, template: TrainState) -> TrainState | None:
 
 
 def graph_keys(graphs: Sequence[Graph]) -> list[str]:
-    """File-safe unique key per graph: its name, prefixed by its index if names repeat."""
+    """A file-safe unique key per graph: its name (indexed if names repeat)."""
     safe = [re.sub(r"[^A-Za-z0-9_.-]+", "_", g.name) or "graph" for g in graphs]
     if len(set(safe)) == len(safe):
         return safe
@@ -208,7 +215,10 @@ def init_state(config: PlacetoConfig, policy: Policy, optimizer, arrays: GraphAr
 
 
 class Task(NamedTuple):
-    """One (graph, cluster) pair the policy trains on; `key` names it in metrics and best/ files."""
+    """One (graph, cluster) pair the policy trains on.
+
+    `key` names it in metrics and best/.
+    """
 
     graph: Graph
     cluster: Cluster
@@ -216,10 +226,13 @@ class Task(NamedTuple):
 
 
 def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, seed: int) -> list[Task]:
-    """Every graph on every cluster (clusters None: `graphs` are (graph, cluster) pairs, keyed `<graph>@<D>d`).
-    One cluster: the graphs in turn, keyed by graph name. Several (mixed
-    device counts): keys `<graph>@<D>d`, in a seeded permutation so that consecutive updates mix graphs and
-    device counts (the order is a function of the seed: a resumed run continues the same sequence)."""
+    """Every graph on every cluster, as Tasks in training order.
+
+    clusters None: `graphs` are (graph, cluster) pairs, keyed `<graph>@<D>d`. One cluster: the graphs in turn,
+    keyed by graph name. Several (mixed device counts): keys `<graph>@<D>d`, in a seeded permutation so that
+    consecutive updates mix graphs and device counts (the order is a function of the seed: a resumed run continues
+    the same sequence).
+    """
     if clusters is None:  # (graph, cluster) pairs: each graph on its own cluster
         pairs = list(graphs)
         tasks = [Task(g, c, f"{k}@{c.n_devices}d") for (g, c), k in zip(pairs, graph_keys([g for g, _ in pairs]))]
@@ -236,15 +249,14 @@ def make_tasks(graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | 
 def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster] | None,
           out_dir: str | Path, resume: bool = True, init_params: Any = None,
           workers: WorkerSpec | None = None) -> TrainSummary:
-    """Train one policy on `graphs` on `cluster` (or on every cluster of a list: mixed device counts; or, with
-    cluster None, on `graphs` given as (graph, cluster) pairs), one (graph, cluster) task per update in turn;
-    write the run to out_dir.
+    """Train one policy on `graphs` x `cluster` into out_dir.
 
-    With resume and a checkpoint in out_dir, continues from it (same model config expected) up to
-    config.episodes; stops early (with a checkpoint) after config.time_limit_minutes. A fresh run starts from
-    `init_params` when given (fine-tuning a trained policy: same model config; a new optimizer). With `workers`
-    (a placeto.rollouts.distributed.WorkerSpec), rollouts run on Ray (see the module docstring). See the module
-    docstring for what out_dir holds.
+    One (graph, cluster) task per update, in turn; `cluster` may also be a list (every cluster of it: mixed device
+    counts) or None (`graphs` are then (graph, cluster) pairs). With resume and a checkpoint in out_dir, continues
+    from it (same model config expected) up to config.episodes; stops early (with a checkpoint) after
+    config.time_limit_minutes. A fresh run starts from `init_params` when given (fine-tuning a trained policy: same
+    model config; a new optimizer). With `workers` (a placeto.rollouts.distributed.WorkerSpec), rollouts run on Ray.
+    See the module docstring for that and for what out_dir holds.
     """
     if not graphs:
         raise ValueError("train: no graphs")
@@ -257,8 +269,10 @@ def train(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Seq
 
 def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Cluster | Sequence[Cluster],
                   out: Path, resume: bool, init_params: Any, workers: WorkerSpec | None = None) -> TrainSummary:
-    """`train` once it holds the run directory's lock. Nothing is written before the configuration is known to
-    fit the checkpoint it resumes from."""
+    """`train` once it holds the run directory's lock.
+
+    Nothing is written before the configuration is known to fit the checkpoint it resumes from.
+    """
     tasks = make_tasks(graphs, cluster, config.seed)
     for t in tasks:
         check_devices(config, t.cluster.n_devices, out)
@@ -323,7 +337,10 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
 
 @functools.lru_cache(maxsize=None)
 def _make_apply(grad_clip: float):
-    """Jitted (grads, opt_state, params, lr) -> (params, opt_state, grad norm), memoised per clip value."""
+    """Jitted (grads, opt_state, params, lr) -> (params, opt_state, grad norm).
+
+    Memoised per clip value.
+    """
     optimizer = clipped_adam(grad_clip)
 
     @jax.jit
@@ -337,7 +354,7 @@ def _make_apply(grad_clip: float):
 
 def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str,
                cf_steps: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(float64[T, B] advantages of the sampled actions, float64[T, B, Dm] advantages of every device).
+    """(advantages float64[T, B] of the actions, float64[T, B, Dm] of every device).
 
     REINFORCE: return-to-go minus the per-step baseline; the second array is zero. Counterfactual: the sampled
     action's advantage covers only the discounted future (return-to-go minus the step's own reward, minus its
@@ -370,10 +387,13 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
 
 
 def best_device_targets(ro: Rollout, move_weight: float = 1.0) -> np.ndarray:
-    """float64[T, B, D] target distribution of counterfactual_loss "best": one-hot on the device of highest
-    immediate reward (ro.action_rewards), the node's current device when it ties for best, else uniform over the
-    tied devices (ties: within 1e-9 of the step's best, rewards being fractions of the single-device runtime);
-    rows whose target is a move (not the current device) times `move_weight` (PlacetoConfig.move_weight)."""
+    """float64[T, B, D] the target distribution of counterfactual_loss "best".
+
+    One-hot on the device of highest immediate reward (ro.action_rewards), the node's current device when it ties
+    for best, else uniform over the tied devices (ties: within 1e-9 of the step's best, rewards being fractions of
+    the single-device runtime); rows whose target is a move (not the current device) times `move_weight`
+    (PlacetoConfig.move_weight).
+    """
     r = ro.action_rewards  # [T, B, D]
     tied = r >= r.max(-1, keepdims=True) - 1e-9
     t_idx = np.arange(r.shape[0])
@@ -386,14 +406,20 @@ def best_device_targets(ro: Rollout, move_weight: float = 1.0) -> np.ndarray:
 
 
 def _pool_collect(pool, task: int, batch: int):
-    """collect(params, key, seed) -> Rollout of `batch` episodes of task index `task`, split across the pool."""
+    """collect(params, key, seed) -> Rollout, split across the pool.
+
+    `batch` episodes of task index `task`.
+    """
     return lambda params, key, seed: concat_rollouts(pool.run(params, (task, key_data(key), seed), batch))
 
 
 def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainState, ctx: E.EnvContext,
             arrays: GraphArrays, key_name: str, collect=None) -> dict[str, Any]:
-    """One REINFORCE update on one graph; mutates st and returns the metrics row. collect(params, key, seed)
-    -> Rollout replaces `collect_rollout` (the episodes split across workers: `_pool_collect`)."""
+    """One REINFORCE update on one graph; mutates st and returns the metrics row.
+
+    collect(params, key, seed) -> Rollout replaces `collect_rollout` (the episodes split across workers:
+    `_pool_collect`).
+    """
     st.key, k_roll, k_seed = jax.random.split(st.key, 3)
     seed = int(jax.random.randint(k_seed, (), 0, 2**31 - 1))
     t_roll = time.time()
@@ -431,7 +457,7 @@ def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainStat
 
 
 def _save_best(out: Path, key: str, st: TrainState, best, cluster: Cluster) -> None:
-    """Write best/<key>.json (and best/runtimes.json) when this update beat the graph's best."""
+    """Write best/<key>.json and best/runtimes.json if this update beat the best."""
     runtime, placement, prev = best
     if runtime < prev:
         save_placement(out / "best" / f"{key}.json", placement, cluster.device_names)
@@ -440,10 +466,12 @@ def _save_best(out: Path, key: str, st: TrainState, best, cluster: Cluster) -> N
 
 def finetune_params(config: PlacetoConfig, params: Any, graph: Graph, cluster: Cluster, episodes: int,
                     seed: int = 0, first_update_seconds: float = 0.0) -> tuple[Any, np.ndarray, float]:
-    """Train a copy of `params` for `episodes` episodes on one graph, in memory (no run directory): Placeto's and
-    GDP's per-graph fine-tuning. Schedules (learning rate, entropy) span the fine-tuning budget; stops early
-    when the current meter (`placeto.objective`) is spent, and before an update that would end after the meter's
-    deadline as far as the last update's wall seconds tell (the first update's: `first_update_seconds`).
+    """Fine-tune a copy of `params` on one graph, in memory (no run directory).
+
+    Placeto's and GDP's per-graph fine-tuning: `episodes` episodes. Schedules (learning rate, entropy) span the
+    fine-tuning budget; stops early when the current meter (`placeto.objective`) is spent, and before an update
+    that would end after the meter's deadline as far as the last update's wall seconds tell (the first update's:
+    `first_update_seconds`).
 
     Returns (params, best placement int32[N] any episode visited, its objective in microseconds).
     """

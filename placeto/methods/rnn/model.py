@@ -1,11 +1,13 @@
-"""The RNN placer's network (seeds 000/002): op embeddings -> colocation items -> seq2seq -> a device per item.
+"""The RNN placer's network (seeds 000/002): op embeddings -> items -> seq2seq.
 
-    OpEmbed      op type, output sizes, adjacency (placeto.methods.sequence.op_embed): float32[Np, H]
-    items        the mean embedding of each item's ops (segment sums over `OpInputs.item`): float32[Tp, H],
-                 in the topological order of the items' first ops
-    Seq2Seq      bidirectional LSTM encoder + attentional LSTM decoder (placeto.methods.sequence.seq2seq), one memory
-                 shared by the K sampled placements
-    placement    each op takes its item's device: int32[K, Np]
+Op embeddings are pooled into colocation items, and the seq2seq placer gives each item a device.
+
+OpEmbed      op type, output sizes, adjacency (placeto.methods.sequence.op_embed): float32[Np, H]
+items        the mean embedding of each item's ops (segment sums over `OpInputs.item`): float32[Tp, H],
+             in the topological order of the items' first ops
+Seq2Seq      bidirectional LSTM encoder + attentional LSTM decoder (placeto.methods.sequence.seq2seq), one memory
+             shared by the K sampled placements
+placement    each op takes its item's device: int32[K, Np]
 """
 
 from __future__ import annotations
@@ -39,7 +41,10 @@ class RnnPlacer(nn.Module):
         return (total / jnp.maximum(count, 1.0)[:, None])[None]
 
     def sample(self, x: OpInputs, key: jax.Array, batch: int, greedy: bool = False) -> Sampled:
-        """`batch` placements: actions int32[K, Tp] (device per item), placement int32[K, Np]."""
+        """`batch` placements: actions and placement.
+
+        actions: int32[K, Tp] device per item; placement: int32[K, Np].
+        """
         forced = jnp.zeros((batch, x.item_mask.shape[0]), jnp.int32)
         dec = self.seq2seq(self._items(x), x.item_mask, "greedy" if greedy else "sample", key, forced)
         return Sampled(dec.actions, dec.actions[:, x.item])
@@ -52,5 +57,8 @@ class RnnPlacer(nn.Module):
 
 
 def make_net(config: RnnConfig) -> RnnPlacer:
-    """The network of `config`'s model fields (runs differing in budget or seed share compilations)."""
+    """The network of `config`'s model fields.
+
+    Runs differing in budget or seed share compilations.
+    """
     return RnnPlacer(RnnConfig(**{f: getattr(config, f) for f in config.MODEL_FIELDS}))

@@ -1,4 +1,7 @@
-"""The rnn method's MethodSpec (placeto.methods.sequence.pergraph): config, presets, inputs and network."""
+"""The rnn method's MethodSpec: config, presets, inputs and network.
+
+The type is placeto.methods.sequence.pergraph's.
+"""
 
 from __future__ import annotations
 

@@ -1,1 +1,4 @@
-"""What the sequence placers (the RNN placer and the hierarchical planner) share: op embeddings, seq2seq, REINFORCE and their run directories."""
+"""What the sequence placers (rnn, hierarchical) share.
+
+Op embeddings, seq2seq, REINFORCE and their run directories.
+"""

@@ -1,4 +1,7 @@
-"""`placeto train --method rnn|hierarchical`: the library calls behind the CLI flags (the CLI module stays thin)."""
+"""`placeto train --method rnn|hierarchical`: the calls behind the flags.
+
+The CLI module stays thin.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +15,15 @@ from simulator.model.errors import InputError
 
 
 def config_from_args(method: str, args: argparse.Namespace, devices: int) -> PerGraphConfig:
-    """The method's config from --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes and
-    the cluster's device count; InputError naming the field on a bad value."""
+    """The method's config from the train flags and the cluster.
+
+    The cluster gives the device count.
+
+    Flags: --config (default/tiny), --set FIELD=VALUE, --episodes, --seed, --minutes.
+
+    Raises:
+      InputError: naming the field, on a bad value.
+    """
     spec = get_spec(method)
     try:
         changes = parse_overrides(args.set, spec.config_cls)
@@ -28,8 +38,12 @@ def config_from_args(method: str, args: argparse.Namespace, devices: int) -> Per
 
 
 def train_from_args(method: str, args: argparse.Namespace, graphs, clusters, workers=None) -> int:
-    """Train (or resume) an rnn / hierarchical run as the train command's arguments say; prints a summary.
-    `workers`: a placeto.rollouts.distributed.WorkerSpec (--workers)."""
+    """Train or resume an rnn / hierarchical run as the flags say.
+
+    Prints a summary.
+
+    `workers`: a placeto.rollouts.distributed.WorkerSpec (--workers).
+    """
     if args.family or len(graphs) != 1 or len(clusters) != 1:
         raise InputError(f"--method {method} trains one policy per graph and cluster (as the seeds): give one "
                          f"--graph and one --devices count (or --cluster)")

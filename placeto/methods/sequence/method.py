@@ -1,5 +1,8 @@
-"""The `Method` of a per-graph placer (rnn, hierarchical): the same train / run / load over the shared per-graph code
-(pergraph_cli, pergraph_place, rundir), differing only in name, description and config class."""
+"""The `Method` of a per-graph placer (rnn, hierarchical).
+
+The same train / run / load over the shared per-graph code (placeto.methods.sequence.cli, .place, .rundir),
+differing only in name, description and config class.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +12,10 @@ from placeto.methods.base import Method, Ref
 
 
 def pergraph_method(config_cls: type, presets: dict[str, Any], description: str) -> Method:
-    """The Method of per-graph placer `config_cls.METHOD` (its compare row has the same name)."""
+    """The Method of per-graph placer `config_cls.METHOD`.
+
+    Its compare row has the same name.
+    """
     name = config_cls.METHOD
     return Method(name=name, description=description, config_cls=config_cls, presets=presets, variants=(name,),
                   train=Ref("placeto.methods.sequence.cli:train_from_args", (name,)),

@@ -1,6 +1,7 @@
-"""Op embeddings of the sequence placers (rnn, hierarchical): host arrays and the flax module reading them.
+"""Op embeddings of the sequence placers: inputs and module.
 
-Seeds 000/002 embed each op from its type, its output sizes and its adjacency; so do we:
+The host arrays (`op_inputs`) and the flax module reading them (`OpEmbed`). Seeds 000/002 embed each op from its
+type, its output sizes and its adjacency; so do we:
 
     op type     an id in the graph's own vocabulary (the `op_types` - 1 most frequent types, ties by name;
                 rarer types share id 0), embedded by a learned table
@@ -18,10 +19,8 @@ Why depth first: the seeds read ops in the framework's definition order, where a
 `Graph.topo_order` (Kahn, FIFO) is breadth first and interleaves independent branches (a0 b0 a1 b1 ... for two
 chains), depth first follows each branch as far as it goes (a0 ... a7 b0 ... b7), so a contiguous run of
 positions is a piece of the graph: what the rnn's stay prior and the hierarchical planner's block prior sample
-as one device or one group. Measured on nmt_l2 at 2 devices, best of 200 updates of 16, seeds 0-2: rnn with
-its stay prior 0.84 / 0.96 / 0.81x the single-device time in depth-first order, 0.98 / 0.98 / 0.93x in FIFO order;
-on two chains of 8 ops (100 us transfers) the hierarchical planner finds the optimum in 2-11 updates depth first
-(3 seeds of 3) and in none of 3 within 100 in FIFO order.
+as one device or one group. Both place better in depth-first order than in FIFO order (experiments/README.md,
+"Figures behind design choices": depth-first order).
 """
 
 from __future__ import annotations
@@ -41,7 +40,10 @@ from simulator.model.graph import Graph
 
 
 class OpInputs(NamedTuple):
-    """One graph on one cluster, padded: N ops -> Np = bucket(N + 1), E edges -> Ep, T items -> Tp = bucket(T)."""
+    """One graph on one cluster, padded: ops, edges and decision items.
+
+    N ops -> Np = bucket(N + 1), E edges -> Ep, T items -> Tp = bucket(T).
+    """
 
     op_type: np.ndarray  # int32[Np] vocabulary id (0: a rare type, and padding)
     numeric: np.ndarray  # float32[Np, N_STATIC] static_node_features (0 on padding)
@@ -57,15 +59,22 @@ class OpInputs(NamedTuple):
 
 
 def vocabulary(graph: Graph, op_types: int) -> dict[str, int]:
-    """Op type -> id in 1..op_types-1 for the most frequent types (ties by name); absent types map to 0."""
+    """Op type -> id in 1..op_types-1 for the most frequent types.
+
+    Ties by name; rarer and absent types map to 0.
+    """
     counts = collections.Counter(graph.ops)
     ranked = sorted(counts, key=lambda t: (-counts[t], t))[:max(op_types - 1, 0)]
     return {t: i + 1 for i, t in enumerate(ranked)}
 
 
 def depth_first_order(graph: Graph) -> np.ndarray:
-    """int32[N] a topological order that follows each branch as far as it goes (Kahn's algorithm with a stack:
-    the op made ready last is placed next; ties in node order)."""
+    """int32[N] a depth-first topological order.
+
+    It follows each branch as far as it goes.
+
+    By Kahn's algorithm with a stack: the op made ready last is placed next; ties in node order.
+    """
     ch_off, ch = graph.children
     indeg = np.diff(graph.parents[0]).tolist()
     ch_off, ch = ch_off.tolist(), ch.tolist()
@@ -84,8 +93,11 @@ def depth_first_order(graph: Graph) -> np.ndarray:
 
 
 def colocation_items(graph: Graph, colocate: bool, order: np.ndarray | None = None) -> np.ndarray:
-    """int32[N] item of each op: one per colocation name (if `colocate`), one per other op; items numbered in
-    `order` (int32[N], default `depth_first_order`) of their first op."""
+    """int32[N] the decision item of each op.
+
+    One item per colocation name (if `colocate`), one per other op; items are numbered in `order` (int32[N],
+    default `depth_first_order`) of their first op.
+    """
     first: dict[object, int] = {}
     item = np.empty(graph.n_nodes, np.int32)
     for op in (depth_first_order(graph) if order is None else order).tolist():
@@ -96,7 +108,10 @@ def colocation_items(graph: Graph, colocate: bool, order: np.ndarray | None = No
 
 
 def op_inputs(graph: Graph, cluster: Cluster, op_types: int, colocate: bool = True) -> OpInputs:
-    """The padded arrays of `graph` on `cluster` (host numpy), memoised in graph.cache."""
+    """The padded arrays of `graph` on `cluster`, host numpy.
+
+    Memoised in graph.cache.
+    """
     key = ("op_embed.inputs", cluster, op_types, colocate)
     if key not in graph.cache:
         graph.cache[key] = _build(graph, cluster, op_types, colocate, depth_first_order(graph))
@@ -135,7 +150,10 @@ def n_items(x: OpInputs) -> int:
 
 
 class OpEmbed(nn.Module):
-    """OpInputs -> op embeddings float32[Np, hidden] (zero on padding ops); see the module docstring."""
+    """OpInputs -> op embeddings float32[Np, hidden].
+
+    Zero on padding ops; see the module docstring.
+    """
 
     hidden: int
     op_types: int

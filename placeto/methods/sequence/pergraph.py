@@ -1,16 +1,18 @@
-"""What the per-graph sequence placers (rnn, hierarchical) share: their config base and the MethodSpec type (each
-method's is found by name with placeto.methods.sequence.specs.get_spec).
+"""What the per-graph placers (rnn, hierarchical) share: config, spec.
 
-Both are trained on one graph and one cluster (the seeds' setting): a policy is good for the graph it was trained
-on, so `devices` is a config field and a run directory remembers its graph. Each method is a `MethodSpec`:
+Their config base (`PerGraphConfig`) and the `MethodSpec` type.
+
+Each method's spec is found by name with placeto.methods.sequence.specs.get_spec. Both are trained on
+one graph and one cluster (the seeds' setting): a policy is good for the graph it was trained on, so `devices`
+is a config field and a run directory remembers its graph. Each method is a `MethodSpec`:
 
     config_cls   a frozen PerGraphConfig subclass (config.json of a run, with "method": its name)
     make_inputs  (graph, cluster, config) -> the method's input pytree (host arrays, memoised per graph)
     make_net     config -> a flax module with `sample(inputs, key, batch, greedy) -> Sampled` and
                  `__call__(inputs, actions) -> Scored` (see placeto.methods.sequence.reinforce)
 
-The REINFORCE update is placeto.methods.sequence.reinforce, the run directory placeto.methods.sequence.rundir, placing and the
-compare row placeto.methods.sequence.place.
+The REINFORCE update is placeto.methods.sequence.reinforce, the run directory placeto.methods.sequence.rundir,
+placing and the compare row placeto.methods.sequence.place.
 """
 
 from __future__ import annotations
@@ -35,7 +37,10 @@ RANGES: dict[str, tuple[float, float]] = {
 
 @dataclasses.dataclass(frozen=True)
 class PerGraphConfig:
-    """Fields every per-graph sequence placer has; subclasses add their own and set METHOD and MODEL_FIELDS."""
+    """Fields every per-graph sequence placer has.
+
+    Subclasses add their own and set METHOD and MODEL_FIELDS.
+    """
 
     METHOD: ClassVar[str] = ""
     MODEL_FIELDS: ClassVar[tuple[str, ...]] = ("hidden", "op_types", "devices", "logit_clip", "stay_prior")
@@ -94,7 +99,7 @@ class PerGraphConfig:
         return dataclasses.replace(self, **changes)
 
     def model_fields(self) -> tuple:
-        """The fields that fix the parameter shapes and the network's function."""
+        """The fields that fix the parameter shapes and the network."""
         return tuple(getattr(self, f) for f in self.MODEL_FIELDS)
 
     def to_json(self) -> str:
@@ -102,7 +107,11 @@ class PerGraphConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PerGraphConfig":
-        """Inverse of to_json; ValueError on another method, an unknown field or a bad value."""
+        """Inverse of to_json.
+
+        Raises:
+          ValueError: on another method, an unknown field or a bad value.
+        """
         d = dict(d)
         if d.pop("method", None) != cls.METHOD:
             raise ValueError(f"{cls.__name__}: \"method\" is not {cls.METHOD!r}")

@@ -1,6 +1,6 @@
-"""Placing with a per-graph method (rnn, hierarchical): from its run directory, or trained from scratch inside a
-budget (the compare rows "rnn" and "hierarchical").
+"""Placing with rnn or hierarchical: from a run, or trained in a budget.
 
+From its run directory, or trained from scratch inside a budget (the compare rows "rnn" and "hierarchical").
 Both run inside one meter (placeto.objective.metered) that counts every simulation and holds the budget; the
 one-time jit compilation (of `sample` and of the update) happens before it and is reported apart, as for the
 other learned methods.
@@ -41,8 +41,11 @@ COMPARE_PRESET = "default"  # the config preset train_in_budget starts from when
 def run_pergraph(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
                  seconds: float | None = None, checkpoint: PathLike | None = None,
                  config: PerGraphConfig | None = None) -> tuple[MethodRun, float]:
-    """(MethodRun, compile seconds) of method `name`: from run directory `checkpoint` if given, else trained
-    from scratch with `config` (default: the method's default config) within the budget."""
+    """(MethodRun, compile seconds) of per-graph method `name`.
+
+    From run directory `checkpoint` if given, else trained from scratch with `config` (default: the method's
+    default config) within the budget.
+    """
     if checkpoint is not None:
         return place_from_run(checkpoint, graph, cluster, seed, budget, seconds, expect=name)
     return train_in_budget(name, graph, cluster, seed, budget, seconds, config)
@@ -51,14 +54,20 @@ def run_pergraph(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budge
 def run_method(variant: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
                seconds: float | None = None, checkpoint: PathLike | None = None,
                finetune_episodes: int = 0) -> tuple[MethodRun, float]:
-    """rnn's and hierarchical's Method.run (placeto.methods.base.RunFn): `run_pergraph`. `finetune_episodes` does
-    not apply: a per-graph policy is trained longer instead (Method.finetunes False)."""
+    """Method.run of rnn and hierarchical: `run_pergraph`.
+
+    A placeto.methods.base.RunFn; `finetune_episodes` does not apply: a per-graph policy is trained longer instead
+    (Method.finetunes False).
+    """
     del finetune_episodes
     return run_pergraph(variant, graph, cluster, seed, budget, seconds, checkpoint)
 
 
 def _compile(net, inputs, params, batch: int, greedy: bool, with_update: bool, config) -> None:
-    """Compile `sample` (and the update) for these shapes, outside any meter; nothing is simulated."""
+    """Compile `sample` (and the update) outside any meter.
+
+    For these shapes; nothing is simulated.
+    """
     drawn = sample(net, params, inputs, jax.random.key(0), batch, greedy)
     if with_update:
         optimizer = make_optimizer(float(config.grad_clip), float(config.lr))
@@ -69,7 +78,10 @@ def _compile(net, inputs, params, batch: int, greedy: bool, with_update: bool, c
 
 def train_in_budget(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
                     seconds: float | None = None, config: PerGraphConfig | None = None) -> tuple[MethodRun, float]:
-    """See the module docstring. A call budget smaller than a batch shrinks the batch to it."""
+    """Train from scratch inside the budget (see the module docstring).
+
+    A call budget smaller than a batch shrinks the batch to it.
+    """
     spec = get_spec(name)
     if budget is None and seconds is None:
         raise InputError(f"{name} trains from scratch on the graph: give it a budget of simulator calls or seconds")
@@ -103,8 +115,11 @@ def train_in_budget(name: str, graph: Graph, cluster: Cluster, seed: int = 0, bu
 
 def place_from_run(run_dir: PathLike, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = None,
                    seconds: float | None = None, expect: str | None = None) -> tuple[MethodRun, float]:
-    """See the module docstring. InputError if the run is of another method than `expect`, graph or device
-    count."""
+    """Place from a trained run (see the module docstring).
+
+    Raises:
+      InputError: if the run is of another method than `expect`, another graph or device count.
+    """
     t0 = time.perf_counter()
     config, params, task = load_run(run_dir)
     _check_task(config, task, graph, cluster, run_dir, expect)

@@ -1,4 +1,6 @@
-"""REINFORCE on whole placements with an exponential moving-average baseline (seeds 000/001/002).
+"""REINFORCE on whole placements, moving-average baseline.
+
+As in seeds 000/001/002.
 
 One step on a (graph, cluster):
 
@@ -54,7 +56,10 @@ class Baseline(NamedTuple):
 
 
 class StepResult(NamedTuple):
-    """What one REINFORCE step did. Objectives in microseconds (memory-penalised runtime)."""
+    """What one REINFORCE step did.
+
+    Objectives in microseconds (memory-penalised runtime).
+    """
 
     params: Any
     opt_state: Any
@@ -69,13 +74,21 @@ class StepResult(NamedTuple):
 
 
 def rewards(scores: Scores, scale: float, oom_penalty: float) -> np.ndarray:
-    """float64[K] -sqrt((runtime + oom_penalty * scale * [over capacity]) / scale); scale: single-device us."""
+    """float64[K] rewards of a scored batch.
+
+    -sqrt((runtime + oom_penalty * scale * [over]) / scale).
+
+    Where scale is the single-device runtime, us; [over]: 1 for a placement over capacity, else 0.
+    """
     runtime = scores.runtime + oom_penalty * scale * (scores.over_gb > 0)
     return -np.sqrt(runtime / scale)
 
 
 def baseline_step(base: Baseline, reward: np.ndarray, decay: float) -> tuple[np.ndarray, Baseline]:
-    """(advantages float32[K] = reward - b, the baseline after this batch); see the module docstring."""
+    """(advantages float32[K], the baseline after this batch).
+
+    advantage = reward - b; see the module docstring.
+    """
     mean = float(np.mean(reward))
     b = mean if base.count == 0 else base.value
     adv = (np.asarray(reward, np.float64) - b).astype(np.float32)
@@ -84,18 +97,27 @@ def baseline_step(base: Baseline, reward: np.ndarray, decay: float) -> tuple[np.
 
 @functools.lru_cache(maxsize=None)
 def make_optimizer(grad_clip: float, lr: float) -> optax.GradientTransformation:
-    """Clipped Adam; one object per (clip, lr), so that the jitted update compiles once for equal settings."""
+    """Clipped Adam; one object per (clip, lr).
+
+    So that the jitted update compiles once for equal settings.
+    """
     return optax.chain(optax.clip_by_global_norm(grad_clip), optax.adam(lr))
 
 
 @functools.partial(jax.jit, static_argnames=("net", "batch", "greedy"))
 def sample(net, params, inputs, key: jax.Array, batch: int, greedy: bool = False) -> Sampled:
-    """`batch` placements from the policy (the argmax one, repeated, if `greedy`)."""
+    """`batch` placements from the policy.
+
+    If `greedy`: the argmax one, repeated.
+    """
     return net.apply(params, inputs, key, batch, greedy, method="sample")
 
 
 def loss_fn(net, params, inputs, actions, adv: jax.Array, entropy_coef: jax.Array):
-    """(REINFORCE loss, entropy): -mean(adv * logp) - entropy_coef * entropy; adv float32[K]."""
+    """(REINFORCE loss, entropy); adv float32[K].
+
+    loss = -mean(adv * logp) - entropy_coef * entropy.
+    """
     scored = net.apply(params, inputs, actions)
     return -(adv * scored.logp).mean() - entropy_coef * scored.entropy, scored.entropy
 
@@ -110,14 +132,17 @@ def update(net, optimizer, params, opt_state, inputs, actions, adv: jax.Array, e
 
 
 class Drawn(NamedTuple):
-    """K placements sampled and scored: what a REINFORCE step learns from."""
+    """K placements sampled and scored: a step's data."""
 
     sampled: Sampled  # the method's actions and the op placements int32[K, Np] (host arrays)
     scores: Scores  # their objective, runtime and over-capacity, each float64[K]
 
 
 def draw(net, config, params, inputs, graph: Graph, cluster: Cluster, key: jax.Array) -> Drawn:
-    """config.samples_per_update placements from one key (`sample`), scored (metered)."""
+    """A batch of placements from one key, scored; metered.
+
+    config.samples_per_update placements (`sample`).
+    """
     sampled = jax.device_get(sample(net, params, inputs, key, config.samples_per_update))
     return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster,
                                             config.memory_penalty_per_gb))
@@ -125,9 +150,11 @@ def draw(net, config, params, inputs, graph: Graph, cluster: Cluster, key: jax.A
 
 def draw_range(net, config, params, inputs, graph: Graph, cluster: Cluster, key: jax.Array, lo: int,
                hi: int) -> Drawn:
-    """Samples [lo, hi) of a batch drawn one key per sample: sample i is the policy's one placement from
-    fold_in(key, i), computed alone (`jax.lax.map`), so the batch is the same however [0, K) is split into ranges
-    (placeto.rollouts.distributed); not `draw`'s batch for the same key. Scored (metered)."""
+    """Samples [lo, hi) of a batch, one key each, scored; metered.
+
+    Sample i is the policy's one placement from fold_in(key, i), computed alone (`jax.lax.map`), so the batch is the
+    same however [0, K) is split into ranges (placeto.rollouts.distributed); not `draw`'s batch for the same key.
+    """
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(lo, hi, dtype=jnp.uint32))
     sampled = jax.device_get(_sample_each(net, params, inputs, keys))
     return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster,
@@ -142,15 +169,20 @@ def _sample_each(net, params, inputs, keys: jax.Array) -> Sampled:
 
 
 def concat_drawn(parts) -> Drawn:
-    """The samples of `parts` (ranges of one batch, in order) as one Drawn."""
+    """The samples of `parts` as one Drawn.
+
+    `parts`: ranges of one batch, in order.
+    """
     join = lambda *xs: np.concatenate(xs)  # noqa: E731
     return Drawn(jax.tree.map(join, *[p.sampled for p in parts]), Scores(*map(join, *[p.scores for p in parts])))
 
 
 def reinforce_step(net, config, params, opt_state, baseline: Baseline, inputs, graph: Graph, cluster: Cluster,
                    key: jax.Array, drawn: Drawn | None = None) -> StepResult:
-    """Sample config.samples_per_update placements (or take `drawn`: `draw_range`'s), score them, update; see the
-    module docstring."""
+    """One REINFORCE step: sample, score, update.
+
+    Samples config.samples_per_update placements (or takes `drawn`: `draw_range`'s); see the module docstring.
+    """
     optimizer = make_optimizer(float(config.grad_clip), float(config.lr))
     drawn = drawn if drawn is not None else draw(net, config, params, inputs, graph, cluster, key)
     placements, scores = np.asarray(drawn.sampled.placement)[:, :graph.n_nodes], drawn.scores
@@ -165,11 +197,14 @@ def reinforce_step(net, config, params, opt_state, baseline: Baseline, inputs, g
 
 
 def init_params(net, inputs, seed: int) -> Any:
-    """Fresh parameters from `seed` (their shapes do not depend on the graph)."""
+    """Fresh parameters from `seed`.
+
+    Their shapes do not depend on the graph.
+    """
     return _init(net, inputs, jax.random.key(seed))
 
 
 @functools.partial(jax.jit, static_argnames=("net",))
 def _init(net, inputs, key: jax.Array) -> Any:
-    # jitted: flax's eager init runs the LSTM scans op by op (measured 9-14 s, against ~2 s compiled)
+    # jitted: flax's eager init runs the LSTM scans op by op, far slower than compiled (experiments/README.md)
     return net.init(key, inputs, jax.random.key(0), 1, False, method="sample")

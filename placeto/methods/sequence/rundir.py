@@ -1,10 +1,11 @@
-"""Training a per-graph method (rnn, hierarchical) in a run directory that survives a kill.
+"""Train rnn or hierarchical in a run directory that survives a kill.
 
 One update = one REINFORCE step (placeto.methods.sequence.reinforce) on the run's (graph, cluster), with the key
 fold_in(key(seed), update): a run resumed from its checkpoint continues exactly as an uninterrupted run would,
-so equal seeds give byte-equal checkpoints, killed or not. With `workers` (placeto.rollouts.distributed.WorkerSpec) the
-placements are sampled and simulated in Ray actors, one key per sample (reinforce.draw_range): equal seeds give
-equal checkpoints for every number of workers (not those of a run without).
+so equal seeds give byte-equal checkpoints, killed or not. With `workers`
+(placeto.rollouts.distributed.WorkerSpec) the placements are sampled and simulated in Ray actors, one key per
+sample (reinforce.draw_range): equal seeds give equal checkpoints for every number of workers (not those of a
+run without).
 
 Run directory (as Placeto's and GDP's):
 
@@ -67,7 +68,10 @@ class RunState(NamedTuple):
 
 
 class TrainSummary(NamedTuple):
-    """What a `train` call did. Objectives are memory-penalised runtimes in microseconds."""
+    """What a `train` call did.
+
+    Objectives are memory-penalised runtimes in microseconds.
+    """
 
     task: str  # "<graph>@<D>d"
     updates: int  # update counter at the end (resumed runs included)
@@ -99,7 +103,11 @@ def _save(out: Path, st: RunState, task: dict[str, Any]) -> None:
 
 
 def stored_task(blob: Mapping[str, Any], path: PathLike) -> dict[str, Any]:
-    """A checkpoint's task {graph: name, nodes: count, devices: count}; InputError naming `path` otherwise."""
+    """A checkpoint's task {graph: name, nodes: count, devices: count}.
+
+    Raises:
+      InputError: naming `path`, if the task is missing or malformed.
+    """
     stored = blob["task"]
     if not isinstance(stored, Mapping) or set(stored) != {"graph", "nodes", "devices"} or \
             not isinstance(stored["graph"], str) or \
@@ -110,7 +118,11 @@ def stored_task(blob: Mapping[str, Any], path: PathLike) -> dict[str, Any]:
 
 
 def _load(out: Path, template: RunState, task: dict[str, Any]) -> RunState | None:
-    """The checkpoint restored into `template`, None without one; InputError if it is of another task or model."""
+    """The checkpoint restored into `template` (None without one).
+
+    Raises:
+      InputError: if it is of another task or model.
+    """
     path = out / CHECKPOINT
     if not path.exists():
         return None
@@ -134,7 +146,7 @@ def _load(out: Path, template: RunState, task: dict[str, Any]) -> RunState | Non
 
 
 def check_config(out: Path, config: PerGraphConfig) -> None:
-    """InputError unless an existing config.json is of the same method with the same model fields."""
+    """InputError unless config.json (if any) is of this method and model."""
     if not (out / CONFIG).exists():
         return
     d = read_json(out / CONFIG)
@@ -149,7 +161,10 @@ def check_config(out: Path, config: PerGraphConfig) -> None:
 
 
 class MetricsLog:
-    """metrics.csv (rows of updates >= the resumed checkpoint's dropped), TensorBoard scalars, a tqdm bar."""
+    """A run's logs: metrics.csv, TensorBoard scalars, a tqdm bar.
+
+    On resume, the rows of updates >= the resumed checkpoint's are dropped from metrics.csv.
+    """
 
     def __init__(self, out: Path, keep_until: int, total: int, initial: int, progress: bool):
         from tensorboardX import SummaryWriter
@@ -189,10 +204,18 @@ class MetricsLog:
 
 def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike, resume: bool = True,
           progress: bool = False, workers: WorkerSpec | None = None) -> TrainSummary:
-    """Train (or resume) `config.METHOD`'s policy for `graph` on `cluster` into run directory `out`; see the
-    module docstring. InputError if config.devices is not the cluster's device count, or if `out` holds a run of
-    another method, model or task (unless resume is False). workers: sample and simulate on Ray (see the module
-    docstring)."""
+    """Train (or resume) a per-graph policy in run directory `out`.
+
+    `config.METHOD`'s policy, for `graph` on `cluster`; see the module docstring.
+
+    Args:
+      resume: continue the run in `out`, if any (False: start afresh).
+      workers: sample and simulate on Ray (see the module docstring).
+
+    Raises:
+      InputError: if config.devices is not the cluster's device count, or if `out` holds a run of another
+        method, model or task (unless resume is False).
+    """
     if config.devices != cluster.n_devices:
         raise InputError(f"{config.METHOD}: config devices={config.devices} but the cluster has "
                          f"{cluster.n_devices} devices (a per-graph policy is trained for one device count)")
@@ -204,8 +227,10 @@ def train(config: PerGraphConfig, graph: Graph, cluster: Cluster, out: PathLike,
 
 
 def _draw_on(pool, config: PerGraphConfig, params, key: jax.Array) -> Drawn:
-    """The update's samples drawn across the pool's workers (reinforce.draw_range), counted by this process's
-    meter."""
+    """An update's samples, drawn across the pool's workers.
+
+    By reinforce.draw_range; counted by this process's meter.
+    """
     drawn = concat_drawn(pool.run(params, (key_data(key),), config.samples_per_update))
     record(drawn.scores.objective)
     return drawn
@@ -265,7 +290,10 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
 
 # ---- reading a run back ---------------------------------------------------------------------------------------
 def run_method(run_dir: PathLike | None) -> str | None:
-    """config.json's "method" if `run_dir` is a per-graph run directory ("rnn" / "hierarchical"), else None."""
+    """"rnn" or "hierarchical" for a per-graph run directory, else None.
+
+    Read from config.json's "method".
+    """
     if run_dir is None:
         return None
     path = Path(str(run_dir)) / CONFIG
@@ -280,8 +308,13 @@ def run_method(run_dir: PathLike | None) -> str | None:
 
 
 def load_run(run_dir: PathLike) -> tuple[PerGraphConfig, Any, dict[str, Any]]:
-    """(config, params, task) of a per-graph run directory; InputError naming the file if it is not a readable
-    one. The parameter template comes from jax.eval_shape (nothing is compiled)."""
+    """(config, params, task) of a per-graph run directory.
+
+    The parameter template comes from jax.eval_shape (nothing is compiled).
+
+    Raises:
+      InputError: naming the file, if it is not a readable run directory.
+    """
     run_dir = Path(str(run_dir))
     method = run_method(run_dir)
     if method is None:
@@ -304,17 +337,23 @@ def load_run(run_dir: PathLike) -> tuple[PerGraphConfig, Any, dict[str, Any]]:
 
 
 def load_params(run_dir: PathLike) -> tuple[PerGraphConfig, Any]:
-    """(config, params) of a per-graph run directory (`load_run` without its task): rnn's and hierarchical's
-    Method.load."""
+    """(config, params) of a per-graph run: Method.load of rnn, hierarchical.
+
+    It is `load_run` without the task.
+    """
     config, params, _ = load_run(run_dir)
     return config, params
 
 
-WORKER = "placeto.methods.sequence.rundir:PerGraphWorker"  # the per-graph methods' worker kind (placeto.rollouts.workers.make_worker)
+# the per-graph methods' worker kind (placeto.rollouts.workers.make_worker)
+WORKER = "placeto.methods.sequence.rundir:PerGraphWorker"
 
 
 class PerGraphWorker:
-    """rnn / hierarchical placements of one graph: payload (config, [(graph, cluster)])."""
+    """A Ray worker of rnn / hierarchical placements of one graph.
+
+    Payload: (config, [(graph, cluster)]).
+    """
 
     def __init__(self, config, pairs: Sequence[Pair]):
         spec = get_spec(config.METHOD)

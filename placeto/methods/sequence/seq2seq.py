@@ -1,4 +1,6 @@
-"""The seeds' sequence-to-sequence placer (000/002, and the Placer of 001): items in -> one device per item out.
+"""The seeds' seq2seq placer: items in, one device per item out.
+
+That of seeds 000/002, and the Placer of 001.
 
     encoder   a bidirectional LSTM over the item sequence (flax OptimizedLSTMCell under nn.RNN: a lax.scan),
               projected to `hidden`: the attention memory float32[Bi, T, H]
@@ -28,9 +30,13 @@ MODES = ("sample", "greedy", "forced")
 
 
 def clip_logits(logits: jax.Array, clip: float) -> jax.Array:
-    """clip * tanh(logits / clip) (identity for clip = 0): logits bounded by +-clip, so no decision becomes
-    certain (two devices: p <= 1 / (1 + e^(-2 clip))) and sampling keeps exploring, as Google's RL controllers of
-    the same years (NAS, ENAS: "tanh constant") do."""
+    """Bound logits to +-clip: clip * tanh(logits / clip).
+
+    The identity for clip = 0.
+
+    No decision becomes certain (two devices: p <= 1 / (1 + e^(-2 clip))) and sampling keeps exploring, as
+    Google's RL controllers of the same years (NAS, ENAS: "tanh constant") do.
+    """
     return logits if clip <= 0 else clip * jnp.tanh(logits / clip)
 
 
@@ -43,7 +49,10 @@ class Decoded(NamedTuple):
 
 
 class DecoderStep(nn.Module):
-    """One decoder step for B placements: carry ((c, h) float32[B, H] each, previous device int32[B])."""
+    """One decoder step for B placements.
+
+    Carry: ((c, h) float32[B, H] each, previous device int32[B]).
+    """
 
     hidden: int
     devices: int
@@ -53,8 +62,17 @@ class DecoderStep(nn.Module):
 
     @nn.compact
     def __call__(self, carry, xs, memory, mem_mask):
-        """xs: (encoder state float32[Bi, H], key, forced device int32[B], real item bool[]); memory float32[Bi, T, H];
-        mem_mask bool[T]. Returns (carry, (device int32[B], log-probability float32[B], entropy float32[B]))."""
+        """Decode one item for B placements.
+
+        Args:
+          carry: ((c, h) float32[B, H] each, previous device int32[B]).
+          xs: (encoder state float32[Bi, H], key, forced device int32[B], real item bool[]).
+          memory: float32[Bi, T, H] the encoder's states.
+          mem_mask: bool[T] real items.
+
+        Returns:
+          (carry, (device int32[B], log-probability float32[B], entropy float32[B])).
+        """
         (lstm, prev), (enc_t, key, forced, real) = carry, xs
         b = prev.shape[0]
         prev_emb = nn.Embed(self.devices + 1, self.hidden, name="device")(prev)  # id `devices`: the start token
@@ -85,7 +103,10 @@ class DecoderStep(nn.Module):
 
 
 class Seq2Seq(nn.Module):
-    """Item embeddings float32[Bi, T, F] + mask bool[T] -> Decoded for B placements (Bi = 1 or B)."""
+    """Item embeddings + mask -> Decoded for B placements.
+
+    Items float32[Bi, T, F] (Bi = 1 or B), mask bool[T].
+    """
 
     hidden: int
     devices: int
@@ -94,7 +115,9 @@ class Seq2Seq(nn.Module):
 
     @nn.compact
     def __call__(self, items, mask, mode: str, key: jax.Array, forced: jax.Array) -> Decoded:
-        """Args:
+        """Decode B placements of the items.
+
+        Args:
           items: float32[Bi, T, F] in sequence order; Bi = 1 when every placement shares the items (rnn).
           mask: bool[T] real items (padding at the end).
           mode: "sample", "greedy" or "forced" (a Python string: a static choice).

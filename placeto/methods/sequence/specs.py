@@ -1,6 +1,8 @@
-"""The per-graph methods' MethodSpecs by name (placeto.methods.sequence.pergraph describes the type): what the code they
-share (rundir, pergraph_place, pergraph_cli) looks a method up with. It sits above rnn/spec.py and
-hierarchical/spec.py, which import pergraph.py's config base, so that no import goes in a circle.
+"""The per-graph methods' MethodSpecs by name.
+
+placeto.methods.sequence.pergraph describes the type; the code the methods share (rundir, place, cli) looks a
+method up here. This module sits above rnn/spec.py and hierarchical/spec.py, which import pergraph.py's config
+base, so that no import goes in a circle.
 """
 
 from __future__ import annotations
