@@ -1,4 +1,4 @@
-"""Ablation of gdp's list decoders without a network (issue 32): the decoding order and the load-gap weight.
+"""Ablation of gdp's list decoders without a network: the decoding order and the load-gap weight.
 
     python -m experiments.ablations.gdp_decoder            # -> experiments/results/ablations/gdp_decoder.md
 

@@ -1,6 +1,6 @@
 """Why Placeto does not learn from scratch: ablations of its MDP and update, on family and on per-graph training.
 
-Each variant is the default `PlacetoConfig` of before issue 30 (`BASE`: embed_every 1, 8 episodes per update, lr
+Each variant is the earlier default `PlacetoConfig` (`BASE`: embed_every 1, 8 episodes per update, lr
 1e-3 decaying to 1e-4) with some fields changed (`--variant name=field=value,field=value`).
 Two settings, both from fresh parameters:
 
@@ -54,7 +54,7 @@ DEFAULT_VARIANTS = [
 
 
 BASE = "embed_every=1,episodes_per_update=8,lr=1e-3,lr_end=1e-4,counterfactual_loss=expected"
-"""Every variant's overrides apply to PlacetoConfig's defaults of before issue 30 (the ablation was run against
+"""Every variant's overrides apply to PlacetoConfig's defaults of before the embed_every / batch retuning (the ablation was run against
 them): these fields, and the rest as they still are."""
 
 
@@ -164,11 +164,11 @@ def report() -> None:
              "placeto_ablation.csv). Runtimes are simulated ms on placeto-k80; x single = runtime / the single "
              "device's (lower is better; < 1 beats one device).", "",
              "Variant names: `m8` = embed_every 8 (message passing every 8th step), `bN` = N episodes per update "
-             "(the default before issue 30 was 8), `lr...` = learning rate (and its end value), `random_init` = "
+             "(the earlier default was 8), `lr...` = learning rate (and its end value), `random_init` = "
              "episodes start from a random placement instead of all on device 0, `gamma1` = discount 1 "
              "(return-to-go), `cf` = counterfactual (every device simulated at the gradient's steps, expected "
              "immediate reward), `cfbest` = the same with the cross-entropy against the best immediate device. "
-             "`default` is the configuration before issue 30 (embed_every 1, 8 episodes per update, lr 1e-3 "
+             "`default` is the earlier configuration (embed_every 1, 8 episodes per update, lr 1e-3 "
              "decaying to 1e-4); today's default is `m8_b1` (embed_every 8, 1 episode per update, lr 1e-3 "
              "constant). Each row's overrides (its second column) apply to that old default (`BASE` in the "
              "script).", ""]

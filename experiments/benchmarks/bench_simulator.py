@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> None:
              "placements (each placement once per call, in a rotating order); the reference on other placements. "
              "Times are medians of this thread's CPU time (`time.thread_time`: what the call costs, which other "
              "processes' load does not inflate); the wall-clock ratios beside them (equal on a quiet machine). "
-             "Issue 12: simulate at most 1.3x the event loop at 10,000 nodes.", "",
+             "The target: simulate at most 1.3x the event loop at 10,000 nodes.", "",
              "|  nodes | devices | repeats | reference ms | simulate ms | + memory ms | event loop ms | "
              "simulate / loop | (simulate + memory) / loop | wall: sim / loop | wall: (+ mem) / loop | speed-up |",
              "|-------:|--------:|--------:|-------------:|------------:|------------:|--------------:|"

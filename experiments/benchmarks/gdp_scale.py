@@ -1,4 +1,4 @@
-"""GDP at scale against the list schedulers, local search and the human expert (issue 32, part 2).
+"""GDP at scale against the list schedulers, local search and the human expert.
 
     python -m experiments.benchmarks.gdp_scale                    # the whole grid; resumable: finished rows are kept
     python -m experiments.benchmarks.gdp_scale --quick            # the 10k generated graphs at 4 devices only
@@ -22,7 +22,7 @@ placeto-k80 preset at 4 and 8 devices. Methods, each reusing the project's own (
   decoding and per-node distributions steering placeto-search's annealing for --seconds;
 - ablations of the list decoder: heft (the list scheduler), gdp-etf-fresh and gdp-heft-fresh (the "etf" and
   "heft" decoders' one pass with fresh, untrained parameters of the large config, seed 0);
-- issue 32's first target on the op graphs at 8 devices: local-search-10k (local search for 10,000 simulator
+- the first target on the op graphs at 8 devices: local-search-10k (local search for 10,000 simulator
   calls; its wall time is the budget of) gdp-large-tuned (PPO fine-tuning of gdp-large on the graph, then sampled
   decodings, the best kept);
 - the coarse-to-fine ablation: gdp-large places a graph whose communication-to-computation ratio is high through
@@ -97,7 +97,7 @@ def place(method: str, graph, cluster, seconds: float, checkpoint: str, seed: in
     from placeto.harness.compare import run_learned
 
     if method in TARGET_1_ONLY and (graph.name not in OP_GRAPHS or cluster.n_devices != 8):
-        raise NotApplicable("issue 32's first target only: the op graphs at 8 devices")
+        raise NotApplicable("the first target only: the op graphs at 8 devices")
     if method in OPS:
         from placeto.methods.gdp.place import coarse_view, load_run
         from placeto.policies import resolve_checkpoint
@@ -261,7 +261,7 @@ def _table(rows: Sequence[Result], methods: Sequence[str], cell: Callable[[Resul
 
 def summary(rows: Sequence[Result], methods: Sequence[str]) -> list[str]:
     """Per method: geometric mean ratio to etf (its rows, and at 8 devices), mean seconds; then the paired
-    comparisons: gdp-coarse against gdp, gdp-search against local search, and issue 32's targets."""
+    comparisons: gdp-coarse against gdp, gdp-search against local search, and the targets."""
     ratios = ratio_to_etf(rows)
     lines = ["| method | geo-mean x etf | geo-mean x etf, 8 devices | mean place s | mean compile s | rows |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -318,7 +318,7 @@ def paired(ratios: dict, method: str, other: str, graphs: Sequence[str] = GRAPHS
 
 
 def targets(rows: Sequence[Result], ratios: dict) -> list[str]:
-    """Issue 32's done-when, where the rows exist. 1: at 8 devices on the op graphs, the gdp rows against the
+    """The targets, where the rows exist. 1: at 8 devices on the op graphs, the gdp rows against the
     expert (mean improvement; gdp-large-tuned within local-search-10k's wall time). 2: on the 50k graphs at 8
     devices, the one passes within 1.10x etf in < 60 s, and the search rows at equal wall time at least as good as
     etf and local search."""

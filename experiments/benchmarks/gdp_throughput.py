@@ -1,4 +1,4 @@
-"""GDP training throughput against the batch simulator's, measured side by side in one run (issue 12, item 3).
+"""GDP training throughput against the batch simulator's, measured side by side in one run.
 
     python -m experiments.benchmarks.gdp_throughput [--batches 32,256,1024,2048] [--seconds 10]
 

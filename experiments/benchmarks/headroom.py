@@ -1,6 +1,6 @@
 """Headroom: how much better than the anytime table's best classical placement can any placement be found?
 
-Issue 10 asks `placeto-search` to beat the best of etf, local-search and sa by >= 3% on average at 1 s and 10 s
+The target: `placeto-search` beats the best of etf, local-search and sa by >= 3% on average at 1 s and 10 s
 per graph. That is only possible where such placements exist. For every graph of a family's test split, this
 runs long searches (local-search with two seeds and sa with one, `--calls` simulator calls each, about 30x what a
 10 s budget buys) and keeps the best objective any of them, or any method of `anytime_<family>.csv` at any budget,

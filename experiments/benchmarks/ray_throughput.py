@@ -1,4 +1,4 @@
-"""Training throughput with rollouts on Ray workers: Placeto episodes/s and gdp placements/s (issue 16, item 3).
+"""Training throughput with rollouts on Ray workers: Placeto episodes/s and gdp placements/s.
 
     python -m experiments.benchmarks.ray_throughput [--seconds 15] [--workers 1,2] [--graphs 2]
 

@@ -1,6 +1,6 @@
 """Do D CPU devices really run at once? D chains of matmuls together against one after the other, three ways.
 
-Issue 40, item 3: JAX's host "devices" of one process are labels over one shared thread pool (two jitted chains of
+JAX's host "devices" of one process are labels over one shared thread pool (two jitted chains of
 700x700 matmuls on cpu:0 and cpu:1 overlapped 1.16x on this 2-core machine), so a placement over them cannot be
 measured faster than one device. In one run, interleaved round by round (simulator.measure.concurrency.measure):
 
@@ -10,7 +10,7 @@ measured faster than one device. In one run, interleaved round by round (simulat
     numpy threads     D Python threads doing the same matmuls in NumPy, BLAS single-threaded: the ceiling
 
 speedup = (the D chains one after the other) / (all at once): D when the devices run fully at once, 1 when they
-take turns. The target (issue 40): the process rig >= 1.8x at 2 devices.
+take turns. The target: the process rig >= 1.8x at 2 devices.
 
 With --graph G (and --methods, --placement P.json ...): also placed steps of G (its zoo program), every placement and the single
 device (every unit on device 0) on both rigs, interleaved in one set of rounds: the threads rig (this process's

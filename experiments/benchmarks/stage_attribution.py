@@ -1,4 +1,4 @@
-"""Do the units' profiled costs add up, stage by stage, to what the rig's stages take? (issue 40, item 2)
+"""Do the units' profiled costs add up, stage by stage, to what the rig's stages take?
 
 `eval --hardware` costs each unit by its kernel time inside one compiled step (`--costs step`, every unit's
 outputs materialised; `HardwareRunner.with_step_costs`), scaled so that they add up to the whole step run as one

@@ -24,7 +24,7 @@ default (placeto.harness.evaluate.evaluate, the function eval calls, with the ru
    stages the rig runs), and *per-unit* (simulator.simulate on the calibrated cluster: what eval printed before).
 
 Reported per graph and model: Spearman rank correlation and median |error| against the measured medians over the
-placements other than the single device (the anchor; targets of issue 40: >= 0.9 and <= 15%), and every
+placements other than the single device (the anchor; targets: >= 0.9 and <= 15%), and every
 placement's row. Each graph runs in a fresh process, as eval runs one
 graph per command. The machine's 1-minute load is recorded before and after each graph. Writes --out (markdown)
 and the same data as JSON beside it.
@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     p.add_argument("--graphs", nargs="+", default=list(GRAPHS), help="graph files (default: the 4 of the issue)")
-    p.add_argument("--devices", type=int, default=2, help="host devices of the process rig (issue 40: 2 here, 4 on "
+    p.add_argument("--devices", type=int, default=2, help="host devices of the process rig (2 here, 4 on "
                    "a 16-core machine)")
     p.add_argument("--repeats", type=int, default=7, help="timed steps per placement (interleaved rounds)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps per placement first (the first compiles)")
@@ -212,7 +212,7 @@ def halves(rows: list[dict]) -> float | None:
 
 
 def markdown(results: list[dict], command: str) -> str:
-    lines = ["# Staged simulation against the process rig (issue 40, item 2)", "",
+    lines = ["# Staged simulation against the process rig", "",
              f"Command: `{command}`", "",
              f"{results[0]['devices'] if results else 2} devices of the process rig (one pinned single-core JAX "
              "worker process each), "

@@ -1,4 +1,4 @@
-"""GDP against Placeto, the human expert and local search (issue 12, item 5).
+"""GDP against Placeto, the human expert and local search.
 
     python -m experiments.reproduce.gdp_family                     # ~30 min on this 2-core machine
     python -m experiments.reproduce.gdp_family --parts nmt         # one part: nmt, large or curves

@@ -1,5 +1,5 @@
 """The large-graph gdp policy (gdp-large): its training graphs, the PPO run, the ablation that decides what ships,
-and the shipping (issue 32).
+and the shipping.
 
     python -m experiments.reproduce.gdp_large                       # writes the training graphs, prints the commands
     python -m experiments.reproduce.gdp_large --train --minutes 37  # the PPO run (runs/gdp_large; rerun to resume)

@@ -453,7 +453,7 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
                   "", *summary_table(inside, ("clusters",)), ""]
         if k80_4:
             lines += ["The measure of the issue (the 24 test graphs of nmt, ptb and cifar10 at 4 K80s; the "
-                      "`general` before issue 39's work was 1.12x etf):", "", *summary_table(k80_4, ("family",)), ""]
+                      "the earlier `general` was 1.12x etf):", "", *summary_table(k80_4, ("family",)), ""]
         lines += [_seconds_line(inside), ""]
     lines += _selection_lines()
     lines += _start_lines(held, inside)

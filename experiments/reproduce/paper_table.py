@@ -1,4 +1,4 @@
-"""The Placeto paper's headline table (Addanki et al., NeurIPS 2019, issue 30): Placeto and the 2017 RNN placer
+"""The Placeto paper's headline table (Addanki et al., NeurIPS 2019): Placeto and the 2017 RNN placer
 (Mirhoseini et al.) each trained FROM SCRATCH on one graph, on the paper's rows (Inception-V3, NMT and NASNet at 2
 and 4 K80s, cluster preset placeto-k80), and the training each needs to find a placement on par with the best.
 The paper: "Placeto requires up to 6.1x fewer training steps than the RNN-based approach to find placements on par

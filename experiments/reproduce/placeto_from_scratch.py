@@ -1,4 +1,4 @@
-"""Issue 30's yardstick, run as a user would: `placeto train --family nmt --devices 4 --episodes 400 --seed S`
+"""The paper's yardstick, run as a user would: `placeto train --family nmt --devices 4 --episodes 400 --seed S`
 with the default configuration, then `placeto place` of the unseen nmt_004 zero-shot, for several seeds.
 
 Each seed's training and placement are `placeto` commands (subprocesses); the placement's runtime is read from

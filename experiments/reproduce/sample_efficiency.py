@@ -199,7 +199,7 @@ def report(rows: list[dict], command: str, refs: dict[tuple[str, int], tuple[flo
              f"placement, so its calls are not the paper's training steps: see the seconds too.", "",
              "These runs stop early by design (at most 20,000 calls and 2 minutes each): too soon for Placeto from "
              "scratch, whose episode costs one call per node, to converge. Its rows here were measured with the "
-             "configuration of before issue 30 (8 episodes per update, a decaying learning rate: 50 Adam steps in "
+             "earlier configuration (8 episodes per update, a decaying learning rate: 50 Adam steps in "
              "400 episodes), which left the policy where it started on most rows "
              "(experiments/results/ablations/placeto_ablation.md). experiments/results/reproduce/paper_table.md "
              "trains Placeto (today's "

@@ -1,4 +1,4 @@
-"""Every class of bad input (issue 11) through the CLI: exit status 2, exactly one line on stderr, no traceback,
+"""Every class of bad input through the CLI: exit status 2, exactly one line on stderr, no traceback,
 no pre-existing file changed, and no code imported because a data file named it.
 
 The cases run in one driver process (tests/docs/cli_driver.py) that forks a child per command line, so the imports
@@ -97,7 +97,7 @@ JSON_FILES = {
     "c_host_nan.json": _cluster({"host": "h"}, hosts=[{"name": "h", "dispatch_us": float("nan")}]),
     "c_host_unknown.json": _cluster({"host": "zz"}, hosts=[{"name": "h"}]),
     "c_host_missing.json": _cluster({"host": "h"}, hosts=[{"name": "h", "transfer_us": 40}]),
-    # metadata read back (issue 41): profiles, groupings, zoo programs too large to build, no nodes
+    # metadata read back: profiles, groupings, zoo programs too large to build, no nodes
     "prof_list.json": _graph(meta={"profile": [1]}), "prof_str.json": _graph(meta={"profile": "x"}),
     "prof_entry_list.json": _graph(meta={"profile": {"default": [1]}}),
     "prof_cores_str.json": _graph(meta={"profile": {"default": {"cores": "4"}}}),
@@ -331,7 +331,7 @@ CASES: list[tuple[str, str, str | None]] = [
         f"{TRAIN} --method gdp --out newrun --set samples_per_update=0",
         f"{TRAIN} --method gdp --out newrun --set temperature=0",
         f"{TRAIN} --method gdp --out newrun --set temperature=inf"])],
-    # placing and profiling for this machine (issue 29): --hardware, --candidates, --top, --plot, device lists,
+    # placing and profiling for this machine: --hardware, --candidates, --top, --plot, device lists,
     # profile methods, measured costs
     *[(f"hardware-{i}", cmd, None) for i, cmd in enumerate([
         "place g.json --out new.json --plot p.png", "place g.json --devices cpu:0,cpu:1 --out new.json",
@@ -386,7 +386,7 @@ CASES: list[tuple[str, str, str | None]] = [
     ("code-profile-unknown-kind", "profile meta_kind.json", None),
     ("code-profile-kwargs-range", "profile meta_kwargs.json", None),
     ("code-profile-kwargs-name", "profile meta_kwargs_code.json", None),
-    # issue 14's flags: import-jax (named paths, the critical-path bound, --export), exported programs (damaged,
+    # import-jax's flags: (named paths, the critical-path bound, --export), exported programs (damaged,
     # another graph's, a pickled constant), compare --save-placements, place --method for baselines
     *[(f"import-{i}", f"import-jax jax.numpy:matmul --args-spec {SPEC} --out new.json {flags}", None)
       for i, flags in enumerate(["--params '[5]'", "--opt-state '[0].w'", "--max-cp-growth -1",
@@ -401,7 +401,7 @@ CASES: list[tuple[str, str, str | None]] = [
     ("place-baseline-checkpoint", f"{PLACE} --method etf --checkpoint run_ok --out new.json", None),
     ("place-baseline-expert", f"{PLACE} --method expert --out new.json", None),
     ("place-baseline-seconds", f"{PLACE} --method sa --seconds 0 --out new.json", None),
-    # issue 41: the newer features' inputs. --hardware takes the flags other paths check (time limits, run
+    # the newer features' inputs. --hardware takes the flags other paths check (time limits, run
     # directories), device lists are bounded, metadata read back is validated, run directories' "method" and
     # gdp counters are typed, the user's code fails in one line, and no failing import-jax touches a file
     *[(f"hw41-{i}", f"place g.json --hardware --out new.json {flags}", None) for i, flags in enumerate([
@@ -435,7 +435,7 @@ CASES: list[tuple[str, str, str | None]] = [
     ("out41-place-over-graph", "place g.json --devices 2 --out g.json", None),
     ("out41-simulate-gantt-over-placement", f"{SIM} --gantt p.json", None),
     ("out41-eval-json-over-placement", f"{EVAL} --json p.json", None),
-    # rollouts on Ray workers (issue 16): counts, an address without workers, a malformed or unreachable address
+    # rollouts on Ray workers: counts, an address without workers, a malformed or unreachable address
     *[(f"workers-{i}", cmd, None) for i, cmd in enumerate([
         f"{TRAIN} --out newrun --workers 0", f"{TRAIN} --out newrun --workers -1",
         f"{TRAIN} --out newrun --workers 2 --worker-timeout 0",

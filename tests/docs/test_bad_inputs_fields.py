@@ -1,4 +1,4 @@
-"""Every field of every file format the project writes, mutated one at a time (issue 41): reading the file gives
+"""Every field of every file format the project writes, mutated one at a time: reading the file gives
 a valid object or an InputError of one line, never another exception.
 
 The formats: graph (with every meta key other modules read: program, source, grouping, expert_placement,

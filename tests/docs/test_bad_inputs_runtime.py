@@ -1,4 +1,4 @@
-"""What protects the machine and the user's files beyond one bad file (issue 41): the user's own code fails in one
+"""What protects the machine and the user's files beyond one bad file: the user's own code fails in one
 line (its traceback on request), an unresolvable cache directory stops only what needs it, host device lists are
 bounded by the machine, and a damaged or stale calibration cache entry is named and replaced.
 

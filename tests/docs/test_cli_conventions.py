@@ -1,4 +1,4 @@
-"""One set of CLI conventions (issue 31): where a command's device count comes from, compare's default methods,
+"""One set of CLI conventions: where a command's device count comes from, compare's default methods,
 and help that documents every argument and every default."""
 
 from __future__ import annotations

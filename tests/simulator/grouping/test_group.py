@@ -276,7 +276,7 @@ def test_a_graph_mixing_kind_costs_and_plain_costs_keeps_its_kinds_when_grouped(
     """A node with {"k80": .., "cpu": ..} beside nodes with a plain-number cost: each group's cost on a kind is
     what the simulator reads for its ops (the kind's own, else the plain number), so the grouping keeps k80 and
     cpu. Summing raw per-kind costs once left every kind NaN, and gdp's coarse view (coarse_groups=1) said
-    "has no costs for device kind 'k80' (it has: none)" (issue 41)."""
+    "has no costs for device kind 'k80' (it has: none)"."""
     from placeto.methods.gdp.config import tiny
     from placeto.methods.gdp.place import placing_task
     from simulator.model.cluster import cluster_preset
