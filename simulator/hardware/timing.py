@@ -17,7 +17,7 @@ buffers, caches).
 A plan on the process rig (`simulator.hardware.rig.plans.RigPlan`, anything with a `run_step()` that runs one
 step and waits for it) is timed the same way: its step is every worker's share run at once, the parent waiting
 for all. `reporting_steps(callback)` calls `callback()` after every step `time_calls` runs (outside the timed
-part): a progress bar's hook (`placeto.harness.on_hardware.step_bar`).
+part): a progress bar's hook (`placeto.harness.evaluate.step_bar`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Errors, the Spearman rank correlation (printed with its n; only from MIN_RANKED placements on, "n/a" with the
 reason otherwise, never "nan"), and a pairwise concordance in which placements whose measured interquartile
-ranges overlap count as ties. Used by `placeto eval` (placeto.harness.evaluate) and
+ranges overlap count as ties. Used by `placeto eval` (placeto.cli.eval, placeto.harness.evaluate) and
 experiments/benchmarks/sim_vs_hardware.py.
 """
 
