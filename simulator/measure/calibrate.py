@@ -96,7 +96,7 @@ def _median_us(run: Callable[[], Any], repeats: int, q: float = 0.5) -> float:
 
 def measure_parallelism(devices: Sequence, kernel_us: float = 1000.0, per_device: int = 8,
                         repeats: int = 5) -> float:
-    """How concurrently `devices` run: chains spread against on one.
+    """Speedup of one kernel chain per device over all chains on one device.
 
     Returns:
       The speedup of len(devices) independent chains of `per_device` ~1 ms kernels, one chain per device, over the
