@@ -1,7 +1,9 @@
-"""Gantt charts: a simulated schedule, and a step measured on the process rig beside the simulated one.
+"""Gantt charts: a simulated schedule, and a rig's measured step beside it.
 
-Per device, one row of compute (the ops it runs) and one row of its outgoing bus (the transfers it sends),
-coloured by device; the step's end and the lower bound as vertical lines."""
+A step the process rig measured is drawn beside the simulated one. Per device, one row of compute (the ops
+it runs) and one row of its outgoing bus (the transfers it sends), coloured by device; the step's end and the
+lower bound as vertical lines.
+"""
 
 from __future__ import annotations
 
@@ -28,8 +30,11 @@ BUS_ALPHA = 0.35  # transfers are drawn in a light tint of their sending device'
 
 
 def gantt(result: SimResult, cluster: Cluster, path: PathLike, title: str = "") -> None:
-    """Draw the schedule of `result` to a PNG at `path` (time in milliseconds). `title` heads the chart; a line
-    below it gives the runtime, its ratio to the lower bound and any device out of memory."""
+    """Draws the schedule of `result` to a PNG at `path`, time in milliseconds.
+
+    `title` heads the chart; a line below it gives the runtime, its ratio to the lower bound and any device out of
+    memory.
+    """
     fig = gantt_figure(result, cluster, title)
     buf = _io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
@@ -87,8 +92,10 @@ def _legend_handles(color, with_lower_bound: bool) -> list:
 
 def gantt_measured(path: PathLike, graph: Graph, cluster: Cluster, placement: np.ndarray, step: MeasuredStep,
                    title: str = "") -> None:
-    """Write a PNG: the simulated schedule of `placement` on `cluster` (top) and the measured step (bottom), on
-    one time axis in milliseconds."""
+    """Writes a PNG of `placement`'s simulated schedule above its measured step.
+
+    The simulated schedule on `cluster` (top) and the measured step (bottom) share one time axis in milliseconds.
+    """
     result = simulate(graph, np.asarray(placement, dtype=np.int32), cluster)
     n = cluster.n_devices
     colors = plt.get_cmap("tab10")

@@ -1,1 +1,1 @@
-"""Running placed graphs on real devices: plans, dispatch, timing, plain jit and the process rig."""
+"""Placed graphs on devices: plans, dispatch, timing, plain jit, rig."""

@@ -1,4 +1,4 @@
-"""Local JAX devices: how many host "devices" the CPU backend has, and how many cores each task may use.
+"""Local JAX devices: device specs, host CPU devices, one core each.
 
 JAX's CPU backend exposes one device unless `--xla_force_host_platform_device_count` (`HOST_DEVICE_FLAG`) is in
 XLA_FLAGS when the backend starts; those host devices are labels over one shared thread pool
@@ -6,19 +6,19 @@ XLA_FLAGS when the backend starts; those host devices are labels over one shared
 intra-op threading so a task uses one core, and D host devices can behave like D single-core devices when
 D <= free cores.
 
-A device spec (`parse_device_spec`, the CLI's --devices) is a count, n: the first n devices of the default
-backend, or a list of `platform:index` entries, e.g. "gpu:0,cpu:0" (a GPU and the host CPU: heterogeneous) or
+A device spec (`parse_device_spec`, the CLI's --devices) is a count n (the first n devices of the default
+backend) or a list of `platform:index` entries, e.g. "gpu:0,cpu:0" (a GPU and the host CPU: heterogeneous) or
 "cpu:0,cpu:1" (two host devices standing in); "cuda" and "rocm" are aliases of "gpu".
 
-`ensure_host_devices(spec)` sets both before JAX starts (scripts and the CLI call it first; a list asks for as many
-host devices as its largest cpu index needs), and only checks the devices once it has; `local_devices(spec)`
+`ensure_host_devices(spec)` sets both flags before JAX starts (scripts and the CLI call it first; a list asks for
+as many host devices as its largest cpu index needs), and only checks the devices once it has; `local_devices(spec)`
 resolves the spec to JAX devices (`jax.devices(platform)[index]` for a list). This module must not import jax at
 import time: importing it is how callers get to set XLA_FLAGS before jax is imported.
 
-Host devices are bounded (`max_host_devices()`: 4 per core of this machine, at least 8): each is a label over the
-same cores, and XLA allocates per device as the backend starts (`cpu:99999` once grew past 3 GB before anything
-said no). A cpu index at or past the bound is refused when the spec is parsed, a count past it when the host
-devices are asked for (`ensure_host_devices`; a count may also name GPUs or simulated devices, up to 1024).
+Host devices are bounded (`max_host_devices()`: 4 per core, at least 8): each is a label over the same cores,
+and XLA allocates memory per device as the backend starts (docs/hardware.md). A cpu index at or past the bound is
+refused when the spec is parsed, a count past it when the host devices are asked for (`ensure_host_devices`; a
+count may also name GPUs or simulated devices, up to 1024).
 """
 
 from __future__ import annotations
@@ -37,21 +37,29 @@ DeviceSpec = int | tuple[tuple[str, int], ...]  # a count, or (platform, index) 
 
 
 def max_host_devices() -> int:
-    """The most host CPU devices a command may ask XLA for: 4 per core of this machine, at least 8."""
+    """The most host CPU devices a command may ask XLA for.
+
+    4 per core, at least 8.
+    """
     return max(MIN_HOST_DEVICES, HOST_DEVICES_PER_CORE * (os.cpu_count() or 1))
 
 
 def _digits(text: str) -> bool:
-    """ASCII digits only (str.isdigit also takes '¹' or '٣', which int() refuses or reads unexpectedly)."""
+    """Whether `text` is ASCII digits only.
+
+    str.isdigit also takes '¹' or '٣', which int() refuses or reads unexpectedly.
+    """
     return text.isascii() and text.isdigit()
 
 
 def parse_device_spec(text: str | int) -> int | tuple[tuple[str, int], ...]:
-    """A device count ("2") or a comma list of platform:index ("gpu:0,cpu:0" -> (("gpu", 0), ("cpu", 0))).
+    """Parses a device count ("2") or a comma list of platform:index entries.
 
-    InputError (one line, naming the offending entry) for anything else: an unknown platform, a missing or
-    non-numeric index, an empty entry, a device listed twice, a count outside [1, 1024], a cpu index at or past
-    max_host_devices().
+    "gpu:0,cpu:0" -> (("gpu", 0), ("cpu", 0)).
+
+    Raises:
+      InputError: (one line naming the offending entry) an unknown platform, a missing or non-numeric index, an
+        empty entry, a device listed twice, a count outside [1, 1024], or a cpu index at or past max_host_devices().
     """
     if isinstance(text, int) and not isinstance(text, bool):
         text = str(text)
@@ -96,9 +104,12 @@ def spec_text(spec: int | tuple) -> str:
 
 
 def default_local_spec(host_devices: int = 2) -> int | tuple[tuple[str, int], ...]:
-    """Every local GPU as ("gpu", i), else `host_devices` (a count: host CPU devices), found without starting JAX
-    (which would be too late for XLA_FLAGS): a CUDA plugin of jax must be installed, JAX_PLATFORMS (when set) must
-    allow it, and `nvidia-smi -L` lists the GPUs (CUDA_VISIBLE_DEVICES, when set, limits how many count)."""
+    """Every local GPU as ("gpu", i), else `host_devices` (a count).
+
+    Found without starting JAX (which would be too late for XLA_FLAGS): a CUDA plugin of jax must be installed,
+    JAX_PLATFORMS (when set) must allow it, and `nvidia-smi -L` lists the GPUs (CUDA_VISIBLE_DEVICES, when set,
+    limits how many count).
+    """
     import importlib.util
     import shutil
     import subprocess
@@ -123,8 +134,10 @@ def default_local_spec(host_devices: int = 2) -> int | tuple[tuple[str, int], ..
 
 
 def _host_count(spec: int | tuple) -> int:
-    """Host CPU devices the spec needs: n for a count (they are host devices on a CPU-only machine), else the
-    largest cpu index + 1 (at least 1)."""
+    """Host CPU devices `spec` needs.
+
+    n for a count (host devices on a CPU-only machine), else the largest cpu index + 1 (at least 1).
+    """
     if isinstance(spec, int):
         return spec
     return max((i + 1 for p, i in spec if p == "cpu"), default=1)
@@ -136,14 +149,17 @@ SERIAL_CPU_FLAGS = ("--xla_cpu_multi_thread_eigen=false",)
 
 
 def ensure_host_devices(spec: int | tuple | str, serial: bool = True) -> None:
-    """Make the local JAX devices of `spec` (a count n, or a (parsed or text) platform:index list) available;
-    call before anything imports jax.
+    """Makes `spec`'s local JAX devices available; call before jax.
 
-    If jax is not imported yet, sets XLA_FLAGS so the CPU backend has (at least) n host devices (for a list: the
-    largest cpu index + 1) and, with `serial`, single-threaded ops (`SERIAL_CPU_FLAGS`). If jax is already
-    initialised, only checks: raises InputError when a device of the spec is missing (`local_devices`). (If jax
-    is imported but no backend has started yet, the device count is set through `jax_num_cpu_devices`; the
-    threading flags may then come too late.) InputError for more host devices than max_host_devices().
+    `spec` is a count n, or a (parsed or text) platform:index list. If jax is not imported yet, sets XLA_FLAGS so
+    the CPU backend has (at least) n host devices (for a list: the largest cpu index + 1) and, with `serial`,
+    single-threaded ops (`SERIAL_CPU_FLAGS`). If jax is imported but no backend has started yet, the device count is
+    set through `jax_num_cpu_devices` (the threading flags may then come too late). Once a backend has started, it
+    only checks.
+
+    Raises:
+      InputError: more host devices than max_host_devices(), or (jax started) a device of the spec is missing
+        (`local_devices`).
     """
     if isinstance(spec, str):
         spec = parse_device_spec(spec)
@@ -182,8 +198,14 @@ def _with_flags(flags: str, n: int, serial: bool) -> str:
 
 
 def local_devices(spec: int | tuple | str) -> list:
-    """The JAX devices of a device spec: for a count n, the first n devices of the default backend; for a
-    platform:index list, `jax.devices(platform)[index]` each, across backends. InputError if one is missing."""
+    """The JAX devices of a device spec.
+
+    For a count n, the first n devices of the default backend; for a platform:index list,
+    `jax.devices(platform)[index]` each, across backends.
+
+    Raises:
+      InputError: a device of the spec is missing.
+    """
     import jax
 
     if isinstance(spec, str):
@@ -211,11 +233,13 @@ def local_devices(spec: int | tuple | str) -> list:
 
 
 def kind_of(device) -> str:
-    """The cost kind of measurements made on a JAX device: "local-cpu" for the host CPU, else "local-" + the
-    accelerator's model from its `device_kind` ("NVIDIA H200" -> "local-h200", "NVIDIA H100 80GB HBM3" ->
-    "local-h100", "Tesla V100-SXM2-16GB" -> "local-v100", "NVIDIA GeForce RTX 4090" -> "local-rtx4090",
-    "TPU v4" -> "local-tpu-v4"). The "local-" prefix keeps
-    measured costs apart from the analytic ones of simulator.model.costs (kinds "h100", "a100", ...)."""
+    """The cost kind of measurements made on a JAX device, e.g. "local-h200".
+
+    "local-cpu" for the host CPU, else "local-" + the accelerator's model from its `device_kind` ("NVIDIA H200" ->
+    "local-h200", "NVIDIA H100 80GB HBM3" -> "local-h100", "Tesla V100-SXM2-16GB" -> "local-v100",
+    "NVIDIA GeForce RTX 4090" -> "local-rtx4090", "TPU v4" -> "local-tpu-v4"). The "local-" prefix keeps measured
+    costs apart from the analytic ones of simulator.model.costs (kinds "h100", "a100", ...).
+    """
     import re
 
     platform = getattr(device, "platform", "cpu")

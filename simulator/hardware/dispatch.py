@@ -1,10 +1,10 @@
-"""Executing a placed graph on real JAX devices: the runtime that dispatches one step of a `Plan`.
+"""The runtime that dispatches one step of a placed graph's Plan.
 
 A placed graph becomes a `Plan` of `Task`s in dispatch order (a topological order of the units: nodes, or groups
-of a grouped graph); `simulator.hardware.plans` builds it (from units lowered by `simulator.tracing.lowering`, or the synthetic
-kernels of `simulator.hardware.synthetic`), and `simulator.hardware.timing` times its steps. A task is one jitted function
-fn(token, *inputs) -> (token, *outputs) committed to its device: one unit, or a stage (a device's consecutive
-units as one computation).
+of a grouped graph); `simulator.hardware.plans` builds it (from units lowered by `simulator.tracing.lowering`, or
+the synthetic kernels of `simulator.hardware.synthetic`), and `simulator.hardware.timing` times its steps. A task
+is one jitted function fn(token, *inputs) -> (token, *outputs) committed to its device: one unit, or a stage (a
+device's consecutive units as one computation).
 
 A tensor moves only when a consumer sits on another device: one `jax.device_put` per (producer task, receiving
 device) carrying every value consumers there need, issued right after the producer is dispatched. Dispatch is
@@ -14,17 +14,17 @@ calibration probes are measured. Donating works on the CPU client too (jax 0.10:
 warning when an output can reuse it; "not usable" warnings, where none can, are silenced: the buffer is still
 freed early). One block on every value at the end of the step.
 
-Three facts about JAX's CPU client shape this (measured with jax 0.10 on 2 cores):
+Three facts about JAX's CPU client (jax 0.10) shape this:
 
 * the host "devices" of `--xla_force_host_platform_device_count` are labels over one shared thread pool:
   independent executions overlap whatever their device. So every task takes and returns its device's *token*
   (an int8 scalar) and cannot start before its device's previous task has finished, as the simulator assumes;
 * a computation of under 1000 flops runs inline in the dispatching thread, which first waits for its inputs; one
   scalar task (a gradient-norm clip) would stall every device's dispatch. The token is therefore made by a 16x16
-  matmul (`simulator.hardware.plans.compile_task`), so no task is "cheap" and all are dispatched asynchronously (about
-  1 us of work each);
-* `jax.device_put` between CPU devices costs 30-90 us of host time in the calling thread whatever the size (the
-  copy itself is fast), so transfers are batched per receiving device.
+  matmul (`simulator.hardware.plans.compile_task`), so no task is "cheap" and all are dispatched asynchronously
+  (about 1 us of work each);
+* `jax.device_put` between CPU devices costs the calling thread tens of microseconds of host time whatever the
+  size (the copy itself is fast; docs/hardware.md), so transfers are batched per receiving device.
 
 With XLA's intra-op threading switched off (`SERIAL_CPU_FLAGS`, set by `ensure_host_devices`, both in
 `simulator.hardware.devices`) a task uses one core, so D host devices can behave like D single-core devices when
@@ -44,12 +44,14 @@ Key = tuple[Any, int]  # a value on a device: (node output `Source`, or another 
 
 
 class Task(NamedTuple):
-    """One dispatch: a placed unit, or a stage (consecutive units of one device, see `simulator.hardware.plans`).
+    """One dispatch: a placed unit, or a stage of one device's units.
+
     fn(token, *inputs) -> (token, *outputs), jitted onto `device`; None if the unit only holds resident values
-    (inputs, parameters)."""
+    (inputs, parameters). Stages are built by `simulator.hardware.plans`.
+    """
 
     unit: int  # node (or group) index in the placed graph; a stage's first unit
-    device: int
+    device: int  # index into Plan.devices
     fn: Callable | None
     inputs: tuple[Source, ...]  # values read, all on `device` by the time the task is dispatched
     outputs: tuple[Source, ...]  # values fn returns, in order
@@ -76,12 +78,17 @@ class Plan(NamedTuple):
 
 
 def run_plan(plan: Plan, block: bool = True, threads: bool | None = None) -> tuple[list, dict]:
-    """Dispatch one step. Returns (flat outputs, every value by Key but the donated ones); with `block`, waits
-    for all of them.
+    """Dispatches one step of `plan`.
 
-    With `threads`, each device's tasks are dispatched by its own host thread (see `_dispatch_threaded`), else
-    all from the calling thread in plan order. None: one thread for a staged plan (a few dispatches per step),
-    one per device for a per-unit plan (as the calibration probes are measured).
+    Args:
+      plan: the step to run.
+      block: wait for every value before returning.
+      threads: dispatch each device's tasks from its own host thread (`_dispatch_threaded`), else all from the
+        calling thread in plan order. None: one thread for a staged plan (a few dispatches per step), one per device
+        for a per-unit plan (as the calibration probes are measured).
+
+    Returns:
+      (flat outputs, every value by Key but the donated ones).
     """
     import jax
 
@@ -101,8 +108,11 @@ def run_plan(plan: Plan, block: bool = True, threads: bool | None = None) -> tup
 
 
 def _donation_quiet(plan: Plan):
-    """Silence JAX's "Some donated buffers were not usable" (a donated input no output can reuse: its buffer is
-    still freed early, which is the point) while a plan with donations compiles and runs."""
+    """Silences JAX's unusable-donation warning for `plan`.
+
+    "Some donated buffers were not usable" means a donated input no output can reuse; its buffer is still freed
+    early, which is the point.
+    """
     return _quiet_donations() if any(t.donated for t in plan.tasks) else contextlib.nullcontext()
 
 
@@ -116,7 +126,10 @@ def _quiet_donations():
 
 
 def _dispatch(t: Task, env: dict, tokens: list, devices: Sequence, wait: Callable | None = None) -> None:
-    """Launch task `t` (reading its inputs from `env`, after `wait(key)` for each), then its sends."""
+    """Launches task `t`, then its sends.
+
+    Its inputs are read from `env`, each after `wait(key)` when `wait` is given.
+    """
     import jax
 
     if t.fn is not None:
@@ -136,10 +149,13 @@ def _dispatch(t: Task, env: dict, tokens: list, devices: Sequence, wait: Callabl
 
 
 def _dispatch_threaded(plan: Plan, env: dict, tokens: list) -> None:
-    """One host thread per device dispatches that device's tasks in plan order, waiting (on an Event) for each
-    input from another device to have been launched. Why: a device's dispatch then never waits behind another
-    device's (a `device_put` costs its sender tens of microseconds of host time); measured, this was as fast or
-    faster than dispatching from one thread, single-device placements included."""
+    """Dispatches with one host thread per device.
+
+    Each thread runs its device's tasks in plan order, waiting for each input from another device to have been
+    launched. A device's dispatch then never waits behind another device's (a `device_put` costs its sender tens of
+    microseconds of host time); it was as fast as dispatching from one thread or faster, single-device placements
+    included.
+    """
     import threading
 
     events: dict = {}

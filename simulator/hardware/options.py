@@ -1,5 +1,7 @@
-"""The choices of running a graph on local devices, light enough for the command line's parser (no JAX): the
-execution modes, the rigs, and a device spec's default rig."""
+"""Choices for running a graph on local devices, importable without JAX.
+
+Light enough for the command line's parser: the execution modes, the rigs, and a device spec's default rig.
+"""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ RIGS = ("threads", "processes")  # this process's JAX devices, or one worker pro
 
 
 def default_rig(spec: Any) -> str:
-    """The --rig default for a device spec: "processes" when every device is a host CPU device (a count on a
-    machine without GPUs, or a list of cpu entries), else "threads"."""
+    """The --rig default for a device spec: "processes" if all are host CPUs.
+
+    Else "threads". All host CPU devices: a count on a machine without GPUs, or a list of cpu entries only.
+    """
     if isinstance(spec, int):
         return "processes" if isinstance(default_local_spec(spec), int) else "threads"
     return "processes" if all(p == "cpu" for p, _ in spec) else "threads"

@@ -1,4 +1,4 @@
-"""Plain jit: the graph's training step as a user runs it without placeto, the baseline of hardware speedups.
+"""The plain-jit baseline: the step as run without placeto.
 
 `placeto place --hardware` and `eval --hardware` run placements over several local devices. Their "single
 device" placement is every unit on one of those devices, which for host CPU devices is a test rig: the process
@@ -9,10 +9,10 @@ XLA_FLAGS have the serial flags and the host device count removed (`plain_env`).
 time the same compiled step again later (`Child.again`: the commands time it before and after the placements),
 instead of a second fresh process importing JAX and loading the step again.
 
-The child reads only the graph file's data: the zoo program its meta names (simulator.workloads.zoo.registry maps the name
-to one of the zoo's own builders; nothing named by the file is imported), else its exported program
-(simulator.tracing.export: `G.export.zip` beside the file, or --exported), its units composed into one `jax.jit`. A
-graph with neither, a child that fails or one that runs past its time limit gives an unavailable `PlainJit`
+The child reads only the graph file's data: the zoo program its meta names (simulator.workloads.zoo.registry maps
+the name to one of the zoo's own builders; nothing named by the file is imported), else its exported program
+(simulator.tracing.export: `G.export.zip` beside the file, or --exported), its units composed into one `jax.jit`.
+A graph with neither, a child that fails or one that runs past its time limit gives an unavailable `PlainJit`
 saying why, never an error of the command that asked.
 
 The child prints one JSON line: {"times_us": [...], "device": "...", "program": "..."}; with --serve it then
@@ -53,7 +53,7 @@ WHAT = "plain jax.jit of the step (default device and threading, a fresh process
 
 @dataclasses.dataclass(frozen=True)
 class PlainJit:
-    """A plain `jax.jit` of the graph's training step timed in a fresh process, or why it could not be."""
+    """The plain jit of a step, timed in a fresh process, or why not."""
 
     times_us: tuple[float, ...] = ()
     """float[S] every timed step, wall clock, microseconds (empty when unavailable)."""
@@ -69,17 +69,22 @@ class PlainJit:
         return bool(self.times_us)
 
     def timing(self) -> Any:
-        """simulator.hardware.timing.Timing of the steps (call only when `available`)."""
+        """The Timing of the steps (call only when `available`)."""
         return timing_of(self.times_us)
 
 
 def plain_env(environ: Mapping[str, str], platform: str = "default") -> dict[str, str]:
-    """A copy of `environ` for the child: XLA_FLAGS without the flags placeto sets for its host device rig
-    (`STRIPPED_FLAGS`: the host device count and the serial CPU flags, whatever their values; XLA_FLAGS removed
-    when nothing else is left), without JAX_NUM_CPU_DEVICES; with platform "cpu", JAX_PLATFORMS=cpu; with
-    "default", XLA_PYTHON_CLIENT_PREALLOCATE=false unless set: the parent holds most of a GPU's memory (JAX
-    preallocates 75%), where the child's own preallocation fails with CUDA out-of-memory errors (seen on an
-    H200) before it allocates on demand anyway."""
+    """`environ` for the child, less the host device rig's flags.
+
+    XLA_FLAGS loses `STRIPPED_FLAGS` (the host device count and the serial CPU flags, whatever their values;
+    XLA_FLAGS is removed when nothing else is left), and JAX_NUM_CPU_DEVICES goes. Platform "cpu" sets
+    JAX_PLATFORMS=cpu; "default" sets XLA_PYTHON_CLIENT_PREALLOCATE=false unless set: the parent holds most of a
+    GPU's memory (JAX preallocates 75%), so the child's own preallocation would fail with CUDA out-of-memory errors
+    before it allocates on demand anyway.
+
+    Raises:
+      InputError: `platform` is not one of PLATFORMS.
+    """
     if platform not in PLATFORMS:
         raise InputError(f"plain jit platform must be one of {', '.join(PLATFORMS)}, got {platform!r}")
     env = dict(environ)
@@ -97,25 +102,33 @@ def plain_env(environ: Mapping[str, str], platform: str = "default") -> dict[str
 
 
 def plain_platform(spec: int | tuple) -> str:
-    """The platform of the baseline for the local devices of a device spec (simulator.hardware.devices): "cpu" when
-    the spec lists host CPU devices only, else "default" (a count means the default backend's devices, so its
-    first device is theirs; a list naming a GPU compares against JAX's default device, the first GPU)."""
+    """The baseline platform of a device spec: "cpu" or "default".
+
+    "cpu" when the spec lists host CPU devices only, else "default". A count means the default backend's devices, so
+    its first device is theirs; a list naming a GPU compares against JAX's default device, the first GPU. See
+    simulator.hardware.devices for specs.
+    """
     if isinstance(spec, int) or any(platform != "cpu" for platform, _ in spec):
         return "default"
     return "cpu"
 
 
 class Child:
-    """A fresh process timing the plain jit of a graph's step (`start`), kept to time it again (`again`); `first`
-    is its first run. Close it (`close`, or use it as a context manager)."""
+    """A fresh process timing the plain jit of a step, kept for reruns.
+
+    `start` makes one; `first` is its first run, `again` times the step once more. Close it (`close`, or use it as a
+    context manager).
+    """
 
     def __init__(self, first: PlainJit, proc: subprocess.Popen | None = None, stderr: Any = None,
                  lines: "queue.Queue | None" = None, timeout_s: float = TIMEOUT_S):
         self.first, self._proc, self._stderr, self._lines, self._timeout_s = first, proc, stderr, lines, timeout_s
 
     def _read(self) -> PlainJit:
-        """The child's next JSON line as a PlainJit; unavailable (the child ended) when it does not come within
-        the time limit, or the child exits first."""
+        """The child's next JSON line as a PlainJit.
+
+        Unavailable (the child ended) when no line comes within the time limit, or the child exits first.
+        """
         try:
             line = self._lines.get(timeout=self._timeout_s)
         except queue.Empty:
@@ -130,8 +143,10 @@ class Child:
         return parse_child(0, line, "")
 
     def again(self) -> PlainJit:
-        """The same step timed again in the same process (its compiled step reused); unavailable, saying why,
-        when the first run was or the child has ended."""
+        """The same step timed again in the same process, its compiled step reused.
+
+        Unavailable, saying why, when the first run was or the child has ended.
+        """
         if not self.first.available:
             return self.first
         if self._proc is None or self._proc.poll() is not None:
@@ -145,8 +160,10 @@ class Child:
         return self._read()
 
     def close(self, kill: bool = False) -> None:
-        """End the child: its input closed, so it exits (killed if it has not within 10 s, or at once with
-        `kill`)."""
+        """Ends the child: its input is closed, so it exits.
+
+        It is killed if it has not exited within 10 s, or at once with `kill`.
+        """
         proc, self._proc = self._proc, None
         if proc is None:
             return
@@ -173,9 +190,14 @@ class Child:
 def start(graph_path: str | os.PathLike | None, platform: str = "default", steps: int = STEPS,
           warmup: int = WARMUP, timeout_s: float = TIMEOUT_S, exported: str | None = None,
           python: str = sys.executable) -> Child:
-    """A `Child` timing the plain jit of the graph file's step (`main --serve`), its first run done; that run is
-    unavailable (with why) when the file is None, the child fails or runs past `timeout_s` (each run gets that
-    limit). InputError for a bad argument."""
+    """A `Child` timing the graph file's plain jit, first run done.
+
+    The child runs `main --serve`. Its first run is unavailable (saying why) when the file is None, or the child
+    fails or runs past `timeout_s` (each run gets that limit).
+
+    Raises:
+      InputError: a bad argument (steps < 1, warmup < 0, timeout_s <= 0).
+    """
     if steps < 1 or warmup < 0:
         raise InputError(f"plain jit: steps must be >= 1 and warmup >= 0, got {steps} and {warmup}")
     if not timeout_s > 0:
@@ -210,15 +232,18 @@ def start(graph_path: str | os.PathLike | None, platform: str = "default", steps
 def measure(graph_path: str | os.PathLike | None, platform: str = "default", steps: int = STEPS,
             warmup: int = WARMUP, timeout_s: float = TIMEOUT_S, exported: str | None = None,
             python: str = sys.executable) -> PlainJit:
-    """Time the plain jit of the graph file's step once in a fresh process (`start`, then closed)."""
+    """Times the graph file's plain jit once (`start`, then closed)."""
     with start(graph_path, platform, steps, warmup, timeout_s, exported, python) as child:
         return child.first
 
 
 def start_for(graph_path: str | os.PathLike | None, spec: int | tuple, repeats: int = STEPS,
               warmup: int = WARMUP, exported: str | None = None, progress: Any = print) -> Child:
-    """`start` on the baseline device of the local devices of device spec `spec` (`plain_platform`), as many
-    steps as the placements get (`repeats`, at least 5) after at least 2 warm-up, saying so first."""
+    """`start` on the baseline device of device spec `spec`.
+
+    The device is `plain_platform(spec)`; as many steps as the placements get (`repeats`, at least 5) after at least
+    2 warm-up steps. Says so to `progress` first.
+    """
     steps = max(repeats, 5)
     progress(f"timing the plain jax.jit of the step in a fresh process (default device and threading, {steps} "
              f"steps) ...")
@@ -226,8 +251,10 @@ def start_for(graph_path: str | os.PathLike | None, spec: int | tuple, repeats: 
 
 
 def parse_child(returncode: int, stdout: str, stderr: str) -> PlainJit:
-    """The child's result from its exit status and output: its JSON line, else unavailable with the last line
-    of its stderr (an error's one line, or a crash's last word)."""
+    """The child's result from its exit status and output.
+
+    Its JSON line, else unavailable with the last line of its stderr (an error's one line, or a crash's last word).
+    """
     lines = stdout.strip().splitlines()
     if returncode == 0 and lines:
         try:
@@ -242,8 +269,10 @@ def parse_child(returncode: int, stdout: str, stderr: str) -> PlainJit:
 
 
 def combined(results: Sequence[PlainJit]) -> PlainJit:
-    """The steps of every available result as one (the first available one's device and program); the first
-    result's reason when none is available."""
+    """Every available result's steps as one.
+
+    With the first available one's device and program; the first result's reason when none is available.
+    """
     ok = [r for r in results if r.available]
     if not ok:
         return results[0] if results else PlainJit(why="not measured")
@@ -251,9 +280,12 @@ def combined(results: Sequence[PlainJit]) -> PlainJit:
 
 
 def plain_line(results: Sequence[PlainJit], kept_name: str, kept: Any) -> str:
-    """One line: the plain jit's median [IQR] over every run in `results` (each run's median too when there are
-    several), and `kept` (simulator.hardware.timing.Timing of the placement called `kept_name`) as a multiple of its
-    speed (plain median over kept median: 2.00x = twice as fast as plain jit)."""
+    """One line: the plain jit's median [IQR] and `kept` against it.
+
+    The median and IQR are over every run in `results` (each run's median too when there are several). `kept` is
+    the simulator.hardware.timing.Timing of the placement called `kept_name`; its multiple is plain median over kept
+    median (2.00x = twice as fast as plain jit).
+    """
     both = combined(results)
     if not both.available:
         return f"{WHAT}: unavailable ({both.why})"
@@ -267,7 +299,10 @@ def plain_line(results: Sequence[PlainJit], kept_name: str, kept: Any) -> str:
 
 
 def rig_line() -> str:
-    """What host CPU devices are, and so what the single device is against plain jit."""
+    """What host CPU devices are, for reading speedups against plain jit.
+
+    Their single device is one core, the rig's control, not what a user runs without placeto.
+    """
     return ("host CPU devices: a test rig (they share this machine's cores and memory, XLA's threading off): the "
             "single device there is one core, the rig's control, not what you run without placeto; read speedups "
             "against plain jit")
@@ -283,8 +318,10 @@ class Step(NamedTuple):
 
 
 def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | str:
-    """The step of a graph: its zoo program (meta.program), else its exported program (`exported`, or the file
-    beside the graph's); a string saying why when it has neither."""
+    """The step of a graph, or a string saying why it has none.
+
+    Its zoo program (meta.program), else its exported program (`exported`, or the file beside the graph's).
+    """
     if "program" in graph.meta:
         built = zoo_program(graph)
         return Step(built.step, (built.params, built.opt_state, built.batch),
@@ -300,8 +337,10 @@ def step_of(graph: Any, exported: str | None = None, seed: int = 0) -> Step | st
 
 
 def describe_device(device: Any) -> str:
-    """"cpu:0 (8 cores)" (the cores this process may use: XLA's default thread pool) or "gpu:0 (NVIDIA H100 80GB
-    HBM3)"."""
+    """A device as reports name it: "cpu:0 (8 cores)", "gpu:0 (NVIDIA H200)".
+
+    A CPU's cores are those this process may use (XLA's default thread pool).
+    """
     if device.platform == "cpu":
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
         return f"cpu:{device.id} ({cores} cores)"
@@ -309,8 +348,11 @@ def describe_device(device: Any) -> str:
 
 
 def prepare_child(graph_path: str, platform: str, exported: str | None) -> tuple[Any, dict] | dict:
-    """(time(steps, warmup) -> [us], what to print beside the times) for the graph's step on the platform's
-    first device, or {"why": ...} when it has no step to run."""
+    """A timer of the graph's step on the platform's first device.
+
+    Returns:
+      (time(steps, warmup) -> [us], what to print beside the times), or {"why": ...} when the graph has no step.
+    """
     graph = load_graph(graph_path)
     found = step_of(graph, exported)
     if isinstance(found, str):
@@ -330,8 +372,11 @@ def prepare_child(graph_path: str, platform: str, exported: str | None) -> tuple
 
 def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported: str | None,
               serve: bool = False, stdin: Any = None, stdout: Any = None) -> None:
-    """What the child prints: the graph's step timed on the platform's first device, or why it cannot be; with
-    `serve`, timed again (`steps` after `warmup` once more) for each line "again" of `stdin` until it ends."""
+    """Prints the child's JSON lines: step times, or why none.
+
+    The step runs on the platform's first device. With `serve`, times it again (`steps` after `warmup` once more)
+    for each line "again" of `stdin` until it ends.
+    """
     stdin, stdout = stdin or sys.stdin, stdout or sys.stdout
     prepared = prepare_child(graph_path, platform, exported)
     if isinstance(prepared, dict):
@@ -346,7 +391,10 @@ def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported:
 
 
 class ChildParser(argparse.ArgumentParser):
-    """The child's arguments: an error is one line on stderr (the parent reports the last one), exit status 2."""
+    """The child's argument parser: errors in one line, exit status 2.
+
+    The parent reports the child's last line of stderr.
+    """
 
     def error(self, message: str):  # noqa: D102  (argparse's hook)
         sys.stderr.write(f"{self.prog}: error: {' '.join(message.split())}\n")
@@ -354,7 +402,11 @@ class ChildParser(argparse.ArgumentParser):
 
 
 def at_least(lo: int):
-    """An argparse type: an integer >= `lo` (at most 30 digits: no huge int is built)."""
+    """An argparse type: an integer >= `lo`.
+
+    At most 30 digits: no huge int is built. At most 30 digits: no huge int is built. At most 30 digits: no huge int
+    is built.
+    """
 
     def parse(text: str) -> int:
         digits = text.strip().lstrip("+-")

@@ -1,31 +1,31 @@
-"""Building the `simulator.hardware.dispatch.Plan` of a placed program: its units compiled into tasks, in dispatch order.
+"""Plans of placed programs: units compiled into tasks.
 
-A task is one jitted function committed to its device (`compile_task`: `out_shardings=SingleDeviceSharding(device)`,
-taking and returning the device's token), its inputs `device_put` there, so XLA runs it there. `finish_plan` adds
-the tokens and each task's sends (one per producer task and receiving device) and checks the order is
-topological. Plans of:
+Builds the `simulator.hardware.dispatch.Plan` of a placement. A task is one jitted function committed to its
+device (`compile_task`: `out_shardings=SingleDeviceSharding(device)`, taking and returning the device's token),
+its inputs `device_put` there, so XLA runs it there. `finish_plan` adds the tokens and each task's sends (one per
+producer task and receiving device) and checks the order is topological. Plans of:
 
 * traced programs (`program_plan`, and exported ones through `units_plan`), lowered to units by
-  `simulator.tracing.lowering`: by default (`stages=True`) each device's *consecutive* units in dispatch order are ONE
-  task, a stage: the composition of the unit bodies in order, one XLA computation, compiled once per equal stage
-  (cached by the units' keys, their wiring, the donated inputs and the device). A stage returns only what another
-  stage or the step's outputs read, and donates (`donate_argnums`) each input that is a transient of this step
-  read by no later stage there, no step output and no send; resident values (parameters, optimizer state, the
-  batch, closed-over constants: committed to their device once, when the plan is built) are never donated,
+  `simulator.tracing.lowering`: by default (`stages=True`) each device's *consecutive* units in dispatch order are
+  ONE task, a stage: the composition of the unit bodies in order, one XLA computation, compiled once per equal
+  stage (cached by the units' keys, their wiring, the donated inputs and the device). A stage returns only what
+  another stage or the step's outputs read, and donates (`donate_argnums`) each input that is a transient of this
+  step read by no later stage there, no step output and no send; resident values (parameters, optimizer state,
+  the batch, closed-over constants: committed to their device once, when the plan is built) are never donated,
   since the next step reads them again. Units that only hold values dispatch nothing and come first.
-  `simulator.hardware.runner.staged_order` orders the units so a device's units stay together where dependencies allow;
-  all on one device, the step is one dispatch. `stages=False` gives one task per unit (what
-  `simulator.measure.calibrate.profile_plan` times unit by unit, and `simulator.tracing.export.bundle_plan` still builds);
+  `simulator.hardware.runner.staged_order` orders the units so a device's units stay together where dependencies
+  allow; all on one device, the step is one dispatch. `stages=False` gives one task per unit (what
+  `simulator.measure.calibrate.profile_plan` times unit by unit, and `simulator.tracing.export.bundle_plan` still
+  builds);
 * cost-only graphs (`simulator.hardware.synthetic.synthetic_plan`, with this module's `compile_task`,
   `finish_plan`, `placement_array` and `check_order`): a task per node, a `lax.fori_loop` of small matmuls whose
   trip count is set so that it takes the node's cost on its device (`KernelModel`, measured by
   `simulator.measure.calibrate.calibrate_kernel`), then writes outputs of the recorded sizes.
 
-Why stages: a dispatched task costs the host about 70 us on an H200 (rnnlm_l2, 400 groups: 30.6 ms
-a step dispatched group by group vs 1.8 ms staged: experiments/results/benchmarks/gpu_check_h200.md); on this CPU
-63.9 ms vs 33.1 ms staged and 31.9 ms for the plain jit (experiments/results/benchmarks/bench_harness.md). A stage's outputs exist
-only once the whole stage has run, so another device waiting for an early unit of a long stage waits longer
-than the simulator (which schedules units) assumes.
+Why stages: every dispatched task costs the host time, so a step dispatched unit by unit is slower than staged,
+by far on a GPU (experiments/results/benchmarks/gpu_check_h200.md; on the CPU: bench_harness.md). A stage's
+outputs exist only once the whole stage has run, so another device waiting for an early unit of a long stage
+waits longer than the simulator (which schedules units) assumes.
 """
 
 from __future__ import annotations
@@ -51,11 +51,17 @@ MATERIALISED_PLATFORMS = ("cpu",)  # where a stage also returns every value its 
 def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int], devices: Sequence,
                  op_to_group: np.ndarray | None = None, order: Sequence[int] | None = None,
                  stages: bool = True) -> Plan:
-    """The plan of a traced program placed unit by unit (ops, or groups via `op_to_group` int32[N_ops]).
+    """The plan of a traced program placed unit by unit (ops, or groups).
 
-    values: per op, the array of input/param/const nodes (see `leaf_values`). placement: int[U] device index per
-    unit. order: dispatch order of the units (default: topological, ties by unit index). stages: each device's
-    consecutive units (in `order`) run as one jitted stage (see `units_plan`); False: one task per unit.
+    Args:
+      traced: the traced program.
+      values: per op, the array of input/param/const nodes (see `leaf_values`).
+      placement: int[U] device index per unit.
+      devices: the JAX devices, by device index.
+      op_to_group: int32[N_ops] group of each op (None: the units are the ops).
+      order: dispatch order of the units (default: topological, ties by unit index).
+      stages: each device's consecutive units (in `order`) run as one jitted stage (see `units_plan`); False: one
+        task per unit.
     """
     units = unit_programs(traced, op_to_group, len(placement) if op_to_group is not None else None)
     what = "groups" if op_to_group is not None else "nodes"
@@ -67,16 +73,25 @@ def program_plan(traced: Traced, values: Sequence[Any], placement: Sequence[int]
 def units_plan(units: Sequence[UnitProgram], values: Sequence[Any], placement: Sequence[int], devices: Sequence,
                outputs: Sequence[Any], out_tree: Any, cache: dict, order: Sequence[int] | None = None,
                what: str = "units", stages: bool = False) -> Plan:
-    """The plan of units placed one device each (placement: int[U]); values: per op node, the array it holds
-    (inputs, parameters, constants; None elsewhere); outputs: the step's flat outputs (Sources, or literals with
-    `.val`), the first out_tree.num_leaves of them unflattened by `run_outputs`; cache: key -> jitted function,
-    shared by every plan of the same program, so each unit (stage) compiles once per device.
+    """The plan of units placed one device each.
 
-    stages=False: one task per unit (what `simulator.measure.calibrate.profile_plan` times). stages=True: the units that
-    only hold values come first (they dispatch nothing), then each run of consecutive units (in `order`) on one
-    device is ONE task, the composition of their bodies, with one token and transient inputs donated (see the
-    module docstring). Default False here, so `simulator.tracing.export.bundle_plan` (which `measure_units` profiles) keeps
-    one task per unit.
+    Args:
+      units: [U] the lowered units.
+      values: per op node, the array it holds (inputs, parameters, constants; None elsewhere).
+      placement: int[U] device index per unit.
+      devices: the JAX devices, by device index.
+      outputs: the step's flat outputs (Sources, or literals with `.val`), the first out_tree.num_leaves of them
+        unflattened by `run_outputs`.
+      out_tree: their pytree structure (None: a flat list).
+      cache: key -> jitted function, shared by every plan of the same program, so each unit (stage) compiles once
+        per device.
+      order: dispatch order of the units (default: topological).
+      what: what the units are, for errors ("nodes", "groups").
+      stages: True: the units that only hold values come first (they dispatch nothing), then each run of
+        consecutive units (in `order`) on one device is ONE task, the composition of their bodies, with one token
+        and transient inputs donated (see the module docstring). False (the default here, so that
+        `simulator.tracing.export.bundle_plan`, which `measure_units` profiles, keeps one task per unit): one task
+        per unit, as `simulator.measure.calibrate.profile_plan` times them.
     """
     import jax
 
@@ -119,7 +134,9 @@ def units_plan(units: Sequence[UnitProgram], values: Sequence[Any], placement: S
 
 def _stages(units: Sequence[UnitProgram], runs: Sequence[Sequence[int]], place: np.ndarray, devices: Sequence,
             resident: dict, step_outputs: set, cache: dict) -> list[Task]:
-    """One Task per run of units (one device each, in dispatch order): fn binds the units' bodies in order.
+    """One Task per run of units on one device (a stage).
+
+    `runs` are in dispatch order.
 
     A stage returns the values its units make that another stage or the step's outputs read. An input is donated
     when it is a transient made this step (not resident: parameters are reused by the next step), read by no
@@ -164,31 +181,36 @@ def _stages(units: Sequence[UnitProgram], runs: Sequence[Sequence[int]], place: 
 
 
 def materialises(device: Any) -> bool:
-    """Whether a stage on `device` returns every value its units make, not only those read elsewhere: on XLA:CPU.
+    """Whether a stage on `device` returns all its units' values (CPU).
 
-    A value only some fusion reads may be recomputed inside each of its consumers: XLA duplicates a cheap
-    producer into every consumer it can fuse into, and chains of them multiply. On XLA:CPU (one core, jax 0.10.2)
-    nmt_004's whole step compiled as one computation is 97k HLO lines and 284 ms; the same program returning
-    every value passed between its units is 25k lines and 74 ms (inception_v3 336 -> 300 ms, ptb_006 5.0 -> 5.7
-    ms). A returned value is computed once and read back, as across a stage boundary: so a unit costs the same in
-    any stage, and its cost measured inside the whole step (simulator.measure.graph_profile, method "step", profiled the same
-    way) holds in every placement's stages (simulator.engine.staged). Not on GPUs, whose fusion was measured as is.
+    Elsewhere a stage returns only the values read outside it. A value only some fusion reads may be recomputed
+    inside each of its consumers: XLA duplicates a cheap producer into every consumer it can fuse into, and chains
+    of them multiply (nmt_004's step on XLA:CPU: docs/hardware.md, "No fusion across units on the CPU"). A returned
+    value is computed once and read back, as across a stage boundary: so a unit costs the same in any stage, and its
+    cost measured inside the whole step (simulator.measure.graph_profile, method "step", profiled the same way)
+    holds in every placement's stages (simulator.engine.staged). Not on GPUs, whose fusion was measured as is.
     """
     return getattr(device, "platform", None) in MATERIALISED_PLATFORMS
 
 
 def _transient_copy(s: Any, dev: int, home: dict, read_on: dict, devices: Sequence) -> bool:
-    """Whether value `s` on device index `dev` is this stage's own buffer to donate: made on `dev` and sent
-    nowhere (a send may still be copying it), or a copy received from another *physical* device (device_put to
-    the same device returns the very array: two indices naming one device, as tests do, would alias it)."""
+    """Whether value `s` on device `dev` is this stage's to donate.
+
+    It is when made on `dev` and sent nowhere (a send may still be copying it), or a copy received from another
+    *physical* device (device_put to the same device returns the very array: two indices naming one device, as tests
+    do, would alias it).
+    """
     if home.get(s) == dev:
         return not read_on[s] - {dev}
     return home.get(s) is not None and devices[home[s]] != devices[dev]
 
 
 def _stage_body(bodies: Sequence[Callable], wiring: Sequence[tuple], outputs: Sequence[tuple[int, int]]) -> Callable:
-    """f(*xs) -> outputs: bodies[j] applied to its arguments, each ("in", i) = xs[i] or ("made", j', m) = output m
-    of an earlier body j'."""
+    """f(*xs) -> outputs: the stage's bodies applied in order.
+
+    bodies[j] takes its arguments from `wiring[j]`: each ("in", i) is xs[i], each ("made", j', m) is output m of an
+    earlier body j'. `outputs` lists the (j, m) returned.
+    """
 
     def body(*xs):
         made = []
@@ -200,8 +222,11 @@ def _stage_body(bodies: Sequence[Callable], wiring: Sequence[tuple], outputs: Se
 
 
 def placement_array(placement: Sequence[int], n_units: int, n_devices: int, what: str) -> np.ndarray:
-    """int64[n_units] device index per unit, checked: one entry per unit (`what` names them in the error), every
-    index in [0, n_devices)."""
+    """int64[n_units] device index per unit, checked.
+
+    Raises:
+      InputError: not one entry per unit (`what` names the units in the error), or an index outside [0, n_devices).
+    """
     p = np.asarray(placement, dtype=np.int64).reshape(-1)
     if p.shape != (n_units,):
         raise InputError(f"placement has {p.size} entries but the graph has {n_units} {what}")
@@ -212,8 +237,13 @@ def placement_array(placement: Sequence[int], n_units: int, n_devices: int, what
 
 
 def check_order(order: Sequence[int] | None, n_units: int) -> list[int]:
-    """The dispatch order as a list of unit indices (None: 0..n_units-1), checked to be a permutation of the
-    units (whether it is topological, `finish_plan` checks)."""
+    """The dispatch order as a list of unit indices, checked.
+
+    None gives 0..n_units-1. Whether the order is topological, `finish_plan` checks.
+
+    Raises:
+      InputError: the order is not a permutation of the units.
+    """
     order = list(range(n_units)) if order is None else [int(x) for x in order]
     if sorted(order) != list(range(n_units)):
         raise InputError("dispatch order is not a permutation of the units")
@@ -221,8 +251,10 @@ def check_order(order: Sequence[int] | None, n_units: int) -> list[int]:
 
 
 def compile_task(body: Callable, device: Any, donate: tuple[int, ...] = ()) -> Callable:
-    """jit of fn(token, *xs) -> (new token, *body(*xs)), every output committed to `device`; xs[i] for i in
-    `donate` are donated (their buffers may be reused for the outputs).
+    """jit of fn(token, *xs) -> (token, *body(*xs)) on `device`.
+
+    Every output is committed to `device`; xs[i] for i in `donate` are donated (their buffers may be reused for the
+    outputs).
 
     The new token comes from a 16x16 matmul (8 kflop, about a microsecond) because XLA's CPU client runs a
     computation of under 1000 flops ("cheap") inline in the calling thread, first waiting for its inputs: one
@@ -241,12 +273,19 @@ def compile_task(body: Callable, device: Any, donate: tuple[int, ...] = ()) -> C
 
 def finish_plan(tasks: list[Task], owner: dict[Source, int], resident: dict, devices: Sequence, outputs: tuple,
                 out_tree: Any, staged: bool = False) -> Plan:
-    """The Plan of `tasks` (in dispatch order, their sends still empty): adds each device's token to `resident`
-    (Key -> array, changed in place) and each task's sends (from its consumers' devices); checks the order is
-    topological.
+    """The Plan of `tasks`, with tokens and sends added.
 
-    owner: value -> position in `tasks` of the unit that produces it or holds it resident. outputs: the step's flat
-    outputs (a Key, or a Const); out_tree: their pytree structure (None: a flat list); staged: see `Plan.staged`.
+    Args:
+      tasks: in dispatch order, their sends still empty.
+      owner: value -> position in `tasks` of the unit that produces it or holds it resident.
+      resident: Key -> array; each device's token is added (changed in place).
+      devices: the JAX devices, by device index.
+      outputs: the step's flat outputs (a Key, or a Const).
+      out_tree: their pytree structure (None: a flat list).
+      staged: see `Plan.staged`.
+
+    Raises:
+      InputError: the order is not topological.
     """
     import jax
     import jax.numpy as jnp

@@ -1,12 +1,12 @@
-"""Running placements of one graph on local devices: the `HardwareRunner` that `eval --hardware` and `place
---hardware` measure with.
+"""Runs placements of one graph on local devices (`--hardware`).
 
-A runner turns a placement into a runnable plan (simulator.hardware.plans): graphs traced from JAX programs run
-their real operations, each device's consecutive units as one jitted stage; graphs that only carry costs run
-synthetic kernels calibrated to take each node's cost (simulator.hardware.synthetic). Units are dispatched in the
-order the simulator starts them (`dispatch_order`), for staged plans regrouped so a device's units stay together
-where dependencies allow (`staged_order`). On the process rig (simulator.hardware.rig) a runner also predicts the
-rig's stages with the staged simulator (simulator.engine.staged), its costs fitted to the graph.
+A `HardwareRunner` turns a placement into a runnable plan (simulator.hardware.plans): graphs traced from JAX
+programs run their real operations, each device's consecutive units as one jitted stage; graphs that only carry
+costs run synthetic kernels calibrated to take each node's cost (simulator.hardware.synthetic). Units are
+dispatched in the order the simulator starts them (`dispatch_order`), for staged plans regrouped so a device's
+units stay together where dependencies allow (`staged_order`). On the process rig (simulator.hardware.rig) a
+runner also predicts the rig's stages with the staged simulator (simulator.engine.staged), its costs fitted to
+the graph.
 
 Use it as a context manager (or call `close`): a process rig's workers stop when it closes.
 """
@@ -51,12 +51,15 @@ class Measured(NamedTuple):
 
 
 class RigFit(NamedTuple):
-    """What `HardwareRunner.with_rig_costs` measured to fit the rig's costs to the graph: kept on the runner so
-    that the fit can be read and re-simulated (experiments.benchmarks.staged_fidelity --dump)."""
+    """What `HardwareRunner.with_rig_costs` measured to fit the rig's costs.
+
+    Fitted to the runner's graph, and kept on the runner so that the fit can be read and re-simulated
+    (experiments.benchmarks.staged_fidelity --dump).
+    """
 
     cached: Any  # simulator.engine.staged.RigCosts from the cache, before the graph's own factors
     step_us: float  # the single device's step (the whole graph as one stage on the first worker), median
-    observed: Any  # simulator.measure.boundary_costs.Observed of the chunked plan (None with one worker); the Boundary
+    observed: Any  # simulator.measure.boundary_costs.Observed of the chunked plan, the Boundary's data (None: 1 worker)
 
 
 @dataclasses.dataclass
@@ -65,12 +68,12 @@ class HardwareRunner:
 
     graph: Graph
     cluster: Cluster  # the simulation cluster (its device count is the number of devices used)
-    mode: str  # "program" or "synthetic"
-    devices: list
+    mode: str  # "program", "exported-program" or "synthetic"
+    devices: list  # the JAX devices, one per cluster device
     make_plan: Callable[..., Any]  # (placement int[N], dispatch order int[N], stages: bool) -> Plan
-    threads: bool | None = None  # one dispatching thread per device? (None: simulator.hardware.dispatch.run_plan decides)
+    threads: bool | None = None  # one dispatching thread per device? (None: dispatch.run_plan decides)
     stages: bool = True  # each device's consecutive units as one jitted stage (program modes only)
-    rig: Any = None  # simulator.hardware.rig.pool.ProcessRig: the devices are its worker processes (None: this process)
+    rig: Any = None  # simulator.hardware.rig.pool.ProcessRig whose workers are the devices (None: this process)
     stage_order: str = "staged"  # "staged": a device's units kept together where dependencies allow (few stages,
     #   few dispatches: staged_order); "simulated": the simulated start order (more, shorter stages, so a value
     #   another device waits for is ready sooner: what devices that really run at once need)
@@ -80,22 +83,28 @@ class HardwareRunner:
     rig_fit: RigFit | None = None  # how `with_rig_costs` fitted `rig_costs` to this graph
 
     def plan(self, placement: np.ndarray):
-        """The plan of `placement`: units in simulated start order, and when staged with stage_order "staged",
-        each device's units kept together where dependencies allow (`staged_order`)."""
+        """The plan of `placement`, its units in `order(placement)`.
+
+        Units run in simulated start order; when staged with stage_order "staged", each device's units are kept
+        together where dependencies allow (`staged_order`).
+        """
         return self.make_plan(placement, self.order(placement), self.stages and self.mode != "synthetic")
 
     def order(self, placement: np.ndarray) -> np.ndarray:
-        """int64[N] the dispatch order `plan` gives the units of `placement` (staged or not)."""
+        """int64[N] the dispatch order `plan` gives the units of `placement`."""
         order = dispatch_order(self.graph, placement, self.cluster)
         if self.stages and self.mode != "synthetic" and self.stage_order == "staged":
             order = staged_order(self.graph, placement, order)
         return np.asarray(order, dtype=np.int64)
 
     def simulate(self, placement: np.ndarray, scale: float = 1.0) -> float:
-        """Simulated step time of `placement` (microseconds) as this runner runs it: with `rig_costs` (the process
-        rig, staged program modes) the staged simulation of the very stages `plan` cuts, with the rig's costs
-        (simulator.engine.staged.simulate_staged), the units' costs multiplied by `scale` (the stages still the ones
-        `plan` cuts: `simulate_and_measure`); otherwise the simulator's per-unit model on the cluster."""
+        """Simulated step time of `placement` (us), as this runner runs it.
+
+        With `rig_costs` (the process rig, staged program modes): the staged simulation of the very stages `plan`
+        cuts, with the rig's costs (simulator.engine.staged.simulate_staged), the units' costs multiplied by `scale`
+        (the stages still the ones `plan` cuts: `simulate_and_measure`). Otherwise the simulator's per-unit model on
+        the cluster.
+        """
         placement = np.asarray(placement, dtype=np.int32)
         if not self.staged_rig:
             return float(simulate(self.graph, placement, self.cluster).runtime)
@@ -108,14 +117,20 @@ class HardwareRunner:
 
     @property
     def staged_rig(self) -> bool:
-        """Whether `simulate` is the staged simulation of the process rig (rig costs, staged program modes)."""
+        """Whether `simulate` is the staged simulation of the process rig.
+
+        True with rig costs, in the staged program modes.
+        """
         return self.rig_costs is not None and self.holders is not None and self.stages
 
     def scale_to(self, wall_us: float, costs: Any = None) -> float:
-        """The factor that makes the units' costs (those of the cluster's first kind), with what the staged
-        simulation charges the single device's one stage beyond them (its launch and input reads, the step's round
-        trip; with `costs`, else the runner's rig costs), add up to `wall_us`: the single device's step measured on
-        the rig. 1.0 when nothing is profiled or the step is no longer than what is charged beyond the units."""
+        """The factor scaling the units' costs to the single device's step.
+
+        The units' costs are those of the cluster's first kind; with them counts what the staged simulation charges
+        the single device's one stage beyond them (its launch and input reads, the step's round trip; with `costs`,
+        else the runner's rig costs). `wall_us` is the single device's step as the rig ran it. 1.0 when nothing is
+        profiled or the step is no longer than what is charged beyond the units.
+        """
         unit = self.graph.cost_for(self.cluster.kinds[0])
         profiled = float(unit[~self.holders].sum())
         single = np.zeros(self.graph.n_nodes, dtype=np.int32)
@@ -125,18 +140,26 @@ class HardwareRunner:
         return ran / profiled if profiled > 0 and ran > 0 else 1.0
 
     def with_rig_costs(self, progress: Callable[[str], None] = print, steps: int = 5) -> "HardwareRunner":
-        """This runner simulating its rig's stages (`simulate`): the process rig's costs from the cache, measured
-        now when none is (simulator.measure.rig_calibrate.cached_rig_costs), and the units' costs scaled to the rig's own
-        speed: profiled in this process, they are scaled so that, with what the staged simulation charges the single
-        stage beyond them (its launch and input reads, the step's round trip), they add up to the whole step run as
-        one stage on the rig's first worker (median of `steps` after two warm-up steps; freeing the values a step
-        made included): the profile says how the step's time splits over its units, the rig how long the step
-        takes there. The contention between two workers is this graph's own (simulator.measure.rig_step.graph_contention:
-        its whole step on worker 0 while worker 1 runs it too, against alone), not the calibration workload's, and
-        so are the per-MB charges of values crossing stages, on top of the workload's, and the factors of the cached
-        launch and transfer costs (simulator.measure.boundary_costs: the step cut into runs alternating between two workers;
-        the units' factor is then computed again with the single stage's launch so scaled). As is without a process
-        rig or for synthetic kernels (one task per node: the per-unit model is theirs)."""
+        """This runner simulating its rig's stages, fitted to its graph.
+
+        The process rig's costs come from the cache, or are measured now
+        (simulator.measure.rig_calibrate.cached_rig_costs). The units' costs, profiled in this process, are scaled
+        to the rig's own speed: with what the staged simulation charges the single stage beyond them (its launch and
+        input reads, the step's round trip), they add up to the whole step run as one stage on the rig's first
+        worker (median of `steps` after two warm-up steps; freeing the values a step made included). The profile
+        says how the step's time splits over its units, the rig how long the step takes there.
+
+        With two workers or more, three things are this graph's own, not the calibration workload's: the contention
+        between two workers (simulator.measure.rig_step.graph_contention: its whole step on worker 0 while worker 1
+        runs it too, against alone), the per-MB charges of values crossing stages (on top of the workload's), and
+        the factors of the cached launch and transfer costs (simulator.measure.boundary_costs: the step cut into
+        runs alternating between two workers; the units' factor is then computed again with the single stage's
+        launch so scaled).
+
+        Returns:
+          The runner as is without a process rig, or for synthetic kernels (one task per node: the per-unit model is
+          theirs).
+        """
         if self.rig is None or self.holders is None or not self.stages:
             return self
 
@@ -169,32 +192,44 @@ class HardwareRunner:
         return dataclasses.replace(self, graph=graph, rig_costs=costs, rig_fit=fitted)
 
     def measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2) -> list:
-        """simulator.hardware.timing.Timing of one step of each placement, the placements' steps interleaved
-        (simulator.hardware.timing.time_interleaved); on the process rig when the runner has one (`rig`)."""
+        """Timing of one step of each placement, the steps interleaved.
+
+        A simulator.hardware.timing.Timing each, timed as simulator.hardware.timing.time_interleaved does; on the
+        process rig when the runner has one (`rig`).
+        """
         return self._timed(placements, repeats, warmup, None, rescale=False)[0]
 
     def simulate_and_measure(self, placements: Sequence[np.ndarray], repeats: int = 5, warmup: int = 2,
                              progress: Callable[[str], None] = print, rescale: bool = True) -> "Measured":
-        """Every placement simulated (`simulate`) and measured (`measure`). On the process rig's staged simulation
-        (`staged_rig`), with `rescale`, the units' costs are scaled again to the single device's step (all on the
-        first worker) as the same timed rounds measure it (`scale_to` of its median): the anchor of the model,
-        taken in the rounds it is compared with, so that a machine whose speed moves between the costs' fit and
-        the rounds moves the anchor with it (this 2-core machine drifted 10-30% within minutes: inception_v3's
-        single device ran 570 ms a step just before its rounds and 624 in them). The single device's own
-        simulated time then equals its measured one by construction: it calibrates, it is not a prediction. Its
-        plan is timed in the rounds even when it is not one of the placements (and its times left out)."""
+        """Every placement simulated (`simulate`) and measured (`measure`).
+
+        On the process rig's staged simulation (`staged_rig`), with `rescale`, the units' costs are scaled again to
+        the single device's step (all on the first worker) as the same timed rounds measure it (`scale_to` of its
+        median): the anchor of the model, taken in the rounds it is compared with, so that a machine whose speed
+        moves between the costs' fit and the rounds moves the anchor with it (docs/hardware.md, "Scaled twice"). The
+        single device's own simulated time then equals its measured one by construction: it calibrates, it is not a
+        prediction. Its plan is timed in the rounds even when it is not one of the placements (and its times left
+        out).
+        """
         arrays = [np.asarray(p, dtype=np.int32) for p in placements]
         timings, factor = self._timed(arrays, repeats, warmup, progress, rescale and self.staged_rig)
         return Measured([self.simulate(p, factor) for p in arrays], timings, factor)
 
     def adds_anchor(self, placements: Sequence[np.ndarray]) -> bool:
-        """Whether `simulate_and_measure` (with rescale) times the single device's plan beside `placements` in the
-        rounds: on the staged rig, when none of them is the single device (every unit on device 0)."""
+        """Whether `simulate_and_measure` adds the single device's plan.
+
+        It does, with rescale, on the staged rig when none of `placements` is the single device (every unit on
+        device 0).
+        """
         return self.staged_rig and all(np.asarray(p).any() for p in placements)
 
     def _timed(self, arrays: Sequence[np.ndarray], repeats: int, warmup: int, progress: Callable[[str], None] | None,
                rescale: bool) -> tuple[list, float]:
-        """([Timing] of each placement, the units' costs' factor): `simulate_and_measure` without the simulation."""
+        """`simulate_and_measure` without the simulation.
+
+        Returns:
+          ([Timing] of each placement, the units' costs' factor).
+        """
         plans = [self.runnable(p) for p in arrays]
         extra, factor = [], 1.0  # the single device's plan when it is not among the placements
         try:
@@ -214,8 +249,10 @@ class HardwareRunner:
         return [timing_of(t) for t in times[:len(plans)]], factor
 
     def runnable(self, placement: np.ndarray):
-        """`plan(placement)`, loaded on the process rig when the runner has one (simulator.hardware.rig.plans.RigPlan:
-        close it after use), else the Plan itself."""
+        """`plan(placement)`, loaded on the process rig when the runner has one.
+
+        On the rig: a simulator.hardware.rig.plans.RigPlan (close it after use); else the Plan itself.
+        """
         if self.rig is None:
             return self.plan(placement)
         # one scope per program: the runners `with_step_costs` / `with_rig_costs` derive share make_plan (and its
@@ -234,9 +271,11 @@ class HardwareRunner:
         self.close()
 
     def unit_costs(self, repeats: int = 5, device: int = 0) -> np.ndarray:
-        """float64[N] microseconds of every node (group) as executed, alone on device index `device` (net of the
-        dispatch floor: simulator.measure.calibrate.profile_plan; one task per unit); the recorded costs for synthetic
-        execution."""
+        """float64[N] microseconds of each unit run alone on `device`.
+
+        Net of the dispatch floor (simulator.measure.calibrate.profile_plan; one task per unit). For synthetic
+        execution: the recorded costs.
+        """
         if self.mode == "synthetic":
             return self.graph.cost_for(self.cluster.kinds[device])
         one_device = np.full(self.graph.n_nodes, device, dtype=np.int32)
@@ -244,8 +283,11 @@ class HardwareRunner:
 
     def with_step_costs(self, repeats: int = 5, program: str | None = None, args_spec: str | None = None,
                         exported: str | None = None) -> "HardwareRunner":
-        """This runner with its graph costed under every kind of the cluster by the units' kernel time inside one
-        compiled step on the first device of that kind (simulator.measure.graph_profile, method "step")."""
+        """This runner, its units costed inside one compiled step.
+
+        The units' kernel time inside one compiled step, under every kind of the cluster, each profiled on its first
+        device (simulator.measure.graph_profile, method "step").
+        """
         prog = graph_program(self.graph, program, args_spec, exported)
         graph = self.graph
         with self.one_core():
@@ -255,15 +297,19 @@ class HardwareRunner:
         return dataclasses.replace(self, graph=graph)
 
     def one_core(self):
-        """A context in which this process measures as a device of the runner's rig runs: on one core for the
-        process rig (simulator.hardware.rig.pool.one_core), as it is otherwise."""
+        """A context to measure in as a device of the runner's rig runs.
+
+        On one core for the process rig (simulator.hardware.rig.pool.one_core); as it is otherwise.
+        """
         if self.rig is None:
             return contextlib.nullcontext()
         return one_core()
 
     def with_unit_costs(self, repeats: int = 5) -> "HardwareRunner":
-        """This runner with its graph costed by `unit_costs` under every kind of the cluster, each measured on
-        the first device of that kind (mixed devices: a GPU's and the CPU's costs)."""
+        """This runner, its units costed by `unit_costs` for every kind.
+
+        Each kind is profiled on its first device (mixed devices: a GPU's and the CPU's costs).
+        """
         graph = self.graph
         with self.one_core():
             for kind in dict.fromkeys(self.cluster.kinds):
@@ -272,9 +318,15 @@ class HardwareRunner:
 
 
 def simulation_cluster(graph: Graph, cluster: Cluster) -> tuple[Cluster, str | None]:
-    """(`cluster`, None) if the graph has costs for every device's kind; else, device by device, a device whose
-    kind the graph lacks takes the analytic costs of the same model ("local-h100" -> "h100") or else "cpu", with
-    a warning naming them; InputError if a device has neither. Mixed clusters keep a kind per device."""
+    """A cluster the graph has costs for, missing kinds made analytic.
+
+    Returns (`cluster`, None) if the graph has costs for every device's kind; else, device by device, a device whose
+    kind the graph lacks takes the analytic costs of the same model ("local-h100" -> "h100") or else "cpu", with a
+    warning naming them. Mixed clusters keep a kind per device.
+
+    Raises:
+      InputError: a device has neither.
+    """
     if DEFAULT_KIND in graph.costs or all(graph.has_costs(k) for k in cluster.kinds):  # recorded or derived
         return cluster, None
     has = ", ".join(graph.kinds) or "none"
@@ -298,7 +350,10 @@ def simulation_cluster(graph: Graph, cluster: Cluster) -> tuple[Cluster, str | N
 
 
 def dispatch_order(graph: Graph, placement: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """int64[N] nodes by simulated start time, ties in topological order: the order units are dispatched in."""
+    """int64[N] nodes by simulated start time (ties in topological order).
+
+    The order units are dispatched in.
+    """
     start = simulate(graph, np.asarray(placement, dtype=np.int32), cluster).start
     rank = np.empty(graph.n_nodes, dtype=np.int64)
     rank[graph.topo_order] = np.arange(graph.n_nodes)
@@ -306,13 +361,16 @@ def dispatch_order(graph: Graph, placement: np.ndarray, cluster: Cluster) -> np.
 
 
 def staged_order(graph: Graph, placement: np.ndarray, order: Sequence[int]) -> np.ndarray:
-    """int64[N] a topological order of the nodes that follows `order` (a topological order, e.g. simulated
-    start order) but, once a node of device d is taken, keeps taking the earliest (in `order`) node of d whose
-    inputs are all taken, before moving on to the earliest node not yet taken. Each device's nodes then form
-    few runs, and a staged plan few stages (dispatches): interleaved devices would split every stage.
+    """int64[N] a topological order keeping devices' nodes together.
+
+    It follows `order` (a topological order, e.g. simulated start order) but, once a node of device d is taken,
+    keeps taking the earliest (in `order`) node of d whose inputs are all taken, before moving on to the earliest
+    node not yet taken. Each device's nodes then form few runs, and a staged plan few stages (dispatches):
+    interleaved devices would split every stage.
 
     The price: a stage's outputs exist only when the whole stage has run, so a node another device waits for
-    may finish later than in `order` (the simulator does not model this)."""
+    may finish later than in `order` (the simulator does not model this).
+    """
     place = np.asarray(placement, dtype=np.int64)
     order = [int(u) for u in order]
     n = graph.n_nodes
@@ -344,30 +402,40 @@ def staged_order(graph: Graph, placement: np.ndarray, order: Sequence[int]) -> n
 
 
 def can_run_program(graph: Graph, program: str | None = None, exported: str | None = None) -> bool:
-    """Whether `graph`'s program can run: a zoo program in its meta, one the user named (--program), or its
-    exported program (simulator.tracing.export: --exported, or `<graph>.export.zip` beside the graph file). A program
-    named by the graph file's meta.source is never imported on the file's word."""
+    """Whether `graph`'s program can run here.
+
+    It can with a zoo program in its meta, one the user named (--program), or its exported program
+    (simulator.tracing.export: --exported, or `<graph>.export.zip` beside the graph file). A program named by the
+    graph file's meta.source is never imported on the file's word.
+    """
     return "program" in graph.meta or program is not None or export.find_export(graph, exported) is not None
 
 
 def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: int = 0, program: str | None = None,
                     args_spec: str | None = None, exported: str | None = None,
                     devices: int | tuple | None = None, rig: str = "threads") -> HardwareRunner:
-    """A runner of `graph` on the local devices of `devices` (a device spec, simulator.hardware.devices: a count,
-    or a platform:index list such as ("gpu", 0), ("cpu", 0); default: the first cluster.n_devices), one per
-    cluster device.
+    """A runner of `graph` on local devices, one per cluster device.
 
-    mode "program" runs the graph's program: re-traced when `program` is named on the command line, else its
-    exported program (simulator.tracing.export.find_export: `exported`, or the file beside the graph), else re-traced
-    from a zoo program of its meta (simulator.tracing.program.retrace; InputError otherwise); "synthetic" runs calibrated
-    kernels taking the simulation costs; "auto" picks "program" when possible.
+    Args:
+      graph: the graph to run.
+      cluster: the simulation cluster (its device count is the number of devices used).
+      mode: "program" runs the graph's program: re-traced when `program` is named on the command line, else its
+        exported program (simulator.tracing.export.find_export: `exported`, or the file beside the graph), else
+        re-traced from a zoo program of its meta (simulator.tracing.program.retrace); "synthetic" runs calibrated
+        kernels taking the simulation costs; "auto" picks "program" when possible.
+      seed: seed of the program's random inputs and parameters.
+      program, args_spec, exported: the program to re-trace, its arguments, the exported program (see `mode`).
+      devices: a device spec (simulator.hardware.devices: a count, or a platform:index list such as ("gpu", 0),
+        ("cpu", 0)); default: the first cluster.n_devices.
+      rig: "threads": the devices are this process's JAX devices (host CPU devices share one thread pool);
+        "processes": one worker process per device (simulator.hardware.rig.pool, host CPU devices only), started
+        here: close() the runner when done (they also stop when this process exits). On the process rig the
+        stages follow the simulated start order (stage_order "simulated"), faster there than keeping a device's
+        units together, whose long stages leave the other device waiting
+        (experiments/results/benchmarks/rig_concurrency.md).
 
-    rig "threads": the devices are this process's JAX devices (host CPU devices share one thread pool); "processes":
-    one worker process per device (simulator.hardware.rig.pool, host CPU devices only), started here: close() the
-    runner when done (they also stop when this process exits). On the process rig the stages follow the simulated
-    start order (stage_order "simulated"): measured on inception_v3 at 2 devices, 1.1-1.4x faster there than
-    keeping a device's units together, whose long stages leave the other device waiting
-    (experiments/results/benchmarks/rig_concurrency.md).
+    Raises:
+      InputError: an unknown mode, a device count unlike the cluster's, or a graph that cannot run.
     """
     if mode not in MODES:
         raise InputError(f"unknown execution mode {mode!r} (known: {', '.join(MODES)})")
@@ -415,8 +483,13 @@ def hardware_runner(graph: Graph, cluster: Cluster, mode: str = "auto", seed: in
 
 
 def start_rig(rig: str | None, devices: Sequence[Any]) -> Any:
-    """The simulator.hardware.rig.pool.ProcessRig of `devices` for rig "processes" (InputError unless every device is
-    a host CPU device), None for "threads"."""
+    """The process rig of `devices` for rig "processes", None for "threads".
+
+    A simulator.hardware.rig.pool.ProcessRig.
+
+    Raises:
+      InputError: an unknown rig, or rig "processes" with a device that is not a host CPU device.
+    """
     if rig not in RIGS:
         raise InputError(f"--rig: unknown rig {rig!r} (known: {', '.join(RIGS)})")
     if rig == "threads":

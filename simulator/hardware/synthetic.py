@@ -1,15 +1,15 @@
-"""Running cost-only graphs on real devices: synthetic kernels that take each node's cost.
+"""Synthetic kernels taking each node's cost, for cost-only graphs.
 
 A graph that carries only costs (no program to re-trace) still runs on local JAX devices: `synthetic_plan` makes
-a `simulator.hardware.dispatch.Plan` in which node i is one task, a `lax.fori_loop` of small float32 matmuls (size x size,
-`KernelModel.size`) whose trip count is set so that it takes cost_us[i] microseconds on its device, then writes
-outputs of the node's recorded sizes (`Graph.out_bytes`, bytes, as uint8 arrays) for its consumers. The loop is
-seeded by the task's inputs, so it waits for them and nothing is constant-folded. Source nodes of zero cost hold
-their outputs resident instead.
+a `simulator.hardware.dispatch.Plan` in which node i is one task, a `lax.fori_loop` of small float32 matmuls
+(size x size, `KernelModel.size`) whose trip count is set so that it takes cost_us[i] microseconds on its device,
+then writes outputs of the node's recorded sizes (`Graph.out_bytes`, bytes, as uint8 arrays) for its consumers.
+The loop is seeded by the task's inputs, so it waits for them and nothing is constant-folded. Source nodes of
+zero cost hold their outputs resident instead.
 
 `KernelModel` says how long the kernel takes on a device (microseconds per iteration, bytes per microsecond of
-output fill); `simulator.measure.calibrate.calibrate_kernel` measures it. Plans run as any other (`simulator.hardware.dispatch`:
-tokens, sends, dispatch threads).
+output fill); `simulator.measure.calibrate.calibrate_kernel` measures it. Plans run as any other
+(`simulator.hardware.dispatch`: tokens, sends, dispatch threads).
 """
 
 from __future__ import annotations
@@ -26,20 +26,26 @@ _KERNELS: dict = {}  # (output sizes, matrix side, device) -> jitted synthetic k
 
 
 class KernelModel(NamedTuple):
-    """How long the synthetic kernel takes on a device: iterations x iter_us + output bytes / fill rate."""
+    """How long the synthetic kernel takes on a device.
+
+    iterations x iter_us + output bytes / fill rate, microseconds.
+    """
 
     iter_us: float  # microseconds per loop iteration (one size x size float32 matmul and tanh)
     fill_bytes_per_us: float  # rate at which outputs are written
     size: int = 64  # matrix side
 
     def iterations(self, cost_us: float, out_bytes: float) -> int:
-        """Trip count for a kernel that takes `cost_us` in all, writing `out_bytes` of outputs."""
+        """Trip count of a kernel taking `cost_us` and writing `out_bytes`."""
         return max(0, int(round((cost_us - out_bytes / self.fill_bytes_per_us) / self.iter_us)))
 
 
 def kernel_body(out_bytes: tuple[int, ...], size: int) -> Callable:
-    """f(n_iter, *inputs) -> outputs of the given byte sizes (uint8), after n_iter matmuls seeded by the inputs
-    (so the kernel waits for them and nothing is constant-folded)."""
+    """The synthetic kernel's body: n_iter matmuls, then uint8 outputs.
+
+    f(n_iter, *inputs) -> outputs of the byte sizes `out_bytes`. The matmuls are seeded by the inputs, so the kernel
+    waits for them and nothing is constant-folded.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -55,10 +61,20 @@ def kernel_body(out_bytes: tuple[int, ...], size: int) -> Callable:
 
 def synthetic_plan(graph: Graph, placement: Sequence[int], cost_us: np.ndarray, devices: Sequence,
                    kernel: KernelModel | Sequence[KernelModel], order: Sequence[int] | None = None) -> Plan:
-    """The plan of a cost-only graph: node i runs a synthetic kernel taking cost_us[i] (float64[N], its cost on
-    its device) and producing outputs of graph.out_bytes. Source nodes of zero cost hold their outputs resident.
-    The step's outputs are the outputs of the sink nodes. kernel: the kernel's model on every device, or one per
-    device index (mixed devices: a GPU runs the loop far faster than a CPU)."""
+    """The plan of a cost-only graph, a synthetic kernel per node.
+
+    Node i runs a synthetic kernel taking cost_us[i]. Source nodes of zero cost hold their outputs resident. The
+    step's outputs are the outputs of the sink nodes.
+
+    Args:
+      graph: the cost-only graph; node outputs of graph.out_bytes.
+      placement: int[N] device index per node.
+      cost_us: float64[N] each node's cost on its device, microseconds.
+      devices: the JAX devices, by device index.
+      kernel: the kernel's model on every device, or one per device index (mixed devices: a GPU runs the loop far
+        faster than a CPU).
+      order: the dispatch order (default: graph.topo_order).
+    """
     import jax
     import jax.numpy as jnp
 

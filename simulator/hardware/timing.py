@@ -1,21 +1,23 @@
-"""Timing placed steps on real devices: the wall-clock time of a `simulator.hardware.dispatch.Plan`'s step.
+"""Wall-clock timing of placed steps on real devices.
 
-`time_plan` runs the step `warmup` times (the first compiles every task), then `repeats` times, blocking on every
-value produced (`simulator.hardware.dispatch.run_plan`), and reports the median and the spread of the wall-clock times
-(`Timing`, microseconds). Python's garbage collector is collected once before a plan's steps and switched off while
-they run, warm-up steps too (`gc_paused`, as `timeit` does), so a collection triggered by the step's allocations
-(or an earlier step's) does not land inside one placement's time, and no timed step follows a collection: a pause
-of the caller's own right before a step leaves the step's core cold (on the process rig, ptb_006's single device
-measured 9.7 ms a step with a collection before each timed step and 6.8 ms without, in the same rounds).
-`time_interleaved` times several plans in rotating rounds, so a change in
-the machine's load hits every plan alike, each timed step after SETTLE_STEPS untimed ones of the same plan.
-Why three: on the process rig (2 pinned workers, this project's 2-core machine), nmt_004's m-sct, etf and heft
-placements measured 2-13% above their consecutive steps timed just after (two runs) when interleaved with one
-settling step, and 1-4% below them with three (a step after another plan's pays for its footprint: the workers'
-freed buffers, caches). A plan on the process rig (`simulator.hardware.rig.plans.RigPlan`, anything with a `run_step()`
-that runs one step and waits for it) is timed the same way: its step is every worker's share run at
-once, the parent waiting for all. `reporting_steps(callback)` calls `callback()` after every step `time_calls` runs
-(outside the timed part): a progress bar's hook (`placeto.harness.on_hardware.step_bar`).
+`time_plan` runs the step of a `simulator.hardware.dispatch.Plan` `warmup` times (the first compiles every task),
+then `repeats` times, blocking on every value produced (`simulator.hardware.dispatch.run_plan`), and reports the
+median and the spread of the wall-clock times (`Timing`, microseconds). Python's garbage collector is collected once
+before a plan's steps and switched off while they run, warm-up steps too (`gc_paused`, as `timeit` does), so a
+collection triggered by the step's allocations (or an earlier step's) does not land inside one placement's time, and
+no timed step follows a collection: a pause of the caller's own right before a step leaves the step's core cold
+(docs/hardware.md, "Timing").
+
+`time_interleaved` times several plans in rotating rounds, so a change in the machine's load hits every plan
+alike, each timed step after SETTLE_STEPS untimed ones of the same plan. Why three: on the process rig, with one
+settling step, interleaved placements measured above their consecutive steps timed just after, and with three
+they did not (docs/hardware.md, "Timing"): a step after another plan's pays for its footprint (the workers' freed
+buffers, caches).
+
+A plan on the process rig (`simulator.hardware.rig.plans.RigPlan`, anything with a `run_step()` that runs one
+step and waits for it) is timed the same way: its step is every worker's share run at once, the parent waiting
+for all. `reporting_steps(callback)` calls `callback()` after every step `time_calls` runs (outside the timed
+part): a progress bar's hook (`placeto.harness.evaluate.step_bar`).
 """
 
 from __future__ import annotations
@@ -43,8 +45,17 @@ class Timing(NamedTuple):
 
 
 def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool | None = None) -> Timing:
-    """Time `repeats` steps after `warmup` (the first run compiles every task); see Timing and run_plan (or the
-    plan's own `run_step`, a process rig's plan: `threads` does not apply)."""
+    """Times `repeats` steps of `plan` after `warmup` untimed ones.
+
+    The first step compiles every task. Runs the plan with `run_plan`, or with its own `run_step` (a process rig's
+    plan: `threads` does not apply).
+
+    Returns:
+      The Timing of the timed steps.
+
+    Raises:
+      InputError: repeats < 1.
+    """
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
     step = getattr(plan, "run_step", None) or (lambda: run_plan(plan, threads=threads))
@@ -56,7 +67,10 @@ _ON_STEP: list[Callable[[], None]] = []  # reporting_steps' callbacks
 
 @contextlib.contextmanager
 def reporting_steps(callback: Callable[[], None]):
-    """Inside the block, `callback()` runs after every call `time_calls` makes (warm-up ones too), untimed."""
+    """Runs `callback()` after every call `time_calls` makes, untimed.
+
+    Inside the block; warm-up calls included.
+    """
     _ON_STEP.append(callback)
     try:
         yield
@@ -65,9 +79,11 @@ def reporting_steps(callback: Callable[[], None]):
 
 
 def time_calls(fn: Callable[[], Any], repeats: int, warmup: int = 0) -> list[float]:
-    """Microseconds of `repeats` calls of `fn` (which blocks until its work is done) after `warmup` untimed ones,
-    back to back: the garbage collector runs once before the first call and is paused for all of them
-    (`gc_paused`)."""
+    """Microseconds of `repeats` calls of `fn` after `warmup` untimed ones.
+
+    The calls run back to back; `fn` blocks until its work is done. The garbage collector runs once before the first
+    call and is paused for all of them (`gc_paused`).
+    """
     times = []
     with gc_paused():
         for _ in range(warmup):
@@ -91,11 +107,17 @@ SETTLE_STEPS = 3  # untimed steps of a plan before each of its timed steps in `t
 
 def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threads: bool | None = None,
                      settle: int = SETTLE_STEPS) -> list[list[float]]:
-    """Step times (us) of every plan, `repeats` each: after `warmup` steps of each (the first compiles), rounds of
-    one timed step per plan, round r starting at plan r mod P, so a change in the machine's load hits every plan
-    alike and no plan always follows the same one; each timed step follows `settle` untimed steps of the same plan,
-    so it is timed as a training loop runs it, back to back, not charged for what the previous plan's steps left
-    behind. On the process rig one settling step is not enough (the module docstring)."""
+    """Step times (us) of every plan, `repeats` each, in interleaved rounds.
+
+    After `warmup` steps of each (the first compiles), rounds of one timed step per plan, round r starting at plan
+    r mod P, so a change in the machine's load hits every plan alike and no plan always follows the same one. Each
+    timed step follows `settle` untimed steps of the same plan, so it is timed as a training loop runs it, back to
+    back, not charged for what the previous plan's steps left behind. On the process rig one settling step is not
+    enough (the module docstring).
+
+    Raises:
+      InputError: settle < 1.
+    """
     if settle < 1:
         raise InputError(f"settle must be >= 1 untimed step, got {settle}")
     warm_plans(plans, warmup, threads)
@@ -103,16 +125,23 @@ def time_interleaved(plans: Sequence[Plan], repeats: int, warmup: int = 2, threa
 
 
 def warm_plans(plans: Sequence[Plan], warmup: int = 2, threads: bool | None = None) -> None:
-    """The warm-up of `time_interleaved`: `max(1, warmup)` untimed steps of every plan (the first compiles), then
-    one timed and discarded."""
+    """The warm-up of `time_interleaved`: untimed steps of every plan.
+
+    `max(1, warmup)` untimed steps of each plan (the first compiles), then one timed and discarded.
+    """
     for plan in plans:
         time_plan(plan, repeats=1, warmup=max(1, warmup), threads=threads)
 
 
 def time_rounds(plans: Sequence[Plan], repeats: int, threads: bool | None = None,
                 settle: int = SETTLE_STEPS) -> list[list[float]]:
-    """The timed rounds of `time_interleaved` (the plans warmed already: `warm_plans`): step times (us), `repeats`
-    of every plan."""
+    """The timed rounds of `time_interleaved`, the plans warmed already.
+
+    Step times (us), `repeats` of every plan; the plans are warmed by `warm_plans`.
+
+    Raises:
+      InputError: settle < 1.
+    """
     if settle < 1:
         raise InputError(f"settle must be >= 1 untimed step, got {settle}")
     times: list[list[float]] = [[] for _ in plans]
@@ -123,13 +152,19 @@ def time_rounds(plans: Sequence[Plan], repeats: int, threads: bool | None = None
 
 
 def interleaved_steps(n_plans: int, repeats: int, warmup: int = 2, settle: int = SETTLE_STEPS) -> int:
-    """How many steps `time_interleaved(plans, repeats, warmup, settle=settle)` runs (untimed ones included)."""
+    """How many steps `time_interleaved` runs, untimed ones included.
+
+    For `time_interleaved(plans, repeats, warmup, settle=settle)` with `n_plans` plans.
+    """
     return n_plans * (max(1, warmup) + 1) + (settle + 1) * n_plans * repeats
 
 
 @contextlib.contextmanager
 def gc_paused():
-    """Collect garbage, then keep the collector off inside the block (restored after, as it was)."""
+    """Collects garbage, then keeps the collector off inside the block.
+
+    The collector is restored after, as it was.
+    """
     was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()

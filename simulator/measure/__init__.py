@@ -1,1 +1,1 @@
-"""Measuring on real devices: op and step profiles, calibration and fits, the caches of what was measured."""
+"""Measuring on real devices: profiles, calibration, fits, and their caches."""

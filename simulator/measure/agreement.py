@@ -1,7 +1,10 @@
-"""How well simulated step times predict measured ones: errors, Spearman rank correlation (printed with its n;
-only from MIN_RANKED placements on, "n/a" with the reason otherwise, never "nan"), and a pairwise concordance in which
-placements whose measured interquartile ranges overlap count as ties. Used by `placeto eval`
-(placeto.harness.evaluate) and experiments/benchmarks/sim_vs_hardware.py."""
+"""How well simulated step times predict measured ones.
+
+Errors, the Spearman rank correlation (printed with its n; only from MIN_RANKED placements on, "n/a" with the
+reason otherwise, never "nan"), and a pairwise concordance in which placements whose measured interquartile
+ranges overlap count as ties. Used by `placeto eval` (placeto.cli.eval, placeto.harness.evaluate) and
+experiments/benchmarks/sim_vs_hardware.py.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ ERROR_MEANING = "error = (simulated - measured) / measured median step time (+: 
 
 
 class EvalRow(NamedTuple):
-    """One placement: simulated runtime and, if run, the measured step time."""
+    """One placement: its simulated runtime and, if run, its measured step."""
 
     name: str
     simulated_us: float
@@ -23,18 +26,24 @@ class EvalRow(NamedTuple):
 
 
 class Agreement(NamedTuple):
-    """How well simulated runtimes predict measured ones over a set of placements."""
+    """How well simulated runtimes predict measured ones.
+
+    Over a set of placements.
+    """
 
     median_ape: float  # median of |simulated - measured| / measured, in percent (NaN: nothing measured)
     mean_ape: float  # mean of the same, percent
     spearman: float  # Spearman rank correlation of simulated and measured (NaN: see spearman_note)
-    n: int
+    n: int  # measured placements
     spearman_note: str = ""  # why there is no rank correlation ("" when there is one)
 
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
-    """Spearman rank correlation (scipy.stats.spearmanr when installed); NaN for fewer than MIN_RANKED points
-    or when either side has all values equal (`spearman_note` says which)."""
+    """Spearman rank correlation of `x` and `y`, or NaN where undefined.
+
+    scipy.stats.spearmanr when installed, else the same statistic with average ranks. NaN for fewer than MIN_RANKED
+    points or when either side has all values equal (`spearman_note` says which).
+    """
     if len(x) < MIN_RANKED:
         return math.nan
     if np.ptp(np.asarray(x, dtype=np.float64)) == 0 or np.ptp(np.asarray(y, dtype=np.float64)) == 0:
@@ -55,7 +64,10 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def agreement(rows: Sequence[EvalRow]) -> Agreement:
-    """Errors and rank correlation of simulated against measured (median) times of the measured rows."""
+    """Errors and rank correlation of simulated against measured times.
+
+    Over the measured rows, against their median step times.
+    """
     pairs = [(r.simulated_us, r.measured.median_us) for r in rows if r.measured is not None]
     if not pairs:
         return Agreement(math.nan, math.nan, math.nan, 0, "nothing measured")
@@ -77,8 +89,10 @@ def spearman_note(sim: Sequence[float], meas: Sequence[float]) -> str:
 
 
 class Concordance(NamedTuple):
-    """Pairs of placements ordered alike by a prediction and by measurement, pairs with overlapping measured
-    IQRs counted as ties (their measured order is noise)."""
+    """Pairs of placements a prediction orders as measurement does.
+
+    Pairs whose measured IQRs overlap count as ties (their measured order is noise).
+    """
 
     agree: float  # untied pairs the prediction orders as measured (a predicted tie counts one half)
     disagree: float  # untied pairs it orders the other way (half for a predicted tie)
@@ -94,10 +108,13 @@ class Concordance(NamedTuple):
 
 def concordance(predicted: Sequence[float], measured: Sequence[Any],
                 also_tied: Sequence[Any] | None = None) -> Concordance:
-    """How often `predicted` (float[n]: simulated times, or another run's medians) orders two placements as
-    their measured median times (`measured`: simulator.hardware.timing.Timing[n]) do. A pair whose measured
-    interquartile ranges overlap is a tie (and, given `also_tied`, Timing[n] of a second run, a pair whose IQRs
-    overlap there too)."""
+    """How often `predicted` orders two placements as their measured medians do.
+
+    Args:
+      predicted: float[n] simulated times, or another run's medians.
+      measured: simulator.hardware.timing.Timing[n]; a pair whose measured interquartile ranges overlap is a tie.
+      also_tied: Timing[n] of a second run, if any: a pair whose IQRs overlap there too is also a tie.
+    """
     n = len(predicted)
     agree = disagree = 0.0
     ties = 0
@@ -119,15 +136,21 @@ def _overlap(a: Any, b: Any) -> bool:
 
 
 def format_spearman(a: Agreement) -> str:
-    """"Spearman 0.80 (n=7)", or "Spearman n/a (<reason>)" when undefined (never "nan")."""
+    """"Spearman 0.80 (n=7)", or "Spearman n/a (<reason>)" when undefined.
+
+    Never "nan".
+    """
     if a.spearman_note:
         return f"Spearman n/a ({a.spearman_note})"
     return f"Spearman {a.spearman:.2f} (n={a.n})"
 
 
 def format_agreement(a: Agreement) -> str:
-    """The summary line: errors of the simulated against the measured median step times over the measured
-    placements, and the Spearman rank correlation with its n ("n/a (reason)" when undefined, never "nan")."""
+    """The summary line: errors, and Spearman with its n.
+
+    Over the measured placements: the errors of the simulated against the measured median step times; the Spearman
+    rank correlation is "n/a (reason)" when undefined, never "nan".
+    """
     if a.n == 0:
         return "median |error| n/a, Spearman n/a (nothing measured)"
     return (f"median |error| {a.median_ape:.1f}%, mean |error| {a.mean_ape:.1f}% over {a.n} placement"
@@ -135,14 +158,20 @@ def format_agreement(a: Agreement) -> str:
 
 
 def short_name(name: str) -> str:
-    """A placement's name as tables print it: the file name of a path ("runs/etf.json" -> "etf.json")."""
+    """A placement's name as tables print it: the file name of a path.
+
+    "runs/etf.json" -> "etf.json".
+    """
     return name.replace("\\", "/").rsplit("/", 1)[-1]
 
 
 def versus_single(rows: Sequence[EvalRow], single: EvalRow) -> list[str]:
-    """Summary lines comparing the other measured placements with `single`, a measured single-device placement
-    (speeds as single's median over theirs: 2.00x = twice as fast): the fastest measured and, when any, those
-    measured slower than the single device, with how many the simulator had predicted faster."""
+    """Summary lines comparing the other measured placements with `single`.
+
+    `single` is a measured single-device placement; speeds are single's median over theirs (2.00x = twice as fast).
+    The lines give the fastest measured and, when any, those measured slower than the single device, with how many
+    the simulator had predicted faster.
+    """
     base = single.measured.median_us
     others = [r for r in rows if r is not single and r.measured is not None]
     if not others:

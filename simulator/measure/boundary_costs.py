@@ -1,19 +1,18 @@
-"""What stages and values crossing them cost on the process rig, fitted on the user's graph itself.
+"""Stage and transfer costs on the process rig, fitted on the user's graph.
 
-The rig's launch and transfer costs (simulator.measure.rig_workload) are fitted once per machine on a small calibration
-step and cached. Two things they miss, both measured here on the user's graph at the time it is placed:
+The rig's launch and transfer costs (simulator.measure.rig_workload) are fitted once per machine on a small
+calibration step and cached. Two things they miss, both measured here on the user's graph at the time it is
+placed:
 
 * per MB. The calibration step's values (64 KB to 1 MB) stay in a core's cache: its per-MB stage charges come out
   near 0. A graph with large values pays more where a placement cuts it: a value that crosses stages is written
-  out as a stage's result and read back by the next, where inside one program it is consumed where it is made.
-  On inception_v3 at 2 rig devices (ad hoc, 2026-11-28, this 2-core machine) the stages of etf, round-robin and 64
-  runs alternating between the workers ran 0.18 ms per MB read from other stages and 0.35 ms per MB made for
-  other stages beyond their units' costs and the fitted launch; the calibration step's fit put both at 0.
-* the machine's moment. The cached fixed costs are those of the moment they were measured: on a day this machine
-  ran 2-3x slower, the calibration's launch (373 us) and latency (623 us) were 3-7x the day before's, and the
-  many small stages of ptb_006 were over-predicted by +9% to +82% (median 46%) at its placements, though its
-  units' costs were scaled to the step as it ran. So the stages' fixed costs (launch, per value read) and the
-  transfers' (send, receive, latency) are scaled by factors measured on the graph now.
+  out as a stage's result and read back by the next, where inside one program it is consumed where it is made
+  (inception_v3's stages paid per MB where the calibration step's fit put 0: docs/hardware.md, "Stages, not
+  units", and "Measured facts behind design choices").
+* the machine's moment. The cached fixed costs are those of the moment they were measured, and a machine's speed
+  moves between days (docs/hardware.md, "Stages, not units"): units' costs scaled to the step as it runs do not
+  undo that. So the stages' fixed costs (launch, per value read) and the transfers' (send, receive, latency) are
+  scaled by factors the graph measures now.
 
 `measure(runner)`: the graph's units in the rig's dispatch order are cut into `chunks` runs of about equal
 profiled cost alternating between the rig's first two workers (`chunked`: one worker computes at a time, so no
@@ -23,8 +22,8 @@ least squares on relative errors (each row divided by the stage's predicted run)
 charges (launch + per value read) + extra per input MB + extra per output MB. Transfers (`transfer_factor`):
 each batch's send (the producer's "send" event) and receive (from the later of the receiver's "recv" start and
 the send's end to its end), median over the steps, summed over the batches, against what the costs charge them
-(send, receive, and the latency where the receiver was waiting).
-`Boundary.added_to` applies them. No placement a placer chose is run.
+(send, receive, and the latency where the receiver was waiting). `Boundary.added_to` applies them. No placement
+a placer chose is run.
 """
 
 from __future__ import annotations
@@ -44,10 +43,12 @@ STEPS = 3  # timed steps of the chunked plan (each stage's median is fitted)
 
 
 class Boundary(NamedTuple):
-    """What the graph's stages and transfers cost on the rig beyond the cached rig costs (`measure`): extra
-    microseconds per 10^6 bytes a stage reads from (`per_input_mb`) or makes for (`per_output_mb`) other stages,
-    the factor of the stages' fixed charges (`stage_factor`) and of the transfers' (`transfer_factor`), and how
-    many stages and batches the fits used."""
+    """The graph's stage and transfer costs beyond the cached rig costs.
+
+    Measured by `measure`: extra microseconds per 10^6 bytes a stage reads from (`per_input_mb`) or makes for
+    (`per_output_mb`) other stages, the factor of the stages' fixed charges (`stage_factor`) and of the transfers'
+    (`transfer_factor`), and how many stages and batches the fits used.
+    """
 
     per_input_mb: float
     per_output_mb: float
@@ -57,8 +58,11 @@ class Boundary(NamedTuple):
     transfers: int
 
     def added_to(self, costs: Any) -> Any:
-        """`costs` (simulator.engine.staged.RigCosts) with these applied: the per-MB stage charges added to, the launch
-        and per-input charges times `stage_factor`, the sends', receives' and latency times `transfer_factor`."""
+        """`costs` (simulator.engine.staged.RigCosts) with these applied.
+
+        The per-MB stage charges added to, the launch and per-input charges times `stage_factor`, the sends',
+        receives' and latency times `transfer_factor`.
+        """
         a, g = self.stage_factor, self.transfer_factor
         return dataclasses.replace(
             costs, launch_us=costs.launch_us * a, launch_us_per_input=costs.launch_us_per_input * a,
@@ -71,8 +75,11 @@ class Boundary(NamedTuple):
 
 
 def chunked(cost: np.ndarray, order: np.ndarray, holders: np.ndarray, chunks: int) -> np.ndarray:
-    """int32[N]: worker 0 or 1 of each unit, runs of about equal summed `cost` (float[N] microseconds, holders
-    counted 0) along `order` (a permutation of the N units), alternating between the two."""
+    """int32[N] worker 0 or 1 of each unit: runs of equal cost, alternating.
+
+    Runs of about equal summed `cost` (float[N] microseconds, holders counted 0) along `order` (a permutation of the
+    N units), alternating between the two workers.
+    """
     cost = np.where(np.asarray(holders, dtype=bool), 0.0, np.asarray(cost, dtype=np.float64))
     order = np.asarray(order)
     cum = np.cumsum(cost[order])
@@ -85,12 +92,21 @@ def chunked(cost: np.ndarray, order: np.ndarray, holders: np.ndarray, chunks: in
 
 def fit(excess_us: np.ndarray, fixed_us: np.ndarray, input_mb: np.ndarray, output_mb: np.ndarray,
         scale_us: np.ndarray | None = None) -> tuple[float, float, float]:
-    """(factor of the fixed charges, extra us per input MB, extra us per output MB), each >= 0, fitting float[S]
-    `excess_us` (each stage's measured run less its units' costs and its per-MB charges) as the factor times the
-    stages' float[S] `fixed_us` (launch and per-input charges) plus the extras times their float[S] MB read and
-    made, least squares; each stage's row divided by its float[S] `scale_us` when given (its predicted run: a
-    stage's error grows with its work, so a small stage, where the fixed charges show, is not drowned by the
-    noise of a large one); (1, 0, 0) without stages."""
+    """Fits stages' excess time as factor x fixed charges + per-MB extras.
+
+    Args:
+      excess_us: float[S] each stage's measured run less its units' costs and its per-MB charges.
+      fixed_us: float[S] the stages' fixed charges (launch and per-input).
+      input_mb: float[S] MB each stage reads from other stages.
+      output_mb: float[S] MB each stage makes for other stages.
+      scale_us: float[S] each stage's predicted run: when given, each stage's row is divided by it (a stage's error
+        grows with its work, so a small stage, where the fixed charges show, is not drowned by the noise of a large
+        one).
+
+    Returns:
+      (factor of the fixed charges, extra us per input MB, extra us per output MB), each >= 0; (1, 0, 0) without
+      stages.
+    """
     from scipy.optimize import nnls
 
     if len(excess_us) == 0:
@@ -105,11 +121,20 @@ def fit(excess_us: np.ndarray, fixed_us: np.ndarray, input_mb: np.ndarray, outpu
 
 
 def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -> dict:
-    """{(producer stage, receiving device): [(us taken, waited)] per step}: each batch's send (its producer's
-    "send" event, labelled by the stage) plus its receive (the receiver's "recv" event of that label, as
-    simulator.measure.rig_workload.received times it), in the steps' `events` ({worker: [simulator.hardware.rig.worker.Event]}
-    each); `sends` as simulator.engine.staged.stage_sends, stages on devices `placement` (int[S]). A batch whose events
-    are not one send and one receive in every step is left out."""
+    """Each batch's send plus receive time per step, and whether it waited.
+
+    A batch's send is its producer's "send" event (labelled by the stage), its receive the receiver's "recv" event
+    of that label, as simulator.measure.rig_workload.received times it. A batch whose events are not one send and
+    one receive in every step is left out.
+
+    Args:
+      events: per step, {worker: [simulator.hardware.rig.worker.Event]}.
+      sends: as simulator.engine.staged.stage_sends.
+      placement: int[S] the stages' devices.
+
+    Returns:
+      {(producer stage, receiving device): [(us taken, waited)] per step}.
+    """
     out = {}
     for s, dst in sends:
         taken = []
@@ -127,8 +152,11 @@ def transfer_times(events: Sequence[dict], sends: dict, placement: np.ndarray) -
 
 
 class Observed(NamedTuple):
-    """The graph's chunked plan as the rig ran it (`observe`): S stages fitted (on the rig's first two workers, not
-    holders), B batches of values sent between them, `steps` timed steps. Microseconds; MB: 10^6 bytes."""
+    """The graph's chunked plan as the rig ran it (`observe`).
+
+    S stages fitted (on the rig's first two workers, not holders), B batches of values sent between them, `steps`
+    timed steps. Microseconds; MB: 10^6 bytes.
+    """
 
     run_us: np.ndarray  # float64[S] each stage's median run (its worker's "run" events)
     work_us: np.ndarray  # float64[S] its units' costs (as the runner has them)
@@ -142,9 +170,17 @@ class Observed(NamedTuple):
 
 
 def observe(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Observed:
-    """The Observed of `runner`'s graph on its process rig (simulator.hardware.runner.HardwareRunner with a rig of at least
-    2 workers and rig costs: the units' costs already scaled to the rig): its units cut into `chunks` runs
-    (`chunked`), the plan run `steps` times after `warmup`."""
+    """The Observed of `runner`'s graph: its chunked plan, timed on the rig.
+
+    Its units are cut into `chunks` runs (`chunked`) and the plan runs `steps` times after `warmup`.
+
+    Args:
+      runner: a simulator.hardware.runner.HardwareRunner with a rig of at least 2 workers and rig costs (the units'
+        costs already scaled to the rig).
+
+    Raises:
+      InputError: the runner has no such rig or no rig costs.
+    """
     if runner.rig is None or runner.rig.n_devices < 2 or runner.rig_costs is None:
         raise InputError("values crossing stages are measured between two workers of a process rig")
     graph, holders = runner.graph, runner.holders
@@ -178,16 +214,21 @@ def observe(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int =
 
 
 def transfer_charges(obs: Observed, costs: Any) -> np.ndarray:
-    """float64[B, steps] what `costs` (simulator.engine.staged.RigCosts) charge each observed batch in each step: its send,
-    its receive, and the latency where the receiver was waiting."""
+    """float64[B, steps] what `costs` charge each observed batch in each step.
+
+    `costs` is a simulator.engine.staged.RigCosts; the charge is the batch's send, its receive, and the latency
+    where the receiver was waiting.
+    """
     return np.asarray([[costs.send_cost(mb * 1e6, values) + costs.recv_cost(mb * 1e6, values) + costs.latency_us * w
                         for w in waited] for values, mb, waited in zip(obs.values, obs.mb, obs.waited)],
                       dtype=np.float64).reshape(obs.waited.shape)
 
 
 def fit_observed(obs: Observed, costs: Any) -> Boundary:
-    """The Boundary that makes `costs` (simulator.engine.staged.RigCosts, the cached rig costs) fit `obs`; see the module
-    docstring."""
+    """The Boundary that makes `costs` fit `obs`; see the module docstring.
+
+    `costs` are the cached rig costs (simulator.engine.staged.RigCosts).
+    """
     fixed = costs.launch_us + costs.launch_us_per_input * obs.n_in
     charged = obs.work_us + costs.launch_us_per_input_mb * obs.in_mb + costs.launch_us_per_output_mb * obs.out_mb
     factor, extra_in, extra_out = fit(obs.run_us - charged, fixed, obs.in_mb, obs.out_mb, charged + fixed)
@@ -198,5 +239,8 @@ def fit_observed(obs: Observed, costs: Any) -> Boundary:
 
 
 def measure(runner: Any, chunks: int = CHUNKS, steps: int = STEPS, warmup: int = 2) -> Boundary:
-    """The Boundary of `runner`'s graph on its process rig: `fit_observed` of `observe`."""
+    """The Boundary of `runner`'s graph on its process rig.
+
+    `fit_observed` of `observe`.
+    """
     return fit_observed(observe(runner, chunks, steps, warmup), runner.rig_costs)

@@ -1,7 +1,7 @@
-"""Everything placeto caches between runs, under one root: JAX's compiled functions, the calibrated clusters of
-local devices and the process rig's costs, and measured step profiles.
+"""Everything placeto caches between runs, under one root.
 
-The root is PLACETO_CACHE, else $XDG_CACHE_HOME/placeto, else ~/.cache/placeto (`cache_root`):
+JAX's compiled functions, the calibrated clusters of local devices and the process rig's costs, and measured step
+profiles. The root is PLACETO_CACHE, else $XDG_CACHE_HOME/placeto, else ~/.cache/placeto (`cache_root`):
 
     jax/                      JAX's persistent compilation cache (PLACETO_COMPILE_CACHE moves it, "off" turns it off)
     clusters/<16 hex>.json    a calibrated cluster per device list, host and JAX version (`cluster_cache_path`)
@@ -18,7 +18,7 @@ the start of placeto.cli.main.main) sets JAX's options through jax.config if JAX
 JAX_* environment variables otherwise, so that commands that never import JAX do not pay for its import and
 worker processes inherit the cache.
 
-Profiles: `place --hardware` keeps the graph's units measured on each kind of local device here, so it never
+Profiles: `place --hardware` keeps the costs of the graph's units on each kind of local device here, so it never
 rewrites the user's graph; an entry is keyed by the graph's content without costs (`graph_hash`), the device,
 the host and the JAX version. Entry: {"format": "placeto-profile", "version": 1, "key": ProfileKey as a dict,
 "graph": name, "cost_us": [N floats, microseconds], "profile": the meta.profile entry of the kind}.
@@ -64,10 +64,15 @@ _warned = False  # an unusable directory is reported once per process
 
 # ---- the root ------------------------------------------------------------------------------------------
 def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
-    """Placeto's cache root (not created here): PLACETO_CACHE if set (an empty value counts as unset), else
-    $XDG_CACHE_HOME/placeto when XDG_CACHE_HOME is an absolute path (the XDG rule: a relative one is ignored),
-    else ~/.cache/placeto. InputError (one line, naming the variable) where a "~user" in PLACETO_CACHE names no
-    user, or there is no home directory to put it under."""
+    """Placeto's cache root (not created here).
+
+    PLACETO_CACHE if set (an empty value counts as unset), else $XDG_CACHE_HOME/placeto when XDG_CACHE_HOME is an
+    absolute path (the XDG rule: a relative one is ignored), else ~/.cache/placeto.
+
+    Raises:
+      InputError: (one line, naming the variable) a "~user" in PLACETO_CACHE names no user, or there is no home
+        directory to put the cache under.
+    """
     given = environ.get(ROOT_ENV, "").strip()
     if given:
         return _expand(given, ROOT_ENV)
@@ -81,7 +86,11 @@ def cache_root(environ: Mapping[str, str] = os.environ) -> Path:
 
 
 def _expand(given: str, variable: str) -> Path:
-    """`given` (the value of environment `variable`) with ~ expanded, absolute; InputError if ~user is unknown."""
+    """`given`, the value of environment `variable`, with ~ expanded, absolute.
+
+    Raises:
+      InputError: ~user names no user.
+    """
     try:
         return Path(given).expanduser().absolute()
     except RuntimeError as e:  # "~nosuchuser/...", or "~" without a home directory
@@ -91,8 +100,11 @@ def _expand(given: str, variable: str) -> Path:
 
 # ---- the compilation cache ---------------------------------------------------------------------------
 def compile_cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
-    """The compilation cache directory (absolute; not created here) that `environ` asks for, or None where it
-    says off: PLACETO_COMPILE_CACHE if set (an empty value counts as unset), else cache_root()/jax."""
+    """The compilation cache directory `environ` asks for, or None (off).
+
+    Absolute, not created here: PLACETO_COMPILE_CACHE if set (an empty value counts as unset), else
+    cache_root()/jax.
+    """
     given = environ.get(ENV, "").strip()
     if given.lower() == OFF:
         return None
@@ -102,8 +114,10 @@ def compile_cache_dir(environ: Mapping[str, str] = os.environ) -> Path | None:
 
 
 def usable(path: Path) -> str | None:
-    """None if `path` is (or can be made) a directory this process can write files in, else why not (one
-    line). Creates the directory and writes and removes one probe file."""
+    """None if `path` is a directory this process can write in, else why.
+
+    "Why" is one line. Creates the directory if need be, and writes and removes one probe file.
+    """
     try:
         path.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path, prefix=".probe-"):
@@ -114,7 +128,10 @@ def usable(path: Path) -> str | None:
 
 
 def jax_options(path: Path | None) -> dict[str, object]:
-    """JAX config names -> values that turn the persistent cache on in `path`, or off (None)."""
+    """{JAX config name: value} turning the persistent cache on in `path`.
+
+    `path` None turns it off.
+    """
     if path is None:
         return {"jax_enable_compilation_cache": False}
     options: dict[str, object] = {
@@ -127,10 +144,14 @@ def jax_options(path: Path | None) -> dict[str, object]:
 
 
 def enable_compile_cache(environ: MutableMapping[str, str] = os.environ) -> Path | None:
-    """Point JAX's persistent compilation cache at `compile_cache_dir(environ)`, or turn it off; returns the directory
-    in use, or None (off, or unusable: then one warning on stderr, and JAX runs without a persistent cache).
+    """Sets up JAX's persistent compilation cache as `environ` asks.
 
-    Call before the first compilation: JAX opens its cache once per process, at the first compile.
+    At `compile_cache_dir(environ)`, or off. Call before the first compilation: JAX opens its cache once per
+    process, at the first compile.
+
+    Returns:
+      The directory in use, or None: off, or unusable (then one warning on stderr, and JAX runs without a persistent
+      cache).
     """
     global _warned
     try:
@@ -151,8 +172,10 @@ def enable_compile_cache(environ: MutableMapping[str, str] = os.environ) -> Path
 
 
 def _set(name: str, value: object, environ: MutableMapping[str, str]) -> None:
-    """One JAX option: in jax.config when JAX is imported, and in `environ` (read by a later `import jax`, and
-    inherited by subprocesses)."""
+    """Sets one JAX option, in jax.config (if imported) and `environ`.
+
+    `environ` is read by a later `import jax`, and inherited by subprocesses.
+    """
     environ[name.upper()] = str(value).lower() if isinstance(value, bool) else str(value)
     if "jax" in sys.modules:
         sys.modules["jax"].config.update(name, value)
@@ -160,9 +183,11 @@ def _set(name: str, value: object, environ: MutableMapping[str, str]) -> None:
 
 # ---- calibrated clusters and the rig's costs -------------------------------------------------------------
 def cluster_cache_path(devices: Sequence[Any]) -> Path:
-    """Where the calibrated cluster of the JAX `devices` is cached: cache_root()/clusters/
-    <16 hex>.json, keyed by each device's platform, id and device_kind, the host (platform.node()) and the JAX
-    version."""
+    """Where the calibrated cluster of the JAX `devices` is cached.
+
+    cache_root()/clusters/<16 hex>.json, keyed by each device's platform, id and device_kind, the host
+    (platform.node()) and the JAX version.
+    """
     import jax
 
 
@@ -172,10 +197,22 @@ def cluster_cache_path(devices: Sequence[Any]) -> Path:
 
 def cached(path: Path, read: Callable[[Path], Any], measure: Callable[[], Any], write: Callable[[Any], None],
             found: str, measuring: str, damaged: str, noun: str, progress: Callable[[str], None]) -> Any:
-    """The entry at `path` as `read` returns it (`found` to `progress`), else `measure()`'d (`measuring` first) and
-    written by `write`. An entry `read` refuses (InputError, OSError, ValueError) is named in one warning on stderr
-    (`damaged`: what it is) and measured again, replacing it; one that cannot be written is a warning too (`noun`:
-    used, not cached)."""
+    """The entry at `path`, read; else measured, written and returned.
+
+    An entry `read` refuses (InputError, OSError, ValueError) is named in one warning on stderr and measured again,
+    replacing it; one that cannot be written is a warning too.
+
+    Args:
+      path: the entry's file.
+      read: path -> value; raises for a damaged entry.
+      measure: () -> value, on a miss.
+      write: writes a measured value to `path`.
+      found: said to `progress` when the entry is read.
+      measuring: said to `progress` before measuring.
+      damaged: what a refused entry is, for its warning.
+      noun: what is measured, for the warning when it cannot be written ("used, not cached").
+      progress: where the messages go.
+    """
 
     if path.exists() or path.is_symlink():
         try:
@@ -199,7 +236,11 @@ def cached(path: Path, read: Callable[[Path], Any], measure: Callable[[], Any], 
 
 
 def check_cached_cluster(cluster: Cluster, devices: Sequence[Any]) -> None:
-    """InputError unless a cached `cluster` is of the JAX `devices`: as many, each of its device's cost kind."""
+    """Checks that a cached `cluster` is of the JAX `devices`.
+
+    Raises:
+      InputError: not as many devices, or not each of its device's cost kind.
+    """
 
     if cluster.n_devices != len(devices):
         raise InputError(f"{cluster.n_devices} devices, not {len(devices)}")
@@ -210,11 +251,14 @@ def check_cached_cluster(cluster: Cluster, devices: Sequence[Any]) -> None:
 
 
 def rig_costs_path(devices: Sequence[Any], workload_version: int) -> Path:
-    """Where the measured costs of the process rig over the JAX `devices` are cached: beside their calibrated
-    cluster (`cluster_cache_path`), named `<same 16 hex>.rig-<8 hex>.json`, the second key the malloc settings the
-    workers run with (GLIBC_TUNABLES of simulator.hardware.rig.pool.worker_env: WORKER_MALLOC and the caller's own; a
-    worker that returns freed memory to the kernel runs its stages and copies slower, so costs measured on one are
-    not the other's) and the calibration workload's `workload_version` (simulator.measure.rig_workload.VERSION)."""
+    """Where the process rig's costs over the JAX `devices` are cached.
+
+    Beside their calibrated cluster (`cluster_cache_path`), named `<same 16 hex>.rig-<8 hex>.json`. The second key
+    is the malloc settings the workers run with (GLIBC_TUNABLES of simulator.hardware.rig.pool.worker_env:
+    WORKER_MALLOC and the caller's own; a worker that returns freed memory to the kernel runs its stages and copies
+    slower, so the costs of one do not hold for the other) and the calibration workload's `workload_version`
+    (simulator.measure.rig_workload.VERSION).
+    """
     path = cluster_cache_path(devices)
     key = f"{worker_env(dict(os.environ))['GLIBC_TUNABLES']}|workload {workload_version}"
     workers = hashlib.sha256(key.encode()).hexdigest()[:8]
@@ -244,8 +288,11 @@ class ProfileEntry(NamedTuple):
 
 
 def graph_hash(graph: Graph) -> str:
-    """sha256 hex of `graph` as its file writes it (simulator.model.io.graph_to_dict) without the nodes' costs and
-    meta.profile: the program and grouping a profile measures, not what was measured (cached per graph object)."""
+    """sha256 hex of `graph`'s content without its costs and meta.profile.
+
+    The graph as its file writes it (simulator.model.io.graph_to_dict): the program and grouping a profile
+    measures, not what was measured. Cached per graph object.
+    """
 
     if "profile_cache.graph_hash" not in graph.cache:
         d = graph_to_dict(graph)
@@ -257,7 +304,7 @@ def graph_hash(graph: Graph) -> str:
 
 
 def profile_key(graph: Graph, device: Any) -> ProfileKey:
-    """The key of `graph`'s profile on the JAX `device`, on this host and JAX version."""
+    """The key of `graph`'s profile on `device`, this host and JAX version."""
     import jax
 
 
@@ -266,7 +313,10 @@ def profile_key(graph: Graph, device: Any) -> ProfileKey:
 
 
 def profile_path(key: ProfileKey, name: str) -> Path:
-    """cache_root()/profiles/<graph name>-<16 hex of the key>.json (the name only helps a person find it)."""
+    """cache_root()/profiles/<graph name>-<16 hex of the key>.json.
+
+    The name only helps a person find it.
+    """
 
     digest = hashlib.sha256(json.dumps(list(key)).encode()).hexdigest()[:16]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "graph"
@@ -274,8 +324,11 @@ def profile_path(key: ProfileKey, name: str) -> Path:
 
 
 def read_profile(key: ProfileKey, graph: Graph, warn: Callable[[str], None] | None = None) -> ProfileEntry | None:
-    """The cached profile of `graph` under `key`, or None: none cached, or a damaged entry (then one line to
-    `warn`, default stderr: it is ignored and measured again)."""
+    """The cached profile of `graph` under `key`, or None.
+
+    None when none is cached, or for a damaged entry: then one line to `warn` (default stderr), and it is measured
+    again.
+    """
     path = profile_path(key, graph.name)
     if not path.exists():
         return None
@@ -300,7 +353,11 @@ def read_profile(key: ProfileKey, graph: Graph, warn: Callable[[str], None] | No
 
 
 def write_profile(key: ProfileKey, graph: Graph) -> Path:
-    """Cache `graph`'s costs and meta.profile entry of kind `key.kind` (atomically); returns the entry's path."""
+    """Caches `graph`'s costs and profile of kind `key.kind`, atomically.
+
+    Returns:
+      The entry's path.
+    """
 
     path = profile_path(key, graph.name)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -311,7 +368,10 @@ def write_profile(key: ProfileKey, graph: Graph) -> Path:
 
 
 def with_profile(graph: Graph, kind: str, entry: ProfileEntry) -> Graph:
-    """`graph` (in memory) with the cached costs under `kind` and its meta.profile entry."""
+    """`graph` (in memory) with a cached entry's costs under `kind`.
+
+    Its meta.profile entry too.
+    """
     meta = dict(graph.meta)
     meta["profile"] = {**meta.get("profile", {}), kind: dict(entry.profile)}
     return dataclasses.replace(graph, meta=meta).with_costs(kind, entry.cost_us)

@@ -1,18 +1,18 @@
-"""Calibrating the simulator's cluster model on the local JAX devices, and measuring executed units.
+"""Calibrates the cluster model on local devices; times executed units.
 
-`calibrate(n)` (`placeto calibrate`) runs the calibration graphs of `simulator.measure.fit.calibration_probes` with
-`simulator.hardware.dispatch` exactly as placed graphs are run (synthetic kernels, a token chain per device, one
-dispatching thread per device), each step timed `repeats` times, interleaved, and fits the cluster model's six
-timing parameters to the lower-quartile step times by least squares (`simulator.measure.fit.fit_cluster`): delta1,
-delta2, bandwidth, a per-transfer latency, and the host time of each op's dispatch and each transfer, shared by
-all local devices (one process: its dispatching threads take turns on the interpreter lock). `calibrate_fit`
-also returns the fit report (every probe's residual, R^2).
+`calibrate(n)` (`placeto calibrate`) runs the calibration graphs of `simulator.measure.fit.calibration_probes`
+with `simulator.hardware.dispatch` exactly as placed graphs are run (synthetic kernels, a token chain per device,
+one dispatching thread per device), each step timed `repeats` times, interleaved, and fits the cluster model's six
+timing parameters to the lower-quartile step times by least squares (`simulator.measure.fit.fit_cluster`):
+delta1, delta2, bandwidth, a per-transfer latency, and the host time of each op's dispatch and each transfer,
+shared by all local devices (one process: its dispatching threads take turns on the interpreter lock).
+`calibrate_fit` also returns the fit report (every probe's residual, R^2).
 
-What the probes see (jax 0.10, 2 cores): a device loses tens of microseconds per op beyond the op's own work
-(dispatch, the hand-over to the CPU client's thread pool, the next task's start), and a transfer costs tens of
-microseconds of host work (`jax.device_put` of a CPU array in the sending thread, whatever its size) plus the
-receiving thread's wake-up: the fit splits these into delta1 and dispatch, and into transfer host time,
-latency and wire time, by how they overlap across devices (simulator.measure.fit).
+What the probes see (jax 0.10, CPU host devices): a device loses tens of microseconds per op beyond the op's own
+work (dispatch, the hand-over to the CPU client's thread pool, the next task's start), and a transfer costs tens
+of microseconds of host work (`jax.device_put` of a CPU array in the sending thread, whatever its size) plus the
+receiving thread's wake-up: the fit splits these into delta1 and dispatch, and into transfer host time, latency
+and wire time, by how they overlap across devices (simulator.measure.fit).
 
 Probe times are lower quartiles of `repeats` steps (the machine may be shared, and load only adds). Each of the
 cluster's devices has its own kind, `simulator.hardware.devices.kind_of` ("local-cpu", "local-h200", ...: the kind
@@ -60,7 +60,7 @@ DEFAULT_MEMORY = 64 * 10**9  # bytes, when the machine does not say
 
 
 def machine_memory_bytes() -> float:
-    """Physical memory of this machine in bytes (DEFAULT_MEMORY if unknown)."""
+    """The host's physical memory in bytes (DEFAULT_MEMORY if unknown)."""
     try:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
@@ -68,8 +68,10 @@ def machine_memory_bytes() -> float:
 
 
 def device_memory_bytes(device: Any) -> float:
-    """Bytes of memory of a JAX device: memory_stats()["bytes_limit"] when reported (GPUs), else the
-    machine's physical memory (CPU host devices share it)."""
+    """Bytes of memory of a JAX device.
+
+    memory_stats()["bytes_limit"] when reported (GPUs), else the host's physical memory (CPU host devices share it).
+    """
     try:
         stats = device.memory_stats() or {}
     except Exception:  # noqa: BLE001 -- backends without memory stats raise various errors
@@ -79,7 +81,10 @@ def device_memory_bytes(device: Any) -> float:
 
 
 def _median_us(run: Callable[[], Any], repeats: int, q: float = 0.5) -> float:
-    """Median (or quantile `q`) microseconds of run() (which blocks), after one warm-up call."""
+    """Median (or quantile `q`) microseconds of run(), after one warm-up call.
+
+    run() blocks until its work is done.
+    """
     run()
     times = []
     for _ in range(repeats):
@@ -90,14 +95,23 @@ def _median_us(run: Callable[[], Any], repeats: int, q: float = 0.5) -> float:
 
 
 def calibrate(spec: int | tuple = 2, repeats: int = 7, name: str | None = None) -> Cluster:
-    """A Cluster of the local JAX devices of `spec` with the fitted timing parameters (`calibrate_fit`)."""
+    """A Cluster of the local devices of `spec`, its timing fitted.
+
+    By `calibrate_fit`.
+    """
     return calibrate_fit(spec, repeats, name).cluster
 
 
 def local_cluster(spec: int | tuple, name: str | None = None) -> tuple[Cluster, list]:
-    """(Cluster of the local devices of `spec` (a count, or a platform:index list) with zero timing parameters,
-    the JAX devices). Device names "/<platform>:<index>" (the spec's index, else the position), kinds from
-    `kind_of`, memory from `device_memory_bytes`; the name is the kinds joined, e.g. "local-h200+local-cpu"."""
+    """A zero-timing Cluster of the local devices of `spec`, and the devices.
+
+    `spec` is a count, or a platform:index list. Device names are "/<platform>:<index>" (the spec's index, else the
+    position), kinds from `kind_of`, memory from `device_memory_bytes`; the name is the kinds joined, e.g.
+    "local-h200+local-cpu".
+
+    Returns:
+      (the Cluster, the JAX devices).
+    """
     devices = local_devices(spec)
     indices = range(len(devices)) if isinstance(spec, int) else [i for _, i in spec]
     kinds = [kind_of(d) for d in devices]
@@ -109,13 +123,16 @@ def local_cluster(spec: int | tuple, name: str | None = None) -> tuple[Cluster, 
 
 
 def calibrate_fit(spec: int | tuple = 2, repeats: int = 7, name: str | None = None) -> Fit:
-    """Measure the calibration graphs on the local devices of `spec` (a count n: the first n of the default
-    backend; or a platform:index list, maybe mixed), on its first two when there are several, and fit the
-    cluster model to them: the fitted Cluster (`local_cluster`: every device with its own kind) and the fit
-    report (simulator.measure.fit.Fit). See the module docstring for what the fit assumes with mixed devices.
+    """Fits the cluster model to the calibration graphs run on `spec`.
 
-    With one device only delta1 is fitted (dispatch, a per-op cost too, cannot be told apart from it without a
-    second device sharing the host); there is nothing to transfer.
+    `spec` is a count n (the first n of the default backend) or a platform:index list, maybe mixed; the graphs run
+    on its first two devices when there are several. See the module docstring for what the fit assumes with mixed
+    devices. With one device only delta1 is fitted (dispatch, a per-op cost too, cannot be told apart from it
+    without a second device sharing the host); there is nothing to transfer.
+
+    Returns:
+      The fit report (simulator.measure.fit.Fit), its cluster the fitted one (`local_cluster`: every device with
+      its own kind).
     """
     n_devices = device_count(spec)
     base, devices = local_cluster(spec, name)
@@ -133,14 +150,20 @@ def calibrate_fit(spec: int | tuple = 2, repeats: int = 7, name: str | None = No
 
 
 def kernel_task_us(kernel: KernelModel) -> Callable[[int], float]:
-    """task_us(out_bytes): microseconds a minimal synthetic task writing out_bytes takes (at least 1 us)."""
+    """task_us(out_bytes): microseconds of a minimal synthetic task.
+
+    The task writes out_bytes; at least 1 us.
+    """
     return lambda out_bytes: max(1.0, out_bytes / kernel.fill_bytes_per_us)
 
 
 def measure_probes(devices: Sequence, probes: Sequence[Probe], repeats: int = 7, warmup: int = 2) -> list[Probe]:
-    """The probes with measured_us: the lower quartile of `repeats` steps each, run by simulator.hardware.dispatch as
-    placed graphs are (synthetic kernels taking each node's cost), the probes interleaved round by round as placements
-    are (simulator.hardware.timing.time_interleaved). Lower quartile: on a shared machine load only adds."""
+    """The probes with measured_us: the lower quartile of `repeats` steps each.
+
+    Run by simulator.hardware.dispatch as placed graphs are (synthetic kernels taking each node's cost), the probes
+    interleaved round by round as placements are (simulator.hardware.timing.time_interleaved). Lower quartile: on a
+    shared machine load only adds.
+    """
     kernels = [calibrate_kernel(d) for d in devices]  # each device's own: mixed devices run it at different speeds
     plans = [synthetic_plan(p.graph, p.placement, p.graph.cost_for(DEFAULT_KIND), devices, kernels)
              for p in probes]
@@ -149,7 +172,10 @@ def measure_probes(devices: Sequence, probes: Sequence[Probe], repeats: int = 7,
 
 
 def dispatch_floor_us(device: Any, repeats: int = 21, q: float = 0.5) -> float:
-    """Median (or quantile `q`) latency (us) of one trivial task, dispatched alone and waited for."""
+    """Latency (us) of one trivial task, dispatched alone and waited for.
+
+    The median, or quantile `q`.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -159,8 +185,14 @@ def dispatch_floor_us(device: Any, repeats: int = 21, q: float = 0.5) -> float:
 
 
 def profile_plan(plan: Plan, repeats: int = 5) -> np.ndarray:
-    """float64[U] microseconds of every unit of the plan run alone on its device, net of the dispatch floor
-    (`dispatch_floor_us`); 0 for units with nothing to run. U = max unit index + 1."""
+    """float64[U] microseconds of each unit run alone, net of dispatch.
+
+    Each unit runs on its device; the floor is `dispatch_floor_us`; 0 for units with nothing to run. U = max unit
+    index + 1.
+
+    Raises:
+      InputError: a staged plan (build it with stages=False).
+    """
     import jax
 
     if plan.staged:
@@ -181,9 +213,12 @@ def profile_plan(plan: Plan, repeats: int = 5) -> np.ndarray:
 
 @functools.lru_cache(maxsize=None)
 def calibrate_kernel(device: Any, size: int = 64, repeats: int = 7) -> KernelModel:
-    """The synthetic kernel's speed on `device` (simulator.hardware.synthetic.synthetic_plan), measured once per
-    process: time per loop iteration (chains of kernels of 0 and 1000 iterations) and output fill rate (an 8 MB
-    output), both in chains of 4 kernels so dispatch overlaps the previous kernel, as in a step."""
+    """The synthetic kernel's speed on `device`, measured once per process.
+
+    The kernel is simulator.hardware.synthetic.synthetic_plan's. Time per loop iteration (chains of kernels of 0 and
+    1000 iterations) and output fill rate (an 8 MB output), both in chains of 4 kernels so dispatch overlaps the
+    previous kernel, as in a step.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -210,11 +245,14 @@ def calibrate_kernel(device: Any, size: int = 64, repeats: int = 7) -> KernelMod
 
 def cached_cluster(devices: Sequence[Any], spec: Any, repeats: int = 7,
                    progress: Callable[[str], None] = print) -> Cluster:
-    """The calibrated cluster of `devices` (resolved from the --devices `spec`), from the cache
-    (simulator.measure.cache.cluster_cache_path) or measured now and cached (`calibrate_fit`); `place --hardware` and
-    `eval --hardware` share it. A damaged or stale entry (unreadable, or not of these devices: their count and
-    cost kinds) is named in one warning on stderr and measured again, replacing it; an entry that cannot be
-    written is a warning too (the calibration is used, not cached)."""
+    """The calibrated cluster of `devices`: cached, or measured and cached.
+
+    `devices` are resolved from the --devices `spec`; the cache is simulator.measure.cache.cluster_cache_path, a
+    miss measured by `calibrate_fit`; `place --hardware` and `eval --hardware` share it. A damaged or stale entry
+    (unreadable, or not of these devices: their count and cost kinds) is named in one warning on stderr and
+    measured again, replacing it; an entry that cannot be written is a warning too (the calibration is used, not
+    cached).
+    """
     def read(path: Path) -> Cluster:
         cluster = load_cluster(path)
         cache.check_cached_cluster(cluster, devices)

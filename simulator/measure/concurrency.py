@@ -1,17 +1,17 @@
-"""Do D devices really run at once? D chains of matmuls run together against the same chains one after the other.
+"""Do D devices really run at once? D matmul chains, together and apart.
 
-The work is a placement's kind of work, not a probe built to overlap: each chain is one jitted computation of
-`length` dense `size` x `size` float32 matmuls (x <- tanh(x @ w)), about 0.7 Gflop per matmul at 700, so tens of
-milliseconds on one core. Three ways to run D such chains, each a `Chains` (together(), apart(): both block until
-all D chains are done):
+D chains of matmuls run together against the same chains one after the other. The work is a placement's kind
+of work, not a probe built to overlap: each chain is one jitted computation of `length` dense `size` x `size`
+float32 matmuls (x <- tanh(x @ w)), about 0.7 Gflop per matmul at 700, so tens of milliseconds on one core.
+Three ways to run D such chains, each a `Chains` (together(), apart(): both block until all D chains are done):
 
 * `host_chains(devices)`: JAX's host CPU devices of one process (`--xla_force_host_platform_device_count`), one
   chain committed to each; together = all dispatched, then waited for; apart = one device after the other;
-* `rig_chains(rig)`: the process rig (`simulator.hardware.rig.pool`), one chain per worker; together = every worker
-  asked at once; apart = one worker after the other;
+* `rig_chains(rig)`: the process rig (`simulator.hardware.rig.pool`), one chain per worker; together = every
+  worker asked at once; apart = one worker after the other;
 * `numpy_chains(n)`: n Python threads doing the same matmuls in NumPy (which releases the interpreter lock inside
-  BLAS): the ceiling this machine allows; single-threaded BLAS only if the caller set OPENBLAS_NUM_THREADS=1 (or
-  the like) before NumPy started (the benchmark, experiments/benchmarks/rig_concurrency.py, does).
+  BLAS): the ceiling the host allows; single-threaded BLAS only if the caller set OPENBLAS_NUM_THREADS=1 (or the
+  like) before NumPy started (the benchmark, experiments/benchmarks/rig_concurrency.py, does).
 
 `measure(chains, rounds)` times every way in interleaved rounds (round r starts at way r mod W, and within a way
 alternates whether together or apart comes first), so load that comes and goes hits them alike, and reports the
@@ -36,7 +36,10 @@ SIZE, LENGTH = 700, 8  # the default chain: 8 matmuls of 700 x 700
 
 
 class Chains(NamedTuple):
-    """D chains of matmuls, run all at once or one after the other (each call blocks until they are done)."""
+    """D chains of matmuls, run all at once or one after the other.
+
+    Each call blocks until the chains are done.
+    """
 
     n: int  # chains (devices)
     together: Callable[[], None]
@@ -45,7 +48,7 @@ class Chains(NamedTuple):
 
 
 class Overlap(NamedTuple):
-    """Median wall-clock times (us) of D chains together and apart, and their ratio."""
+    """Median wall-clock times (us) of D chains together and apart."""
 
     n: int
     together_us: float
@@ -77,7 +80,7 @@ def chain_fn(length: int) -> Callable:
 
 
 def host_chains(devices: Sequence[Any], size: int = SIZE, length: int = LENGTH, seed: int = 0) -> Chains:
-    """One jitted chain committed to each JAX device of `devices` (see the module docstring)."""
+    """One jitted chain committed to each JAX device of `devices`."""
     import jax
 
     fn = jax.jit(chain_fn(length))
@@ -96,8 +99,11 @@ def host_chains(devices: Sequence[Any], size: int = SIZE, length: int = LENGTH, 
 
 
 def rig_chains(rig: Any, size: int = SIZE, length: int = LENGTH, seed: int = 0) -> Chains:
-    """One chain per worker of a `simulator.hardware.rig.pool.ProcessRig`, exported and loaded as a placed stage is
-    (fn(token, x, w) -> (token, chain(x, w))); close() frees it on the workers."""
+    """One chain per worker of a `simulator.hardware.rig.pool.ProcessRig`.
+
+    Each is exported and loaded as a placed stage is (fn(token, x, w) -> (token, chain(x, w))); close() frees it on
+    the workers.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -130,7 +136,10 @@ def rig_chains(rig: Any, size: int = SIZE, length: int = LENGTH, seed: int = 0) 
 
 
 def numpy_chains(n: int, size: int = SIZE, length: int = LENGTH, seed: int = 0) -> Chains:
-    """n chains in NumPy: together = one Python thread each, apart = one after the other in the caller."""
+    """n chains in NumPy: a Python thread each, or one after the other.
+
+    Apart, the chains run one after the other in the caller.
+    """
     args = [_operands(size, seed + k) for k in range(n)]
 
     def chain(x, w):
@@ -153,7 +162,10 @@ def numpy_chains(n: int, size: int = SIZE, length: int = LENGTH, seed: int = 0) 
 
 
 def measure(ways: dict[str, Chains], rounds: int = 7, warmup: int = 1) -> dict[str, Overlap]:
-    """{name: Overlap} of every way (see the module docstring: interleaved rounds, medians)."""
+    """{name: Overlap} of every way, in interleaved rounds.
+
+    Medians of the rounds; see the module docstring.
+    """
     names = list(ways)
     for name in names:
         for _ in range(warmup):
@@ -173,7 +185,10 @@ def measure(ways: dict[str, Chains], rounds: int = 7, warmup: int = 1) -> dict[s
 
 
 def speedup(chains: Chains, rounds: int = 5) -> float:
-    """apart / together of one way of running D chains (medians of `rounds` interleaved rounds)."""
+    """apart / together of one way of running D chains.
+
+    Medians of `rounds` interleaved rounds.
+    """
     return measure({"chains": chains}, rounds)["chains"].speedup
 
 
@@ -181,33 +196,48 @@ CONCURRENT = 0.75  # devices "run concurrently" when n independent chains finish
 
 
 class Concurrency(NamedTuple):
-    """How concurrently the local devices ran independent work like a placement's (simulator.measure.concurrency:
-    n chains of 700x700 matmuls, one per device, at once against one device after the other)."""
+    """How concurrently the local devices ran a placement's kind of work.
+
+    Measured as simulator.measure.concurrency does: n chains of 700x700 matmuls, one per device, at once against one
+    device after the other.
+    """
 
     n: int  # devices
     speedup: float  # the n chains one after the other over all at once (n: fully concurrent, 1: taking turns)
-    cores: int  # CPU cores of this machine (os.cpu_count)
+    cores: int  # the host's CPU cores (os.cpu_count)
     load: float  # 1-minute load average when measured
     platform: str  # the devices' platform, "cpu" for host CPU devices (which share the machine's cores)
     rig: str = "threads"  # where they ran: "threads" (this process's JAX devices) or "processes" (process rig)
 
     @property
     def concurrent(self) -> bool:
-        """Whether the devices ran in parallel as the simulator assumes (speedup >= CONCURRENT * n)."""
+        """Whether the devices ran in parallel as the simulator assumes.
+
+        speedup >= CONCURRENT * n.
+        """
         return self.speedup >= CONCURRENT * self.n
 
     @property
     def ceiling(self) -> int:
-        """The most this machine can give: n devices, but host CPU devices at most one per core."""
+        """The most the host can give: n, but one host CPU device per core."""
         return min(self.n, self.cores) if self.platform == "cpu" else self.n
 
 
 def measure_concurrency(spec: int | tuple, rig: Any = None, rounds: int = 5) -> Concurrency | None:
-    """Measure how concurrently the local devices of `spec` (a count n, or a platform:index list) run work like a
-    placement's: n chains of 8 matmuls of 700x700, one per device, all at once against one device after the other
-    (simulator.measure.concurrency), on the rig in use: `rig` (a simulator.hardware.rig.pool.ProcessRig, one chain per
-    worker) or, None, this process's JAX devices. None for one device or mixed platforms (their speeds differ, so
-    the ratio would not say it)."""
+    """Measures how concurrently the devices of `spec` run placed work.
+
+    n chains of 8 matmuls of 700x700, one per device, all at once against one device after the other
+    (simulator.measure.concurrency), on the rig in use.
+
+    Args:
+      spec: a count n, or a platform:index list.
+      rig: a simulator.hardware.rig.pool.ProcessRig (one chain per worker), or None: this process's JAX devices.
+      rounds: interleaved rounds.
+
+    Returns:
+      The Concurrency, or None for one device or mixed platforms (their speeds differ, so the ratio would not say
+      it).
+    """
     if device_count(spec) < 2:
         return None
     devices = local_devices(spec)
@@ -223,8 +253,10 @@ def measure_concurrency(spec: int | tuple, rig: Any = None, rounds: int = 5) -> 
 
 
 def concurrency_line(c: Concurrency) -> str:
-    """One line: the measured parallel speedup against the n the simulator assumes and, when the devices do not
-    run concurrently, what that means for measured and simulated speedups."""
+    """One line: the devices' measured speedup against the simulated n.
+
+    When the devices do not run concurrently, also what that means for measured and simulated speedups.
+    """
     how = ", one worker process each," if c.rig == "processes" else ""
     what = (f"{c.n} host CPU devices sharing {c.cores} core{'s' if c.cores > 1 else ''} (load {c.load:.1f}){how}"
             if c.platform == "cpu" else f"{c.n} {c.platform} devices")
@@ -241,17 +273,22 @@ SPEEDUP_SLACK = 1.25  # a measured speedup up to 1.25x the devices' measured con
 
 
 def beyond_concurrency(speedup: float, c: Concurrency | None) -> bool:
-    """Whether a placement measured `speedup` times the single device's speed is faster than running its devices
-    at once can explain: above SPEEDUP_SLACK times the devices' measured concurrency (`c.speedup`, at least 1).
-    False when the concurrency was not measured (one device, or mixed platforms)."""
+    """Whether a speedup is more than the devices' concurrency explains.
+
+    `speedup` is the placement's, times the single device's speed; beyond: above SPEEDUP_SLACK times the devices'
+    measured concurrency (`c.speedup`, at least 1). False when the concurrency was not measured (one device, or
+    mixed platforms).
+    """
     return c is not None and speedup > SPEEDUP_SLACK * max(c.speedup, 1.0)
 
 
 def beyond_note(c: Concurrency, final: float, first: float | None = None) -> str:
-    """Words for a speedup over the single device that was `beyond_concurrency`: `final` the last measurement,
-    `first` the one before it when it was measured again. Where `final` is still beyond, that it held, and so
-    that the gain does not come (devices that run concurrently: not only) from running the devices at once;
-    else what the first measurement gave."""
+    """Words for a speedup over the single device that was `beyond_concurrency`.
+
+    `final` is the last measurement, `first` the one before it when it was measured again. Where `final` is still
+    beyond: that it held, and so that the gain does not come (devices that run concurrently: not only) from running
+    the devices at once; else what the first measurement gave.
+    """
     allows = f"the {c.speedup:.2f}x the devices' measured concurrency allows"
     if first is not None and not beyond_concurrency(final, c):
         return f"measured again: the first fresh steps gave {first:.2f}x, beyond {allows}"

@@ -1,4 +1,4 @@
-"""Fitting the cluster model to measured step times: calibration graphs and a least-squares fit.
+"""Fits the cluster model to measured step times: probes and least squares.
 
 The cluster model (simulator.model.cluster) has six timing parameters, all microseconds:
 
@@ -18,8 +18,8 @@ the model assumes and cannot fit). `fit_cluster` finds the parameters that minim
 errors of the simulated step times (`scipy.optimize.least_squares`, bounded, from a few starting points) and
 reports the fit: every probe's residual, R^2 and the RMS relative error.
 
-Nothing here runs hardware: `simulator.measure.calibrate` measures the probes. The tests fit probes "measured" by the
-simulator itself with known parameters, which the fit must recover.
+Nothing here runs hardware: `simulator.measure.calibrate` measures the probes. The tests fit probes "measured" by
+the simulator itself with known parameters, which the fit must recover.
 """
 
 from __future__ import annotations
@@ -43,7 +43,10 @@ LONG_US = 500.0  # cost of a long op
 
 
 class Probe(NamedTuple):
-    """One calibration graph placed on devices 0 and 1; measured_us is NaN until measured."""
+    """One calibration graph placed on devices 0 and 1.
+
+    measured_us is NaN until measured.
+    """
 
     name: str
     graph: Graph  # costs under the default kind: what the synthetic kernel of each node takes, microseconds
@@ -52,7 +55,7 @@ class Probe(NamedTuple):
 
 
 class Fit(NamedTuple):
-    """The fitted cluster and how well it reproduces the probes (P of them)."""
+    """The fitted cluster and how well it reproduces the P probes."""
 
     cluster: Cluster
     params: dict[str, float]  # PARAMS -> value
@@ -70,8 +73,10 @@ class Fit(NamedTuple):
 
 def _chain(name: str, n: int, out_bytes: int, device_of: Callable[[int], int], task_us: Callable[[int], float],
            copies: int = 1, cost: float | None = None) -> tuple[Graph, np.ndarray]:
-    """`copies` independent chains of n ops, op k of copy c on device_of(k + c) (0 or 1), each passing
-    out_bytes to the next."""
+    """`copies` independent chains of n ops, each passing out_bytes to the next.
+
+    Op k of copy c runs on device_of(k + c) (0 or 1).
+    """
     nodes, edges, place = [], [], []
     for c in range(copies):
         for k in range(n):
@@ -85,8 +90,10 @@ def _chain(name: str, n: int, out_bytes: int, device_of: Callable[[int], int], t
 
 def _fan_out(name: str, n: int, out_bytes: int, task_us: Callable[[int], float],
              both: bool = False) -> tuple[Graph, np.ndarray]:
-    """One op on device 0 with n outputs, each read by its own op on device 1: n transfers on one bus; with
-    `both`, the same from device 1 to device 0 at once (two buses sending, one host)."""
+    """One op on device 0 with n outputs, each read by an op on device 1.
+
+    n transfers on one bus; with `both`, the same from device 1 to device 0 at once (two buses sending, one host).
+    """
     nodes, edges, place = [], [], []
     for src_dev in (0, 1) if both else (0,):
         src = len(nodes)
@@ -100,10 +107,10 @@ def _fan_out(name: str, n: int, out_bytes: int, task_us: Callable[[int], float],
 
 
 def calibration_probes(n_devices: int, task_us: Callable[[int], float]) -> list[Probe]:
-    """The calibration graphs (see the module docstring); only the one-device chain when n_devices == 1.
+    """The calibration graphs (see the module docstring).
 
-    task_us(out_bytes): microseconds a minimal op writing out_bytes takes (simulator.hardware.synthetic: the fill
-    time of its outputs, or about 1 us).
+    Only the one-device chain when n_devices == 1. task_us(out_bytes): microseconds a minimal op writing out_bytes
+    takes (simulator.hardware.synthetic: the fill time of its outputs, or about 1 us).
     """
     one = lambda k: 0  # noqa: E731
     alternate = lambda k: k % 2  # noqa: E731
@@ -131,7 +138,10 @@ def _chain_pair(name: str, n: int, out_bytes: int, task_us: Callable[[int], floa
 
 
 def cluster_with(base: Cluster, params: dict[str, float]) -> Cluster:
-    """`base` with the six timing parameters set and every device on one host (HOST)."""
+    """`base` with the six timing parameters set, all devices on one host.
+
+    The host is HOST.
+    """
     devices = tuple(dataclasses.replace(d, host=HOST) for d in base.devices)
     return dataclasses.replace(base, devices=devices, delta1_us=params["delta1_us"],
                                delta2_us=params["delta2_us"], bandwidth_bytes_per_us=1e6 / params["us_per_mb"],
@@ -140,8 +150,10 @@ def cluster_with(base: Cluster, params: dict[str, float]) -> Cluster:
 
 
 def cluster_params(cluster: Cluster) -> dict[str, float]:
-    """The six timing parameters of `cluster` (the inverse of `cluster_with`): its first host's dispatch and
-    transfer times, 0 when it has no host."""
+    """The six timing parameters of `cluster`: the inverse of `cluster_with`.
+
+    Its first host's dispatch and transfer times, 0 when it has no host.
+    """
     host = cluster.hosts[0] if cluster.hosts else Host(HOST, 0.0, 0.0)
     return {"delta1_us": cluster.delta1_us, "dispatch_us": host.dispatch_us, "delta2_us": cluster.delta2_us,
             "us_per_mb": 1e6 / cluster.bandwidth_bytes_per_us, "latency_us": cluster.latency_us,
@@ -155,10 +167,23 @@ def simulate_probes(probes: Sequence[Probe], cluster: Cluster) -> np.ndarray:
 
 def fit_cluster(probes: Sequence[Probe], base: Cluster, free: Sequence[str] = PARAMS,
                 fixed: dict[str, float] | None = None, start: dict[str, float] | None = None) -> Fit:
-    """Least-squares fit of the parameters named in `free` (the others from `fixed`, default 0 and
-    us_per_mb 1) to the probes' measured step times; relative residuals, so that long and short probes count
-    alike. `start`: one more starting point (e.g. a calibration's values). Returns the fitted cluster
-    (`cluster_with(base, ...)`) and the fit report."""
+    """Fits the parameters in `free` to the probes' measured step times.
+
+    Least squares on relative residuals, so that long and short probes count alike.
+
+    Args:
+      probes: measured probes.
+      base: the cluster the parameters are set on (`cluster_with`).
+      free: the parameters fitted.
+      fixed: the values of the others (default 0, and us_per_mb 1).
+      start: one more starting point (e.g. a calibration's values).
+
+    Returns:
+      The Fit: the fitted cluster (`cluster_with(base, ...)`) and the fit report.
+
+    Raises:
+      ValueError: a probe without a positive measured step time.
+    """
     from scipy.optimize import least_squares
 
     measured = np.array([p.measured_us for p in probes], dtype=np.float64)
@@ -202,9 +227,12 @@ the calibration's minimal ops; the bandwidth keeps the calibration's value."""
 def fit_on_placements(graph: Graph, placements: Sequence[np.ndarray], measured_us: Sequence[float],
                       calibrated: dict[str, float], base: Cluster, free: Sequence[str] = WORKLOAD_FREE,
                       names: Sequence[str] | None = None) -> Fit:
-    """`fit_cluster` on measured steps of one graph's placements (each int[N]) instead of the calibration graphs:
-    the parameters in `free` fitted, starting from and otherwise equal to `calibrated` (a calibration's
-    params, or `cluster_params`). `names`: the placements' names in the fit report."""
+    """`fit_cluster` on measured steps of one graph's placements.
+
+    Instead of the calibration graphs: the placements (each int[N]) with their measured step times; the parameters
+    in `free` are fitted, starting from and otherwise equal to `calibrated` (a calibration's params, or
+    `cluster_params`). `names`: the placements' names in the fit report.
+    """
     names = names or [f"placement {k}" for k in range(len(placements))]
     probes = [Probe(name, graph, np.asarray(p, dtype=np.int32), float(m))
               for name, p, m in zip(names, placements, measured_us)]
@@ -214,8 +242,11 @@ def fit_on_placements(graph: Graph, placements: Sequence[np.ndarray], measured_u
 def held_out_predictions(graph: Graph, placements: Sequence[np.ndarray], measured_us: Sequence[float],
                          calibrated: dict[str, float], base: Cluster,
                          free: Sequence[str] = WORKLOAD_FREE) -> np.ndarray:
-    """float64[P]: the simulated step time of each placement with the parameters `fit_on_placements` fits on
-    the other P - 1 (leave-one-out: no placement is predicted by a fit that saw it)."""
+    """float64[P] each placement's step time simulated with a fit on the others.
+
+    The parameters are those `fit_on_placements` fits on the other P - 1 (leave-one-out: no placement is predicted
+    by a fit that saw it).
+    """
     out = np.empty(len(placements))
     for k in range(len(placements)):
         rest = [i for i in range(len(placements)) if i != k]
@@ -226,16 +257,21 @@ def held_out_predictions(graph: Graph, placements: Sequence[np.ndarray], measure
 
 
 def _starts(probes: Sequence[Probe], free: Sequence[str]) -> list[np.ndarray]:
-    """Starting points: every parameter a tenth of the one-device chain's time per op, then a fiftieth and a
-    half of it (the fit is not convex: the step time has a kink wherever the critical path changes)."""
+    """Starting points of the fit, from the one-device chain's time per op.
+
+    Every parameter a tenth of it, then a fiftieth and a half of it (the fit is not convex: the step time has a kink
+    wherever the critical path changes).
+    """
     per_op = next((p.measured_us / p.graph.n_nodes for p in probes if p.name == "chain"),
                   float(np.median([p.measured_us / p.graph.n_nodes for p in probes])))
     return [np.array([per_op * scale for _ in free]) for scale in (0.1, 0.02, 0.5)]
 
 
 def format_fit(fit: Fit, label: str = "probe") -> str:
-    """The fit report: parameters, then one line per probe (measured, simulated, residual; the first column
-    `label`, as wide as the longest name), then R^2."""
+    """The fit report: parameters, one line per probe, then R^2.
+
+    A probe's line: measured, simulated, residual; the first column is `label`, as wide as the longest name.
+    """
     p = fit.params
     width = max([14, len(label)] + [len(n) for n in fit.names])
     lines = [f"fitted: delta1 {p['delta1_us']:.2f} us, dispatch {p['dispatch_us']:.2f} us (shared host), delta2 "

@@ -1,20 +1,20 @@
-"""`placeto profile`: measured costs of a graph's units on the local devices, filed under each device's kind.
+"""`placeto profile`: a graph's unit costs on the local devices.
 
-Three ways to measure, `method`:
+The local devices measure the costs, filed under each device's kind. Three ways to measure, `method`:
 
     step   (default) the whole program as one compiled step per device, each unit (op or group) under its own
-           named scope, its kernels' time read from a jax.profiler trace (simulator.measure.step_profile): the cost of
-           the unit as it runs inside the compiled step, without the dispatch floor of a call (tens of us)
+           named scope, its kernels' time read from a jax.profiler trace (simulator.measure.step_profile): the
+           cost of the unit as it runs inside the compiled step, without the dispatch floor of a call (tens of us)
     units  every unit alone as its own jitted call, net of the measured dispatch floor
            (simulator.measure.calibrate.profile_plan): what the per-unit harness pays
-    ops    every op alone (simulator.measure.profile.profile_graph), summed per group: the old op-level profile, one
-           dispatch floor per op (on a GPU many times the op's kernels)
+    ops    every op alone (simulator.measure.profile.profile_graph), summed per group: the old op-level profile,
+           one dispatch floor per op (on a GPU many times the op's kernels)
 
-Costs go under the device's kind (simulator.hardware.devices.kind_of: "local-cpu", "local-h200", ...), or a name the
-user gives when all devices are of one kind; the calibrated cluster of `placeto calibrate` uses the same kinds,
-so `eval --costs graph` and `place --hardware` simulate with them. meta.profile[kind] records the method, the
-device, the JAX version, the host (platform.node()), the machine's load when the measurement began (1-minute load
-average and cores: `machine_load`; a profile taken `under_load` says so and is not kept as final by `place
+Costs go under the device's kind (simulator.hardware.devices.kind_of: "local-cpu", "local-h200", ...), or a name
+the user gives when all devices are of one kind; the calibrated cluster of `placeto calibrate` uses the same
+kinds, so `eval --costs graph` and `place --hardware` simulate with them. meta.profile[kind] records the method,
+the device, the JAX version, the host (platform.node()), the machine's load when the measurement began (1-minute
+load average and cores: `machine_load`; a profile taken `under_load` says so and is not kept as final by `place
 --hardware`) and, for `step`, the busy time and XLA's flop and byte counts of the compiled step.
 """
 
@@ -49,9 +49,16 @@ LOAD_ENV = "PLACETO_MAX_LOAD_PER_CORE"  # overrides MAX_LOAD_PER_CORE (a shared 
 def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int = 2, program: str | None = None,
             args_spec: str | None = None, exported: str | None = None, devices: Sequence[Any] | None = None,
             method: str = "step", progress: bool = False) -> Graph:
-    """`graph` with measured costs (float64[N] microseconds) for every kind of device in `devices` (default: the
-    first local device), measured on the first device of each kind; `kind` renames the kind when there is one.
-    `progress`: a bar on stderr over its phases (the program, then each kind), its clock ticking within each."""
+    """`graph` with measured costs for every kind of device in `devices`.
+
+    float64[N] microseconds per kind. Each kind is taken on its first device in `devices` (default: the first local
+    device); `kind` renames the kind when there is one. `progress`: a bar on stderr over its phases (the program,
+    then each kind), its clock ticking within each.
+
+    Raises:
+      InputError: an unknown method, repeats < 1, `kind` with devices of several kinds, or method "ops" on an
+        exported program.
+    """
     import jax
 
     if method not in METHODS:
@@ -88,9 +95,12 @@ MEASURES = {"step": "compiling the step, then tracing it", "units": "each unit a
 
 @contextlib.contextmanager
 def phases(total: int, name: str, enabled: bool) -> Iterator[Any]:
-    """A tqdm bar on stderr (a terminal only) over `total` phases of profiling `name`, redrawn every second so that its clock ticks
-    through a phase of minutes (a step's compilation and trace has no finer steps to count); rate and ETA are
-    the average over the phases done (smoothing 0)."""
+    """A tqdm bar on stderr over `total` phases of profiling `name`.
+
+    On a terminal only. It is redrawn every second so that its clock ticks through a phase of minutes (a step's
+    compilation and trace has no finer steps to count); rate and ETA are the average over the phases done (smoothing
+    0).
+    """
     import threading
 
     from tqdm import tqdm
@@ -117,8 +127,11 @@ def phases(total: int, name: str, enabled: bool) -> Iterator[Any]:
 
 
 def machine_load() -> dict[str, Any]:
-    """What a profile records of the machine it is taken on: "host" (platform.node()), "load_1min" (the 1-minute
-    load average, runnable processes; None where the OS has none) and "cores" (os.cpu_count())."""
+    """What a profile records of the machine it is taken on.
+
+    "host" (platform.node()), "load_1min" (the 1-minute load average, runnable processes; None where the OS has
+    none) and "cores" (os.cpu_count()).
+    """
     try:
         load = round(os.getloadavg()[0], 2)
     except (AttributeError, OSError):
@@ -127,8 +140,10 @@ def machine_load() -> dict[str, Any]:
 
 
 def max_load_per_core(environ: Mapping[str, str] = os.environ) -> float:
-    """The load per core above which a profile counts as taken under load: $PLACETO_MAX_LOAD_PER_CORE when set
-    to a number >= 0, else MAX_LOAD_PER_CORE (0.5)."""
+    """The load per core above which a profile counts as taken under load.
+
+    $PLACETO_MAX_LOAD_PER_CORE when set to a number >= 0, else MAX_LOAD_PER_CORE (0.5).
+    """
     try:
         value = float(environ.get(LOAD_ENV, ""))
     except ValueError:
@@ -137,9 +152,12 @@ def max_load_per_core(environ: Mapping[str, str] = os.environ) -> float:
 
 
 def under_load(how: Mapping[str, Any]) -> bool:
-    """Whether the profile recorded as `how` (a meta.profile entry) was taken under load: its load_1min, less 1
-    for placeto's own process, above `max_load_per_core()` x its cores (on 2 cores: a load above 2.0). An entry
-    without them (a profile older than the rule) is not."""
+    """Whether the profile recorded as `how` was taken under load.
+
+    `how` is a meta.profile entry; it was when its load_1min, less 1 for placeto's own process, is above
+    `max_load_per_core()` x its cores (on 2 cores: a load above 2.0). An entry without them (a profile older than
+    the rule) was not.
+    """
     load, cores = how.get("load_1min"), how.get("cores")
     if not isinstance(load, (int, float)) or not isinstance(cores, int) or cores < 1:
         return False
@@ -147,7 +165,11 @@ def under_load(how: Mapping[str, Any]) -> bool:
 
 
 def measure(prog: Program, device: Any, method: str, repeats: int, warmup: int) -> tuple[np.ndarray, dict]:
-    """(float64[U] microseconds per unit on `device`, what to record about the measurement)."""
+    """Measures every unit of `prog` on `device` by `method`.
+
+    Returns:
+      (float64[U] microseconds per unit, what to record about the measurement).
+    """
     if method == "step":
         whole = materialises(device)  # as the harness runs a stage there (simulator.hardware.plans.materialises)
         sp = profile_units(prog.units, prog.values, unit_order(prog.units), device, repeats, warmup,
@@ -177,8 +199,11 @@ def _finite(x: float) -> float | None:
 
 
 def stale(how: Mapping[str, Any] | None, key: ProfileKey) -> str | None:
-    """Why the profile recorded as `how` (a meta.profile entry) cannot serve a run keyed `key`, or None when it
-    is current: measured by the step method on the same device, host and JAX version, and not under load."""
+    """Why the profile recorded as `how` cannot serve `key`; None if current.
+
+    `how` is a meta.profile entry; current: measured by the step method on the same device, host and JAX version,
+    and not under load.
+    """
     if not how:
         return "is missing"
     if how.get("method") != "step":

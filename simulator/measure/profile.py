@@ -32,15 +32,18 @@ if TYPE_CHECKING:
 
 
 def local_kind() -> str:
-    """Device kind name of the local backend: its platform ("cpu", "gpu", "tpu")."""
+    """The local backend's device kind: its platform ("cpu", "gpu", "tpu")."""
     import jax  # jax on first use
 
     return jax.devices()[0].platform
 
 
 def random_operand(aval: Any, rng: np.random.Generator) -> Any:
-    """A random array of `aval`'s shape and dtype: floats standard normal, integers and booleans zero (indices stay
-    in range, integer loops run their counted trips), PRNG keys split from key 0."""
+    """A random array of `aval`'s shape and dtype.
+
+    Floats standard normal, integers and booleans zero (indices stay in range, integer loops run their counted
+    trips), PRNG keys split from key 0.
+    """
     import jax  # jax on first use
 
     shape, dtype = aval.shape, aval.dtype
@@ -53,7 +56,10 @@ def random_operand(aval: Any, rng: np.random.Generator) -> Any:
 
 
 def _bind_fn(eqn: jcore.JaxprEqn) -> Callable:
-    """A function of the equation's non-literal operands that applies its primitive once."""
+    """A function of the equation's non-literal operands, binding its primitive.
+
+    It applies the primitive once, the literal operands filled in.
+    """
     import jax.extend.core as jcore  # jax on first use
 
     params = eqn.primitive.get_bind_params(eqn.params)
@@ -71,7 +77,10 @@ def _bind_fn(eqn: jcore.JaxprEqn) -> Callable:
 
 
 def equation_signature(eqn: jcore.JaxprEqn) -> str:
-    """What makes two equations do the same work: primitive, operand avals (literals by value) and params."""
+    """What makes two equations do the same work, as a string.
+
+    The primitive, the operand avals (literals by value) and the params.
+    """
     import jax.extend.core as jcore  # jax on first use
 
     ops = [f"lit:{a.val!r}:{a.aval}" if isinstance(a, jcore.Literal) else str(a.aval) for a in eqn.invars]
@@ -93,7 +102,10 @@ def _median_us(fn: Callable, args: Sequence[Any], repeats: int, warmup: int) -> 
 
 
 def time_equation(eqn: jcore.JaxprEqn, repeats: int = 5, warmup: int = 2, seed: int = 0) -> float:
-    """Median microseconds of one call of the equation alone on the default device (random operands)."""
+    """Median microseconds of one call of the equation alone.
+
+    On the default device, with random operands (`random_operand`).
+    """
     import jax  # jax on first use
     import jax.extend.core as jcore
 
@@ -103,7 +115,10 @@ def time_equation(eqn: jcore.JaxprEqn, repeats: int = 5, warmup: int = 2, seed: 
 
 
 def dispatch_overhead_us(repeats: int = 50, warmup: int = 2) -> float:
-    """Median microseconds of a jitted call doing nearly nothing: the floor included in every timing."""
+    """Median microseconds of a jitted call doing nearly nothing.
+
+    The floor included in every timing of `time_equation`.
+    """
     import jax  # jax on first use
 
     x = jax.numpy.zeros(())
@@ -111,7 +126,13 @@ def dispatch_overhead_us(repeats: int = 50, warmup: int = 2) -> float:
 
 
 def profile_graph(traced: Traced, repeats: int = 5, warmup: int = 2, seed: int = 0) -> np.ndarray:
-    """float64[N] measured microseconds of every node of `traced.graph` on the local default device."""
+    """float64[N] measured microseconds of every node of `traced.graph`.
+
+    On the local default device; identical equations are timed once.
+
+    Raises:
+      InputError: repeats < 1.
+    """
     if repeats < 1:
         raise InputError(f"repeats must be >= 1, got {repeats}")
     cache: dict[str, float] = {}
@@ -128,8 +149,14 @@ def profile_graph(traced: Traced, repeats: int = 5, warmup: int = 2, seed: int =
 
 def annotate_measured(graph: Graph, traced: Traced, kind: str | None = None, repeats: int = 5,
                       warmup: int = 2, seed: int = 0) -> Graph:
-    """A copy of `graph` (the traced graph, possibly with other costs) with measured costs under `kind`
-    (default: the local platform), and the measuring conditions in meta["profile"][kind]."""
+    """A copy of `graph` with measured costs under `kind`, and how.
+
+    `graph` is the traced graph, possibly with other costs; `kind` defaults to the local platform; the measuring
+    conditions (how) go to meta["profile"][kind].
+
+    Raises:
+      InputError: `graph` is not the graph of `traced`.
+    """
     if graph.n_nodes != traced.graph.n_nodes or graph.names != traced.graph.names:
         raise InputError(f"graph {graph.name!r} is not the graph of this trace ({traced.graph.name!r})")
     kind = kind or local_kind()
@@ -139,9 +166,12 @@ def annotate_measured(graph: Graph, traced: Traced, kind: str | None = None, rep
 
 
 def with_measured(graph: Graph, kind: str, cost: np.ndarray, info: dict, device: Any = None) -> Graph:
-    """`graph` with measured costs (float64[N] microseconds) under `kind` and the conditions in
-    meta["profile"][kind]: the device (default: the first local one), its platform, the JAX version and `info`
-    (None values left out). The entry also marks the kind as measured, so dataset rebuilds keep it."""
+    """`graph` with measured costs (float64[N] microseconds) under `kind`.
+
+    The conditions go to meta["profile"][kind]: the device (default: the first local one), its platform, the JAX
+    version and `info` (None values left out). The entry also marks the kind as measured, so dataset rebuilds keep
+    it.
+    """
     import jax  # jax on first use
 
     device = jax.devices()[0] if device is None else device

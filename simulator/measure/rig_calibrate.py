@@ -1,6 +1,7 @@
-"""Measuring `simulator.engine.staged.RigCosts` on a process rig (`simulator.hardware.rig.pool.ProcessRig`) directly.
+"""Measures the process rig's staged-simulation costs on its workers directly.
 
-Instead of fitting a per-op model to synthetic-kernel probes (simulator.measure.calibrate), each cost the staged
+The costs are a `simulator.engine.staged.RigCosts`, the rig a `simulator.hardware.rig.pool.ProcessRig`. Instead
+of fitting a per-op model to synthetic-kernel probes (simulator.measure.calibrate), each cost the staged
 simulation charges is timed as the rig pays it, from the workers' own events (`simulator.hardware.rig.worker.Event`,
 `perf_counter_ns`, one clock for all processes) and the parent's round trips:
 
@@ -8,8 +9,9 @@ simulation charges is timed as the rig pays it, from the workers' own events (`s
   on every worker (every worker asked at once, all replies back) minus the longest worker's summed events: the
   request, the replies and the worker's loop (`launch_and_step`, which also gives the trivial stage's own time);
 * every other field but `contention`: fitted to the events of placements of a real training step
-  (simulator.measure.rig_workload), since a real stage and a real transfer cost the worker more than trivial ones do.
-  `contention` is the user's graph's own, measured when it is run (simulator.measure.rig_step.graph_contention).
+  (simulator.measure.rig_workload), since a real stage and a real transfer cost the worker more than trivial ones
+  do. `contention` is the user's graph's own, measured when it is run
+  (simulator.measure.rig_step.graph_contention).
 
 Each plan runs `repeats` steps after one warm-up (compiling). Needs at least 2 workers for transfers (with one,
 only launch_us and step_us are measured).
@@ -52,7 +54,11 @@ def _stage_blob(n: int) -> bytes:
 
 
 def _runs(rig: Any, plan: int, workers: list[int], repeats: int) -> tuple[list[float], list[dict]]:
-    """(parent round trips in us, per step {worker: events}) of `repeats` steps after one warm-up."""
+    """Runs `repeats` steps of `plan` on `workers` after one warm-up.
+
+    Returns:
+      (the parent's round trips in us, per step {worker: events}).
+    """
     import time
 
     rig.call_all({d: ("run", plan) for d in workers})
@@ -85,9 +91,14 @@ def launch_and_step(rig: Any, repeats: int = 30) -> tuple[float, float]:
 
 
 def rig_costs(rig: Any, repeats: int = 30) -> tuple[RigCosts, dict]:
-    """(RigCosts measured on `rig`, the raw figures: {"launch_us", "step_us" of the trivial chain, "events": how
-    many of each kind the fit used}): step_us from `launch_and_step`, the rest fitted to the events of placements
-    of a real training step (simulator.measure.rig_workload; with one worker, only the trivial launch)."""
+    """The RigCosts measured on `rig`, and the raw figures.
+
+    step_us from `launch_and_step`, the rest fitted to the events of placements of a real training step
+    (simulator.measure.rig_workload; with one worker, only the trivial launch).
+
+    Returns:
+      (RigCosts, {"launch_us", "step_us" of the trivial chain, "events": how many of each kind the fit used}).
+    """
     launch, step = launch_and_step(rig, repeats)
     raw: dict = {"launch_us": launch, "step_us": step}
     if rig.n_devices < 2:
@@ -99,10 +110,12 @@ def rig_costs(rig: Any, repeats: int = 30) -> tuple[RigCosts, dict]:
 
 def cached_rig_costs(rig: Any, devices: Sequence[Any], repeats: int = 30,
                      progress: Callable[[str], None] = print) -> RigCosts:
-    """simulator.engine.staged.RigCosts of the process `rig` running `devices`, from the cache (simulator.measure.cache.rig_costs_path) or
-    measured now on the rig (`rig_costs`, a few seconds) and cached. A damaged entry (not
-    an object of RigCosts' fields, each a finite number >= 0) is named in one warning on stderr and measured
-    again; one that cannot be written is a warning too."""
+    """The process rig's RigCosts over `devices`: cached, or measured now.
+
+    simulator.engine.staged.RigCosts; the cache is simulator.measure.cache.rig_costs_path, a miss timed on the rig
+    now (`rig_costs`, a few seconds) and cached. A damaged entry (not an object of RigCosts' fields, each a finite
+    number >= 0) is named in one warning on stderr and measured again; one that cannot be written is a warning too.
+    """
     fields = [f.name for f in dataclasses.fields(RigCosts)]
 
     def read(path: Path) -> RigCosts:

@@ -1,12 +1,12 @@
-"""A measured step of a placement on the process rig: every worker's events on one clock, and contention.
+"""A placement's measured step on the process rig; graph contention.
 
-`measured_step(runner, placement)` runs the placement's plan on the runner's process rig (simulator.hardware.rig.pool)
-`steps` times after a warm-up and keeps the step of median wall-clock time: every worker's events (stage runs,
-sends into shared memory, receives: `simulator.hardware.rig.worker.Event`, in `time.perf_counter_ns()`, one clock for all
-processes of a Linux machine), placed on the parent's time axis (0: the parent asks the workers to start).
-`simulator.plots.gantt_measured` draws it under the simulator's schedule of the same placement on the same cluster (one row of
-compute and one of transfers per device in both; milliseconds), so where the simulator and the machine disagree
-shows.
+`measured_step(runner, placement)` runs the placement's plan on the runner's process rig
+(simulator.hardware.rig.pool) `steps` times after a warm-up and keeps the step of median wall-clock time: every
+worker's events (stage runs, sends into shared memory, receives: `simulator.hardware.rig.worker.Event`, in
+`time.perf_counter_ns()`, one clock for all processes of a Linux machine), placed on the parent's time axis (0:
+the parent asks the workers to start). `simulator.plots.gantt_measured` draws it under the simulator's schedule
+of the same placement on the same cluster (one row of compute and one of transfers per device in both;
+milliseconds), so where the simulator and the machine disagree shows.
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ from simulator.model.errors import InputError
 
 
 class MeasuredStep(NamedTuple):
-    """One measured step on the process rig, times in nanoseconds since the parent started it."""
+    """One measured step on the process rig.
+
+    Times in nanoseconds since the parent started it.
+    """
 
     wall_ns: int  # the parent's step time: its request to every worker until every worker answered
     events: dict  # worker -> list of (kind, task, start_ns, end_ns), relative to the step's start
@@ -30,8 +33,13 @@ class MeasuredStep(NamedTuple):
 
 
 def timed_steps(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int = 2) -> list[tuple[int, int, dict]]:
-    """[(wall ns, start ns, {worker: [simulator.hardware.rig.worker.Event]})] of `steps` steps of `placement` on `runner`'s
-    process rig (simulator.hardware.runner.HardwareRunner with a rig) after `warmup` untimed ones; its plan closed after."""
+    """Times `steps` steps of `placement` on `runner`'s process rig.
+
+    `runner` is a simulator.hardware.runner.HardwareRunner with a rig; the placement's plan is closed after.
+
+    Returns:
+      [(wall ns, start ns, {worker: [simulator.hardware.rig.worker.Event]})], one per timed step.
+    """
     plan = runner.runnable(placement)
     try:
         for _ in range(warmup):
@@ -47,8 +55,13 @@ def timed_steps(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int 
 
 
 def measured_step(runner: Any, placement: np.ndarray, steps: int = 5, warmup: int = 2) -> MeasuredStep:
-    """Run `placement` on `runner`'s process rig (simulator.hardware.runner.HardwareRunner with a rig) and keep the step of
-    median wall time, with its events."""
+    """Runs `placement` on the rig; keeps the step of median wall time.
+
+    `runner` is a simulator.hardware.runner.HardwareRunner with a process rig; the step keeps its events.
+
+    Raises:
+      InputError: the runner has no process rig.
+    """
     if runner.rig is None:
         raise InputError("a measured Gantt chart needs the stage times of each device: run on --rig processes")
     taken = timed_steps(runner, placement, steps, warmup)
@@ -58,7 +71,10 @@ def measured_step(runner: Any, placement: np.ndarray, steps: int = 5, warmup: in
 
 
 class Contention(NamedTuple):
-    """How much the graph's own work slows down while another worker runs it too (`graph_contention`)."""
+    """How much the graph's work slows while another worker runs it too.
+
+    Measured by `graph_contention`.
+    """
 
     factor: float  # together_us / alone_us - 1: RigCosts.contention for this graph
     alone_us: float  # median stage time of the whole step on worker 0, the other workers idle
@@ -66,11 +82,17 @@ class Contention(NamedTuple):
 
 
 def graph_contention(runner: Any, steps: int = 5, warmup: int = 2) -> Contention:
-    """The whole step as one stage on worker 0, run alone and at the same time as the whole step on worker 1: how
-    much one core's work slows while the other core runs the same work (shared caches, memory bandwidth). A
-    measurement of the graph on the rig, as the step's scaling in HardwareRunner.with_rig_costs is: no placement
-    of it is run. Alone and together steps alternate (`steps` of each, after `warmup` together steps, which also
-    compile); stage times are the workers' own "run" events (no round trip)."""
+    """How much the graph's step slows on one core while another runs it.
+
+    The whole step as one stage on worker 0, run alone and at the same time as the whole step on worker 1 (shared
+    caches, memory bandwidth). A measurement of the graph on the rig, as the step's scaling in
+    HardwareRunner.with_rig_costs is: no placement of it is run. Alone and together steps alternate (`steps` of
+    each, after `warmup` together steps, which also compile); stage times are the workers' own "run" events (no
+    round trip).
+
+    Raises:
+      InputError: the runner has no process rig of at least two workers.
+    """
     if runner.rig is None or runner.rig.n_devices < 2:
         raise InputError("contention is measured between two workers of a process rig")
     n = runner.graph.n_nodes

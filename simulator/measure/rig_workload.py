@@ -1,27 +1,28 @@
-"""The process rig's stage and transfer costs, fitted to the events of a real placed training step.
+"""The process rig's stage and transfer costs, fitted on a real step.
 
-A stage of a real program costs its worker more than a trivial one: on nmt_004 and ptb_006 at 2 pinned rig
-devices (jax 0.10.2), the stages of split placements ran 65 us + 6-11 us per input longer than their units'
-profiled costs, where a stage computing x + 1 on 16 floats takes 6.5 us; receives took 160-300 us after their
-send ended against ~120 us for the same values sent alone. So the costs `simulator.engine.staged` charges are fitted
-here to the workers' own events (`simulator.hardware.rig.worker.Event`) while they run placements of a small training
-step (`workload`: dense layers of two widths with a residual branch, its gradient and an SGD update, traced per
-op and grouped as the datasets are), which is none of the graphs a user places:
+A stage of a real program costs its worker more than a trivial one, and a receive takes longer after its send
+than the same values sent alone (docs/hardware.md, "Measured facts behind design choices"). So the costs
+`simulator.engine.staged` charges are fitted here to the workers' own events (`simulator.hardware.rig.worker.Event`)
+while they run placements of a small training step (`workload`: dense layers of two widths with a residual
+branch, its gradient and an SGD update, traced per op and grouped as the datasets are), which is none of the
+graphs a user places:
 
-* stages: each Run's duration minus its units' costs profiled inside the whole step (simulator.measure.graph_profile's
-  method, `simulator.measure.step_profile.profile_units` with every value materialised, corrected to the step's wall
-  time) is fitted as launch_us + launch_us_per_input * values read from other stages + launch_us_per_input_mb *
-  their MB (`simulator.engine.staged.stage_inputs`) + launch_us_per_output_mb * the MB of the values it makes that other
-  stages read (`simulator.engine.staged.stage_outputs`). The workload's values are small (64 KB to 1 MB) and its
-  per-MB charges come out near 0; those of a graph with large values are fitted on that graph itself, on top of
-  these (simulator.measure.boundary_costs);
+* stages: each Run's duration minus its units' costs profiled inside the whole step
+  (simulator.measure.graph_profile's method, `simulator.measure.step_profile.profile_units` with every value
+  materialised, corrected to the step's wall time) is fitted as launch_us + launch_us_per_input * values read
+  from other stages + launch_us_per_input_mb * their MB (`simulator.engine.staged.stage_inputs`) +
+  launch_us_per_output_mb * the MB of the values it makes that other stages read
+  (`simulator.engine.staged.stage_outputs`). The workload's values are small (64 KB to 1 MB) and its per-MB
+  charges come out near 0; those of a graph with large values are fitted on that graph itself, on top of these
+  (simulator.measure.boundary_costs);
 * sends: each Send's duration as send_us + send_us_per_value * values + send_us_per_mb * MB;
 * receives: from the later of a Recv's start and its Send's end to the Recv's end, fitted as recv_us +
   recv_us_per_value * values + recv_us_per_mb * MB, plus latency_us (the wake-up) when the receiver was waiting
   (it started before the Send ended).
 
 Every fit is non-negative least squares (scipy.optimize.nnls) over all events of `repeats` steps of each of
-`PLACEMENTS` placements after two warm-up steps. `fit_events` is pure (tests/simulator/measure/test_rig_workload.py).
+`PLACEMENTS` placements after two warm-up steps. `fit_events` is pure
+(tests/simulator/measure/test_rig_workload.py).
 """
 
 from __future__ import annotations
@@ -51,7 +52,10 @@ OPS_PER_UNIT = 6  # the ops are grouped (simulator.grouping.group) into units of
 
 
 class StepEvents(NamedTuple):
-    """One measured step of a placed program on the rig, with what the fit needs to read its events."""
+    """One measured step of a placed program on the rig.
+
+    With what the fit needs to read its events.
+    """
 
     events: dict  # worker -> [simulator.hardware.rig.worker.Event] of the step
     tasks: tuple  # the plan's tasks (simulator.hardware.dispatch.Task), by the events' labels
@@ -62,8 +66,11 @@ class StepEvents(NamedTuple):
 
 
 def workload(seed: int = 0) -> tuple[Any, tuple]:
-    """(step, example arguments) of the calibration program: DEPTH dense layers cycling through WIDTHS, each
-    tanh(h @ w + b) plus a relu branch, a mean-square loss, its gradient and an SGD update."""
+    """The calibration program: (step, example arguments).
+
+    DEPTH dense layers cycling through WIDTHS, each tanh(h @ w + b) plus a relu branch, a mean-square loss, its
+    gradient and an SGD update.
+    """
     import jax
     import jax.numpy as jnp
 
@@ -91,7 +98,10 @@ def workload(seed: int = 0) -> tuple[Any, tuple]:
 
 
 def placements(n: int, order: Sequence[int], seed: int = 0) -> list[np.ndarray]:
-    """int32[n] placements of `PLACEMENTS` on 2 devices; `order` a topological order of the units."""
+    """int32[n] placements of `PLACEMENTS` on 2 devices.
+
+    `order` is a topological order of the units.
+    """
     rng = np.random.default_rng(seed)
     position = np.empty(n, dtype=np.int64)
     position[np.asarray(order)] = np.arange(n)
@@ -101,11 +111,13 @@ def placements(n: int, order: Sequence[int], seed: int = 0) -> list[np.ndarray]:
 
 def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
             step_us: float = 0.0) -> list[StepEvents]:
-    """Every step's events of the `PLACEMENTS` of `workload` on the first two workers of `rig` (two warm-up
-    steps first), with the units' costs profiled in this process on one core, scaled so that with `launch_us` and
-    `step_us` (a trivial stage's and the parent's round trip) they add up to the whole step run as one stage on
-    worker 0 (what a stage costs beyond its units is then measured against the rig's own speed, not this
-    process's)."""
+    """The events of the `PLACEMENTS` of `workload` on `rig`, every step.
+
+    On the rig's first two workers. Two warm-up steps come first. The units' costs are profiled in this process on
+    one core, then scaled so that, with `launch_us` and `step_us` (a trivial stage's and the parent's round trip),
+    they add up to the whole step run as one stage on worker 0: what a stage costs beyond its units is then measured
+    against the rig's own speed, not this process's.
+    """
     import jax
 
     from simulator.tracing.trace import trace  # imports jax: the rig's cache and calibration load without it
@@ -152,17 +164,25 @@ def measure(rig: Any, repeats: int = 10, seed: int = 0, launch_us: float = 0.0,
 
 
 def received(send_end_ns: int, recv: Any) -> tuple[float, bool]:
-    """(microseconds, waited) of a Recv event `recv` (simulator.hardware.rig.worker.Event) whose batch's Send ended at
-    `send_end_ns`: from the later of the Recv's start and the Send's end to the Recv's end, and whether the
-    receiver was there first (waiting: woken up)."""
+    """(microseconds, waited) of Recv event `recv` after its Send's end.
+
+    `recv` is a simulator.hardware.rig.worker.Event whose batch's Send ended at `send_end_ns`. The time runs from
+    the later of the Recv's start and the Send's end to the Recv's end; waited: whether the receiver was there first
+    (waiting: woken up).
+    """
     return (recv.end_ns - max(recv.start_ns, send_end_ns)) / 1e3, recv.start_ns < send_end_ns
 
 
 def _rows(steps: Sequence[StepEvents]) -> tuple[list, list, list]:
-    """(stage rows (1, inputs, input MB, output MB, excess us), send rows (1, values, MB, us), receive rows (1,
-    values, MB, whether it waited, us from the later of its start and the send's end to its end)); a stage's and a
-    send's row is its median over the steps of one placement (the steps of a placement share its `tasks`), robust
-    to a slow step."""
+    """The fit's rows of stages, sends and receives from `steps`.
+
+    A stage's and a send's row is its median over the steps of one placement (the steps of a placement share its
+    `tasks`), robust to a slow step.
+
+    Returns:
+      (stage rows (1, inputs, input MB, output MB, excess us), send rows (1, values, MB, us), receive rows (1,
+      values, MB, whether it waited, us from the later of its start and the send's end to its end)).
+    """
     runs: dict = {}  # (placement, label) -> [row]
     sent: dict = {}
     receives = []
@@ -208,7 +228,10 @@ def _nnls(rows: list) -> np.ndarray:
 
 
 def fit_events(steps: Sequence[StepEvents], step_us: float = 0.0) -> RigCosts:
-    """The RigCosts fitted to the events of `steps` (see the module docstring); `step_us` as given."""
+    """The RigCosts fitted to the events of `steps` (see the module docstring).
+
+    `step_us` is taken as given.
+    """
     stages, sends, receives = _rows(steps)
     launch = _nnls(stages) if stages else np.zeros(4)  # launch, per input, per input MB, per output MB
     send = _nnls(sends) if sends else np.zeros(3)
@@ -222,7 +245,10 @@ def fit_events(steps: Sequence[StepEvents], step_us: float = 0.0) -> RigCosts:
 
 
 def counts(steps: Sequence[StepEvents]) -> dict:
-    """How many events of each kind the fit used (stage and send rows: per placement and task)."""
+    """How many events of each kind the fit used.
+
+    Stage and send rows: per placement and task.
+    """
     stages, sends, receives = _rows(steps)
     return {"stages": len(stages), "sends": len(sends), "receives": len(receives),
             "waiting_receives": int(sum(r[3] for r in receives))}

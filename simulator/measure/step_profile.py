@@ -1,15 +1,16 @@
-"""Per-unit costs measured inside one compiled step: the kernels' own time, not one dispatch per op.
+"""Per-unit costs inside one compiled step: kernel time, not dispatches.
 
-Timing every op (or group) alone as its own jitted call measures the dispatch floor of a call (on an H200
-rnnlm_l2's 400 units timed alone sum to 7.8 ms, its plain jitted step 1.4 ms:
-experiments/results/benchmarks/gpu_check_h200.md), and sums ops that XLA fuses. Here the whole program runs as ONE
-jitted function on one device, returning the step's outputs (the program a single-device placement runs), each
-unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
-`jax.profiler` traces `repeats` steps, and every kernel (GPU) or thunk (XLA:CPU) event is attributed to a unit:
+Timing every op (or group) alone as its own jitted call measures the dispatch floor of a call (rnnlm_l2's units
+timed alone against its plain jitted step on an H200: experiments/results/benchmarks/gpu_check_h200.md), and
+sums ops that XLA fuses. Here the whole program runs as ONE jitted function on one device, returning the step's
+outputs (the program a single-device placement runs), each unit (op or group) under its own
+`jax.named_scope("placeto_unit_<u>")`; `jax.profiler` traces `repeats` steps, and every kernel (GPU) or thunk
+(XLA:CPU) event is attributed to a unit:
 
 * the event's `hlo_op` stat (else its name) names an instruction of the compiled HLO module; that instruction's
-  `metadata.op_name` carries the unit's scope (a fusion carries its root's). An instruction without one (a copy
-  XLA inserted) takes the unit of its first operand that has one; what is left is reported as unattributed;
+  `metadata.op_name` carries the unit's scope (a fusion carries its root's). An instruction without one (a
+  wrapper or copy XLA inserted) takes the unit of its nearest user that has one (`instruction_units`); what is
+  left is reported as unattributed;
 * a GPU's kernels inside a command buffer (a CUDA graph: XLA:GPU's default) all carry the buffer's `hlo_op`
   (`command_buffer_1`), which names no instruction; the kernel's own name does (the fusion's name with `_` for
   `.`), so each event is attributed by the first of its `hlo_op`, its name and its scope (`name` stat) that
@@ -17,20 +18,22 @@ unit (op or group) under its own `jax.named_scope("placeto_unit_<u>")`;
 * on the host's threads (XLA:CPU runs independent thunks on several threads) events running at the same time
   share the elapsed time equally, so the units' times add up to the time the device was busy; on a device
   plane (one GPU stream) every kernel is charged its own duration: the kernels a CUDA graph runs side by side
-  are the step's work (rnnlm_l2 on an H200, tests/data/gpu_traces: 0.5-0.8 ms of kernels per traced step, the
-  real step 0.853 ms: tests/simulator/measure/test_step_profile.py);
+  are the step's work (rnnlm_l2's H200 traces in tests/data/gpu_traces against its real step:
+  tests/simulator/measure/test_step_profile.py);
 * idle gaps are never charged: under the profiler each kernel launched outside a command buffer waits several
-  microseconds (rnnlm_l2_nocmdbuf in tests/data/gpu_traces), on the CPU the gaps hold the profiler's own per-event work
-  (~4 us per thunk). What launching a step costs beyond its kernels is measured outside the profiler instead:
+  microseconds (rnnlm_l2_nocmdbuf in tests/data/gpu_traces), on the CPU the gaps hold the profiler's own
+  per-event work. What launching a step costs beyond its kernels is measured outside the profiler instead:
   `StepProfile.wall_us` (the compiled step timed alone) minus `busy_us` is `launch_us`;
-* GPU events carry no `run_id`: the traced steps come back as one run and are split at their `steps - 1`
-  largest idle gaps (between steps the host blocks on the outputs and launches the next: far longer than the
-  gaps between the kernels of one step; tests/simulator/measure/test_step_profile.py finds the 3 steps of each trace).
+* GPU events carry no `run_id`: each is given the run of the host call that launched it (`trace_events`); where
+  that fails, the traced steps are split at their `steps - 1` largest idle gaps (between steps the host blocks
+  on the outputs and launches the next: far longer than the gaps between the kernels of one step;
+  tests/simulator/measure/test_step_profile.py finds the 3 steps of each trace).
 
 A unit's cost is its median over the traced steps, in microseconds. `StepProfile.busy_us` (the sum) is what the
-simulator takes as one device's step time for the single-device placement; compare it with the plain jitted step
-(experiments/benchmarks/gpu_check.py does). `profile_trace` reads a saved trace (tests/data/gpu_traces: H200 traces).
-XLA's `cost_analysis()` of the compiled step (flops, bytes accessed) is kept beside it as a cross-check.
+simulator takes as one device's step time for the single-device placement; compare it with the plain jitted
+step (experiments/benchmarks/gpu_check.py does). `profile_trace` reads a saved trace (tests/data/gpu_traces:
+H200 traces). XLA's `cost_analysis()` of the compiled step (flops, bytes accessed) is kept beside it as a
+cross-check.
 """
 
 from __future__ import annotations
@@ -57,7 +60,10 @@ _OPERAND_RE = re.compile(r"%([\w.\-]+)")
 
 
 class StepProfile(NamedTuple):
-    """Costs of the units of one program measured inside its compiled step on one device."""
+    """Costs of the units of one program, measured inside its compiled step.
+
+    On one device.
+    """
 
     cost_us: np.ndarray  # float64[U] median attributed device time per unit, microseconds
     busy_us: float  # median over steps of the attributed time of all units (= cost_us.sum() up to medians)
@@ -71,13 +77,15 @@ class StepProfile(NamedTuple):
     unit_events: np.ndarray | None = None  # float64[U] median events (kernels, thunks) per step of each unit
 
     def wall_costs(self) -> np.ndarray:
-        """float64[U] `cost_us` corrected per event so that the costs add up to `wall_us`, the step timed without
-        the profiler: each unit gets (wall_us - busy_us) / events times its events per step (`unit_events`),
-        at least 0 in all. On XLA:CPU a step's time beyond its thunks' own is the thunk executor's work between
-        thunks (nmt_004 on one core: busy 64 ms, wall 74 ms over ~2,000 thunks), and under the profiler each
-        thunk takes longer by the profiler's own work (ptb_006: busy 6.2 ms, wall 3.8 ms): both are per thunk,
-        so a unit's share is its thunks'. `cost_us` as is when there is no wall time or no event count, or for a
-        device plane (a GPU's launch is per step, not per kernel)."""
+        """float64[U] `cost_us` corrected per event to add up to `wall_us`.
+
+        `wall_us` is the step timed without the profiler: each unit gets (wall_us - busy_us) / events times its
+        events per step (`unit_events`), at least 0 in all. On XLA:CPU a step's time beyond its thunks' own is the
+        thunk executor's work between thunks, and under the profiler each thunk takes longer by the profiler's own
+        work: both are per thunk, so a unit's share is its thunks' (docs/hardware.md, "Measured facts behind design
+        choices"). `cost_us` as is when there is no wall time or no event count, or for a device plane (a GPU's
+        launch is per step, not per kernel).
+        """
         if self.on_device or self.unit_events is None or not np.isfinite(self.wall_us) or \
                 self.unit_events.sum() <= 0:
             return self.cost_us
@@ -86,27 +94,38 @@ class StepProfile(NamedTuple):
 
     @property
     def launch_us(self) -> float:
-        """What a step costs beyond its kernels (launch, synchronisation), microseconds: wall_us - busy_us, at
-        least 0 (nan when the step was not timed)."""
+        """What a step costs beyond its kernels, microseconds.
+
+        Launch and synchronisation: wall_us - busy_us, at least 0 (nan when the step was not timed).
+        """
         return max(0.0, self.wall_us - self.busy_us) if np.isfinite(self.wall_us) else float("nan")
 
     @property
     def attributed_fraction(self) -> float:
-        """Share of the events' time attributed to a unit (1.0 when there were none)."""
+        """The share of the events' time attributed to a unit.
+
+        1.0 when there were no events.
+        """
         total = self.busy_us + self.unattributed_us
         return self.busy_us / total if total > 0 else 1.0
 
 
 def step_function(units: Sequence[Any], order: Sequence[int],
                   outputs: Sequence[Any] | None = None) -> tuple[Callable, list]:
-    """(f(*values) -> the values of `outputs`, the value Sources f takes in order).
+    """The program a single-device placement runs, as one function.
 
-    units: [U] simulator.tracing.lowering.UnitProgram; order: a topological order of the units; outputs: the step's
-    outputs (Sources; anything else is skipped), so f is the program a single-device placement runs; None: every
-    value passed between units, so each unit's results are materialised, and each unit reads its inputs through
-    one `jax.lax.optimization_barrier`, so that XLA fuses no unit's work into another's kernel (neither a
-    producer into its consumer nor two readers of one value into a multi-output kernel), as no stage boundary
-    lets it. Each unit's body runs under `jax.named_scope(f"placeto_unit_{u}")`.
+    Each unit's body runs under `jax.named_scope(f"placeto_unit_{u}")`.
+
+    Args:
+      units: [U] simulator.tracing.lowering.UnitProgram.
+      order: a topological order of the units.
+      outputs: the step's outputs (Sources; anything else is skipped). None: every value passed between units, so
+        each unit's results are materialised, and each unit reads its inputs through one
+        `jax.lax.optimization_barrier`, so that XLA fuses no unit's work into another's kernel (neither a producer
+        into its consumer nor two readers of one value into a multi-output kernel), as no stage boundary lets it.
+
+    Returns:
+      (f(*values) -> the values of `outputs`, the value Sources f takes in order).
     """
     import jax
 
@@ -132,14 +151,16 @@ def step_function(units: Sequence[Any], order: Sequence[int],
 
 
 def instruction_units(hlo_text: str) -> dict[str, int]:
-    """HLO instruction name -> unit index, from `metadata={op_name=".../placeto_unit_<u>/..."}`. An instruction
-    without a unit scope (XLA:CPU's own wrappers carry none: `ynn_fusion.N` around a convolution or dot,
-    `wrapped_reduce-window.N`, layout copies) takes the unit of its first user that has one, else the unit its
-    first unscoped user took that way (linear: users are resolved first); one no scoped instruction uses takes
-    the unit of its first operand that has one. Users first: a weight gradient's convolution reads the forward
-    activation, so the operand rule charged it, and a pooling's gradient, to the forward unit that made that
-    activation (inception_v3: forward units profiled at 2-20x their time as a stage of their own, backward ones
-    at a tenth; experiments/benchmarks/stage_attribution.py)."""
+    """HLO instruction name -> unit index, from each instruction's unit scope.
+
+    The scope is in `metadata={op_name=".../placeto_unit_<u>/..."}`. An instruction without a unit scope (XLA:CPU's
+    own wrappers carry none: `ynn_fusion.N` around a convolution or dot, `wrapped_reduce-window.N`, layout copies)
+    takes the unit of its first user that has one, else the unit its first unscoped user took that way (linear:
+    users are resolved first); one no scoped instruction uses takes the unit of its first operand that has one.
+    Users first: a weight gradient's convolution reads the forward activation, so the operand rule charged it, and
+    a pooling's gradient, to the forward unit that made that activation (docs/hardware.md, "Each kernel to the unit
+    that needs it"; experiments/results/benchmarks/stage_attribution.md).
+    """
     unit: dict[str, int] = {}
     operands: dict[str, list[str]] = {}
     for line in hlo_text.splitlines():
@@ -180,8 +201,11 @@ def _normal(name: str) -> str:
 
 
 def _unit_of(names: str | tuple[str, ...], units: dict[str, int], by_norm: dict[str, int]) -> int:
-    """The unit of an event: the first of its names that is an instruction of `units` (exactly, or with `_`
-    for `.`) or that carries a unit scope; -1 if none does."""
+    """The unit of an event, or -1 if none of its names gives one.
+
+    The first of its names that is an instruction of `units` (exactly, or with `_` for `.`) or that carries a unit
+    scope.
+    """
     for n in (names,) if isinstance(names, str) else names:
         u = units.get(n, by_norm.get(_normal(n), -1))
         if u >= 0:
@@ -194,12 +218,20 @@ def _unit_of(names: str | tuple[str, ...], units: dict[str, int], by_norm: dict[
 
 def attribute(events: Sequence[tuple[float, float, Any]], units: dict[str, int], n_units: int,
               share_overlaps: bool = True) -> tuple[np.ndarray, float]:
-    """(float64[U] attributed microseconds, unattributed microseconds) of one step's events.
+    """Attributes one step's events to units.
 
-    events: (start_ns, duration_ns, names): names is an instruction name or a tuple of candidates (`hlo_op`,
-    the event's name, its scope), the first that names a unit wins. With `share_overlaps` (host threads),
-    events running at the same time share the elapsed time equally; without (a GPU stream), each event is
-    charged its own duration. Idle gaps are charged to nobody.
+    With `share_overlaps` (host threads), events running at the same time share the elapsed time equally; without
+    (a GPU stream), each event is charged its own duration. Idle gaps are charged to nobody.
+
+    Args:
+      events: (start_ns, duration_ns, names) each; names is an instruction name or a tuple of candidates (`hlo_op`,
+        the event's name, its scope), the first that names a unit wins.
+      units: instruction name -> unit (`instruction_units`).
+      n_units: U.
+      share_overlaps: share the time of overlapping events.
+
+    Returns:
+      (float64[U] attributed microseconds, unattributed microseconds).
     """
     by_norm = {_normal(k): v for k, v in units.items()}
     cost = np.zeros(n_units)
@@ -232,9 +264,11 @@ def attribute(events: Sequence[tuple[float, float, Any]], units: dict[str, int],
 
 
 def split_steps(events: Sequence[tuple[float, float, Any]], steps: int) -> list[list]:
-    """`events` of `steps` consecutive steps cut into their steps at the `steps - 1` largest idle gaps (the
-    time from the latest end so far to the next start), in start order; fewer groups if there are fewer
-    gaps."""
+    """`events` of `steps` consecutive steps, cut at the largest idle gaps.
+
+    The `steps - 1` largest gaps (the time from the latest end so far to the next start), in start order; fewer
+    groups if there are fewer gaps.
+    """
     ordered = sorted(events, key=lambda e: e[0])
     if steps <= 1 or len(ordered) < 2:
         return [ordered] if ordered else []
@@ -245,12 +279,15 @@ def split_steps(events: Sequence[tuple[float, float, Any]], steps: int) -> list[
 
 
 def trace_events(data: Any, module: str, steps: int) -> tuple[list[list], bool]:
-    """([events of each traced step], whether they came from a device plane) of `module`'s kernels (GPU) or
-    thunks (XLA:CPU) in a jax.profiler.ProfileData. An event is (start_ns, duration_ns, (hlo_op, name, scope)).
+    """`module`'s kernel (GPU) or thunk (XLA:CPU) events, step by step.
 
-    Host events are grouped by their `run_id`. Device events carry none: each is given the run of the host call
-    that launched it (its `correlation_id` names a host launch event, inside the host's execute event that has
-    the `run_id`); where that fails for any event, the device events are cut by `split_steps`.
+    Read from a jax.profiler.ProfileData. An event is (start_ns, duration_ns, (hlo_op, name, scope)). Host events
+    are grouped by their `run_id`. Device events carry none: each is given the run of the host call that launched
+    it (its `correlation_id` names a host launch event, inside the host's execute event that has the `run_id`);
+    where that fails for any event, the device events are cut by `split_steps`.
+
+    Returns:
+      ([events of each traced step], whether they came from a device plane).
     """
     device: list = []  # (event, correlation id)
     host_runs: dict[Any, list] = {}
@@ -296,8 +333,18 @@ def trace_events(data: Any, module: str, steps: int) -> tuple[list[list], bool]:
 
 def profile_trace(data: Any, hlo_text: str, n_units: int, steps: int,
                   wall_us: float = float("nan")) -> StepProfile:
-    """The StepProfile of a saved trace of `steps` calls of a compiled step: `data` a jax.profiler.ProfileData,
-    `hlo_text` the step's compiled HLO (the unit scopes), `wall_us` the step timed alone if it was."""
+    """The StepProfile of a saved trace of `steps` calls of a compiled step.
+
+    Args:
+      data: a jax.profiler.ProfileData.
+      hlo_text: the step's compiled HLO (the unit scopes).
+      n_units: U.
+      steps: the traced calls.
+      wall_us: the step timed alone, if it was.
+
+    Raises:
+      InputError: the trace holds no kernel events of the step's module.
+    """
     module = _module_name(hlo_text)
     runs, on_device = trace_events(data, module, steps)
     if not runs:
@@ -313,7 +360,7 @@ def profile_trace(data: Any, hlo_text: str, n_units: int, steps: int,
 
 
 def event_counts(events: Sequence[tuple[float, float, Any]], units: dict[str, int], n_units: int) -> np.ndarray:
-    """float64[U] how many of one step's `events` (as `attribute` takes them) each unit was given."""
+    """float64[U] how many of one step's `events` each unit was given."""
     by_norm = {_normal(k): v for k, v in units.items()}
     idx = np.asarray([_unit_of(n, units, by_norm) for _, _, n in events], dtype=np.int64)
     return np.bincount(idx[(idx >= 0) & (idx < n_units)], minlength=n_units).astype(np.float64)
@@ -321,10 +368,23 @@ def event_counts(events: Sequence[tuple[float, float, Any]], units: dict[str, in
 
 def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[int], device: Any,
                   repeats: int = 5, warmup: int = 2, outputs: Sequence[Any] | None = None) -> StepProfile:
-    """Every unit's device time inside one compiled step of the whole program on `device` (see the module
-    docstring). units: [U] simulator.tracing.lowering.UnitProgram; values: per op, its resident array (None elsewhere);
-    order: a topological order of the units; outputs: the step's outputs (`step_function`; None: every value
-    passed between units). The step is also timed alone, `repeats` times, outside the profiler (`wall_us`)."""
+    """Every unit's device time inside one compiled step on `device`.
+
+    The step is the whole program. See the module docstring. The step is also timed alone, `repeats` times, outside
+    the profiler (`wall_us`).
+
+    Args:
+      units: [U] simulator.tracing.lowering.UnitProgram.
+      values: per op, its resident array (None elsewhere).
+      order: a topological order of the units.
+      device: the JAX device.
+      repeats: traced (and separately timed) steps.
+      warmup: untimed steps first (at least 1: the first compiles).
+      outputs: the step's outputs (`step_function`; None: every value passed between units).
+
+    Raises:
+      InputError: repeats < 1, or no profiler trace to read.
+    """
     import jax
     from jax.profiler import ProfileData
 

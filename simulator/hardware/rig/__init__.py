@@ -1,1 +1,1 @@
-"""The process rig: D CPU devices that really run at once, one worker process per device."""
+"""The process rig: D CPU devices that run at once, a worker process each."""

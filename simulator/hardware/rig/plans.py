@@ -1,8 +1,8 @@
-"""A placed `simulator.hardware.dispatch.Plan` put on a `simulator.hardware.rig.pool.ProcessRig`: per-worker instruction lists.
+"""A placed `Plan` put on a process rig: per-worker instruction lists.
 
-`to_rig(plan, rig)` turns the plan (staged or not, as `simulator.hardware.plans` builds it on the parent's JAX devices) into
-a `RigPlan`, as Alpa's runtime turns a placement into per-device instruction lists compiled once and replayed every
-step:
+`to_rig(plan, rig)` turns a `simulator.hardware.dispatch.Plan` (staged or not, as `simulator.hardware.plans`
+builds it on the parent's JAX devices) into a `RigPlan` on a `simulator.hardware.rig.pool.ProcessRig`, as Alpa's
+runtime turns a placement into per-device instruction lists compiled once and replayed every step:
 
 * every task with work becomes a `Run` on its device's worker, its jitted fn exported with `jax.export` in the
   parent (`Exported.serialize()`, cached per function and input shapes) and loaded once per worker (a plan's new
@@ -17,7 +17,8 @@ step:
 `RigPlan.run_step()` runs one step (every worker at once, the parent waiting for all), `RigPlan.events` holds the
 last step's measured events per worker (`simulator.hardware.rig.worker.Event`: stage runs, sends, receives, in
 `perf_counter_ns`), `RigPlan.outputs()` fetches the step's outputs as numpy arrays (pytree, as
-`simulator.hardware.dispatch.run_outputs` gives them). `simulator.hardware.timing` times a RigPlan as it times a Plan.
+`simulator.hardware.dispatch.run_outputs` gives them). `simulator.hardware.timing` times a RigPlan as it times a
+Plan.
 """
 
 from __future__ import annotations
@@ -35,7 +36,10 @@ ALIGN = 64  # bytes: every value in a shared memory block starts at a multiple o
 
 
 class RigPlan:
-    """A plan loaded on a process rig's workers (see the module docstring). close() frees it there."""
+    """A plan loaded on a process rig's workers (see the module docstring).
+
+    close() frees it there.
+    """
 
     def __init__(self, rig: ProcessRig, plan_id: int, workers: tuple[int, ...], outputs: tuple, out_tree: Any,
                  task_devices: tuple[int, ...], task_units: tuple[tuple[int, ...], ...], block: str | None,
@@ -50,11 +54,15 @@ class RigPlan:
         self.closed = False
 
     def run_step(self) -> None:
-        """One step: every worker runs its instructions, the parent waits for all (RigError on failure)."""
+        """Runs one step on every worker; the parent waits for all.
+
+        Raises:
+          RigError: a worker failed.
+        """
         self.events = self.rig.call_all({d: ("run", self.id) for d in self.workers})
 
     def outputs(self) -> Any:
-        """The last step's outputs (numpy arrays; a pytree when the plan had an out_tree)."""
+        """The last step's outputs, numpy arrays (a pytree with out_tree)."""
         import jax
 
         wanted: dict[int, list[int]] = {}
@@ -69,7 +77,10 @@ class RigPlan:
         return jax.tree_util.tree_unflatten(self.out_tree, flat[:self.out_tree.num_leaves])
 
     def close(self) -> None:
-        """Forget the plan on its workers, drop the resident values only it held, unlink its block."""
+        """Forgets the plan on its workers and unlinks its block.
+
+        Drops the resident values only this plan held.
+        """
         if self.closed or self.rig.closed:
             self.closed = True
             return
@@ -82,8 +93,17 @@ class RigPlan:
 
 
 def to_rig(plan: Plan, rig: ProcessRig, scope: Any = None) -> RigPlan:
-    """`plan` loaded on `rig` (one worker per device index of the plan; see the module docstring). `scope`:
-    resident values sent under the same (hashable) scope are shared with other plans; None: this plan's own."""
+    """`plan` loaded on `rig`, one worker per device index.
+
+    Args:
+      plan: the plan to load.
+      rig: its process rig, with as many workers as the plan has devices.
+      scope: resident values sent under the same (hashable) scope are shared with other plans; None: this plan's
+        own.
+
+    Raises:
+      InputError: the plan's device count is not the rig's.
+    """
     if len(plan.devices) != rig.n_devices:
         raise InputError(f"the plan has {len(plan.devices)} devices, the process rig {rig.n_devices}")
     ids, avals, owned = _resident(plan, rig, scope)
@@ -113,7 +133,7 @@ def to_rig(plan: Plan, rig: ProcessRig, scope: Any = None) -> RigPlan:
                 offset += -(-max(1, aval.size * np.dtype(aval.dtype).itemsize) // ALIGN) * ALIGN
             programs[d].append(Send(dst, k, k, tuple(slots)))
             pending[dst][k] = Recv(d, k, tuple(s._replace(key=ids[(v, dst)]) for s, v in zip(slots, values)))
-    for d in range(rig.n_devices):  # a batch nothing read (cannot happen in a plan from simulator.hardware.plans): drain
+    for d in range(rig.n_devices):  # drain a batch nothing read (no plan of simulator.hardware.plans has one)
         programs[d].extend(pending[d].values())
     outputs = tuple(o if isinstance(o, Const) else (o[1], ids[o]) for o in plan.outputs)
     keep: list[list[int]] = [[] for _ in range(rig.n_devices)]
@@ -135,8 +155,11 @@ def to_rig(plan: Plan, rig: ProcessRig, scope: Any = None) -> RigPlan:
 
 
 def _resident(plan: Plan, rig: ProcessRig, scope: Any) -> tuple[dict, dict, dict[int, list[int]]]:
-    """(value id per Key, aval per Key, value ids only this plan holds per device) of the plan's resident values,
-    each sent to its worker unless already there under `scope`."""
+    """Uploads the plan's resident values not yet there under `scope`.
+
+    Returns:
+      (value id per Key, aval per Key, value ids only this plan holds per device).
+    """
     import jax
 
     ids, avals, owned = {}, {}, {d: [] for d in range(rig.n_devices)}
@@ -163,8 +186,11 @@ def _resident(plan: Plan, rig: ProcessRig, scope: Any) -> tuple[dict, dict, dict
 
 def _stage(rig: ProcessRig, fn: Any, in_avals: Sequence[Any], device: int,
            loads: dict[int, dict[int, bytes]]) -> tuple[int, list]:
-    """(stage id on worker `device`, avals of its outputs after the token): `fn` exported with jax.export once
-    per input shapes (cached on the rig); its blob added to `loads[device]` unless that worker has it."""
+    """Exports `fn` for worker `device` once: (stage id, output avals).
+
+    `fn` is exported with jax.export once per input shapes (cached on the rig); its blob is added to
+    `loads[device]` unless that worker has it.
+    """
     import warnings
 
     import jax
@@ -173,7 +199,7 @@ def _stage(rig: ProcessRig, fn: Any, in_avals: Sequence[Any], device: int,
     exports = rig.__dict__.setdefault("exports", {})  # (fn, shapes) -> (stage id, blob, output avals)
     key = (fn, tuple((tuple(a.shape), np.dtype(a.dtype).name) for a in in_avals))
     if key not in exports:
-        with warnings.catch_warnings():  # a donated input no output can reuse: still freed early (hardware.py)
+        with warnings.catch_warnings():  # a donated input no output can reuse: still freed early (dispatch.py)
             warnings.filterwarnings("ignore", message="Some donated buffers were not usable", category=UserWarning)
             exported = jax.export.export(fn)(jax.ShapeDtypeStruct((), jnp.int8), *in_avals)
         outs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in exported.out_avals[1:]]

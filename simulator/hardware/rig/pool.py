@@ -1,18 +1,19 @@
-"""A rig of D CPU devices that really run at once: one worker process per device.
+"""A rig of D CPU devices that run at once: a worker process each.
 
-JAX's host "devices" (`--xla_force_host_platform_device_count`) are labels over one shared thread pool: two jitted
-chains of 700x700 matmuls on cpu:0 and cpu:1 overlap about 1.16x on this 2-core machine, where two NumPy threads
-overlap 1.99x (experiments/results/rig_concurrency.md). Here each device is its own process
-(`simulator.hardware.rig.worker`), spawned (a fresh interpreter, not a fork of a process with JAX threads running), with its
-own single-device JAX CPU client and XLA's intra-op threading off (`simulator.hardware.devices.SERIAL_CPU_FLAGS`), so a
-device is one core's worth of work and D devices run on D cores at once; optionally each worker is pinned to a
-core (`pin`). A worker keeps the memory it allocates (glibc's malloc set by `WORKER_MALLOC`), as a device's caching
-allocator does, so a step does not fault in again what the step before it freed.
+JAX's host "devices" (`--xla_force_host_platform_device_count`) are labels over one shared thread pool: two
+jitted chains of matmuls on cpu:0 and cpu:1 overlap far less than two NumPy threads doing the same
+(experiments/results/benchmarks/rig_concurrency.md). Here each device is its own process
+(`simulator.hardware.rig.worker`), spawned (a fresh interpreter, not a fork of a process with JAX threads
+running), with its own single-device JAX CPU client and XLA's intra-op threading off
+(`simulator.hardware.devices.SERIAL_CPU_FLAGS`), so a device is one core's worth of work and D devices run on D
+cores at once; optionally each worker is pinned to a core (`pin`). A worker keeps the memory it allocates
+(glibc's malloc set by `WORKER_MALLOC`), as a device's caching allocator does, so a step does not fault in again
+what the step before it freed.
 
 What moves where:
-* code: each stage of a placed `simulator.hardware.dispatch.Plan` (a jitted fn(token, *inputs) -> (token, *outputs)) is
-  exported in the parent with `jax.export` and sent once as bytes; the worker deserializes and jits it
-  (`simulator.hardware.rig.plans.to_rig` builds the per-worker instruction lists);
+* code: each stage of a placed `simulator.hardware.dispatch.Plan` (a jitted fn(token, *inputs) -> (token,
+  *outputs)) is exported in the parent with `jax.export` and sent once as bytes; the worker deserializes and
+  jits it (`simulator.hardware.rig.plans.to_rig` builds the per-worker instruction lists);
 * resident values (parameters, optimizer state, the batch) are sent once, when a plan is put on the rig, and kept
   in the worker across plans of the same `scope`;
 * values crossing devices during a step go through one shared memory block per plan (`multiprocessing.
@@ -21,8 +22,8 @@ What moves where:
 
 Failures are errors, not hangs: every wait (the parent's for a reply, a worker's for a batch) has a timeout
 (`timeout_s`); a worker that dies, times out or raises makes the rig raise `RigError` naming it, and close
-itself (its workers stopped, or killed; its shared memory unlinked). `close()` (also at exit, and on `with`) stops
-the workers and unlinks every block.
+itself (its workers stopped, or killed; its shared memory unlinked). `close()` (also at exit, and on `with`)
+stops the workers and unlinks every block.
 
 This module imports neither jax nor numpy-heavy code at import time; the parent's JAX need not have more than one
 device.
@@ -46,9 +47,9 @@ from simulator.model.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0  # a reply or a batch that takes longer means a worker is stuck (compiles included)
 PIN = True  # pin worker d to core d (mod cores): unpinned, a worker running alone borrows a second core (XLA:CPU
-#            still has helper threads), so one device is more than one core and two overlap only 1.25-1.37x;
-#            pinned, 1.91-1.94x (experiments/results/benchmarks/rig_concurrency.md). The price: a pinned worker
-#            cannot move off a core another program keeps busy
+#            still has helper threads), so one device is more than one core and two overlap far less than pinned
+#            (experiments/results/benchmarks/rig_concurrency.md). The price: a pinned worker cannot move off a
+#            core another program keeps busy
 REPLY_SLACK_S = 5.0  # the parent waits this much longer than a worker waits for a batch: the worker's own
 #                     error (which batch it waited for) arrives first
 START_TIMEOUT_S = 120.0  # a worker's start: a fresh interpreter importing jax
@@ -59,46 +60,57 @@ WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=6871947
 #   is unmapped, the heap's free top trimmed, a thread arena's heap shrunk or deleted) and the next step's kernels
 #   fault it in again page by page. No mmap: every buffer comes from a heap; no trimming (64 GiB): no heap's top
 #   is given back; a top pad of 64 MiB (a thread arena's whole heap): glibc's heap_trim keeps a thread arena's
-#   emptied heap instead of unmapping it (it deletes one only when what would be left is under the pad). Each is
-#   needed (ad hoc, 2026-11-28, nmt_004 at 2 devices, after the interleaved rounds of 9 placements): trimming off
-#   and the pad set but mmap on, etf's worker 1 took 8,504 page faults a step (Spearman 0.95, median |error|
-#   13.6%); with all three none (0.98, 7.4%); mmap and trimming off, the pad left at 0, 12,751 in one run (the
-#   previous session). One arena for all threads (glibc.malloc.arena_max=1, the setting before this) also stopped
-#   the faults, but ran ptb_006's single device 2-3x slower (10-14 ms a step against 4.5-5 with these settings or
-#   glibc's defaults): XLA's threads, sharing one core, queued on the one arena's lock
+#   emptied heap instead of unmapping it (it deletes one only when what would be left is under the pad). Each of
+#   the three is needed, and one arena for all threads (glibc.malloc.arena_max=1) stops the faults too but runs
+#   short steps far slower: XLA's threads, sharing one core, queue on its lock (docs/hardware.md, "The process
+#   rig" and "Measured facts behind design choices")
 
 
 class RigError(RuntimeError):
-    """A worker of the rig failed: it raised, died, or did not answer in time (one line, naming it)."""
+    """A rig worker raised, died, or did not answer in time.
+
+    Its message is one line, naming the worker.
+    """
 
 
 def worker_env(environ: dict) -> dict:
-    """A worker's environment: `environ` with XLA_FLAGS as `worker_flags`, JAX on the CPU, and WORKER_MALLOC added
-    to GLIBC_TUNABLES (a tunable `environ` already sets keeps its value)."""
+    """A worker's environment: its XLA and malloc settings added.
+
+    XLA_FLAGS as `worker_flags`, JAX on the CPU, and WORKER_MALLOC added to GLIBC_TUNABLES (a tunable `environ`
+    already sets keeps its value).
+    """
     tunables = _with_defaults([t for t in environ.get("GLIBC_TUNABLES", "").split(":") if t], WORKER_MALLOC)
     return dict(environ, XLA_FLAGS=worker_flags(environ.get("XLA_FLAGS", "")), JAX_PLATFORMS="cpu",
                 GLIBC_TUNABLES=":".join(tunables))
 
 
 def worker_flags(flags: str) -> str:
-    """XLA_FLAGS for a worker: the caller's, without a host device count (a worker has one device), with
-    SERIAL_CPU_FLAGS (one core per execution)."""
+    """A worker's XLA_FLAGS: no host device count, serial CPU flags.
+
+    The caller's flags without a host device count (a worker has one device), with SERIAL_CPU_FLAGS (one core per
+    execution).
+    """
     words = [w for w in flags.split() if not w.startswith(HOST_DEVICE_FLAG + "=")]
     return " ".join(_with_defaults(words, SERIAL_CPU_FLAGS))
 
 
 def _with_defaults(settings: list[str], defaults: Sequence[str]) -> list[str]:
-    """`settings` ("name=value" each) followed by the `defaults` whose name none of them sets."""
+    """`settings`, then the `defaults` none of them names.
+
+    Each is "name=value"; a default is added when no setting has its name.
+    """
     named = {w.split("=")[0] for w in settings}
     return settings + [d for d in defaults if d.split("=")[0] not in named]
 
 
 @contextlib.contextmanager
 def one_core(core: int | None = None):
-    """Inside the block every thread of this process (JAX's thread pools included, and threads started inside) runs
-    on one core (default: the first free one); the affinity is restored after. For measuring what a worker of the
-    rig, one pinned core, would take: unpinned, XLA:CPU runs independent parts of one computation on other cores
-    even with its intra-op threading off."""
+    """Inside the block, every thread of this process runs on one core.
+
+    JAX's thread pools are included, and threads started inside. The core defaults to the first free one; the
+    affinity is restored after. For measuring what a worker of the rig, one pinned core, would take: unpinned,
+    XLA:CPU runs independent parts of one computation on other cores even with its intra-op threading off.
+    """
     before = os.sched_getaffinity(0)
     core = free_cores()[0] if core is None else core
     _set_all_threads({core})
@@ -122,7 +134,10 @@ def free_cores() -> list[int]:
 
 
 class ProcessRig:
-    """D worker processes, one JAX CPU device each. Use as a context manager, or call close()."""
+    """D worker processes, one JAX CPU device each.
+
+    Use as a context manager, or call close().
+    """
 
     def __init__(self, n_devices: int, pin: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S):
         if isinstance(n_devices, bool) or not isinstance(n_devices, int) or n_devices < 1:
@@ -164,13 +179,23 @@ class ProcessRig:
         return next(self._ids)
 
     def call(self, d: int, request: tuple, timeout_s: float | None = None) -> Any:
-        """Send `request` to worker d and return its reply's value (RigError on failure, and the rig closes)."""
+        """Sends `request` to worker d and returns its reply's value.
+
+        Raises:
+          RigError: the worker failed (and the rig closes).
+        """
         return self.call_all({d: request}, timeout_s)[d]
 
     def call_all(self, requests: dict | Sequence, timeout_s: float | None = None) -> dict:
-        """Send requests ({worker: request}, or one per worker in order) to the workers at once, then wait for
-        every reply (up to `timeout_s`, default the rig's timeout + REPLY_SLACK_S): {worker: value}. RigError (and
-        the rig closes) if one raised, died or timed out."""
+        """Sends requests to workers at once; returns {worker: reply value}.
+
+        Args:
+          requests: {worker: request}, or one per worker in order.
+          timeout_s: how long to wait for the replies (default: the rig's timeout + REPLY_SLACK_S).
+
+        Raises:
+          RigError: a worker raised, died or timed out (and the rig closes).
+        """
         if self.closed:
             raise RigError("the process rig is closed")
         requests = dict(enumerate(requests)) if not isinstance(requests, dict) else requests
@@ -211,7 +236,10 @@ class ProcessRig:
         raise RigError(f"process rig: {message}")
 
     def block(self, size: int) -> str:
-        """A new shared memory block of `size` bytes (at least 1) owned by the rig; its name."""
+        """A new shared memory block of `size` bytes (at least 1): its name.
+
+        The rig owns the block (`release` unlinks it).
+        """
         from multiprocessing import shared_memory
 
         shm = shared_memory.SharedMemory(create=True, size=max(1, size))
@@ -225,7 +253,10 @@ class ProcessRig:
             _unlink(shm)
 
     def close(self) -> None:
-        """Stop the workers (killed if they do not stop within a few seconds) and unlink every block."""
+        """Stops the workers and unlinks every block.
+
+        A worker that does not stop within a few seconds is killed.
+        """
         if not self.closed:
             self.closed = True
             self._finalizer()
@@ -235,15 +266,20 @@ class ProcessRig:
         return [p.pid for p in self.processes]
 
 
-# a worker's program: rig_worker imported by its name (not run as __main__), so the Run/Send/Recv the parent
-# pickles unpickle as that module's classes
+# a worker's program: simulator.hardware.rig.worker imported by its name (not run as __main__), so the
+# Run/Send/Recv the parent pickles unpickle as that module's classes
 WORKER_MAIN = "import sys; from simulator.hardware.rig.worker import main; main(sys.argv[1:])"
 
 
 def _start_worker(index: int, conn: Any, peers: dict, core: int | None, timeout_s: float) -> subprocess.Popen:
-    """`simulator.hardware.rig.worker.main` (WORKER_MAIN) with its pipes' file descriptors inherited: a fresh interpreter
-    (not a fork of this process, whose JAX runtime may have threads; nor multiprocessing's spawn, which would import
-    the caller's __main__ again), its environment as `worker_env`, the repository on its path."""
+    """Starts worker `index` (WORKER_MAIN) in a fresh interpreter.
+
+    WORKER_MAIN runs `simulator.hardware.rig.worker.main`.
+
+    Its pipes' file descriptors are inherited. A fresh interpreter: not a fork of this process, whose JAX runtime
+    may have threads, nor multiprocessing's spawn, which would import the caller's __main__ again. Its environment
+    is `worker_env`, with the repository on its path.
+    """
     root = str(Path(__file__).resolve().parents[3])  # the repository: simulator/ importable in the worker
     env = dict(worker_env(dict(os.environ)),
                PYTHONPATH=os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
@@ -268,7 +304,7 @@ def _unlink(shm: Any) -> None:
 
 
 def _shutdown(processes: list, conns: list, blocks: dict) -> None:
-    """Ask every worker to stop, wait, kill the ones still running, unlink the blocks."""
+    """Stops every worker (killing stragglers) and unlinks the blocks."""
     for conn in conns:
         try:
             conn.send(("stop",))

@@ -1,10 +1,10 @@
-"""The worker process of `simulator.hardware.rig.pool`: one JAX CPU device, running its share of placed steps.
+"""A process rig's worker: one JAX CPU device, its share of steps.
 
-A worker is started by `simulator.hardware.rig.pool.ProcessRig` (`python -c WORKER_MAIN INDEX FD TIMEOUT CORE PEER:FD...`:
-a fresh interpreter, never a fork of a process whose JAX runtime has threads; FD: the inherited end of
-its pipe to the parent, PEER:FD one per other worker), with XLA_FLAGS set by the parent so that its CPU client has one
-device and no intra-op threading (`simulator.hardware.devices.SERIAL_CPU_FLAGS`): one worker, one core's worth of
-work. It may be pinned to one core (`os.sched_setaffinity`).
+A worker is started by `simulator.hardware.rig.pool.ProcessRig` (`python -c WORKER_MAIN INDEX FD TIMEOUT CORE
+PEER:FD...`: a fresh interpreter, never a fork of a process whose JAX runtime has threads; FD: the inherited end
+of its pipe to the parent, PEER:FD one per other worker), with XLA_FLAGS set by the parent so that its CPU client
+has one device and no intra-op threading (`simulator.hardware.devices.SERIAL_CPU_FLAGS`): one worker, one core's
+worth of work. It may be pinned to one core (`os.sched_setaffinity`).
 
 It serves requests from the parent, one at a time, over its `Connection` (`serve`): a request is a tuple whose
 first item names it, the reply is ("ok", value) or ("error", one line with the exception's type and message):
@@ -24,12 +24,12 @@ Transfers: a `Send` copies values into the plan's shared memory block (`multipro
 offsets the parent chose) and then tells the receiving worker over a direct pipe (`peers[dst]`) that batch
 `batch` of this step is there; a `Recv` waits (up to the rig's timeout) for that message and copies the values
 onto the device, the batch in one call (`jax.device_put([...], may_alias=False)`: a copy, since the block is
-rewritten next step; 71 us a value against 128 in one call each, 425 small values, 2026-11-28 on this 2-core
-machine). The parent runs one step at a time and waits for every worker before the next, so a block is never
-rewritten while read.
+rewritten next step; one call for the batch is faster than one per value: docs/hardware.md, "Measured facts
+behind design choices"). The parent runs one step at a time and waits for every worker before the next, so a
+block is never rewritten while read.
 
-Events carry `time.perf_counter_ns()` (CLOCK_MONOTONIC, the same clock in every process of a Linux machine), so the
-parent can lay every worker's stages on one time axis (a measured Gantt chart).
+Events carry `time.perf_counter_ns()` (CLOCK_MONOTONIC, the same clock in every process of a Linux machine), so
+the parent can lay every worker's stages on one time axis (a measured Gantt chart).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Slot(NamedTuple):
 
 
 class Recv(NamedTuple):
-    """Wait for batch `batch` from worker `src`, then copy its values onto this device."""
+    """Waits for batch `batch` from worker `src`, copies it here."""
 
     src: int
     batch: int
@@ -61,7 +61,10 @@ class Recv(NamedTuple):
 
 
 class Run(NamedTuple):
-    """Run stage `stage` (fn(token, *inputs) -> (token, *outputs)); `label` names it in the events."""
+    """Runs stage `stage`, fn(token, *inputs) -> (token, *outputs).
+
+    `label` names it in the events.
+    """
 
     stage: int
     label: int  # the plan's task index
@@ -71,7 +74,10 @@ class Run(NamedTuple):
 
 
 class Send(NamedTuple):
-    """Copy values into the shared memory block, then tell worker `dst` that batch `batch` is there."""
+    """Copies values into the shared memory block, then tells worker `dst`.
+
+    The message says that batch `batch` is there.
+    """
 
     dst: int
     batch: int
@@ -80,8 +86,11 @@ class Send(NamedTuple):
 
 
 class Event(NamedTuple):
-    """One timed piece of a step on a worker: a stage run, a send (copy into shared memory) or a receive (the
-    wait for the batch and the copy onto the device). Nanoseconds of `time.perf_counter_ns()`."""
+    """One timed piece of a worker's step: a run, a send or a receive.
+
+    A send is the copy into shared memory; a receive is the wait for the batch and the copy onto the device. Times
+    are nanoseconds of `time.perf_counter_ns()`.
+    """
 
     kind: str  # "run", "send" or "recv"
     label: int  # task index (run, send) or batch (recv)
@@ -90,8 +99,10 @@ class Event(NamedTuple):
 
 
 def main(argv: list[str]) -> None:
-    """The worker's entry point (`simulator.hardware.rig.pool.WORKER_MAIN`): argv INDEX FD TIMEOUT CORE PEER:FD...
-    (CORE "-": not pinned)."""
+    """The worker's entry point (`simulator.hardware.rig.pool.WORKER_MAIN`).
+
+    argv: INDEX FD TIMEOUT CORE PEER:FD... (CORE "-": not pinned).
+    """
     from multiprocessing.connection import Connection
 
     index, fd, timeout_s, core = int(argv[0]), int(argv[1]), float(argv[2]), argv[3]
@@ -107,9 +118,12 @@ def main(argv: list[str]) -> None:
 
 
 def serve(conn: Any, state: dict) -> None:
-    """Answer requests until ("stop",) or the parent's end of the pipe closes. The garbage collector is off while
-    steps run (a step makes a few thousand objects, none in a cycle, so none waits for it; a collection of this
-    JAX process would land in some step's time) and collects after every other request, between plans."""
+    """Answers requests until ("stop",) or the parent's pipe closes.
+
+    The garbage collector is off while steps run (a step makes a few thousand objects, none in a cycle, so none
+    waits for it; a collection of this JAX process would land in some step's time) and collects after every other
+    request, between plans.
+    """
     gc.disable()
     while True:
         try:
@@ -132,10 +146,12 @@ def serve(conn: Any, state: dict) -> None:
 
 
 def _load(state: dict, stages: list) -> None:
-    """Deserialize every (stage id, blob) of `stages` as a jitted function; it compiles in its first run. (Compiled
-    ahead of time instead, `jit(...).lower(...).compile()`, the stages ran through another call path, and a
-    worker's freed 64 MB buffer was faulted in again every step in one run of four:
-    tests/simulator/hardware/rig/test_pool.py's fault test.)"""
+    """Deserializes every (stage id, blob) of `stages` as a jitted function.
+
+    Each compiles in its first run. Compiled ahead of time instead (`jit(...).lower(...).compile()`), the stages ran
+    through another call path, where in some runs a worker's freed buffer was faulted in again every step
+    (tests/simulator/hardware/rig/test_pool.py's fault test).
+    """
     import jax
 
     for stage, blob in stages:
@@ -193,7 +209,10 @@ def _view(shm: Any, slot: Slot) -> np.ndarray:
 
 
 def _run(state: dict, plan: int) -> list[Event]:
-    """One step of `plan`: its instructions in order, every stage waited for (its end time is real)."""
+    """Runs one step of `plan`, every stage waited for.
+
+    Its instructions run in order, so a stage's end time is real.
+    """
     import jax
 
     entry = state["plans"][plan]
@@ -216,7 +235,7 @@ def _run(state: dict, plan: int) -> list[Event]:
             state["peers"][ins.dst].send((plan, ins.batch))
             events.append(Event("send", ins.label, t0, clock()))
         else:
-            _wait(state, ins.src, (plan, ins.batch))  # the batch's values in one call: 1.7x faster than one each
+            _wait(state, ins.src, (plan, ins.batch))  # the batch's values in one call: faster than one each
             views = [_view(entry["shm"], slot) for slot in ins.slots]
             env.update(zip([slot.key for slot in ins.slots], jax.device_put(views, may_alias=False)))
             events.append(Event("recv", ins.batch, t0, clock()))
@@ -225,7 +244,11 @@ def _run(state: dict, plan: int) -> list[Event]:
 
 
 def _wait(state: dict, src: int, batch: tuple) -> None:
-    """Block until worker `src` said `batch` is in shared memory (TimeoutError after the rig's timeout)."""
+    """Blocks until worker `src` said `batch` is in shared memory.
+
+    Raises:
+      TimeoutError: no such message within the rig's timeout.
+    """
     arrived, conn = state["arrived"][src], state["peers"][src]
     deadline = time.monotonic() + state["timeout_s"]
     while batch not in arrived:
