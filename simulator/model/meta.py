@@ -59,8 +59,9 @@ def check_meta(meta: Mapping[str, Any]) -> None:
             _int_list(v, f"meta.expert_placement[{k!r}]")
 
 
-# meta.profile[kind]: the fields a profile records (simulator.measure.graph_profile, simulator.measure.profile.with_measured) and their
-# types: "text", "count" (an integer >= 0), or "number" (finite, or null). Other fields are free-form.
+# meta.profile[kind]: the fields a profile records (simulator.measure.graph_profile,
+# simulator.measure.profile.with_measured) and their types: "text", "count" (an integer >= 0), or "number" (finite,
+# or null). Other fields are free-form.
 PROFILE_FIELDS = {
     **dict.fromkeys(("method", "device", "platform", "source", "host", "jax_version"), "text"),
     **dict.fromkeys(("repeats", "warmup", "steps_traced", "cores"), "count"),
