@@ -1,6 +1,7 @@
-"""The world placeto acts in: computation graphs, clusters, the discrete-event simulator, real execution.
+"""The world placeto acts in: graphs, clusters, simulator, hardware.
 
-Public API (these names stay; more may come)::
+Computation graphs, clusters, the discrete-event simulator and real execution. Public API (these names stay; more
+may come)::
 
     from simulator import load_graph, save_graph, load_placement, cluster_preset, simulate, simulate_batch, lower_bound
 """

@@ -1,1 +1,1 @@
-"""The discrete-event simulator: the fast numba engine beside its plain-Python reference."""
+"""The discrete-event simulator: numba engine and plain reference."""

@@ -1,6 +1,6 @@
-"""The fast simulator: the reference event loop (simulator.engine.reference) compiled with numba, bit-equal to it.
+"""The reference event loop compiled with numba, bit-equal to it.
 
-The semantics are the reference's, to the last bit; only the bookkeeping differs:
+The semantics are those of simulator.engine.reference, to the last bit; only the bookkeeping differs:
 
 * The event queue is a small array kept sorted by (time, rank, output), the reference's heap key with the kind
   folded into the rank: a release of parent p has rank p (and the output sent, -1 for local releases), a bus
@@ -105,9 +105,11 @@ def _new_work(g):
 
 @_jit
 def _push(ev_t, ev_rx, n_ev, t, r, x):
-    """Insert event (t, r, x) into the n_ev events sorted by descending (t, r, x); returns the new count.
+    """Insert (t, r, x) into the n_ev events; returns the new count.
 
-    x breaks ties of one parent's release groups at one time: local (-1) first, then transfers by output."""
+    The events are sorted by descending (t, r, x), the next one last. x breaks ties of one parent's release
+    groups at one time: local (-1) first, then transfers by output.
+    """
     if n_ev == len(ev_t):
         raise AssertionError("event queue overflow")  # impossible: sized for the most events pending at once
     j = n_ev
@@ -121,8 +123,11 @@ def _push(ev_t, ev_rx, n_ev, t, r, x):
 
 @_jit
 def _reset(g, w, dev):
-    """Initial state: FIFOs sliced per device, sources queued, devices with work woken at 0; returns n_ev,
-    or -1 (nothing written) if `dev` is not a placement of the n nodes on the n_dev devices."""
+    """Reset scratch `w` for placement `dev`; returns the event count.
+
+    FIFOs sliced per device, sources queued, devices with work woken at 0. Returns -1 (nothing written) if `dev`
+    is not a placement of the n nodes on the n_dev devices.
+    """
     n, n_dev = g.cost.shape
     if len(dev) != n:
         return -1
@@ -156,10 +161,10 @@ def _reset(g, w, dev):
 
 @_jit
 def _split_neighbours(g, w, dev):
-    """Compact each output's consumers on other devices and each node's children on its own device.
+    """Compact remote consumers per output and local children per node.
 
-    Branch-free, so the event loop visits only the neighbours it releases (random placements make the
-    local/remote test unpredictable).
+    Each output's consumers on other devices, each node's children on its own device. Branch-free, so the event loop
+    visits only the neighbours it releases (random placements make the local/remote test unpredictable).
     """
     out_off, cons_off, cons, child_off, child, child_count = (g.out_off, g.cons_off, g.cons, g.child_off,
                                                               g.child, g.child_count)
@@ -181,10 +186,11 @@ def _split_neighbours(g, w, dev):
 
 @_jit
 def _run(g, w, dev):
-    """Simulate placement `dev` (int32[N]) into `w`; returns (runtime, number of ops executed).
+    """Simulate placement `dev` into `w`: (runtime, ops executed).
 
-    One function with every array in a local on purpose: helpers reading namedtuple fields in the loop made
-    numba emit reference counting on every access, 25x slower.
+    dev: int32[N]. The runtime in microseconds; (NaN, -1) if `dev` is not a placement. One function with every array
+    in a local on purpose: helpers reading namedtuple fields in the loop made numba emit reference counting on every
+    access, far slower (experiments/results/benchmarks/bench_simulator.md, design notes).
     """
     n, n_dev = g.cost.shape
     bus_rank, dev_rank = n, n + n_dev
@@ -270,7 +276,10 @@ def _run(g, w, dev):
 
 @_jit
 def _simulate_one(g, dev):
-    """The full schedule of one placement, peak memory aside (`_LazyPeak` computes it from the work)."""
+    """The full schedule of one placement, peak memory aside.
+
+    `_LazyPeak` computes the peak from the returned work.
+    """
     n, n_dev = g.cost.shape
     w = _new_work(g)
     runtime, done = _run(g, w, dev)
@@ -290,8 +299,11 @@ def _simulate_one(g, dev):
 
 
 class _LazyPeak:
-    """() -> float64[D] peak bytes of one finished `simulate` schedule, computed on the first call (thread-safe);
-    the schedule's scratch arrays are released then."""
+    """() -> float64[D] peak bytes of a `simulate` schedule, lazily.
+
+    Computed on the first call (thread-safe); the schedule's scratch arrays are released then. Pickled as the
+    computed peak.
+    """
 
     __slots__ = ("_args", "_peak", "_lock")
 
@@ -317,7 +329,11 @@ class _LazyPeak:
 
 @_jit
 def _simulate_rows(g, placements, lo, hi, runtime, peak, with_memory, done):
-    """Simulate rows lo:hi of placements (int32[B, N]) into runtime[B], peak[B, D], done[B]."""
+    """Simulate placements[lo:hi] into runtime, peak and done.
+
+    placements: int32[B, N]; runtime: float64[B] microseconds; peak: float64[B, D] bytes (with_memory); done:
+    int64[B] ops executed per row (-1: not a placement).
+    """
     n = g.cost.shape[0]
     w = _new_work(g)
     for b in range(lo, hi):
@@ -328,9 +344,13 @@ def _simulate_rows(g, placements, lo, hi, runtime, peak, with_memory, done):
 
 # ---- public API ----------------------------------------------------------------------------------------
 def simulate(graph: Graph, placement: Sequence[int] | np.ndarray, cluster: Cluster) -> SimResult:
-    """Simulate one step of `graph` under `placement` (device index per node) on `cluster`.
+    """Simulate one step of `graph` under `placement` on `cluster`.
 
-    Equal, float for float, to simulator.engine.reference.simulate_reference. Raises InputError for a bad placement.
+    placement: a device index per node. Equal, float for float, to
+    simulator.engine.reference.simulate_reference.
+
+    Raises:
+      InputError: for a bad placement, or a graph and cluster whose times could leave the limits.
     """
     check_placement(placement, graph, cluster.n_devices)
     dev = np.array(placement, dtype=np.int32)  # a copy: the lazy peak memory reads it later
@@ -350,7 +370,7 @@ def simulate(graph: Graph, placement: Sequence[int] | np.ndarray, cluster: Clust
 
 
 def _read_only(a: np.ndarray) -> np.ndarray:
-    """A read-only view of `a` (its owner keeps writing rights, the holder of the view does not)."""
+    """A read-only view of `a`; its owner keeps its writing rights."""
     v = a.view()
     v.flags.writeable = False
     return v
@@ -358,10 +378,16 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 def simulate_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, with_memory: bool = False,
                    n_threads: int | None = None) -> np.ndarray | BatchResult:
-    """Simulate B placements (int[B, N]) on `n_threads` threads (default: numba's thread count).
+    """Simulate B placements (int[B, N]) on `n_threads` threads.
 
-    Returns runtimes float64[B], or with_memory a BatchResult that adds peak bytes float64[B, D]. Each row
-    equals simulate(graph, row, cluster) exactly. Raises InputError naming the first bad row.
+    n_threads: default numba's thread count; at most B // 4 (at least 1) are used.
+
+    Returns:
+      float64[B] runtimes, microseconds; with `with_memory`, a BatchResult that adds the peak bytes
+      float64[B, D]. Each row equals simulate(graph, row, cluster) exactly.
+
+    Raises:
+      InputError: naming the first bad row.
     """
     placements = _check_batch(graph, placements, cluster.n_devices)
     g = prepare(graph, cluster)
@@ -374,7 +400,7 @@ def simulate_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, with_
     chunks = [(g, placements, bounds[k], bounds[k + 1], runtime, peak, with_memory, done) for k in range(n_threads)]
     if n_threads == 1:
         _simulate_rows(*chunks[0])
-    else:  # the kernel releases the GIL; a numba prange over the chunks measured no faster
+    else:  # the kernel releases the GIL; a numba prange over the chunks was no faster (bench_simulator.md)
         list(_pool(n_threads).map(lambda chunk: _simulate_rows(*chunk), chunks))
     if np.any(done < 0):
         raise InputError(f"graph {graph.name!r}: placement row {int(np.argmax(done < 0))} does not fit "
@@ -394,9 +420,14 @@ def _pool(n_threads: int) -> concurrent.futures.ThreadPoolExecutor:
 
 
 def _check_batch(graph: Graph, placements: np.ndarray, n_dev: int) -> np.ndarray:
-    """int32[B, N] C-contiguous placements, read-only (numba compiles a read-only and a writable array as two
-    types: the kernel sees one, whichever the caller has, as np.asarray of a JAX array is read-only); InputError
-    naming the first bad row and node."""
+    """The placements as int32[B, N], C-contiguous and read-only.
+
+    Read-only: numba compiles a read-only and a writable array as two types, and the kernel sees one, whichever
+    the caller has (np.asarray of a JAX array is read-only).
+
+    Raises:
+      InputError: naming the first bad row and node.
+    """
     a = np.asarray(placements)
     if a.ndim != 2 or a.shape[1] != graph.n_nodes:
         raise InputError(f"placements have shape {a.shape}, expected (batch, {graph.n_nodes})")

@@ -1,14 +1,13 @@
-"""Peak memory of a finished schedule, per device: the fast engine's two sweeps, bit-equal to
-simulator.engine.reference.peak_memory_reference.
+"""Peak memory of a finished schedule: the fast engine's sweeps.
 
-The reference sorts every change record (time, +/-bytes) of a device and keeps the largest running sum.
-`_peak_memory` does exactly that (bucket sort, then exact sort per bucket). `_peak_memory_exact` skips the
-sort when every running sum is exact (whole bytes, sums below 2**53; `Prepared.exact_memory`): then at equal
-times, where the reference sums frees first, the largest running sum is the one after the whole time, which
-does not depend on the order within the time, and the records of a device come from two streams the event
-loop already sorted: the device's ops in execution order (start <= end <= next start) and the transfers in
-arrival order. Measured at 10,000 nodes on 2 devices (layered_dag, random placement): 2.0 ms with the sort,
-0.7 ms with the sweep (event loop 1.1 ms).
+Both are bit-equal to simulator.engine.reference.peak_memory_reference. The reference sorts every change record
+(time, +/-bytes) of a device and keeps the largest running sum. `_peak_memory` does exactly that (bucket sort, then
+exact sort per bucket). `_peak_memory_exact` skips the sort when every running sum is exact (whole bytes, sums below
+2**53; `Prepared.exact_memory`): then at equal times, where the reference sums frees first, the largest running sum
+is the one after the whole time, which does not depend on the order within the time, and the records of a device
+come from two streams the event loop already sorted: the device's ops in execution order (start <= end <= next
+start) and the transfers in arrival order. The sweep costs well under the sort
+(experiments/results/benchmarks/bench_simulator.md, design notes).
 """
 
 from __future__ import annotations
@@ -21,7 +20,10 @@ _jit = numba.njit(cache=True, nogil=True)
 
 @_jit
 def fill_peak_memory(g, w, dev, peak):
-    """Fill peak (float64[D]) with peak_memory_reference's bytes for the schedule in `w` (after _run)."""
+    """Fill peak (float64[D]) with the schedule's peak bytes per device.
+
+    The schedule in `w`, after _run; bit-equal to peak_memory_reference.
+    """
     if g.exact_memory:
         _peak_memory_exact(g, w, dev, peak)
     else:
@@ -29,7 +31,7 @@ def fill_peak_memory(g, w, dev, peak):
 
 @_jit
 def _peak_memory(g, w, dev, peak):
-    """Fill peak (float64[D]) with peak_memory_reference's numbers for the schedule in `w`."""
+    """`fill_peak_memory` in general: every change record sorted."""
     n, n_dev = g.cost.shape
     out_off, out_bytes, cons_off, cons = g.out_off, g.out_bytes, g.cons_off, g.cons
     start, end, arrival = w.start, w.end, w.arrival
@@ -63,7 +65,10 @@ def _peak_memory(g, w, dev, peak):
 
 @_jit
 def _add_persistent(g, dev, peak):
-    """peak[d] += the persistent bytes of the nodes on device d (summed in node order, as the reference does)."""
+    """peak[d] += the persistent bytes of the nodes on device d.
+
+    Summed in node order, as the reference does.
+    """
     n, n_dev = g.cost.shape
     persistent = np.zeros(n_dev)
     for i in range(n):
@@ -74,10 +79,10 @@ def _add_persistent(g, dev, peak):
 
 @_jit
 def _live_peak(t, v, dev, peak):
-    """Fill peak[d] with the largest running sum of the changes (time t, bytes v) of device d, summed in the
-    reference's order: by (time, bytes), so at equal times frees come first.
+    """Fill peak[d] with the largest running sum of device d's changes.
 
-    A bucket sort on time (bucket floor(t * scale) is monotone in t) that moves the records themselves, then
+    The changes (time t, bytes v) are summed in the reference's order: by (time, bytes), so at equal times frees
+    come first. A bucket sort on time (bucket floor(t * scale) is monotone in t) that moves the records themselves, then
     each bucket sorted exactly: linear on the spread-out times of a schedule, n log n when they bunch up.
     """
     m = len(t)
@@ -106,8 +111,11 @@ def _live_peak(t, v, dev, peak):
 
 @_jit
 def _bucket(t, scale, m):
-    """min(floor(t * scale), m - 1), and in [0, m) whatever t is: a NaN or infinite time (which validated
-    inputs never produce) must not become an index outside the array (int(NaN) is undefined)."""
+    """min(floor(t * scale), m - 1), and in [0, m) whatever t is.
+
+    A NaN or infinite time (which validated inputs never produce) must not become an index outside the array
+    (int(NaN) is undefined).
+    """
     x = t * scale
     if x >= 0.0 and x < m - 1:
         return int(x)
@@ -116,7 +124,10 @@ def _bucket(t, scale, m):
 
 @_jit
 def _sort_records(t, v, d, lo, hi):
-    """Sort records lo:hi by (t, v): insertion sort when short, else heapsort (no numba sort to compile)."""
+    """Sort records lo:hi by (t, v), in place.
+
+    Insertion sort when short, else heapsort (no numba sort to compile).
+    """
     if hi - lo <= 16:
         for i in range(lo + 1, hi):
             j = i
@@ -140,7 +151,10 @@ def _swap(t, v, d, a, b):
 
 @_jit
 def _sift_down(t, v, d, lo, root, hi):
-    """Restore the max-heap by (t, v) of records lo:hi below `root` (the children of r are 2r - lo + 1, + 2)."""
+    """Restore the max-heap by (t, v) of records lo:hi below `root`.
+
+    The children of r are 2r - lo + 1 and 2r - lo + 2.
+    """
     while 2 * root - lo + 1 < hi:
         c = 2 * root - lo + 1
         if c + 1 < hi and (t[c] < t[c + 1] or (t[c] == t[c + 1] and v[c] < v[c + 1])):
@@ -153,12 +167,12 @@ def _sift_down(t, v, d, lo, root, hi):
 
 @_jit
 def _peak_memory_exact(g, w, dev, peak):
-    """_peak_memory when g.exact_memory: per device, one merge of the two sorted record streams.
+    """_peak_memory when g.exact_memory: one merge of sorted streams.
 
-    Each record is added to the slot whose time it has: an allocation to its producer's start, a free to the
-    end of the last consumer on that device (ends grow along a device's execution order) or to the arrival
-    of the transfer, a transferred copy to its arrival. Then the running sum over each device's slots in time
-    order, its largest value taken only after all slots of one time.
+    Per device, one merge of its two sorted record streams. Each record is added to the slot whose time it has: an
+    allocation to its producer's start, a free to the end of the last consumer on that device (ends grow along a
+    device's execution order) or to the arrival of the transfer, a transferred copy to its arrival. Then the running
+    sum over each device's slots in time order, its largest value taken only after all slots of one time.
     """
     n, n_dev = g.cost.shape
     start, end, queue = w.start, w.end, w.queue
@@ -196,8 +210,11 @@ def _peak_memory_exact(g, w, dev, peak):
 
 @_jit
 def _slot_values(g, w, dev, pos):
-    """Bytes allocated at each op's start and freed at its end (float64[N] each, by execution position),
-    and bytes freed on the producer's device at each output's arrival (float64[O])."""
+    """Bytes each op allocates and frees, and each arrival frees.
+
+    Returns (s_val, e_val, x_home): bytes allocated at each op's start and freed at its end (float64[N] each, by
+    execution position), and bytes freed on the producer's device at each output's arrival (float64[O]).
+    """
     n, n_dev = g.cost.shape
     out_off, out_bytes, cons_off, cons, end, arrival, queue = (g.out_off, g.out_bytes, g.cons_off, g.cons,
                                                               w.end, w.arrival, w.queue)
@@ -230,8 +247,11 @@ def _slot_values(g, w, dev, pos):
 
 @_jit
 def _arrival_slots(g, w, dev, x_home):
-    """Per device, the (time, bytes) of its transfers in arrival order: the copy received (+bytes) or the
-    sender's own tensor freed at arrival (x_home). CSR: device d's slots are a_off[d]:a_off[d + 1]."""
+    """Per device, the (time, bytes) of its transfers in arrival order.
+
+    The copy received (+bytes) or the sender's own tensor freed at arrival (x_home). Returns (a_off, a_t, a_v),
+    a CSR: device d's slots are a_off[d]:a_off[d + 1].
+    """
     n_dev = g.cost.shape[1]
     cons_off, out_bytes, out_node, x_arr, n_x = g.cons_off, g.out_bytes, g.out_node, w.x_arr, w.n_x[0]
     a_off = np.zeros(n_dev + 1, np.int64)

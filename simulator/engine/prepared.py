@@ -1,6 +1,8 @@
-"""The placement-independent arrays the fast simulator (simulator.engine.fast) needs for one (graph, cluster),
-computed once and cached on the graph (`Graph.cache`, keyed by the cluster: a frozen dataclass compared by value;
-the graph's arrays are read-only, so the cache cannot go stale)."""
+"""The fast engine's per-(graph, cluster) arrays, computed once.
+
+What simulator.engine.fast needs whatever the placement, cached on the graph (`Graph.cache`, keyed by the
+cluster: a frozen dataclass compared by value; the graph's arrays are read-only, so the cache cannot go stale).
+"""
 
 from __future__ import annotations
 
@@ -14,7 +16,10 @@ from simulator.model.limits import check_graph_on_cluster
 
 
 class Prepared(NamedTuple):
-    """Placement-independent arrays for one (graph, cluster); N nodes, O outputs, D devices."""
+    """Placement-independent arrays of one (graph, cluster).
+
+    N nodes, O outputs, D devices, H hosts; C distinct (output, consumer) and P distinct (parent, child) pairs.
+    """
 
     cost: np.ndarray  # float64[N, D] compute time of each node on each device, microseconds
     xfer_time: np.ndarray  # float64[O] out_bytes / bandwidth, microseconds
@@ -34,13 +39,13 @@ class Prepared(NamedTuple):
     host: np.ndarray  # int64[D] host of each device (Cluster.host_model)
     dispatch: np.ndarray  # float64[D] host time per op started on the device, microseconds (0: none asked)
     send: np.ndarray  # float64[D] host time per transfer the device sends, microseconds (0: none asked)
-    n_hosts: int
+    n_hosts: int  # H
     max_changes: int  # upper bound on memory change records of any placement
     exact_memory: bool  # every partial sum of memory changes is exact: the sweep may skip the (time, bytes) sort
 
 
 def prepare(graph: Graph, cluster: Cluster) -> Prepared:
-    """The placement-independent arrays of `graph` on `cluster`, memoised in graph.cache."""
+    """The arrays of `graph` on `cluster`, memoised in graph.cache."""
     key = ("engine.prepare", cluster)
     if key not in graph.cache:
         graph.cache[key] = prepare_arrays(graph, cluster)

@@ -1,6 +1,7 @@
-"""The plain-Python event loop: the simulator's semantics written to be read. The oracle for the fast engine.
+"""Plain-Python event loop: the simulator's semantics, to be read.
 
-Semantics (those of the published Placeto simulator, made exact):
+The oracle that the fast engine (simulator.engine.fast) is tested equal to. Semantics (those of the published
+Placeto simulator, made exact):
 
 * Each device runs one op at a time, from a FIFO queue ordered by (time the op became ready, a global arrival
   counter). Source nodes arrive at t=0 in node order.
@@ -55,7 +56,14 @@ def consumers_by_output(graph: Graph) -> list[list[list[int]]]:
 
 
 def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster) -> SimResult:
-    """Simulate one step of `graph` under `placement` (device index per node) on `cluster`, in plain Python."""
+    """One simulated step of `graph` under `placement`, in plain Python.
+
+    placement: a device index per node, on `cluster`'s devices.
+
+    Raises:
+      InputError: for a bad placement, or a graph and cluster whose times could leave the limits
+        (check_graph_on_cluster).
+    """
     n, n_dev = graph.n_nodes, cluster.n_devices
     check_placement(placement, graph, n_dev)
     dev = [int(x) for x in placement]
@@ -146,7 +154,10 @@ def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster)
 
 def peak_memory_reference(graph: Graph, dev: list[int], start: list[float], end: list[float],
                           transfers: Transfers, cons: list[list[list[int]]], n_dev: int) -> np.ndarray:
-    """float64[D] peak bytes per device for a finished schedule (see the module docstring)."""
+    """float64[D] peak bytes per device of a finished schedule.
+
+    By the module docstring's memory rules.
+    """
     arrival = {(int(p), int(k)): float(t) for p, k, t in zip(transfers.node, transfers.out, transfers.end)}
     out_bytes, out_off = graph.out_bytes.tolist(), graph.out_offsets.tolist()
     changes: list[list[tuple[float, float]]] = [[] for _ in range(n_dev)]  # (time, +bytes / -bytes)

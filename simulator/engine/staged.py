@@ -1,12 +1,13 @@
-"""Simulating placed execution as the staged harness runs it: stages, not units, are what a device launches.
+"""Simulating placed execution as the staged harness runs it.
 
-The hardware harness (`simulator.hardware.plans.units_plan(stages=True)`, on the process rig `simulator.hardware.rig.plans`) does not
-run units one by one: in dispatch order, the units that only hold values come first (they dispatch nothing), then
-each run of *consecutive* units on one device is ONE jitted stage, launched once; its outputs exist only when the
-whole stage has ended, and a value crossing devices is sent once per (producer stage, receiving device). On the
-process rig each worker runs its instruction list strictly in order: Run a stage, Send its values (a copy into
-shared memory and a message over a pipe), and Recv a batch (wait for the message, copy onto the device) right
-before the first stage that reads it.
+Stages, not units, are what a device launches. The hardware harness
+(`simulator.hardware.plans.units_plan(stages=True)`, on the process rig `simulator.hardware.rig.plans`) does not run
+units one by one: in dispatch order, the units that only hold values come first (they dispatch nothing), then each
+run of *consecutive* units on one device is ONE jitted stage, launched once; its outputs exist only when the whole
+stage has ended, and a value crossing devices is sent once per (producer stage, receiving device). On the process
+rig each worker runs its instruction list strictly in order: Run a stage, Send its values (a copy into shared memory
+and a message over a pipe), and Recv a batch (wait for the message, copy onto the device) right before the first
+stage that reads it.
 
 `stage_graph` turns (unit graph, placement, dispatch order) into that program as a graph the ordinary engine
 simulates, one node per stage on its device:
@@ -17,10 +18,11 @@ simulates, one node per stage on its device:
   per value it reads from another stage, `launch_us_per_input` and `launch_us_per_input_mb` per 10^6 bytes
   (`stage_inputs`) + `launch_us_per_output_mb` per 10^6 bytes of the values it makes that other stages read
   (`stage_outputs`) + the sum of its units' profiled costs on its device + its Sends (`RigCosts.send_cost`:
-  fixed, per value, per byte) + the Recvs placed before it (`RigCosts.recv_cost`). Nothing is charged for a value leaving its stage:
-  on XLA:CPU a stage returns every value its units make (simulator.hardware.plans.materialises) and the step profile is
-  taken the same way, so a unit costs what it was profiled at in any stage. A holder stage launches nothing: its
-  cost is its sends only. The worker does the copies itself, so they occupy the device, not a bus beside it;
+  fixed, per value, per byte) + the Recvs placed before it (`RigCosts.recv_cost`). Nothing is charged for a value
+  leaving its stage: on XLA:CPU a stage returns every value its units make (simulator.hardware.plans.materialises)
+  and the step profile is taken the same way, so a unit costs what it was profiled at in any stage. A holder stage
+  launches nothing: its cost is its sends only. The worker does the copies itself, so they occupy the device, not a
+  bus beside it;
 * edges: a value crossing stages on one device is a local edge (output 0 of the producer stage); values sent to
   device d are one transfer (output 1 + d, its bytes the distinct unit outputs sent), arriving `latency_us` after
   the producer stage ends; and each device's stages are chained in dispatch order by local zero-byte edges
@@ -59,9 +61,11 @@ NO_WIRE_BYTES_PER_US = MAX_BANDWIDTH  # bandwidth making wire time nil: the rig'
 
 @dataclasses.dataclass(frozen=True)
 class RigCosts:
-    """What running a stage and moving a value cost on a rig, beyond the units' own (profiled) work.
+    """Rig costs of stages and moved values, beyond the units' work.
 
-    Measured by `simulator.measure.rig_calibrate` on the process rig; all microseconds (per_mb: per 10^6 bytes)."""
+    The units' own work is profiled. These costs are measured by `simulator.measure.rig_calibrate` on the process
+    rig; all microseconds (per_mb: per 10^6 bytes).
+    """
 
     launch_us: float = 0.0  # per stage a worker runs: call, wait for its end, token hand-over
     launch_us_per_input: float = 0.0  # per value a stage reads from another stage (`stage_inputs`)
@@ -81,11 +85,17 @@ class RigCosts:
     #   (measured per graph, not fitted: HardwareRunner.with_rig_costs)
 
     def send_cost(self, nbytes: float, values: int = 1) -> float:
-        """Microseconds of one Send of `values` values, `nbytes` in all, on the sending worker."""
+        """Microseconds of one Send: `values` values, `nbytes` in all.
+
+        On the sending worker.
+        """
         return self.send_us + values * self.send_us_per_value + nbytes * self.send_us_per_mb / 1e6
 
     def recv_cost(self, nbytes: float, values: int = 1) -> float:
-        """Microseconds of one Recv of `values` values, `nbytes` in all, on the receiving worker (after waiting)."""
+        """Microseconds of one Recv: `values` values, `nbytes` in all.
+
+        On the receiving worker, after waiting.
+        """
         return self.recv_us + values * self.recv_us_per_value + nbytes * self.recv_us_per_mb / 1e6
 
 
@@ -101,15 +111,20 @@ class StageGraph(NamedTuple):
 
 
 def default_holders(graph: Graph) -> np.ndarray:
-    """bool[N] the units that only hold values (dispatch nothing): nodes whose op is input, param or const. A
-    grouped graph's groups all hold an equation in practice; a caller with the lowered units passes
-    `[u.body is None for u in units]` instead."""
+    """bool[N] the units that only hold values (input, param, const).
+
+    They dispatch nothing. A grouped graph's groups all hold an equation in practice; a caller with the lowered
+    units passes `[u.body is None for u in units]` instead.
+    """
     return np.asarray([op in INPUT_OPS for op in graph.ops], dtype=bool)
 
 
 def stage_runs(placement: Sequence[int], order: Sequence[int], holders: Sequence[bool]) -> list[list[int]]:
-    """[S] units of each stage, as `simulator.hardware.plans.units_plan(stages=True)` cuts them: the holders in `order`
-    first, one stage each; then every run of consecutive units of one device in `order`."""
+    """[S] units of each stage, as units_plan(stages=True) cuts them.
+
+    `simulator.hardware.plans.units_plan`: the holders in `order` first, one stage each; then every run of
+    consecutive units of one device in `order`.
+    """
     held = [u for u in order if holders[u]]
     runs = [[u] for u in held]
     for u in (u for u in order if not holders[u]):
@@ -135,8 +150,11 @@ def _check(graph: Graph, placement: np.ndarray, order: np.ndarray, n_devices: in
 
 
 def stage_inputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> tuple[np.ndarray, np.ndarray]:
-    """(int64[S] distinct values each stage reads from other stages, float64[S] their bytes) of `graph`'s units
-    cut into stages (`stage_of`: int64[N] stage of each unit)."""
+    """Values each stage reads from other stages: counts and bytes.
+
+    Returns (int64[S] counts, float64[S] bytes) of `graph`'s units cut into stages (`stage_of`: int64[N] stage
+    of each unit).
+    """
     count, nbytes = np.zeros(n_stages, dtype=np.int64), np.zeros(n_stages)
     seen: set[tuple[int, int, int]] = set()
     for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
@@ -149,8 +167,10 @@ def stage_inputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> tuple[np.
 
 
 def stage_outputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> np.ndarray:
-    """float64[S] the bytes of the distinct values each stage makes that another stage reads, of `graph`'s units
-    cut into stages (`stage_of`: int64[N] stage of each unit)."""
+    """float64[S] bytes of each stage's distinct values others read.
+
+    Values another stage reads, of `graph`'s units cut into stages (`stage_of`: int64[N] stage of each unit).
+    """
     nbytes = np.zeros(n_stages)
     seen: set[tuple[int, int]] = set()
     for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
@@ -163,8 +183,11 @@ def stage_outputs(graph: Graph, stage_of: np.ndarray, n_stages: int) -> np.ndarr
 
 def stage_sends(graph: Graph, stage_of: np.ndarray,
                 stage_device: np.ndarray) -> dict[tuple[int, int], tuple[int, float]]:
-    """{(producer stage, receiving device): (distinct values, their bytes)}: the batches (Sends) of `graph`'s
-    units cut into stages (`stage_of`: int64[N] stage of each unit) on devices (`stage_device`: int[S])."""
+    """The Sends: {(producer stage, receiving device): (values, bytes)}.
+
+    The distinct values of each batch and their bytes, of `graph`'s units cut into stages (`stage_of`: int64[N]
+    stage of each unit) on devices (`stage_device`: int[S]).
+    """
     sent: dict[tuple[int, int], dict[tuple[int, int], float]] = {}  # (stage, dst) -> {(unit, out): bytes}
     for u, v, o in zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist()):
         su, dst = int(stage_of[u]), int(stage_device[stage_of[v]])
@@ -175,9 +198,11 @@ def stage_sends(graph: Graph, stage_of: np.ndarray,
 
 def run_cost(costs: RigCosts, work: np.ndarray, n_in: np.ndarray, in_bytes: np.ndarray,
              out_bytes: np.ndarray) -> np.ndarray:
-    """float64[S] microseconds of each stage's Run on its worker (sends and receives apart): its launch, its units'
-    `work`, and its charges per input (`n_in`) and per MB read (`in_bytes`) and made for other stages
-    (`out_bytes`; bytes, `stage_inputs` and `stage_outputs`)."""
+    """float64[S] microseconds of each stage's Run on its worker.
+
+    Sends and receives apart: its launch, its units' `work`, and its charges per input (`n_in`) and per MB read
+    (`in_bytes`) and made for other stages (`out_bytes`; bytes, `stage_inputs` and `stage_outputs`).
+    """
     return (costs.launch_us + np.asarray(work, dtype=np.float64) + costs.launch_us_per_input * np.asarray(n_in)
             + costs.launch_us_per_input_mb * np.asarray(in_bytes) / 1e6
             + costs.launch_us_per_output_mb * np.asarray(out_bytes) / 1e6)
@@ -185,9 +210,20 @@ def run_cost(costs: RigCosts, work: np.ndarray, n_in: np.ndarray, in_bytes: np.n
 
 def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int], costs: RigCosts,
                 holders: Sequence[bool] | None = None, extra_us: np.ndarray | None = None) -> StageGraph:
-    """The stage graph of `graph` (N units) placed by `placement` (int[N]) and dispatched in `order` (a
-    topological permutation of the units), each unit costing `graph.cost_for(kind of its device)`; `extra_us`
-    (float64[S]) is added to the stages' costs (`simulate_staged`'s contention); see the module docstring."""
+    """The stage graph of a placed unit graph (module docstring).
+
+    Args:
+      graph: N units, each costing `graph.cost_for(kind of its device)`.
+      placement: int[N] device of each unit.
+      cluster: the devices.
+      order: the dispatch order, a topological permutation of the units.
+      costs: the rig's costs.
+      holders: bool[N] units that only hold values (None: `default_holders`).
+      extra_us: float64[S] added to the stages' costs (`simulate_staged`'s contention).
+
+    Raises:
+      InputError: for a bad placement, or an order that is not a topological permutation of the units.
+    """
     place = np.asarray(placement, dtype=np.int64)
     order = np.asarray(order, dtype=np.int64)
     _check(graph, place, order, cluster.n_devices)
@@ -242,15 +278,19 @@ def stage_graph(graph: Graph, placement: Sequence[int], cluster: Cluster, order:
 
 
 def rig_cluster(cluster: Cluster, costs: RigCosts) -> Cluster:
-    """`cluster`'s devices with the timing model the stage graph needs: no per-op delta1 (each stage's cost
-    holds its launch), no bus (the copies are in the stages), no hosts, latency `costs.latency_us`."""
+    """`cluster`'s devices with the timing model the stage graph needs.
+
+    No per-op delta1 (each stage's cost holds its launch), no bus (the copies are in the stages), no hosts,
+    latency `costs.latency_us`.
+    """
     devices = tuple(dataclasses.replace(d, host=None) for d in cluster.devices)
-    return dataclasses.replace(cluster, devices=devices, delta1_us=0.0, delta2_us=0.0, bandwidth_bytes_per_us=NO_WIRE_BYTES_PER_US,
+    return dataclasses.replace(cluster, devices=devices, delta1_us=0.0, delta2_us=0.0,
+    bandwidth_bytes_per_us=NO_WIRE_BYTES_PER_US,
                                latency_us=float(costs.latency_us), hosts=())
 
 
 class StagedResult(NamedTuple):
-    """A staged simulation: the step time and the schedule of the stages."""
+    """A staged simulation: step time and the stages' schedule."""
 
     runtime_us: float  # simulated step time, microseconds (the stages' makespan + RigCosts.step_us)
     stages: StageGraph
@@ -259,15 +299,21 @@ class StagedResult(NamedTuple):
 
 def simulate_staged(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int],
                     costs: RigCosts, holders: Sequence[bool] | None = None) -> StagedResult:
-    """Simulated step time of `placement` run as stages in dispatch `order` (see the module docstring); the fast
-    engine (simulator.engine.fast). With `costs.contention`, a second pass adds to each stage `contention` x its
-    units' work x the share of its time (first pass) another device was running a stage (`overlap`)."""
+    """Simulated step of `placement` run as stages in dispatch `order`.
+
+    With the fast engine (simulator.engine.fast); see the module docstring. With `costs.contention`, a second pass
+    adds to each stage `contention` x its units' work x the share of its time (first pass) another device was
+    running a stage (`overlap`).
+    """
     return _two_passes(simulate, graph, placement, cluster, order, costs, holders)
 
 
 def simulate_staged_reference(graph: Graph, placement: Sequence[int], cluster: Cluster, order: Sequence[int],
                               costs: RigCosts, holders: Sequence[bool] | None = None) -> StagedResult:
-    """`simulate_staged` with the plain-Python event loop (simulator.engine.reference): the oracle."""
+    """`simulate_staged` on the plain-Python event loop: the oracle.
+
+    simulator.engine.reference's.
+    """
     return _two_passes(simulate_reference, graph, placement, cluster, order, costs, holders)
 
 
@@ -283,8 +329,11 @@ def _two_passes(engine, graph, placement, cluster, order, costs, holders) -> Sta
 
 
 def overlap(start: np.ndarray, end: np.ndarray, device: np.ndarray, active: np.ndarray) -> np.ndarray:
-    """float64[S] the share of each stage's [start, end) during which another device runs an `active` stage
-    (0 for a stage of no length or not active). Intervals in microseconds."""
+    """float64[S] each stage's share of time another device runs one.
+
+    The share of [start, end) during which another device runs an `active` stage, at most 1 (0 for a stage of no
+    length or not active). Intervals in microseconds.
+    """
     start, end = np.asarray(start, dtype=np.float64), np.asarray(end, dtype=np.float64)
     share = np.zeros(len(start))
     for s in np.flatnonzero(active & (end > start)):
@@ -295,9 +344,12 @@ def overlap(start: np.ndarray, end: np.ndarray, device: np.ndarray, active: np.n
 
 
 def plan_order(plan) -> tuple[np.ndarray, np.ndarray]:
-    """(int64[N] an order of the units that `stage_runs` cuts into exactly `plan`'s tasks, bool[N] holders: the
-    units of tasks that dispatch nothing) of a staged `simulator.hardware.dispatch.Plan` (or anything with `.tasks`
-    carrying `unit`, `units` and `fn`): the partition the harness really runs, re-traced program included."""
+    """The unit order and holders of a staged plan, for `stage_runs`.
+
+    Returns (int64[N] an order of the units that `stage_runs` cuts into exactly `plan`'s tasks, bool[N] holders:
+    the units of tasks that dispatch nothing) of a staged `simulator.hardware.dispatch.Plan` (or anything with
+    `.tasks` carrying `unit`, `units` and `fn`): the partition the harness really runs, re-traced program included.
+    """
     runs = [tuple(t.units or (t.unit,)) for t in plan.tasks]
     order = np.asarray([u for run in runs for u in run], dtype=np.int64)
     holders = np.zeros(len(order), dtype=bool)

@@ -1,1 +1,1 @@
-"""Grouping: an op graph contracted to a smaller graph of groups, and placements mapped back and forth."""
+"""Grouping: op graphs contracted to groups, placements mapped back."""

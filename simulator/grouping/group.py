@@ -1,4 +1,4 @@
-"""Colocation and coarsening: an op graph -> a smaller graph of groups, and placements back and forth.
+"""Coarsening an op graph into groups; placements back and forth.
 
 A group runs as one unit (`simulator.engine.reference`): it starts when all its external inputs have arrived and runs
 its members back to back, so merging can destroy parallelism. Grouping therefore tracks the zero-communication
@@ -41,7 +41,7 @@ only colocation merges that lengthen it not at all (the parts left apart keep th
 (1 + max_cp_growth) x the op graph's (labels kept exact so the bound holds), (d) is skipped, and the GroupingReport
 says when the bound, not the target, stopped the merging. With `join_names`, (c) may merge groups of different
 colocation names, the names becoming one (one device for both), so names alone never keep a graph above its
-target (MobileNetV2 asked for 300 groups stopped at 421 without it, most holding a different variable's name).
+target (how far they can otherwise: docs/importing.md).
 
 The grouped graph's critical path is never below the op graph's; after (a) and (b) only (target None) it is
 the op graph's under the grouping weight, unless colocation merges lengthened it. Nodes with different
@@ -75,8 +75,11 @@ _TOL = 0.002  # step (c): a popped key that grew by at most this times the cp is
 
 
 class GroupingReport(NamedTuple):
-    """What grouping achieved against what was asked. Critical paths in the units of the grouping weight
-    (`_op_weight`): zero-communication longest paths of the op graph and of the grouped graph."""
+    """What grouping achieved against what was asked.
+
+    Critical paths in the units of the grouping weight (`_op_weight`): zero-communication longest paths of the op
+    graph (cp_ops) and of the grouped graph (cp_groups).
+    """
 
     n_groups: int
     target_groups: int | None
@@ -92,7 +95,7 @@ class GroupingReport(NamedTuple):
         return self.cp_groups / self.cp_ops - 1.0 if self.cp_ops > 0 else 0.0
 
     def describe(self) -> str:
-        """One line: groups made, critical-path growth, and why the target was not reached."""
+        """One line: groups made, critical-path growth, why short of target."""
         text = f"{self.n_groups} groups"
         if self.target_groups is not None:
             text += f" (target {self.target_groups})"
@@ -129,8 +132,11 @@ class Grouping:
 
 
 def _merge_colocated(q: Quotient, graph: Graph, bound: float = math.inf) -> None:
-    """Step (a): merge the ops of each colocation name where the local acyclicity test allows (and, with a
-    finite `bound`, where the longest path through the merged pair stays within it: labels kept exact)."""
+    """Step (a): merge the ops of each colocation name, where acyclic.
+
+    Where the local acyclicity test allows and, with a finite `bound`, where the longest path through the merged
+    pair stays within it (labels kept exact).
+    """
     exact = bound < math.inf
 
     def merge(a: int, b: int) -> int | None:
@@ -165,10 +171,12 @@ def _merge_colocated(q: Quotient, graph: Graph, bound: float = math.inf) -> None
 
 
 def _delays_nothing(q: Quotient, u: int, v: int) -> bool:
-    """True if contracting the edge u -> v changes no node's earliest start (so neither the critical path):
-    the group can start when u did (v's other inputs are ready by then, or u costs nothing and v's inputs
-    are ready when v started) and every other consumer of u starts after v ends (and after v starts, which
-    also rules out a second path u -> c -> ... -> v)."""
+    """True if contracting edge u -> v delays no node's earliest start.
+
+    So neither the critical path: the group can start when u did (v's other inputs are ready by then, or u costs
+    nothing and v's inputs are ready when v started) and every other consumer of u starts after v ends (and after
+    v starts, which also rules out a second path u -> c -> ... -> v).
+    """
     st, w = q.start, q.weight
     ready = max([st[p] + w[p] for p in q.pred[v] if p != u], default=0.0)
     if ready <= st[u]:
@@ -182,10 +190,13 @@ def _delays_nothing(q: Quotient, u: int, v: int) -> bool:
 
 
 def _contract_free_edges(q: Quotient, order: Sequence[int], target: int, cap: float) -> None:
-    """Step (b): contract edges u -> v that delay nothing (`_delays_nothing`), in topological order of u,
-    until nothing changes, never making a group heavier than `cap`. This includes Mirhoseini et al.'s merge
-    of a node into its only consumer when that consumer's other inputs are ready by the time the node
-    starts. Start times stay exact and the critical path unchanged; bottoms are left stale."""
+    """Step (b): contract the edges u -> v that delay nothing.
+
+    `_delays_nothing`, in topological order of u, until nothing changes, never making a group heavier than `cap`.
+    This includes Mirhoseini et al.'s merge of a node into its only consumer when that consumer's other inputs are
+    ready by the time the node starts. Start times stay exact and the critical path unchanged; bottoms are left
+    stale.
+    """
     st, w = q.start, q.weight
     changed = True
     while changed and q.n_groups > target:
@@ -203,8 +214,10 @@ def _contract_free_edges(q: Quotient, order: Sequence[int], target: int, cap: fl
 
 
 def _nearest_siblings(q: Quotient, m: int) -> set[tuple[int, int]]:
-    """Pairs of m with its siblings next to it in start order: among each parent's children and each child's
-    parents."""
+    """Pairs of m with its siblings next to it in start order.
+
+    Among each parent's children and each child's parents.
+    """
     key = (q.start[m], m)
     pairs = set()
     for nbrs in [q.succ[p] for p in q.pred[m]] + [q.pred[c] for c in q.succ[m]]:
@@ -215,13 +228,19 @@ def _nearest_siblings(q: Quotient, m: int) -> set[tuple[int, int]]:
 
 
 def _pair_entry(q: Quotient, a: int, b: int, version: list[int]) -> tuple:
-    """(path through a + b, weight, a, b, versions of a and b): a heap entry, dead once a or b changes."""
+    """A heap entry for the pair a, b; dead once a or b changes.
+
+    (path through a + b, summed weight, a, b, versions of a and b).
+    """
     a, b = min(a, b), max(a, b)
     return (q.path_through(a, b), q.weight[a] + q.weight[b], a, b, version[a], version[b])
 
 
 def _all_candidates(q: Quotient) -> set[tuple[int, int]]:
-    """Every edge, and siblings next to each other in start order among each node's children and parents."""
+    """Candidate pairs: edges, and siblings adjacent in start order.
+
+    Siblings among each node's children and among its parents.
+    """
     pairs = set()
     for u in q.reps():
         pairs.update((min(u, v), max(u, v)) for v in q.succ[u])
@@ -232,12 +251,14 @@ def _all_candidates(q: Quotient) -> set[tuple[int, int]]:
 
 
 def _contract_greedy(q: Quotient, target: int, cap: float, bound: float = math.inf) -> bool:
-    """Step (c): contract candidate pairs (`_all_candidates`, then the pairs each contraction creates),
-    smallest path through the merged pair first, down to `target` groups, never making a group heavier than
-    `cap`. Lazy greedy: keys only grow, so a popped key is re-evaluated and pushed back if it grew (by more
-    than _TOL of the critical path) past the runner-up. Labels are raised in bounded waves and recomputed
-    exactly after n_groups / _RESCHEDULE contractions whose waves were cut short. No contraction whose path
-    through the merged pair exceeds `bound` is made; returns True if that bound stopped it above `target`."""
+    """Step (c): contract pairs, shortest path through the pair first.
+
+    Candidates: `_all_candidates`, then the pairs each contraction creates; down to `target` groups, never making a
+    group heavier than `cap`. Lazy greedy: keys only grow, so a popped key is re-evaluated and pushed back if it
+    grew (by more than _TOL of the critical path) past the runner-up. Labels are raised in bounded waves and
+    recomputed exactly after n_groups / _RESCHEDULE contractions whose waves were cut short. No contraction whose
+    path through the merged pair exceeds `bound` is made; returns True if that bound stopped it above `target`.
+    """
     q.reschedule(depth_valid=False)
     version = [0] * len(q.parent)
 
@@ -275,9 +296,12 @@ def _contract_greedy(q: Quotient, target: int, cap: float, bound: float = math.i
 
 
 def _merge_topological_neighbours(q: Quotient, target: int) -> None:
-    """Step (d): merge disjoint pairs of neighbours in one topological order (a contiguous run of a
-    topological order is convex, so contracting any set of disjoint runs keeps the graph acyclic); pairs joined
-    by an edge first, then the cheapest. Repeats with a fresh order until `target` or nothing is mergeable."""
+    """Step (d): merge disjoint neighbour pairs of a topological order.
+
+    A contiguous run of a topological order is convex, so contracting any set of disjoint runs keeps the graph
+    acyclic. Pairs joined by an edge first, then the cheapest. Repeats with a fresh order until `target` or nothing
+    is mergeable.
+    """
     while q.n_groups > target:
         order = quotient_topo_order(q)
         pairs = sorted((0 if b in q.succ[a] else 1, q.weight[a] + q.weight[b], k)
@@ -296,9 +320,14 @@ def _merge_topological_neighbours(q: Quotient, target: int) -> None:
 
 
 def _op_weight(graph: Graph, kind: str | None) -> np.ndarray:
-    """float64[N] the weight that drives grouping (NaN counts 0): `kind`'s costs; else the only kind's; else
-    each kind's costs as a share of that kind's total, max over kinds (a slow kind such as a CPU would
-    otherwise decide alone)."""
+    """float64[N] the weight that drives grouping (NaN counts 0).
+
+    `kind`'s costs; else the only kind's; else each kind's costs as a share of that kind's total, max over kinds
+    (a slow kind such as a CPU would otherwise decide alone).
+
+    Raises:
+      InputError: if the graph has no costs for `kind`.
+    """
     if kind is not None and kind not in graph.costs:
         raise InputError(f"graph {graph.name!r} has no costs for device kind {kind!r}")
     if kind is not None or len(graph.costs) <= 1:
@@ -312,8 +341,10 @@ def _op_weight(graph: Graph, kind: str | None) -> np.ndarray:
 def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
           single_consumer: bool = True, fallback: bool = True, kind: str | None = None,
           balance: float | None = 4.0, max_cp_growth: float | None = None, join_names: bool = False) -> Grouping:
-    """Group `graph` by colocation (a), contracting edges that delay nothing (b), critical-path-greedy
-    contraction (c) and, if still above the target, merging neighbours in a topological order (d).
+    """Group `graph` in steps (a)-(d) of the module docstring.
+
+    By colocation (a), contracting edges that delay nothing (b), critical-path-greedy contraction (c) and, if still
+    above the target, merging neighbours in a topological order (d).
 
     Args:
       graph: the op graph.
@@ -332,6 +363,9 @@ def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
         one device for both), so that colocation alone never keeps the graph above the target.
     Returns:
       the Grouping, with its GroupingReport (see the module docstring for what is guaranteed).
+
+    Raises:
+      InputError: for `target_groups` < 1, a negative or infinite `max_cp_growth`, or a `kind` without costs.
     """
     if target_groups is not None and target_groups < 1:
         raise InputError(f"target_groups must be >= 1, got {target_groups}")
@@ -344,8 +378,7 @@ def group(graph: Graph, target_groups: int | None = None, colocate: bool = True,
     bound = cp_ops * (1 + max_cp_growth) * (1 + 1e-9) if max_cp_growth is not None else math.inf
     target = target_groups if target_groups is not None else 0
     if colocate:  # with a bound, colocation merges may not lengthen the critical path at all: the parts of a
-        # name left apart keep the name (one device), and step (c) gets the whole bound (measured on GPT-2: merging
-        # its tied embedding's transpose and weight decay lengthened it 4.3%)
+        # name left apart keep the name (one device), and step (c) gets the whole bound (why: docs/importing.md)
         _merge_colocated(q, graph, cp_ops * (1 + 1e-9) if max_cp_growth is not None else math.inf)
     cap = balance * float(weight.sum()) / target_groups if balance and target_groups else math.inf
     if single_consumer and q.n_groups > target:
@@ -416,16 +449,21 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
 
 
 def _effective_cost(graph: Graph, kind: str) -> np.ndarray:
-    """float64[N] the cost of every op on `kind` as Graph.cost_for reads it: its own, else its plain-number
-    (DEFAULT_KIND) cost, NaN with neither. Summing raw per-kind costs instead lost every kind of a graph whose
-    nodes mix the two (a group of one op of each had no cost at all)."""
+    """float64[N] each op's cost on `kind`, as Graph.cost_for reads it.
+
+    Its own, else its plain-number (DEFAULT_KIND) cost, NaN with neither. Summing raw per-kind costs instead lost
+    every kind of a graph whose nodes mix the two (a group of one op of each had no cost at all).
+    """
     own, default = graph.costs[kind], graph.costs.get(DEFAULT_KIND)
     return own if default is None or kind == DEFAULT_KIND else np.where(np.isnan(own), default, own)
 
 
 def _group_costs(graph: Graph, g: np.ndarray, kind: str, cost: np.ndarray, n_groups: int) -> np.ndarray:
-    """float64[G] a group's cost under `kind`: the fused roofline of its ops for the XLA-era analytic kinds of
-    a traced graph (simulator.model.costs.fused_group_costs), else the sum of its ops' costs."""
+    """float64[G] each group's cost under `kind`.
+
+    The fused roofline of its ops for the XLA-era analytic kinds of a traced graph
+    (simulator.model.costs.fused_group_costs), else the sum of its ops' costs.
+    """
     traced = all(op in FREE_OPS or "flops" in a for op, a in zip(graph.ops, graph.attrs))
     if kind in FUSED_KINDS and traced and graph.n_nodes:
         return fused_group_costs(graph, g, kind)
@@ -433,7 +471,10 @@ def _group_costs(graph: Graph, g: np.ndarray, kind: str, cost: np.ndarray, n_gro
 
 
 def _dominant_op(graph: Graph, ops: list[int], weight: np.ndarray) -> str:
-    """The op type with the largest summed cost (then the most members, then the name)."""
+    """The op type with the largest summed weight among `ops`.
+
+    Ties: the most members, then the name.
+    """
     if len(ops) == 1:
         return graph.ops[ops[0]]
     score: dict[str, list[float]] = {}
@@ -445,7 +486,11 @@ def _dominant_op(graph: Graph, ops: list[int], weight: np.ndarray) -> str:
 
 
 def expand_placement(grouping: Grouping, group_placement: Sequence[int] | np.ndarray) -> np.ndarray:
-    """int32[N] device of every op, from the device of every group."""
+    """int32[N] device of every op, from the device of every group.
+
+    Raises:
+      InputError: if `group_placement` has not one entry per group.
+    """
     p = np.asarray(group_placement)
     if p.shape != (grouping.graph.n_nodes,):
         raise InputError(f"group placement has {p.size} entries but there are {grouping.graph.n_nodes} groups")
@@ -453,7 +498,13 @@ def expand_placement(grouping: Grouping, group_placement: Sequence[int] | np.nda
 
 
 def group_placement_from_ops(grouping: Grouping, op_placement: Sequence[int] | np.ndarray) -> np.ndarray:
-    """int32[G] device of every group: the device most of its ops are on (ties: the lowest device index)."""
+    """int32[G] device of every group: the one most of its ops are on.
+
+    Ties: the lowest device index.
+
+    Raises:
+      InputError: if `op_placement` has not one entry per op, or a negative index.
+    """
     p = np.asarray(op_placement, dtype=np.int64)
     if p.shape != grouping.op_to_group.shape:
         raise InputError(f"op placement has {p.size} entries but there are {grouping.op_to_group.size} ops")

@@ -1,12 +1,12 @@
-"""The contracted graph that grouping works on: a quotient of an op graph under a union-find of its ops.
+"""The contracted graph that grouping works on.
 
-`Quotient(graph, weight)` starts with every op its own group (weight: float64[N] per-op weight, any
-non-negative unit, e.g. microseconds or cost shares; see `simulator.grouping.group._op_weight`). Each group is named
-by its representative op (`find`); per representative it keeps the distinct successor and predecessor groups,
-the colocation name, the summed member weight, and labels of the zero-communication ASAP schedule of the
-contracted graph, in the weight's units: the earliest `start`, the `bottom` (longest path from the group's start
-to the end, its own weight included) and the critical path `cp`; plus a `depth` with depth[child] >
-depth[parent] on every edge, which the acyclicity test relies on.
+A quotient of an op graph under a union-find of its ops. `Quotient(graph, weight)` starts with every op its own
+group (weight: float64[N] per-op weight, any non-negative unit, e.g. microseconds or cost shares; see
+`simulator.grouping.group._op_weight`). Each group is named by its representative op (`find`); per representative it
+keeps the distinct successor and predecessor groups, the colocation name, the summed member weight, and labels of
+the zero-communication ASAP schedule of the contracted graph, in the weight's units: the earliest `start`, the
+`bottom` (longest path from the group's start to the end, its own weight included) and the critical path `cp`; plus
+a `depth` with depth[child] > depth[parent] on every edge, which the acyclicity test relies on.
 
 `merge` contracts two groups (adjacency only); `contract` merges and updates the labels incrementally (exactly,
 or in bounded waves, leaving the rest stale until `reschedule`); `mergeable` and `path_through` say whether a
@@ -27,8 +27,11 @@ _REL_TOL = 1e-9  # relative slack when comparing path lengths summed in differen
 
 
 class Quotient:
-    """The contracted graph: union-find over ops, distinct successor/predecessor sets per representative, and
-    labels of the representatives: the zero-communication ASAP schedule (start, bottom, cp) and a depth."""
+    """The contracted graph: a union-find over ops, labels per group.
+
+    Distinct successor/predecessor sets per representative, and labels of the representatives: the
+    zero-communication ASAP schedule (start, bottom, cp) and a depth.
+    """
 
     def __init__(self, graph: Graph, weight: np.ndarray):
         n = graph.n_nodes
@@ -41,7 +44,7 @@ class Quotient:
         self.coloc = list(graph.colocation)
         self.join_names = False  # True: groups of different colocation names may merge, the names becoming one
         self._alias: dict[str, str] = {}  # colocation name -> the name it was joined into
-        self.weight = weight.tolist()  # summed member weight per representative (units of `grouping._op_weight`)
+        self.weight = weight.tolist()  # summed member weight per representative (units of `group._op_weight`)
         self.n_groups = n
         self.start = [0.0] * n  # earliest start with free communication (same units)
         self.bottom = [0.0] * n  # longest path from the node's start to the end, own weight included
@@ -74,13 +77,16 @@ class Quotient:
         return na is None or nb is None or na == nb
 
     def no_long_path(self, a: int, b: int) -> bool:
-        """True if there is surely no path a -> x -> ... -> b with x outside {a, b}."""
+        """True if surely no path a -> x -> ... -> b has x outside {a, b}."""
         sa, pb = self.succ[a], self.pred[b]
         return len(sa) == 0 or (len(sa) == 1 and b in sa) or len(pb) == 0 or (len(pb) == 1 and a in pb)
 
     def reaches(self, sources, b: int) -> bool:
-        """True if some node of `sources` may reach b: a depth-first search skipping nodes at b's depth or deeper
-        (they cannot reach b); also True when it runs out of budget."""
+        """True if a node of `sources` may reach b (or the budget ran out).
+
+        A depth-first search of at most _SEARCH_BUDGET nodes, skipping nodes at b's depth or deeper (they cannot
+        reach b).
+        """
         db, succ, d = self.depth[b], self.succ, self.depth
         stack = [x for x in sources if d[x] < db]
         seen, budget = set(stack), _SEARCH_BUDGET
@@ -98,8 +104,11 @@ class Quotient:
         return False
 
     def mergeable(self, a: int, b: int) -> bool:
-        """True if contracting a and b surely keeps the graph acyclic: no path between them other than an
-        edge (a path from a to b of two or more hops needs depth[b] >= depth[a] + 2)."""
+        """True if contracting a and b surely keeps the graph acyclic.
+
+        No path joins them other than an edge (a path from a to b of two or more hops needs depth[b] >= depth[a] +
+        2), and their colocation names are compatible.
+        """
         if not self.compatible(a, b):
             return False
         if self.depth[a] > self.depth[b]:
@@ -109,8 +118,10 @@ class Quotient:
         return not self.reaches([x for x in self.succ[a] if x != b], b)
 
     def path_through(self, a: int, b: int) -> float:
-        """Length of the longest path through the group a + b if it were contracted now. Paths avoiding
-        the group keep their length, so the critical path after contracting is max(cp, this)."""
+        """Length of the longest path through a + b if contracted now.
+
+        Paths avoiding the group keep their length, so the critical path after contracting is max(cp, this).
+        """
         st, bl, w = self.start, self.bottom, self.weight
         if a in self.succ[b]:
             a, b = b, a
@@ -131,7 +142,7 @@ class Quotient:
         return head + w[a] + w[b] + tail
 
     def merge(self, a: int, b: int) -> int:
-        """Contract representatives a and b (adjacency only); returns the surviving representative."""
+        """Contract groups a and b (adjacency only); returns the survivor."""
         if len(self.succ[a]) + len(self.pred[a]) < len(self.succ[b]) + len(self.pred[b]):
             a, b = b, a  # move the smaller adjacency
         keep, drop = a, b
@@ -159,9 +170,12 @@ class Quotient:
         return keep
 
     def contract(self, a: int, b: int, wave: int | None = None) -> int:
-        """`merge`, then update the labels: depth exactly (the acyclicity test relies on it); start and bottom
-        only grow under contraction, so the new group's descendants (start) and ancestors (bottom) are raised,
-        exactly, or until `wave` nodes were raised each way (the rest stays low until `reschedule`)."""
+        """`merge`, then update the labels; returns the survivor.
+
+        Depth exactly (the acyclicity test relies on it); start and bottom only grow under contraction, so the new
+        group's descendants (start) and ancestors (bottom) are raised, exactly, or until `wave` nodes were raised
+        each way (the rest stays low until `reschedule`).
+        """
         m = self.merge(a, b)
         st, bl, d, w = self.start, self.bottom, self.depth, self.weight
         d[m] = max([d[p] + 1 for p in self.pred[m]], default=0)
@@ -180,8 +194,11 @@ class Quotient:
         return m
 
     def _raise(self, m: int, nbrs: list, val: list, sign: int, wave: int | None) -> bool:
-        """Propagate a raised start (sign +1, to successors) or bottom (-1, to predecessors) from m, in depth
-        order so each node is raised once; False if stopped by `wave`."""
+        """Raise starts or bottoms onward from m; False if `wave` cut it.
+
+        A start (sign +1) goes to the successors, a bottom (-1) to the predecessors, in depth order so that each
+        node is raised once.
+        """
         st, bl, d, w = self.start, self.bottom, self.depth, self.weight
         heap, queued, budget, cp = [(sign * d[m], m)], {m}, wave, self.cp
         while heap and (budget is None or budget > 0):
@@ -201,8 +218,11 @@ class Quotient:
         return not heap
 
     def reschedule(self, depth_valid: bool = True) -> None:
-        """Recompute start, bottom, depth (longest hop count) and cp from scratch. With `depth_valid`, sorting
-        by the current depth gives the topological order."""
+        """Recompute start, bottom, depth and cp from scratch.
+
+        Depth is the longest hop count. With `depth_valid`, sorting by the current depth gives the topological
+        order.
+        """
         order = sorted(self.reps(), key=self.depth.__getitem__) if depth_valid else quotient_topo_order(self)
         st, bl, d, w, pred, succ = self.start, self.bottom, self.depth, self.weight, self.pred, self.succ
         finish = [0.0] * len(st)
@@ -220,7 +240,10 @@ class Quotient:
 
 
 def quotient_topo_order(q: Quotient) -> list[int]:
-    """Representatives in a depth-first-like topological order (Kahn with a stack, smallest id first)."""
+    """Representatives in a depth-first-like topological order.
+
+    Kahn's algorithm with a stack, smallest id first.
+    """
     reps = q.reps()
     indeg = {r: len(q.pred[r]) for r in reps}
     stack = [r for r in reversed(reps) if indeg[r] == 0]

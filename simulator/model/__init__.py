@@ -1,1 +1,1 @@
-"""The graph model: graphs, clusters, their file formats, limits, analytic costs and statistics."""
+"""Graphs and clusters: file formats, limits, analytic costs, stats."""

@@ -1,4 +1,4 @@
-"""Devices, memory capacities and the interconnect; presets and the cluster file format.
+"""Clusters: devices, memory, interconnect, presets, file format.
 
 Cluster file::
 
@@ -38,11 +38,11 @@ GB = 10**9
 
 @dataclasses.dataclass(frozen=True)
 class Device:
-    """One device. kind selects the node costs the simulator uses (e.g. "k80", "cpu")."""
+    """One device; its `kind` selects the node costs the simulator uses."""
 
     name: str
-    kind: str
-    memory_bytes: float  # capacity; placements above it are reported out of memory
+    kind: str  # e.g. "k80", "cpu"
+    memory_bytes: float  # capacity, bytes; placements above it are reported out of memory
     host: str | None = None  # name of the cluster's Host whose time this device's dispatch and sends take
 
     def __post_init__(self):
@@ -57,7 +57,9 @@ class Device:
 
 @dataclasses.dataclass(frozen=True)
 class Host:
-    """CPU time shared by the devices that name this host: their dispatch threads take turns on it.
+    """CPU time shared by the devices that name this host.
+
+    Their dispatch threads take turns on it.
 
     Attributes:
       name: referred to by Device.host.
@@ -139,7 +141,10 @@ class Cluster:
 
     @functools.cached_property
     def capacity(self) -> np.ndarray:
-        """float64[D] memory capacity per device, bytes (read-only: one array shared by every result)."""
+        """float64[D] memory capacity per device, bytes.
+
+        Read-only: one array shared by every result.
+        """
         a = np.asarray(self.memory, dtype=np.float64)
         a.flags.writeable = False
         return a
@@ -156,7 +161,10 @@ class Cluster:
                          np.array([self.hosts[k].transfer_us for k in of]), len(self.hosts))
 
     def to_dict(self) -> dict[str, Any]:
-        """The cluster file's dictionary; the optional fields only when set (a preset's file is unchanged)."""
+        """The cluster file's dictionary.
+
+        The optional fields only when set, so a preset's file is unchanged.
+        """
         d = {"format": FORMAT, "version": VERSION, "name": self.name,
              "devices": [{k: v for k, v in dataclasses.asdict(dev).items() if k != "host" or v is not None}
                          for dev in self.devices],
@@ -170,7 +178,10 @@ class Cluster:
 
 
 class HostModel(NamedTuple):
-    """A cluster's hosts per device (D devices, H hosts); without hosts each device is its own, at no cost."""
+    """A cluster's hosts as per-device arrays (D devices, H hosts).
+
+    Without hosts, each device is its own host, at no cost.
+    """
 
     host: np.ndarray  # int64[D] host index of each device, in [0, H)
     dispatch_us: np.ndarray  # float64[D] host time per op dispatched on the device, microseconds
@@ -179,7 +190,11 @@ class HostModel(NamedTuple):
 
 
 def _check_hosts(cluster: Cluster) -> None:
-    """InputError unless the hosts have unique names and, when there are any, every device names one of them."""
+    """Check host names are unique and, if any, every device names one.
+
+    Raises:
+      InputError: naming the cluster and the device or field, otherwise.
+    """
     where = f"cluster {cluster.name!r}"
     for h in cluster.hosts:
         if not isinstance(h, Host):
@@ -206,28 +221,31 @@ def _k80(n: int) -> Cluster:
 
 
 def _k80_cpu(n: int) -> Cluster:
-    """A host CPU (device 0) plus n-1 K80 GPUs, as in the 2017 paper's single-CPU/single-GPU baselines."""
+    """A host CPU (device 0) plus n-1 K80 GPUs.
+
+    As in the 2017 paper's single-CPU/single-GPU baselines.
+    """
     gpus = _k80(n - 1).devices if n > 1 else ()
     return Cluster(name="placeto-k80-cpu", devices=(Device("/cpu:0", "cpu", 64 * GB),) + gpus,
                    delta1_us=5.7, delta2_us=25.0, bandwidth_bytes_per_us=7600.0)
 
 
 class MachineSpec(NamedTuple):
-    """A machine people own: n GPUs of one analytic cost kind (simulator.model.costs.SPECS) and their links."""
+    """A machine people own: GPUs of one cost kind, and their links."""
 
-    kind: str  # the graph cost kind of its GPUs
-    memory_bytes: float  # per GPU
+    kind: str  # the graph cost kind of its GPUs (a key of simulator.model.costs.SPECS)
+    memory_bytes: float  # per GPU, bytes
     link_gbs: float  # GPU <-> GPU bandwidth, one direction, GB/s
     host_link_gbs: float  # GPU <-> host CPU bandwidth, one direction, GB/s (the "-cpu" presets' bus)
-    launch_us: float  # delta1: idle time of a GPU after each op (kernel launch to launch, order of magnitude)
-    transfer_us: float  # delta2: fixed cost of one transfer on the bus (a peer copy's launch)
-    latency_us: float  # a transfer's flight time on the link
-    source: str
+    launch_us: float  # delta1, us: a GPU's idle time after each op (launch to launch, order of magnitude)
+    transfer_us: float  # delta2, us: fixed cost of one transfer on the bus (a peer copy's launch)
+    latency_us: float  # us: a transfer's flight time on the link
+    source: str  # where the numbers come from
 
 
 # Datasheet bandwidths (one direction: NVLink figures are quoted for both directions together, so halved);
 # launch and transfer costs are orders of magnitude of what CUDA kernel launches and peer copies cost, not
-# datasheet values (measured on an H200: a jitted call's host floor 53-57 us, which stages pay once, not per op).
+# datasheet values (a jitted call's host floor, which stages pay once, not per op: docs/hardware.md).
 MACHINES: dict[str, MachineSpec] = {
     # https://www.nvidia.com/en-us/data-center/h100/ : H100 SXM5 80 GB, NVLink 4 at 900 GB/s per GPU (both
     # directions), host PCIe Gen5 x16 at 128 GB/s (both directions).
@@ -251,8 +269,11 @@ MACHINES: dict[str, MachineSpec] = {
 
 
 def machine(name: str, n: int, with_cpu: bool = False) -> Cluster:
-    """n GPUs of MACHINES[name]; with_cpu: device 0 is the host CPU (analytic kind "cpu", the machine's memory
-    of 512 GB assumed) and n-1 GPUs, every transfer on the host link (the model has one bandwidth)."""
+    """n GPUs of MACHINES[name] (with `with_cpu`: the CPU, n-1 GPUs).
+
+    With `with_cpu`, device 0 is the host CPU (analytic kind "cpu", the machine's memory of 512 GB assumed) and
+    every transfer goes over the host link (the model has one bandwidth).
+    """
     spec = MACHINES[name]
     gpus = tuple(Device(f"/gpu:{i}", spec.kind, spec.memory_bytes) for i in range(n - 1 if with_cpu else n))
     devices = ((Device("/cpu:0", "cpu", 512 * GB),) + gpus) if with_cpu else gpus
@@ -267,7 +288,13 @@ PRESETS.update({f"{name}-cpu": functools.partial(machine, name, with_cpu=True) f
 
 
 def cluster_preset(name: str, n_devices: int) -> Cluster:
-    """A named preset with `n_devices` devices (e.g. cluster_preset("placeto-k80", 4))."""
+    """A named preset with `n_devices` devices.
+
+    E.g. cluster_preset("placeto-k80", 4).
+
+    Raises:
+      InputError: for a name not in PRESETS, or a device count outside [1, MAX_DEVICES].
+    """
     if name not in PRESETS:
         raise InputError(f"unknown cluster preset {name!r} (known: {', '.join(PRESETS)})")
     if isinstance(n_devices, bool) or not isinstance(n_devices, int) or not 1 <= n_devices <= MAX_DEVICES:
@@ -277,7 +304,11 @@ def cluster_preset(name: str, n_devices: int) -> Cluster:
 
 
 def cluster_from_dict(d: Any, source: str | None = None) -> Cluster:
-    """Parse a cluster dictionary; errors name `source` and the field."""
+    """Parse and validate a cluster file's dictionary.
+
+    Raises:
+      InputError: naming `source` and the field.
+    """
     try:
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise InputError(f"field 'format': expected {FORMAT!r}")
@@ -305,7 +336,10 @@ def cluster_from_dict(d: Any, source: str | None = None) -> Cluster:
 
 
 def _hosts_from_list(hosts: Any) -> tuple[Host, ...]:
-    """The "hosts" field of a cluster file: a list of {"name", "dispatch_us", "transfer_us"} objects."""
+    """The "hosts" field of a cluster file, parsed.
+
+    A list of {"name", "dispatch_us", "transfer_us"} objects; other fields are refused (InputError).
+    """
     if not isinstance(hosts, list):
         raise InputError("field 'hosts' must be a list")
     out = []
@@ -330,15 +364,20 @@ def save_cluster(cluster: Cluster, path: PathLike) -> None:
 
 
 def describe_devices(cluster: Cluster) -> str:
-    """"2x local-cpu (64.0 GB each)", or per device for a mixed cluster: "/gpu:0 local-h200 (143.8 GB),
-    /cpu:0 local-cpu (270.0 GB)"."""
+    """The devices in a few words, e.g. "2x local-cpu (64.0 GB each)".
+
+    A mixed cluster is described device by device: "/gpu:0 local-h200 (143.8 GB), /cpu:0 local-cpu (270.0 GB)".
+    """
     if len(set(cluster.kinds)) == 1 and len(set(cluster.memory)) == 1:
         return f"{cluster.n_devices}x {cluster.kinds[0]} ({cluster.memory[0] / 1e9:.1f} GB each)"
     return ", ".join(f"{d.name} {d.kind} ({d.memory_bytes / 1e9:.1f} GB)" for d in cluster.devices)
 
 
 def cluster_summary(cluster: Cluster) -> str:
-    """delta1, delta2, bandwidth and, when set, latency and host times, on one line."""
+    """delta1, delta2, bandwidth, latency and host times, on one line.
+
+    Latency and hosts only when set.
+    """
     text = (f"delta1 {cluster.delta1_us:g} us, delta2 {cluster.delta2_us:g} us, bandwidth "
             f"{cluster.bandwidth_bytes_per_us:g} B/us ({cluster.bandwidth_bytes_per_us / 1e3:.2f} GB/s)")
     if cluster.latency_us:

@@ -1,4 +1,4 @@
-"""Analytic roofline costs: FLOPs and bytes per JAX primitive, and vendor-datasheet device specs.
+"""Analytic roofline costs per JAX primitive, and datasheet specs.
 
 A node's time on a device of kind `k` is::
 
@@ -38,15 +38,18 @@ GB = 1e9
 
 @dataclasses.dataclass(frozen=True)
 class DeviceSpec:
-    """Peak numbers of one device as a framework sees it (one GK210 die of a K80 board is one device)."""
+    """Peak numbers of one device as a framework sees it.
+
+    One GK210 die of a K80 board is one device.
+    """
 
     name: str
     fp32_tflops: float  # peak fp32 FLOP/s / 1e12 (vector units, boost clock)
-    fp16_matmul_tflops: float  # dense 16-bit matmul peak (tensor cores where present, else = fp32)
-    fp64_tflops: float
+    fp16_matmul_tflops: float  # dense 16-bit matmul peak, TFLOP/s (tensor cores where present, else = fp32)
+    fp64_tflops: float  # peak fp64 FLOP/s / 1e12
     bandwidth_gbs: float  # device memory bandwidth, GB/s (1e9 bytes/s)
-    memory_bytes: float  # device memory capacity
-    launch_overhead_us: float  # per-kernel launch/dispatch cost added to every non-free op
+    memory_bytes: float  # device memory capacity, bytes
+    launch_overhead_us: float  # per-kernel launch/dispatch cost added to every non-free op, us
     source: str  # where the numbers come from
 
 
@@ -76,7 +79,11 @@ SPECS: Mapping[str, DeviceSpec] = {
 
 
 def device_spec(kind: str) -> DeviceSpec:
-    """The spec of a named device kind; InputError listing the known kinds otherwise."""
+    """The spec of a named device kind (a key of SPECS).
+
+    Raises:
+      InputError: listing the known kinds, for an unknown one.
+    """
     try:
         return SPECS[kind]
     except KeyError:
@@ -115,7 +122,7 @@ LIGHT_OPS = ELEMENTWISE | REDUCTIONS | DATA_MOVEMENT  # no contraction, no contr
 
 
 class Work(NamedTuple):
-    """What a node does: floating-point operations, bytes read + written, and kernel launches."""
+    """What a node does: FLOPs, bytes read and written, kernel launches."""
 
     flops: float
     bytes_accessed: float
@@ -124,7 +131,7 @@ class Work(NamedTuple):
 
 @functools.lru_cache(maxsize=None)
 def itemsize(dtype: Any) -> int:
-    """Bytes per element of a dtype (or dtype name); 0 for what is not an array dtype (tokens)."""
+    """Bytes per element of a dtype (name); 0 for non-arrays (tokens)."""
     import jax.numpy as jnp  # jax on first use: graph files load without it
 
     try:
@@ -134,7 +141,7 @@ def itemsize(dtype: Any) -> int:
 
 
 def aval_bytes(aval: Any) -> int:
-    """Bytes of an abstract value (0 for tokens and other non-array values)."""
+    """Bytes of an abstract value (0 for tokens and other non-arrays)."""
     shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
     if shape is None or dtype is None:
         return 0
@@ -146,7 +153,10 @@ def _size(aval: Any) -> int:
 
 
 def primitive_flops(name: str, params: Mapping[str, Any], in_avals: Sequence[Any], out_avals: Sequence[Any]) -> float:
-    """FLOPs of one primitive application (no sub-jaxprs) from its params and input/output avals."""
+    """FLOPs of one primitive application (no sub-jaxprs).
+
+    From its params and its input and output avals, by the module docstring's rules.
+    """
     out_elems = sum(_size(a) for a in out_avals)
     if name == "dot_general":
         (lhs_contract, _), _ = params["dimension_numbers"]
@@ -178,7 +188,7 @@ def _sub_jaxpr(jaxpr: Any) -> Any:
 
 
 def jaxpr_work(jaxpr: Any) -> Work:
-    """Summed work of every equation of a (Closed)Jaxpr, recursing into nested calls."""
+    """Summed work of every equation of a (Closed)Jaxpr, calls included."""
     flops = bytes_accessed = kernels = 0.0
     for eqn in _sub_jaxpr(jaxpr).eqns:
         w = eqn_work(eqn)
@@ -187,7 +197,7 @@ def jaxpr_work(jaxpr: Any) -> Work:
 
 
 def eqn_work(eqn: Any) -> Work:
-    """Work of one jaxpr equation; control flow and calls recurse into their bodies."""
+    """Work of one jaxpr equation; control flow and calls recurse."""
     name, params = eqn.primitive.name, eqn.params
     if name == "scan":
         return _scaled(jaxpr_work(params["jaxpr"]), params["length"])
@@ -237,7 +247,10 @@ def _peak_tflops(spec: DeviceSpec, op: str, in_dtypes: Sequence[str]) -> float:
 
 
 def node_time_us(spec: DeviceSpec, op: str, attrs: Mapping[str, Any]) -> float:
-    """Roofline time in microseconds of one traced node (attrs as written by simulator.tracing.trace)."""
+    """Roofline time of one traced node, microseconds.
+
+    The module docstring's formula; `attrs` as simulator.tracing.trace writes them.
+    """
     if op in FREE_OPS:
         return 0.0
     in_dtypes = attrs.get("in_dtypes", ())
@@ -261,8 +274,9 @@ KERNEL_OPS = CONTRACTION_OPS | REDUCTIONS | frozenset({"gather", "scatter", "sca
 
 
 def fused_group_costs(graph: Graph, op_to_group: np.ndarray, kind: str) -> np.ndarray:
-    """float64[G] roofline microseconds of every group of the op graph `graph` (op_to_group: int[N_ops] -> [0, G))
-    run as fused XLA computations on a device of `kind`:
+    """float64[G] roofline us of each group as one fused computation.
+
+    `graph` is the op graph, `op_to_group` (int[N_ops] -> [0, G)) its groups, `kind` the device kind:
 
         time_us = max(sum over ops of flops / peak(op), external bytes / bandwidth) * 1e6 + kernels * launch
 
@@ -270,7 +284,10 @@ def fused_group_costs(graph: Graph, op_to_group: np.ndarray, kind: str) -> np.nd
     group), each value written that another group reads or that no op reads (a step output), and the bytes of
     control-flow bodies; values passed inside a group stay in registers/caches (fused). Kernels: one per
     contraction, reduction, gather/scatter/sort-like op and control-flow kernel, plus one for the group's other
-    (elementwise, layout) work if it has any. Ops without a 'flops' attribute: InputError (traced graphs only).
+    (elementwise, layout) work if it has any.
+
+    Raises:
+      InputError: for an op without a 'flops' attribute (traced graphs only).
     """
     spec = device_spec(kind)
     g = np.asarray(op_to_group, dtype=np.int64)
@@ -310,7 +327,13 @@ def fused_group_costs(graph: Graph, op_to_group: np.ndarray, kind: str) -> np.nd
 
 
 def analytic_costs(graph: Graph, kind: str) -> np.ndarray:
-    """float64[N] roofline microseconds of every node on a device of `kind` (a key of SPECS)."""
+    """float64[N] roofline microseconds of every node on `kind`.
+
+    `kind` is a key of SPECS.
+
+    Raises:
+      InputError: for a non-free node without a 'flops' attribute (not a traced graph).
+    """
     spec = device_spec(kind)
     out = np.empty(graph.n_nodes)
     for i, (op, attrs) in enumerate(zip(graph.ops, graph.attrs)):
@@ -321,21 +344,26 @@ def analytic_costs(graph: Graph, kind: str) -> np.ndarray:
 
 
 def _described(op: str, attrs: Mapping[str, Any]) -> bool:
-    """Whether a node carries the op description `node_time_us` needs (a free op needs none): its 'flops' and its
-    bytes ('bytes_accessed' or the output shapes), as simulator.tracing.trace writes them. A group of a grouped graph
-    ('n_ops' set) sums its ops' flops but not their bytes: not described."""
+    """Whether a node carries the op description `node_time_us` needs.
+
+    A free op needs none; any other its 'flops' and its bytes ('bytes_accessed' or the output shapes), as
+    simulator.tracing.trace writes them. A group of a grouped graph ('n_ops' set) sums its ops' flops but not
+    their bytes: not described.
+    """
     return op in FREE_OPS or ("flops" in attrs and "n_ops" not in attrs
                               and ("bytes_accessed" in attrs or "out_shapes" in attrs))
 
 
 def derived_costs(graph: Graph, kind: str) -> np.ndarray:
-    """float64[N] analytic roofline microseconds of every node on a device of `kind`, for a kind `graph` records
-    no costs for: what `annotate_costs` writes at import (`analytic_costs`), from the per-op descriptions of a
-    traced graph. Graph.cost_for calls it and keeps the result on the graph object (never in its file).
+    """float64[N] roofline us for a kind the graph records no costs for.
 
-    Raises InputError (one line: the kinds the graph has and how to get `kind`) when `kind` has no analytic model
-    (not in SPECS), or the graph has no op descriptions: a grouped graph (its nodes are groups; a group's fused
-    cost needs its ops, see `fused_group_costs`), or a graph written with costs only.
+    What `annotate_costs` writes at import (`analytic_costs`), from the per-op descriptions of a traced graph.
+    Graph.cost_for calls it and keeps the result on the graph object (never in its file).
+
+    Raises:
+      InputError: one line (the kinds the graph has and how to get `kind`) when `kind` has no analytic model
+        (not in SPECS), or the graph has no op descriptions: a grouped graph (its nodes are groups; a group's
+        fused cost needs its ops, see `fused_group_costs`), or a graph written with costs only.
     """
     has = f"graph {graph.name!r} has no costs for device kind {kind!r} (it has: {', '.join(graph.kinds) or 'none'})"
     if kind not in SPECS:
@@ -354,7 +382,7 @@ def derived_costs(graph: Graph, kind: str) -> np.ndarray:
 
 
 def annotate_costs(graph: Graph, kinds: Sequence[str] = ("k80",)) -> Graph:
-    """A copy of `graph` with analytic roofline costs recorded under each device kind in `kinds`."""
+    """A copy of `graph` with roofline costs recorded for `kinds`."""
     for kind in kinds:
         graph = graph.with_costs(kind, analytic_costs(graph, kind))
     return graph

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 
 class InputError(ValueError):
-    """Bad user input (a graph, placement or cluster file, or an argument)."""
+    """Bad user input: a graph, placement or cluster file, an argument."""
 
     def __init__(self, message: str, source: str | None = None):
         message = _one_line(str(message))
@@ -22,7 +22,10 @@ class InputError(ValueError):
 
 
 def _one_line(text: str) -> str:
-    """Line breaks escaped, so a message naming a file or node with a newline in its name stays one line."""
+    """`text` with line breaks escaped: a message stays one line.
+
+    A file or node name may hold a newline.
+    """
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
@@ -31,10 +34,13 @@ TRACEBACK_ENV = "PLACETO_TRACEBACK"  # set to 1: the CLI prints the traceback of
 
 
 class UserCodeError(InputError):
-    """An exception raised by the user's own code: a module, function or args factory named on the command line
-    (`import-jax`, `--program`, `--args-spec module:factory`). One line names it, the exception's type and the
-    first line of its message; the exception is the __cause__, whose traceback `--verbose` (or
-    PLACETO_TRACEBACK=1) prints."""
+    """An exception of the user's own code, as a one-line InputError.
+
+    The code is a module, function or args factory named on the command line (`import-jax`, `--program`,
+    `--args-spec module:factory`). The line names it, the exception's type and the first line of its message
+    (at most MAX_MESSAGE characters); the exception is the __cause__, whose traceback `--verbose` (or
+    PLACETO_TRACEBACK=1) prints.
+    """
 
     def __init__(self, what: str, error: BaseException):
         lines = [line.strip() for line in str(error).splitlines() if line.strip()]

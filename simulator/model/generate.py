@@ -1,4 +1,7 @@
-"""Random DAG generators (layered DAGs, chains of branching blocks): test, benchmark and demo inputs."""
+"""Random DAGs for tests, benchmarks and demos.
+
+`layered_dag` draws wide layers; `branching_blocks` chains of blocks that fork and join.
+"""
 
 from __future__ import annotations
 
@@ -48,15 +51,18 @@ def layered_dag(n_nodes: int, seed: int = 0, width: int | None = None, max_fan_i
 def branching_blocks(n_nodes: int, seed: int = 0, branches: tuple[int, int] = (2, 6),
                      depth: tuple[int, int] = (1, 6), mean_cost_us: float = 100.0,
                      mean_bytes: float = 400_000.0, residual_prob: float = 0.5) -> Graph:
-    """A random chain of branching blocks of exactly `n_nodes` nodes (at least 1), deterministic in `seed`: the
-    shape of Inception/NASNet cells and of residual networks, unlike `layered_dag`'s wide layers.
+    """A random chain of branching blocks of exactly `n_nodes` nodes.
 
-    Each block forks from the previous block's join node into `branches[0]`..`branches[1]` parallel branches,
-    each a chain of `depth[0]`..`depth[1]` nodes, which a join node concatenates; with probability
-    `residual_prob` the join also reads the block's input directly (a skip connection). The last block is cut
-    short when the node count runs out (its branches then end without a join). Costs (microseconds) are
-    lognormal around `mean_cost_us` with 5% zero-cost nodes; every node has one output of lognormal size
-    around `mean_bytes` bytes; every 7th node holds its output size as persistent bytes (a weight).
+    Deterministic in `seed`. The shape of Inception/NASNet cells and of residual networks, unlike `layered_dag`'s
+    wide layers. Each block forks from the previous block's join node into `branches[0]`..`branches[1]` parallel
+    branches, each a chain of `depth[0]`..`depth[1]` nodes, which a join node concatenates; with probability
+    `residual_prob` the join also reads the block's input directly (a skip connection). The last block is cut short
+    when the node count runs out (its branches then end without a join). Costs (microseconds) are lognormal around
+    `mean_cost_us` with 5% zero-cost nodes; every node has one output of lognormal size around `mean_bytes` bytes;
+    every 7th node holds its output size as persistent bytes (a weight).
+
+    Raises:
+      ValueError: if `n_nodes` < 1.
     """
     if n_nodes < 1:
         raise ValueError(f"n_nodes must be >= 1, got {n_nodes}")

@@ -82,7 +82,10 @@ class Graph:
 
     @functools.cached_property
     def cache(self) -> dict:
-        """Per-graph memo for derived values that depend on more than the graph (e.g. lower bound per cluster)."""
+        """Per-graph memo of values that depend on more than the graph.
+
+        E.g. the lower bound per cluster, or the engine's prepared arrays.
+        """
         return {}
 
     @functools.cached_property
@@ -104,16 +107,22 @@ class Graph:
     # ---- costs -------------------------------------------------------------------------------------------
     @property
     def kinds(self) -> tuple[str, ...]:
-        """Device kinds with recorded costs (DEFAULT_KIND included if any node has a plain-number cost)."""
+        """Device kinds with recorded costs.
+
+        DEFAULT_KIND is among them if any node has a plain-number cost.
+        """
         return tuple(self.costs)
 
     def cost_for(self, kind: str) -> np.ndarray:
-        """float64[N] compute time in microseconds of every node on a device of `kind`.
+        """float64[N] compute time on a `kind` device, microseconds.
 
         Uses the kind's own cost where recorded, else the plain-number cost; a kind with neither gets the
         analytic costs derived from the graph's op descriptions (`derived_cost`). Every simulation, baseline and
-        feature reads its costs here (through `cost_matrix`). Raises InputError naming the first node that has
-        no cost, or (one line) the kinds the graph has when none can be derived.
+        feature reads its costs here (through `cost_matrix`).
+
+        Raises:
+          InputError: naming the first node that has no cost, or (one line) the kinds the graph has when none
+            can be derived.
         """
         own = self.costs.get(kind)
         default = self.costs.get(DEFAULT_KIND)
@@ -131,7 +140,10 @@ class Graph:
         return cost
 
     def has_costs(self, kind: str) -> bool:
-        """Whether `cost_for(kind)` gives costs: recorded, plain-number or derived (`kind in costs` says recorded)."""
+        """Whether cost_for(kind) gives costs: recorded, plain or derived.
+
+        `kind in costs` says whether they are recorded.
+        """
         try:
             self.cost_for(kind)
         except InputError:
@@ -139,21 +151,26 @@ class Graph:
         return True
 
     def derived_cost(self, kind: str) -> np.ndarray:
-        """float64[N] (read-only) analytic microseconds for a kind the graph records no costs for
-        (simulator.model.costs.derived_costs: a traced graph's roofline costs on that device), computed once per graph
-        object and kind and kept in `cache`: `costs`, `kinds` and the graph's file stay as they were."""
+        """float64[N] analytic us for a kind without recorded costs.
+
+        Read-only. simulator.model.costs.derived_costs: a traced graph's roofline costs on that device, computed
+        once per graph object and kind and kept in `cache`; `costs`, `kinds` and the graph's file stay as they were.
+        """
         key = ("derived cost", kind)
         if key not in self.cache:
             self.cache[key] = _frozen(derived_costs(self, kind))
         return self.cache[key]
 
     def cost_matrix(self, device_kinds: Sequence[str]) -> np.ndarray:
-        """float64[N, D] compute time in microseconds of every node on each of D devices of the given kinds."""
+        """float64[N, D] compute time on D devices of these kinds, us."""
         per_kind = {k: self.cost_for(k) for k in dict.fromkeys(device_kinds)}
         return np.stack([per_kind[k] for k in device_kinds], axis=1)
 
     def with_costs(self, kind: str, cost: np.ndarray) -> "Graph":
-        """A copy with `cost` (float64[N] microseconds, NaN = none) recorded under device `kind`."""
+        """A copy with `cost` recorded under device kind `kind`.
+
+        cost: float64[N] microseconds, NaN where a node has none.
+        """
         costs = dict(self.costs)
         costs[kind] = np.asarray(cost, dtype=np.float64)
         return dataclasses.replace(self, costs=costs)
@@ -167,19 +184,25 @@ class Graph:
 
     @functools.cached_property
     def children(self) -> tuple[np.ndarray, np.ndarray]:
-        """CSR (offsets int64[N+1], targets int32[P]) of distinct children, ascending per node."""
+        """CSR (offsets int64[N+1], targets int32[P]) of distinct children.
+
+        The children of node i are targets[offsets[i]:offsets[i + 1]], ascending.
+        """
         return _csr(self._distinct_pairs[:, 0], self._distinct_pairs[:, 1], self.n_nodes)
 
     @functools.cached_property
     def parents(self) -> tuple[np.ndarray, np.ndarray]:
-        """CSR (offsets int64[N+1], sources int32[P]) of distinct parents, ascending per node."""
+        """CSR (offsets int64[N+1], sources int32[P]) of distinct parents.
+
+        The parents of node i are sources[offsets[i]:offsets[i + 1]], ascending.
+        """
         order = np.lexsort((self._distinct_pairs[:, 0], self._distinct_pairs[:, 1]))
         p = self._distinct_pairs[order]
         return _csr(p[:, 1], p[:, 0], self.n_nodes)
 
     @functools.cached_property
     def topo_order(self) -> np.ndarray:
-        """int32[N] a topological order (Kahn's algorithm, FIFO, ties in node order)."""
+        """int32[N] a topological order (Kahn, FIFO, ties in node order)."""
         order = _kahn(self.n_nodes, *self.children, self.parents[0])
         assert len(order) == self.n_nodes  # validated acyclic
         return np.asarray(order, dtype=np.int32)
@@ -211,8 +234,10 @@ ARRAY_FIELDS = ("out_offsets", "out_bytes", "persistent_bytes", "edge_src", "edg
 
 
 def _frozen(a: Any) -> np.ndarray:
-    """`a` as a read-only array: itself if already read-only, else a read-only copy (so the caller's own handle
-    cannot change it either)."""
+    """`a` as a read-only array (itself if already read-only).
+
+    Else a read-only copy, so that the caller's own handle cannot change it either.
+    """
     a = np.asarray(a)
     if a.flags.writeable:
         a = a.copy()
@@ -221,10 +246,12 @@ def _frozen(a: Any) -> np.ndarray:
 
 
 def _freeze_arrays(g: Graph) -> None:
-    """Make the graph's arrays (and its costs dict) read-only copies. Derived values are cached on the graph
-    (`Graph.cache`, the cached properties, the simulator's prepared arrays per cluster), keyed on the graph object:
-    they stay valid because the arrays cannot change in place. A changed graph is a new Graph
-    (`dataclasses.replace`, `with_costs`), with empty caches."""
+    """Make the graph's arrays (and its costs dict) read-only copies.
+
+    Derived values are cached on the graph (`Graph.cache`, the cached properties, the simulator's prepared arrays
+    per cluster), keyed on the graph object: they stay valid because the arrays cannot change in place. A changed
+    graph is a new Graph (`dataclasses.replace`, `with_costs`), with empty caches.
+    """
     for field in ARRAY_FIELDS:
         object.__setattr__(g, field, _frozen(getattr(g, field)))
     if not isinstance(g.costs, Mapping):
@@ -237,7 +264,11 @@ def _bad_number(x: np.ndarray) -> np.ndarray:
 
 
 def _validate(g: Graph) -> None:
-    """Raise InputError (one line, naming the node or field) if the graph is malformed."""
+    """Check that the graph is well formed.
+
+    Raises:
+      InputError: one line naming the node or field, otherwise.
+    """
     n = len(g.names)
     if n > MAX_INDEX:
         raise InputError(f"nodes: {n} nodes, more than {MAX_INDEX}")
@@ -270,7 +301,11 @@ def _validate(g: Graph) -> None:
 
 
 def _check_edges(g: Graph) -> None:
-    """InputError naming the first edge with a node index out of range, a self loop or a bad output index."""
+    """Check every edge's node indices, self loops and output index.
+
+    Raises:
+      InputError: naming the first edge with a node index out of range, a self loop or a bad output index.
+    """
     n = len(g.names)
     if not g.edge_src.shape == g.edge_dst.shape == g.edge_out.shape or g.edge_src.ndim != 1:
         raise InputError("edges: edge_src, edge_dst and edge_out differ in shape")
@@ -307,10 +342,14 @@ def _check_acyclic(g: Graph) -> None:
 
 def make_graph(name: str, nodes: Sequence[Mapping[str, Any]], edges: Sequence[tuple[int, int, int]],
                meta: Mapping[str, Any] | None = None, source: str | None = None) -> Graph:
-    """Build a Graph from node dicts (keys: name, op, cost, out_bytes, persistent_bytes, colocation, attrs).
+    """A Graph from node dicts and (src, dst, out) edge triples.
 
-    `cost` is a number (any device kind) or a mapping kind -> microseconds. `edges` are (src, dst, out) index
-    triples. Meant for programs (tracers, generators, tests); files go through simulator.model.io.
+    Node keys: name, op, cost, out_bytes, persistent_bytes, colocation, attrs. `cost` is a number (any device
+    kind) or a mapping kind -> microseconds. Meant for programs (tracers, generators, tests); files go through
+    simulator.model.io.
+
+    Raises:
+      InputError: naming the node or edge with a bad value, or the graph's first defect.
     """
     n = len(nodes)
     edges = [_edge(i, e, n) for i, e in enumerate(edges)]  # range-checked before the int32 cast
@@ -345,13 +384,19 @@ def make_graph(name: str, nodes: Sequence[Mapping[str, Any]], edges: Sequence[tu
 
 
 def _as_float(value: Any, node: str, field: str) -> float:
-    """A cost (microseconds, at most MAX_COST_US) or a size (bytes, at most MAX_BYTES), checked."""
+    """A node's cost (us) or size (bytes), range-checked.
+
+    At most MAX_COST_US microseconds or MAX_BYTES bytes.
+    """
     hi, unit = (MAX_COST_US, "microseconds") if field == "cost" else (MAX_BYTES, "bytes")
     return number(value, f"node {node!r}: field {field!r}", 0.0, hi, unit)
 
 
 def _edge(i: int, edge: Any, n: int) -> tuple[int, int, int]:
-    """(src, dst, out) of edge i: node indices in [0, n), an output index in [0, MAX_INDEX]."""
+    """(src, dst, out) of edge i, each index range-checked.
+
+    Nodes in [0, n), the output in [0, MAX_INDEX].
+    """
     if not isinstance(edge, (tuple, list, np.ndarray)) or len(edge) != 3:
         raise InputError(f"edge {i}: expected a (src, dst, out) triple, got {edge!r}")
     src, dst, out = edge

@@ -1,4 +1,4 @@
-"""The versioned graph and placement file formats, gzip, atomic writes and networkx interop.
+"""Graph and placement file formats, atomic writes, networkx.
 
 Graph file (JSON, gzip-compressed when the name ends in `.gz`)::
 
@@ -43,11 +43,11 @@ os.umask(_UMASK)
 
 # ---- bytes on disk ---------------------------------------------------------------------------------------
 def atomic_write_bytes(path: PathLike, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same folder and a rename: readers never see half.
+    """Write `data` to `path` atomically: readers never see half a file.
 
-    An OSError (a directory in the way, a read-only or special file system, a full disk) becomes a one-line
-    InputError naming `path`; the file at `path`, if any, is then unchanged.
-    """
+    A temporary file in the same folder, then a rename. An OSError (a directory in the way, a read-only or special
+    file system, a full disk) becomes a one-line InputError naming `path`; the file at `path`, if any, is then
+    unchanged."""
     path = Path(path)
     if path.is_dir():
         raise InputError("cannot write: it is a directory", str(path))
@@ -72,8 +72,10 @@ def atomic_write_bytes(path: PathLike, data: bytes) -> None:
 
 
 def atomic_write_csv(path: PathLike, rows: Sequence[Mapping[str, Any]], fields: Sequence[str] | None = None) -> None:
-    """Write dict rows as CSV (a header, "\n" line ends) with `atomic_write_bytes`. fields: the columns, in order
-    (None: every key of the rows, in order of first appearance); NaN floats are written as empty cells."""
+    """Write dict rows as CSV with `atomic_write_bytes`.
+
+    A header, then one row a line (newline line ends). fields: the columns, in order (None: every key of the rows,
+    in order of first appearance). NaN floats are written as empty cells."""
     import csv
     import io
 
@@ -87,11 +89,14 @@ def atomic_write_csv(path: PathLike, rows: Sequence[Mapping[str, Any]], fields: 
 
 
 def check_output_path(path: PathLike, directory: bool = False) -> None:
-    """InputError naming `path` unless a file (or with `directory`, a directory) can be written there.
+    """Check that a file, or a directory, can be written at `path`.
 
     Checked before any work, so a bad --out fails at once: `path` must not be a directory (a file) or a
     non-directory (a directory), its nearest existing ancestor must be a directory, and a probe file must be
     creatable there (this catches /proc, read-only mounts, missing permissions). Nothing is left behind.
+
+    Raises:
+      InputError: naming `path`, otherwise.
     """
     p = Path(path)
     if not str(path):
@@ -115,10 +120,15 @@ def check_output_path(path: PathLike, directory: bool = False) -> None:
 
 def check_distinct_paths(outputs: Sequence[tuple[str, PathLike | None]],
                          inputs: Sequence[tuple[str, PathLike | None]] = ()) -> None:
-    """InputError unless every output path (flag, path; None: not given) names its own file and none of the inputs
-    ((what, path), e.g. ("the graph file", "g.json")): `--out X --grouped-out X` would write one result over the
-    other, `place g.json --out g.json` a placement over the graph. Paths are compared resolved (symbolic links,
-    `./`, `..` followed)."""
+    """Check that outputs have their own files, none an input's.
+
+    outputs: (flag, path) pairs, path None when not given; inputs: (what, path) pairs, e.g. ("the graph file",
+    "g.json"). `--out X --grouped-out X` would write one result over the other, `place g.json --out g.json` a
+    placement over the graph. Paths are compared resolved (symbolic links, `./`, `..` followed).
+
+    Raises:
+      InputError: naming the flag and what its path is already.
+    """
     seen: dict[str, str] = {os.path.realpath(path): what for what, path in inputs if path}
     for flag, path in outputs:
         if not path:
@@ -130,7 +140,10 @@ def check_distinct_paths(outputs: Sequence[tuple[str, PathLike | None]],
 
 
 def write_json(path: PathLike, obj: Any, text: str | None = None) -> None:
-    """Atomically write `obj` (or the pre-rendered `text`) as JSON; gzip (mtime 0) when the name ends in .gz."""
+    """Atomically write `obj` (or the pre-rendered `text`) as JSON.
+
+    Gzip-compressed (mtime 0) when the name ends in .gz.
+    """
     data = (text if text is not None else json.dumps(obj, indent=1) + "\n").encode()
     if str(path).endswith(".gz"):
         data = gzip.compress(data, compresslevel=9, mtime=0)
@@ -138,7 +151,11 @@ def write_json(path: PathLike, obj: Any, text: str | None = None) -> None:
 
 
 def read_json(path: PathLike) -> Any:
-    """Read a JSON (or .json.gz) file; errors are one-line InputErrors naming the file."""
+    """Read a JSON (or .json.gz) file.
+
+    Raises:
+      InputError: one line naming the file, if it cannot be read or is not valid JSON.
+    """
     try:
         raw = Path(path).read_bytes()
         if str(path).endswith(".gz"):
@@ -158,7 +175,11 @@ def read_json(path: PathLike) -> Any:
 
 # ---- graphs ----------------------------------------------------------------------------------------------
 def graph_from_dict(d: Any, source: str | None = None) -> Graph:
-    """Parse and validate the file-format dictionary; errors name `source` and the node or field."""
+    """Parse and validate a graph file's dictionary.
+
+    Raises:
+      InputError: naming `source` and the node or field.
+    """
     try:
         return _graph_from_dict(d, source)
     except InputError as e:
@@ -211,7 +232,7 @@ def _graph_from_dict(d: Any, source: str | None) -> Graph:
 
 
 def _number(x: float) -> int | float:
-    """Whole floats as ints, so files read naturally and round-trip exactly."""
+    """Whole floats as ints: files read naturally, round-trip exactly."""
     return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
 
 
@@ -223,7 +244,7 @@ def _node_cost(graph: Graph, i: int) -> float | dict[str, float]:
 
 
 def graph_to_dict(graph: Graph) -> dict[str, Any]:
-    """The file-format dictionary of `graph` (inverse of graph_from_dict)."""
+    """A graph's file-format dictionary (inverse of graph_from_dict)."""
     nodes = []
     for i in range(graph.n_nodes):
         node = {"name": graph.names[i], "op": graph.ops[i], "cost": _node_cost(graph, i),
@@ -261,8 +282,13 @@ def load_graph(path: PathLike) -> Graph:
 
 
 def check_readable(graph: Graph, path: PathLike) -> None:
-    """InputError naming `path` unless `graph`, as save_graph would write it there, reads back through
-    load_graph's checks: a command calls it before it writes over a file, so a bad result never replaces it."""
+    """Check that `graph`, as save_graph would write it, reads back.
+
+    A command calls it before it writes over a file, so a bad result never replaces it.
+
+    Raises:
+      InputError: naming `path`, if the written text would fail load_graph's checks.
+    """
     try:
         text = dumps_graph(graph)
     except ValueError as e:  # a NaN or infinity where JSON has none
@@ -274,13 +300,19 @@ def check_readable(graph: Graph, path: PathLike) -> None:
 
 
 def save_graph(graph: Graph, path: PathLike) -> None:
-    """Write `graph` atomically; byte-identical output for identical graphs (gzip when `path` ends in .gz)."""
+    """Write `graph` atomically; identical graphs give identical bytes.
+
+    Gzip-compressed when `path` ends in .gz.
+    """
     write_json(path, None, text=dumps_graph(graph))
 
 
 # ---- networkx ------------------------------------------------------------------------------------------
 def to_networkx(graph: Graph) -> nx.MultiDiGraph:
-    """A MultiDiGraph with node attributes (op, cost, out_bytes, ...) and one edge per graph edge (key = out)."""
+    """`graph` as a networkx MultiDiGraph: one edge per graph edge.
+
+    Node attributes: op, cost, out_bytes, persistent_bytes, colocation, attrs; edge attributes: out, index.
+    """
     g = nx.MultiDiGraph(name=graph.name, meta=graph.meta)
     for i, nm in enumerate(graph.names):
         lo, hi = graph.out_offsets[i], graph.out_offsets[i + 1]
@@ -293,10 +325,10 @@ def to_networkx(graph: Graph) -> nx.MultiDiGraph:
 
 
 def from_networkx(g: nx.DiGraph | nx.MultiDiGraph, name: str | None = None) -> Graph:
-    """Inverse of to_networkx. Missing attributes default to: cost 0, one output of 0 bytes, out 0.
+    """Inverse of to_networkx.
 
-    Edges keep the order of their `index` attribute where present (networkx groups edges by source node).
-    """
+    Missing attributes default to: cost 0, one output of 0 bytes, out 0. Edges keep the order of their `index`
+    attribute where present (networkx groups edges by source node)."""
     nodes, index = [], {}
     for nm, data in g.nodes(data=True):
         index[nm] = len(nodes)
@@ -310,15 +342,21 @@ def from_networkx(g: nx.DiGraph | nx.MultiDiGraph, name: str | None = None) -> G
 
 # ---- placements ----------------------------------------------------------------------------------------
 class Placement(NamedTuple):
-    """A device for every node. devices: [D] device names; assignment: int32[N] device index per node."""
+    """A device for every node."""
 
-    devices: tuple[str, ...]
-    assignment: np.ndarray
+    devices: tuple[str, ...]  # [D] device names
+    assignment: np.ndarray  # int32[N] device index per node
 
 
 def placement_from_dict(d: Any, graph: Graph | None = None, n_devices: int | None = None,
                         source: str | None = None) -> Placement:
-    """Parse and check a placement dictionary against `graph` and the device count."""
+    """Parse a placement dictionary, checked against the graph.
+
+    And against the device count: `n_devices`, else the number of device names.
+
+    Raises:
+      InputError: naming `source` and the entry or node.
+    """
     try:
         return _placement_from_dict(d, graph, n_devices)
     except InputError as e:
@@ -353,7 +391,11 @@ def _placement_from_dict(d: Any, graph: Graph | None, n_devices: int | None) -> 
 
 
 def check_placement(assignment: Sequence[int] | np.ndarray, graph: Graph | None, n_devices: int | None) -> None:
-    """Raise InputError if `assignment` has the wrong length or a device index outside [0, n_devices)."""
+    """Check a placement's length and device indices in [0, n_devices).
+
+    Raises:
+      InputError: naming the graph or the first node with a bad index.
+    """
     a = np.asarray(assignment)
     if graph is not None and a.shape != (graph.n_nodes,):
         raise InputError(f"placement has {a.size} entries but graph {graph.name!r} has {graph.n_nodes} nodes")
@@ -364,12 +406,15 @@ def check_placement(assignment: Sequence[int] | np.ndarray, graph: Graph | None,
 
 
 def load_placement(path: PathLike, graph: Graph | None = None, n_devices: int | None = None) -> Placement:
-    """Read a placement file and check it against `graph` and `n_devices` (when given)."""
+    """Read a placement file, checked against the graph and devices.
+
+    Each check only when `graph` or `n_devices` is given.
+    """
     return placement_from_dict(read_json(path), graph, n_devices, str(path))
 
 
 def save_placement(path: PathLike, assignment: Sequence[int] | np.ndarray, devices: Sequence[str]) -> None:
-    """Atomically write a placement file (device index per node, in node order)."""
+    """Atomically write a placement file (a device index per node)."""
     text = json.dumps({"devices": list(devices)}, separators=(", ", ": "))[:-1]
     text += ', "placement": ' + json.dumps([int(x) for x in np.asarray(assignment)]) + "}\n"
     write_json(path, None, text=text)

@@ -1,4 +1,4 @@
-"""Numeric limits of every input, chosen so that every simulated time is finite, and their checks.
+"""Input limits keeping every simulated time finite; their checks.
 
 Why these numbers. In the simulator (simulator.engine.reference) every event happens while some device runs an op or
 idles its delta1 after one, or some bus sends a tensor or idles its delta2 after one, or a transfer is in flight
@@ -37,9 +37,13 @@ MAX_SEED = 2**32 - 1  # random seeds (jax.random.key and numpy take 32-bit seeds
 
 def number(value: Any, where: str, lo: float = 0.0, hi: float = math.inf, unit: str = "",
            lo_open: bool = False) -> float:
-    """`value` as a float if it is a JSON number (not a bool) in [lo, hi] (or (lo, hi]); else InputError.
+    """`value` as a float, checked: a JSON number in [lo, hi].
 
-    Integers are compared before conversion, so a 5,000-digit integer is an error, not an OverflowError.
+    Not a bool; with `lo_open`, in (lo, hi]. Integers are compared before conversion, so a 5,000-digit integer is an
+    error, not an OverflowError.
+
+    Raises:
+      InputError: naming `where` (and `unit`), otherwise.
     """
     unit = f" {unit}" if unit else ""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -56,7 +60,13 @@ def number(value: Any, where: str, lo: float = 0.0, hi: float = math.inf, unit: 
 
 
 def integer(value: Any, where: str, lo: int = 0, hi: int = MAX_INDEX) -> int:
-    """`value` if it is an integer (not a bool) in [lo, hi]; else InputError. Checked before any cast."""
+    """`value` as an int, checked: an integer in [lo, hi].
+
+    Not a bool; checked before any cast.
+
+    Raises:
+      InputError: naming `where`, for a bool, a non-integer or a value out of range.
+    """
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise InputError(f"{where}: {short_repr(value)} is not an integer")
     if not lo <= int(value) <= hi:
@@ -65,9 +75,11 @@ def integer(value: Any, where: str, lo: int = 0, hi: int = MAX_INDEX) -> int:
 
 
 def short_repr(value: Any, width: int = 40) -> str:
-    """repr of `value`, cut to `width` characters (a 5,000-digit number must not flood the message).
+    """repr of `value`, cut to `width` characters, for error messages.
 
-    Huge integers are described by their digit count: their repr would hit Python's int-to-str digit limit."""
+    A 5,000-digit number must not flood the message. Huge integers are described by their digit count: their
+    repr would hit Python's int-to-str digit limit.
+    """
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
@@ -76,10 +88,16 @@ def short_repr(value: Any, width: int = 40) -> str:
 
 def time_bound_us(cost: np.ndarray, out_bytes: np.ndarray, delta1: float, delta2: float,
                   bandwidth: float, latency: float = 0.0, dispatch: float = 0.0, transfer: float = 0.0) -> float:
-    """The bound on every simulated time (see the module docstring), microseconds.
+    """The bound on every simulated time, microseconds.
 
-    cost: float64[N, D] microseconds; out_bytes: float64[O] bytes; bandwidth in bytes per microsecond; delta1,
-    delta2, latency and the largest host dispatch and transfer times in microseconds.
+    The module docstring's sum.
+
+    Args:
+      cost: float64[N, D] microseconds.
+      out_bytes: float64[O] bytes.
+      delta1, delta2, latency: microseconds.
+      bandwidth: bytes per microsecond.
+      dispatch, transfer: the largest host dispatch and transfer times, microseconds.
     """
     n, o = cost.shape[0], out_bytes.shape[0]
     compute = float(cost.max(axis=1).sum()) if cost.size else 0.0
@@ -90,8 +108,14 @@ def time_bound_us(cost: np.ndarray, out_bytes: np.ndarray, delta1: float, delta2
 def check_simulable(cost: np.ndarray, out_bytes: np.ndarray, delta1: float, delta2: float, bandwidth: float,
                     what: str, source: str | None = None, latency: float = 0.0, dispatch: float = 0.0,
                     transfer: float = 0.0) -> None:
-    """InputError (naming `what`, e.g. the graph and cluster, and `source`) unless every value is finite and
-    the time bound stays below MAX_TIME_US."""
+    """Check values are in range and the time bound below MAX_TIME_US.
+
+    Arguments as `time_bound_us`'s; costs and bytes must be non-negative, the delays in [0, MAX_DELTA_US], the
+    bandwidth in [MIN_BANDWIDTH, MAX_BANDWIDTH].
+
+    Raises:
+      InputError: naming `what` (e.g. the graph and cluster) and `source`, otherwise.
+    """
     if not (np.all(np.isfinite(cost)) and np.all(cost >= 0) and np.all(np.isfinite(out_bytes))
             and np.all(out_bytes >= 0)):
         raise InputError(f"{what}: costs and output bytes must be finite and non-negative", source)
@@ -109,8 +133,11 @@ def check_simulable(cost: np.ndarray, out_bytes: np.ndarray, delta1: float, delt
 
 
 def check_graph_on_cluster(graph: Any, cluster: Any, cost: np.ndarray) -> None:
-    """check_simulable for a simulator.Graph on a simulator.Cluster, cost float64[N, D] its cost matrix; the
-    error names both and the files they came from."""
+    """check_simulable for a simulator.Graph on a simulator.Cluster.
+
+    `cost` is the graph's cost matrix on the cluster, float64[N, D] microseconds. The error names both and the
+    files they came from.
+    """
     sources = [s for s in (getattr(graph, "source", None), getattr(cluster, "source", None)) if s]
     hosts = cluster.host_model
     check_simulable(cost, graph.out_bytes, cluster.delta1_us, cluster.delta2_us, cluster.bandwidth_bytes_per_us,
@@ -119,8 +146,14 @@ def check_graph_on_cluster(graph: Any, cluster: Any, cost: np.ndarray) -> None:
 
 
 def field(obj: Mapping, key: str, where: str, types: type | tuple[type, ...], default: Any = ...) -> Any:
-    """obj[key] if it is of `types` (a bool only where bool is named); `default` when missing (none given:
-    InputError); InputError naming `where` and the key otherwise."""
+    """obj[key], type-checked; `default` if it is missing.
+
+    The value must be of `types`; a bool passes only where bool is named.
+
+    Raises:
+      InputError: naming `where` and the key, if `obj` is not a mapping, the key is missing and no `default`
+        is given, or the value has the wrong type.
+    """
     if not isinstance(obj, Mapping):
         raise InputError(f"{where}: expected an object")
     if key not in obj:

@@ -1,11 +1,15 @@
-"""The graph file's meta keys that other modules read, and their checks (simulator.model.io calls them on every load).
+"""Graph-file meta keys that other modules read, and their checks.
 
-    program           {"kind": str, "kwargs": object}: a zoo program (simulator.workloads.zoo validates the values and the size)
-    source            {"function": str | null, "args_spec": str | null}: data only, never imported (simulator.tracing.trace)
+simulator.model.io calls the checks on every load:
+
+    program           {"kind": str, "kwargs": object}: a zoo program (simulator.workloads.zoo validates the
+                      values and the size)
+    source            {"function": str | null, "args_spec": str | null}: data only, never imported
+                      (simulator.tracing.trace)
     grouping          {"op_to_group": [int], ...}: not empty, naming every node (group) of the graph and no other
     expert_placement  {"<devices>": [int]}
-    profile           {kind: {field: value}}: how each measured kind was measured (simulator.measure.graph_profile); the known
-                      fields typed (PROFILE_FIELDS), each kind one the graph has costs for
+    profile           {kind: {field: value}}: how each measured kind was measured (simulator.measure.graph_profile);
+                      the known fields typed (PROFILE_FIELDS), each kind one the graph has costs for
 
 Other keys are free-form. `check_meta` needs only the meta; `check_meta_fits` the graph it belongs to.
 """
@@ -22,7 +26,13 @@ from simulator.model.limits import MAX_INDEX, field, integer, number, short_repr
 
 
 def check_meta(meta: Mapping[str, Any]) -> None:
-    """InputError unless the meta keys of the module doc have their shapes (what needs the nodes: check_meta_fits)."""
+    """Check the shapes of the meta keys of the module doc.
+
+    What needs the nodes is check_meta_fits'.
+
+    Raises:
+      InputError: naming the key and field, for the first one of the wrong shape.
+    """
     program = meta.get("program")
     if program is not None:
         field(program, "kind", "meta.program", str)
@@ -49,8 +59,9 @@ def check_meta(meta: Mapping[str, Any]) -> None:
             _int_list(v, f"meta.expert_placement[{k!r}]")
 
 
-# meta.profile[kind]: the fields a profile records (simulator.measure.graph_profile, simulator.measure.profile.with_measured) and their
-# types: "text", "count" (an integer >= 0), or "number" (finite, or null). Other fields are free-form.
+# meta.profile[kind]: the fields a profile records (simulator.measure.graph_profile,
+# simulator.measure.profile.with_measured) and their types: "text", "count" (an integer >= 0), or "number" (finite,
+# or null). Other fields are free-form.
 PROFILE_FIELDS = {
     **dict.fromkeys(("method", "device", "platform", "source", "host", "jax_version"), "text"),
     **dict.fromkeys(("repeats", "warmup", "steps_traced", "cores"), "count"),
@@ -60,7 +71,13 @@ PROFILE_FIELDS = {
 
 
 def check_profile_meta(profile: Any) -> None:
-    """InputError unless meta.profile is {kind: {field: value}} with PROFILE_FIELDS' types."""
+    """Check that meta.profile is {kind: {field: value}}, typed.
+
+    Known fields with PROFILE_FIELDS' types.
+
+    Raises:
+      InputError: naming the kind and field, otherwise.
+    """
     if not isinstance(profile, Mapping):
         raise InputError(f"meta.profile: expected an object {{kind: how it was measured}}, got "
                          f"{type(profile).__name__}")
@@ -79,8 +96,14 @@ def check_profile_meta(profile: Any) -> None:
 
 
 def check_meta_fits(graph: Any) -> None:
-    """InputError unless the meta fits the nodes: a grouping's op_to_group names every node (group) of the graph
-    and no other, and every kind in meta.profile has costs."""
+    """Check that the meta fits the graph's nodes.
+
+    A grouping's op_to_group names every node (group) of the graph and no other, and every kind in meta.profile
+    has costs.
+
+    Raises:
+      InputError: naming the key that does not fit.
+    """
     grouping = graph.meta.get("grouping")
     if grouping is not None and grouping.get("op_to_group") is not None:
         groups = np.unique(np.asarray(grouping["op_to_group"], dtype=np.int64))

@@ -1,4 +1,4 @@
-"""The simulation result type and the lower bound every placement is compared to."""
+"""The simulation result, and the lower bound of every placement."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ class SimResult:
       transfers: every transfer of the schedule.
       compute_peak_memory: () -> float64[D], called once, on the first read of `peak_memory`.
       peak_memory: float64[D] peak bytes per device (persistent bytes + live tensors), computed when first read:
-        the memory sweep costs about half the event loop at 10,000 nodes (experiments.benchmarks.bench_simulator),
-        and most callers read only the runtime or the schedule.
+        the memory sweep costs a good part of the event loop's time
+        (experiments/results/benchmarks/bench_simulator.md), and most callers read only the runtime or the
+        schedule.
     """
 
     runtime: float
@@ -57,7 +58,7 @@ class SimResult:
 
     @functools.cached_property
     def peak_memory(self) -> np.ndarray:
-        """float64[D] peak bytes per device (persistent bytes + live tensors)."""
+        """float64[D] peak bytes per device (persistent + live tensors)."""
         return self.compute_peak_memory()
 
     @property
@@ -77,8 +78,9 @@ class SimResult:
     def to_dict(self, graph: Graph | None = None, cluster: Cluster | None = None) -> dict[str, Any]:
         """JSON-serialisable summary plus the per-node schedule."""
         d = {
-            "runtime_us": self.runtime, "lower_bound_us": self.lower_bound, "ratio_to_lower_bound": self.ratio if math.isfinite(self.ratio) else None,
-            "devices": [{"name": cluster.devices[k].name if cluster else k, "busy_us": float(self.busy[k]),
+            "runtime_us": self.runtime, "lower_bound_us": self.lower_bound, "ratio_to_lower_bound": self.ratio if
+            math.isfinite(self.ratio) else None, "devices": [{"name": cluster.devices[k].name if cluster else k,
+            "busy_us": float(self.busy[k]),
                          "peak_memory_bytes": float(self.peak_memory[k]),
                          "capacity_bytes": float(self.capacity[k]), "oom": bool(self.oom[k])}
                         for k in range(len(self.busy))],
@@ -91,12 +93,12 @@ class SimResult:
 
 
 def min_costs(graph: Graph, cluster: Cluster) -> np.ndarray:
-    """float64[N] each node's compute time on its fastest device of the cluster, microseconds."""
+    """float64[N] each node's time on its fastest device, microseconds."""
     return graph.cost_matrix(cluster.kinds).min(axis=1)
 
 
 def critical_path(graph: Graph, cost: np.ndarray) -> float:
-    """Longest path through the graph with node weights `cost` (float64[N]) and free communication."""
+    """Longest weighted path (`cost`: float64[N]), transfers free."""
     finish = np.zeros(graph.n_nodes)
     par_off, par = graph.parents
     for i in graph.topo_order.tolist():
@@ -106,9 +108,10 @@ def critical_path(graph: Graph, cost: np.ndarray) -> float:
 
 
 def lower_bound(graph: Graph, cluster: Cluster) -> float:
-    """max(critical path without communication, total compute / number of devices), microseconds.
+    """A bound below any placement's runtime on `cluster`, us.
 
-    Costs are each node's fastest device's, so no placement on this cluster can finish sooner.
+    max(critical path without communication, total compute / number of devices), with each node's fastest
+    device's cost, so no placement on this cluster can finish sooner. Cached in graph.cache per device kinds.
     """
     key = ("lower_bound", cluster.kinds)
     if key not in graph.cache:

@@ -1,4 +1,4 @@
-"""Unit scaling: the same task in other units, for checking that a method does not depend on them.
+"""The same task in other units, to test that methods ignore them.
 
 `scale_units(graph, cluster, f)` multiplies every time and every byte count by f and keeps the bandwidth
 (bytes/us): every transfer time bytes / bandwidth then scales by f as well, so every simulated time (start,
@@ -18,14 +18,17 @@ from simulator.model.graph import DEFAULT_KIND, Graph
 
 
 def scale_units(graph: Graph, cluster: Cluster, factor: float) -> tuple[Graph, Cluster]:
-    """(graph, cluster) with every time and byte count multiplied by `factor` (> 0, finite), bandwidth kept.
+    """(graph, cluster) with times and byte counts times `factor`.
 
-    Graph: the costs of every device kind (us; NaN stays NaN; a cluster kind the graph derives from its op
-    descriptions, Graph.cost_for, is recorded first so that it scales too), every output's bytes and every node's
-    persistent bytes. Cluster: delta1, delta2, latency, every host's dispatch and transfer times (us) and every
-    device's memory (bytes). Names, structure, attrs and meta are unchanged. The scaled byte counts need not be
-    whole numbers. InputError if a scaled value leaves the limits of `simulator.model.limits` (e.g. a cost above
-    MAX_COST_US).
+    The bandwidth (bytes/us) is kept. Graph: the costs of every device kind (us; NaN stays NaN; a cluster kind the
+    graph derives from its op descriptions, Graph.cost_for, is recorded first so that it scales too), every output's
+    bytes and every node's persistent bytes. Cluster: delta1, delta2, latency, every host's dispatch and transfer
+    times (us) and every device's memory (bytes). Names, structure, attrs and meta are unchanged. The scaled byte
+    counts need not be whole numbers.
+
+    Raises:
+      InputError: if `factor` is not finite and > 0, or a scaled value leaves the limits of
+        `simulator.model.limits` (e.g. a cost above MAX_COST_US).
     """
     f = float(factor)
     if not (np.isfinite(f) and f > 0):

@@ -1,4 +1,7 @@
-"""Summary statistics of a graph: what `placeto graph info` prints and the datasets README tabulates."""
+"""Graph statistics, as `placeto graph info` prints them.
+
+datasets/README.md tabulates them too.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ from simulator.model.result import critical_path, lower_bound, min_costs
 
 @dataclasses.dataclass(frozen=True)
 class GraphStats:
-    """Sizes in nodes/edges/bytes, times in microseconds, for device kind `kind`."""
+    """A graph's sizes and times (us) on device kind `kind`."""
 
     name: str
     nodes: int
@@ -25,19 +28,21 @@ class GraphStats:
     critical_path_us: float
     total_out_bytes: float
     persistent_bytes: float
-    lower_bound_us: dict[int, float]  # device count -> lower bound
+    lower_bound_us: dict[int, float]  # device count -> lower bound, us
 
 
 def pick_kind(graph: Graph, preferred: str | None = None) -> str:
-    """`preferred` when the graph has costs for it (recorded, plain-number or derived: Graph.has_costs), else the
-    graph's first kind."""
+    """`preferred` if the graph has its costs, else its first kind.
+
+    Costs count when recorded, plain-number or derived (Graph.has_costs).
+    """
     if preferred and (preferred in graph.costs or DEFAULT_KIND in graph.costs or graph.has_costs(preferred)):
         return preferred
     return next(iter(graph.costs), DEFAULT_KIND)
 
 
 def uniform_cluster(kind: str, n_devices: int) -> Cluster:
-    """n identical devices of `kind` with the placeto-k80 interconnect (only used for bounds, not for simulation)."""
+    """n `kind` devices on the placeto-k80 interconnect, for bounds."""
     devices = tuple(Device(f"/{kind}:{i}", kind, MAX_BYTES) for i in range(n_devices))  # memory: no limit
     return dataclasses.replace(cluster_preset("placeto-k80", n_devices), name=f"{kind}x{n_devices}", devices=devices)
 
@@ -54,12 +59,13 @@ def graph_stats(graph: Graph, kind: str | None = None, device_counts: Sequence[i
 
 
 def communication_ratio(graph: Graph, cluster: Cluster) -> float:
-    """The graph's communication-to-computation ratio (CCR, dimensionless): what all its edges would take as
-    transfers between devices (delta2 + latency + bytes / bandwidth each, us) over its total compute on the fastest
-    devices (us; inf if it has none). The classic test of whether to cluster before scheduling: at a high CCR a
-    list scheduler's greedy spreading pays more in transfers than it gains in parallelism. The ungrouped op graphs
-    of nmt_l8, rnnlm_l8 and nasnet have 10.5, 10.5 and 14.8 on placeto-k80; gdp_scale's generated graphs 0.9-1.4.
-    """
+    """The communication-to-computation ratio (CCR) of the graph.
+
+    Dimensionless: what all its edges would take as transfers between devices (delta2 + latency + bytes / bandwidth
+    each, us) over its total compute on the fastest devices (us); inf if it has no compute but communication, 0 if
+    neither. The classic test of whether to cluster before scheduling: at a high CCR a list scheduler's greedy
+    spreading pays more in transfers than it gains in parallelism (the traced and generated graphs' ratios:
+    docs/commands.md, under gdp-large)."""
     nbytes = graph.out_bytes[graph.out_offsets[graph.edge_src] + graph.edge_out]
     comm = float(np.sum(cluster.delta2_us + cluster.latency_us + nbytes / cluster.bandwidth_bytes_per_us))
     compute = float(min_costs(graph, cluster).sum())

@@ -1,1 +1,1 @@
-"""Tracing: a JAX training step to an op graph, and back from a graph file to a runnable program."""
+"""Tracing: JAX steps to op graphs, and graph files back to programs."""

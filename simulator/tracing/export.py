@@ -1,8 +1,9 @@
-"""A traced program saved beside its graph file, so `eval --hardware` and `profile` run it from the files alone.
+"""A traced program saved beside its graph file, to run from files.
 
-`placeto import-jax --export` writes, next to each graph file `G.json[.gz]`, the file `G.export.zip` (see
-`export_path`): every unit of the graph (an op, or a group of a grouped graph) as a `jax.export` artefact
-(serialized StableHLO: no Python, nothing to import), plus what is needed to wire the units together::
+So `eval --hardware` and `profile` run it from the files alone. `placeto import-jax --export` writes, next to each
+graph file `G.json[.gz]`, the file `G.export.zip` (see `export_path`): every unit of the graph (an op, or a group of
+a grouped graph) as a `jax.export` artefact (serialized StableHLO: no Python, nothing to import), plus what is
+needed to wire the units together::
 
     manifest.json   {"format": "placeto-export", "version": 1, "graph": name, "fingerprint": sha256 of the
                      graph's node names and edges, "n_ops": N, "platforms": ["cpu"], "jax_version": "...",
@@ -49,7 +50,7 @@ MAX_VALUE_ELEMENTS = 2**33
 
 
 def export_path(graph_path: PathLike) -> Path:
-    """Where the exported program of graph file `graph_path` lives: G.json.gz -> G.export.zip."""
+    """The exported program's path: G.json.gz -> G.export.zip."""
     p = Path(graph_path)
     name = p.name
     for suffix in (".gz", ".json"):
@@ -58,7 +59,10 @@ def export_path(graph_path: PathLike) -> Path:
 
 
 def fingerprint(graph: Graph) -> str:
-    """sha256 of the node names and edges: what ties an exported program to its graph (costs may change)."""
+    """sha256 of the node names and edges: ties an export to its graph.
+
+    Costs are not in it: they may change.
+    """
     h = hashlib.sha256()
     h.update("\n".join(graph.names).encode())
     h.update(np.stack([graph.edge_src, graph.edge_dst, graph.edge_out]).astype(np.int64).tobytes())
@@ -66,10 +70,10 @@ def fingerprint(graph: Graph) -> str:
 
 
 class Bundle(NamedTuple):
-    """An exported program, loaded: its units (simulator.tracing.lowering.UnitProgram) and values."""
+    """An exported program, loaded: its units and values."""
 
     path: str
-    units: tuple  # [U] UnitProgram, U = the graph's node count
+    units: tuple  # [U] simulator.tracing.lowering.UnitProgram, U = the graph's node count
     specs: dict  # op -> (kind, shape tuple, dtype name) of input/param/const values
     consts: dict  # op -> np.ndarray (or a PRNG key array)
     outputs: tuple  # the step's array outputs, as Sources
@@ -79,7 +83,10 @@ class Bundle(NamedTuple):
 
 # ---- writing -------------------------------------------------------------------------------------------------
 def _input_avals(traced: Any) -> dict[int, Any]:
-    """op -> aval of every input/param node (the jaxpr's invars, in node order) and const node."""
+    """op -> aval of every input, param and const node.
+
+    Inputs and params are the jaxpr's invars, in node order.
+    """
     import jax
 
     inputs = [i for i, e in enumerate(traced.equations) if e is None and traced.input_leaf[i] >= 0]
@@ -112,9 +119,17 @@ def _npy(value: Any) -> bytes:
 
 def export_program(traced: Any, graph: Graph, path: PathLike, op_to_group: np.ndarray | None = None,
                    platforms: Sequence[str] | None = None) -> dict:
-    """Write the exported program of `graph` (the op graph of `traced`, or its grouping via `op_to_group`
-    int32[N_ops]) to `path`, atomically. platforms: jax.export lowering platforms (default: the local one).
-    Returns the manifest."""
+    """Write the exported program of `graph` to `path`, atomically.
+
+    `graph` is the op graph of `traced`, or its grouping via `op_to_group` int32[N_ops]. platforms: jax.export
+    lowering platforms (default: the local one).
+
+    Returns:
+      the manifest.
+
+    Raises:
+      InputError: if the units do not match the graph's nodes, or a value's dtype cannot be exported.
+    """
     import jax
     from jax import export as jax_export
 
@@ -244,8 +259,11 @@ def _value_specs(m: dict) -> dict[int, tuple]:
 
 
 def load_export(path: PathLike, graph: Graph) -> Bundle:
-    """Read and check the exported program at `path` against `graph`; InputError (naming `path`) if it is
-    missing, damaged, or exported with another graph."""
+    """Read the exported program at `path`, checked against `graph`.
+
+    Raises:
+      InputError: naming `path`, if it is missing, damaged, or exported with another graph.
+    """
     from jax import export as jax_export
 
     where = str(path)
@@ -324,8 +342,11 @@ def _const(raw: bytes, op: int, spec: tuple) -> Any:
 
 
 def values(bundle: Bundle, seed: int = 0) -> list:
-    """[N_ops] the value every input/param/const op holds (None elsewhere): constants as stored, inputs and
-    parameters seeded random arrays of their shapes (floats standard normal, integers zero)."""
+    """[N_ops] the value every input/param/const op holds, None elsewhere.
+
+    Constants as stored, inputs and parameters seeded random arrays of their shapes (floats standard normal,
+    integers zero).
+    """
     import jax
 
     n_ops = max([max(u.values, default=-1) for u in bundle.units] + [-1]) + 1
@@ -343,7 +364,10 @@ def values(bundle: Bundle, seed: int = 0) -> list:
 
 def bundle_plan(bundle: Bundle, vals: Sequence[Any], placement: Sequence[int], devices: Sequence,
                 order: Sequence[int] | None = None):
-    """The simulator.hardware.dispatch.Plan of the exported program placed unit by unit (placement: int[U])."""
+    """The dispatch Plan of the exported program, placed unit by unit.
+
+    A simulator.hardware.dispatch.Plan; placement: int[U] device of each unit.
+    """
     return units_plan(bundle.units, vals, placement, devices, bundle.outputs, None, bundle.cache, order)
 
 
@@ -356,9 +380,12 @@ def describe(manifest: dict, path: PathLike) -> str:
 
 
 def find_export(graph: Graph, path: PathLike | None = None) -> Bundle | None:
-    """The exported program of `graph`: the file `path` (the user's --exported; InputError if it cannot be
-    used), else `export_path` of the file the graph was loaded from, when there is one (None otherwise). The
-    graph file's contents never name the file."""
+    """The exported program of `graph`, or None if it has none.
+
+    The file `path` (the user's --exported; InputError if it cannot be used), else `export_path` of the file the
+    graph was loaded from, when there is one. The graph file's contents never name the file. Loaded once per graph
+    object (graph.cache).
+    """
     if path is None:
         if not graph.source or not export_path(graph.source).is_file():
             return None
@@ -370,7 +397,9 @@ def find_export(graph: Graph, path: PathLike | None = None) -> Bundle | None:
 
 
 def measure_units(bundle: Bundle, repeats: int = 5, seed: int = 0) -> np.ndarray:
-    """float64[U] microseconds of every unit of the exported program run alone on the first local device, net
-    of the dispatch floor (simulator.measure.calibrate.profile_plan)."""
+    """float64[U] us of every unit run alone on the first local device.
+
+    The exported program's units, net of the dispatch floor (simulator.measure.calibrate.profile_plan).
+    """
     plan = bundle_plan(bundle, values(bundle, seed), np.zeros(len(bundle.units), np.int32), local_devices(1))
     return profile_plan(plan, repeats)

@@ -1,9 +1,9 @@
-"""`placeto import-jax module:function --args-spec ...`: naming the training step and its example arguments.
+"""Naming a training step and its example arguments, for import-jax.
 
-The function and a "module:factory" args spec are imported as `python -m` would: the current directory is
-importable (first on sys.path, as `python -m` puts it), so `placeto import-jax mymod:step` works in the folder of
-`mymod.py` without PYTHONPATH. Only names the user typed are ever imported; an args spec read from a data file
-may only be inline JSON (`parse_args_spec(from_data=...)`).
+`placeto import-jax module:function --args-spec ...`. The function and a "module:factory" args spec are imported
+as `python -m` would: the current directory is importable (first on sys.path, as `python -m` puts it), so
+`placeto import-jax mymod:step` works in the folder of `mymod.py` without PYTHONPATH. Only names the user typed are
+ever imported; an args spec read from a data file may only be inline JSON (`parse_args_spec(from_data=...)`).
 
 Argument conventions (see simulator.tracing.roles for the details): the step takes its training state and its data as
 positional arguments and returns its new state (anywhere in its result, with the same key names and shapes, or
@@ -33,14 +33,22 @@ from simulator.tracing.trace import Traced, trace
 
 
 def importable_cwd() -> None:
-    """Put the current directory first on sys.path, as `python -m` does (the `placeto` script does not)."""
+    """Put the current directory first on sys.path, as `python -m` does.
+
+    The `placeto` script does not.
+    """
     cwd = os.getcwd()
     if "" not in sys.path and cwd not in sys.path:
         sys.path.insert(0, cwd)
 
 
 def resolve(spec: str) -> Any:
-    """The object named by "package.module:qualified.name"."""
+    """The object named by "package.module:qualified.name".
+
+    Raises:
+      InputError: for a malformed name, a module that does not exist or a missing attribute.
+      UserCodeError: if importing the module raises.
+    """
     module_name, sep, qualname = spec.partition(":")
     if not sep or not module_name or not qualname:
         raise InputError(f"{spec!r}: expected 'module:function'")
@@ -65,7 +73,10 @@ MAX_LEAF_ELEMENTS = 2**31
 
 
 def _leaf_specs(x: Any, where: str) -> Any:
-    """JSON args spec -> pytree of jax.ShapeDtypeStruct (leaves are objects with a "shape" key)."""
+    """JSON args spec -> pytree of jax.ShapeDtypeStruct.
+
+    Leaves are objects with a "shape" key (and a "dtype", default float32).
+    """
     if isinstance(x, dict) and "shape" in x:
         shape, dtype = x["shape"], x.get("dtype", "float32")
         if not isinstance(shape, list) or not all(type(d) is int and 0 <= d <= MAX_LEAF_ELEMENTS for d in shape):
@@ -88,6 +99,10 @@ def parse_args_spec(args_spec: str, from_data: str | None = None) -> tuple[Any, 
     from_data: where the spec was read from when it comes from a data file (e.g. "g.json: meta.source.args_spec")
     rather than the command line. Such a spec may only be inline JSON: "@file" and "module:factory" are refused
     with an InputError naming it, so a data file never makes us read another file or import or call code.
+
+    Raises:
+      InputError: for a bad spec or file, or a factory that is not callable, takes arguments or returns no tuple.
+      UserCodeError: if the factory raises.
     """
     text = args_spec.strip()
     if from_data is not None and not text.startswith(("[", "{")):
@@ -125,8 +140,11 @@ def parse_args_spec(args_spec: str, from_data: str | None = None) -> tuple[Any, 
 
 
 def call_user(fn: Any, what: str, *args: Any) -> Any:
-    """`fn(*args)`, where `fn` is the user's code: an exception it raises becomes a UserCodeError naming `what`
-    (one line; the exception is kept as its cause, for --verbose)."""
+    """`fn(*args)`, where `fn` is the user's code.
+
+    An exception it raises becomes a UserCodeError naming `what` (one line; the exception is kept as its cause, for
+    --verbose).
+    """
     try:
         return fn(*args)
     except UserCodeError:
@@ -136,7 +154,11 @@ def call_user(fn: Any, what: str, *args: Any) -> Any:
 
 
 def _check_no_arguments(factory: Any, text: str) -> None:
-    """InputError unless the args factory can be called without arguments (when its signature can be read)."""
+    """Check that the args factory takes no arguments, if its signature can be read.
+
+    Raises:
+      InputError: naming the factory and its signature, otherwise.
+    """
     import inspect
 
     try:
@@ -149,7 +171,7 @@ def _check_no_arguments(factory: Any, text: str) -> None:
 
 
 def name_from_path(path: str | os.PathLike) -> str:
-    """A graph's default name from the file it is written to: "runs/my_step.json.gz" -> "my_step"."""
+    """Default graph name of a file: "runs/my_step.json.gz" -> "my_step"."""
     name = Path(path).name
     for suffix in (".gz", ".json"):
         name = name.removesuffix(suffix)
@@ -159,9 +181,9 @@ def name_from_path(path: str | os.PathLike) -> str:
 def trace_import(spec: str, args_spec: str, name: str | None = None, params: str | None = None,
                  opt_state: str | None = None, persistent_argnums: tuple[int, ...] | None = None,
                  from_data: str | None = None) -> Traced:
-    """Trace the function named by `spec` ("module:function") on the example arguments of `args_spec`.
+    """Trace the function named by `spec` on the example arguments.
 
-    `args_spec` is one of:
+    `spec` is "module:function"; `args_spec` is one of:
       * a JSON list with one pytree per positional argument; a leaf is an object with a "shape" key,
         `{"shape": [64, 784], "dtype": "float32"}` (dtype one of SPEC_DTYPES, default float32), other objects
         are dicts and lists are lists. Leaves become `jax.ShapeDtypeStruct`s, so the function is traced, never run;
@@ -173,6 +195,10 @@ def trace_import(spec: str, args_spec: str, name: str | None = None, params: str
     structure, simulator.tracing.roles). `spec` and `args_spec` must come from the user (the command line), never from a
     data file: `from_data` (see `parse_args_spec`) marks an args spec read from one, which may then only be
     inline JSON.
+
+    Raises:
+      InputError: for a bad name or spec, or a function that cannot take the spec's arguments.
+      UserCodeError: if the user's module, factory or step raises.
     """
     fn = resolve(spec)
     if not callable(fn):
@@ -184,8 +210,10 @@ def trace_import(spec: str, args_spec: str, name: str | None = None, params: str
 
 
 def _as_user_code(fn: Any, spec: str) -> Any:
-    """`fn` (the user's step) whose exceptions while it is traced become UserCodeErrors naming `spec`: a shape
-    mismatch, a Python `if` on a traced value, an exception of its own."""
+    """`fn` (the user's step), its errors while traced as UserCodeErrors.
+
+    They name `spec`: a shape mismatch, a Python `if` on a traced value, an exception of its own.
+    """
     import functools
 
     @functools.wraps(fn)
@@ -196,8 +224,13 @@ def _as_user_code(fn: Any, spec: str) -> Any:
 
 
 def check_arity(fn: Any, spec: str, n_args: int) -> None:
-    """InputError naming `spec` and the counts when `fn` cannot take `n_args` positional arguments (the args
-    spec's entries); nothing when it can, or when its signature cannot be read (a C function)."""
+    """Check that `fn` can take `n_args` positional arguments.
+
+    n_args: the args spec's entries. Nothing is checked when the signature cannot be read (a C function).
+
+    Raises:
+      InputError: naming `spec` and the counts, otherwise.
+    """
     import inspect
 
     try:
@@ -226,20 +259,23 @@ def check_arity(fn: Any, spec: str, n_args: int) -> None:
 
 
 class Imported(NamedTuple):
-    """A training step imported: its trace, the costed op graph and (if asked) its grouping."""
+    """An imported training step: trace, costed op graph, grouping."""
 
     traced: Traced
     graph: Graph  # the op graph, with analytic costs and meta.source naming what the user typed
-    grouping: Any  # simulator.grouping.group.Grouping of the op graph, or None
-    seconds: float  # wall time of tracing (import of the user's module and the example arguments included)
+    grouping: Any  # simulator.grouping.group.Grouping of the op graph, or None if not asked
+    seconds: float  # wall time of tracing, s (the user's module's import and the example arguments included)
 
 
 def import_step(function: str, args_spec: str, kinds: Sequence[str], name: str | None = None,
                 params: str | None = None, opt_state: str | None = None, grouped: bool = False,
                 groups: int | None = None, max_cp_growth: float | None = 0.05) -> Imported:
-    """Trace `function` on `args_spec` (see `trace_import`), add analytic costs for `kinds` and, with `grouped`,
-    group it (simulator.grouping.group.group: at most `groups` groups where the critical path, under the first kind's
-    costs, grows by at most `max_cp_growth`; colocation names may join to reach the target)."""
+    """Trace `function`, add analytic costs and, if asked, group it.
+
+    Traced on `args_spec` (see `trace_import`), with analytic costs for `kinds`. With `grouped`, grouped by
+    simulator.grouping.group.group: at most `groups` groups where the critical path, under the first kind's costs,
+    grows by at most `max_cp_growth`; colocation names may join to reach the target.
+    """
     import dataclasses
     import time
 
@@ -262,7 +298,10 @@ def import_step(function: str, args_spec: str, kinds: Sequence[str], name: str |
 
 
 def describe_state(traced: Traced) -> str:
-    """One line: where the parameters and optimizer state were found, and how many leaves of each role."""
+    """One line: where the state was found, and leaves per role.
+
+    Where the parameters and optimizer state were found, and how many leaves have each role.
+    """
     r = traced.roles
 
     def n(kind: str, word: str) -> str:

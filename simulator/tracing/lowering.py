@@ -1,15 +1,15 @@
-"""Lowering a traced program to units: what each unit (node, or group of a grouped graph) of a placed program
-computes, independent of where it runs.
+"""Lowering a traced program to units, independent of placement.
 
-A unit binds its member equations in topological order (`unit_programs`): its body is f(*inputs) -> outputs, its
-inputs the values it reads that other units make or that are held resident, its outputs the values other units or
-the step's outputs read. Units that only hold values (inputs, parameters, closed-over constants) have no body;
-`leaf_values` gives those values from the program's example arguments. Equal units (single equations of the same
-signature and operand pattern: the unrolled steps of an RNN) share a key, so they compile once per device.
-`unit_order` gives a topological dispatch order of the units, following a priority where dependencies allow.
+What each unit (node, or group of a grouped graph) of a placed program computes, wherever it runs. A unit binds its
+member equations in topological order (`unit_programs`): its body is f(*inputs) -> outputs, its inputs the values it
+reads that other units make or that are held resident, its outputs the values other units or the step's outputs
+read. Units that only hold values (inputs, parameters, closed-over constants) have no body; `leaf_values` gives
+those values from the program's example arguments. Equal units (single equations of the same signature and operand
+pattern: the unrolled steps of an RNN) share a key, so they compile once per device. `unit_order` gives a
+topological dispatch order of the units, following a priority where dependencies allow.
 
-`UnitProgram` is also what an exported program loads as (`simulator.tracing.export`); `simulator.hardware.plans` turns units and a
-placement into a `simulator.hardware.dispatch.Plan`.
+`UnitProgram` is also what an exported program loads as (`simulator.tracing.export`); `simulator.hardware.plans`
+turns units and a placement into a `simulator.hardware.dispatch.Plan`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,10 @@ if TYPE_CHECKING:  # this module must not import jax at import time (see simulat
 
 
 def _binder(eqn: Any) -> Callable[..., list]:
-    """f(*operands) -> list of outputs: the equation's primitive bound with its params (as simulator.measure.profile)."""
+    """f(*operands) -> list of outputs: the equation's primitive, bound.
+
+    Bound with its params, as simulator.measure.profile does.
+    """
     bind_params = eqn.primitive.get_bind_params(eqn.params)
     subfuns, params = bind_params if isinstance(bind_params, tuple) else ((), bind_params)
     multiple = eqn.primitive.multiple_results
@@ -42,7 +45,10 @@ def _binder(eqn: Any) -> Callable[..., list]:
 
 def _unit_body(traced: Traced, members: Sequence[int], inputs: Sequence[Source],
                outputs: Sequence[Source]) -> Callable:
-    """f(*inputs) -> outputs: the member equations bound in node (= topological) order."""
+    """f(*inputs) -> outputs: the members' equations in node order.
+
+    Node order is topological.
+    """
     import jax.extend.core as jcore
 
     steps = [(m, _binder(traced.equations[m]), traced.args[m]) for m in members if traced.equations[m] is not None]
@@ -58,9 +64,14 @@ def _unit_body(traced: Traced, members: Sequence[int], inputs: Sequence[Source],
 
 
 def leaf_values(traced: Traced, args: Sequence[Any], seed: int = 0) -> list:
-    """[N] the value of every input/param/const node of `traced` (None elsewhere), from the example arguments
-    `args` (a tuple of pytrees as traced); ShapeDtypeStruct leaves become random arrays (floats standard normal,
-    integers zero, as simulator.measure.profile does)."""
+    """[N] the value of every input/param/const node of `traced`.
+
+    None elsewhere. From the example arguments `args` (a tuple of pytrees as traced); ShapeDtypeStruct leaves
+    become random arrays (floats standard normal, integers zero, as simulator.measure.profile does).
+
+    Raises:
+      InputError: if `args` do not have the traced structure.
+    """
     import jax
 
     flat, tree = jax.tree_util.tree_flatten(tuple(args))
@@ -78,8 +89,11 @@ def leaf_values(traced: Traced, args: Sequence[Any], seed: int = 0) -> list:
 
 
 class UnitProgram(NamedTuple):
-    """What one unit (node or group) of a placed program does, whatever it comes from (a trace, or an exported
-    file: simulator.tracing.export). Values are named by the op graph's `Source(node, out)`."""
+    """What one unit (node or group) of a placed program does.
+
+    Whatever it comes from: a trace, or an exported file (simulator.tracing.export). Values are named by the op
+    graph's `Source(node, out)`.
+    """
 
     values: tuple[int, ...]  # op nodes whose values this unit holds resident (inputs, parameters, constants)
     inputs: tuple[Any, ...]  # Sources the unit reads, computed by other units or held resident
@@ -90,9 +104,15 @@ class UnitProgram(NamedTuple):
 
 def unit_programs(traced: Traced, op_to_group: np.ndarray | None = None,
                   n_units: int | None = None) -> list[UnitProgram]:
-    """[U] the units of a traced program: ops, or groups via `op_to_group` (int32[N_ops]); `n_units` (default:
-    the largest group + 1) also counts trailing groups left without ops (a re-trace under another JAX mapped onto
-    the file's groups, simulator.tracing.retrace_map): such units do nothing."""
+    """[U] the units of a traced program: ops, or groups of `op_to_group`.
+
+    op_to_group: int32[N_ops] group of each op. `n_units` (default: the largest group + 1) also counts trailing
+    groups left without ops (a re-trace under another JAX mapped onto the file's groups,
+    simulator.tracing.retrace_map): such units do nothing.
+
+    Raises:
+      InputError: if `op_to_group` has not one entry per op, or names a group past `n_units`.
+    """
     n_ops = traced.graph.n_nodes
     unit_of = np.arange(n_ops) if op_to_group is None else np.asarray(op_to_group, dtype=np.int64)
     if unit_of.shape != (n_ops,):
@@ -121,10 +141,16 @@ def unit_programs(traced: Traced, op_to_group: np.ndarray | None = None,
 
 
 def unit_order(units: Sequence[UnitProgram], priority: Sequence[int] | None = None) -> list[int]:
-    """A topological order of the units: of the units whose inputs are all made, the one first in `priority`
-    (a permutation of the units, e.g. the simulated start order; None: by unit index). A `priority` that is
-    already topological comes back unchanged; one that is not (a file's group graph against a re-traced
-    program whose ops moved between groups) is repaired, not refused."""
+    """A topological order of the units, following `priority` where it can.
+
+    Of the units whose inputs are all made, the one first in `priority` (a permutation of the units, e.g. the
+    simulated start order; None: by unit index). A `priority` that is already topological comes back unchanged;
+    one that is not (a file's group graph against a re-traced program whose ops moved between groups) is repaired,
+    not refused.
+
+    Raises:
+      InputError: if the units form a cycle.
+    """
     import heapq
 
     made = {Source(i, 0): u for u, unit in enumerate(units) for i in unit.values}
@@ -156,12 +182,17 @@ def unit_order(units: Sequence[UnitProgram], priority: Sequence[int] | None = No
 
 
 def unit_graph(graph: "Graph", units: Sequence[UnitProgram], op_graph: "Graph") -> "Graph":
-    """`graph` (U nodes, one per unit) with the edges and output sizes of the units' own dataflow, and no cost for a
-    unit left without ops: the graph of what `units` run. A re-trace under another JAX mapped onto a file's groups
-    (simulator.tracing.program.retrace) moves ops between groups and empties some, so the file's edges no longer say which
-    unit reads which; a simulation of the file's edges can then order a unit before its inputs. A unit's outputs:
-    the values it computes (`outputs`), then the values it holds resident that other units read (bytes from
-    `op_graph`, the traced op graph)."""
+    """`graph` with the edges and output sizes of the units' own dataflow.
+
+    `graph` has U nodes, one per unit; the result is the graph of what `units` run, with no cost for a unit left
+    without ops. A re-trace under another JAX mapped onto a file's groups (simulator.tracing.program.retrace) moves
+    ops between groups and empties some, so the file's edges no longer say which unit reads which; a simulation of
+    the file's edges can then order a unit before its inputs. A unit's outputs: the values it computes (`outputs`),
+    then the values it holds resident that other units read (bytes from `op_graph`, the traced op graph).
+
+    Raises:
+      InputError: if `graph` has not one node per unit.
+    """
     import dataclasses
 
     if graph.n_nodes != len(units):
@@ -182,8 +213,11 @@ def unit_graph(graph: "Graph", units: Sequence[UnitProgram], op_graph: "Graph") 
 
 
 def _unit_key(traced: Traced, members: Sequence[int], inputs: tuple, outputs: tuple) -> Any:
-    """Units doing the same thing share one jitted function per device: single equations with the same
-    signature and operand pattern (the unrolled steps of an RNN); groups are keyed by identity."""
+    """The key of a unit: units doing the same thing share one per device.
+
+    One jitted function per key and device: single equations with the same signature and operand pattern (the
+    unrolled steps of an RNN) share a key; groups are keyed by identity.
+    """
     if len(members) == 1 and traced.equations[members[0]] is not None:
         m = members[0]
         pattern = tuple(inputs.index(a) if isinstance(a, Source) else -1 for a in traced.args[m])

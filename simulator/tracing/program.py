@@ -1,11 +1,12 @@
-"""The runnable program of a graph file: what `profile`, `eval --hardware` and the plain jit baseline run.
+"""The runnable program of a graph file: its export or a re-trace.
 
-A graph file never names code that runs. Its program is its exported program (simulator.tracing.export: the
-`G.export.zip` beside the file, or the one the user names), else a re-trace (`retrace`) of the zoo program its
-meta names (meta.program: a kind of simulator.workloads.zoo with validated arguments) or of the program the user
-names (--program) for an imported graph. A grouped graph's re-trace whose ops differ from the file's (another JAX
-version) is mapped onto the file's groups by op keys (simulator.tracing.retrace_map), or regrouped by the file's
-rules. `graph_program` gives the units (simulator.tracing.lowering) that run the graph's nodes.
+What `profile`, `eval --hardware` and the plain jit baseline run. A graph file never names code that runs. Its
+program is its exported program (simulator.tracing.export: the `G.export.zip` beside the file, or the one the user
+names), else a re-trace (`retrace`) of the zoo program its meta names (meta.program: a kind of
+simulator.workloads.zoo with validated arguments) or of the program the user names (--program) for an imported
+graph. A grouped graph's re-trace whose ops differ from the file's (another JAX version) is mapped onto the file's
+groups by op keys (simulator.tracing.retrace_map), or regrouped by the file's rules. `graph_program` gives the units
+(simulator.tracing.lowering) that run the graph's nodes.
 
 This module does not import JAX at import time: the zoo and the importer are imported when a program is built or
 traced (simulator.hardware.devices sets XLA flags before JAX starts).
@@ -30,10 +31,10 @@ from simulator.workloads.families import GraphSpec, trace_spec
 
 
 class Program(NamedTuple):
-    """What runs a graph's units: simulator.hardware.dispatch.UnitProgram per graph node, and the op values."""
+    """What runs a graph: a UnitProgram per node, and the op values."""
 
-    units: list
-    values: list
+    units: list  # [N] simulator.tracing.lowering.UnitProgram per graph node
+    values: list  # [N_ops] the value of every input/param/const op, None elsewhere
     traced: Any  # simulator.tracing.trace.Traced, or None for an exported program
     op_to_group: np.ndarray | None
     source: str  # "zoo program", "--program", or "exported <file>"
@@ -42,8 +43,14 @@ class Program(NamedTuple):
 
 def graph_program(graph: Graph, program: str | None = None, args_spec: str | None = None,
                   exported: str | None = None, seed: int = 0) -> Program:
-    """The units of `graph`'s program: its exported program (simulator.tracing.export), else a re-trace (a zoo program
-    of its meta, or the `program` the user named; `retrace` maps a re-trace that differs)."""
+    """The units of `graph`'s program: its export, else a re-trace.
+
+    Its exported program (simulator.tracing.export), else a re-trace (a zoo program of its meta, or the `program`
+    the user named; `retrace` maps a re-trace that differs).
+
+    Raises:
+      InputError: if there is no program to run, or its units do not match the graph's nodes.
+    """
     bundle = export.find_export(graph, exported) if program is None else None
     if bundle is not None:
         return Program(list(bundle.units), export.values(bundle, seed), None, None,
@@ -60,8 +67,11 @@ def graph_program(graph: Graph, program: str | None = None, args_spec: str | Non
 
 def program_of(graph: Graph, program: str | None = None,
                args_spec: str | None = None) -> tuple[Any, np.ndarray | None, tuple]:
-    """(Traced op program, op_to_group or None, example arguments) of a family/benchmark graph, or of the
-    `program` ("module:function") the user named for an imported graph (`retrace`)."""
+    """(traced, op_to_group or None, example arguments) of a graph's program.
+
+    Of a family/benchmark graph, or of the `program` ("module:function") the user named for an imported graph
+    (`retrace`).
+    """
     from simulator.tracing.importer import parse_args_spec  # imports jax: graph files load without it
 
     traced, op_to_group = retrace(graph, program, args_spec)  # InputError naming --program when it is needed
@@ -76,8 +86,11 @@ def program_of(graph: Graph, program: str | None = None,
 
 
 def zoo_program(graph: Graph) -> Any:
-    """The zoo program (simulator.workloads.zoo.common.Program) that the graph's meta.program names, built from the
-    file's data after simulator.workloads.zoo.registry.check_program_args: only the zoo's own builders run."""
+    """The zoo program that the graph's meta.program names.
+
+    A simulator.workloads.zoo.common.Program, built from the file's data after
+    simulator.workloads.zoo.registry.check_program_args: only the zoo's own builders run.
+    """
     from simulator.workloads.zoo.registry import build_program_from_data  # flax: graph files load without it
 
     where = f"{graph.source or graph.name}: meta.program"
@@ -88,14 +101,16 @@ def zoo_program(graph: Graph) -> Any:
 
 
 def retrace(graph: Graph, program: str | None = None, args_spec: str | None = None):
-    """(Traced op graph, op_to_group int32[N_ops] or None) of a graph built by simulator.workloads.families or by
-    `placeto import-jax`.
+    """(traced, op_to_group or None) of a graph file's program, re-traced.
 
-    A graph file never names code that runs: family and benchmark graphs are rebuilt from meta["program"], a
-    kind of the package's own zoo with validated arguments (simulator.workloads.zoo.registry.check_program_args); any
-    other program is imported only when the user names it (`program`, "module:function", from --program), its
-    example arguments from `args_spec` (--args-spec) or else from the inline JSON of meta["source"]["args_spec"].
-    InputError when none applies, naming the --program to pass.
+    op_to_group: int32[N_ops]. For a graph built by simulator.workloads.families or by `placeto import-jax`. A
+    graph file never names code that runs: family and benchmark graphs are rebuilt from meta["program"], a kind of
+    the package's own zoo with validated arguments (simulator.workloads.zoo.registry.check_program_args); any other
+    program is imported only when the user names it (`program`, "module:function", from --program), its example
+    arguments from `args_spec` (--args-spec) or else from the inline JSON of meta["source"]["args_spec"].
+
+    Raises:
+      InputError: when none applies, naming the --program to pass.
     """
     from simulator.tracing.importer import trace_import  # imports jax: graph files load without it
     from simulator.workloads.zoo.registry import check_program_args  # flax, likewise
@@ -135,11 +150,14 @@ RETRACE_NOTES: Callable[[str], None] = _print_note  # where `retrace` reports a 
 
 
 def _groups_of_retrace(graph: Graph, traced, where: str):
-    """(traced, op_to_group int32[N_ops]) of a grouped graph's re-trace. A re-trace with the file's ops (same count
-    and, when the file has them, the same op keys) keeps meta.grouping.op_to_group; one that differs (another JAX
-    version) is mapped onto the file's groups by op keys (simulator.tracing.retrace_map), or, where the file has no keys or
-    too few match, regrouped by the file's rules when that gives the same group count (never mapped by position;
-    otherwise an InputError asking for a rebuild); the one-line note goes to RETRACE_NOTES and to traced.graph.meta["retrace_note"]."""
+    """(traced, op_to_group int32[N_ops]) of a grouped graph's re-trace.
+
+    A re-trace with the file's ops (same count and, when the file has them, the same op keys) keeps
+    meta.grouping.op_to_group; one that differs (another JAX version) is mapped onto the file's groups by op keys
+    (simulator.tracing.retrace_map), or, where the file has no keys or too few match, regrouped by the file's rules
+    when that gives the same group count (never mapped by position; otherwise an InputError asking for a rebuild);
+    the one-line note goes to RETRACE_NOTES and to traced.graph.meta["retrace_note"].
+    """
     grouping = graph.meta["grouping"]
     old = _int_list(grouping.get("op_to_group"), graph.n_nodes, where, "meta.grouping.op_to_group")
     old_keys = grouping.get("op_keys")
@@ -172,7 +190,11 @@ def _groups_of_retrace(graph: Graph, traced, where: str):
 
 
 def _int_list(value: Any, bound: int, where: str, field: str) -> np.ndarray:
-    """int32 array of `value`, a list of ints in [0, bound); InputError naming `field` otherwise."""
+    """`value`, a list of ints in [0, bound), as an int32 array.
+
+    Raises:
+      InputError: naming `field`, otherwise.
+    """
     ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
     array = np.asarray(value if ok else [], dtype=np.int64)
     if not ok or (array.size and (array.min() < 0 or array.max() >= bound)):
@@ -181,8 +203,13 @@ def _int_list(value: Any, bound: int, where: str, field: str) -> np.ndarray:
 
 
 def _regroup(graph: Graph, traced, where: str) -> np.ndarray:
-    """op_to_group of the re-trace grouped anew with the file's rules (simulator.grouping.group.group to
-    meta.grouping.target_groups); InputError when that does not give the file's group count."""
+    """op_to_group of the re-trace, grouped anew by the file's rules.
+
+    simulator.grouping.group.group to meta.grouping.target_groups.
+
+    Raises:
+      InputError: when that does not give the file's group count.
+    """
     target = graph.meta["grouping"].get("target_groups")
     regrouped = group(traced.graph, target) if isinstance(target, int) and target >= 1 else None
     if regrouped is None or regrouped.graph.n_nodes != graph.n_nodes:

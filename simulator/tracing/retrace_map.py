@@ -1,20 +1,21 @@
-"""Map the ops of a re-trace onto the groups of a grouped graph file traced under another JAX version.
+"""Mapping a re-trace's ops onto the groups of a graph file.
 
-A grouped graph file records `meta.grouping.op_to_group` (int[N_file], one group per op of the trace it was built
-from) and, from this version on, `meta.grouping.op_keys` (str[N_file]): per op, "{primitive}|{direction}|{scope}|
-{outputs}", where the scope is the Flax/JAX name stack with JAX transform wrappers removed (`transpose(jvp(RNNLM))/
-lstm_0/gates` -> `RNNLM/lstm_0/gates`), direction is "b" inside a `transpose(...)` (backward pass) and "f" outside,
-and outputs are the shapes and dtypes (`64x512:float32`). Input and parameter nodes key on their argument leaf
-index (`Traced.input_leaf`), which does not depend on the JAX version.
+The file is grouped and was traced under another JAX version. A grouped graph file records
+`meta.grouping.op_to_group` (int[N_file], one group per op of the trace it was built from) and, from this version
+on, `meta.grouping.op_keys` (str[N_file]): per op, "{primitive}|{direction}|{scope}|{outputs}", where the scope is
+the Flax/JAX name stack with JAX transform wrappers removed (`transpose(jvp(RNNLM))/lstm_0/gates` ->
+`RNNLM/lstm_0/gates`), direction is "b" inside a `transpose(...)` (backward pass) and "f" outside, and outputs are
+the shapes and dtypes (`64x512:float32`). Input and parameter nodes key on their argument leaf index
+(`Traced.input_leaf`), which does not depend on the JAX version.
 
 `map_ops` gives every op of a new trace (int[N_new]) a group of the file (int in [0, G)): keys matched exactly
-(k-th occurrence to k-th occurrence), then by primitive+direction+scope, then by direction+scope; each op still unmatched joins the
-group of a matched producer or consumer (same scope first), repeated until none is left; then every op whose
-group comes before a producer's group in a topological order of the file's groups moves into that producer's
-group, which makes the group quotient acyclic. Groups may end up with no ops (they then do nothing). A file
-without op keys keeps no per-op identity to align with: it is never mapped (by position, say, which is close to
-arbitrary: nmt_l2 built under jax 0.10.0 and re-traced under 0.11.2 moved 7,097 of 7,462 ops that way); the
-caller regroups the re-trace by the file's own rules or refuses it. Pure functions, deterministic.
+(k-th occurrence to k-th occurrence), then by primitive+direction+scope, then by direction+scope; each op still
+unmatched joins the group of a matched producer or consumer (same scope first), repeated until none is left; then
+every op whose group comes before a producer's group in a topological order of the file's groups moves into that
+producer's group, which makes the group quotient acyclic. Groups may end up with no ops (they then do nothing). A
+file without op keys keeps no per-op identity to align with: it is never mapped (by position, say, which is close to
+arbitrary: docs/hardware.md); the caller regroups the re-trace by the file's own rules or refuses it. Pure
+functions, deterministic.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ class OpMapping(NamedTuple):
 
 
 def scope(name_stack: str) -> str:
-    """`name_stack` without JAX transform wrappers: "transpose(jvp(RNNLM))/lstm_0" -> "RNNLM/lstm_0"."""
+    """`name_stack` without JAX transform wrappers.
+
+    "transpose(jvp(RNNLM))/lstm_0" -> "RNNLM/lstm_0".
+    """
     return _WRAPPER.sub("", name_stack).replace(")", "")
 
 
@@ -62,8 +66,11 @@ def _outputs(attrs: dict) -> str:
 
 
 def op_keys(graph: Graph, input_leaf: Sequence[int] | np.ndarray) -> list[str]:
-    """str[N] the identity key of every op of a traced op graph (see the module doc); input_leaf: int[N] the
-    argument leaf index of input/param nodes, -1 elsewhere (Traced.input_leaf)."""
+    """str[N] the identity key of every op of a traced op graph.
+
+    See the module doc. input_leaf: int[N] the argument leaf index of input/param nodes, -1 elsewhere
+    (Traced.input_leaf).
+    """
     keys = []
     for i, op in enumerate(graph.ops):
         attrs = graph.attrs[i]
@@ -77,8 +84,10 @@ def op_keys(graph: Graph, input_leaf: Sequence[int] | np.ndarray) -> list[str]:
 
 
 def _loose(key: str, level: int) -> str:
-    """Key of matching level 0 (exact), 1 (primitive, direction and scope) or 2 (direction and scope); input
-    leaves keep their key."""
+    """`key` at matching level 0, 1 or 2.
+
+    Level 0: exact; 1: primitive, direction and scope; 2: direction and scope. Input leaves keep their key.
+    """
     prim, direction, where, _ = key.split("|", 3)
     if level == 0 or prim in ("input", "param"):
         return key
@@ -87,8 +96,10 @@ def _loose(key: str, level: int) -> str:
 
 def _match_keys(old_keys: Sequence[str], old_group: np.ndarray, new_keys: Sequence[str],
                 group: np.ndarray) -> tuple[int, int]:
-    """Fill group[j] (-1 = unmatched) from key matches, level by level; k-th unmatched occurrence on each side
-    pair up. Returns (exact, loose) counts."""
+    """Fill group[j] (-1: unmatched) from key matches, level by level.
+
+    The k-th unmatched occurrences on each side pair up. Returns (exact, loose) counts.
+    """
     counts = [0, 0, 0]
     taken = np.zeros(len(old_keys), dtype=bool)
     for level in (0, 1, 2):
@@ -108,10 +119,12 @@ def _match_keys(old_keys: Sequence[str], old_group: np.ndarray, new_keys: Sequen
 
 
 def _join_neighbours(op_graph: Graph, scopes: Sequence[str], group: np.ndarray, rank: np.ndarray) -> int:
-    """Every op with group -1 takes the group of a matched producer or consumer, repeated until none changes.
-    Preferred: a group ranked between the op's producers' and consumers' groups (so no edge goes back in the
-    file's group order), one of its own scope first, producers before consumers; else the producer group of
-    highest rank. Ops never reached take the previous op's group in node order. Returns how many were filled."""
+    """Give every unmatched op (group -1) a matched neighbour's group.
+
+    A matched producer's or consumer's, repeated until none changes. Preferred: a group ranked between the op's
+    producers' and consumers' groups (so no edge goes back in the file's group order), one of its own scope first,
+    producers before consumers; else the producer group of highest rank. Ops never reached take the previous op's
+    group in node order. Returns how many were filled."""
     (p_off, parents), (c_off, children) = op_graph.parents, op_graph.children
     todo = np.flatnonzero(group < 0).tolist()
     filled = len(todo)
@@ -138,16 +151,19 @@ def _join_neighbours(op_graph: Graph, scopes: Sequence[str], group: np.ndarray, 
 
 
 def group_rank(grouped: Graph) -> np.ndarray:
-    """int64[G] position of every group in a topological order of the file's grouped graph."""
+    """int64[G] each group's position in a topological order of the file."""
     rank = np.empty(grouped.n_nodes, dtype=np.int64)
     rank[grouped.topo_order] = np.arange(grouped.n_nodes)
     return rank
 
 
 def make_monotone(op_graph: Graph, group: np.ndarray, rank: np.ndarray) -> int:
-    """Move (in place) every op whose group ranks below one of its producers' groups into the producer group of
-    highest rank, in topological order, so that groups never decrease in rank along an edge: the group quotient
-    is then acyclic. Returns how many ops moved."""
+    """Move ops into producer groups until ranks never fall along an edge.
+
+    In place, in topological order: every op whose group ranks below one of its producers' groups moves into the
+    producer group of highest rank, so that groups never decrease in rank along an edge: the group quotient is then
+    acyclic. Returns how many ops moved.
+    """
     p_off, parents = op_graph.parents
     moved = 0
     for j in op_graph.topo_order.tolist():
@@ -161,7 +177,10 @@ def make_monotone(op_graph: Graph, group: np.ndarray, rank: np.ndarray) -> int:
 
 
 def quotient_acyclic(op_graph: Graph, op_to_group: np.ndarray, n_groups: int) -> bool:
-    """Whether the graph of groups (an edge where an op edge crosses groups) has no cycle."""
+    """Whether the graph of groups has no cycle.
+
+    It has an edge where an op edge crosses groups.
+    """
     src, dst = op_to_group[op_graph.edge_src], op_to_group[op_graph.edge_dst]
     cross = src != dst
     pairs = np.unique(np.stack([src[cross], dst[cross]], axis=1), axis=0) if cross.any() else np.zeros((0, 2), int)
@@ -183,9 +202,15 @@ def quotient_acyclic(op_graph: Graph, op_to_group: np.ndarray, n_groups: int) ->
 
 def map_ops(op_graph: Graph, input_leaf: np.ndarray, grouped: Graph, old_group: np.ndarray,
             old_keys: Sequence[str]) -> OpMapping:
-    """Map the ops of `op_graph` (a re-trace; input_leaf int[N_new] as in Traced) onto the groups of `grouped`
-    (the file: G nodes), whose trace had op_to_group `old_group` (int[N_file]) and op keys `old_keys`
-    (str[N_file]). See the module doc."""
+    """Map the ops of a re-trace onto the groups of a file (module doc).
+
+    Args:
+      op_graph: the re-trace, N_new ops.
+      input_leaf: int[N_new], as in Traced.
+      grouped: the file's grouped graph, G nodes.
+      old_group: int[N_file] the op_to_group of the file's trace.
+      old_keys: str[N_file] the op keys of the file's trace.
+    """
     new_keys = op_keys(op_graph, input_leaf)
     scopes = [k.split("|", 3)[2] for k in new_keys]
     group = np.full(op_graph.n_nodes, -1, dtype=np.int64)

@@ -1,5 +1,7 @@
-"""Which leaves of a training step's example arguments are parameters, optimizer slots, other training state or
-data, found from the pytree structure (or from paths the user names), and where the step returns their new values.
+"""The role of each leaf of a training step's example arguments.
+
+Which leaves are parameters, optimizer slots, other training state or data, found from the pytree structure (or
+from paths the user names), and where the step returns their new values.
 
 Roles of the array leaves (non-array leaves -- Python numbers, functions, strings -- are static, as
 `equinox.filter_jit` treats them, and get no node):
@@ -51,7 +53,10 @@ KINDS = ("param", "slot", "state", "input", "static")
 
 
 class Roles(NamedTuple):
-    """Roles of the flat leaves of the example-argument tuple (L leaves, in `jax.tree.flatten` order)."""
+    """Roles of the L flat leaves of the example-argument tuple.
+
+    In `jax.tree.flatten` order.
+    """
 
     kind: tuple[str, ...]  # [L] one of KINDS
     group: tuple[str | None, ...]  # [L] colocation group (params: own path; slots: their param's; state: own path)
@@ -74,14 +79,17 @@ class _Node(NamedTuple):
 
 
 def is_array(x: Any) -> bool:
-    """An array leaf (traced) rather than a static one: jax/numpy arrays and jax.ShapeDtypeStruct."""
+    """Whether `x` is an array leaf (traced), not a static one.
+
+    jax and numpy arrays, and jax.ShapeDtypeStruct.
+    """
     import numpy as np
 
     return isinstance(x, (jax.Array, np.ndarray, np.generic, jax.ShapeDtypeStruct))
 
 
 def key_name(k: Any) -> str:
-    """The name of one path entry, whatever its kind: ['a'] and .a are both "a", [3] is "3"."""
+    """The name of one path entry: ['a'] and .a are "a", [3] is "3"."""
     for attr in ("key", "name", "idx"):
         if hasattr(k, attr):
             return str(getattr(k, attr))
@@ -93,7 +101,10 @@ def _is_index(k: Any) -> bool:
 
 
 def walk(tree: Any) -> tuple[list[_Node], list[tuple[tuple, Any]]]:
-    """Every node of `tree` (internal and leaf, pre-order) and its leaves with their key paths, in flatten order."""
+    """Every node of `tree` (pre-order), and its leaves with key paths.
+
+    Nodes internal and leaf; the leaves in flatten order.
+    """
     nodes: list[_Node] = []
     leaves: list[tuple[tuple, Any]] = []
 
@@ -117,7 +128,11 @@ def _mro_names(obj: Any) -> set[str]:
 
 
 def parse_path(text: str, nodes: Sequence[_Node], flag: str) -> _Node:
-    """The node whose keystr path is `text` (quotes and spaces normalised); InputError listing some paths."""
+    """The node whose keystr path is `text`, quotes and spaces normalised.
+
+    Raises:
+      InputError: naming `flag` and listing some paths, if there is none.
+    """
     want = re.sub(r"\s+", "", text.replace('"', "'"))
     for n in nodes:
         if n.path and keystr(n.path) == want:
@@ -128,7 +143,10 @@ def parse_path(text: str, nodes: Sequence[_Node], flag: str) -> _Node:
 
 
 class _Tree:
-    """The argument tuple walked once: nodes, leaves, key names, shapes and subtree signatures."""
+    """The argument tuple walked once, its leaves' names and shapes.
+
+    Nodes, leaves, key names, shapes and subtree signatures.
+    """
 
     def __init__(self, args: tuple):
         self.nodes, path_leaves = walk(tuple(args))
@@ -147,7 +165,10 @@ class _Tree:
         return range(node.lo, node.hi)
 
     def signature(self, node: _Node) -> tuple:
-        """(key names below the node, shape) of its array leaves: equal for a tree and its optax mirror."""
+        """(key names below the node, shape) of each of its array leaves.
+
+        Equal for a tree and its optax mirror.
+        """
         key = id(node.obj), node.lo, node.hi
         if key not in self._sig:
             d = len(node.path)
@@ -225,7 +246,7 @@ def _optax_node(t: _Tree) -> _Node | None:
 
 
 def _params_mirrored_by(t: _Tree, opt: _Node) -> _Node | None:
-    """The smallest subtree outside `opt` holding every leaf the slots of `opt` match."""
+    """Smallest subtree outside `opt` holding every leaf its slots match."""
     outside = [i for i in range(len(t.values)) if t.array[i] and not opt.lo <= i < opt.hi]
     matched = set(match_slots(t, outside, _arrays(t, opt), None).values())
     if not matched:
@@ -235,9 +256,12 @@ def _params_mirrored_by(t: _Tree, opt: _Node) -> _Node | None:
 
 
 def _runs(shapes: Sequence[tuple], seq: Sequence[tuple], max_stride: int = 4) -> list[list[int]]:
-    """Disjoint runs of positions in `shapes` holding `seq` in order, contiguous (stride 1) or interleaved with
-    other runs (stride 2..max_stride: keras 3 keeps an optimizer's momentum and velocity of one variable side by
-    side); the stride that gives the most runs (then the smallest), runs taken from the left."""
+    """Disjoint runs of positions in `shapes` that hold `seq` in order.
+
+    Contiguous (stride 1) or interleaved with other runs (stride 2..max_stride: keras 3 keeps an optimizer's
+    momentum and velocity of one variable side by side); the stride that gives the most runs (then the smallest),
+    runs taken from the left.
+    """
     k = len(seq)
     best: list[list[int]] = []
     for stride in range(1, max_stride + 1):
@@ -263,7 +287,8 @@ def _flat_lists(t: _Tree) -> _Found | None:
         for b in lists:
             if b is a or b.lo < a.hi and a.lo < b.hi or b.hi - b.lo < a.hi - a.lo:
                 continue
-            if _runs([t.shapes[i] for i in t.under(b)], seq) and (best is None or a.hi - a.lo > best[0].hi - best[0].lo):
+            if _runs([t.shapes[i] for i in t.under(b)], seq) and (best is None or a.hi - a.lo > best[0].hi -
+            best[0].lo):
                 best = (a, b)
     if best is None:
         return None
@@ -273,7 +298,11 @@ def _flat_lists(t: _Tree) -> _Found | None:
 
 
 def find(t: _Tree, params: str | None = None, opt_state: str | None = None) -> _Found:
-    """The parameters and optimizer state (rules 1-6 of the module doc)."""
+    """The parameters and optimizer state (rules 1-6 of the module doc).
+
+    Raises:
+      InputError: for a named path that does not exist, or named paths that overlap.
+    """
     if params is not None or opt_state is not None:
         p = parse_path(params, t.nodes, "--params") if params is not None else None
         o = parse_path(opt_state, t.nodes, "--opt-state") if opt_state is not None else None
@@ -306,7 +335,10 @@ def find(t: _Tree, params: str | None = None, opt_state: str | None = None) -> _
 
 # ---- slots -------------------------------------------------------------------------------------------------
 def match_slots(t: _Tree, params: Sequence[int], opt: Sequence[int], params_node: _Node | None) -> dict[int, int]:
-    """{optimizer leaf: parameter leaf} by the longest unique shared suffix of key names (see the module doc)."""
+    """{optimizer leaf: parameter leaf}, by shared key-name suffixes.
+
+    The longest unique shared suffix of key names (see the module doc).
+    """
     if not params:
         return {}
     index: dict[tuple, list[int]] = {}
@@ -336,7 +368,10 @@ def match_slots(t: _Tree, params: Sequence[int], opt: Sequence[int], params_node
 
 
 def _backwards_match(short: tuple, long: tuple) -> int:
-    """How many names of `short`, from its end, appear in order (as a subsequence) in `long`."""
+    """How many of `short`'s last names appear in order in `long`.
+
+    Counted from the end of `short`, as a subsequence of `long`.
+    """
     j, k = len(long) - 1, 0
     for name in reversed(short):
         while j >= 0 and long[j] != name:
@@ -362,7 +397,10 @@ def _informative(t: _Tree, s: int, k: int, uninformative: set, params_node: _Nod
 
 
 def align_lists(t: _Tree, params_node: _Node | None, leftovers: Sequence[int]) -> dict[int, int]:
-    """{optimizer leaf: parameter leaf} for leftover leaves of flat lists: runs of the parameters' shape sequence."""
+    """{optimizer leaf: parameter leaf} for leftover flat-list leaves.
+
+    Runs of the parameters' shape sequence.
+    """
     if params_node is None or not isinstance(params_node.obj, (list, tuple)):
         return {}
     params = _arrays(t, params_node)
@@ -379,9 +417,12 @@ def align_lists(t: _Tree, params_node: _Node | None, leftovers: Sequence[int]) -
 # ---- new values --------------------------------------------------------------------------------------------
 def new_values(t: _Tree, roots: Sequence[_Node], out_names: Sequence[tuple], out_shapes: Sequence[tuple],
                updated: dict[int, int]) -> dict[int, int]:
-    """{input leaf: output index} for the array leaves of `roots`: the first unused part of the outputs with the
-    same key names and shapes (out_names/out_shapes: [O] per output leaf; prefixes of its names are its parts),
-    else the in-place update `updated` ({input leaf: output index})."""
+    """{input leaf: output index}: the new value of each leaf of `roots`.
+
+    For the array leaves of `roots`: the first unused part of the outputs with the same key names and shapes
+    (out_names/out_shapes: [O] per output leaf; prefixes of its names are its parts), else the in-place update
+    `updated` ({input leaf: output index}).
+    """
     parts: dict[tuple, list[tuple]] = {}  # signature -> prefixes (in output order)
     prefixes: dict[tuple, list[int]] = {}
     for o, names in enumerate(out_names):
@@ -417,6 +458,9 @@ def assign(args: tuple, out_names: Sequence[tuple], out_shapes: Sequence[tuple],
     out_names/out_shapes: [O] key names and shapes of the step's array outputs; updated: {input leaf: output
     index} of leaves the step updated in place. persistent_argnums (legacy): these arguments are persistent,
     the first one the parameters, the others optimizer state.
+
+    Raises:
+      InputError: for a named path (`params`, `opt_state`) that does not exist, or named paths that overlap.
     """
     t = _Tree(args)
     if persistent_argnums is not None:

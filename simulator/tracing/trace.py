@@ -1,6 +1,6 @@
-"""A JAX function -> op graph, via `jax.make_jaxpr`, keeping what is needed to execute each node later.
+"""Tracing a JAX function to an op graph whose nodes can run later.
 
-Nodes, in this order (which is topological):
+Via `jax.make_jaxpr`, keeping what is needed to execute each node later. Nodes, in this order (which is topological):
   * one per array leaf of the arguments (`simulator.tracing.roles` says which): op "param" for parameters, optimizer
     slots and other training state (their size goes to `persistent_bytes` and to their one output), op "input"
     for data. Non-array leaves (Python numbers, functions in an equinox module) are static, as with
@@ -61,7 +61,10 @@ DropVar = getattr(jcore, "DropVar", None) or jax.core.DropVar  # jax < 0.8 has i
 
 
 class Static(NamedTuple):
-    """A non-array leaf of the step's result (a Python number, a function of an equinox module): no node."""
+    """A non-array leaf of the step's result: no node.
+
+    A Python number, or a function of an equinox module.
+    """
 
     val: Any
 
@@ -104,12 +107,15 @@ class Traced:
 
     @property
     def program_outputs(self) -> tuple[Arg, ...]:
-        """Every value the traced program produces: the result's array leaves, then the in-place updates."""
+        """Every value the program produces: array leaves, then updates.
+
+        The result's array leaves, then the in-place updates.
+        """
         return tuple(a for a in self.outputs if not isinstance(a, Static)) + tuple(a for _, a in self.updates)
 
 
 def inline_body(eqn: jcore.JaxprEqn) -> tuple[jcore.Jaxpr, Sequence[Any]] | None:
-    """(body, consts) of an equation the tracer inlines, None for one it keeps as a node."""
+    """(body, consts) of an equation to inline; None for one kept whole."""
     key = INLINED.get(eqn.primitive.name)
     body = eqn.params.get(key) if key else None
     if body is None:
@@ -121,7 +127,10 @@ def inline_body(eqn: jcore.JaxprEqn) -> tuple[jcore.Jaxpr, Sequence[Any]] | None
 
 
 def equation_at(closed_jaxpr: jcore.ClosedJaxpr, path: Sequence[int]) -> jcore.JaxprEqn:
-    """The equation at `path` (indices through inlined bodies), as recorded in Traced.eqn_paths."""
+    """The equation at `path`, as Traced.eqn_paths records it.
+
+    path: equation indices from the top jaxpr down through inlined bodies.
+    """
     jaxpr = closed_jaxpr.jaxpr
     for depth, k in enumerate(path):
         eqn = jaxpr.eqns[k]
@@ -141,7 +150,10 @@ def _dtype_str(dtype: Any) -> str:
 
 
 class _Builder:
-    """Collects nodes while walking the jaxpr; names and indices are fixed after dead-code elimination."""
+    """Collects nodes while walking the jaxpr.
+
+    Names and indices are fixed after dead-code elimination.
+    """
 
     def __init__(self):
         self.ops, self.labels, self.out_bytes, self.persistent, self.attrs = [], [], [], [], []
@@ -218,7 +230,10 @@ def _num(x: float) -> int | float:
 
 
 def _live_nodes(b: _Builder, outputs: Sequence[Arg]) -> np.ndarray:
-    """bool[N]: inputs, and equations with effects or whose outputs reach the function's outputs."""
+    """bool[N] nodes kept: inputs, effects and what the outputs need.
+
+    Inputs, and equations with effects or whose outputs reach the function's outputs.
+    """
     used = np.zeros(len(b.ops), dtype=bool)
     for a in outputs:
         if isinstance(a, Source):
@@ -240,9 +255,11 @@ def _remap(a: Arg, new_index: np.ndarray) -> Arg:
 
 def _colocation(ops: list[str], args: Sequence[Sequence[Arg]], outputs: Sequence[Arg], leaf_group: list,
                 new_value: list, out_shapes: list) -> list[str | None]:
-    """Colocation group per node (steps 1-4 of the module doc). leaf_group: [N] the group of each input node
-    (simulator.tracing.roles), None elsewhere; new_value: [N] index into `outputs` of an input node's new value, -1 if
-    none."""
+    """Colocation group per node: steps 1-4 of the module docstring.
+
+    leaf_group: [N] the group of each input node (simulator.tracing.roles), None elsewhere; new_value: [N] index
+    into `outputs` of an input node's new value, -1 if none; out_shapes: [N] the output shapes of each node.
+    """
     n = len(ops)
     group: list[str | None] = list(leaf_group)  # 1
     for i in range(n):  # 2: the equation producing a persistent leaf's new value
@@ -271,15 +288,21 @@ def _colocation(ops: list[str], args: Sequence[Sequence[Arg]], outputs: Sequence
 
 
 class _Flat(NamedTuple):
-    """The step as a function of its array leaves (what `jax.make_jaxpr` traces), filled in while tracing."""
+    """Facts about the flat step, filled in while it is traced.
+
+    The flat step is the step as a function of its array leaves, what `jax.make_jaxpr` traces.
+    """
 
     result: list  # [1] (paths, treedef) of the step's result
     updated: list  # flat input indices of leaves the step replaced in place (flax nnx), in order
 
 
 def _flat_step(fn: Callable, leaves: list, in_tree: Any, dynamic: list[int]) -> tuple[Callable, _Flat]:
-    """f(*array leaves) -> [array leaves of the result] + [leaves of the arguments updated in place]; static
-    (non-array) leaves are closed over, as equinox.filter_jit does."""
+    """The step as a function of its array leaves, and the _Flat it fills in.
+
+    f(*array leaves) -> [array leaves of the result] + [leaves of the arguments updated in place]; static
+    (non-array) leaves are closed over, as equinox.filter_jit does.
+    """
     info = _Flat([], [])
 
     def flat(*dyn):
@@ -300,10 +323,13 @@ def _flat_step(fn: Callable, leaves: list, in_tree: Any, dynamic: list[int]) -> 
 
 def trace(fn: Callable, *example_args: Any, name: str | None = None, params: str | None = None,
           opt_state: str | None = None, persistent_argnums: Sequence[int] | None = None) -> Traced:
-    """Trace `fn(*example_args)` (pytrees of arrays or jax.ShapeDtypeStruct leaves; other leaves are static)
-    into an op graph; see the module doc. Parameters, optimizer slots and state are found by
-    `simulator.tracing.roles` (from the pytree structure, or the key paths `params` / `opt_state`);
-    `persistent_argnums` (legacy) instead makes these arguments persistent, the first the parameters."""
+    """Trace `fn(*example_args)` into an op graph (module docstring).
+
+    example_args: pytrees of arrays or jax.ShapeDtypeStruct leaves; other leaves are static. Parameters,
+    optimizer slots and state are found by `simulator.tracing.roles` (from the pytree structure, or the key paths
+    `params` / `opt_state`); `persistent_argnums` (legacy) instead makes these arguments persistent, the first the
+    parameters.
+    """
     path_leaves, in_tree = tree_flatten_with_path(example_args)
     paths, leaves = [p for p, _ in path_leaves], [x for _, x in path_leaves]
     dynamic = [i for i, x in enumerate(leaves) if R.is_array(x)]
@@ -358,7 +384,10 @@ def trace(fn: Callable, *example_args: Any, name: str | None = None, params: str
 
 
 def state_summary(roles: Any) -> dict:
-    """meta["state"]: where the parameters and optimizer state were found, and how many leaves of each role."""
+    """meta["state"]: where the state was found, and leaves per role.
+
+    Where the parameters and optimizer state were found, and how many leaves have each role.
+    """
     return {"how": roles.how, "params": roles.params_path, "opt_state": roles.opt_path,
             **{f"n_{k}": roles.count(k) for k in ("param", "slot", "state", "input")}}
 

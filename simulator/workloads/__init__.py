@@ -1,1 +1,4 @@
-"""The workloads graphs come from: the zoo of JAX programs, the traced families and generated DAGs."""
+"""Where graphs come from: the zoo, traced families, generated DAGs.
+
+The zoo of JAX programs, the families traced from it and generated DAGs with their clusters.
+"""

@@ -1,13 +1,13 @@
-"""Graph families and benchmark models: sample programs, trace, cost, group, split, write with a manifest.
+"""Graph families and benchmarks, traced and written with manifests.
 
-A family is 32 programs of one kind whose hyperparameters (and, for the ENAS families, cell architectures) are
-drawn from a seed: Placeto's three (FAMILIES: cifar10, ptb, nmt) and five more (NEW_FAMILIES: transformer, mlp,
-matmul, moe, cnn; ALL_FAMILIES holds all eight). Each program's training step is traced to an op graph
-(`simulator.tracing.trace`), given analytic roofline costs for every GPU spec of `simulator.model.costs` (`ANALYTIC_KINDS`), and
-grouped (`simulator.grouping.group`). The grouped graph is what is shipped and placed; its meta records how to rebuild
-the op graph (`program`) and the op -> group map (`grouping.op_to_group`), so placements expand to ops and graphs
-can be re-traced for profiling and hardware runs. Everything is a pure function of the seed: the same seed writes
-byte-identical files.
+Sample programs, trace, cost, group, split, write with a manifest. A family is 32 programs of one kind whose
+hyperparameters (and, for the ENAS families, cell architectures) are drawn from a seed: Placeto's three (FAMILIES:
+cifar10, ptb, nmt) and five more (NEW_FAMILIES: transformer, mlp, matmul, moe, cnn; ALL_FAMILIES holds all eight).
+Each program's training step is traced to an op graph (`simulator.tracing.trace`), given analytic roofline costs for
+every GPU spec of `simulator.model.costs` (`ANALYTIC_KINDS`), and grouped (`simulator.grouping.group`). The grouped
+graph is what is shipped and placed; its meta records how to rebuild the op graph (`program`) and the op -> group
+map (`grouping.op_to_group`), so placements expand to ops and graphs can be re-traced for profiling and hardware
+runs. Everything is a pure function of the seed: the same seed writes byte-identical files.
 
 Layout: `datasets/<family>/manifest.json` plus `<graph>.json.gz`; benchmarks in `datasets/benchmarks/` with human
 expert placements (`<graph>.expert_<D>dev.json`).
@@ -35,7 +35,7 @@ DATASETS = Path(__file__).resolve().parents[2] / "datasets"  # the repository's 
 SPLITS = ("train", "test")
 ANALYTIC_KINDS = ("k80", "v100", "a100", "h100", "cpu")  # their shares of the op costs drive the grouping
 LATER_KINDS = ("h100-pcie", "h200")  # fused-group rooflines added after grouping: the groups stay as they were
-COST_KINDS = ANALYTIC_KINDS + LATER_KINDS  # every kind of simulator.model.costs.SPECS: what built and imported graphs carry
+COST_KINDS = ANALYTIC_KINDS + LATER_KINDS  # all simulator.model.costs.SPECS kinds: what built and imported graphs carry
 FAMILIES = ("cifar10", "ptb", "nmt")  # Placeto's families
 NEW_FAMILIES = ("transformer", "mlp", "matmul", "moe", "cnn")  # modern programs, sampled the same way
 ALL_FAMILIES = FAMILIES + NEW_FAMILIES  # a family's index here seeds its specs and split: append only
@@ -46,7 +46,10 @@ SINGLE_DEVICE_EXPERT = ("inception_v3", "nasnet")  # the seeds' expert placement
 
 @dataclasses.dataclass(frozen=True)
 class GraphSpec:
-    """One graph to build: `simulator.workloads.zoo.build_program(kind, **kwargs)`, grouped to about `target_groups`."""
+    """One graph to build: a zoo program and a group target.
+
+    `simulator.workloads.zoo.build_program(kind, **kwargs)`, grouped to about `target_groups`.
+    """
 
     name: str
     kind: str
@@ -67,7 +70,10 @@ def family_specs(family: str, seed: int = 0) -> list[GraphSpec]:
 
 
 def benchmark_specs() -> list[GraphSpec]:
-    """The seeds' benchmark models (simulator.workloads.zoo.list_benchmarks), grouped to 400-1000 groups by size."""
+    """The seeds' benchmark models, grouped to 400-1000 groups by size.
+
+    The programs of simulator.workloads.zoo.list_benchmarks.
+    """
     from simulator.workloads.zoo import list_benchmarks  # flax and jax: loading a family needs neither
 
     targets = {"nmt_l8": 1000, "nmt_l4": 600, "rnnlm_l8": 600}
@@ -75,7 +81,10 @@ def benchmark_specs() -> list[GraphSpec]:
 
 
 def split_of(family: str, seed: int) -> list[str]:
-    """A fixed train/test split: N_TEST graphs of a seeded permutation are "test", the rest "train"."""
+    """A fixed train/test split: N_TEST seeded graphs are "test".
+
+    The first N_TEST graphs of a seeded permutation are "test", the rest "train".
+    """
     perm = np.random.default_rng([seed, ALL_FAMILIES.index(family), 10**6]).permutation(N_GRAPHS)
     test = set(perm[:N_TEST].tolist())
     return ["test" if i in test else "train" for i in range(N_GRAPHS)]
@@ -83,7 +92,7 @@ def split_of(family: str, seed: int) -> list[str]:
 
 # ---- building one graph ----------------------------------------------------------------------------------
 def trace_spec(spec: GraphSpec):
-    """(program, Traced op graph with analytic costs for ANALYTIC_KINDS) of `spec`."""
+    """(program, Traced op graph) of `spec`, costed for ANALYTIC_KINDS."""
     from simulator.tracing.trace import trace  # jax: loading a family needs none
     from simulator.workloads.zoo import build_program  # flax and jax, likewise
 
@@ -94,7 +103,10 @@ def trace_spec(spec: GraphSpec):
 
 
 def with_later_kinds(grouping, op_graph: Graph):
-    """`grouping` (simulator.grouping.group.Grouping) with the LATER_KINDS' fused-group roofline costs on its graph."""
+    """`grouping` with the LATER_KINDS' fused-group costs on its graph.
+
+    A simulator.grouping.group.Grouping; the costs are rooflines of each group as one fused computation.
+    """
     graph = grouping.graph
     for kind in LATER_KINDS:
         graph = graph.with_costs(kind, fused_group_costs(op_graph, grouping.op_to_group, kind))
@@ -102,8 +114,11 @@ def with_later_kinds(grouping, op_graph: Graph):
 
 
 def expert_op_placement(op_graph: Graph, layer_groups: list[list[str]], n_devices: int) -> np.ndarray:
-    """The seeds' human expert placement on ops: layer group j on device j * D // G (one LSTM layer per GPU for
-    NMT/RNNLM, attention and softmax beside the last layer); ops outside every layer go with the last group."""
+    """The seeds' human expert placement of the ops.
+
+    Layer group j on device j * D // G (one LSTM layer per GPU for NMT/RNNLM, attention and softmax beside the last
+    layer); ops outside every layer go with the last group.
+    """
     owner = {layer: j for j, layers in enumerate(layer_groups) for layer in layers}
     n_groups = len(layer_groups)
     device_of_group = [j * n_devices // n_groups if n_groups >= n_devices else j for j in range(n_groups)]
@@ -118,8 +133,10 @@ def expert_op_placement(op_graph: Graph, layer_groups: list[list[str]], n_device
 
 
 def build_graph(spec: GraphSpec, family: str) -> tuple[Graph, dict[str, np.ndarray]]:
-    """The grouped graph of `spec` (meta: program, family, grouping) and its expert placements per device count
-    (benchmarks only; empty for families)."""
+    """The grouped graph of `spec`, and its expert placements.
+
+    Meta: program, family, grouping. Expert placements per device count, benchmarks only (empty for families).
+    """
     program, traced = trace_spec(spec)
     grouping = with_later_kinds(group(traced.graph, spec.target_groups), traced.graph)
     meta = {"family": family, "program": {"kind": spec.kind, "kwargs": spec.kwargs},
@@ -154,8 +171,11 @@ def _build_and_write(args: tuple[GraphSpec, str, str]) -> dict[str, Any]:
 
 
 def carry_measured(graph: Graph, old: Graph) -> Graph:
-    """`graph` with the measured costs (the kinds in old.meta["profile"]) of an earlier build of the same graph, so
-    rebuilding keeps profiles, which are slow to take and noisy by nature. Dropped if the nodes differ."""
+    """`graph` with the measured costs of an earlier build of it.
+
+    The kinds in old.meta["profile"], so that rebuilding keeps profiles, which are slow to take and noisy by
+    nature. Dropped if the nodes differ.
+    """
     measured = old.meta.get("profile", {})
     if not measured or old.names != graph.names:
         return graph
@@ -178,10 +198,11 @@ def graph_entry(graph: Graph, file: str) -> dict[str, Any]:
 # ---- building a family ------------------------------------------------------------------------------------
 def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: int = 2,
           only: list[str] | None = None, progress: bool = True) -> Path:
-    """Build `family` (one of ALL_FAMILIES, or "benchmarks") under `out_root/<family>/` with its manifest.
+    """Build `family` under `out_root/<family>/`, with its manifest.
 
-    `workers` processes trace in parallel (spawned, so JAX starts fresh in each); `only` restricts to the named
-    graphs (the manifest is then not rewritten). Returns the family folder.
+    `family` is one of ALL_FAMILIES, or "benchmarks". `workers` processes trace in parallel (spawned, so JAX starts
+    fresh in each); `only` restricts to the named graphs (the manifest is then not rewritten). Returns the family
+    folder.
     """
     import concurrent.futures
     import multiprocessing
@@ -215,7 +236,11 @@ def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: 
 
 
 def load_manifest(family: str, root: str | Path = DATASETS) -> dict[str, Any]:
-    """The manifest of a built family; a clear InputError if it is missing or malformed."""
+    """The manifest of a built family.
+
+    Raises:
+      InputError: if it is missing or malformed.
+    """
     path = Path(root) / family / "manifest.json"
     if not path.is_file():
         raise InputError(f"family {family!r}: no manifest at {path} (run `placeto datasets build --family {family}`)")
@@ -227,7 +252,13 @@ def load_manifest(family: str, root: str | Path = DATASETS) -> dict[str, Any]:
 
 
 def load_family(name: str, split: str | None = "test", root: str | Path = DATASETS) -> list[Graph]:
-    """The graphs of family `name` (files listed in its manifest), those of `split` only (None: all)."""
+    """The graphs of family `name` in `split` (None: all).
+
+    The files its manifest lists.
+
+    Raises:
+      InputError: for an unknown split, a missing manifest, or no graphs in the split.
+    """
     if split is not None and split not in SPLITS:
         raise InputError(f"unknown split {split!r} (known: {', '.join(SPLITS)})")
     chosen = [e["file"] for e in load_manifest(name, root)["graphs"] if split is None or e.get("split") == split]
@@ -237,9 +268,15 @@ def load_family(name: str, split: str | None = "test", root: str | Path = DATASE
 
 
 def seed_graphs(family: str, seeds: list[int], root: str | Path) -> list[Graph]:
-    """Every graph (both splits) of `family` built with each of `seeds` (> 0: disjoint from the shipped seed-0
-    family and its test split), built under root/s<seed>/ first if missing (`build`, ~1.5 s a graph), and named
-    s<seed>_<name> so that no two share a name. More training graphs of the same distribution."""
+    """More training graphs: `family` built with each of `seeds`.
+
+    Every graph (both splits) of the same distribution, for seeds > 0: disjoint from the shipped seed-0 family and
+    its test split. Built under root/s<seed>/ first if missing (`build`, which traces every graph), and named
+    s<seed>_<name> so that no two share a name.
+
+    Raises:
+      InputError: for seed 0.
+    """
     out = []
     for seed in seeds:
         if seed == 0:
@@ -323,14 +360,17 @@ def readme_table(root: str | Path = DATASETS) -> str:
 
 
 def _span(values: list[float], fmt: str = "{:.0f}") -> str:
-    """"lo–hi" of `values` in `fmt`, or one number when they are all equal."""
+    """"lo–hi" of `values` in `fmt`, or one number if all equal."""
     lo, hi = min(values), max(values)
     return fmt.format(lo) if lo == hi else f"{fmt.format(lo)}–{fmt.format(hi)}"
 
 
 def hand_written(readme: str) -> str:
-    """The part of an existing README.md that write_readme keeps: what follows the README_END line; in a README
-    written before that line existed, whatever follows the statistics table. Stripped of blank lines around it."""
+    """The part of an existing README.md that write_readme keeps.
+
+    What follows the README_END line; in a README written before that line existed, whatever follows the
+    statistics table. Stripped of blank lines around it.
+    """
     if README_END in readme:
         return readme.split(README_END, 1)[1].strip("\n")
     lines = readme.splitlines()
@@ -344,9 +384,12 @@ def hand_written(readme: str) -> str:
 
 
 def write_readme(root: str | Path = DATASETS) -> None:
-    """(Re)write `root/README.md`: README_HEAD, the statistics tables of the manifests (`readme_table`), the
-    README_END line, then the hand-written text that followed README_END in the existing file (`hand_written`),
-    unchanged: sections that others maintain go below that line. Writing twice gives the same file."""
+    """(Re)write `root/README.md`, keeping its hand-written part.
+
+    README_HEAD, the statistics tables of the manifests (`readme_table`), the README_END line, then the
+    hand-written text that followed README_END in the existing file (`hand_written`), unchanged: sections that
+    others maintain go below that line. Writing twice gives the same file.
+    """
     path = Path(root) / "README.md"
     kept = hand_written(path.read_text()) if path.is_file() else ""
     text = README_HEAD + "\n" + readme_table(root) + "\n" + README_END + "\n" + (f"\n{kept}\n" if kept else "")

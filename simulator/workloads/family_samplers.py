@@ -1,9 +1,10 @@
-"""The hyperparameters each graph family draws for its zoo program (simulator.workloads.families builds the families).
+"""The hyperparameters each graph family draws for its zoo program.
 
-A sampler takes a numpy Generator and returns the kwargs of `simulator.workloads.zoo.build_program(kind, **kwargs)` (config
-fields of the kind; the family adds the seed). They are kept apart from simulator.workloads.families so that the zoo reads
-them without importing it: the largest value of each field the project builds bounds what a graph file may ask
-for (simulator.workloads.zoo.registry.reference_sizes).
+simulator.workloads.families builds the families. A sampler takes a numpy Generator and returns the kwargs of
+`simulator.workloads.zoo.build_program(kind, **kwargs)` (config fields of the kind; the family adds the seed). They
+are kept apart from simulator.workloads.families so that the zoo reads them without importing it: the largest value
+of each field the project builds bounds what a graph file may ask for
+(simulator.workloads.zoo.registry.reference_sizes).
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def _transformer(rng: np.random.Generator) -> dict[str, Any]:
 
 
 def _micro_batches(rng: np.random.Generator, layers: int, lo: int, hi: int) -> int:
-    """Micro-batches M in {2, 4, 8, 16, 32} with lo <= layers * M <= hi (the graph's copies of its layers)."""
+    """Micro-batches M in {2, 4, 8, 16, 32} with lo <= layers * M <= hi.
+
+    layers * M: the graph's copies of its layers; M = 2 if no value fits.
+    """
     return _choice(rng, [m for m in (2, 4, 8, 16, 32) if lo <= layers * m <= hi] or [2])
 
 

@@ -1,10 +1,10 @@
-"""Generated placement tasks: seeded synthetic DAGs, each with its own cluster, over a wide distribution.
+"""Seeded synthetic placement tasks: a DAG and its own cluster each.
 
-The shipped families (`simulator.workloads.families`) are traced from a few kinds of real programs; users bring graphs of
-any shape and size, on any hardware. This module draws (Graph, Cluster) tasks from a distribution as wide as
-that, for training and evaluating placement policies. Nothing is stored: a task is a pure function of its
-`GenSpec`, and a spec a pure function of (family, index, seed), so the same seed gives identical graphs and
-clusters on every machine (numpy's PCG64 streams).
+Drawn from a wide distribution. The shipped families (`simulator.workloads.families`) are traced from a few kinds of
+real programs; users bring graphs of any shape and size, on any hardware. This module draws (Graph, Cluster) tasks
+from a distribution as wide as that, for training and evaluating placement policies. Nothing is stored: a task is a
+pure function of its `GenSpec`, and a spec a pure function of (family, index, seed), so the same seed gives
+identical graphs and clusters on every machine (numpy's PCG64 streams).
 
 Families (`GEN_FAMILIES`), each a graph structure:
 
@@ -27,7 +27,8 @@ The distribution (per task, independently; "log-uniform" means uniform in the lo
   rounding to whole bytes (within 1%).
 * devices: 2 to 8. Cluster: 40% homogeneous (kind "gpu"); 30% heterogeneous, 2-3 kinds "gpu-a", "gpu-b",
   "gpu-c" whose costs are 1x, 1-4x, 1-4x the fastest (log-uniform, each op spread around it with sigma
-  0.1-0.4, never below 1x); 30% GPU+CPU: device 0 "/cpu:0" of kind "cpu", 5-30x slower, and 1-7 GPUs "gpu".
+  0.1-0.4, never below 1x); 30% GPU+CPU: device 0 "/cpu:0" of kind "cpu" (costs 5-30x the GPUs'), and 1-7 GPUs
+  "gpu".
 * bandwidth: 1e3 to 1e5 bytes/us (1-100 GB/s), log-uniform; output sizes follow from the CCR.
 * transfer overheads: delta2 + latency are 2-50% of an edge's mean transfer time (the rest bytes / bandwidth).
 * delta1: 0.5-20% of the median non-zero op cost, log-uniform.
@@ -73,7 +74,9 @@ GENERATOR = "placeto.generated"
 
 @dataclasses.dataclass(frozen=True)
 class GenSpec:
-    """Everything drawn for one task; `build(spec)` is a pure function of it (JSON-safe: see `spec_from_meta`).
+    """Everything drawn for one task: `build(spec)` depends on it alone.
+
+    JSON-safe: see `spec_from_meta`.
 
     Attributes:
       family, index, seed: where it was drawn (`gen_specs`); the graph is named `<family>_<index:03d>`
@@ -173,10 +176,13 @@ def _structure(family: str, rng: np.random.Generator) -> tuple[tuple[str, float]
 
 def draw_spec(family: str, index: int, seed: int = 0, min_nodes: int = MIN_NODES,
               max_nodes: int = MAX_NODES) -> GenSpec:
-    """The spec of task `index` of `family`, drawn from (seed, family, index) alone.
+    """Spec of task `index` of `family`, from (seed, family, index) alone.
 
     The node count is log-uniform in [min_nodes, max_nodes], from one uniform draw: capping max_nodes shrinks
     every task's size monotonically and changes nothing else.
+
+    Raises:
+      InputError: for an unknown family, or an index, seed or node range out of bounds.
     """
     _check_family(family)
     if not (isinstance(index, (int, np.integer)) and 0 <= index < 2**31):
@@ -215,7 +221,10 @@ def draw_spec(family: str, index: int, seed: int = 0, min_nodes: int = MIN_NODES
 
 
 def in_test(family: str, index: int, seed: int = 0) -> bool:
-    """Whether task `index` of `family` is in the test split: one seeded index of every 4 consecutive ones."""
+    """Whether task `index` of `family` is in the test split.
+
+    One seeded index of every 4 consecutive ones.
+    """
     _check_family(family)
     block = int(index) // 4
     rng = np.random.default_rng([int(seed), GEN_FAMILIES.index(family), block, 1])
@@ -224,9 +233,13 @@ def in_test(family: str, index: int, seed: int = 0) -> bool:
 
 def gen_specs(family: str, n: int, seed: int = 0, split: str = "train", min_nodes: int = MIN_NODES,
               max_nodes: int = MAX_NODES) -> list[GenSpec]:
-    """The first `n` specs of `family` in `split` ("train": 75% of the indices, "test": 25%, "all"), by index.
+    """The first `n` specs of `family` in `split`, by index.
 
-    The split does not depend on n, min_nodes or max_nodes, so a longer list extends a shorter one.
+    Splits: "train" (75% of the indices), "test" (25%), "all". The split does not depend on n, min_nodes or
+    max_nodes, so a longer list extends a shorter one.
+
+    Raises:
+      InputError: for an unknown family or split, or a bad `n`.
     """
     _check_family(family)
     if split not in GEN_SPLITS:
@@ -243,12 +256,18 @@ def gen_specs(family: str, n: int, seed: int = 0, split: str = "train", min_node
 
 def tasks(family: str, n: int, seed: int = 0, split: str = "train", min_nodes: int = MIN_NODES,
           max_nodes: int = MAX_NODES) -> list[tuple[Graph, Cluster]]:
-    """`build` of each of `gen_specs(family, n, seed, split, min_nodes, max_nodes)`."""
+    """The built (graph, cluster) tasks of `gen_specs` with these arguments."""
     return [build(s) for s in gen_specs(family, n, seed, split, min_nodes, max_nodes)]
 
 
 def spec_from_meta(meta: dict) -> GenSpec:
-    """The GenSpec recorded in a generated graph's meta (also after a save and load: lists become tuples)."""
+    """The GenSpec recorded in a generated graph's meta.
+
+    Also after a save and load: lists become tuples.
+
+    Raises:
+      InputError: if the meta has no 'gen_spec'.
+    """
     d = meta.get("gen_spec") if isinstance(meta, dict) else None
     if not isinstance(d, dict):
         raise InputError("not a generated graph: its meta has no 'gen_spec'")
@@ -260,7 +279,7 @@ def spec_from_meta(meta: dict) -> GenSpec:
 
 
 def rebuild(graph: Graph) -> tuple[Graph, Cluster]:
-    """The (graph, cluster) task a generated graph came from, built again from its meta."""
+    """The (graph, cluster) task a generated graph came from, rebuilt."""
     return build(spec_from_meta(graph.meta))
 
 
@@ -289,8 +308,11 @@ class _Edges:
 
 
 def _chain(n: int, p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A backbone; at each op, with branch_prob, a branch of 1..branch_len_max ops forks from the backbone's tail
-    and joins the backbone 1..rejoin_max ops later. The last op is on the backbone."""
+    """The gen-chain structure: a backbone with short rejoining branches.
+
+    At each op, with branch_prob, a branch of 1..branch_len_max ops forks from the backbone's tail and joins the
+    backbone 1..rejoin_max ops later. The last op is on the backbone.
+    """
     e = _Edges()
     u = rng.random(n)
     lens = rng.integers(1, int(p["branch_len_max"]) + 1, n)
@@ -320,8 +342,11 @@ def _chain(n: int, p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.nd
 
 
 def _forkjoin(n: int, p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Blocks: 0..link_max chain ops, a fork into 2..branches_max branches of 1..depth_max ops each, a join op
-    (with residual_prob also fed by the block's input). The last block is cut short at n ops."""
+    """The gen-forkjoin structure: blocks that fork and join.
+
+    Each block: 0..link_max chain ops, a fork into 2..branches_max branches of 1..depth_max ops each, a join op
+    (with residual_prob also fed by the block's input). The last block is cut short at n ops.
+    """
     e = _Edges()
     head, k = 0, 1
     bmax, dmax = int(p["branches_max"]), int(p["depth_max"])
@@ -353,9 +378,12 @@ def _forkjoin(n: int, p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np
 
 
 def _layered(n: int, p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Layers of log-normal widths around `width` (resolved between 2 and 2 sqrt(n)); every op of a layer > 0
-    takes 1..fan_in_max parents from the previous layer (with skip2_prob each, from the one before); every op of
-    a layer but the last without a child feeds a random op of the next layer."""
+    """The gen-layered structure: layers of log-normal widths.
+
+    Widths around `width` (resolved between 2 and 2 sqrt(n)); every op of a layer > 0 takes 1..fan_in_max parents
+    from the previous layer (with skip2_prob each, from the one before); every op of a layer but the last without a
+    child feeds a random op of the next layer.
+    """
     hi = max(2.0, 2.0 * math.sqrt(n))
     width = math.exp(math.log(2.0) + p["width"] * (math.log(hi) - math.log(2.0)))
     sig = p["width_sigma"]
@@ -381,9 +409,11 @@ def _layered(n: int, p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.
 
 
 def _skip(n: int, p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """A backbone with a residual every `block` ops (with proj_prob through a 1-2 op projection branch),
-    `unet_levels` mirrored long skips, and long_skip_density * backbone random skips of 2 to max_skip_frac *
-    backbone ops."""
+    """The gen-skip structure: a backbone with skip connections.
+
+    A residual every `block` ops (with proj_prob through a 1-2 op projection branch), `unet_levels` mirrored long
+    skips, and long_skip_density * backbone random skips of 2 to max_skip_frac * backbone ops.
+    """
     e = _Edges()
     block = int(p["block"])
     bb: list[int] = []
@@ -438,7 +468,7 @@ JOIN_OP = {"gen-chain": "add", "gen-forkjoin": "concat", "gen-layered": "concat"
 
 # ---- building ------------------------------------------------------------------------------------------------
 def build(spec: GenSpec) -> tuple[Graph, Cluster]:
-    """The task of `spec`: (Graph of spec.n_nodes ops, Cluster of spec.n_devices devices).
+    """The task of `spec`: (graph of spec.n_nodes ops, cluster of D devices).
 
     Costs (us): kind 0 of the spec's kinds is the fastest on every op, its cost log-normal around
     cost_scale_us; other kinds multiply it by their factor times a per-op log-normal spread (clipped to at
@@ -447,6 +477,9 @@ def build(spec: GenSpec) -> tuple[Graph, Cluster]:
     Memory: with `S` = total persistent bytes + the peak of live outputs in the ops' (topological) order, each
     GPU holds memory_headroom * S (roomy) or memory_headroom * (persistent / D + peak live outputs) (tight);
     the CPU of a gpu-cpu cluster max(4x a GPU's, 1.5 S).
+
+    Raises:
+      InputError: for a spec that is no GenSpec, of an unknown family, or with n_nodes out of range.
     """
     if not isinstance(spec, GenSpec):
         raise InputError(f"build takes a GenSpec, got {type(spec).__name__}")
@@ -523,8 +556,10 @@ def _device(spec: GenSpec, d: int, gpu_mem: float, cpu_mem: float) -> Device:
 
 def _peak_live_bytes(n: int, out_offsets: np.ndarray, out_bytes: np.ndarray, src: np.ndarray, dst: np.ndarray,
                      out: np.ndarray) -> float:
-    """Peak bytes of outputs alive when the ops run one by one in index (topological) order: an output lives
-    from its op to its last consumer."""
+    """Peak live output bytes, the ops run one by one in index order.
+
+    Index order is topological; an output lives from its op to its last consumer.
+    """
     if not out_bytes.size:
         return 0.0
     producer = np.repeat(np.arange(n), np.diff(out_offsets))
@@ -558,7 +593,10 @@ def _fmt_us(us: float) -> str:
 
 
 def family_stats(family: str, n: int = 32, seed: int = 0, max_nodes: int = MAX_NODES) -> dict[str, Any]:
-    """Ranges over the first `n` tasks (split "all") of `family`: built, so CCR and edges are the real ones."""
+    """Ranges over the first `n` tasks of `family` (split "all").
+
+    The tasks are built, so CCR and edges are the real ones.
+    """
     rows = []
     for spec in gen_specs(family, n, seed, "all", max_nodes=max_nodes):
         graph, cluster = build(spec)
@@ -572,8 +610,11 @@ def family_stats(family: str, n: int = 32, seed: int = 0, max_nodes: int = MAX_N
 
 
 def readme_section(n: int = 32, seed: int = 0, max_nodes: int = MAX_NODES) -> str:
-    """A markdown section on the generated families for datasets/README.md: what they are, their ranges, how
-    to get them (generated on demand, never stored), and a table of the first `n` tasks of each family."""
+    """datasets/README.md's section on the generated families.
+
+    What they are, their ranges, how to get them (generated on demand, never stored), and a table of the first `n`
+    tasks of each family.
+    """
     lines = [
         "## Generated families (`gen-*`)",
         "",

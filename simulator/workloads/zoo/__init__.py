@@ -1,10 +1,10 @@
-"""Flax training-step programs that our graph families and benchmarks are traced from.
+"""Flax training steps, traced into the families and benchmarks.
 
 Every program is a real training step (forward, loss, backward, optax update) whose recurrences and
 layers are unrolled Python loops, so `jax.make_jaxpr(p.step)(p.params, p.opt_state, p.batch)` holds one
 equation per op per time step. See `common.Program` for the contract and name-stack conventions.
 
-    >>> from placeto import zoo
+    >>> from simulator.workloads import zoo
     >>> program = zoo.build_program("nmt", seed=0, layers=4, tgt_len=20)
     >>> [spec.name for spec in zoo.list_benchmarks()]  # doctest: +ELLIPSIS
     ['inception_v3', 'nmt_l2', ...]

@@ -1,13 +1,13 @@
-"""CNN family: a plain VGG-style convolutional classifier (no batch norm, no branches).
+"""CNN family: a plain VGG-style convolutional classifier.
 
-Network: `stages` stages; stage s holds `convs` KxK convolutions with bias and relu (`conv_{s}_{j}`, width
-channels * 2^s, stride 1, SAME padding) and ends with 2x2 max pooling (stride 2), so stage s sees
-float32[B, S / 2^s, S / 2^s, channels * 2^s] (sizes rounded up); then the feature map is flattened, `dense`
+No batch norm, no branches. Network: `stages` stages; stage s holds `convs` KxK convolutions with bias and relu
+(`conv_{s}_{j}`, width channels * 2^s, stride 1, SAME padding) and ends with 2x2 max pooling (stride 2), so stage s
+sees float32[B, S / 2^s, S / 2^s, channels * 2^s] (sizes rounded up); then the feature map is flattened, `dense`
 (relu, `dense_width` features) and `logits` (dense to the classes) give the mean softmax cross-entropy against
-labels int32[B]. Images are NHWC float32[B, S, S, 3]. With `micro_batches` M > 1 the batch is cut into M
-slices float32[B / M, S, S, 3] that run forward and backward separately and the loss is their mean (gradient
-accumulation before the one update), so the graph holds M parallel copies of the network. Layer scopes, in
-order: `conv_0_0`, ..., `dense`, `logits`. SGD with momentum updates every parameter.
+labels int32[B]. Images are NHWC float32[B, S, S, 3]. With `micro_batches` M > 1 the batch is cut into M slices
+float32[B / M, S, S, 3] that run forward and backward separately and the loss is their mean (gradient accumulation
+before the one update), so the graph holds M parallel copies of the network. Layer scopes, in order: `conv_0_0`,
+..., `dense`, `logits`. SGD with momentum updates every parameter.
 """
 
 from __future__ import annotations
@@ -55,13 +55,21 @@ class CNNConfig:
 
 
 class PlainCNN(nn.Module):
-    """Conv stages -> dense -> logits; `__call__` returns the training loss."""
+    """Conv stages -> dense -> logits; `__call__` returns the loss."""
 
     config: CNNConfig
 
     @nn.compact
     def __call__(self, images: jax.Array, labels: jax.Array) -> jax.Array:
-        """Args: images float32[B, S, S, 3]; labels int32[B]. Returns float32[] mean loss."""
+        """The training loss of a batch: the mean over its micro-batches.
+
+        Args:
+            images: float32[B, S, S, 3].
+            labels: int32[B].
+
+        Returns:
+            float32[] mean loss.
+        """
         cfg = self.config
         k = (cfg.kernel, cfg.kernel)
         convs = [[nn.Conv(cfg.channels * 2**s, k, padding="SAME", name=f"conv_{s}_{j}") for j in range(cfg.convs)]
@@ -85,7 +93,9 @@ def layer_names(cfg: CNNConfig) -> list[str]:
 
 
 def build_cnn(seed: int = 0, *, config: CNNConfig | None = None, **overrides) -> common.Program:
-    """A plain CNN training step; `overrides` replace fields of `config` (default `CNNConfig()`).
+    """A plain CNN training step; `overrides` replace `config` fields.
+
+    `config` defaults to `CNNConfig()`.
 
     Raises:
         ValueError: if micro_batches does not divide batch.

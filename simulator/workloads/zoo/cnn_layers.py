@@ -1,8 +1,9 @@
-"""Convolutional building blocks shared by the ENAS-CIFAR10, NASNet-A and Inception-V3 programs.
+"""Convolutional blocks shared by the zoo's CNN programs.
 
-All tensors are NHWC float32. Batch normalisation is in training mode (batch statistics, learned scale and
-offset) and keeps no running averages, so the step stays `(params, opt_state, batch) -> ...` with no
-mutable collection; the moving-average update it omits is a handful of elementwise ops per layer.
+ENAS-CIFAR10, NASNet-A and Inception-V3. All tensors are NHWC float32. Batch normalisation is in training mode
+(batch statistics, learned scale and offset) and keeps no running averages, so the step stays `(params, opt_state,
+batch) -> ...` with no mutable collection; the moving-average update it omits is a handful of elementwise ops per
+layer.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ class BatchNorm(nn.Module):
 
 
 def conv(features: int, kernel: tuple[int, int], stride: int = 1, padding: str = "SAME", **kw) -> nn.Conv:
-    """A bias-free conv (batch norm follows every conv here); module name via kw."""
+    """A bias-free conv: batch norm follows every conv here.
+
+    The module name comes via `kw`.
+    """
     return nn.Conv(features, kernel, strides=(stride, stride), padding=padding, use_bias=False, **kw)
 
 
@@ -70,15 +74,19 @@ class ReLUConvBN(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        """x: float32[N, H, W, Cin] -> float32[N, H/stride, W/stride, features]."""
+        """relu, conv and batch norm of `x`.
+
+        x: float32[N, H, W, Cin] -> float32[N, H/stride, W/stride, features].
+        """
         x = conv(self.features, self.kernel, self.stride, name="conv")(jax.nn.relu(x))
         return BatchNorm(name="bn")(x)
 
 
 class SepConv(nn.Module):
-    """Stacked separable conv: `repeats` x (relu -> depthwise kxk -> pointwise 1x1 -> batch norm).
+    """Stacked separable convolutions, `repeats` of them.
 
-    Only the first depthwise conv is strided (NASNet's `separable_kxk_2`, ENAS's sep_conv).
+    Each is relu -> depthwise kxk -> pointwise 1x1 -> batch norm. Only the first depthwise conv is strided (NASNet's
+    `separable_kxk_2`, ENAS's sep_conv).
     """
 
     features: int
@@ -88,7 +96,10 @@ class SepConv(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        """x: float32[N, H, W, Cin] -> float32[N, H/stride, W/stride, features]."""
+        """The stacked separable convolutions of `x`.
+
+        x: float32[N, H, W, Cin] -> float32[N, H/stride, W/stride, features].
+        """
         for r in range(self.repeats):
             channels = x.shape[-1]
             stride = self.stride if r == 0 else 1
@@ -100,13 +111,19 @@ class SepConv(nn.Module):
 
 
 class FactorizedReduce(nn.Module):
-    """Halve H and W with two offset strided 1x1 convs, concatenated (NASNet/ENAS path reduction)."""
+    """Halve H and W: two offset strided 1x1 convs, concatenated.
+
+    NASNet's and ENAS's path reduction.
+    """
 
     features: int
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        """x: float32[N, H, W, Cin] -> float32[N, ceil(H/2), ceil(W/2), features]."""
+        """`x` at half resolution.
+
+        x: float32[N, H, W, Cin] -> float32[N, ceil(H/2), ceil(W/2), features].
+        """
         x = jax.nn.relu(x)
         half = self.features // 2
         path1 = conv(half, (1, 1), 2, name="path_0")(x)
@@ -116,7 +133,11 @@ class FactorizedReduce(nn.Module):
 
 
 def pool(kind: str, x: jax.Array, window: int = 3, stride: int = 1, padding: str = "SAME") -> jax.Array:
-    """"avg" or "max" pooling with a square window; x: float32[N, H, W, C]."""
+    """"avg" or "max" pooling of x (float32[N, H, W, C]), square window.
+
+    Raises:
+        ValueError: for another `kind`.
+    """
     shape, strides = (window, window), (stride, stride)
     if kind == "avg":
         return nn.avg_pool(x, shape, strides, padding=padding, count_include_pad=False)
@@ -126,26 +147,37 @@ def pool(kind: str, x: jax.Array, window: int = 3, stride: int = 1, padding: str
 
 
 class Classifier(nn.Module):
-    """relu -> global average pool -> dense -> mean softmax cross-entropy."""
+    """relu -> global average pool -> dense -> mean cross-entropy."""
 
     classes: int
 
     @nn.compact
     def __call__(self, x: jax.Array, labels: jax.Array) -> jax.Array:
-        """x: float32[N, H, W, C]; labels int32[N]. Returns float32[] mean loss."""
+        """The mean softmax cross-entropy of the features `x`.
+
+        Args:
+            x: float32[N, H, W, C].
+            labels: int32[N].
+
+        Returns:
+            float32[] mean loss.
+        """
         x = jnp.mean(jax.nn.relu(x), axis=(1, 2))
         logits = nn.Dense(self.classes, name="logits")(x)
         return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
 def cell_plan(n_cells: int) -> list[bool]:
-    """Per cell, whether it is a reduction cell: N normal, R, N normal, R, N normal."""
+    """Per cell, whether it reduces: N normal, R, N normal, R, N normal."""
     stage = [False] * n_cells
     return stage + [True] + stage + [True] + stage
 
 
 def image_batch(rng, batch: int, size: int, classes: int) -> dict:
-    """Example image batch: images float32[batch, size, size, 3] ~ N(0, 1), labels int32[batch]."""
+    """Example image batch: N(0, 1) images and uniform labels.
+
+    images float32[batch, size, size, 3], labels int32[batch].
+    """
     images = rng.standard_normal((batch, size, size, 3), dtype="float32")
     labels = rng.integers(0, classes, size=(batch,), dtype="int32")
     return {"images": images, "labels": labels}

@@ -1,4 +1,4 @@
-"""The contract every zoo program follows, and the training-step factory they share.
+"""The zoo programs' contract and their shared training-step factory.
 
 A `Program` is one training step of a real model: forward pass, loss, backward pass (`jax.value_and_grad`)
 and an optax parameter update, bundled with real initialised parameters, optimizer state and an example
@@ -36,7 +36,7 @@ PARAM_STREAM = 2  # numpy stream that draws the initial parameters
 
 @dataclasses.dataclass(frozen=True)
 class Program:
-    """One traceable training step with everything needed to run or trace it.
+    """A training step with everything needed to run or trace it.
 
     Attributes:
         name: unique program name, e.g. "nmt_l4" or "cifar10_007".
@@ -87,12 +87,13 @@ def make_optimizer(config: OptimizerConfig) -> optax.GradientTransformation:
 
 
 def make_step(loss_fn: LossFn, tx: optax.GradientTransformation, clip_norm: float | None = None) -> StepFn:
-    """A training step: value_and_grad of `loss_fn`, optional global-norm clipping, then `tx` per layer.
+    """A training step: gradients, optional clipping, `tx` per layer.
 
-    The update runs once per top-level layer, under `jax.named_scope("update/<layer>")`, so every update
-    equation names the layer that owns its parameter (a per-variable update, as in TensorFlow graphs).
-    `opt_state` is therefore {layer: tx state of that layer's params}. Clipping needs all gradients, so
-    its equations sit under `update/clip_by_global_norm`, outside every layer.
+    value_and_grad of `loss_fn`, global-norm clipping to `clip_norm` if set, then `tx`. The update runs once per
+    top-level layer, under `jax.named_scope("update/<layer>")`, so every update equation names the layer that owns
+    its parameter (a per-variable update, as in TensorFlow graphs). `opt_state` is therefore {layer: tx state of
+    that layer's params}. Clipping needs all gradients, so its equations sit under `update/clip_by_global_norm`,
+    outside every layer.
     """
 
     def step(params: Params, opt_state: Any, batch: Batch) -> tuple[Params, Any, jax.Array]:
@@ -123,10 +124,11 @@ def make_program(
     optimizer: OptimizerConfig,
     meta: dict,
 ) -> Program:
-    """Initialise `model` (whose `__call__(**batch)` returns the scalar loss) and wrap it as a Program.
+    """`model` initialised and wrapped as a Program.
 
-    `meta` must hold "layers" (top-level scopes in model order, exactly the params' top-level keys) and
-    may hold "layer_groups"; "param_names", "num_params", "seed" and "optimizer" are filled in here.
+    `model.__call__(**batch)` returns the scalar loss. `meta` must hold "layers" (top-level scopes in model order,
+    exactly the params' top-level keys) and may hold "layer_groups"; "param_names", "num_params", "seed" and
+    "optimizer" are filled in here.
 
     Raises:
         ValueError: if meta["layers"] disagrees with the parameters the model created.
@@ -157,12 +159,12 @@ def make_program(
 
 
 def init_params(model: nn.Module, batch: Batch, seed: int) -> Params:
-    """Initial parameters of `model`, drawn on the host from (seed, PARAM_STREAM).
+    """Initial parameters of `model`, drawn on the host from the seed.
 
-    Shapes come from `jax.eval_shape(model.init, ...)` (tracing only); values follow Flax's default
-    initialisers by leaf name: kernels LeCun truncated-normal (fan-in = all but the last axis), embeddings
-    normal with std 1/sqrt(features), biases and batch-norm offsets 0, batch-norm scales 1. Compiling
-    `model.init` with XLA instead takes tens of seconds for the CNNs on CPU.
+    From (seed, PARAM_STREAM). Shapes come from `jax.eval_shape(model.init, ...)` (tracing only); values follow
+    Flax's default initialisers by leaf name: kernels LeCun truncated-normal (fan-in = all but the last axis),
+    embeddings normal with std 1/sqrt(features), biases and batch-norm offsets 0, batch-norm scales 1. Compiling
+    `model.init` with XLA instead compiles every initialiser, which is slow for the CNNs on CPU.
     """
     shapes = jax.eval_shape(model.init, jax.random.key(seed), **batch)["params"]
     rng = numpy_rng(seed, PARAM_STREAM)
@@ -175,7 +177,11 @@ def init_params(model: nn.Module, batch: Batch, seed: int) -> Params:
 
 
 def _init_value(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> np.ndarray:
-    """One float32 initial value; see `init_params` for the rules."""
+    """One float32 initial value; see `init_params` for the rules.
+
+    Raises:
+        ValueError: for a leaf name without a rule.
+    """
     if name in ("bias", "offset"):
         return np.zeros(shape, np.float32)
     if name == "scale":
@@ -192,7 +198,10 @@ def _init_value(rng: np.random.Generator, name: str, shape: tuple[int, ...]) -> 
 
 
 def param_names(params: Params) -> dict[str, list[str]]:
-    """{layer: ["layer/sub/.../leaf", ...]} for every parameter leaf, grouped by top-level layer."""
+    """{layer: ["layer/sub/.../leaf", ...]}: every parameter leaf's path.
+
+    Grouped by top-level layer.
+    """
     out: dict[str, list[str]] = {}
     for path, _ in jax.tree.flatten_with_path(params)[0]:
         keys = [str(getattr(k, "key", k)) for k in path]
@@ -211,9 +220,10 @@ def config_dict(config: Any) -> dict:
 
 
 def count_equations(jaxpr: Any) -> int:
-    """Number of equations in a (closed) jaxpr, counted recursively through every sub-jaxpr.
+    """Number of equations in a (closed) jaxpr, sub-jaxprs included.
 
-    A call-like equation (pjit, custom_jvp_call, ...) counts once itself plus its body's equations.
+    Counted recursively through every sub-jaxpr. A call-like equation (pjit, custom_jvp_call, ...) counts once
+    itself plus its body's equations.
     """
     inner = getattr(jaxpr, "jaxpr", jaxpr)
     total = 0
@@ -225,7 +235,10 @@ def count_equations(jaxpr: Any) -> int:
 
 
 def name_stacks(jaxpr: Any, prefix: str = "") -> list[str]:
-    """Full name stack of every equation (sub-jaxpr stacks prefixed by their caller's), in order."""
+    """Full name stack of every equation, in order.
+
+    Sub-jaxpr stacks are prefixed by their caller's.
+    """
     inner = getattr(jaxpr, "jaxpr", jaxpr)
     out = []
     for eqn in inner.eqns:

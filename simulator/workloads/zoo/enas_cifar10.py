@@ -1,11 +1,12 @@
-"""ENAS-CIFAR10 family: CNNs built from conv cells sampled in the ENAS micro search space.
+"""ENAS-CIFAR10 family: CNNs of conv cells drawn from ENAS's space.
 
-A cell (Pham et al. 2018, Sec. 2.3) has two inputs, the outputs h_{-2}, h_{-1} of the two previous cells
-(indices 0 and 1), and `n_nodes` nodes; node j (index j + 2) picks two inputs among indices < j + 2 and one
-op for each from OPS, and sums the two results. The cell output concatenates the nodes no other node reads
-and a 1x1 conv maps it back to the cell width. In a reduction cell the ops reading the cell inputs have
-stride 2 and the width doubles. Sampling is uniform, as the untrained ENAS controller; the normal and
-reduction cells of one network are sampled independently from the seed's architecture stream.
+The cells are sampled in the ENAS micro search space. A cell (Pham et al. 2018, Sec. 2.3) has two inputs, the
+outputs h_{-2}, h_{-1} of the two previous cells (indices 0 and 1), and `n_nodes` nodes; node j (index j + 2) picks
+two inputs among indices < j + 2 and one op for each from OPS, and sums the two results. The cell output
+concatenates the nodes no other node reads and a 1x1 conv maps it back to the cell width. In a reduction cell the
+ops reading the cell inputs have stride 2 and the width doubles. Sampling is uniform, as the untrained ENAS
+controller; the normal and reduction cells of one network are sampled independently from the seed's architecture
+stream.
 
 Network: stem 3x3 conv; three stages of `n_cells` normal cells with a reduction cell before stages 2 and
 3; relu, global average pool, dense, softmax cross-entropy. Layer scopes: `stem`, `cell_0`, ...,
@@ -37,7 +38,10 @@ OPS = ("sep_conv_3x3", "sep_conv_5x5", "avg_pool_3x3", "max_pool_3x3", "identity
 
 @dataclasses.dataclass(frozen=True)
 class ConvNode:
-    """One node of an ENAS conv cell: op[k] is applied to input[k], and the two results are summed."""
+    """One node of an ENAS conv cell: two inputs, two ops, summed.
+
+    op[k] is applied to input[k], and the two results are summed.
+    """
 
     inputs: tuple[int, int]
     ops: tuple[str, str]
@@ -45,12 +49,15 @@ class ConvNode:
 
 @dataclasses.dataclass(frozen=True)
 class ConvCellArch:
-    """A sampled ENAS conv cell (hashable, so it can be a Flax module field)."""
+    """A sampled ENAS conv cell; hashable, so a Flax module field."""
 
     nodes: tuple[ConvNode, ...]
 
     def loose_ends(self) -> tuple[int, ...]:
-        """Indices (>= 2) of the nodes no other node reads; the cell output concatenates them."""
+        """Indices (>= 2) of the nodes no other node reads: the output.
+
+        The cell output concatenates them.
+        """
         used = {i for node in self.nodes for i in node.inputs}
         return tuple(j + 2 for j in range(len(self.nodes)) if j + 2 not in used)
 
@@ -60,7 +67,7 @@ class ConvCellArch:
 
 
 def sample_conv_cell(rng: np.random.Generator, n_nodes: int = 5) -> ConvCellArch:
-    """Uniformly sample an ENAS micro-search conv cell with `n_nodes` nodes."""
+    """A uniformly sampled ENAS conv cell of `n_nodes` nodes."""
     nodes = []
     for j in range(n_nodes):
         inputs = tuple(int(i) for i in rng.integers(0, j + 2, size=2))
@@ -90,12 +97,21 @@ class Cifar10Config:
 
     @classmethod
     def tiny(cls) -> "Cifar10Config":
-        """A CPU-cheap preset for tests (5 cells: N=1 per stage + 2 reductions)."""
+        """A CPU-cheap preset for tests: five cells.
+
+        N = 1 per stage, plus 2 reductions.
+        """
         return cls(n_cells=1, channels=4, batch=2, n_nodes=2, image_size=8)
 
 
 def apply_op(op: str, x: jax.Array, features: int, stride: int, name: str) -> jax.Array:
-    """One ENAS op on x (float32[N, H, W, features]); call inside a compact method."""
+    """One ENAS op on x; call it inside a compact method.
+
+    x: float32[N, H, W, features].
+
+    Raises:
+        ValueError: for an unknown op.
+    """
     if op.startswith("sep_conv_"):
         return SepConv(features, int(op[-1]), stride, name=name)(x)
     if op in ("avg_pool_3x3", "max_pool_3x3"):
@@ -114,7 +130,14 @@ class EnasConvCell(nn.Module):
 
     @nn.compact
     def __call__(self, h_prev2: jax.Array, h_prev1: jax.Array) -> jax.Array:
-        """Args: outputs of the previous two cells, NHWC. Returns float32[N, H', W', features]."""
+        """The cell's output, from those of the two previous cells.
+
+        Args:
+            h_prev2, h_prev1: outputs of the previous two cells, NHWC.
+
+        Returns:
+            float32[N, H', W', features].
+        """
         states = [self.calibrate(h_prev2, h_prev1.shape[1], 0), self.calibrate(h_prev1, h_prev1.shape[1], 1)]
         for j, node in enumerate(self.arch.nodes):
             outs = []
@@ -127,8 +150,10 @@ class EnasConvCell(nn.Module):
 
     @nn.nowrap  # a helper of the compact method: no extra name scope
     def calibrate(self, h: jax.Array, size: int, index: int) -> jax.Array | None:
-        """Cell input `index` brought to `features` channels and `size` resolution; None if unread
-        (an unread input gets no ops, so the traced graph has no dead branch)."""
+        """Cell input `index` at `features` channels and `size` resolution.
+
+        None if unread: an unread input gets no ops, so the traced graph has no dead branch.
+        """
         if all(index not in node.inputs for node in self.arch.nodes):
             return None
         if h.shape[1] != size:
@@ -137,7 +162,7 @@ class EnasConvCell(nn.Module):
 
 
 class EnasConvNet(nn.Module):
-    """Stem -> stacked sampled cells -> classifier; `__call__` returns the training loss."""
+    """Stem -> sampled cells -> classifier; `__call__` returns the loss."""
 
     config: Cifar10Config
     normal: ConvCellArch
@@ -145,7 +170,15 @@ class EnasConvNet(nn.Module):
 
     @nn.compact
     def __call__(self, images: jax.Array, labels: jax.Array) -> jax.Array:
-        """Args: images float32[B, S, S, 3]; labels int32[B]. Returns float32[] mean loss."""
+        """The training loss of a batch.
+
+        Args:
+            images: float32[B, S, S, 3].
+            labels: int32[B].
+
+        Returns:
+            float32[] mean loss.
+        """
         cfg = self.config
         h_prev2 = h_prev1 = ConvBN(3 * cfg.channels, name="stem")(images)
         features = cfg.channels
@@ -158,7 +191,10 @@ class EnasConvNet(nn.Module):
 
 
 def build_cifar10(seed: int = 0, *, config: Cifar10Config | None = None, **overrides) -> common.Program:
-    """An ENAS-CIFAR10 training step, cells sampled from `seed`; overrides replace Cifar10Config fields."""
+    """An ENAS-CIFAR10 training step whose cells are sampled from `seed`.
+
+    `overrides` replace Cifar10Config fields.
+    """
     cfg = dataclasses.replace(config or Cifar10Config(), **overrides)
     rng = common.numpy_rng(seed, common.ARCH_STREAM)
     normal, reduce = sample_conv_cell(rng, cfg.n_nodes), sample_conv_cell(rng, cfg.n_nodes)

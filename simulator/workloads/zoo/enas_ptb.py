@@ -1,4 +1,4 @@
-"""ENAS-PTB family: language models whose recurrent cell is sampled from the ENAS search space.
+"""ENAS-PTB family: language models of sampled ENAS recurrent cells.
 
 ENAS recurrent cell (Pham et al. 2018, Sec. 2.1) with `n_nodes` nodes and highway connections:
 
@@ -38,12 +38,12 @@ class RNNNode:
 
 @dataclasses.dataclass(frozen=True)
 class RNNCellArch:
-    """A sampled ENAS recurrent cell (hashable, so it can be a Flax module field)."""
+    """A sampled ENAS recurrent cell; hashable, so a Flax module field."""
 
     nodes: tuple[RNNNode, ...]
 
     def loose_ends(self) -> tuple[int, ...]:
-        """Indices of nodes that no other node reads; the cell output averages them."""
+        """Indices of the nodes no other node reads: the cell averages them."""
         used = {n.prev for n in self.nodes}
         return tuple(j for j in range(len(self.nodes)) if j not in used)
 
@@ -62,7 +62,7 @@ def sample_rnn_cell(rng: np.random.Generator, n_nodes: int = 8) -> RNNCellArch:
 
 @dataclasses.dataclass(frozen=True)
 class PTBConfig:
-    """Size of an ENAS-PTB program (the architecture comes from the seed)."""
+    """Size of an ENAS-PTB program; the seed gives the architecture."""
 
     steps: int = 35
     """Unrolled time steps T (ENAS uses bptt 35)."""
@@ -73,7 +73,7 @@ class PTBConfig:
     vocab: int = 1000
     """Vocabulary size V (PTB has 10000; reduced)."""
     n_nodes: int = 8
-    """Nodes per sampled cell (ENAS uses 12; the brief asks 8)."""
+    """Nodes per sampled cell (ENAS uses 12)."""
     optimizer: common.OptimizerConfig = common.OptimizerConfig("sgd", 20.0, clip_norm=0.25)
     """SGD with ENAS's large learning rate and gradient norm clipped to 0.25."""
 
@@ -84,14 +84,22 @@ class PTBConfig:
 
 
 class EnasRNNCell(nn.Module):
-    """One time step of a sampled ENAS recurrent cell; call the same instance at every step."""
+    """One step of a sampled ENAS recurrent cell; reuse it every step."""
 
     arch: RNNCellArch
     hidden: int
 
     @nn.compact
     def __call__(self, h_prev: jax.Array, x: jax.Array) -> jax.Array:
-        """Args: h_prev float32[B, H]; x float32[B, H]. Returns h_t float32[B, H]."""
+        """The next hidden state h_t.
+
+        Args:
+            h_prev: float32[B, H].
+            x: float32[B, H].
+
+        Returns:
+            h_t: float32[B, H].
+        """
         states = []
         for j, node in enumerate(self.arch.nodes):
             if node.prev < 0:
@@ -107,14 +115,21 @@ class EnasRNNCell(nn.Module):
 
 
 class EnasLM(nn.Module):
-    """Embedding -> sampled cell unrolled over T steps -> softmax cross-entropy."""
+    """Embedding -> sampled cell over T steps -> softmax cross-entropy."""
 
     config: PTBConfig
     arch: RNNCellArch
 
     @nn.compact
     def __call__(self, inputs: jax.Array, targets: jax.Array) -> jax.Array:
-        """Args: inputs, targets int32[B, T]. Returns float32[] mean next-token loss."""
+        """The mean next-token loss.
+
+        Args:
+            inputs, targets: int32[B, T].
+
+        Returns:
+            float32[] mean loss.
+        """
         cfg = self.config
         xs = time_slices(nn.Embed(cfg.vocab, cfg.hidden, name="embedding")(inputs))
         cell = EnasRNNCell(self.arch, cfg.hidden, name="cell")
@@ -127,7 +142,10 @@ class EnasLM(nn.Module):
 
 
 def build_ptb(seed: int = 0, *, config: PTBConfig | None = None, **overrides) -> common.Program:
-    """An ENAS-PTB training step whose cell is sampled from `seed`; overrides replace PTBConfig fields."""
+    """An ENAS-PTB training step whose cell is sampled from `seed`.
+
+    `overrides` replace PTBConfig fields.
+    """
     cfg = dataclasses.replace(config or PTBConfig(), **overrides)
     arch = sample_rnn_cell(common.numpy_rng(seed, common.ARCH_STREAM), cfg.n_nodes)
     batch = lm_tokens(common.numpy_rng(seed, common.DATA_STREAM), cfg.batch, cfg.steps, cfg.vocab)

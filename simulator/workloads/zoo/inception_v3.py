@@ -1,11 +1,11 @@
-"""Inception-V3 benchmark (Szegedy et al. 2016), with its real block structure at reduced size.
+"""Inception-V3 benchmark (Szegedy et al. 2016) at reduced size.
 
-Stem (Conv2d_1a..4a with two max pools), Mixed_5b-5d (InceptionA), Mixed_6a (InceptionB, reduction),
-Mixed_6b-6e (InceptionC, factorised 1x7/7x1 convs), Mixed_7a (InceptionD, reduction), Mixed_7b-7c
-(InceptionE), the auxiliary classifier on Mixed_6e and the main classifier; the loss is the main
-cross-entropy plus 0.4 times the auxiliary one, optimised with RMSProp as in the paper. Channel counts are
-the paper's times `width`, and the input resolution is reduced (`image_size`, default 139, the smallest
-that keeps every block's spatial size >= 3). Layer scopes use the TF-slim block names.
+Its real block structure: stem (Conv2d_1a..4a with two max pools), Mixed_5b-5d (InceptionA), Mixed_6a (InceptionB,
+reduction), Mixed_6b-6e (InceptionC, factorised 1x7/7x1 convs), Mixed_7a (InceptionD, reduction), Mixed_7b-7c
+(InceptionE), the auxiliary classifier on Mixed_6e and the main classifier; the loss is the main cross-entropy plus
+0.4 times the auxiliary one, optimised with RMSProp as in the paper. Channel counts are the paper's times `width`,
+and the input resolution is reduced (`image_size`, default 139, the smallest that keeps every block's spatial size
+>= 3). Layer scopes use the TF-slim block names.
 """
 
 from __future__ import annotations
@@ -51,14 +51,20 @@ class InceptionConfig:
 
 
 def branch(x: jax.Array, specs: list[tuple], prefix: str) -> jax.Array:
-    """A chain of ConvBNReLU; specs are (features, (kh, kw)[, stride, padding]). Call inside compact."""
+    """A chain of ConvBNReLU, one per spec; call it inside a compact method.
+
+    specs: (features, (kh, kw)[, stride, padding]) per conv.
+    """
     for i, spec in enumerate(specs):
         x = ConvBNReLU(*spec, name=f"{prefix}_{i}")(x)
     return x
 
 
 class InceptionBlock(nn.Module):
-    """One mixed block; `kind` in "A".."E" selects the paper's figure 5/6/7 or grid-reduction layout."""
+    """One mixed block; `kind` "A".."E" selects its layout.
+
+    The paper's figure 5/6/7 or grid-reduction layouts.
+    """
 
     kind: str
     width: float
@@ -71,7 +77,10 @@ class InceptionBlock(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        """x: float32[N, H, W, C] -> float32[N, H', W', C'] (H' = (H - 3) // 2 + 1 for B and D)."""
+        """The block's branches, concatenated.
+
+        x: float32[N, H, W, C] -> float32[N, H', W', C'] (H' = (H - 3) // 2 + 1 for B and D).
+        """
         return jnp.concatenate(getattr(self, f"block_{self.kind.lower()}")(x), axis=-1)
 
     @nn.nowrap
@@ -132,14 +141,20 @@ class InceptionBlock(nn.Module):
 
 
 class AuxHead(nn.Module):
-    """Auxiliary classifier: avg pool 5/3, 1x1 conv 128, 5x5 conv 768 (valid), dense."""
+    """Auxiliary classifier: avg pool, 1x1 and 5x5 convs, dense.
+
+    avg pool 5/3, 1x1 conv 128, 5x5 conv 768 (valid), dense.
+    """
 
     width: float
     classes: int
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        """x: float32[N, H, W, C] (Mixed_6e output) -> logits float32[N, classes]."""
+        """The auxiliary logits of Mixed_6e's output.
+
+        x: float32[N, H, W, C] -> logits float32[N, classes].
+        """
         x = nn.avg_pool(x, (5, 5), (3, 3), padding="VALID") if x.shape[1] >= 5 else x
         x = ConvBNReLU(max(4, int(128 * self.width)), (1, 1), name="conv0")(x)
         k = min(5, x.shape[1])
@@ -154,7 +169,15 @@ class InceptionV3(nn.Module):
 
     @nn.compact
     def __call__(self, images: jax.Array, labels: jax.Array) -> jax.Array:
-        """Args: images float32[B, S, S, 3]; labels int32[B]. Returns float32[] loss."""
+        """The main cross-entropy plus 0.4 times the auxiliary one.
+
+        Args:
+            images: float32[B, S, S, 3].
+            labels: int32[B].
+
+        Returns:
+            float32[] loss.
+        """
         cfg = self.config
         x = self.stem(images)
         aux_loss = 0.0
@@ -171,7 +194,10 @@ class InceptionV3(nn.Module):
 
     @nn.nowrap
     def stem(self, x: jax.Array) -> jax.Array:
-        """299 -> 35 in the paper (139 -> 15 by default): convs and two stride-2 max pools."""
+        """The stem: convs and two stride-2 max pools.
+
+        299 -> 35 in the paper, 139 -> 15 by default.
+        """
         c = lambda n: max(4, int(n * self.config.width))  # noqa: E731
         specs = [(c(32), (3, 3), 2, "VALID"), (c(32), (3, 3), 1, "VALID"), (c(64), (3, 3))]
         specs += [(c(80), (1, 1), 1, "VALID"), (c(192), (3, 3), 1, "VALID")]
@@ -195,7 +221,10 @@ def layer_names(aux_logits: bool) -> list[str]:
 
 
 def build_inception_v3(seed: int = 0, *, config: InceptionConfig | None = None, **overrides) -> common.Program:
-    """An Inception-V3 training step; overrides replace InceptionConfig fields."""
+    """An Inception-V3 training step; overrides replace config fields.
+
+    Fields of InceptionConfig.
+    """
     cfg = dataclasses.replace(config or InceptionConfig(), **overrides)
     batch = image_batch(common.numpy_rng(seed, common.DATA_STREAM), cfg.batch, cfg.image_size, cfg.classes)
     meta = {

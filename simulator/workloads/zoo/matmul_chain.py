@@ -1,10 +1,11 @@
-"""Matmul family: chains of dense matrix multiplications, one chain or several in parallel joined by a sum.
+"""Matmul family: chains of matmuls, parallel chains summed.
 
-Each of the `chains` C chains (scopes `chain_0` ... `chain_{C-1}`) reads the same input x float32[R, N] and
-applies `length` k bias-free matmuls `matmul_0` ... `matmul_{k-1}` in a row, alternating between widths
-N and expand * N: matmul j maps to expand * N features for even j < k - 1 and to N otherwise, so every chain ends
-at float32[R, N]. With `nonlinear`, tanh follows every matmul but the last. The chain outputs are summed and
-the loss is the mean squared error against a target float32[R, N]; Adam updates every matrix.
+Chains of dense matrix multiplications, one chain or several in parallel joined by a sum. Each of the `chains` C
+chains (scopes `chain_0` ... `chain_{C-1}`) reads the same input x float32[R, N] and applies `length` k bias-free
+matmuls `matmul_0` ... `matmul_{k-1}` in a row, alternating between widths N and expand * N: matmul j maps to expand
+* N features for even j < k - 1 and to N otherwise, so every chain ends at float32[R, N]. With `nonlinear`, tanh
+follows every matmul but the last. The chain outputs are summed and the loss is the mean squared error against a
+target float32[R, N]; Adam updates every matrix.
 """
 
 from __future__ import annotations
@@ -65,13 +66,20 @@ class Chain(nn.Module):
 
 
 class MatmulChains(nn.Module):
-    """C parallel chains summed; `__call__` returns the mean squared error."""
+    """C parallel chains, summed; `__call__` returns the squared error."""
 
     config: MatmulConfig
 
     @nn.compact
     def __call__(self, x: jax.Array, target: jax.Array) -> jax.Array:
-        """Args: x, target float32[R, N]. Returns float32[] mean squared error of the summed chains."""
+        """The mean squared error of the summed chains.
+
+        Args:
+            x, target: float32[R, N].
+
+        Returns:
+            float32[] mean squared error.
+        """
         cfg = self.config
         widths = tuple(cfg.widths())
         y = sum(Chain(widths, cfg.nonlinear, name=f"chain_{c}")(x) for c in range(cfg.chains))
@@ -86,7 +94,10 @@ def example_batch(seed: int, cfg: MatmulConfig) -> dict:
 
 
 def build_matmul(seed: int = 0, *, config: MatmulConfig | None = None, **overrides) -> common.Program:
-    """A matmul-chain training step; `overrides` replace fields of `config` (default `MatmulConfig()`)."""
+    """A matmul-chain training step; `overrides` replace `config` fields.
+
+    `config` defaults to `MatmulConfig()`.
+    """
     cfg = dataclasses.replace(config or MatmulConfig(), **overrides)
     meta = {"family": "matmul", "config": common.config_dict(cfg),
             "layers": [f"chain_{c}" for c in range(cfg.chains)]}

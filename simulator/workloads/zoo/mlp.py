@@ -1,11 +1,11 @@
-"""MLP family: a feed-forward classifier (dense layers with an activation), optionally with micro-batches.
+"""MLP family: dense classifiers, optionally with micro-batches.
 
-Network: `depth` hidden layers `dense_0` ... `dense_{depth-1}`, layer i mapping to round(width * taper^i)
-features (at least 8), optionally layer-normalised, then the activation; `logits` (dense to the classes) and the
-mean softmax cross-entropy. With `micro_batches` M > 1 the batch is cut into M equal slices that run
-forward and backward separately and the loss is their mean, so the gradient is accumulated over the slices
-before the one update (gradient accumulation, the GPipe micro-batch structure): M parallel copies of the
-network in the graph, joined at the parameters and their gradients.
+A feed-forward classifier of dense layers with an activation. Network: `depth` hidden layers `dense_0` ...
+`dense_{depth-1}`, layer i mapping to round(width * taper^i) features (at least 8), optionally layer-normalised,
+then the activation; `logits` (dense to the classes) and the mean softmax cross-entropy. With `micro_batches` M > 1
+the batch is cut into M equal slices that run forward and backward separately and the loss is their mean, so the
+gradient is accumulated over the slices before the one update (gradient accumulation, the GPipe micro-batch
+structure): M parallel copies of the network in the graph, joined at the parameters and their gradients.
 
 Shapes: inputs float32[B, F], labels int32[B]; a micro-batch is float32[B / M, F]. Layer scopes, in
 order: `dense_0`, ..., `logits`.
@@ -57,7 +57,10 @@ class MLPConfig:
         return cls(depth=2, width=8, batch=4, micro_batches=2, in_features=6, classes=3)
 
     def widths(self) -> list[int]:
-        """Features of each hidden layer: round(width * taper^i), at least 8 (or `width` if smaller)."""
+        """Features of each hidden layer: round(width * taper^i).
+
+        At least 8, or `width` if that is smaller.
+        """
         return [max(min(8, self.width), round(self.width * self.taper**i)) for i in range(self.depth)]
 
 
@@ -87,13 +90,24 @@ class DenseBlock(nn.Module):
 
 
 class MLP(nn.Module):
-    """Dense layers -> logits -> mean cross-entropy over micro-batches; `__call__` returns the loss."""
+    """Dense layers -> logits; `__call__` returns the mean loss.
+
+    The mean cross-entropy over the micro-batches.
+    """
 
     config: MLPConfig
 
     @nn.compact
     def __call__(self, inputs: jax.Array, labels: jax.Array) -> jax.Array:
-        """Args: inputs float32[B, F]; labels int32[B]. Returns float32[] mean loss."""
+        """The training loss of a batch: the mean over its micro-batches.
+
+        Args:
+            inputs: float32[B, F].
+            labels: int32[B].
+
+        Returns:
+            float32[] mean loss.
+        """
         cfg = self.config
         act = activation_fn(cfg.activation)
         layers = [DenseBlock(w, cfg.layer_norm, act, name=f"dense_{i}") for i, w in enumerate(cfg.widths())]
@@ -112,14 +126,16 @@ def layer_names(depth: int) -> list[str]:
 
 
 def example_batch(seed: int, cfg: MLPConfig) -> dict:
-    """inputs float32[B, F] ~ N(0, 1), labels int32[B] uniform over the classes."""
+    """inputs float32[B, F] ~ N(0, 1), labels int32[B] uniform."""
     rng = common.numpy_rng(seed, common.DATA_STREAM)
     inputs = rng.standard_normal((cfg.batch, cfg.in_features), dtype="float32")
     return {"inputs": inputs, "labels": rng.integers(0, cfg.classes, size=(cfg.batch,), dtype="int32")}
 
 
 def build_mlp(seed: int = 0, *, config: MLPConfig | None = None, **overrides) -> common.Program:
-    """An MLP training step; `overrides` replace fields of `config` (default `MLPConfig()`).
+    """An MLP training step; `overrides` replace `config` fields.
+
+    `config` defaults to `MLPConfig()`.
 
     Raises:
         ValueError: if micro_batches does not divide batch, or for an unknown activation.

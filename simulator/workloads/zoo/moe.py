@@ -1,8 +1,9 @@
-"""MoE family: a token classifier built from mixture-of-experts layers with dense dispatch.
+"""MoE family: a token classifier of dense-dispatch MoE layers.
 
-Network: `embedding` of tokens int32[B, T] to float32[B, T, D], flattened to N = B * T tokens; then
-`moe_layers` residual MoE layers `moe_0`, ... (x + MoE(LN(x))), and `head`: layer norm, projection to the
-vocabulary and the mean softmax cross-entropy against targets int32[B, T].
+Mixture-of-experts layers, every expert running on every token. Network: `embedding` of tokens int32[B, T] to
+float32[B, T, D], flattened to N = B * T tokens; then `moe_layers` residual MoE layers `moe_0`, ... (x +
+MoE(LN(x))), and `head`: layer norm, projection to the vocabulary and the mean softmax cross-entropy against targets
+int32[B, T].
 
 MoE layer: a router (dense D -> E, softmax) gives each token E gate probabilities float32[N, E]; all but the
 `top_k` largest are zeroed and the kept ones renormalised. Every expert `expert_e` (dense D -> hidden, gelu,
@@ -68,7 +69,7 @@ class Expert(nn.Module):
 
 
 class MoELayer(nn.Module):
-    """Router with top-k gates and E dense-dispatch experts; returns (output, load-balancing loss)."""
+    """Top-k router and E dense-dispatch experts: (output, balance loss)."""
 
     experts: int
     top_k: int
@@ -76,7 +77,10 @@ class MoELayer(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """x: float32[N, D] -> (float32[N, D] gate-weighted sum of the experts, float32[] balance loss)."""
+        """The gate-weighted sum of the experts, and the balance loss.
+
+        x: float32[N, D] -> (float32[N, D] output, float32[] load-balancing loss).
+        """
         probs = jax.nn.softmax(nn.Dense(self.experts, name="router")(x), axis=-1)  # float32[N, E]
         _, chosen = jax.lax.top_k(probs, self.top_k)  # int32[N, k]
         kept = jax.nn.one_hot(chosen, self.experts, dtype=probs.dtype).sum(axis=1)  # float32[N, E] of 0/1
@@ -102,13 +106,20 @@ class MoEBlock(nn.Module):
 
 
 class MoENet(nn.Module):
-    """Embedding -> MoE layers -> softmax head; `__call__` returns the training loss."""
+    """Embedding -> MoE layers -> head; `__call__` returns the loss."""
 
     config: MoEConfig
 
     @nn.compact
     def __call__(self, inputs: jax.Array, targets: jax.Array) -> jax.Array:
-        """Args: inputs, targets int32[B, T]. Returns float32[] cross-entropy plus weighted balance loss."""
+        """The training loss: cross-entropy plus the weighted balance loss.
+
+        Args:
+            inputs, targets: int32[B, T].
+
+        Returns:
+            float32[] loss.
+        """
         cfg = self.config
         x = nn.Embed(cfg.vocab, cfg.d_model, name="embedding")(inputs.reshape(-1))  # float32[N, D]
         balance = 0.0
@@ -131,7 +142,9 @@ def example_batch(seed: int, cfg: MoEConfig) -> dict:
 
 
 def build_moe(seed: int = 0, *, config: MoEConfig | None = None, **overrides) -> common.Program:
-    """A mixture-of-experts training step; `overrides` replace fields of `config` (default `MoEConfig()`).
+    """A mixture-of-experts training step; `overrides` replace fields.
+
+    Fields of `config`, which defaults to `MoEConfig()`.
 
     Raises:
         ValueError: if top_k exceeds the number of experts.

@@ -1,11 +1,11 @@
-"""NASNet-A benchmark (Zoph et al. 2018): the published normal and reduction cells, CIFAR-style stack.
+"""NASNet-A benchmark (Zoph et al. 2018): its cells in a CIFAR stack.
 
-The cells are encoded exactly as TF-slim's `nasnet_utils.NasNetANormalCell` / `NasNetAReductionCell`:
-hidden state 0 is the (1x1-conv'd) previous cell output h_{-1}, state 1 the cell before it h_{-2}
-(factorised-reduced if its resolution differs, 1x1-conv'd if its width does); combination k applies
-operations[2k] to state hidden_indices[2k] and operations[2k+1] to state hidden_indices[2k+1] and appends
-their sum; the output concatenates every state not marked in `used`. Ops reading states 0/1 are strided in
-reduction cells.
+The published normal and reduction cells, in a CIFAR-style stack. The cells are encoded exactly as TF-slim's
+`nasnet_utils.NasNetANormalCell` / `NasNetAReductionCell`: hidden state 0 is the (1x1-conv'd) previous cell output
+h_{-1}, state 1 the cell before it h_{-2} (factorised-reduced if its resolution differs, 1x1-conv'd if its width
+does); combination k applies operations[2k] to state hidden_indices[2k] and operations[2k+1] to state
+hidden_indices[2k+1] and appends their sum; the output concatenates every state not marked in `used`. Ops reading
+states 0/1 are strided in reduction cells.
 
 Network (CIFAR NASNet-A): stem 3x3 conv; N normal cells, reduction, N normal, reduction, N normal (the
 width doubles at each reduction); relu, global average pool, dense, softmax cross-entropy. Drop-path and
@@ -86,7 +86,13 @@ class NASNetConfig:
 
 
 def apply_op(op: str, x: jax.Array, filters: int, stride: int, name: str) -> jax.Array:
-    """One NASNet op (slim's `_apply_conv_operation`); call inside a compact method."""
+    """One NASNet op, as slim's `_apply_conv_operation`.
+
+    Call it inside a compact method.
+
+    Raises:
+        ValueError: for an unknown op.
+    """
     if op.startswith("separable_"):
         return SepConv(filters, int(op[len("separable_")]), stride, name=name)(x)
     if op in ("avg_pool_3x3", "max_pool_3x3"):
@@ -100,7 +106,7 @@ def apply_op(op: str, x: jax.Array, filters: int, stride: int, name: str) -> jax
 
 
 class NASNetCell(nn.Module):
-    """A NASNet-A cell; output has F * (number of unused states) channels."""
+    """A NASNet-A cell; its output has F x (unused states) channels."""
 
     spec: CellSpec
     filters: int
@@ -108,8 +114,15 @@ class NASNetCell(nn.Module):
 
     @nn.compact
     def __call__(self, h_prev2: jax.Array | None, h_prev1: jax.Array) -> jax.Array:
-        """Args: outputs of the two previous cells, NHWC (h_prev2 None for the first cell, which then
-        reads the raw h_prev1 as slim does). Returns float32[N, H/stride, W/stride, F * unused states].
+        """The cell's output, from those of the two previous cells.
+
+        Args:
+            h_prev2: the output two cells back, NHWC; None for the first cell, which then reads the raw h_prev1
+              as slim does.
+            h_prev1: the previous cell's output, NHWC.
+
+        Returns:
+            float32[N, H/stride, W/stride, F * unused states].
         """
         if h_prev2 is None:
             h_prev2 = h_prev1
@@ -136,13 +149,21 @@ class NASNetCell(nn.Module):
 
 
 class NASNetA(nn.Module):
-    """Stem -> NASNet-A cells -> classifier; `__call__` returns the training loss."""
+    """Stem -> NASNet-A cells -> classifier; `__call__` returns the loss."""
 
     config: NASNetConfig
 
     @nn.compact
     def __call__(self, images: jax.Array, labels: jax.Array) -> jax.Array:
-        """Args: images float32[B, S, S, 3]; labels int32[B]. Returns float32[] mean loss."""
+        """The training loss of a batch.
+
+        Args:
+            images: float32[B, S, S, 3].
+            labels: int32[B].
+
+        Returns:
+            float32[] mean loss.
+        """
         cfg = self.config
         h_prev2, h_prev1 = None, ConvBN(cfg.stem_multiplier * cfg.filters, name="stem")(images)
         filters = cfg.filters

@@ -1,4 +1,6 @@
-"""NMT: a GNMT-lite encoder-decoder LSTM with Luong attention, statically unrolled.
+"""NMT: a GNMT-lite encoder-decoder LSTM with attention, unrolled.
+
+Luong attention; every time step statically unrolled.
 
 Structure (TensorFlow NMT tutorial with attention): source and target embeddings; L encoder LSTM layers
 over the source; L decoder LSTM layers whose initial states are the encoder's final states; at every
@@ -56,10 +58,14 @@ class LuongAttention(nn.Module):
 
     @nn.compact
     def __call__(self, query: jax.Array, memory: jax.Array) -> jax.Array:
-        """Args: query float32[B, H] (top decoder output); memory float32[B, S, H] (encoder outputs).
+        """The attentional state tanh(W_c [context; query]).
+
+        Args:
+            query: float32[B, H], the top decoder output.
+            memory: float32[B, S, H], the encoder outputs.
 
         Returns:
-            float32[B, H] attentional state tanh(W_c [context; query]).
+            float32[B, H] attentional state.
         """
         keys = nn.Dense(memory.shape[-1], use_bias=False, name="query")(query)  # float32[B, H]
         scores = jnp.einsum("bsh,bh->bs", memory, keys)
@@ -70,13 +76,17 @@ class LuongAttention(nn.Module):
 
 
 class NMT(nn.Module):
-    """Encoder-decoder LSTM with attention; `__call__` returns the training loss."""
+    """Encoder-decoder LSTM with attention; `__call__` returns the loss."""
 
     config: NMTConfig
 
     @nn.compact
     def __call__(self, source: jax.Array, target_in: jax.Array, target_out: jax.Array) -> jax.Array:
-        """Args: source int32[B, S]; target_in, target_out int32[B, T] (shifted by one).
+        """The mean per-token cross-entropy of a batch.
+
+        Args:
+            source: int32[B, S].
+            target_in, target_out: int32[B, T], shifted by one.
 
         Returns:
             float32[] mean per-token cross-entropy.
@@ -96,7 +106,10 @@ class NMT(nn.Module):
 
     @nn.nowrap  # a helper of the compact method: no extra name scope
     def decode(self, ys: list[jax.Array], states: list[LSTMState], memory: jax.Array) -> list[jax.Array]:
-        """Unrolled decoder with input feeding; ys: T x float32[B, H]; returns T attentional states."""
+        """Unrolled decoder with input feeding: T attentional states.
+
+        ys: T x float32[B, H]; returns T x float32[B, H].
+        """
         cfg = self.config
         cells = [LSTMCell(cfg.hidden, name=f"decoder_lstm_{i}") for i in range(cfg.layers)]
         attention = LuongAttention(cfg.hidden, name="attention")
@@ -125,7 +138,10 @@ def layer_names(layers: int) -> list[str]:
 
 
 def layer_groups(layers: int) -> list[list[str]]:
-    """GNMT expert grouping: encoder+decoder layer i together; attention and softmax with the last."""
+    """GNMT expert grouping: encoder and decoder layer i together.
+
+    The embeddings with layer 0, attention and softmax with the last.
+    """
     groups = [[f"encoder_lstm_{i}", f"decoder_lstm_{i}"] for i in range(layers)]
     groups[0] = ["encoder_embedding", "decoder_embedding", *groups[0]]
     groups[-1] += ["attention", "softmax"]
@@ -133,7 +149,10 @@ def layer_groups(layers: int) -> list[list[str]]:
 
 
 def example_batch(seed: int, cfg: NMTConfig) -> dict:
-    """Random sentence pairs: source int32[B, S], target_in/target_out int32[B, T]."""
+    """Random sentence pairs: source int32[B, S], targets int32[B, T].
+
+    target_in and target_out, shifted by one.
+    """
     rng = common.numpy_rng(seed, common.DATA_STREAM)
     source = rng.integers(0, cfg.vocab, size=(cfg.batch, cfg.src_len), dtype="int32")
     target = rng.integers(0, cfg.vocab, size=(cfg.batch, cfg.tgt_len + 1), dtype="int32")
@@ -141,7 +160,10 @@ def example_batch(seed: int, cfg: NMTConfig) -> dict:
 
 
 def build_nmt(seed: int = 0, *, config: NMTConfig | None = None, **overrides) -> common.Program:
-    """An NMT training step; `overrides` replace fields of `config` (default `NMTConfig()`)."""
+    """An NMT training step; `overrides` replace `config` fields.
+
+    `config` defaults to `NMTConfig()`.
+    """
     cfg = dataclasses.replace(config or NMTConfig(), **overrides)
     meta = {
         "family": "nmt",

@@ -1,4 +1,4 @@
-"""Program kinds by name, and the benchmark programs of the Placeto evaluation."""
+"""Program kinds by name, and the Placeto evaluation's benchmarks."""
 
 from __future__ import annotations
 
@@ -48,8 +48,13 @@ REFERENCE_DRAWS = 2000  # draws of a family's sampler that find the largest valu
 
 
 def build_program_from_data(kind: Any, kwargs: Any, where: str = "meta.program") -> Program:
-    """`build_program(kind, **kwargs)` for a kind and arguments read from a data file (a graph's meta), after
-    `check_program_args`; a builder's TypeError or ValueError becomes an InputError too."""
+    """`build_program` for a kind and arguments read from a data file.
+
+    The data file is a graph's meta; `check_program_args` runs first.
+
+    Raises:
+        InputError: if the check fails, or the builder raises TypeError, ValueError or ZeroDivisionError.
+    """
     check_program_args(kind, kwargs, where)
     try:
         return build_program(kind, **kwargs)
@@ -58,7 +63,7 @@ def build_program_from_data(kind: Any, kwargs: Any, where: str = "meta.program")
 
 
 def check_program_args(kind: Any, kwargs: Any, where: str = "meta.program") -> None:
-    """InputError naming `where` unless (kind, kwargs) names one of the zoo's own programs, sensibly sized.
+    """Check that (kind, kwargs) names a zoo program of a sensible size.
 
     Only the zoo's own builders can run: `kind` must be a key of PROGRAMS, and `kwargs` may hold `seed` (an
     integer in [0, 2^32)) and scalar fields of the kind's config dataclass, each of the field's type (integers in
@@ -67,6 +72,9 @@ def check_program_args(kind: Any, kwargs: Any, where: str = "meta.program") -> N
     grow sizes geometrically), and the integer fields together at most SIZE_BUDGET times it (the product of each
     field's ratio to the largest built, where above 1), so a graph file cannot ask for a model that traces for
     minutes or fills the memory.
+
+    Raises:
+        InputError: naming `where`, otherwise.
     """
     if not isinstance(kind, str) or kind not in PROGRAMS:
         raise InputError(f"{where}.kind: unknown program kind {short_repr(kind)} (known: {', '.join(PROGRAMS)})")
@@ -93,7 +101,7 @@ def check_program_args(kind: Any, kwargs: Any, where: str = "meta.program") -> N
 
 
 def _check_size(kind: str, kwargs: Mapping[str, Any], where: str) -> None:
-    """The size rule of check_program_args, on arguments whose types and ranges are checked."""
+    """The size rule of check_program_args (types already checked)."""
     largest = reference_sizes(kind)
     growth, grown = 1.0, []
     for key, value in kwargs.items():
@@ -113,8 +121,11 @@ def _check_size(kind: str, kwargs: Mapping[str, Any], where: str) -> None:
 
 @functools.cache
 def reference_sizes(kind: str) -> dict[str, float]:
-    """The largest value of each numeric config field of `kind` that the project builds: its default, the
-    benchmarks' (list_benchmarks) and its family's (simulator.workloads.family_samplers.SAMPLERS, REFERENCE_DRAWS seeded draws)."""
+    """The largest built value of each numeric config field of `kind`.
+
+    Its default, the benchmarks' (list_benchmarks) and its family's (simulator.workloads.family_samplers.SAMPLERS,
+    REFERENCE_DRAWS seeded draws).
+    """
     import numpy as np
 
     largest = {f.name: f.default for f in dataclasses.fields(CONFIGS[kind])
@@ -131,7 +142,9 @@ def reference_sizes(kind: str) -> dict[str, float]:
 
 
 def build_program(kind: str, **kwargs: Any) -> Program:
-    """Build a program of `kind` (a key of PROGRAMS); kwargs go to its builder (`seed`, config fields).
+    """A program of `kind` (a key of PROGRAMS), built.
+
+    kwargs go to its builder (`seed`, config fields).
 
     Raises:
         KeyError: for an unknown kind.
@@ -158,7 +171,7 @@ class ProgramSpec:
 
 
 def list_benchmarks() -> list[ProgramSpec]:
-    """The Placeto benchmarks at this repository's default (reduced-width) sizes.
+    """The Placeto benchmarks at the repository's reduced-width sizes.
 
     Inception-V3 at batch 32; NMT with 2/4/8 encoder and decoder layers (length 30, batch 64);
     RNNLM with 2/4/8 layers (20 steps, batch 64); NASNet-A (N = 4, batch 32).

@@ -1,4 +1,4 @@
-"""Recurrent building blocks shared by the NMT, RNNLM and ENAS-PTB programs.
+"""Recurrent blocks shared by the NMT, RNNLM and ENAS-PTB programs.
 
 Recurrences are unrolled by plain Python loops in the callers (never `scan`), so each time step becomes its
 own equations in the traced graph, as in the statically unrolled graphs the placement papers use.
@@ -28,7 +28,7 @@ def zero_state(batch: int, hidden: int) -> LSTMState:
 
 
 class LSTMCell(nn.Module):
-    """One LSTM time step with a single fused gate matmul, as TensorFlow's BasicLSTMCell.
+    """One LSTM time step, one fused gate matmul (TF's BasicLSTMCell).
 
     Calling the same instance at every time step shares its weights across steps.
     """
@@ -40,7 +40,15 @@ class LSTMCell(nn.Module):
 
     @nn.compact
     def __call__(self, state: LSTMState, x: jax.Array) -> LSTMState:
-        """Args: state c, h: float32[B, H]; x: float32[B, D]. Returns the next state."""
+        """The next LSTM state.
+
+        Args:
+            state: c, h float32[B, H].
+            x: float32[B, D].
+
+        Returns:
+            the next state, c, h float32[B, H].
+        """
         z = nn.Dense(4 * self.hidden, name="gates")(jnp.concatenate([x, state.h], axis=-1))
         i, f, g, o = jnp.split(z, 4, axis=-1)  # float32[B, H] each
         c = jax.nn.sigmoid(f + self.forget_bias) * state.c + jax.nn.sigmoid(i) * jnp.tanh(g)
@@ -49,20 +57,31 @@ class LSTMCell(nn.Module):
 
 
 class SoftmaxLoss(nn.Module):
-    """Output projection to the vocabulary and mean softmax cross-entropy, in one scope."""
+    """Projection to the vocabulary and mean cross-entropy, one scope."""
 
     vocab: int
     """Number of output classes V."""
 
     @nn.compact
     def __call__(self, hidden: jax.Array, targets: jax.Array) -> jax.Array:
-        """Args: hidden float32[B, T, H]; targets int32[B, T]. Returns float32[] mean loss."""
+        """The mean softmax cross-entropy of `hidden` against `targets`.
+
+        Args:
+            hidden: float32[B, T, H].
+            targets: int32[B, T].
+
+        Returns:
+            float32[] mean loss.
+        """
         logits = nn.Dense(self.vocab, name="projection")(hidden)  # float32[B, T, V]
         return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
 
 def unroll(cell: nn.Module, state: LSTMState, xs: list[jax.Array]) -> tuple[LSTMState, list[jax.Array]]:
-    """Run `cell` over xs (each float32[B, D]) with a Python loop; returns final state and outputs h_t."""
+    """Run `cell` over xs with a Python loop: (final state, outputs h_t).
+
+    xs: each float32[B, D].
+    """
     outputs = []
     for x in xs:
         state = cell(state, x)
@@ -71,11 +90,17 @@ def unroll(cell: nn.Module, state: LSTMState, xs: list[jax.Array]) -> tuple[LSTM
 
 
 def time_slices(x: jax.Array) -> list[jax.Array]:
-    """float32[B, T, D] -> T slices float32[B, D] (one equation each, so steps stay separate nodes)."""
+    """float32[B, T, D] -> T slices float32[B, D], one equation each.
+
+    So the time steps stay separate nodes.
+    """
     return [x[:, t] for t in range(x.shape[1])]
 
 
 def lm_tokens(rng, batch: int, steps: int, vocab: int) -> dict:
-    """Example language-model batch: inputs and next-token targets, int32[batch, steps] each."""
+    """Example LM batch: inputs and targets int32[batch, steps].
+
+    The targets are the next tokens.
+    """
     tokens = rng.integers(0, vocab, size=(batch, steps + 1), dtype="int32")
     return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}

@@ -1,8 +1,8 @@
-"""RNNLM benchmark: a stacked LSTM language model (Zaremba et al. 2014 style), statically unrolled.
+"""RNNLM benchmark: a stacked, unrolled LSTM language model.
 
-Layer scopes, in order: `embedding`, `lstm_0` ... `lstm_{L-1}`, `softmax`. The expert placement puts one
-LSTM layer per device, the embedding with the first and the softmax with the last
-(`meta["layer_groups"]`).
+Zaremba et al. 2014 style, statically unrolled. Layer scopes, in order: `embedding`, `lstm_0` ... `lstm_{L-1}`,
+`softmax`. The expert placement puts one LSTM layer per device, the embedding with the first and the softmax with
+the last (`meta["layer_groups"]`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,14 @@ class RNNLM(nn.Module):
 
     @nn.compact
     def __call__(self, inputs: jax.Array, targets: jax.Array) -> jax.Array:
-        """Args: inputs, targets int32[B, T]. Returns float32[] mean next-token loss."""
+        """The mean next-token loss.
+
+        Args:
+            inputs, targets: int32[B, T].
+
+        Returns:
+            float32[] mean loss.
+        """
         cfg = self.config
         xs = time_slices(nn.Embed(cfg.vocab, cfg.hidden, name="embedding")(inputs))
         for layer in range(cfg.layers):
@@ -62,7 +69,10 @@ def layer_names(layers: int) -> list[str]:
 
 
 def layer_groups(layers: int) -> list[list[str]]:
-    """Expert grouping: one LSTM layer per group; embedding with the first, softmax with the last."""
+    """Expert grouping: one LSTM layer per group.
+
+    The embedding with the first, the softmax with the last.
+    """
     groups = [[f"lstm_{i}"] for i in range(layers)]
     groups[0].insert(0, "embedding")
     groups[-1].append("softmax")
@@ -70,7 +80,10 @@ def layer_groups(layers: int) -> list[list[str]]:
 
 
 def build_rnnlm(seed: int = 0, *, config: RNNLMConfig | None = None, **overrides) -> common.Program:
-    """An RNNLM training step; `overrides` replace fields of `config` (default `RNNLMConfig()`)."""
+    """An RNNLM training step; `overrides` replace `config` fields.
+
+    `config` defaults to `RNNLMConfig()`.
+    """
     cfg = dataclasses.replace(config or RNNLMConfig(), **overrides)
     batch = lm_tokens(common.numpy_rng(seed, common.DATA_STREAM), cfg.batch, cfg.steps, cfg.vocab)
     meta = {

@@ -1,4 +1,4 @@
-"""Transformer family: pre-LN transformer blocks, as a causal language model or as an encoder stack.
+"""Transformer family: pre-LN blocks as a causal LM or encoder stack.
 
 Block (`block_i`): x + attention(LN(x)), then x + MLP(LN(x)); attention is multi-head scaled dot-product
 attention with separate query/key/value/output projections (heads H, head width D / H), the MLP is
@@ -83,7 +83,7 @@ class SelfAttention(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-LN transformer block: attention and MLP sublayers, each with a residual connection."""
+    """Pre-LN block: attention and MLP sublayers, each with a residual."""
 
     heads: int
     mlp_ratio: int
@@ -99,13 +99,21 @@ class Block(nn.Module):
 
 
 class LMHead(nn.Module):
-    """Final layer norm, vocabulary projection and mean softmax cross-entropy."""
+    """Final layer norm, vocabulary projection, mean cross-entropy."""
 
     vocab: int
 
     @nn.compact
     def __call__(self, x: jax.Array, targets: jax.Array) -> jax.Array:
-        """Args: x float32[..., D]; targets int32[...]. Returns float32[] mean loss."""
+        """The mean softmax cross-entropy of `x` against `targets`.
+
+        Args:
+            x: float32[..., D].
+            targets: int32[...].
+
+        Returns:
+            float32[] mean loss.
+        """
         logits = nn.Dense(self.vocab, name="projection")(nn.LayerNorm(name="norm")(x))  # float32[..., V]
         return optax.softmax_cross_entropy_with_integer_labels(logits, targets).mean()
 
@@ -115,7 +123,14 @@ class RegressionHead(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, targets: jax.Array) -> jax.Array:
-        """Args: x, targets float32[B, T, D]. Returns float32[] mean squared error."""
+        """The mean squared error of the regression of `x`.
+
+        Args:
+            x, targets: float32[B, T, D].
+
+        Returns:
+            float32[] mean squared error.
+        """
         y = nn.Dense(x.shape[-1], name="projection")(nn.LayerNorm(name="norm")(x))
         return jnp.mean(jnp.square(y - targets))
 
@@ -134,13 +149,17 @@ class Embedding(nn.Module):
 
 
 class Transformer(nn.Module):
-    """(Embedding ->) L blocks -> head; `__call__` returns the training loss."""
+    """(Embedding ->) L blocks -> head; `__call__` returns the loss."""
 
     config: TransformerConfig
 
     @nn.compact
     def __call__(self, inputs: jax.Array, targets: jax.Array) -> jax.Array:
-        """Args: inputs int32[B, T] tokens (lm) or float32[B, T, D] features; targets of the same shape.
+        """The training loss of a batch.
+
+        Args:
+            inputs: int32[B, T] tokens (lm) or float32[B, T, D] features.
+            targets: of the same shape.
 
         Returns:
             float32[] mean cross-entropy (lm) or mean squared error.
@@ -159,7 +178,10 @@ def layer_names(cfg: TransformerConfig) -> list[str]:
 
 
 def example_batch(seed: int, cfg: TransformerConfig) -> dict:
-    """lm: inputs and next-token targets int32[B, T]; else inputs and targets float32[B, T, D] ~ N(0, 1)."""
+    """Example batch: tokens (lm) or N(0, 1) features, with targets.
+
+    lm: inputs and next-token targets int32[B, T]; else inputs and targets float32[B, T, D] ~ N(0, 1).
+    """
     rng = common.numpy_rng(seed, common.DATA_STREAM)
     if cfg.lm:
         tokens = rng.integers(0, cfg.vocab, size=(cfg.batch, cfg.seq_len + 1), dtype="int32")
@@ -170,7 +192,9 @@ def example_batch(seed: int, cfg: TransformerConfig) -> dict:
 
 
 def build_transformer(seed: int = 0, *, config: TransformerConfig | None = None, **overrides) -> common.Program:
-    """A transformer training step; `overrides` replace fields of `config` (default `TransformerConfig()`).
+    """A transformer training step; `overrides` replace `config` fields.
+
+    `config` defaults to `TransformerConfig()`.
 
     Raises:
         ValueError: if heads does not divide d_model.
