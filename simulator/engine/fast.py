@@ -190,7 +190,7 @@ def _run(g, w, dev):
 
     dev: int32[N]. The runtime in microseconds; (NaN, -1) if `dev` is not a placement. One function with every array
     in a local on purpose: helpers reading namedtuple fields in the loop made numba emit reference counting on every
-    access, far slower (experiments/results/benchmarks/bench_simulator.md, design notes).
+    access, far slower (experiments/README.md, "Figures behind design choices").
     """
     n, n_dev = g.cost.shape
     bus_rank, dev_rank = n, n + n_dev
@@ -400,7 +400,7 @@ def simulate_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, with_
     chunks = [(g, placements, bounds[k], bounds[k + 1], runtime, peak, with_memory, done) for k in range(n_threads)]
     if n_threads == 1:
         _simulate_rows(*chunks[0])
-    else:  # the kernel releases the GIL; a numba prange over the chunks was no faster (bench_simulator.md)
+    else:  # the kernel releases the GIL; a numba prange over the chunks was no faster (experiments/README.md)
         list(_pool(n_threads).map(lambda chunk: _simulate_rows(*chunk), chunks))
     if np.any(done < 0):
         raise InputError(f"graph {graph.name!r}: placement row {int(np.argmax(done < 0))} does not fit "

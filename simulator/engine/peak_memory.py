@@ -7,7 +7,7 @@ exact sort per bucket). `_peak_memory_exact` skips the sort when every running s
 is the one after the whole time, which does not depend on the order within the time, and the records of a device
 come from two streams the event loop already sorted: the device's ops in execution order (start <= end <= next
 start) and the transfers in arrival order. The sweep costs well under the sort
-(experiments/results/benchmarks/bench_simulator.md, design notes).
+(experiments/README.md, "Figures behind design choices").
 """
 
 from __future__ import annotations
