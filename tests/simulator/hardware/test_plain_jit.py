@@ -3,7 +3,8 @@
 import pytest
 
 from simulator.hardware import plain_jit
-from simulator.hardware.plain_jit import PlainJit, combined, parse_child, plain_env, plain_line, plain_platform, rig_line
+from simulator.hardware.plain_jit import (PlainJit, combined, parse_child, plain_env, plain_line, plain_platform,
+                                          rig_line)
 from simulator.model.errors import InputError
 from simulator.model.graph import make_graph
 from simulator.hardware.timing import timing_of
