@@ -1,6 +1,6 @@
-"""`placeto eval`: simulated against measured step times.
+"""`placeto eval`: placements simulated against their measured step times.
 
-Of the placements given. The arguments and the command; the evaluation is placeto.harness.evaluate.
+The arguments and the command; the evaluation itself is placeto.harness.evaluate.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from placeto.cli.arguments import (COUNT, DEVICE_SPEC, POSITIVE, devices_help, p
 from simulator.hardware.devices import ensure_host_devices, local_devices
 from simulator.hardware.options import MODES, RIGS, default_rig
 from simulator.measure.fit import WORKLOAD_FREE
-from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster
+from simulator.model.cluster import PRESETS, Cluster, cluster_preset, cluster_summary, describe_devices, load_cluster
 from simulator.model.errors import InputError
 from simulator.model.io import check_distinct_paths, check_output_path, load_graph, load_placement
 
@@ -108,7 +108,6 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
     # JAX's modules, imported after the host devices are set (and only by the commands that run them)
-    from simulator.model.cluster import cluster_summary, describe_devices
     from placeto.harness.evaluate import evaluate, plot_agreement, refit, step_bar, summary_lines, write_rows_json
     from simulator.hardware.runner import can_run_program, hardware_runner, simulation_cluster
     from simulator.hardware.timing import interleaved_steps
