@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from placeto import coarsen  # noqa: E402
-from placeto.cli.arguments import POSITIVE, OneLineParser, comma_list, float_in  # noqa: E402
+from simulator.arguments import POSITIVE, OneLineParser, comma_list, float_in  # noqa: E402
 from placeto.objective import metered  # noqa: E402
 from placeto.methods.placeto import guided  # noqa: E402
 from simulator import cluster_preset, simulate  # noqa: E402

@@ -32,7 +32,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from placeto.cli.arguments import COUNT, DEVICES, OneLineParser, comma_list, float_in  # noqa: E402
+from simulator.arguments import COUNT, OneLineParser, comma_list, float_in  # noqa: E402
+from placeto.cli.arguments import DEVICES
 from placeto.harness.compare import Row, compare, resolve_methods  # noqa: E402
 from simulator.workloads.families import load_family  # noqa: E402
 from simulator.model.errors import InputError  # noqa: E402

@@ -51,7 +51,7 @@ KINDS = (("Placeto", "general", ""), ("gdp", "gdp-general", "gdp-"))  # (kind, g
 
 
 def main(argv: list[str] | None = None) -> int:
-    from placeto.cli.arguments import OneLineParser
+    from simulator.arguments import OneLineParser
 
     OneLineParser(description="The shipped policies alone (one greedy episode or forward pass, no search) on every "
                   "family's test split at 4 devices -> experiments/results/reproduce/shipped_policies.md (no "

@@ -124,7 +124,7 @@ def reevaluate(names: list[str]) -> int:
 
 
 def parse_args(argv: list[str] | None):
-    from placeto.cli.arguments import OneLineParser
+    from simulator.arguments import OneLineParser
 
     p = OneLineParser(description=__doc__.splitlines()[0])
     p.add_argument("names", nargs="*", metavar="NAME",

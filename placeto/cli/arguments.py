@@ -1,8 +1,7 @@
-"""Argument types with ranges, and a parser with one-line errors.
+"""The `placeto` command line's argument types and shared arguments.
 
-Every number the CLI takes is range-checked when parsed (so `--seed 99999999999999999999999` is a usage error,
-not an OverflowError deep in JAX), and argparse's usage errors print one line, `placeto train: error: ...`, with
-exit status 2 like every other bad input. Every parser shows each argument's default in its help (HelpFormatter).
+The ranged types and the one-line parser are simulator.arguments'; here are the project's own ranges (devices,
+seeds, minutes), the cluster, preset and worker arguments, and the device count rules.
 
 The device count of a command that simulates is the one its placement or cluster file records when it is given
 one, else --devices, else DEFAULT_DEVICES; --devices that disagrees with such a file is an InputError
@@ -12,120 +11,13 @@ one, else --devices, else DEFAULT_DEVICES; --devices that disagrees with such a 
 from __future__ import annotations
 
 import argparse
-import math
-import sys
-from typing import Callable, Sequence
+from typing import Sequence
 
 from placeto.rollouts.distributed import RAY_HINT, WorkerSpec, probe, require_ray
+from simulator.arguments import float_in, int_in
 from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster
 from simulator.model.errors import InputError
 from simulator.model.limits import MAX_DEVICES, MAX_SEED
-
-
-class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """Help that shows every default and keeps descriptions as written.
-
-    ArgumentDefaultsHelpFormatter (every default shown: " (default: 4)", a list as "2,4,8") that keeps
-    pre-formatted descriptions and epilogs as written. Defaults that say nothing (None, False, an empty list) are
-    left to the help text, which says what happens without the argument.
-    """
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "%(default)" in text or not shows_default(action):
-            return text
-        return f"{text} (default: {format_default(action.default).replace('%', '%%')})"
-
-
-def shows_default(action: argparse.Action) -> bool:
-    """Whether HelpFormatter appends `action`'s default to its help.
-
-    A default that means something, on an option (or a positional that may be left out).
-    """
-    if action.default is None or action.default is False or action.default == [] or \
-            action.default is argparse.SUPPRESS or action.help is argparse.SUPPRESS:
-        return False
-    return bool(action.option_strings) or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE)
-
-
-def format_default(value: object) -> str:
-    """A default as the user would type it: sequences comma-separated."""
-    if isinstance(value, (list, tuple)):
-        return ",".join(str(v) for v in value)
-    return str(value)
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """An ArgumentParser whose errors are one line, exit status 2.
-
-    On stderr, no usage block; its help shows every default (HelpFormatter). Its subparsers are OneLineParsers too
-    (argparse makes them of the parent's class), so both hold for every subcommand.
-    """
-
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str):  # noqa: D102  (argparse's hook)
-        text = " ".join(message.split())
-        sys.stderr.write(f"{self.prog}: error: {text} (see {self.prog} --help)\n")
-        sys.exit(2)
-
-
-def int_in(lo: int, hi: int) -> Callable[[str], int]:
-    """An argparse type: an integer in [lo, hi].
-
-    Checked on the digits: no huge int is built.
-    """
-
-    def parse(text: str) -> int:
-        digits = text.strip().lstrip("+-")
-        if not digits.isdigit() or len(digits) > 30:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {text[:40]!r}")
-        value = int(text)
-        if not lo <= value <= hi:
-            raise argparse.ArgumentTypeError(f"expected an integer in [{lo}, {hi}], got {value}")
-        return value
-
-    parse.__name__ = "integer"
-    return parse
-
-
-def float_in(lo: float, hi: float, lo_open: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite float in [lo, hi].
-
-    With `lo_open`: in (lo, hi].
-    """
-    span = f"{'(' if lo_open else '['}{lo:g}, {hi:g}]"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text[:40]!r}") from None
-        if not (math.isfinite(value) and lo <= value <= hi) or (lo_open and value == lo):
-            raise argparse.ArgumentTypeError(f"expected a number in {span}, got {text[:40]!r}")
-        return value
-
-    parse.__name__ = "number"
-    return parse
-
-
-def comma_list(item: Callable[[str], object]) -> Callable[[str], list]:
-    """An argparse type: comma-separated values, each parsed by `item`.
-
-    E.g. int_in(1, 8); at least one value.
-    """
-
-    def parse(text: str) -> list:
-        parts = [t for t in text.split(",") if t.strip()]
-        if not parts:
-            raise argparse.ArgumentTypeError(f"expected comma-separated values, got {text[:40]!r}")
-        return [item(t) for t in parts]
-
-    parse.__name__ = f"comma-separated {getattr(item, '__name__', 'value')}s"
-    return parse
-
 
 DEVICES = int_in(1, MAX_DEVICES)
 
@@ -146,8 +38,6 @@ def device_spec(text: str):
 device_spec.__name__ = "device spec"
 DEVICE_SPEC = device_spec  # local devices: "2", "gpu:0,cpu:0", "cpu:0,cpu:1"
 SEED = int_in(0, MAX_SEED)
-COUNT = int_in(0, 10**9)  # episodes, samples, warm-up runs
-POSITIVE = int_in(1, 10**9)  # repeats, groups, budgets
 WORKERS = int_in(1, 1024)
 MINUTES = float_in(0.0, 1e7, lo_open=True)  # a time limit: finite, and not 0 (placeto read 0 as none, gdp as now)
 PERCENT = float_in(0.0, 1e6)  # a bound in percent (--max-cp-growth)

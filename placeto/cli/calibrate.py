@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import textwrap
 
-from placeto.cli.arguments import DEVICE_SPEC, POSITIVE
+from placeto.cli.arguments import DEVICE_SPEC
+from simulator.arguments import POSITIVE
 from simulator.hardware.devices import ensure_host_devices, spec_text
 from simulator.measure.concurrency import Concurrency, concurrency_line, measure_concurrency
 from simulator.measure.fit import format_fit

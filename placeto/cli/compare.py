@@ -10,7 +10,8 @@ from pathlib import Path
 
 from placeto.baselines import DEFAULT_BUDGET, METHODS, default_seconds
 from placeto.baselines.common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
-from placeto.cli.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, comma_list, resolve_devices
+from placeto.cli.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, resolve_devices
+from simulator.arguments import comma_list
 from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table, plot_compare, write_csv
 from placeto.methods import registry
 from placeto.methods.base import LARGE_GRAPH_NODES

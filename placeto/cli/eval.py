@@ -10,8 +10,8 @@ import contextlib
 import sys
 from typing import Any
 
-from placeto.cli.arguments import (COUNT, DEVICE_SPEC, POSITIVE, devices_help, placement_devices, resolve_devices,
-                                   spec_count)
+from simulator.arguments import COUNT, POSITIVE
+from placeto.cli.arguments import DEVICE_SPEC, devices_help, placement_devices, resolve_devices, spec_count
 from simulator.hardware.devices import ensure_host_devices, local_devices
 from simulator.hardware.options import MODES, RIGS, default_rig
 from simulator.measure.fit import WORKLOAD_FREE

@@ -14,9 +14,9 @@ import traceback
 from typing import Callable, Sequence
 
 from simulator.measure import cache
-from placeto.cli.arguments import (COUNT, DEVICE_SPEC, DEVICES, MINUTES, PERCENT, POSITIVE, SEED, WORKERS,
-                               DEFAULT_DEVICES, OneLineParser, add_cluster_arguments, add_preset_argument,
-                               cluster_from_args, comma_list)
+from simulator.arguments import COUNT, POSITIVE, OneLineParser, comma_list
+from placeto.cli.arguments import (DEVICE_SPEC, DEVICES, MINUTES, PERCENT, SEED, WORKERS, DEFAULT_DEVICES,
+                                   add_cluster_arguments, add_preset_argument, cluster_from_args)
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
 from placeto.rollouts.distributed import WorkerError
 from placeto.cli.arguments import add_worker_arguments

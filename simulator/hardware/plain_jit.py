@@ -22,7 +22,6 @@ ends.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
@@ -34,6 +33,7 @@ import threading
 from pathlib import Path
 from typing import Any, Mapping, NamedTuple, Sequence
 
+from simulator.arguments import COUNT, POSITIVE, OneLineParser
 from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
 from simulator.hardware.timing import time_calls, timing_of
 from simulator.measure import cache
@@ -390,42 +390,14 @@ def run_child(graph_path: str, platform: str, steps: int, warmup: int, exported:
                 print(json.dumps({"times_us": time(steps, warmup), **what}), file=stdout, flush=True)
 
 
-class ChildParser(argparse.ArgumentParser):
-    """The child's argument parser: errors in one line, exit status 2.
-
-    The parent reports the child's last line of stderr.
-    """
-
-    def error(self, message: str):  # noqa: D102  (argparse's hook)
-        sys.stderr.write(f"{self.prog}: error: {' '.join(message.split())}\n")
-        sys.exit(2)
-
-
-def at_least(lo: int):
-    """An argparse type: an integer >= `lo`.
-
-    At most 30 digits: no huge int is built. At most 30 digits: no huge int is built. At most 30 digits: no huge int
-    is built.
-    """
-
-    def parse(text: str) -> int:
-        digits = text.strip().lstrip("+-")
-        if not digits.isdigit() or len(digits) > 30 or int(text) < lo:
-            raise argparse.ArgumentTypeError(f"expected an integer >= {lo}, got {text[:40]!r}")
-        return int(text)
-
-    return parse
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    p = ChildParser(prog="python -m simulator.hardware.plain_jit", description="Time the plain jax.jit of a graph "
-                    "file's training step (its zoo or exported program) and print one JSON line.",
-                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = OneLineParser(prog="python -m simulator.hardware.plain_jit", description="Time the plain jax.jit of a "
+                      "graph file's training step (its zoo or exported program) and print one JSON line.")
     p.add_argument("graph", help="graph file (.json or .json.gz)")
     p.add_argument("--platform", choices=PLATFORMS, default="default", help="run on JAX's default device or the "
                                                                             "host CPU")
-    p.add_argument("--steps", type=at_least(1), default=STEPS, help="timed steps")
-    p.add_argument("--warmup", type=at_least(0), default=WARMUP, help="untimed steps first (the first compiles)")
+    p.add_argument("--steps", type=POSITIVE, default=STEPS, help="timed steps")
+    p.add_argument("--warmup", type=COUNT, default=WARMUP, help="untimed steps first (the first compiles)")
     p.add_argument("--exported", help="the graph's exported program (default: <graph>.export.zip, when there)")
     p.add_argument("--serve", action="store_true", help="then time it again for every line 'again' on stdin")
     args = p.parse_args(argv)

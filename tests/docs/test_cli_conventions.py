@@ -9,8 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from placeto.cli.arguments import DEFAULT_DEVICES, HelpFormatter, OneLineParser, format_default, resolve_devices, \
-    shows_default
+from placeto.cli.arguments import DEFAULT_DEVICES, resolve_devices
+from simulator.arguments import HelpFormatter, OneLineParser, format_default, shows_default
 from placeto.cli.main import build_parser, main
 from simulator.model.cluster import cluster_preset, save_cluster
 from simulator.model.errors import InputError
