@@ -85,6 +85,19 @@ def world_imports_agent(root: Path = ROOT) -> list[str]:
     return out
 
 
+def docstring_summaries(root: Path = ROOT) -> list[str]:
+    """The summary paragraph (whitespace folded) of every module, class and function docstring."""
+    out = []
+    for path in _files(root):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                          ast.ClassDef)))]:
+            doc = ast.get_docstring(node)
+            if doc:
+                out.append(doc.split("\n\n")[0].strip())
+    return out
+
+
 def test_metrics_on_a_synthetic_package(tmp_path):
     (tmp_path / "simulator").mkdir()
     (tmp_path / "placeto" / "cli").mkdir(parents=True)
@@ -124,4 +137,9 @@ if __name__ == "__main__":
     print(f"project imports inside functions outside the CLI: {len(inner_imports())}")
     print(f"private names imported across modules: {len(private_imports())}")
     print(f"imports of placeto in simulator: {len(world_imports_agent())}")
+    summaries = docstring_summaries()
+    lengths = sorted(len(" ".join(s.split())) for s in summaries)
+    one_line = sum("\n" not in s for s in summaries)
+    print(f"docstrings: {len(summaries)}, summary paragraph median {lengths[len(lengths) // 2]} characters, "
+          f"{100 * one_line / len(summaries):.0f}% one line")
     sys.exit(0)
