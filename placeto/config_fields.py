@@ -39,6 +39,16 @@ def check_types_and_ranges(config: Any, ranges: dict[str, tuple[float, float]]) 
                 raise ValueError(f"{name}: field {f.name!r}: {shown} is out of range [{lo:.10g}, {hi:.10g}]")
 
 
+RETIRED_FIELDS = ("memory_penalty_per_gb", "oom_penalty")
+"""Fields configs no longer have: the memory penalties the feasibility-first objective (placeto.objective)
+replaced. A stored config that names one still loads; its value no longer changes anything."""
+
+
+def without_retired(d: dict[str, Any]) -> dict[str, Any]:
+    """A copy of config dictionary `d` without RETIRED_FIELDS."""
+    return {k: v for k, v in d.items() if k not in RETIRED_FIELDS}
+
+
 def parse_overrides(items: list[str], cls: type) -> dict[str, Any]:
     """Parse `--set` items ("gamma=0.5", ...) into `cls`'s field values.
 

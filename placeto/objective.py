@@ -1,8 +1,15 @@
-"""The one objective all methods optimise; the simulator-call meter.
+"""The one objective all methods optimise, feasibility first; the simulator-call meter.
 
-Objective (microseconds): simulated runtime + `penalty_per_gb` * scale * (GB above capacity, summed over
-devices), where scale = the graph's single-device runtime on the cluster (no penalty). The Placeto environment
-rewards drops of exactly this number, the searching methods minimise it, and `compare` ranks by it.
+Objective (microseconds), of a placement with simulated runtime r and peak bytes p_d on devices of capacity c_d:
+
+    r                                if it fits (p_d <= c_d on every device)
+    U * (2 + x) + OOM_TIE * r        otherwise, x = sum_d max(p_d - c_d, 0) / c_d (its relative excess)
+
+U is an upper bound on every placement's runtime on the cluster (`simulator.model.result.upper_bound`), so every
+placement that fits (objective <= U) beats every one that does not (objective >= 2U), and among those that do not,
+less relative excess beats more whatever the model's scale (the runtime only breaks what would otherwise be ties: its
+term is below U * OOM_TIE). The Placeto environment rewards drops of this number (over the single-device runtime,
+`objective_scale`), the searching methods minimise it, and `compare` ranks by it.
 
 Meter: every simulation a method makes (`score_batch`, `score_one`, or the environment's steps, which call
 `record`) is counted by the innermost open `metered()` block, which also keeps the best objective seen and its
@@ -25,16 +32,16 @@ import numpy as np
 from simulator import simulate, simulate_batch
 from simulator.model.cluster import GB, Cluster
 from simulator.model.graph import Graph
-from simulator.model.result import SimResult
+from simulator.model.result import SimResult, upper_bound
 
-PENALTY_PER_GB = 1.0  # default memory penalty, in single-device runtimes per GB above capacity
+OOM_TIE = 1e-6  # weight of the runtime in an out-of-memory placement's objective (< 1: excess decides first)
 EVAL_CHUNK = 64  # placements per simulate_batch call
 
 
 def objective_scale(graph: Graph, cluster: Cluster) -> float:
-    """The memory penalty's unit: `graph`'s single-device runtime (us).
+    """The rewards' unit: `graph`'s single-device runtime (us).
 
-    On `cluster`; > 0; cached on the graph.
+    On `cluster`'s device 0; > 0; cached on the graph.
     """
     key = ("objective_scale", cluster.kinds[0], cluster.delta1_us, cluster.delta2_us,
            cluster.bandwidth_bytes_per_us, float(cluster.host_model.dispatch_us[0]))  # device 0's host, if any
@@ -44,26 +51,39 @@ def objective_scale(graph: Graph, cluster: Cluster) -> float:
     return graph.cache[key]
 
 
-def penalised(runtime, peak, capacity, scale: float, per_gb: float = PENALTY_PER_GB):
-    """The objective (us): runtime plus the memory penalty.
+def relative_excess(peak, capacity) -> np.ndarray:
+    """float64[...] sum over devices of the bytes above capacity over the capacity (0: it fits).
 
-    runtime + per_gb * scale * (bytes above capacity summed over devices) / GB.
-
-    Args:
-      runtime: microseconds, a scalar or float[B].
-      peak: bytes [..., D].
-      capacity: bytes [D].
+    The one notion of out-of-memory every method's reward or objective uses. peak: bytes [..., D]; capacity:
+    bytes [D], > 0.
     """
-    return runtime + per_gb * scale * over_capacity_gb(peak, capacity)
+    cap = np.asarray(capacity, np.float64)
+    return (np.maximum(np.asarray(peak, np.float64) - cap, 0.0) / cap).sum(-1)
 
 
 def over_capacity_gb(peak, capacity) -> np.ndarray:
-    """float64[...] GB above capacity, summed over devices (0: it fits).
-
-    The one notion of out-of-memory every method's reward or objective uses. peak: bytes [..., D]; capacity:
-    bytes [D].
-    """
+    """float64[...] GB above capacity, summed over devices (0: it fits); for reports."""
     return np.maximum(np.asarray(peak, np.float64) - np.asarray(capacity, np.float64), 0.0).sum(-1) / GB
+
+
+def feasibility_first(runtime, peak, capacity, bound: float):
+    """The objective (us) of runtimes [...] with peaks [..., D] on capacities [D]; see the module docstring.
+
+    bound: an upper bound on every placement's runtime (us), > 0.
+    """
+    runtime = np.asarray(runtime, np.float64)
+    excess = relative_excess(peak, capacity)
+    return np.where(excess > 0, bound * (2.0 + excess) + OOM_TIE * runtime, runtime)
+
+
+def objective_bound(graph: Graph, cluster: Cluster) -> float:
+    """U of the module docstring (us, > 0): above every placement's runtime of `graph` on `cluster`."""
+    return max(upper_bound(graph, cluster), 1e-9)
+
+
+def fits_threshold(graph: Graph, cluster: Cluster) -> float:
+    """Objectives below this fit in memory (2U: an out-of-memory objective is never lower)."""
+    return 2.0 * objective_bound(graph, cluster)
 
 
 @dataclasses.dataclass
@@ -134,47 +154,41 @@ def record(scores: np.ndarray) -> None:
 
 
 class Scores(NamedTuple):
-    """A batch of placements scored: the objective and its two parts."""
+    """A batch of placements scored: the objective and its parts."""
 
-    objective: np.ndarray  # float64[B] memory-penalised runtime, microseconds (what the meter records)
+    objective: np.ndarray  # float64[B] feasibility-first objective, microseconds (what the meter records)
     runtime: np.ndarray  # float64[B] simulated runtime, microseconds
     over_gb: np.ndarray  # float64[B] GB above capacity summed over devices (0: fits in memory)
+    excess: np.ndarray  # float64[B] relative excess (`relative_excess`; 0: fits in memory)
 
 
-def score_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, per_gb: float = PENALTY_PER_GB) -> np.ndarray:
+def score_batch(graph: Graph, placements: np.ndarray, cluster: Cluster) -> np.ndarray:
     """float64[B] objectives of placements int[B, N]; metered.
 
     Batched, on all cores.
     """
-    return score_batch_parts(graph, placements, cluster, per_gb).objective
+    return score_batch_parts(graph, placements, cluster).objective
 
 
-def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster,
-                      per_gb: float = PENALTY_PER_GB) -> Scores:
-    """`score_batch`, with runtime and over-capacity apart.
-
-    For rewards that treat memory their own way (e.g. the RNN placer's fixed out-of-memory penalty). Counted by
-    the meter once, by the objective.
-    """
+def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster) -> Scores:
+    """`score_batch`, with runtime and memory apart; counted by the meter once, by the objective."""
     placements = np.ascontiguousarray(np.atleast_2d(placements), dtype=np.int32)
     cap = np.asarray(cluster.memory, dtype=np.float64)
-    scale = objective_scale(graph, cluster)
-    runtime, over = [], []
+    runtime, peak = [], []
     for i in range(0, placements.shape[0], EVAL_CHUNK):
         res = simulate_batch(graph, placements[i:i + EVAL_CHUNK], cluster, with_memory=True)
         runtime.append(np.asarray(res.runtime, np.float64))
-        over.append(over_capacity_gb(res.peak_memory, cap))
+        peak.append(np.asarray(res.peak_memory, np.float64))
     runtime = np.concatenate(runtime) if runtime else np.zeros(0)
-    over = np.concatenate(over) if over else np.zeros(0)
-    scores = runtime + per_gb * scale * over
+    peak = np.concatenate(peak) if peak else np.zeros((0, cluster.n_devices))
+    scores = feasibility_first(runtime, peak, cap, objective_bound(graph, cluster))
     record(scores)
-    return Scores(scores, runtime, over)
+    return Scores(scores, runtime, over_capacity_gb(peak, cap), relative_excess(peak, cap))
 
 
-def score_one(graph: Graph, placement: np.ndarray, cluster: Cluster,
-              per_gb: float = PENALTY_PER_GB) -> tuple[float, SimResult]:
+def score_one(graph: Graph, placement: np.ndarray, cluster: Cluster) -> tuple[float, SimResult]:
     """(objective, full result) of one placement int[N]; metered."""
     res = simulate(graph, np.asarray(placement, np.int32), cluster)
-    score = float(penalised(res.runtime, res.peak_memory, res.capacity, objective_scale(graph, cluster), per_gb))
+    score = float(feasibility_first(res.runtime, res.peak_memory, res.capacity, objective_bound(graph, cluster)))
     record(np.asarray([score]))
     return score, res

@@ -125,7 +125,7 @@ def run_one(method: str, graph, cluster, calls: int, seconds: float, seed: int):
 # ---- reference placements ---------------------------------------------------------------------------------------
 def reference_ms(graph, cluster) -> tuple[float, float]:
     """(single device, human expert) objectives of the graph on the cluster, ms (placeto.objective.score_batch:
-    the runtime, plus the memory penalty of a placement over capacity), as the learned methods' best_us."""
+    feasibility first: the runtime where it fits), as the learned methods' best_us."""
     from placeto.baselines import run_method
     from placeto.objective import score_batch
 

@@ -59,7 +59,7 @@ def evaluate(graph: Graph, placements: np.ndarray, cluster: Cluster) -> np.ndarr
       placements: int[B, N] device index per node, one placement a row.
 
     Returns:
-      float64[B] `placeto.objective.score_batch`: simulated runtime plus the memory penalty, us.
+      float64[B] `placeto.objective.score_batch`: the feasibility-first objective, us.
     """
     return score_batch(graph, placements, cluster)
 

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from placeto.baselines.common import DEFAULT_BUDGET, batch_size, budget_left, evaluate
-from placeto.objective import meter
+from placeto.objective import meter, objective_bound
 from placeto.baselines import moves
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
@@ -49,7 +49,7 @@ def local_search(graph: Graph, cluster: Cluster, seed: int = 0, budget: float = 
         return best
     weight = moves.node_weights(graph, cluster)
     nb_off, nb = moves.neighbours(graph)
-    temp0 = t0 * cur_score
+    temp0 = t0 * min(cur_score, objective_bound(graph, cluster))  # a runtime's scale, also from an OOM start
     while budget_left(calls0 + budget):
         b = batch_size(batch, calls0 + budget)
         nodes = rng.choice(n, size=b, p=weight)

@@ -12,13 +12,17 @@ from __future__ import annotations
 import numpy as np
 
 from placeto.baselines.common import evaluate
+from placeto.objective import fits_threshold
 from placeto.baselines.etf import etf
 from placeto.baselines.heft import heft
+from placeto.baselines.m_sct import m_sct
+from placeto.baselines.m_topo import m_topo
 from placeto.baselines.single import single
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
 LIST_SCHEDULERS = {"single": single, "etf": etf, "heft": heft}
+MEMORY_STARTS = {"m-topo": m_topo, "m-sct": m_sct}
 
 
 def start_placements(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) -> list[np.ndarray]:
@@ -38,10 +42,15 @@ def start_placements(graph: Graph, cluster: Cluster, init: np.ndarray | str | No
 def best_start(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) -> tuple[np.ndarray, float]:
     """(placement int32[N], objective) of the best start.
 
-    One simulator call per candidate.
+    One simulator call per candidate. With the default starts (`init` None), where none of them fits in memory the
+    memory-balancing list schedules (MEMORY_STARTS: m-TOPO, m-SCT) are candidates too: a search that starts within
+    capacity stays there (placeto.objective).
     """
     starts = start_placements(graph, cluster, init)
     scores = evaluate(graph, np.stack(starts), cluster)
+    if init is None and scores.min() >= fits_threshold(graph, cluster):
+        more = [np.asarray(f(graph, cluster), np.int32) for f in MEMORY_STARTS.values()]
+        starts, scores = starts + more, np.concatenate([scores, evaluate(graph, np.stack(more), cluster)])
     i = int(np.argmin(scores))
     return starts[i].copy(), float(scores[i])
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from placeto.baselines.common import DEFAULT_BUDGET, batch_size, budget_left, evaluate
 from placeto.baselines.local_search import progress
-from placeto.objective import meter
+from placeto.objective import fits_threshold, meter
 from placeto.baselines import moves
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
@@ -90,9 +90,13 @@ def anneal(graph: Graph, cluster: Cluster, start: np.ndarray, start_score: float
                 props[pick] = moves.block_proposals(cur, moves.blocks(rng, nodes[pick], cur, nb_off, nb, max_block),
                                                     devs[pick])
         scores = evaluate(graph, props, cluster)
-        if temp0 is None:  # calibrate on the first batch: median uphill move accepted with p_accept0
-            up = scores[scores > cur_score] - cur_score
-            temp0 = float(np.median(up)) / -math.log(p_accept0) if up.size else 1e-3 * max(cur_score, 1e-9)
+        if temp0 is None:  # calibrate on the first batch: median uphill move accepted with p_accept0, among the
+            # moves that stay on the start's side of capacity (from a start that fits, a move out of memory costs
+            # at least the runtime bound: it would set a temperature at which nothing stays within capacity)
+            edge = fits_threshold(graph, cluster)
+            up = scores[(scores > cur_score) & ((scores < edge) == (cur_score < edge))] - cur_score
+            temp0 = float(np.median(up)) / -math.log(p_accept0) if up.size else \
+                1e-3 * max(min(cur_score, edge / 2), 1e-9)
         temp = temp0 * t_end ** progress(m, calls0, budget)
         i = int(np.argmin(scores))
         if scores[i] >= cur_score:

@@ -67,11 +67,11 @@ def cpu_only(graph: Graph, cluster: Cluster, seed: int = 0) -> np.ndarray:
     return np.full(graph.n_nodes, cpus[0], dtype=np.int32)
 
 
-def or_single(graph: Graph, cluster: Cluster, placement: np.ndarray, per_gb: float) -> np.ndarray:
+def or_single(graph: Graph, cluster: Cluster, placement: np.ndarray) -> np.ndarray:
     """`placement` int32[N], or `single`'s where that scores better.
 
-    Better: a lower memory-penalised simulated runtime (`placeto.objective.score_batch` with `per_gb`);
+    Better: a lower objective (`placeto.objective.score_batch`: feasibility first);
     `placement` on ties. Two metered simulator calls.
     """
     cands = np.stack([np.asarray(placement, np.int32), single(graph, cluster)])
-    return cands[int(np.argmin(score_batch(graph, cands, cluster, per_gb)))]
+    return cands[int(np.argmin(score_batch(graph, cands, cluster)))]

@@ -15,7 +15,7 @@ from typing import Sequence
 
 from placeto.rollouts.distributed import RAY_HINT, WorkerSpec, probe, require_ray
 from simulator.arguments import float_in, int_in
-from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster
+from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster, with_memory
 from simulator.model.errors import InputError
 from simulator.model.limits import MAX_DEVICES, MAX_SEED
 
@@ -71,6 +71,20 @@ def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False)
     add_preset_argument(p)
     p.add_argument("--cluster", help="cluster JSON file, e.g. from `placeto calibrate` (instead of --preset; its "
                                      "device count is the command's)")
+    add_memory_argument(p)
+
+
+def add_memory_argument(p: argparse.ArgumentParser) -> None:
+    """Add --memory GB: every device's capacity, replacing the preset's or the cluster file's."""
+    p.add_argument("--memory", type=float_in(0.0, 1e9, lo_open=True), default=None, metavar="GB",
+                   help="memory of every device in GB (10^9 bytes), replacing the preset's or the cluster file's: "
+                        "e.g. a model that does not fit one device")
+
+
+def memory_bytes(args: argparse.Namespace) -> float | None:
+    """--memory in bytes; None if not given."""
+    gb = getattr(args, "memory", None)
+    return None if gb is None else gb * 1e9
 
 
 def add_preset_argument(p: argparse.ArgumentParser, with_cluster: bool = True) -> None:
@@ -145,7 +159,7 @@ def cluster_from_args(args: argparse.Namespace, placement: str | None = None) ->
     if placement is not None:
         files.append((f"placement {placement}", placement_devices(placement)))
     n = resolve_devices(spec_count(getattr(args, "devices", None)), files)
-    return cluster if cluster is not None else cluster_preset(args.preset, n)
+    return with_memory(cluster if cluster is not None else cluster_preset(args.preset, n), memory_bytes(args))
 
 
 def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> None:

@@ -10,14 +10,15 @@ from pathlib import Path
 
 from placeto.baselines import DEFAULT_BUDGET, METHODS, default_seconds
 from placeto.baselines.common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
-from placeto.cli.arguments import DEFAULT_DEVICES, DEVICES, add_preset_argument, resolve_devices
+from placeto.cli.arguments import (DEFAULT_DEVICES, DEVICES, add_memory_argument, add_preset_argument, memory_bytes,
+                                   resolve_devices)
 from simulator.arguments import comma_list
 from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table, plot_compare, write_csv
 from placeto.methods import registry
 from placeto.methods.base import LARGE_GRAPH_NODES
 from placeto.policies import DEFAULT_POLICY
 from placeto.cli.arguments import add_worker_arguments, spec_from_args
-from simulator.model.cluster import Cluster, load_cluster
+from simulator.model.cluster import Cluster, PresetSpec, load_cluster, with_memory
 from simulator.model.errors import InputError
 from simulator.model.io import atomic_write_bytes, check_output_path, load_graph
 from simulator.workloads.families import SPLITS, load_family
@@ -43,6 +44,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     add_preset_argument(where, with_cluster=False)
     where.add_argument("--cluster", help="cluster JSON file, e.g. from `placeto calibrate` (instead of --preset; its "
                                          "device count is the comparison's)")
+    add_memory_argument(p)
     p.add_argument("--methods", default="all",
                    help="comma list of methods and sets. all: every baseline and the learned methods "
                         f"({', '.join(LEARNED)}) with their shipped policies ({DEFAULT_POLICY} for placeto, "
@@ -102,6 +104,8 @@ def run_compare(args: argparse.Namespace) -> int:
             for count in dict.fromkeys(args.devices):
                 resolve_devices(count, [(f"cluster {args.cluster}", cluster.n_devices)])
         devices = [cluster.n_devices]
+    cluster = with_memory(cluster, memory_bytes(args)) if isinstance(cluster, Cluster) else \
+        PresetSpec(cluster, memory_bytes(args))
     graphs = ([load_graph(f) for f in args.graphs] if args.graphs else
               load_family(args.family, None if args.split == "all" else args.split))
     if isinstance(cluster, Cluster):

@@ -11,11 +11,13 @@ import sys
 from typing import Any
 
 from simulator.arguments import COUNT, POSITIVE
-from placeto.cli.arguments import DEVICE_SPEC, devices_help, placement_devices, resolve_devices, spec_count
+from placeto.cli.arguments import (DEVICE_SPEC, add_memory_argument, devices_help, memory_bytes, placement_devices,
+                                   resolve_devices, spec_count)
 from simulator.hardware.devices import ensure_host_devices, local_devices
 from simulator.hardware.options import MODES, RIGS, default_rig
 from simulator.measure.fit import WORKLOAD_FREE
-from simulator.model.cluster import PRESETS, Cluster, cluster_preset, cluster_summary, describe_devices, load_cluster
+from simulator.model.cluster import (PRESETS, Cluster, cluster_preset, cluster_summary, describe_devices, load_cluster,
+                                     with_memory)
 from simulator.model.errors import InputError
 from simulator.model.io import check_distinct_paths, check_output_path, load_graph, load_placement
 
@@ -41,6 +43,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
                                      "without: --preset)")
     p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
                    help="cluster preset when simulating only and no --cluster is given")
+    add_memory_argument(p)
     p.add_argument("--rig", choices=RIGS, default=None, help=RIG_HELP)
     p.add_argument("--mode", default="auto", choices=MODES,
                    help="hardware execution: the graph's real program, or synthetic kernels taking its costs")
@@ -108,7 +111,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.repeats < 1:
         raise InputError(f"--repeats must be >= 1, got {args.repeats}")
     # JAX's modules, imported after the host devices are set (and only by the commands that run them)
-    from placeto.harness.evaluate import evaluate, plot_agreement, refit, step_bar, summary_lines, write_rows_json
+    from placeto.harness.evaluate import (evaluate, memory_lines, plot_agreement, refit, step_bar, summary_lines,
+                                          write_rows_json)
     from simulator.hardware.runner import can_run_program, hardware_runner, simulation_cluster
     from simulator.hardware.timing import interleaved_steps
     from simulator.measure.agreement import ERROR_MEANING, agreement, format_spearman
@@ -174,6 +178,7 @@ def run_eval(args: argparse.Namespace) -> int:
         steps = interleaved_steps(len(placements) + anchor, args.repeats, args.warmup)
         with step_bar("running placements", steps) if runner is not None else _nothing():
             rows = evaluate(graph, placements, cluster, runner, args.repeats, args.warmup, progress=print)
+        print("\n".join(memory_lines(graph, placements, cluster)))
         summary = agreement(rows)
         if runner is not None:
             plain += (child.again(),) if plain[0].available else ()  # (unavailable: it would be again)
@@ -226,9 +231,10 @@ def eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster
         cluster = load_cluster(args.cluster)
         if cluster.n_devices != n:
             raise InputError(f"--devices {n} but cluster {args.cluster} has {cluster.n_devices} devices")
-        return cluster
-    if args.hardware:
+    elif args.hardware:
         from simulator.measure.calibrate import cached_cluster  # JAX's modules: only when the placements run
 
-        return cached_cluster(local_devices(spec), spec, progress=lambda line: print(line, flush=True))
-    return cluster_preset(args.preset, n)
+        cluster = cached_cluster(local_devices(spec), spec, progress=lambda line: print(line, flush=True))
+    else:
+        cluster = cluster_preset(args.preset, n)
+    return with_memory(cluster, memory_bytes(args))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 
 from placeto.cli.arguments import DEFAULT_DEVICES, cluster_from_args, resolve_devices, spec_count
 from simulator.model.cluster import Cluster, cluster_preset, load_cluster
@@ -148,6 +149,50 @@ def single_line(single, graph, cluster: Cluster) -> str:
     return f"  single device  {single.runtime / 1e3:>10.3f} ms{'  OOM' if single.any_oom else ''}  ({name})"
 
 
+NO_FIT = 3  # `place`'s exit status when the placement it writes is over some device's capacity
+
+
+def fitted(method: str, graph, cluster: Cluster, placement):
+    """(placement, a note or "") after placeto.feasibility.repair; the references (single, expert) as they are."""
+    from placeto.feasibility import repair
+    from placeto.harness.compare import REFERENCES
+
+    if method in REFERENCES:
+        return placement, ""
+    fixed = repair(graph, cluster, placement)
+    if fixed.how in ("", "none"):
+        return fixed.placement, ""
+    how = f"{fixed.moves} node{'s' if fixed.moves != 1 else ''} moved" if fixed.how == "moves" else \
+        f"{fixed.how}'s placement taken"
+    return fixed.placement, f"over memory as placed: {how} to fit"
+
+
+def memory_report(method: str, graph, cluster: Cluster, placed, out) -> int:
+    """Print each device's peak against its capacity; if over, the one-line "nothing fits". Returns the exit status.
+
+    `placed`: the SimResult of the placement written to `out`. Over capacity: NO_FIT, with the least that each device
+    must hold on this many devices (placeto.feasibility.needed_per_device) when even that is above capacity.
+    """
+    from placeto.feasibility import needed_per_device
+    from placeto.harness.compare import REFERENCES
+
+    print(f"  {'device':<14} {'peak GB':>10} {'capacity GB':>12}")
+    for k, dev in enumerate(cluster.devices):
+        print(f"  {dev.name:<14} {placed.peak_memory[k] / 1e9:>10.3f} {placed.capacity[k] / 1e9:>12.3f}"
+              f"{'  OOM' if placed.oom[k] else ''}")
+    if not placed.any_oom:
+        return 0
+    worst = int(max(range(cluster.n_devices), key=lambda k: placed.peak_memory[k] / placed.capacity[k]))
+    need = needed_per_device(graph, cluster.n_devices)
+    found = "" if method in REFERENCES else "nothing fits: "
+    bound = (f"no placement can fit: every placement on {cluster.n_devices} devices puts at least {need / 1e9:.3f} GB "
+             f"on one of them" if need > max(cluster.memory) else
+             f"a placement on {cluster.n_devices} devices needs at least {need / 1e9:.3f} GB on one of them")
+    print(f"placeto: {found}{method}'s placement (written to {out}) puts {placed.peak_memory[worst] / 1e9:.3f} GB on "
+          f"{cluster.devices[worst].name} of {placed.capacity[worst] / 1e9:.3f} GB; {bound}", file=sys.stderr)
+    return NO_FIT
+
+
 def cmd_place(args: argparse.Namespace) -> int:
     from placeto.baselines.single import single as single_placement
     from simulator import simulate
@@ -201,6 +246,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     else:
         placement, calls = registry.get(method).place(graph, cluster, args.checkpoint, args.samples, args.seed)
         how, policy = method, args.checkpoint
+    placement, note = fitted(method, graph, cluster, placement)
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
     save_placement(args.out, placement, cluster.device_names)
@@ -215,10 +261,12 @@ def cmd_place(args: argparse.Namespace) -> int:
             print(f"  ({note})")
     elif graph.n_nodes > coarsen.MAX_POLICY_NODES:
         print(f"  ({graph.n_nodes} nodes: placed as {coarsen.COARSE_GROUPS} groups by the policy, then expanded)")
+    if note:
+        print(f"  ({note})")
     print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
     print(single_line(single, graph, cluster))
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
-    return 0
+    return memory_report(method, graph, cluster, placed, args.out)
 
 
 def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> int:
@@ -237,18 +285,21 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     budget = args.budget if given else DEFAULT_BUDGET
     seconds = args.seconds if given else default_seconds(graph)
     run = run_method(args.method, graph, cluster, args.seed, budget=budget, seconds=seconds)
-    placed = simulate(graph, run.placement, cluster)
+    placement, note = fitted(args.method, graph, cluster, run.placement)
+    placed = simulate(graph, placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
-    save_placement(args.out, run.placement, cluster.device_names)
+    save_placement(args.out, placement, cluster.device_names)
     limits = [f"{budget} calls" if budget is not None else "", f"{seconds:.3g} s" if seconds is not None else ""]
     spent = f", budget {' or '.join(x for x in limits if x) or 'unlimited'}" if args.method in BUDGETED else ""
     print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "
           f"{run.simulator_calls} simulator call{'s' if run.simulator_calls != 1 else ''}) -> "
           f"{args.out}")
+    if note:
+        print(f"  ({note})")
     print(f"  {args.method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
     print(single_line(single, graph, cluster))
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
-    return 0
+    return memory_report(args.method, graph, cluster, placed, args.out)
 
 
 def _reproducing(command: str, policy_dir) -> str:

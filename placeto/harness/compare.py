@@ -3,9 +3,13 @@
 Simulated, tabulated and plotted. `compare` runs each method (see `placeto.baselines`, and the learned methods of
 `placeto.methods`, by default with their shipped policies) and simulates its placement once with the full simulator
 (runtime and memory). A method that does not apply (no shipped expert placement, no CPU device) still gets a row,
-with `runtime_us` NaN and the reason in `note`; tables print it as "—", as the papers' tables print "-". Rows whose
-placement runs out of memory keep their runtime but are marked `oom` and printed "OOM"; `ratio_to_best` divides by
-the best runtime among the placements that fit in memory (among all of them if none fits).
+with `runtime_us` NaN and the reason in `note`; tables print it as "—", as the papers' tables print "-".
+
+Memory comes first (placeto.objective): a placer's placement over capacity goes through `placeto.feasibility.repair`
+(moves off the full devices, else a memory-aware list schedule), recorded in `repaired`; the references (`single`,
+`cpu-only`, `expert`) are shown as they are. Rows over capacity keep their runtime but are marked `oom` and printed
+"OOM" with their fullest device's peak over its capacity; `ratio_to_best` divides by the best runtime among the
+placements that fit (NaN for a row that does not, where one does; among all of them if none fits).
 
 Budgets: every method that searches or samples (`searches`) gets the same budget per graph, simulator calls
 and/or wall seconds (default: DEFAULT_BUDGET calls and at most `default_seconds(graph)`, which grows with the
@@ -32,8 +36,10 @@ from placeto.baselines import BUDGETED, DEFAULT_BUDGET, METHODS, MethodRun, NotA
 from placeto.rollouts.distributed import WorkerSpec, map_ordered
 from placeto.methods import registry
 from placeto.harness import plot_style
+from placeto.feasibility import repair
+from placeto.objective import metered
 from placeto.policies import resolve_checkpoint
-from simulator.model.cluster import Cluster, cluster_preset
+from simulator.model.cluster import Cluster, PresetSpec, cluster_preset
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import PathLike, atomic_write_bytes, save_placement
@@ -52,6 +58,7 @@ PER_GRAPH = registry.PER_GRAPH
 # names that stand for several methods in a --methods list: "all" (the default) is every baseline and every
 # family-trained learned method, each with its shipped policy unless --checkpoint gives one of its kind
 METHOD_SETS = {"all": (*METHODS, *LEARNED), "baselines": tuple(METHODS), "learned": LEARNED}
+REFERENCES = ("single", "cpu-only", "expert")  # rows shown as they are: what a placer is measured against
 OVER_BUDGET = 0.10  # a row whose place time exceeds its seconds by more than this share is over budget
 Seconds = float | Callable[[Graph], float] | None  # a budget in seconds, or one per graph (default_seconds)
 
@@ -83,6 +90,8 @@ class Row:
     budget_calls: float = math.nan  # simulator calls the method was given (inf: unlimited; NaN: it spends none)
     budget_seconds: float = math.nan  # wall seconds it was given (inf: unlimited; NaN: it spends none)
     trace: tuple = dataclasses.field(default=(), repr=False, compare=False)  # ((s, calls, best objective), ...)
+    peak_fraction: float = math.nan  # the fullest device's peak bytes over its capacity (> 1: out of memory)
+    repaired: str = ""  # how placeto.feasibility.repair made the placement fit ("": it did not need to)
 
     @property
     def applies(self) -> bool:
@@ -131,7 +140,8 @@ def compare(graphs: Sequence[Graph], device_counts: Iterable[int], methods: str 
 
     Args:
       methods: names or sets for `resolve_methods` ("all": every baseline and the learned methods).
-      cluster_name: a preset, used at each of `device_counts`; or a Cluster (e.g. from a cluster file), whose
+      cluster_name: a preset (a name, or a PresetSpec that sets the capacity), used at each of `device_counts`; or
+        a Cluster (e.g. from a cluster file), whose
         device count every count must be.
       budget: simulator calls per graph (None: unlimited).
       seconds: wall seconds per graph (None: unlimited; a function of the graph, by default `default_seconds`:
@@ -224,7 +234,7 @@ def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -
     So numba's one-time compilation (or cache loading) is not charged to the first graph's timed run. On 2
     devices of the preset, or on the given Cluster.
     """
-    cluster = cluster_name if isinstance(cluster_name, Cluster) else cluster_preset(cluster_name, 2)
+    cluster = cluster_name if isinstance(cluster_name, Cluster) else cluster_of(cluster_name, 2)
     graph = layered_dag(12, seed=0)  # plain-number costs: any device kind
     for name in names:
         try:
@@ -233,12 +243,14 @@ def warm_up(names: Sequence[str], cluster_name: str | Cluster = "placeto-k80") -
             pass
 
 
-def cluster_of(cluster_name: str | Cluster, n_devices: int) -> Cluster:
-    """Preset `cluster_name` at `n_devices` devices, or the Cluster.
+def cluster_of(cluster_name: str | PresetSpec | Cluster, n_devices: int) -> Cluster:
+    """Preset `cluster_name` (a name or a PresetSpec) at `n_devices` devices, or the Cluster.
 
     Raises:
       InputError: a Cluster without `n_devices` devices.
     """
+    if isinstance(cluster_name, PresetSpec):
+        return cluster_name.at(n_devices)
     if not isinstance(cluster_name, Cluster):
         return cluster_preset(cluster_name, n_devices)
     if cluster_name.n_devices != n_devices:
@@ -294,12 +306,19 @@ def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float 
     except NotApplicable as e:
         return Row(**base, runtime_us=math.nan, ratio_to_lower_bound=math.nan, oom=False, place_seconds=0.0,
                    simulator_calls=0, note=str(e))
-    result = simulate(graph, run.placement, cluster)
+    placement, repaired, seconds, calls = run.placement, "", run.seconds, int(run.simulator_calls)
+    if name not in REFERENCES:
+        with metered() as m:
+            fixed = repair(graph, cluster, placement)
+        placement, repaired = fixed.placement, fixed.how
+        seconds, calls = seconds + m.elapsed(), calls + m.calls
+    result = simulate(graph, placement, cluster)
     if save is not None:
-        save(run.placement)
+        save(placement)
     return Row(**base, runtime_us=float(result.runtime), ratio_to_lower_bound=float(result.ratio),
-               oom=bool(result.any_oom), place_seconds=run.seconds, simulator_calls=int(run.simulator_calls),
-               compile_seconds=compile_s, trace=run.trace)
+               oom=bool(result.any_oom), place_seconds=seconds, simulator_calls=calls,
+               compile_seconds=compile_s, trace=run.trace,
+               peak_fraction=float(np.max(result.peak_memory / result.capacity)), repaired=repaired)
 
 
 def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
@@ -331,10 +350,11 @@ def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget
 
 
 def _with_ratios(rows: list[Row]) -> list[Row]:
+    """Rows with `ratio_to_best`: over the best runtime that fits; NaN for an OOM row where some row fits."""
     fits = [r.runtime_us for r in rows if r.applies and not r.oom]
     best = min(fits or [r.runtime_us for r in rows if r.applies] or [math.nan])
-    return [dataclasses.replace(r, ratio_to_best=r.runtime_us / best if r.applies and best > 0 else math.nan)
-            for r in rows]
+    return [dataclasses.replace(r, ratio_to_best=r.runtime_us / best if r.applies and best > 0
+                                and not (r.oom and fits) else math.nan) for r in rows]
 
 
 # ---- writers --------------------------------------------------------------------------------------------------
@@ -356,7 +376,7 @@ def _cell(r: Row | None, best: bool) -> str:
     if r is None or not r.applies:
         return "—"
     if r.oom:
-        return "OOM" + OVER_MARK * r.over_budget
+        return f"OOM ({r.peak_fraction:.2f}x mem)" + OVER_MARK * r.over_budget
     text = f"{r.runtime_us / 1e3:.2f}"
     return (f"**{text}**" if best else text) + OVER_MARK * r.over_budget
 
@@ -401,22 +421,25 @@ def markdown_table(rows: Sequence[Row]) -> str:
         lb = next(r.lower_bound_us for r in group if r is not None)
         cells = [_cell(r, r is not None and r.applies and not r.oom and r.ratio_to_best == 1.0) for r in group]
         lines.append(f"| {g} | {n} | {lb / 1e3:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", f"Runtimes in ms (simulated); OOM: out of memory; —: does not apply; (over): placed for longer "
-              f"than its budget + {OVER_BUDGET:.0%}, or simulated more than its calls.", "",
+    lines += ["", f"Runtimes in ms (simulated); OOM (Nx mem): out of memory, the fullest device's peak N times its "
+              f"capacity; —: does not apply; (over): placed for longer than its budget + {OVER_BUDGET:.0%}, or "
+              f"simulated more than its calls. Mean x best: over the runs that fit, or where nothing fits.", "",
               "| method | mean x best | mean x lower bound | mean place s | budget | mean compile s "
-              "| mean simulator calls | runs |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "| mean simulator calls | runs | fits | repaired |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for m in methods:
         ok = [r for r in rows if r.method == m and r.applies]
         if not ok:
             budget = budget_text([r for r in rows if r.method == m])
-            lines.append(f"| {m} | — | — | — | {budget} | — | — | 0 |")
+            lines.append(f"| {m} | — | — | — | {budget} | — | — | 0 | — | — |")
             continue
         over = OVER_MARK if any(r.over_budget for r in ok) else ""
-        lines.append(f"| {m} | {np.mean([r.ratio_to_best for r in ok]):.3f} | "
+        ranked = [r.ratio_to_best for r in ok if not math.isnan(r.ratio_to_best)]
+        lines.append(f"| {m} | {np.mean(ranked) if ranked else math.nan:.3f} | "
                      f"{np.mean([r.ratio_to_lower_bound for r in ok]):.3f} | "
                      f"{np.mean([r.place_seconds for r in ok]):.2f}{over} | {budget_text(ok)} | "
                      f"{np.mean([r.compile_seconds for r in ok]):.2f} | "
-                     f"{np.mean([r.simulator_calls for r in ok]):.0f} | {len(ok)} |")
+                     f"{np.mean([r.simulator_calls for r in ok]):.0f} | {len(ok)} | "
+                     f"{sum(not r.oom for r in ok)} | {sum(bool(r.repaired) for r in ok)} |")
     notes = []
     for m in methods:
         over = [r for r in rows if r.method == m and r.over_budget]

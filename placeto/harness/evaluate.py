@@ -57,6 +57,21 @@ def evaluate(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster
     return rows
 
 
+def memory_lines(graph: Graph, placements: Sequence[tuple[str, np.ndarray]], cluster: Cluster,
+                 width: int = 28) -> list[str]:
+    """Each placement's simulated peak memory per device against capacity (GB), OOM marked."""
+    caps = ", ".join(dict.fromkeys(f"{c / 1e9:.4g}" for c in cluster.memory))
+    lines = [f"{'peak memory GB':<{width}} per device ({', '.join(cluster.device_names)}; capacity {caps} GB)"]
+    for name, p in placements:
+        res = simulate(graph, np.asarray(p, np.int32), cluster)
+        name = Path(name).name
+        name = name if len(name) <= width else "..." + name[-(width - 3):]
+        peaks = " ".join(f"{b / 1e9:.4g}" for b in res.peak_memory)
+        over = ", ".join(cluster.devices[k].name for k in np.flatnonzero(res.oom))
+        lines.append(f"{name:<{width}} {peaks}{'  OOM on ' + over if over else ''}")
+    return lines
+
+
 def format_row(row: EvalRow, width: int = 28) -> str:
     """One table line: placement, simulated and measured times, error.
 

@@ -50,10 +50,10 @@ PLACETO = (Panel("episode", "final_ratio", "episodes", "final runtime / lower bo
            Panel("sim_calls", "best_runtime", "simulator calls", "best runtime so far / lower bound",
                  y_over="lower_bound"))
 SEQUENCE = (Panel("samples", "mean_objective_us", "placements sampled",
-                  "mean objective of the update's batch (ms)\n(memory-penalised runtime, smoothed)", y_scale=1e-3,
+                  "mean objective of the update's batch (ms)\n(feasibility-first objective, smoothed)", y_scale=1e-3,
                   smooth=True),
             Panel("seconds", "mean_objective_us", "training wall time (s)",
-                  "mean objective of the update's batch (ms)\n(memory-penalised runtime, smoothed)", y_scale=1e-3,
+                  "mean objective of the update's batch (ms)\n(feasibility-first objective, smoothed)", y_scale=1e-3,
                   smooth=True),
             Panel("samples", "best_us", "placements sampled", "best objective so far (ms)", y_scale=1e-3),
             Panel("seconds", "best_us", "training wall time (s)", "best objective so far (ms)", y_scale=1e-3))

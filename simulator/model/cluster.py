@@ -52,7 +52,8 @@ class Device:
         if self.host is not None and not isinstance(self.host, str):
             raise InputError(f"device {self.name!r}: field 'host' must be a string")
         object.__setattr__(self, "memory_bytes", number(self.memory_bytes, f"device {self.name!r}: field "
-                                                                           f"'memory_bytes'", 0.0, MAX_BYTES, "bytes"))
+                                                                           f"'memory_bytes'", 0.0, MAX_BYTES, "bytes",
+                                                        lo_open=True))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,6 +304,31 @@ def cluster_preset(name: str, n_devices: int) -> Cluster:
     return PRESETS[name](n_devices)
 
 
+def with_memory(cluster: Cluster, memory_bytes: float | None) -> Cluster:
+    """`cluster` with every device's capacity `memory_bytes` (None: as it is).
+
+    E.g. the memory-constrained tasks: a preset's costs and interconnect, smaller devices.
+
+    Raises:
+      InputError: a capacity that is not a number in (0, MAX_BYTES].
+    """
+    if memory_bytes is None:
+        return cluster
+    memory_bytes = number(memory_bytes, "memory per device", 0.0, MAX_BYTES, "bytes", lo_open=True)
+    devices = tuple(dataclasses.replace(d, memory_bytes=memory_bytes) for d in cluster.devices)
+    return dataclasses.replace(cluster, devices=devices)
+
+
+class PresetSpec(NamedTuple):
+    """A preset at any device count, with every device's capacity set (`with_memory`): one cluster per count."""
+
+    name: str
+    memory_bytes: float | None = None
+
+    def at(self, n_devices: int) -> Cluster:
+        return with_memory(cluster_preset(self.name, n_devices), self.memory_bytes)
+
+
 def cluster_from_dict(d: Any, source: str | None = None) -> Cluster:
     """Parse and validate a cluster file's dictionary.
 
@@ -369,8 +395,14 @@ def describe_devices(cluster: Cluster) -> str:
     A mixed cluster is described device by device: "/gpu:0 local-h200 (143.8 GB), /cpu:0 local-cpu (270.0 GB)".
     """
     if len(set(cluster.kinds)) == 1 and len(set(cluster.memory)) == 1:
-        return f"{cluster.n_devices}x {cluster.kinds[0]} ({cluster.memory[0] / 1e9:.1f} GB each)"
-    return ", ".join(f"{d.name} {d.kind} ({d.memory_bytes / 1e9:.1f} GB)" for d in cluster.devices)
+        return f"{cluster.n_devices}x {cluster.kinds[0]} ({gb_text(cluster.memory[0])} each)"
+    return ", ".join(f"{d.name} {d.kind} ({gb_text(d.memory_bytes)})" for d in cluster.devices)
+
+
+def gb_text(n_bytes: float) -> str:
+    """Bytes as GB: one decimal from 1 GB up ("12.0 GB"), else three significant digits ("0.09 GB")."""
+    gb = n_bytes / 1e9
+    return f"{gb:.1f} GB" if gb >= 1 else f"{gb:.3g} GB"
 
 
 def cluster_summary(cluster: Cluster) -> str:

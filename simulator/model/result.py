@@ -118,3 +118,25 @@ def lower_bound(graph: Graph, cluster: Cluster) -> float:
         cost = min_costs(graph, cluster)
         graph.cache[key] = max(critical_path(graph, cost), float(cost.sum()) / cluster.n_devices)
     return graph.cache[key]
+
+
+def upper_bound(graph: Graph, cluster: Cluster) -> float:
+    """A bound above any placement's runtime on `cluster`, us.
+
+    The engine never idles while work is ready (simulator.engine.reference): until the last event some device
+    computes or waits out delta1, some bus sends or waits out delta2, some transfer is in flight, or some host
+    serves a job. So the runtime is at most the sum of all of these: every node at its slowest device's cost plus
+    delta1 and its host's dispatch time, every output tensor sent once over the slowest host at the cluster's
+    bandwidth plus delta2, the latency and its host's transfer time. A step cut into M microbatches
+    (`meta["microbatches"]`) repeats each at most M times. What the feasibility-first objective
+    (placeto.objective) ranks every out-of-memory placement above. Cached in graph.cache per cluster.
+    """
+    key = ("upper_bound", cluster)
+    if key not in graph.cache:
+        hosts = cluster.host_model
+        compute = graph.cost_matrix(cluster.kinds).max(axis=1) + cluster.delta1_us + float(hosts.dispatch_us.max())
+        send = (graph.out_bytes / cluster.bandwidth_bytes_per_us + cluster.delta2_us + cluster.latency_us
+                + float(hosts.transfer_us.max()))
+        m = int(graph.meta.get("microbatches", 1)) if isinstance(graph.meta, dict) else 1
+        graph.cache[key] = m * (float(compute.sum()) + float(send.sum()))
+    return graph.cache[key]

@@ -10,6 +10,7 @@ import json
 import math
 from typing import Any
 
+from placeto.config_fields import without_retired
 from placeto.coarsen import MAX_POLICY_NODES  # large's coarse_groups: the largest graph the others place as it is
 
 NAME = "gdp"  # config.json's "method" field of a gdp run directory
@@ -125,11 +126,6 @@ class GdpConfig:
     (m-ETF's rule for the "etf" decoder). What the policy knows from the list scheduler anchors what RL learns
     beyond it.
     """
-    memory_penalty_per_gb: float = 1.0
-    """The objective's memory penalty: single-device runtimes per GB above capacity.
-
-    See placeto.objective.
-    """
 
     # ---- run --------------------------------------------------------------------------------------------
     seed: int = 0
@@ -159,7 +155,7 @@ class GdpConfig:
             raise ValueError(f"GdpConfig: hidden ({self.hidden}) must be a multiple of heads ({self.heads})")
         if isinstance(self.coarse_groups, bool) or not isinstance(self.coarse_groups, int) or self.coarse_groups < 0:
             raise ValueError(f"GdpConfig: coarse_groups must be a non-negative integer, got {self.coarse_groups!r}")
-        for name in ("clip", "lr", "entropy", "imitation", "grad_clip", "memory_penalty_per_gb", "checkpoint_seconds",
+        for name in ("clip", "lr", "entropy", "imitation", "grad_clip", "checkpoint_seconds",
                      "time_limit_minutes", "coarse_ccr"):
             v = getattr(self, name)
             unbounded = name in ("checkpoint_seconds", "time_limit_minutes")  # inf: never / no limit
@@ -210,7 +206,7 @@ class GdpConfig:
         Raises:
           ValueError: on a wrong method, an unknown field or a bad value.
         """
-        d = dict(d)
+        d = without_retired(d)
         if d.pop("method", None) != NAME:
             raise ValueError(f"GdpConfig: config.json's \"method\" is not {NAME!r}")
         known = {f.name for f in dataclasses.fields(cls)}

@@ -153,7 +153,7 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
         _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
         placement = task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
     if config.keep_single:
-        return or_single(graph, cluster, placement, config.memory_penalty_per_gb)
+        return or_single(graph, cluster, placement)
     return placement
 
 
@@ -283,7 +283,7 @@ def _single(config: GdpConfig, task: Task) -> tuple[np.ndarray, float]:
     The placement of task.graph; one metered call.
     """
     p = np.asarray(single(task.graph, task.cluster), np.int32)
-    return p, float(task.score(p[None], config.memory_penalty_per_gb)[0])
+    return p, float(task.score(p[None])[0])
 
 
 def zero_shot_calls(checkpoint: PathLike) -> int:
@@ -310,7 +310,7 @@ def _better_view(config: GdpConfig, net, params, views: list[Task]) -> Task:
             greedy = greedy_decoding(config, net, params, view).acts[0]
         else:
             greedy = np.asarray(_sample(net, params, view.inputs, jax.random.key(0), 1)[1])[:view.graph.n_nodes]
-        objective.append(float(view.score(greedy[None], config.memory_penalty_per_gb)[0]))
+        objective.append(float(view.score(greedy[None])[0]))
     return views[int(np.argmin(objective))]
 
 
@@ -326,11 +326,11 @@ def _sampled(config: GdpConfig, net, params, task, seed: int, extra: list) -> np
         return _sampled_decodings(config, net, params, task, key, extra)
     draws, greedy = _sample(net, params, task.inputs, key, config.samples_per_update)
     best_p = np.asarray(greedy)[:n]
-    best = float(task.score(best_p[None], config.memory_penalty_per_gb)[0])
+    best = float(task.score(best_p[None])[0])
     best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
     while not m.exhausted() and m.calls_left() >= 1:
         rows = np.asarray(draws)[:int(min(config.samples_per_update, m.calls_left())), :n]
-        obj = task.score(rows, config.memory_penalty_per_gb)
+        obj = task.score(rows)
         if obj.min() < best:
             best, best_p = float(obj.min()), rows[int(np.argmin(obj))]
         key = jax.random.fold_in(key, m.calls)
@@ -343,7 +343,7 @@ def _sampled_decodings(config: GdpConfig, net, params, task, key: jax.Array, ext
     graph, m = task.graph, meter()
     t0 = time.perf_counter()
     best_p = greedy_decoding(config, net, params, task).acts[0]
-    best = float(task.score(best_p[None], config.memory_penalty_per_gb)[0])
+    best = float(task.score(best_p[None])[0])
     best, best_p = min([(best, best_p), *((o, p) for p, o in extra)], key=lambda c: c[0])
     # seconds a decoded and simulated sample takes (at first the greedy one's, forward pass included): batches
     # shrink to the time left
@@ -419,13 +419,13 @@ def finetune(config: GdpConfig, params: Any, task, seed: int, updates: int) -> t
             drawn = draw(net, config, params, task, jax.random.fold_in(root, u))
             greedy = greedy_decoding(config, net, params, task).acts[0]
             rows = np.concatenate([drawn.acts[:, :n], greedy[None]])
-            obj = np.concatenate([drawn.objective, task.score(greedy[None], config.memory_penalty_per_gb)])
+            obj = np.concatenate([drawn.objective, task.score(greedy[None])])
         else:
             acts, logp, greedy = (np.asarray(a) for a in sample_batch(net, params, task.inputs,
                                                                       jax.random.fold_in(root, u), batch,
                                                                       config.temperature))
             rows = np.concatenate([acts[:, :n], greedy[None, :n]])
-            obj = task.score(rows, config.memory_penalty_per_gb)
+            obj = task.score(rows)
             drawn = Drawn(acts, logp, obj[:batch])
         if obj.min() < best:
             best_p, best = rows[int(np.argmin(obj))].copy(), float(obj.min())

@@ -64,18 +64,18 @@ class Task(NamedTuple):
         acts = np.asarray(acts, np.int32)
         return acts if self.op_group is None else acts[..., self.op_group]
 
-    def score(self, acts: np.ndarray, per_gb: float) -> np.ndarray:
+    def score(self, acts: np.ndarray) -> np.ndarray:
         """float64[B] objectives (us) of placements int[B, N]; metered.
 
         Placements of `graph`'s nodes; simulated on the op graph (`ops` when coarse).
         """
-        return score_batch(self.op_graph, self.op_placements(acts), self.cluster, per_gb)
+        return score_batch(self.op_graph, self.op_placements(acts), self.cluster)
 
 
 class StepResult(NamedTuple):
     """What one PPO step did on its task.
 
-    Objectives in microseconds (memory-penalised runtime).
+    Objectives in microseconds (placeto.objective: feasibility first).
     """
 
     params: Any
@@ -265,7 +265,7 @@ class Drawn(NamedTuple):
 
     acts: np.ndarray  # int32[B, Np] device of every (padded) node
     logp: np.ndarray  # float32[B, Np] log-probability of each node's device under the sampling parameters
-    objective: np.ndarray  # float64[B] memory-penalised runtime, microseconds
+    objective: np.ndarray  # float64[B] objective (placeto.objective), microseconds
     feat: np.ndarray | None = None  # float32[B, Np, Dm, K] a list decoder's features (decoder.Decoding.feat)
     allowed: np.ndarray | None = None  # bool[B, Np, Dm] its masks
 
@@ -279,7 +279,7 @@ def draw(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Array) -> 
         return draw_range(net, config, params, task, key, 0, config.samples_per_update)
     acts, logp, _ = sample_batch(net, params, task.inputs, key, config.samples_per_update, config.temperature)
     acts = np.asarray(acts)
-    obj = task.score(acts[:, :task.graph.n_nodes], config.memory_penalty_per_gb)
+    obj = task.score(acts[:, :task.graph.n_nodes])
     return Drawn(acts, np.asarray(logp), obj)
 
 
@@ -295,7 +295,7 @@ def draw_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.Arra
     acts, logp = _sample_rows(logp_all, jax.vmap(lambda i: jax.random.fold_in(key, i))(
         jnp.arange(lo, hi, dtype=jnp.uint32)))
     acts = np.asarray(acts)
-    obj = task.score(acts[:, :task.graph.n_nodes], config.memory_penalty_per_gb)
+    obj = task.score(acts[:, :task.graph.n_nodes])
     return Drawn(acts, np.asarray(logp), obj)
 
 
@@ -335,7 +335,7 @@ def _decode_range(net: GdpNet, config: GdpConfig, params, task: Task, key: jax.A
     feat = np.zeros((b, n_pad, d_max, dec.feat.shape[-1]), np.float32)
     allowed = np.zeros((b, n_pad, d_max), np.bool_)
     acts[:, :n], logp[:, :n], feat[:, :n, :d], allowed[:, :n, :d] = dec
-    obj = task.score(dec.acts, config.memory_penalty_per_gb)
+    obj = task.score(dec.acts)
     return Drawn(acts, logp, obj, feat, allowed)
 
 
@@ -373,7 +373,7 @@ def ppo_step(net: GdpNet, config: GdpConfig, optimizer, params, opt_state, task:
     obj, placements = drawn.objective, drawn.acts[:, :task.graph.n_nodes]
     base = None
     if config.baseline == "greedy":
-        base = float(task.score(greedy_decoding(config, net, params, task).acts, config.memory_penalty_per_gb)[0])
+        base = float(task.score(greedy_decoding(config, net, params, task).acts)[0])
     adv = advantages(obj, task.scale, base)
     decoded = () if drawn.feat is None else (jnp.asarray(drawn.feat), jnp.asarray(drawn.allowed))
     if decoded and config.imitation:

@@ -49,7 +49,7 @@ FIELDS = ("update", "samples", "seconds", "task", "loss", "entropy", "mean_objec
 class TrainSummary(NamedTuple):
     """What a `train` call did.
 
-    Objectives are memory-penalised runtimes in microseconds.
+    Objectives are feasibility-first objectives (placeto.objective) in microseconds.
     """
 
     updates: int  # update counter at the end (resumed runs included)

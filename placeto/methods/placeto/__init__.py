@@ -3,7 +3,7 @@
 Trained with REINFORCE on families of graphs.
 
     config.py           PlacetoConfig (frozen, `tiny` preset), --set parsing
-    env.py              the MDP: reset/step, visit order, rewards, memory penalty
+    env.py              the MDP: reset/step, visit order, rewards from the objective
     policy.py           the network: message passing (placeto.gnn) and a device-count agnostic scoring head
     rollout.py          episodes of the policy on one graph (`Rollout`), shared by training, placing and search
     episodes.py         per-episode sampling of a batch's episodes (any split across workers gives the same batch)

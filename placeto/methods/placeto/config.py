@@ -62,11 +62,6 @@ class PlacetoConfig:
     returns the best placement it visited, a greedy pass is never slower (simulated) than where it starts; the
     policy learns which moves improve on it.
     """
-    memory_penalty_per_gb: float = 1.0
-    """Memory penalty in rewards: runtime + this * reward_scale * GB over; 0 disables.
-
-    GB above capacity, summed over devices.
-    """
 
     # ---- training -----------------------------------------------------------------------------------------
     episodes: int = 2000
@@ -223,7 +218,7 @@ That value reproduces runs whose config.json lacks the field.
 # every value finite and every integer within what its array or seed takes (placements are recorded as int8).
 RANGES: dict[str, tuple[float, float]] = {
     "hidden": (1, 4096), "rounds": (0, 64), "embed_every": (1, 10**6), "max_devices": (1, 127), "passes": (1, 100),
-    "memory_penalty_per_gb": (0, 1e9), "episodes": (0, 10**9), "episodes_per_update": (1, 4096),
+    "episodes": (0, 10**9), "episodes_per_update": (1, 4096),
     "lr": (0, 1e3), "lr_end": (0, 1e3), "entropy": (0, 1e3), "entropy_end": (0, 1e3),
     "entropy_decay_fraction": (0, 1), "move_weight": (0, 1e6),
     "grad_clip": (0, 1e9), "gamma": (0, 1), "baseline_window": (1, 10**6),

@@ -2,7 +2,7 @@
 
 In jumanji's style. An episode visits the nodes in a fixed order (`visit_sequence`), each node `passes` times;
 at every step the policy picks the device of the current node, the new placement is simulated once (host,
-outside jit), and the reward is the drop in (memory-penalised) runtime divided by a per-graph constant, so an
+outside jit), and the reward is the drop in the objective (placeto.objective: the runtime of a placement that fits; feasibility first) divided by a per-graph constant, so an
 episode's rewards sum to (initial - final runtime) / reward_scale.
 
 The B episodes of a batch share the graph and the visit order, hence the current node and step index; only
@@ -42,8 +42,8 @@ class EnvContext:
     cluster: Cluster
     arrays: GraphArrays  # padded device arrays for the policy
     visit_seq: np.ndarray  # int32[T] node visited at each step, T = passes * N
-    reward_scale: float  # microseconds: runtime with every node on device 0 (no penalty), > 0
-    memory_penalty_per_gb: float  # see PlacetoConfig
+    reward_scale: float  # microseconds: runtime with every node on device 0 (memory ignored), > 0
+    bound: float  # microseconds: above every placement's runtime (placeto.objective.objective_bound)
     init_placement: str  # "single" | "random" | "etf" | "list"
     lower_bound: float  # microseconds
     start_placement: np.ndarray | None = None  # int32[N] where "single", "etf", "list" episodes start (None: device 0)
@@ -67,9 +67,9 @@ class EnvState(NamedTuple):
     ctx: EnvContext
     placement: np.ndarray  # int32[B, Np] device of every node (padding nodes: 0)
     start: np.ndarray  # float32[B, Np] node start time / runtime of the current placement (padding: 0)
-    runtime: np.ndarray  # float64[B] memory-penalised runtime of the current placement, microseconds
+    runtime: np.ndarray  # float64[B] objective of the current placement, microseconds
     t: int  # steps taken
-    best_runtime: np.ndarray  # float64[B] best penalised runtime seen in each episode, microseconds
+    best_runtime: np.ndarray  # float64[B] best objective seen in each episode, microseconds
     best_placement: np.ndarray  # int32[B, N] placement achieving best_runtime
     sim_calls: int  # simulator calls made by these episodes so far
 
@@ -103,61 +103,54 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
     """Build the per-graph constants: visit sequence, padded arrays, reward scale."""
     seq = visit_sequence(graph, config.visit_order, config.passes, config.seed)
     arrays = graph_arrays(graph, cluster, seq, config.max_devices)
-    ctx = EnvContext(graph, cluster, arrays, seq, 1.0, config.memory_penalty_per_gb, config.init_placement,
+    ctx = EnvContext(graph, cluster, arrays, seq, 1.0, objective.objective_bound(graph, cluster), config.init_placement,
                      lower_bound(graph, cluster))
     ctx = dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
     if config.init_placement in LIST_STARTS:
-        ctx = dataclasses.replace(ctx, start_placement=list_start(graph, cluster, config.memory_penalty_per_gb,
-                                                                  config.init_placement))
+        ctx = dataclasses.replace(ctx, start_placement=list_start(graph, cluster, config.init_placement))
     return ctx
 
 
 LIST_STARTS = {"etf": ("etf",), "list": ("etf", "m-sct", "m-topo", "heft")}  # init_placement -> schedulers
 
 
-def list_start(graph: Graph, cluster: Cluster, per_gb: float, kind: str = "etf") -> np.ndarray:
+def list_start(graph: Graph, cluster: Cluster, kind: str = "etf") -> np.ndarray:
     """int32[N] a start from what list schedulers know (memoised in graph.cache).
 
-    The best (lowest memory-penalised simulated runtime, the earlier in `LIST_STARTS[kind]` on ties) of the
+    The best (lowest objective, `placeto.objective`, the earlier in `LIST_STARTS[kind]` on ties) of the
     schedulers' placements, or the single device (`placeto.baselines.single`: every node on the first accelerator)
     where that scores better. "etf": m-ETF alone (two simulator calls); "list": m-ETF, m-SCT, m-TOPO and HEFT
     (five).
     """
-    key = ("placeto.list_start", cluster, per_gb, kind)
+    key = ("placeto.list_start", cluster, kind)
     if key not in graph.cache:
         cands = np.stack([np.asarray(METHODS[m](graph, cluster), np.int32) for m in LIST_STARTS[kind]])
-        best = cands[int(np.argmin(score_batch(graph, cands, cluster, per_gb)))] if len(cands) > 1 else cands[0]
-        graph.cache[key] = or_single(graph, cluster, best, per_gb)
+        best = cands[int(np.argmin(score_batch(graph, cands, cluster)))] if len(cands) > 1 else cands[0]
+        graph.cache[key] = or_single(graph, cluster, best)
     return graph.cache[key].copy()
 
 
-def penalised_runtime(ctx: EnvContext, result: SimResult) -> float:
-    """The objective (`placeto.objective.penalised`), us.
-
-    Runtime plus memory_penalty_per_gb * reward_scale per GB above capacity (summed over devices).
-    """
-    return float(_penalised(ctx, result.runtime, result.peak_memory, result.capacity))
+def objective_of(ctx: EnvContext, result: SimResult) -> float:
+    """The objective (`placeto.objective.feasibility_first`), us."""
+    return float(_objective(ctx, result.runtime, result.peak_memory, result.capacity))
 
 
-def _penalised(ctx: EnvContext, runtime, peak: np.ndarray, capacity: np.ndarray):
-    """The penalised runtime: runtime (us, scalar or [B]) + the memory penalty.
-
-    The penalty of peak bytes [..., D] against capacity bytes [D].
-    """
-    return objective.penalised(runtime, peak, capacity, ctx.reward_scale, ctx.memory_penalty_per_gb)
+def _objective(ctx: EnvContext, runtime, peak: np.ndarray, capacity: np.ndarray):
+    """The objective of runtimes (us, scalar or [B]) with peak bytes [..., D] against capacity bytes [D]."""
+    return objective.feasibility_first(runtime, peak, capacity, ctx.bound)
 
 
 def _simulate_rows(ctx: EnvContext, placement: np.ndarray, rows: np.ndarray, runtime: np.ndarray,
                    start: np.ndarray) -> None:
     """Simulate `rows` of placement int32[B, Np].
 
-    Returns the penalised runtime float64[B] and the start times float32[B, Np].
+    Returns the objective float64[B] and the start times float32[B, Np].
     """
     n = ctx.n_nodes
 
     def one(b: int) -> None:
         res = simulate(ctx.graph, placement[b, :n], ctx.cluster)
-        runtime[b] = penalised_runtime(ctx, res)
+        runtime[b] = objective_of(ctx, res)
         start[b, :n] = res.start / max(res.runtime, 1e-9)
 
     rows = rows.tolist()
@@ -222,7 +215,7 @@ def action_rewards(state: EnvState) -> np.ndarray:
     cand = np.repeat(state.placement[:, None, :n], d, axis=1)  # [B, D, N]
     cand[:, :, node] = np.arange(d, dtype=np.int32)
     res = simulate_batch(ctx.graph, cand.reshape(b * d, n), ctx.cluster, with_memory=True)
-    runtime = _penalised(ctx, res.runtime, res.peak_memory, np.asarray(ctx.cluster.memory, np.float64)).reshape(b, d)
+    runtime = _objective(ctx, res.runtime, res.peak_memory, np.asarray(ctx.cluster.memory, np.float64)).reshape(b, d)
     objective.record(runtime.reshape(-1))
     return (state.runtime[:, None] - runtime) / ctx.reward_scale
 
@@ -232,7 +225,7 @@ def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, boo
 
     Returns (state, reward float64[B], done).
 
-    Where reward = (penalised runtime before - after) / reward_scale. One simulator call per episode whose placement
+    Where reward = (objective before - after) / reward_scale. One simulator call per episode whose placement
     changed (an unchanged placement keeps its runtime and start times: reward exactly 0).
     """
     ctx = state.ctx

@@ -53,9 +53,9 @@ def load_params(checkpoint_dir: str | Path, arrays: GraphArrays) -> tuple[Placet
 
 class PlaceResult(NamedTuple):
     placement: np.ndarray  # int32[N] best placement seen
-    runtime: float  # its memory-penalised runtime, microseconds
+    runtime: float  # its objective (placeto.objective), microseconds
     final_placement: np.ndarray  # int32[N] where the (first) episode ended
-    final_runtime: float  # microseconds (penalised)
+    final_runtime: float  # microseconds (objective)
     sim_calls: int
 
 
@@ -73,8 +73,7 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = No
     if coarse.grouping is not None:
         res = place(coarse.graph, cluster, checkpoint_dir, samples, seed)
         best, final = coarse.expand(res.placement), coarse.expand(res.final_placement)
-        penalty = read_config(resolve_checkpoint(checkpoint_dir)).memory_penalty_per_gb
-        runtimes = score_batch(graph, np.stack([best, final]), cluster, penalty)
+        runtimes = score_batch(graph, np.stack([best, final]), cluster)
         return PlaceResult(best, float(runtimes[0]), final, float(runtimes[1]), res.sim_calls + 2)
 
     checkpoint_dir = resolve_checkpoint(checkpoint_dir)

@@ -27,9 +27,9 @@ class Rollout(NamedTuple):
     actions: np.ndarray  # int32[T, B]
     rewards: np.ndarray  # float64[T, B] (runtime before - after) / reward_scale
     action_rewards: np.ndarray | None  # float64[T, B, D] reward of every device at each step (None unless asked)
-    initial_runtime: np.ndarray  # float64[B] microseconds (penalised)
-    final_runtime: np.ndarray  # float64[B] microseconds (penalised)
-    best_runtime: np.ndarray  # float64[B] best seen during each episode, microseconds (penalised)
+    initial_runtime: np.ndarray  # float64[B] microseconds (objective)
+    final_runtime: np.ndarray  # float64[B] microseconds (objective)
+    best_runtime: np.ndarray  # float64[B] best seen during each episode, microseconds (objective)
     best_placement: np.ndarray  # int32[B, N]
     final_placement: np.ndarray  # int32[B, N]
     sim_calls: int

@@ -67,7 +67,7 @@ from simulator.model.io import atomic_write_bytes, check_output_path, save_place
 class TrainSummary(NamedTuple):
     """What a `train` call did.
 
-    Runtimes are memory-penalised microseconds.
+    Runtimes are objectives (placeto.objective), microseconds.
     """
 
     episodes: int  # episode counter at the end (includes episodes of resumed-from runs)

@@ -21,7 +21,7 @@ import dataclasses
 import json
 from typing import Any, Callable, ClassVar, NamedTuple
 
-from placeto.config_fields import check_types_and_ranges
+from placeto.config_fields import check_types_and_ranges, without_retired
 from simulator.model.limits import MAX_DEVICES
 
 PER_GRAPH = ("rnn", "hierarchical")  # method names; each is placeto.methods.<name>
@@ -30,7 +30,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "hidden": (1, 1024), "op_types": (1, 4096), "devices": (1, MAX_DEVICES), "groups": (1, 4096),
     "block_prior": (0, 1e3), "logit_clip": (0, 1e3), "stay_prior": (0, 1e3),
     "episodes": (1, 10**9), "samples_per_update": (1, 4096), "lr": (1e-12, 1e3), "baseline_decay": (0, 1),
-    "entropy": (0, 1e3), "grad_clip": (1e-12, 1e9), "oom_penalty": (0, 1e6), "memory_penalty_per_gb": (0, 1e9),
+    "entropy": (0, 1e3), "grad_clip": (1e-12, 1e9),
     "seed": (0, 2**32 - 1), "time_limit_minutes": (0, 1e7), "checkpoint_seconds": (0, 1e9),
 }
 
@@ -72,12 +72,6 @@ class PerGraphConfig:
     """Entropy bonus on the mean per-decision entropy (nats); the seeds use none."""
     grad_clip: float = 1.0
     """Global gradient-norm clip."""
-    oom_penalty: float = 10.0
-    """Reward = -sqrt(runtime / single-device runtime); a placement over some device's memory has this many
-    single-device runtimes added to its runtime first (the seeds' large fixed out-of-memory penalty)."""
-    memory_penalty_per_gb: float = 1.0
-    """Objective (placeto.objective) the best placements are kept and compared by: runtime + this many
-    single-device runtimes per GB above capacity."""
 
     # ---- run ----------------------------------------------------------------------------------------------
     seed: int = 0
@@ -112,7 +106,7 @@ class PerGraphConfig:
         Raises:
           ValueError: on another method, an unknown field or a bad value.
         """
-        d = dict(d)
+        d = without_retired(d)
         if d.pop("method", None) != cls.METHOD:
             raise ValueError(f"{cls.__name__}: \"method\" is not {cls.METHOD!r}")
         unknown = sorted(set(d) - {f.name for f in dataclasses.fields(cls)})

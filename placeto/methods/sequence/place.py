@@ -136,14 +136,14 @@ def place_from_run(run_dir: PathLike, graph: Graph, cluster: Cluster, seed: int 
         if saved.is_file():
             cands.insert(0, load_placement(saved, graph, cluster.n_devices).assignment)
         cands = cands[:max(1, int(min(len(cands), m.calls_left())))]
-        scores = score_batch(graph, np.stack(cands), cluster, config.memory_penalty_per_gb)
+        scores = score_batch(graph, np.stack(cands), cluster)
         best, best_score = cands[int(np.argmin(scores))], float(scores.min())
         key = jax.random.key(seed)
         unbudgeted = budget is None and seconds is None  # then the saved and greedy placements only
         while not unbudgeted and not meter().exhausted() and m.calls_left() >= 1:
             key = jax.random.fold_in(key, m.calls)
             rows = np.asarray(sample(net, params, inputs, key, batch).placement)[:int(min(batch, m.calls_left())), :n]
-            obj = score_batch(graph, rows, cluster, config.memory_penalty_per_gb)
+            obj = score_batch(graph, rows, cluster)
             if obj.min() < best_score:
                 best, best_score = rows[int(np.argmin(obj))], float(obj.min())
         elapsed = m.elapsed() - jit.seconds

@@ -7,9 +7,10 @@ One step on a (graph, cluster):
     sample      K placements from the policy in one jitted call (`Sampled`: the method's actions, e.g. devices
                 of items, or groups of ops and devices of groups, and the op placement they imply)
     score       K simulations in one batch, placeto.objective.score_batch_parts (counted by the meter)
-    reward      -sqrt(runtime / single-device runtime), a placement over capacity having `oom_penalty`
-                single-device runtimes added first (the seeds' -sqrt(runtime) and fixed OOM penalty; dividing by
-                the single-device runtime only rescales it so that settings mean the same on every graph)
+    reward      -sqrt(objective / single-device runtime), the feasibility-first objective (placeto.objective):
+                the runtime of a placement that fits, at least twice a bound on every runtime for one that does
+                not (the seeds' -sqrt(runtime) and large fixed out-of-memory penalty; dividing by the
+                single-device runtime only rescales it so that settings mean the same on every graph)
     advantage   reward - b, with b the moving average of the batch mean rewards so far (the first batch's mean
                 starts it): b <- decay * b + (1 - decay) * mean(reward), after the advantages are taken
     update      one Adam step on -mean_k(advantage_k * log p(actions_k)) - entropy * mean entropy, jitted; the
@@ -58,7 +59,7 @@ class Baseline(NamedTuple):
 class StepResult(NamedTuple):
     """What one REINFORCE step did.
 
-    Objectives in microseconds (memory-penalised runtime).
+    Objectives in microseconds (placeto.objective: feasibility first).
     """
 
     params: Any
@@ -73,15 +74,12 @@ class StepResult(NamedTuple):
     oom_fraction: float  # share of the batch over some device's memory
 
 
-def rewards(scores: Scores, scale: float, oom_penalty: float) -> np.ndarray:
-    """float64[K] rewards of a scored batch.
+def rewards(scores: Scores, scale: float) -> np.ndarray:
+    """float64[K] rewards of a scored batch: -sqrt(objective / scale).
 
-    -sqrt((runtime + oom_penalty * scale * [over]) / scale).
-
-    Where scale is the single-device runtime, us; [over]: 1 for a placement over capacity, else 0.
+    Where scale is the single-device runtime, us.
     """
-    runtime = scores.runtime + oom_penalty * scale * (scores.over_gb > 0)
-    return -np.sqrt(runtime / scale)
+    return -np.sqrt(scores.objective / scale)
 
 
 def baseline_step(base: Baseline, reward: np.ndarray, decay: float) -> tuple[np.ndarray, Baseline]:
@@ -144,8 +142,7 @@ def draw(net, config, params, inputs, graph: Graph, cluster: Cluster, key: jax.A
     config.samples_per_update placements (`sample`).
     """
     sampled = jax.device_get(sample(net, params, inputs, key, config.samples_per_update))
-    return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster,
-                                            config.memory_penalty_per_gb))
+    return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster))
 
 
 def draw_range(net, config, params, inputs, graph: Graph, cluster: Cluster, key: jax.Array, lo: int,
@@ -157,8 +154,7 @@ def draw_range(net, config, params, inputs, graph: Graph, cluster: Cluster, key:
     """
     keys = jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(lo, hi, dtype=jnp.uint32))
     sampled = jax.device_get(_sample_each(net, params, inputs, keys))
-    return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster,
-                                            config.memory_penalty_per_gb))
+    return Drawn(sampled, score_batch_parts(graph, np.asarray(sampled.placement)[:, :graph.n_nodes], cluster))
 
 
 @functools.partial(jax.jit, static_argnames=("net",))
@@ -186,7 +182,7 @@ def reinforce_step(net, config, params, opt_state, baseline: Baseline, inputs, g
     optimizer = make_optimizer(float(config.grad_clip), float(config.lr))
     drawn = drawn if drawn is not None else draw(net, config, params, inputs, graph, cluster, key)
     placements, scores = np.asarray(drawn.sampled.placement)[:, :graph.n_nodes], drawn.scores
-    reward = rewards(scores, objective_scale(graph, cluster), config.oom_penalty)
+    reward = rewards(scores, objective_scale(graph, cluster))
     adv, baseline = baseline_step(baseline, reward, config.baseline_decay)
     params, opt_state, loss, ent = update(net, optimizer, params, opt_state, inputs, drawn.sampled.actions,
                                           jnp.asarray(adv), jnp.float32(config.entropy))

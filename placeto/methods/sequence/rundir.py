@@ -70,7 +70,7 @@ class RunState(NamedTuple):
 class TrainSummary(NamedTuple):
     """What a `train` call did.
 
-    Objectives are memory-penalised runtimes in microseconds.
+    Objectives are feasibility-first objectives (placeto.objective) in microseconds.
     """
 
     task: str  # "<graph>@<D>d"

@@ -15,6 +15,7 @@ from simulator.model.cluster import GB
 from simulator.engine.fast import simulate
 from simulator.model.errors import InputError
 from simulator.model.generate import layered_dag
+from simulator.model.result import upper_bound
 
 BUDGET = 24
 GB = 10**9
@@ -171,15 +172,16 @@ def test_memory_aware_methods_avoid_oom(name):
     assert not simulate(graph, placement, cluster).any_oom
 
 
-def test_evaluate_penalises_oom_and_counts_calls():
+def test_evaluate_ranks_oom_last_and_counts_calls():
     graph, cluster = heavy_chain()
     with count_simulator_calls() as counter:
         scores = evaluate(graph, np.array([[0, 0, 0, 0], [0, 0, 1, 1]]), cluster)
         evaluate(graph, np.array([0, 1, 0, 1]), cluster)
     assert counter.calls == 3
     single = simulate(graph, np.zeros(4, np.int32), cluster)
-    over = np.maximum(single.peak_memory - single.capacity, 0).sum() / GB
-    assert over > 0 and scores[0] == pytest.approx(single.runtime * (1 + over))  # penalty unit: single runtime
+    excess = (np.maximum(single.peak_memory - single.capacity, 0) / single.capacity).sum()
+    bound = upper_bound(graph, cluster)
+    assert excess > 0 and scores[0] == pytest.approx(bound * (2 + excess) + 1e-6 * single.runtime)  # feasibility first
     assert scores[1] == simulate(graph, np.array([0, 0, 1, 1]), cluster).runtime
 
 

@@ -50,7 +50,7 @@ def test_placeto_etf_start_is_the_better_of_etf_and_single():
 
 
 def test_placeto_list_start_is_the_best_of_the_list_schedulers_and_single(tmp_path):
-    """init_placement "list": episodes begin at the best (penalised simulated runtime) of m-ETF, m-SCT, m-TOPO,
+    """init_placement "list": episodes begin at the best (objective) of m-ETF, m-SCT, m-TOPO,
     HEFT and the single device, so never slower than the "etf" start; a greedy pass from it is never slower."""
     from placeto.baselines import get_method
     from placeto.methods.placeto import env as E

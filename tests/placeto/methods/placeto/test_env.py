@@ -1,6 +1,5 @@
-"""The placement MDP: telescoping rewards, determinism, memory penalty, visit orders, simulator agreement."""
+"""The placement MDP: telescoping rewards, determinism, the feasibility-first objective, visit orders, simulator agreement."""
 
-import dataclasses
 
 import numpy as np
 import pytest
@@ -8,7 +7,8 @@ import pytest
 from placeto.methods.placeto import env as E
 from placeto.methods.placeto.config import tiny
 from simulator import cluster_preset, simulate_reference
-from simulator.model.cluster import GB, Cluster, Device
+from simulator.model.cluster import Cluster, Device
+from simulator.model.result import upper_bound
 from simulator.model.generate import layered_dag
 
 
@@ -59,17 +59,18 @@ def test_deterministic_under_seed():
     assert not np.array_equal(E.reset(ctx, 3, 3)[0].placement, E.reset(ctx, 4, 3)[0].placement)
 
 
-def test_memory_penalty():
+def test_out_of_memory_objective():
     g = layered_dag(20, seed=7)
     small = Cluster("small", tuple(Device(f"d{i}", "k80", 1e6) for i in range(2)), 5.7, 25.0, 7600.0)
-    ctx = E.make_context(g, small, tiny(memory_penalty_per_gb=2.0))
+    ctx = E.make_context(g, small, tiny())
     res = simulate_reference(g, np.zeros(20, int), small)
-    over = np.maximum(res.peak_memory - res.capacity, 0).sum() / GB
-    assert over > 0
-    assert ctx.reward_scale == res.runtime  # single-device runtime, no penalty
-    assert E.penalised_runtime(ctx, res) == pytest.approx(res.runtime + 2.0 * ctx.reward_scale * over)
-    ctx0 = dataclasses.replace(ctx, memory_penalty_per_gb=0.0)
-    assert E.penalised_runtime(ctx0, res) == res.runtime
+    excess = (np.maximum(res.peak_memory - res.capacity, 0) / res.capacity).sum()
+    assert excess > 0
+    assert ctx.reward_scale == res.runtime  # single-device runtime, memory ignored
+    assert ctx.bound == upper_bound(g, small) and ctx.bound > res.runtime
+    assert E.objective_of(ctx, res) == pytest.approx(ctx.bound * (2 + excess) + 1e-6 * res.runtime)
+    roomy = Cluster("roomy", tuple(Device(f"d{i}", "k80", 1e12) for i in range(2)), 5.7, 25.0, 7600.0)
+    assert E.objective_of(E.make_context(g, roomy, tiny()), res) == res.runtime
 
 
 def test_visit_orders_and_given_placement():
@@ -99,11 +100,11 @@ def test_unchanged_placement_costs_no_simulation():
         E.step(state, np.array([0, 2]))
 
 
-@pytest.mark.parametrize("penalty", [0.0, 2.0])
-def test_action_rewards_are_the_rewards_step_would_give(penalty):
+@pytest.mark.parametrize("memory", [3e5, 1e12])
+def test_action_rewards_are_the_rewards_step_would_give(memory):
     g = layered_dag(30, seed=9)
-    small = Cluster("small", tuple(Device(f"d{i}", "k80", 3e5) for i in range(3)), 5.7, 25.0, 7600.0)
-    ctx = E.make_context(g, small, tiny(init_placement="random", memory_penalty_per_gb=penalty))
+    small = Cluster("small", tuple(Device(f"d{i}", "k80", memory) for i in range(3)), 5.7, 25.0, 7600.0)
+    ctx = E.make_context(g, small, tiny(init_placement="random"))
     state, _ = E.reset(ctx, 2, 2)
     rng = np.random.default_rng(0)
     for _ in range(12):

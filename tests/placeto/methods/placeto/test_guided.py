@@ -19,7 +19,6 @@ from placeto.methods.placeto import guided
 from placeto.baselines import moves
 from placeto.baselines.sa import sa
 from simulator import Cluster, Device, cluster_preset, simulate
-from simulator.model.cluster import GB
 from simulator.model.errors import InputError
 from simulator.model.generate import layered_dag
 
@@ -35,17 +34,18 @@ def run(tmp_path_factory):
 
 
 # ---- objective and meter ---------------------------------------------------------------------------------
-def test_objective_is_runtime_plus_penalty_in_single_device_runtimes():
+def test_objective_of_an_oom_placement_is_above_twice_the_bound():
     g = layered_dag(20, seed=7)
     small = Cluster("small", tuple(Device(f"d{i}", "k80", 1e6) for i in range(2)), 5.7, 25.0, 7600.0)
     p = np.zeros(20, np.int32)
     res = simulate(g, p, small)
-    over = np.maximum(res.peak_memory - res.capacity, 0).sum() / GB
-    assert over > 0 and O.objective_scale(g, small) == res.runtime
+    excess = (np.maximum(res.peak_memory - res.capacity, 0) / res.capacity).sum()
+    assert excess > 0 and O.objective_scale(g, small) == res.runtime
     with O.metered() as m:
         score, _ = O.score_one(g, p, small)
         batch = O.score_batch(g, np.stack([p, p]), small)
-    assert score == pytest.approx(res.runtime * (1 + over)) and np.allclose(batch, score)
+    assert score == pytest.approx(O.objective_bound(g, small) * (2 + excess) + O.OOM_TIE * res.runtime)
+    assert np.allclose(batch, score) and score > O.fits_threshold(g, small)
     assert m.calls == 3 and m.trace and m.trace[0][1] == 1  # improvement noted at the first call
 
 

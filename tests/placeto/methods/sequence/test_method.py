@@ -117,10 +117,10 @@ def test_cli_train_place_compare(tmp_path, capsys, monkeypatch):
 def test_rewards_and_baseline_match_plain_loops():
     rng = np.random.default_rng(0)
     runtime, over = rng.uniform(10, 100, 32), np.where(rng.random(32) < 0.3, rng.uniform(0, 2, 32), 0.0)
-    scale, penalty = 50.0, 10.0
-    got = rewards(Scores(runtime + over, runtime, over), scale, penalty)
+    scale, objective = 50.0, runtime + 1e3 * over
+    got = rewards(Scores(objective, runtime, over, over), scale)
     for i in range(32):
-        assert got[i] == pytest.approx(-math.sqrt((runtime[i] + (penalty * scale if over[i] > 0 else 0)) / scale))
+        assert got[i] == pytest.approx(-math.sqrt(objective[i] / scale))
     base, b = Baseline(0.0, 0), None
     for batch in np.split(got, 4):
         adv, base = baseline_step(base, batch, 0.9)
