@@ -17,7 +17,7 @@ from placeto.rollouts.distributed import RAY_HINT, WorkerSpec, probe, require_ra
 from simulator.arguments import float_in, int_in
 from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster, with_memory
 from simulator.model.errors import InputError
-from simulator.model.limits import MAX_DEVICES, MAX_SEED
+from simulator.model.limits import MAX_DEVICES, MAX_MICROBATCHES, MAX_SEED
 
 DEVICES = int_in(1, MAX_DEVICES)
 
@@ -41,6 +41,7 @@ SEED = int_in(0, MAX_SEED)
 WORKERS = int_in(1, 1024)
 MINUTES = float_in(0.0, 1e7, lo_open=True)  # a time limit: finite, and not 0 (placeto read 0 as none, gdp as now)
 PERCENT = float_in(0.0, 1e6)  # a bound in percent (--max-cp-growth)
+MICROBATCHES = int_in(1, MAX_MICROBATCHES)  # --microbatches: the step cut into M (simulator.model.microbatch)
 
 
 DEFAULT_DEVICES = 4  # devices of every command when neither --devices nor a placement or cluster file says (as
@@ -53,6 +54,14 @@ def devices_help(files: str = "the placement or cluster file's count") -> str:
     `files` (the files that record one) when given, else DEFAULT_DEVICES.
     """
     return f"number of devices (default: {files} when given, else {DEFAULT_DEVICES}; a different count is an error)"
+
+
+def add_microbatches_argument(p: argparse.ArgumentParser) -> None:
+    """Add --microbatches M: the graph is simulated as GPipe's step of M microbatches (docs/formats.md)."""
+    p.add_argument("--microbatches", type=MICROBATCHES, default=1, metavar="M",
+                   help="simulate each training step as M microbatches, pipelined over the devices (GPipe: each "
+                        "op's M copies of cost / M on its device, gradients accumulated, one update; default 1, "
+                        "the plain step)")
 
 
 def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False) -> None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from placeto.baselines import DEFAULT_BUDGET, METHODS, default_seconds
 from placeto.baselines.common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
-from placeto.cli.arguments import (DEFAULT_DEVICES, DEVICES, add_memory_argument, add_preset_argument, memory_bytes,
+from placeto.cli.arguments import (DEFAULT_DEVICES, DEVICES, add_memory_argument, add_microbatches_argument,
+                                   add_preset_argument, memory_bytes,
                                    resolve_devices)
 from simulator.arguments import comma_list
 from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table, plot_compare, write_csv
@@ -21,6 +22,7 @@ from placeto.cli.arguments import add_worker_arguments, spec_from_args
 from simulator.model.cluster import Cluster, PresetSpec, load_cluster, with_memory
 from simulator.model.errors import InputError
 from simulator.model.io import atomic_write_bytes, check_output_path, load_graph
+from simulator.model.microbatch import microbatched
 from simulator.workloads.families import SPLITS, load_family
 
 
@@ -65,6 +67,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--finetune-episodes", type=int, default=0,
                    help="fine-tune the policy on each graph for this many episodes first (inside the budget)")
     p.add_argument("--seed", type=int, default=0, help="seed of every method's sampling and search")
+    add_microbatches_argument(p)
     p.add_argument("--out", help="directory for compare.csv, compare.md (and plots with --plot)")
     p.add_argument("--save-placements", metavar="DIR",
                    help="write every placement made here, one placement file per graph x devices x method: "
@@ -108,6 +111,7 @@ def run_compare(args: argparse.Namespace) -> int:
         PresetSpec(cluster, memory_bytes(args))
     graphs = ([load_graph(f) for f in args.graphs] if args.graphs else
               load_family(args.family, None if args.split == "all" else args.split))
+    graphs = [microbatched(graph, args.microbatches) for graph in graphs]
     if isinstance(cluster, Cluster):
         for graph in graphs:  # one line naming the graph and the kind, before any method runs
             graph.cost_matrix(cluster.kinds)

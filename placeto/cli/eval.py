@@ -11,7 +11,8 @@ import sys
 from typing import Any
 
 from simulator.arguments import COUNT, POSITIVE
-from placeto.cli.arguments import (DEVICE_SPEC, add_memory_argument, devices_help, memory_bytes, placement_devices,
+from placeto.cli.arguments import (DEVICE_SPEC, add_memory_argument, add_microbatches_argument, devices_help,
+                                   memory_bytes, placement_devices,
                                    resolve_devices, spec_count)
 from simulator.hardware.devices import ensure_host_devices, local_devices
 from simulator.hardware.options import MODES, RIGS, default_rig
@@ -20,6 +21,7 @@ from simulator.model.cluster import (PRESETS, Cluster, cluster_preset, cluster_s
                                      with_memory)
 from simulator.model.errors import InputError
 from simulator.model.io import check_distinct_paths, check_output_path, load_graph, load_placement
+from simulator.model.microbatch import microbatched
 
 RIG_HELP = ("where the devices run. processes: one worker process per host CPU device, pinned to a core, with its "
             "own single-core JAX client; stages shipped with jax.export, transfers through shared memory "
@@ -45,6 +47,7 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
                    help="cluster preset when simulating only and no --cluster is given")
     add_memory_argument(p)
     p.add_argument("--rig", choices=RIGS, default=None, help=RIG_HELP)
+    add_microbatches_argument(p)
     p.add_argument("--mode", default="auto", choices=MODES,
                    help="hardware execution: the graph's real program, or synthetic kernels taking its costs")
     add_program_arguments(p)
@@ -106,6 +109,8 @@ def run_eval(args: argparse.Namespace) -> int:
     if not isinstance(spec, int) and not args.hardware:
         raise InputError(f"--devices {args.devices[0][0]}:{args.devices[0][1]},...: a device list names local "
                          f"devices, for --hardware; without it give a count")
+    if args.hardware and args.microbatches > 1:
+        raise InputError("--microbatches > 1 is simulated only: --hardware runs the plain step")
     if args.hardware:
         ensure_host_devices(spec)  # before anything imports jax
     if args.repeats < 1:
@@ -124,7 +129,7 @@ def run_eval(args: argparse.Namespace) -> int:
     if args.rig is not None and not args.hardware:
         raise InputError("--rig says where --hardware runs the placements: it needs --hardware")
     rig = args.rig or (default_rig(spec) if args.hardware else "threads")
-    graph = load_graph(args.graph)
+    graph = microbatched(load_graph(args.graph), args.microbatches)
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
     cluster = eval_cluster(args, n, spec)
     runner = None

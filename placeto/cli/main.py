@@ -16,7 +16,8 @@ from typing import Callable, Sequence
 from simulator.measure import cache
 from simulator.arguments import COUNT, POSITIVE, OneLineParser, comma_list
 from placeto.cli.arguments import (DEVICE_SPEC, DEVICES, MINUTES, PERCENT, SEED, WORKERS, DEFAULT_DEVICES,
-                                   add_cluster_arguments, add_preset_argument, cluster_from_args)
+                                   add_cluster_arguments, add_microbatches_argument, add_preset_argument,
+                                   cluster_from_args)
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
 from placeto.rollouts.distributed import WorkerError
 from placeto.cli.arguments import add_worker_arguments
@@ -72,13 +73,14 @@ def cmd_graph_info(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import simulate
     from simulator.model.io import load_graph, load_placement
+    from simulator.model.microbatch import microbatched
 
     if args.gantt:
         check_distinct_paths([("--gantt", args.gantt)], [("the graph file", args.file),
                                                          ("the placement file", args.placement),
                                                          ("the cluster file", getattr(args, "cluster", None))])
         check_output_path(args.gantt)
-    graph = load_graph(args.file)
+    graph = microbatched(load_graph(args.file), args.microbatches)
     cluster = cluster_from_args(args, placement=args.placement)  # the placement file's count, checked
     placement = load_placement(args.placement, graph, cluster.n_devices)
     result = simulate(graph, placement.assignment, cluster)
@@ -268,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--placement", required=True,
                      help="placement JSON file (from `place`, or `compare --save-placements`); it records its devices")
     add_cluster_arguments(sim)
+    add_microbatches_argument(sim)
     sim.add_argument("--json", action="store_true", help="print the full result as JSON")
     sim.add_argument("--gantt", help="write a Gantt chart of the schedule to this PNG")
     sim.set_defaults(func=cmd_simulate)
@@ -405,6 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="sampled episodes besides the greedy one, without a budget (the best placement is kept)")
     pl.add_argument("--seed", type=SEED, default=0, help="seed of the method's sampling and search")
     pl.add_argument("--out", required=True, help="placement file to write")
+    add_microbatches_argument(pl)
     hw = pl.add_argument_group("placing for this machine (--hardware)")
     hw.add_argument("--hardware", action="store_true",
                     help="place for the local devices: profile the graph on them (cached in placeto's cache, the "

@@ -197,6 +197,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     from placeto.baselines.single import single as single_placement
     from simulator import simulate
     from simulator.model.io import load_graph, save_placement
+    from simulator.model.microbatch import microbatched
 
     check_distinct_paths([("--out", args.out), ("--plot", getattr(args, "plot", None))],
                          [("the graph file", args.graph), ("the cluster file", args.cluster)])
@@ -218,10 +219,12 @@ def cmd_place(args: argparse.Namespace) -> int:
         check_output_path(args.gantt)
     check_seconds(args.seconds)  # every path: a budget that can expire, and is not empty
     if args.hardware:
+        if args.microbatches > 1:
+            raise InputError("--microbatches > 1 is simulated only: --hardware runs the plain step")
         return _place_on_hardware(args)
     if args.devices is not None and not isinstance(args.devices, int):
         raise InputError("--devices as a platform:index list names local devices: it needs --hardware")
-    graph = load_graph(args.graph)
+    graph = microbatched(load_graph(args.graph), args.microbatches)
     cluster = cluster_from_args(args)
     from placeto.baselines import METHODS as BASELINES
 

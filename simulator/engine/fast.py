@@ -34,8 +34,10 @@ from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import check_placement
+from simulator.engine.microbatched import simulate_microbatched
 from simulator.engine.peak_memory import fill_peak_memory
 from simulator.engine.prepared import Prepared, prepare
+from simulator.model.microbatch import expansion
 from simulator.model.result import SimResult, Transfers, lower_bound
 
 
@@ -347,11 +349,14 @@ def simulate(graph: Graph, placement: Sequence[int] | np.ndarray, cluster: Clust
     """Simulate one step of `graph` under `placement` on `cluster`.
 
     placement: a device index per node. Equal, float for float, to
-    simulator.engine.reference.simulate_reference.
+    simulator.engine.reference.simulate_reference. A microbatched graph (meta["microbatches"] > 1) is simulated as
+    its expanded graph, the result read per original node (simulator.engine.microbatched).
 
     Raises:
       InputError: for a bad placement, or a graph and cluster whose times could leave the limits.
     """
+    if graph.meta.get("microbatches", 1) != 1:
+        return simulate_microbatched(simulate, graph, placement, cluster)
     check_placement(placement, graph, cluster.n_devices)
     dev = np.array(placement, dtype=np.int32)  # a copy: the lazy peak memory reads it later
     g = prepare(graph, cluster)
@@ -384,12 +389,16 @@ def simulate_batch(graph: Graph, placements: np.ndarray, cluster: Cluster, with_
 
     Returns:
       float64[B] runtimes, microseconds; with `with_memory`, a BatchResult that adds the peak bytes
-      float64[B, D]. Each row equals simulate(graph, row, cluster) exactly.
+      float64[B, D]. Each row equals simulate(graph, row, cluster) exactly (a microbatched graph's rows are
+      repeated per copy and simulated on its expanded graph).
 
     Raises:
       InputError: naming the first bad row.
     """
     placements = _check_batch(graph, placements, cluster.n_devices)
+    if graph.meta.get("microbatches", 1) != 1:
+        ex = expansion(graph, cluster.kinds)
+        return simulate_batch(ex.graph, placements[:, ex.copy_of], cluster, with_memory, n_threads)
     g = prepare(graph, cluster)
     n_rows = placements.shape[0]
     runtime = np.empty(n_rows)

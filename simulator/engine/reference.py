@@ -38,6 +38,7 @@ from typing import Sequence
 
 import numpy as np
 
+from simulator.engine.microbatched import simulate_microbatched
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 from simulator.model.io import check_placement
@@ -58,12 +59,15 @@ def consumers_by_output(graph: Graph) -> list[list[list[int]]]:
 def simulate_reference(graph: Graph, placement: Sequence[int], cluster: Cluster) -> SimResult:
     """One simulated step of `graph` under `placement`, in plain Python.
 
-    placement: a device index per node, on `cluster`'s devices.
+    placement: a device index per node, on `cluster`'s devices. A microbatched graph (meta["microbatches"] > 1)
+    is simulated as its expanded graph, the result read per original node (simulator.engine.microbatched).
 
     Raises:
       InputError: for a bad placement, or a graph and cluster whose times could leave the limits
         (check_graph_on_cluster).
     """
+    if graph.meta.get("microbatches", 1) != 1:
+        return simulate_microbatched(simulate_reference, graph, placement, cluster)
     n, n_dev = graph.n_nodes, cluster.n_devices
     check_placement(placement, graph, n_dev)
     dev = [int(x) for x in placement]

@@ -33,6 +33,8 @@ MAX_BANDWIDTH = 1e15  # bytes per microsecond
 MAX_DEVICES = 1024  # devices of one cluster
 MAX_INDEX = 2**31 - 1  # node, output and device indices (stored as int32)
 MAX_SEED = 2**32 - 1  # random seeds (jax.random.key and numpy take 32-bit seeds)
+MAX_MICROBATCHES = 1024  # microbatches of one step (meta.microbatches, --microbatches): the expanded graph has
+# up to M times the nodes, so a larger M is a memory error, not a pipeline
 
 
 def number(value: Any, where: str, lo: float = 0.0, hi: float = math.inf, unit: str = "",

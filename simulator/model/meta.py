@@ -8,6 +8,8 @@ simulator.model.io calls the checks on every load:
                       (simulator.tracing.trace)
     grouping          {"op_to_group": [int], ...}: not empty, naming every node (group) of the graph and no other
     expert_placement  {"<devices>": [int]}
+    microbatches      int in [1, MAX_MICROBATCHES]: the step cut into that many microbatches
+                      (simulator.model.microbatch)
     profile           {kind: {field: value}}: how each measured kind was measured (simulator.measure.graph_profile);
                       the known fields typed (PROFILE_FIELDS), each kind one the graph has costs for
 
@@ -22,7 +24,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from simulator.model.errors import InputError
-from simulator.model.limits import MAX_INDEX, field, integer, number, short_repr
+from simulator.model.limits import MAX_INDEX, MAX_MICROBATCHES, field, integer, number, short_repr
 
 
 def check_meta(meta: Mapping[str, Any]) -> None:
@@ -49,6 +51,8 @@ def check_meta(meta: Mapping[str, Any]) -> None:
         _int_list(op_to_group or [], "meta.grouping.op_to_group")
     if meta.get("profile") is not None:
         check_profile_meta(meta["profile"])
+    if "microbatches" in meta:
+        integer(meta["microbatches"], "meta.microbatches", 1, MAX_MICROBATCHES)
     expert = meta.get("expert_placement")
     if expert is not None:
         if not isinstance(expert, Mapping):

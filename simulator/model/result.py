@@ -11,6 +11,7 @@ import numpy as np
 
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
+from simulator.model.microbatch import expansion
 
 
 class Transfers(NamedTuple):
@@ -111,12 +112,16 @@ def lower_bound(graph: Graph, cluster: Cluster) -> float:
     """A bound below any placement's runtime on `cluster`, us.
 
     max(critical path without communication, total compute / number of devices), with each node's fastest
-    device's cost, so no placement on this cluster can finish sooner. Cached in graph.cache per device kinds.
+    device's cost, so no placement on this cluster can finish sooner. Cached in graph.cache per device kinds. A
+    microbatched graph's bound is its expanded graph's (simulator.model.microbatch): the graph it is simulated as,
+    whose critical path is shorter (cost / M per copy) than the plain graph's.
     """
     key = ("lower_bound", cluster.kinds)
     if key not in graph.cache:
-        cost = min_costs(graph, cluster)
-        graph.cache[key] = max(critical_path(graph, cost), float(cost.sum()) / cluster.n_devices)
+        ex = expansion(graph, cluster.kinds)
+        simulated = graph if ex is None else ex.graph
+        cost = min_costs(simulated, cluster)
+        graph.cache[key] = max(critical_path(simulated, cost), float(cost.sum()) / cluster.n_devices)
     return graph.cache[key]
 
 
