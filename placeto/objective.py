@@ -9,6 +9,9 @@ Meter: every simulation a method makes (`score_batch`, `score_one`, or the envir
 trace over wall time and calls (the anytime curve), and carries the block's budget: at most `max_calls`
 simulations and/or a wall-clock deadline. Searching methods ask `meter().exhausted()`; the harness reads
 the count from the meter, never from what a method reports.
+
+A graph with meta["objective"] == "max_load" (msr-fiddle's throughput inputs) is scored by its max-load
+(simulator.model.max_load, the graph's time units) in place of the simulated runtime: `_evaluate`.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 from simulator import simulate, simulate_batch
 from simulator.model.cluster import GB, Cluster
 from simulator.model.graph import Graph
+from simulator.model.max_load import is_max_load, max_load_batch, max_load_reference
 from simulator.model.result import SimResult
 
 PENALTY_PER_GB = 1.0  # default memory penalty, in single-device runtimes per GB above capacity
@@ -39,7 +43,9 @@ def objective_scale(graph: Graph, cluster: Cluster) -> float:
     key = ("objective_scale", cluster.kinds[0], cluster.delta1_us, cluster.delta2_us,
            cluster.bandwidth_bytes_per_us, float(cluster.host_model.dispatch_us[0]))  # device 0's host, if any
     if key not in graph.cache:
-        single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster).runtime
+        zeros = np.zeros(graph.n_nodes, np.int32)
+        single = (max_load_reference(graph, zeros, cluster)[0] if is_max_load(graph)
+                  else simulate(graph, zeros, cluster).runtime)
         graph.cache[key] = max(float(single), 1e-9)
     return graph.cache[key]
 
@@ -161,9 +167,9 @@ def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster,
     scale = objective_scale(graph, cluster)
     runtime, over = [], []
     for i in range(0, placements.shape[0], EVAL_CHUNK):
-        res = simulate_batch(graph, placements[i:i + EVAL_CHUNK], cluster, with_memory=True)
-        runtime.append(np.asarray(res.runtime, np.float64))
-        over.append(over_capacity_gb(res.peak_memory, cap))
+        chunk_runtime, peak = _evaluate(graph, placements[i:i + EVAL_CHUNK], cluster)
+        runtime.append(chunk_runtime)
+        over.append(over_capacity_gb(peak, cap))
     runtime = np.concatenate(runtime) if runtime else np.zeros(0)
     over = np.concatenate(over) if over else np.zeros(0)
     scores = runtime + per_gb * scale * over
@@ -173,8 +179,27 @@ def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster,
 
 def score_one(graph: Graph, placement: np.ndarray, cluster: Cluster,
               per_gb: float = PENALTY_PER_GB) -> tuple[float, SimResult]:
-    """(objective, full result) of one placement int[N]; metered."""
+    """(objective, full result) of one placement int[N]; metered.
+
+    On a max-load graph the result is the simulator's, the objective max-load's (`_evaluate`).
+    """
     res = simulate(graph, np.asarray(placement, np.int32), cluster)
-    score = float(penalised(res.runtime, res.peak_memory, res.capacity, objective_scale(graph, cluster), per_gb))
+    runtime, peak = res.runtime, res.peak_memory
+    if is_max_load(graph):
+        runtime, peak = max_load_reference(graph, placement, cluster)
+    score = float(penalised(runtime, peak, res.capacity, objective_scale(graph, cluster), per_gb))
     record(np.asarray([score]))
     return score, res
+
+
+# ---- the evaluator: the simulator, or max-load for graphs that ask for it ------------------------------------
+def _evaluate(graph: Graph, placements: np.ndarray, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """(runtime float64[B], peak bytes float64[B, D]) of placements int32[B, N].
+
+    The simulator's runtime (us) and peak memory; on a graph with meta["objective"] == "max_load" (msr-fiddle's
+    throughput model, simulator.model.max_load) its max-load (the graph's time units) and bytes per device instead.
+    """
+    if is_max_load(graph):
+        return max_load_batch(graph, placements, cluster)
+    res = simulate_batch(graph, placements, cluster, with_memory=True)
+    return np.asarray(res.runtime, np.float64), np.asarray(res.peak_memory, np.float64)
