@@ -18,8 +18,8 @@ start for a local search (`experiments/reproduce/msr_fiddle.py`).
 On a max-load graph (meta["objective"] == "max_load") the loads are the graph's own; on any other graph the proxy is
 the compute on the cluster's first accelerator kind, transfers of each node's output bytes over the cluster's
 bandwidth, and memory = persistent + output bytes (placeto.baselines.common.memory_need). When no split fits in
-memory it raises nothing: it returns the split of least excess (the smallest largest overflow of a device, in GB),
-ties broken by max-load.
+memory it raises nothing: it returns the split of least excess (the smallest largest overflow of a device, in bytes),
+the least max-load among those.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import numpy as np
 
 from placeto.baselines.common import memory_need, reference_kind
 from placeto.baselines.pipeline.sequence import Sequence, block_sequence, interval_costs
-from simulator.model.cluster import GB, Cluster
+from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 from simulator.model.max_load import MaxLoadModel, is_max_load, model_of, representatives
 
@@ -85,12 +85,13 @@ def split_sequence(model: MaxLoadModel, seq: Sequence, cluster: Cluster) -> np.n
     groups = device_groups(model, cluster)
     iv = interval_costs(model, seq, sorted({g.column for g in groups}))
     loads = [_stage_loads(iv, g) for g in groups]
-    excess = [np.maximum(iv.size - g.capacity, 0.0) / GB for g in groups]
-    fits = [np.where(e > 0, INF, load) for load, e in zip(loads, excess)]
-    stages = _dp(fits, groups, seq.n_blocks)
-    if stages is None:  # nothing fits: least excess first, max-load second
-        scale = 1.0 + max(float(np.nanmax(np.where(np.isfinite(load), load, np.nan))) for load in loads)
-        stages = _dp([load + 4.0 * scale * e for load, e in zip(loads, excess)], groups, seq.n_blocks)
+    excess = [np.where(np.isfinite(load), np.maximum(iv.size - g.capacity, 0.0), INF) for load, g in zip(loads, groups)]
+    stages = _dp([np.where(e > 0, INF, load) for load, e in zip(loads, excess)], groups, seq.n_blocks)
+    if stages is None:  # nothing fits: the least largest excess first (one DP), then the least max-load within it
+        least = _dp(excess, groups, seq.n_blocks)
+        if least is not None:
+            worst = max(float(excess[g][i, j]) for g, i, j in least)
+            stages = _dp([np.where(e > worst, INF, load) for load, e in zip(loads, excess)], groups, seq.n_blocks)
     if stages is None:  # a node no device may run (their supportedOnFpga without a CPU): all on device 0
         return np.zeros(len(seq.block), dtype=np.int32)
     block_device = np.zeros(seq.n_blocks, dtype=np.int32)
