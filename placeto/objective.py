@@ -11,6 +11,10 @@ less relative excess beats more whatever the model's scale (the runtime only bre
 term is below U * OOM_TIE). The Placeto environment rewards drops of this number (over the single-device runtime,
 `objective_scale`), the searching methods minimise it, and `compare` ranks by it.
 
+A graph with meta["objective"] == "max_load" (msr-fiddle's throughput inputs) is scored by its max-load
+(simulator.model.max_load, the graph's time units) in place of the simulated runtime (`evaluate`), under the same
+rule, U then bounding every placement's max-load (`objective_bound`).
+
 Meter: every simulation a method makes (`score_batch`, `score_one`, or the environment's steps, which call
 `record`) is counted by the innermost open `metered()` block, which also keeps the best objective seen and its
 trace over wall time and calls (the anytime curve), and carries the block's budget: at most `max_calls`
@@ -32,6 +36,7 @@ import numpy as np
 from simulator import simulate, simulate_batch
 from simulator.model.cluster import GB, Cluster
 from simulator.model.graph import Graph
+from simulator.model.max_load import is_max_load, max_load_batch, max_load_reference, model_of
 from simulator.model.result import SimResult, upper_bound
 
 OOM_TIE = 1e-6  # weight of the runtime in an out-of-memory placement's objective (< 1: excess decides first)
@@ -46,7 +51,9 @@ def objective_scale(graph: Graph, cluster: Cluster) -> float:
     key = ("objective_scale", cluster.kinds[0], cluster.delta1_us, cluster.delta2_us,
            cluster.bandwidth_bytes_per_us, float(cluster.host_model.dispatch_us[0]))  # device 0's host, if any
     if key not in graph.cache:
-        single = simulate(graph, np.zeros(graph.n_nodes, np.int32), cluster).runtime
+        zeros = np.zeros(graph.n_nodes, np.int32)
+        single = (max_load_reference(graph, zeros, cluster)[0] if is_max_load(graph)
+                  else simulate(graph, zeros, cluster).runtime)
         graph.cache[key] = max(float(single), 1e-9)
     return graph.cache[key]
 
@@ -77,8 +84,16 @@ def feasibility_first(runtime, peak, capacity, bound: float):
 
 
 def objective_bound(graph: Graph, cluster: Cluster) -> float:
-    """U of the module docstring (us, > 0): above every placement's runtime of `graph` on `cluster`."""
-    return max(upper_bound(graph, cluster), 1e-9)
+    """U of the module docstring (us, > 0): above every placement's runtime of `graph` on `cluster`.
+
+    For a max-load graph, above every placement's max-load: every node's largest finite cost plus every output's
+    cost twice (sent and received), as if one device held all of it.
+    """
+    if not is_max_load(graph):
+        return max(upper_bound(graph, cluster), 1e-9)
+    model = model_of(graph, cluster)
+    cost = np.where(np.isfinite(model.cost), model.cost, 0.0).max(axis=1)
+    return max(float(cost.sum()) + 2.0 * float(model.out_cost.sum()), 1e-9)
 
 
 def fits_threshold(graph: Graph, cluster: Cluster) -> float:
@@ -176,9 +191,9 @@ def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster) ->
     cap = np.asarray(cluster.memory, dtype=np.float64)
     runtime, peak = [], []
     for i in range(0, placements.shape[0], EVAL_CHUNK):
-        res = simulate_batch(graph, placements[i:i + EVAL_CHUNK], cluster, with_memory=True)
-        runtime.append(np.asarray(res.runtime, np.float64))
-        peak.append(np.asarray(res.peak_memory, np.float64))
+        chunk_runtime, chunk_peak = evaluate(graph, placements[i:i + EVAL_CHUNK], cluster)
+        runtime.append(chunk_runtime)
+        peak.append(chunk_peak)
     runtime = np.concatenate(runtime) if runtime else np.zeros(0)
     peak = np.concatenate(peak) if peak else np.zeros((0, cluster.n_devices))
     scores = feasibility_first(runtime, peak, cap, objective_bound(graph, cluster))
@@ -187,8 +202,26 @@ def score_batch_parts(graph: Graph, placements: np.ndarray, cluster: Cluster) ->
 
 
 def score_one(graph: Graph, placement: np.ndarray, cluster: Cluster) -> tuple[float, SimResult]:
-    """(objective, full result) of one placement int[N]; metered."""
+    """(objective, full result) of one placement int[N]; metered.
+
+    On a max-load graph the result is the simulator's, the objective max-load's (`evaluate`).
+    """
     res = simulate(graph, np.asarray(placement, np.int32), cluster)
-    score = float(feasibility_first(res.runtime, res.peak_memory, res.capacity, objective_bound(graph, cluster)))
+    runtime, peak = res.runtime, res.peak_memory
+    if is_max_load(graph):
+        runtime, peak = max_load_reference(graph, placement, cluster)
+    score = float(feasibility_first(runtime, peak, res.capacity, objective_bound(graph, cluster)))
     record(np.asarray([score]))
     return score, res
+
+
+def evaluate(graph: Graph, placements: np.ndarray, cluster: Cluster) -> tuple[np.ndarray, np.ndarray]:
+    """(runtime float64[B], peak bytes float64[B, D]) of placements int32[B, N]; not metered.
+
+    The simulator's runtime (us) and peak memory; on a graph with meta["objective"] == "max_load" (msr-fiddle's
+    throughput model, simulator.model.max_load) its max-load (the graph's time units) and bytes per device instead.
+    """
+    if is_max_load(graph):
+        return max_load_batch(graph, placements, cluster)
+    res = simulate_batch(graph, placements, cluster, with_memory=True)
+    return np.asarray(res.runtime, np.float64), np.asarray(res.peak_memory, np.float64)

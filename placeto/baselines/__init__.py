@@ -17,6 +17,7 @@ Each method is `(graph, cluster, seed, **options) -> int32[N]`, the device index
 | `heft` | HEFT list scheduling: upward-rank order, earliest finish, memory-aware | 0 |
 | `local-search` | hill climbing (a little annealing) over single-node moves from the best list schedule | budget |
 | `sa` | simulated annealing: calibrated geometric schedule, restarts from the best (`placeto.baselines.sa`) | budget |
+| `pipeline-dp` | memory-constrained contiguous split of a topological order into stages, least max-load (`pipeline/split`) | 0 |
 
 Methods that do not apply (no expert placement, no CPU) raise `NotApplicable`.
 """
@@ -39,6 +40,7 @@ from placeto.baselines.m_sct import m_sct
 from placeto.baselines.m_topo import m_topo
 from placeto.baselines.metis import metis
 from placeto.baselines.mincut import mincut
+from placeto.baselines.pipeline.split import pipeline_dp
 from placeto.baselines.random_search import random_search
 from placeto.baselines.scotch import scotch
 from placeto.baselines.single import cpu_only, single
@@ -61,6 +63,7 @@ METHODS: dict[str, Method] = {
     "heft": heft,
     "local-search": local_search,
     "sa": sa,
+    "pipeline-dp": pipeline_dp,
 }
 BUDGETED = frozenset({"random", "local-search", "sa"})  # methods that take `budget` (simulator calls)
 

@@ -38,7 +38,7 @@ def test_rewards_telescope(init):
 
 def test_runtimes_match_the_reference_simulator():
     g, cluster = layered_dag(30, seed=5), cluster_preset("placeto-k80", 3)
-    ctx = E.make_context(g, cluster, tiny(init_placement="random", memory_penalty_per_gb=0.0))
+    ctx = E.make_context(g, cluster, tiny(init_placement="random"))
     state, _ = _run(ctx, 1, batch=2)
     for b in range(2):
         ref = simulate_reference(g, state.placement[b, :30], cluster)

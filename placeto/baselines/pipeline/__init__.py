@@ -1,0 +1,2 @@
+"""Pipeline splits: a graph cut into contiguous stages, one device each (`split`), over a block sequence
+(`sequence`)."""
