@@ -76,9 +76,8 @@ def test_one_device_is_out_of_memory_where_the_seeds_say_so(name):
 # Expert splits that fit (graph, devices), and those over capacity on their softmax GPU: NMT's [B, T, V] float32
 # softmax tensors (2 GB each at batch 128, 50 tokens, 80,000 words) do not fit beside an LSTM layer on one K80.
 EXPERT_FITS = {("nmt_l2_full", 4): True, ("nmt_l4_full", 8): True, ("rnnlm_l2_full", 2): True,
-               ("inception_v3_full", 2): True, ("gpt_l24_full", 4): True, ("gpt_l24_full", 8): True,
-               ("nmt_l2_full", 2): False, ("nmt_l4_full", 4): False, ("nmt_l8_full", 8): False,
-               ("gpt_l24_full", 2): False}
+               ("inception_v3_full", 2): True, ("gpt_l24_full", 2): True, ("gpt_l24_full", 4): True,
+               ("nmt_l2_full", 2): False, ("nmt_l4_full", 4): False, ("nmt_l8_full", 8): False}
 
 
 @pytest.mark.parametrize("name, d", sorted(EXPERT_FITS))
@@ -100,5 +99,5 @@ def test_the_readme_table_is_the_manifest():
 def test_retracing_a_full_size_graph_is_refused():
     """Re-tracing builds real parameters: the size rule of check_program_args refuses these (simulation only)."""
     graph = load_graph(DATASETS / FAMILY / ENTRIES["nmt_l2_full"]["file"])
-    with pytest.raises(InputError, match="larger than|the largest the project builds"):
+    with pytest.raises(InputError, match="meta.program.kwargs"):  # 80,000 words: above any size it builds
         retrace(graph)
