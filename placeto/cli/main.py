@@ -106,14 +106,21 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def cmd_datasets_build(args: argparse.Namespace) -> int:
     import time
 
+    from simulator.workloads import memory
     from simulator.workloads.families import ALL_FAMILIES, DATASETS, build, load_manifest, write_readme
 
     check_output_path(args.out or DATASETS, directory=True)
-    families = [*ALL_FAMILIES, "benchmarks"] if args.family == "all" else [args.family]
+    families = [*ALL_FAMILIES, "benchmarks", memory.FAMILY] if args.family == "all" else [args.family]
     for family in families:
         t0 = time.perf_counter()
-        out = build(family, args.out or DATASETS, seed=args.seed, workers=args.workers,
-                    only=args.only.split(",") if args.only else None, progress=not args.quiet)
+        only = args.only.split(",") if args.only else None
+        if family == memory.FAMILY:  # full-size models traced by shape: no seed, no progress bar
+            out = memory.build(args.out or DATASETS, workers=args.workers, only=only)
+            if not only:
+                memory.write_readme(args.out or DATASETS)
+        else:
+            out = build(family, args.out or DATASETS, seed=args.seed, workers=args.workers, only=only,
+                        progress=not args.quiet)
         if args.only:
             print(f"{family}: rebuilt {args.only} in {out} ({time.perf_counter() - t0:.0f} s)")
             continue
@@ -282,8 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     datasets = sub.add_parser("datasets", help="graph families and benchmark models").add_subparsers(
         dest="datasets_command", required=True)
     build = datasets.add_parser("build", help="trace, cost and group the families and benchmarks")
-    build.add_argument("--family", default="all", choices=[*ALL_FAMILIES, "benchmarks", "all"],
-                       help="the family to build (benchmarks: the benchmark models; all: every family and them)")
+    build.add_argument("--family", default="all", choices=[*ALL_FAMILIES, "benchmarks", "memory", "all"],
+                       help="the family to build (benchmarks: the benchmark models; memory: the seeds' models at full "
+                            "size, datasets/memory/README.md; all: every family and them)")
     build.add_argument("--out", default=None, help="root folder (default: the repository's datasets/)")
     build.add_argument("--seed", type=SEED, default=0,
                        help="seed of the families' hyperparameters, architectures and train/test split")

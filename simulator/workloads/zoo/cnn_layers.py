@@ -173,11 +173,15 @@ def cell_plan(n_cells: int) -> list[bool]:
     return stage + [True] + stage + [True] + stage
 
 
-def image_batch(rng, batch: int, size: int, classes: int) -> dict:
+def image_batch(rng, batch: int, size: int, classes: int, abstract: bool = False) -> dict:
     """Example image batch: N(0, 1) images and uniform labels.
 
-    images float32[batch, size, size, 3], labels int32[batch].
+    images float32[batch, size, size, 3], labels int32[batch]. With `abstract`, their jax.ShapeDtypeStructs (nothing
+    drawn: full-size images are tens of megabytes).
     """
+    if abstract:
+        return {"images": jax.ShapeDtypeStruct((batch, size, size, 3), jnp.float32),
+                "labels": jax.ShapeDtypeStruct((batch,), jnp.int32)}
     images = rng.standard_normal((batch, size, size, 3), dtype="float32")
     labels = rng.integers(0, classes, size=(batch,), dtype="int32")
     return {"images": images, "labels": labels}

@@ -5,6 +5,10 @@ and an optax parameter update, bundled with real initialised parameters, optimiz
 batch, so `jax.make_jaxpr(program.step)(program.params, program.opt_state, program.batch)` yields the graph
 that device-placement papers place ("one forward pass, one backward pass and one parameter update").
 
+Built by shape (`make_program(..., abstract=True)`, the builders' `abstract` argument where they take one), the
+parameters, optimizer state and batch are `jax.ShapeDtypeStruct`s from `jax.eval_shape`: nothing is allocated, so a
+model of billions of bytes traces on a laptop (simulator.tracing.trace takes such leaves), but the step cannot run.
+
 Name stacks. Every Flax module call in the loss is wrapped in `jax.named_scope(module_name)` (Flax's
 named-call mode, switched on only while the step is traced), so forward equations carry stacks such as
 `jvp(NMT)/encoder_lstm_0/gates` and backward ones `transpose(jvp(NMT))/encoder_lstm_0/gates`. The update of
@@ -15,6 +19,7 @@ and `meta["layer_groups"]` the grouping a human expert would place on successive
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable, Mapping
 
 import flax.linen as nn
@@ -41,9 +46,10 @@ class Program:
     Attributes:
         name: unique program name, e.g. "nmt_l4" or "cifar10_007".
         step: pure `step(params, opt_state, batch) -> (params, opt_state, loss)`; jit-traceable.
-        params: {layer_scope: {...: float32 array}} real initialised parameters.
+        params: {layer_scope: {...: float32 array}} real initialised parameters (jax.ShapeDtypeStruct leaves
+            when built by shape: module docstring).
         opt_state: {layer_scope: optax state}; one optax state per top-level layer (see `make_step`).
-        batch: {input_name: array} example inputs, deterministic from the seed.
+        batch: {input_name: array} example inputs, deterministic from the seed (or their shapes, likewise).
         meta: JSON-serialisable description: "family", "config", "seed", "layers", "layer_groups",
             "param_names" ({layer: ["layer/sub/kernel", ...]}), "num_params", plus family extras.
     """
@@ -119,29 +125,36 @@ def make_step(loss_fn: LossFn, tx: optax.GradientTransformation, clip_norm: floa
 def make_program(
     name: str,
     model: nn.Module,
-    batch: Mapping[str, np.ndarray],
+    batch: Mapping[str, Any],
     seed: int,
     optimizer: OptimizerConfig,
     meta: dict,
+    abstract: bool = False,
 ) -> Program:
     """`model` initialised and wrapped as a Program.
 
     `model.__call__(**batch)` returns the scalar loss. `meta` must hold "layers" (top-level scopes in model order,
     exactly the params' top-level keys) and may hold "layer_groups"; "param_names", "num_params", "seed" and
-    "optimizer" are filled in here.
+    "optimizer" are filled in here. With `abstract`, `batch` may hold arrays or jax.ShapeDtypeStructs, and the
+    program's params, opt_state and batch are all jax.ShapeDtypeStructs (`jax.eval_shape`: nothing allocated).
 
     Raises:
         ValueError: if meta["layers"] disagrees with the parameters the model created.
     """
-    batch = {k: jax.device_put(np.asarray(v)) for k, v in batch.items()}
-    params = init_params(model, batch, seed)
+    if abstract:
+        batch = {k: jax.ShapeDtypeStruct(np.shape(v), v.dtype) for k, v in batch.items()}
+        params = jax.eval_shape(model.init, jax.random.key(seed), **batch)["params"]
+    else:
+        batch = {k: jax.device_put(np.asarray(v)) for k, v in batch.items()}
+        params = init_params(model, batch, seed)
     layers = list(meta["layers"])
     if sorted(layers) != sorted(params):
         raise ValueError(f"{name}: meta layers {layers} != parameter scopes {list(params)}")
     params = {layer: params[layer] for layer in layers}
     tx = make_optimizer(optimizer)
     # One compiled init instead of hundreds of eagerly compiled zeros_like ops.
-    opt_state = jax.jit(lambda ps: {layer: tx.init(p) for layer, p in ps.items()})(params)
+    init_state = lambda ps: {layer: tx.init(p) for layer, p in ps.items()}  # noqa: E731
+    opt_state = jax.eval_shape(init_state, params) if abstract else jax.jit(init_state)(params)
 
     def loss_fn(p: Params, b: Batch) -> jax.Array:
         return model.apply({"params": p}, **b)
@@ -152,7 +165,7 @@ def make_program(
         seed=seed,
         optimizer=dataclasses.asdict(optimizer),
         param_names=param_names(params),
-        num_params=int(sum(np.size(x) for x in jax.tree.leaves(params))),
+        num_params=int(sum(math.prod(x.shape) for x in jax.tree.leaves(params))),
     )
     step = make_step(loss_fn, tx, optimizer.clip_norm)
     return Program(name, step, params, opt_state, batch, full_meta)

@@ -220,16 +220,18 @@ def layer_names(aux_logits: bool) -> list[str]:
     return list(STEM) + [b for b in BLOCKS if aux_logits or b != "AuxLogits"]
 
 
-def build_inception_v3(seed: int = 0, *, config: InceptionConfig | None = None, **overrides) -> common.Program:
+def build_inception_v3(seed: int = 0, *, config: InceptionConfig | None = None, abstract: bool = False,
+                       **overrides) -> common.Program:
     """An Inception-V3 training step; overrides replace config fields.
 
-    Fields of InceptionConfig.
+    Fields of InceptionConfig; `abstract` builds it by shape (simulator.workloads.zoo.common).
     """
     cfg = dataclasses.replace(config or InceptionConfig(), **overrides)
-    batch = image_batch(common.numpy_rng(seed, common.DATA_STREAM), cfg.batch, cfg.image_size, cfg.classes)
+    rng = common.numpy_rng(seed, common.DATA_STREAM)
+    batch = image_batch(rng, cfg.batch, cfg.image_size, cfg.classes, abstract)
     meta = {
         "family": "inception_v3",
         "config": common.config_dict(cfg),
         "layers": layer_names(cfg.aux_logits),
     }
-    return common.make_program("inception_v3", InceptionV3(cfg), batch, seed, cfg.optimizer, meta)
+    return common.make_program("inception_v3", InceptionV3(cfg), batch, seed, cfg.optimizer, meta, abstract)

@@ -148,21 +148,25 @@ def layer_groups(layers: int) -> list[list[str]]:
     return groups
 
 
-def example_batch(seed: int, cfg: NMTConfig) -> dict:
+def example_batch(seed: int, cfg: NMTConfig, abstract: bool = False) -> dict:
     """Random sentence pairs: source int32[B, S], targets int32[B, T].
 
-    target_in and target_out, shifted by one.
+    target_in and target_out, shifted by one. With `abstract`, their jax.ShapeDtypeStructs (nothing drawn).
     """
+    if abstract:
+        shapes = {"source": cfg.src_len, "target_in": cfg.tgt_len, "target_out": cfg.tgt_len}
+        return {k: jax.ShapeDtypeStruct((cfg.batch, n), jnp.int32) for k, n in shapes.items()}
     rng = common.numpy_rng(seed, common.DATA_STREAM)
     source = rng.integers(0, cfg.vocab, size=(cfg.batch, cfg.src_len), dtype="int32")
     target = rng.integers(0, cfg.vocab, size=(cfg.batch, cfg.tgt_len + 1), dtype="int32")
     return {"source": source, "target_in": target[:, :-1], "target_out": target[:, 1:]}
 
 
-def build_nmt(seed: int = 0, *, config: NMTConfig | None = None, **overrides) -> common.Program:
+def build_nmt(seed: int = 0, *, config: NMTConfig | None = None, abstract: bool = False,
+              **overrides) -> common.Program:
     """An NMT training step; `overrides` replace `config` fields.
 
-    `config` defaults to `NMTConfig()`.
+    `config` defaults to `NMTConfig()`; `abstract` builds it by shape (simulator.workloads.zoo.common).
     """
     cfg = dataclasses.replace(config or NMTConfig(), **overrides)
     meta = {
@@ -172,4 +176,5 @@ def build_nmt(seed: int = 0, *, config: NMTConfig | None = None, **overrides) ->
         "layer_groups": layer_groups(cfg.layers),
     }
     name = f"nmt_l{cfg.layers}_s{cfg.src_len}_t{cfg.tgt_len}_b{cfg.batch}"
-    return common.make_program(name, NMT(cfg), example_batch(seed, cfg), seed, cfg.optimizer, meta)
+    return common.make_program(name, NMT(cfg), example_batch(seed, cfg, abstract), seed, cfg.optimizer, meta,
+                               abstract)

@@ -97,10 +97,12 @@ def time_slices(x: jax.Array) -> list[jax.Array]:
     return [x[:, t] for t in range(x.shape[1])]
 
 
-def lm_tokens(rng, batch: int, steps: int, vocab: int) -> dict:
+def lm_tokens(rng, batch: int, steps: int, vocab: int, abstract: bool = False) -> dict:
     """Example LM batch: inputs and targets int32[batch, steps].
 
-    The targets are the next tokens.
+    The targets are the next tokens. With `abstract`, their jax.ShapeDtypeStructs (nothing drawn).
     """
+    if abstract:
+        return {k: jax.ShapeDtypeStruct((batch, steps), jnp.int32) for k in ("inputs", "targets")}
     tokens = rng.integers(0, vocab, size=(batch, steps + 1), dtype="int32")
     return {"inputs": tokens[:, :-1], "targets": tokens[:, 1:]}

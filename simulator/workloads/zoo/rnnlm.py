@@ -79,17 +79,18 @@ def layer_groups(layers: int) -> list[list[str]]:
     return groups
 
 
-def build_rnnlm(seed: int = 0, *, config: RNNLMConfig | None = None, **overrides) -> common.Program:
+def build_rnnlm(seed: int = 0, *, config: RNNLMConfig | None = None, abstract: bool = False,
+                **overrides) -> common.Program:
     """An RNNLM training step; `overrides` replace `config` fields.
 
-    `config` defaults to `RNNLMConfig()`.
+    `config` defaults to `RNNLMConfig()`; `abstract` builds it by shape (simulator.workloads.zoo.common).
     """
     cfg = dataclasses.replace(config or RNNLMConfig(), **overrides)
-    batch = lm_tokens(common.numpy_rng(seed, common.DATA_STREAM), cfg.batch, cfg.steps, cfg.vocab)
+    batch = lm_tokens(common.numpy_rng(seed, common.DATA_STREAM), cfg.batch, cfg.steps, cfg.vocab, abstract)
     meta = {
         "family": "rnnlm",
         "config": common.config_dict(cfg),
         "layers": layer_names(cfg.layers),
         "layer_groups": layer_groups(cfg.layers),
     }
-    return common.make_program(f"rnnlm_l{cfg.layers}", RNNLM(cfg), batch, seed, cfg.optimizer, meta)
+    return common.make_program(f"rnnlm_l{cfg.layers}", RNNLM(cfg), batch, seed, cfg.optimizer, meta, abstract)

@@ -177,11 +177,16 @@ def layer_names(cfg: TransformerConfig) -> list[str]:
     return [*(["embedding"] if cfg.lm else []), *(f"block_{i}" for i in range(cfg.layers)), "head"]
 
 
-def example_batch(seed: int, cfg: TransformerConfig) -> dict:
+def example_batch(seed: int, cfg: TransformerConfig, abstract: bool = False) -> dict:
     """Example batch: tokens (lm) or N(0, 1) features, with targets.
 
-    lm: inputs and next-token targets int32[B, T]; else inputs and targets float32[B, T, D] ~ N(0, 1).
+    lm: inputs and next-token targets int32[B, T]; else inputs and targets float32[B, T, D] ~ N(0, 1). With
+    `abstract`, their jax.ShapeDtypeStructs (nothing drawn).
     """
+    if abstract:
+        shape, dtype = ((cfg.batch, cfg.seq_len), jnp.int32) if cfg.lm else \
+            ((cfg.batch, cfg.seq_len, cfg.d_model), jnp.float32)
+        return {k: jax.ShapeDtypeStruct(shape, dtype) for k in ("inputs", "targets")}
     rng = common.numpy_rng(seed, common.DATA_STREAM)
     if cfg.lm:
         tokens = rng.integers(0, cfg.vocab, size=(cfg.batch, cfg.seq_len + 1), dtype="int32")
@@ -191,10 +196,11 @@ def example_batch(seed: int, cfg: TransformerConfig) -> dict:
             "targets": rng.standard_normal(shape, dtype="float32")}
 
 
-def build_transformer(seed: int = 0, *, config: TransformerConfig | None = None, **overrides) -> common.Program:
+def build_transformer(seed: int = 0, *, config: TransformerConfig | None = None, abstract: bool = False,
+                      **overrides) -> common.Program:
     """A transformer training step; `overrides` replace `config` fields.
 
-    `config` defaults to `TransformerConfig()`.
+    `config` defaults to `TransformerConfig()`; `abstract` builds it by shape (simulator.workloads.zoo.common).
 
     Raises:
         ValueError: if heads does not divide d_model.
@@ -204,4 +210,5 @@ def build_transformer(seed: int = 0, *, config: TransformerConfig | None = None,
         raise ValueError(f"d_model {cfg.d_model} is not a multiple of heads {cfg.heads}")
     meta = {"family": "transformer", "config": common.config_dict(cfg), "layers": layer_names(cfg)}
     name = f"transformer_{'lm' if cfg.lm else 'enc'}_l{cfg.layers}_d{cfg.d_model}_t{cfg.seq_len}"
-    return common.make_program(name, Transformer(cfg), example_batch(seed, cfg), seed, cfg.optimizer, meta)
+    return common.make_program(name, Transformer(cfg), example_batch(seed, cfg, abstract), seed, cfg.optimizer,
+                               meta, abstract)

@@ -10,8 +10,9 @@ import jax
 import numpy as np
 import pytest
 
+from simulator.tracing.trace import trace
 from simulator.workloads import zoo
-from simulator.workloads.zoo import enas_cifar10, enas_ptb, inception_v3, nasnet, nmt, rnnlm
+from simulator.workloads.zoo import enas_cifar10, enas_ptb, inception_v3, nasnet, nmt, rnnlm, transformer
 from simulator.workloads.zoo.common import numpy_rng
 
 TINY = {
@@ -155,3 +156,18 @@ def test_benchmark_list_and_registry():
         zoo.build_program("resnet")
     with pytest.raises(TypeError):
         zoo.build_program("nmt", no_such_field=1)
+
+
+@pytest.mark.parametrize("kind, config", [("nmt", nmt.NMTConfig.tiny()), ("rnnlm", rnnlm.RNNLMConfig.tiny()),
+                                          ("transformer", transformer.TransformerConfig.tiny())])
+def test_a_program_built_by_shape_traces_to_the_same_graph(kind, config):
+    """abstract=True: ShapeDtypeStruct parameters, optimizer state and batch, nothing allocated, the same op graph."""
+    concrete = zoo.build_program(kind, seed=0, config=config)
+    abstract = zoo.build_program(kind, seed=0, config=config, abstract=True)
+    leaves = jax.tree.leaves((abstract.params, abstract.opt_state, abstract.batch))
+    assert leaves and all(isinstance(x, jax.ShapeDtypeStruct) for x in leaves)
+    assert abstract.meta["num_params"] == concrete.meta["num_params"]
+    a, b = (trace(p.step, p.params, p.opt_state, p.batch, name=kind).graph for p in (concrete, abstract))
+    assert a.names == b.names and a.ops == b.ops and a.colocation == b.colocation
+    np.testing.assert_array_equal(a.out_bytes, b.out_bytes)
+    np.testing.assert_array_equal(a.persistent_bytes, b.persistent_bytes)
