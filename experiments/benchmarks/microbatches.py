@@ -15,7 +15,6 @@ Writes experiments/results/benchmarks/microbatches.md (--out).
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path

@@ -89,7 +89,7 @@ def graph_table(task: Throughput, kind: str, ref: dict, placed: dict, split_dir:
     """The markdown table of one graph; its best method's row."""
     model = model_of(task.graph, task.cluster)
     dp = ref.get("dp_optimum", math.nan)
-    lines = [f"| method | max-load | fits | gap to DP optimum | place s |", "|---|---:|---|---:|---:|"]
+    lines = ["| method | max-load | fits | gap to DP optimum | place s |", "|---|---:|---|---:|---:|"]
     best = {"method": "", "load": math.inf}
     for name, (placement, seconds, note) in placed.items():
         if placement is None:

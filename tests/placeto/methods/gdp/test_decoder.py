@@ -217,7 +217,7 @@ def test_coarse_to_fine_places_the_groups_and_scores_every_sample_on_the_ops(tmp
     assert task.graph.n_nodes <= 20 and task.ops is graph and task.op_group.shape == (N,)
     acts = np.random.default_rng(0).integers(0, 3, (4, task.graph.n_nodes))
     with metered() as m:
-        np.testing.assert_array_equal(task.score(acts, 1.0), score_batch(graph, acts[:, task.op_group], cluster))
+        np.testing.assert_array_equal(task.score(acts), score_batch(graph, acts[:, task.op_group], cluster))
     assert m.calls == 8
 
     def one_device_per_group(p):

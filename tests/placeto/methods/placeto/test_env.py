@@ -70,7 +70,8 @@ def test_out_of_memory_objective():
     assert ctx.bound == upper_bound(g, small) and ctx.bound > res.runtime
     assert E.objective_of(ctx, res) == pytest.approx(ctx.bound * (2 + excess) + 1e-6 * res.runtime)
     roomy = Cluster("roomy", tuple(Device(f"d{i}", "k80", 1e12) for i in range(2)), 5.7, 25.0, 7600.0)
-    assert E.objective_of(E.make_context(g, roomy, tiny()), res) == res.runtime
+    fits = simulate_reference(g, np.zeros(20, int), roomy)
+    assert E.objective_of(E.make_context(g, roomy, tiny()), fits) == fits.runtime == res.runtime
 
 
 def test_visit_orders_and_given_placement():
