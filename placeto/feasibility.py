@@ -18,8 +18,7 @@ import numpy as np
 from placeto.baselines.m_sct import m_sct
 from placeto.baselines.m_topo import m_topo
 from placeto.baselines.etf import etf
-from placeto.objective import score_batch_parts
-from simulator.engine.fast import simulate_batch
+from placeto.objective import evaluate, score_batch_parts
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
@@ -62,9 +61,9 @@ def needed_per_device(graph: Graph, n_devices: int) -> float:
 
 
 def peaks(graph: Graph, placements: np.ndarray, cluster: Cluster) -> np.ndarray:
-    """float64[B, D] simulated peak bytes of placements int[B, N] (not metered: a report, not a search)."""
-    return np.asarray(simulate_batch(graph, np.atleast_2d(placements).astype(np.int32), cluster,
-                                     with_memory=True).peak_memory, np.float64)
+    """float64[B, D] peak bytes of placements int[B, N] as the objective counts them (placeto.objective.evaluate:
+    simulated, or a max-load graph's bytes per device); not metered: a report, not a search."""
+    return evaluate(graph, np.atleast_2d(placements).astype(np.int32), cluster)[1]
 
 
 def repair(graph: Graph, cluster: Cluster, placement: np.ndarray, seconds: float = REPAIR_SECONDS) -> Repaired:

@@ -11,13 +11,18 @@ one, else --devices, else DEFAULT_DEVICES; --devices that disagrees with such a 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Sequence
 
 from placeto.rollouts.distributed import RAY_HINT, WorkerSpec, probe, require_ray
 from simulator.arguments import float_in, int_in
 from simulator.model.cluster import PRESETS, Cluster, cluster_preset, load_cluster, with_memory
 from simulator.model.errors import InputError
+from simulator.model.graph import Graph
+from simulator.model.io import load_graph, read_json
+from simulator.model.microbatch import microbatched
 from simulator.model.limits import MAX_DEVICES, MAX_MICROBATCHES, MAX_SEED
+from simulator.workloads.msr_fiddle import is_throughput, throughput_from_dict
 
 DEVICES = int_in(1, MAX_DEVICES)
 
@@ -81,6 +86,29 @@ def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False)
     p.add_argument("--cluster", help="cluster JSON file, e.g. from `placeto calibrate` (instead of --preset; its "
                                      "device count is the command's)")
     add_memory_argument(p)
+
+
+def load_placing(path: str, microbatches: int = 1) -> tuple[Graph, Cluster | None]:
+    """The graph to place from `path`, with the cluster the file names (None for a graph file).
+
+    A graph file (simulator.model.io), or one of msr-fiddle's throughput inputs (a .json naming `maxFPGAs`:
+    simulator.workloads.msr_fiddle), which brings its accelerators, their memory and its max-load objective.
+
+    Raises:
+      InputError: one line naming the file and the field, for a file of either kind that is not valid.
+    """
+    if str(path).endswith(".json"):
+        d = read_json(path)
+        if is_throughput(d):
+            if microbatches > 1:
+                raise InputError("--microbatches is for simulated steps: an msr-fiddle input is scored by max-load",
+                                 str(path))
+            try:
+                task = throughput_from_dict(d, Path(path).name.removesuffix(".json"), str(path))
+            except InputError as e:
+                raise e.with_source(str(path)) from None
+            return task.graph, task.cluster
+    return microbatched(load_graph(path), microbatches), None
 
 
 def add_memory_argument(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from placeto.baselines import DEFAULT_BUDGET, METHODS, default_seconds
 from placeto.baselines.common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
 from placeto.cli.arguments import (DEFAULT_DEVICES, DEVICES, add_memory_argument, add_microbatches_argument,
-                                   add_preset_argument, memory_bytes,
+                                   add_preset_argument, load_placing, memory_bytes,
                                    resolve_devices)
 from simulator.arguments import comma_list
 from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table, plot_compare, write_csv
@@ -21,7 +21,7 @@ from placeto.policies import DEFAULT_POLICY
 from placeto.cli.arguments import add_worker_arguments, spec_from_args
 from simulator.model.cluster import Cluster, PresetSpec, load_cluster, with_memory
 from simulator.model.errors import InputError
-from simulator.model.io import atomic_write_bytes, check_output_path, load_graph
+from simulator.model.io import atomic_write_bytes, check_output_path
 from simulator.model.microbatch import microbatched
 from simulator.workloads.families import SPLITS, load_family
 
@@ -109,9 +109,16 @@ def run_compare(args: argparse.Namespace) -> int:
         devices = [cluster.n_devices]
     cluster = with_memory(cluster, memory_bytes(args)) if isinstance(cluster, Cluster) else \
         PresetSpec(cluster, memory_bytes(args))
-    graphs = ([load_graph(f) for f in args.graphs] if args.graphs else
-              load_family(args.family, None if args.split == "all" else args.split))
-    graphs = [microbatched(graph, args.microbatches) for graph in graphs]
+    loaded = [load_placing(f, args.microbatches) for f in args.graphs]
+    graphs = ([g for g, _ in loaded] if args.graphs else
+              [microbatched(g, args.microbatches) for g in load_family(args.family, None if args.split == "all"
+                                                                         else args.split)])
+    own = [(f, c) for f, (_, c) in zip(args.graphs, loaded) if c is not None]
+    if own:  # an msr-fiddle input brings its accelerators: alone, and without --cluster
+        if len(loaded) > 1 or getattr(args, "cluster", None):
+            raise InputError(f"{own[0][0]}: an msr-fiddle input brings its own accelerators: compare it alone, "
+                             f"without --cluster")
+        cluster, devices = with_memory(own[0][1], memory_bytes(args)), [own[0][1].n_devices]
     if isinstance(cluster, Cluster):
         for graph in graphs:  # one line naming the graph and the kind, before any method runs
             graph.cost_matrix(cluster.kinds)

@@ -10,8 +10,11 @@ import argparse
 import re
 import sys
 
-from placeto.cli.arguments import DEFAULT_DEVICES, cluster_from_args, resolve_devices, spec_count
-from simulator.model.cluster import Cluster, cluster_preset, load_cluster
+import numpy as np
+
+from placeto.cli.arguments import (DEFAULT_DEVICES, cluster_from_args, load_placing, memory_bytes, resolve_devices,
+                                   spec_count)
+from simulator.model.cluster import Cluster, cluster_preset, load_cluster, with_memory
 from simulator.model.errors import InputError
 from simulator.model.io import check_distinct_paths, check_output_path
 
@@ -167,37 +170,55 @@ def fitted(method: str, graph, cluster: Cluster, placement):
     return fixed.placement, f"over memory as placed: {how} to fit"
 
 
-def memory_report(method: str, graph, cluster: Cluster, placed, out) -> int:
+def runtime_lines(method: str, graph, cluster: Cluster, placement, placed, single) -> None:
+    """Print the placement's step time beside the single device's and the lower bound (SimResults `placed`,
+    `single`); for an msr-fiddle input, its max-load and the single accelerator's (simulator.model.max_load)."""
+    from simulator.model.max_load import is_max_load, max_load_reference
+
+    if is_max_load(graph):
+        cap = placed.capacity
+        load, peak = max_load_reference(graph, placement, cluster)
+        one, one_peak = max_load_reference(graph, np.zeros(graph.n_nodes, np.int32), cluster)
+        print(f"  {method:<14} {load:>10.3f} max-load (time per sample, the file's units)"
+              f"{'  OOM' if (peak > cap).any() else ''}")
+        print(f"  {'accelerator 0':<14} {one:>10.3f} max-load{'  OOM' if (one_peak > cap).any() else ''}")
+        return
+    print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
+    print(single_line(single, graph, cluster))
+    print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
+
+
+def memory_report(method: str, graph, cluster: Cluster, placement, placed, out) -> int:
     """Print each device's peak against its capacity; if over, the one-line "nothing fits". Returns the exit status.
 
-    `placed`: the SimResult of the placement written to `out`. Over capacity: NO_FIT, with the least that each device
+    `placement` (its SimResult `placed`): the placement written to `out`; peaks as the objective counts them
+    (placeto.feasibility.peaks). Over capacity: NO_FIT, with the least that each device
     must hold on this many devices (placeto.feasibility.needed_per_device) when even that is above capacity.
     """
-    from placeto.feasibility import needed_per_device
+    from placeto.feasibility import needed_per_device, peaks
     from placeto.harness.compare import REFERENCES
 
+    peak, cap = peaks(graph, placement, cluster)[0], placed.capacity
     print(f"  {'device':<14} {'peak GB':>10} {'capacity GB':>12}")
     for k, dev in enumerate(cluster.devices):
-        print(f"  {dev.name:<14} {placed.peak_memory[k] / 1e9:>10.3f} {placed.capacity[k] / 1e9:>12.3f}"
-              f"{'  OOM' if placed.oom[k] else ''}")
-    if not placed.any_oom:
+        print(f"  {dev.name:<14} {peak[k] / 1e9:>10.3f} {cap[k] / 1e9:>12.3f}{'  OOM' if peak[k] > cap[k] else ''}")
+    if not (peak > cap).any():
         return 0
-    worst = int(max(range(cluster.n_devices), key=lambda k: placed.peak_memory[k] / placed.capacity[k]))
+    worst = int(np.argmax(peak / cap))
     need = needed_per_device(graph, cluster.n_devices)
     found = "" if method in REFERENCES else "nothing fits: "
     bound = (f"no placement can fit: every placement on {cluster.n_devices} devices puts at least {need / 1e9:.3f} GB "
              f"on one of them" if need > max(cluster.memory) else
              f"a placement on {cluster.n_devices} devices needs at least {need / 1e9:.3f} GB on one of them")
-    print(f"placeto: {found}{method}'s placement (written to {out}) puts {placed.peak_memory[worst] / 1e9:.3f} GB on "
-          f"{cluster.devices[worst].name} of {placed.capacity[worst] / 1e9:.3f} GB; {bound}", file=sys.stderr)
+    print(f"placeto: {found}{method}'s placement (written to {out}) puts {peak[worst] / 1e9:.3f} GB on "
+          f"{cluster.devices[worst].name} of {cap[worst] / 1e9:.3f} GB; {bound}", file=sys.stderr)
     return NO_FIT
 
 
 def cmd_place(args: argparse.Namespace) -> int:
     from placeto.baselines.single import single as single_placement
     from simulator import simulate
-    from simulator.model.io import load_graph, save_placement
-    from simulator.model.microbatch import microbatched
+    from simulator.model.io import save_placement
 
     check_distinct_paths([("--out", args.out), ("--plot", getattr(args, "plot", None))],
                          [("the graph file", args.graph), ("the cluster file", args.cluster)])
@@ -224,8 +245,8 @@ def cmd_place(args: argparse.Namespace) -> int:
         return _place_on_hardware(args)
     if args.devices is not None and not isinstance(args.devices, int):
         raise InputError("--devices as a platform:index list names local devices: it needs --hardware")
-    graph = microbatched(load_graph(args.graph), args.microbatches)
-    cluster = cluster_from_args(args)
+    graph, own = load_placing(args.graph, args.microbatches)
+    cluster = with_memory(own, memory_bytes(args)) if own is not None else cluster_from_args(args)
     from placeto.baselines import METHODS as BASELINES
 
     if args.method in BASELINES:
@@ -249,7 +270,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     else:
         placement, calls = registry.get(method).place(graph, cluster, args.checkpoint, args.samples, args.seed)
         how, policy = method, args.checkpoint
-    placement, note = fitted(method, graph, cluster, placement)
+    placement, fit_note = fitted(method, graph, cluster, placement)
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
     save_placement(args.out, placement, cluster.device_names)
@@ -264,12 +285,10 @@ def cmd_place(args: argparse.Namespace) -> int:
             print(f"  ({note})")
     elif graph.n_nodes > coarsen.MAX_POLICY_NODES:
         print(f"  ({graph.n_nodes} nodes: placed as {coarsen.COARSE_GROUPS} groups by the policy, then expanded)")
-    if note:
-        print(f"  ({note})")
-    print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
-    print(single_line(single, graph, cluster))
-    print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
-    return memory_report(method, graph, cluster, placed, args.out)
+    if fit_note:
+        print(f"  ({fit_note})")
+    runtime_lines(method, graph, cluster, placement, placed, single)
+    return memory_report(method, graph, cluster, placement, placed, args.out)
 
 
 def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> int:
@@ -288,7 +307,7 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     budget = args.budget if given else DEFAULT_BUDGET
     seconds = args.seconds if given else default_seconds(graph)
     run = run_method(args.method, graph, cluster, args.seed, budget=budget, seconds=seconds)
-    placement, note = fitted(args.method, graph, cluster, run.placement)
+    placement, fit_note = fitted(args.method, graph, cluster, run.placement)
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
     save_placement(args.out, placement, cluster.device_names)
@@ -297,12 +316,10 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "
           f"{run.simulator_calls} simulator call{'s' if run.simulator_calls != 1 else ''}) -> "
           f"{args.out}")
-    if note:
-        print(f"  ({note})")
-    print(f"  {args.method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
-    print(single_line(single, graph, cluster))
-    print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
-    return memory_report(args.method, graph, cluster, placed, args.out)
+    if fit_note:
+        print(f"  ({fit_note})")
+    runtime_lines(args.method, graph, cluster, placement, placed, single)
+    return memory_report(args.method, graph, cluster, placement, placed, args.out)
 
 
 def _reproducing(command: str, policy_dir) -> str:

@@ -37,12 +37,13 @@ from placeto.rollouts.distributed import WorkerSpec, map_ordered
 from placeto.methods import registry
 from placeto.harness import plot_style
 from placeto.feasibility import repair
-from placeto.objective import metered
+from placeto.objective import evaluate, metered
 from placeto.policies import resolve_checkpoint
 from simulator.model.cluster import Cluster, PresetSpec, cluster_preset
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import PathLike, atomic_write_bytes, save_placement
+from simulator.model.max_load import is_max_load, model_of
 from simulator.model.result import lower_bound
 from simulator.engine.fast import simulate
 from simulator.model.generate import layered_dag
@@ -92,6 +93,7 @@ class Row:
     trace: tuple = dataclasses.field(default=(), repr=False, compare=False)  # ((s, calls, best objective), ...)
     peak_fraction: float = math.nan  # the fullest device's peak bytes over its capacity (> 1: out of memory)
     repaired: str = ""  # how placeto.feasibility.repair made the placement fit ("": it did not need to)
+    unit: str = "ms"  # how tables show runtime_us: "ms", or "max-load" (an msr-fiddle input: its own time units)
 
     @property
     def applies(self) -> bool:
@@ -284,6 +286,20 @@ def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
     return files
 
 
+def objective_lower_bound(graph: Graph, cluster: Cluster) -> float:
+    """Below every placement's objective time: the simulator's lower bound, or for a max-load graph the larger of
+    the costliest node and the total compute over the devices (each node at its cheapest device)."""
+    if not is_max_load(graph):
+        return lower_bound(graph, cluster)
+    cost = np.where(np.isfinite(c := model_of(graph, cluster).cost), c, np.inf).min(axis=1)
+    return max(float(cost.max(initial=0.0)), float(cost.sum()) / cluster.n_devices)
+
+
+def shown(r: Row, value: float) -> float:
+    """A time of row `r` as its table shows it: ms, or max-load in the graph's units."""
+    return value / 1e3 if r.unit == "ms" else value
+
+
 def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float | None, seconds: float | None,
              policy: dict, save: Callable[[np.ndarray], None] | None = None) -> Row:
     """One method's Row on one graph, ratio_to_best still unset (NaN).
@@ -291,7 +307,7 @@ def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float 
     Calls `save(placement)` when the method placed the graph.
     """
     base = dict(graph=graph.name, n_devices=cluster.n_devices, method=name, ratio_to_best=math.nan,
-                lower_bound_us=lower_bound(graph, cluster))
+                lower_bound_us=objective_lower_bound(graph, cluster), unit="max-load" if is_max_load(graph) else "ms")
     if searches(name):
         base.update(budget_calls=math.inf if budget is None else float(budget),
                     budget_seconds=math.inf if seconds is None else float(seconds))
@@ -313,12 +329,13 @@ def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float 
         placement, repaired = fixed.placement, fixed.how
         seconds, calls = seconds + m.elapsed(), calls + m.calls
     result = simulate(graph, placement, cluster)
+    runtime, peak = evaluate(graph, placement[None], cluster)  # the objective's (max-load's, on such a graph)
     if save is not None:
         save(placement)
-    return Row(**base, runtime_us=float(result.runtime), ratio_to_lower_bound=float(result.ratio),
-               oom=bool(result.any_oom), place_seconds=seconds, simulator_calls=calls,
-               compile_seconds=compile_s, trace=run.trace,
-               peak_fraction=float(np.max(result.peak_memory / result.capacity)), repaired=repaired)
+    fraction = float(np.max(peak[0] / result.capacity))
+    return Row(**base, runtime_us=float(runtime[0]), ratio_to_lower_bound=float(runtime[0] / base["lower_bound_us"]),
+               oom=fraction > 1, place_seconds=seconds, simulator_calls=calls,
+               compile_seconds=compile_s, trace=run.trace, peak_fraction=fraction, repaired=repaired)
 
 
 def run_learned(name: str, graph: Graph, cluster: Cluster, seed: int = 0, budget: float | None = DEFAULT_BUDGET,
@@ -377,7 +394,7 @@ def _cell(r: Row | None, best: bool) -> str:
         return "—"
     if r.oom:
         return f"OOM ({r.peak_fraction:.2f}x mem)" + OVER_MARK * r.over_budget
-    text = f"{r.runtime_us / 1e3:.2f}"
+    text = f"{shown(r, r.runtime_us):.2f}"
     return (f"**{text}**" if best else text) + OVER_MARK * r.over_budget
 
 
@@ -418,10 +435,12 @@ def markdown_table(rows: Sequence[Row]) -> str:
              "|---|---:|---:|" + "---:|" * len(methods)]
     for g, n in keys:
         group = [by.get((g, n, m)) for m in methods]
-        lb = next(r.lower_bound_us for r in group if r is not None)
+        first = next(r for r in group if r is not None)
+        lb = shown(first, first.lower_bound_us)
         cells = [_cell(r, r is not None and r.applies and not r.oom and r.ratio_to_best == 1.0) for r in group]
-        lines.append(f"| {g} | {n} | {lb / 1e3:.2f} | " + " | ".join(cells) + " |")
-    lines += ["", f"Runtimes in ms (simulated); OOM (Nx mem): out of memory, the fullest device's peak N times its "
+        lines.append(f"| {g} | {n} | {lb:.2f} | " + " | ".join(cells) + " |")
+    max_load = any(r.unit == "max-load" for r in rows)
+    lines += ["", f"Runtimes in ms (simulated){'; msr-fiddle inputs: max-load, in their units' if max_load else ''}; OOM (Nx mem): out of memory, the fullest device's peak N times its "
               f"capacity; —: does not apply; (over): placed for longer than its budget + {OVER_BUDGET:.0%}, or "
               f"simulated more than its calls. Mean x best: over the runs that fit, or where nothing fits.", "",
               "| method | mean x best | mean x lower bound | mean place s | budget | mean compile s "

@@ -56,6 +56,11 @@ class Throughput(NamedTuple):
     ids: tuple[int, ...]  # their node id of each graph node, in file order
 
 
+def is_throughput(d: Any) -> bool:
+    """Whether parsed JSON `d` is one of their throughput inputs (it names `maxFPGAs`), not a graph file."""
+    return isinstance(d, dict) and "maxFPGAs" in d and "format" not in d
+
+
 def read_throughput(path: PathLike) -> Throughput:
     """Read one of their throughput input files (module docstring).
 
@@ -76,7 +81,8 @@ def throughput_from_dict(d: Any, name: str, source: str | None = None) -> Throug
         raise InputError("top level: expected a JSON object")
     n_acc = integer(_get(d, "maxFPGAs", "top level"), "field 'maxFPGAs'", 1, MAX_DEVICES)
     n_cpu = integer(_get(d, "maxCPUs", "top level"), "field 'maxCPUs'", 0, MAX_DEVICES - n_acc)
-    capacity = number(_get(d, "maxSizePerFPGA", "top level"), "field 'maxSizePerFPGA'", 0.0, MAX_BYTES, "bytes")
+    capacity = number(_get(d, "maxSizePerFPGA", "top level"), "field 'maxSizePerFPGA'", 0.0, MAX_BYTES, "bytes",
+                      lo_open=True)
     nodes = [_node(i, x) for i, x in enumerate(_list(d, "nodes"))]
     if not nodes:
         raise InputError("field 'nodes': no nodes")
