@@ -109,6 +109,75 @@ def train(method: str, held_out: str, minutes: float, max_graphs: int = TRAIN_GR
     return out
 
 
+SHIPPED_NAMES = {"placeto": "general", "gdp": "gdp-general"}
+FINETUNE_COMMAND = ("python -m experiments.reproduce.generalization finetune --method METHOD --minutes M (rerun to "
+                    "resume); then python -m experiments.reproduce.generalization ship-finetune --method METHOD")
+
+
+def finetune_dir(method: str) -> Path:
+    return RUNS / f"{method}-memory-finetune"
+
+
+def finetune(method: str, minutes: float, max_graphs: int = TRAIN_GRAPHS, overrides: list[str] | None = None) -> Path:
+    """Fine-tune the shipped policy of `method` (`SHIPPED_NAMES`) on the distribution's training tasks with their
+    memory-constrained variants (`placeto.distribution.training_tasks(memory=True)`), for `minutes` more: its own
+    config (the network, its start, passes), a fresh optimizer, the shipped parameters as the start."""
+    from placeto.config_fields import parse_overrides
+    from placeto.policies import resolve_checkpoint
+
+    name = SHIPPED_NAMES[method]
+    tasks = dist.training_tasks(None, max_graphs=max_graphs, memory=True)
+    pairs = [(t.graph, t.cluster) for t in tasks]
+    out = finetune_dir(method)
+    n_mem = sum(t.family.endswith("@mem") for t in tasks)
+    print(f"{out}: {len(pairs)} tasks ({n_mem} memory-constrained), from the shipped {name}", flush=True)
+    if method == "placeto":
+        from placeto.methods.placeto.config import PlacetoConfig
+        from placeto.methods.placeto.place import load_policy_params
+        from placeto.methods.placeto.train import train as train_placeto
+
+        shipped, params = load_policy_params(name)
+        config = shipped.replace(init_from=name, episodes=10**6, time_limit_minutes=minutes, checkpoint_seconds=60.0,
+                                 progress=True, **parse_overrides(overrides or [], PlacetoConfig))
+        s = train_placeto(config, pairs, None, out, init_params=params)
+        print(f"{out}: {s.episodes} episodes, {s.wall_seconds:.0f} s", flush=True)
+    else:
+        from placeto.methods.gdp.config import GdpConfig
+        from placeto.methods.gdp.place import load_run
+        from placeto.methods.gdp.train import train as train_gdp
+
+        shipped, params = load_run(resolve_checkpoint(name))
+        config = shipped.replace(episodes=10**8, time_limit_minutes=minutes, checkpoint_seconds=60.0,
+                                 **parse_overrides(overrides or [], GdpConfig))
+        s = train_gdp(config, pairs, None, out, init=params, progress=True)
+        print(f"{out}: {s.updates} updates, {s.wall_seconds:.0f} s", flush=True)
+    return out
+
+
+def ship_finetune(method: str, measured: dict) -> None:
+    """Ship `finetune`'s run as the shipped policy it started from, its provenance that policy's with the stage
+    added; `measured`: figures of the fine-tuned policy to record (e.g. fits on memory-constrained tasks)."""
+    from placeto.methods.registry import ship as ship_run
+    from placeto.policies import resolve_checkpoint
+
+    name, src = SHIPPED_NAMES[method], finetune_dir(method)
+    before = json.loads((resolve_checkpoint(name) / "provenance.json").read_text())
+    rows = _read_rows(src / "metrics.csv")
+    count = "episode" if method == "placeto" else "update"
+    col = "wall_s" if method == "placeto" else "seconds"
+    secs = [float(r[col]) for r in rows]
+    minutes = round(sum(a for a, b in zip(secs, secs[1:] + [0.0]) if b < a) / 60, 1) if secs else 0.0
+    prov = {k: v for k, v in before.items() if k not in ("name", "commit", "seed")}
+    prov["summary"] = before["summary"] + "; then fine-tuned with the memory-constrained tasks added " \
+        "(placeto.distribution.memory_constrained: devices below the single device's peak)"
+    prov["command"] = before["command"] + "; then " + FINETUNE_COMMAND.replace("METHOD", method)
+    prov["finetune"] = {"training": f"{rows[-1][count] if rows else 0} {count}s, {minutes} min", **measured}
+    prov["train_minutes"] = round(float(before.get("train_minutes", 0.0)) + minutes, 1)
+    prov["zero_shot_x_etf_on_test_splits"] = {"before the fine-tune": before.get("zero_shot_x_etf_on_test_splits")}
+    ship_run(src, name, prov)
+    print(f"shipped {src} as {name}")
+
+
 # ---- evaluation -------------------------------------------------------------------------------------------
 def _one_pass(method: str, checkpoint: Path, graph, cluster) -> tuple[np.ndarray, float]:
     """(placement, wall seconds) of one zero-shot pass (compilation excluded: the pass is timed twice; the
@@ -614,6 +683,13 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("select", help="choose a Placeto run's snapshot and passes on validation tasks")
     c.add_argument("--held-out", choices=(*dist.GROUPS, "none", "all"), required=True)
     sub.add_parser("ship")
+    f = sub.add_parser("finetune", help="fine-tune a shipped policy with the memory-constrained tasks added")
+    f.add_argument("--method", choices=("placeto", "gdp"), required=True)
+    f.add_argument("--minutes", type=float, required=True)
+    f.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="config changes")
+    s = sub.add_parser("ship-finetune", help="ship the fine-tuned run as the policy it started from")
+    s.add_argument("--method", choices=("placeto", "gdp"), required=True)
+    s.add_argument("--measured", default="{}", help="JSON object of figures to record in the provenance")
     args = p.parse_args(argv)
     from simulator.measure import cache
 
@@ -627,6 +703,10 @@ def main(argv: list[str] | None = None) -> int:
         held, inside = evaluate(args.graphs)
         cmd = "python -m experiments.reproduce.generalization evaluate" + (f" --graphs {args.graphs}" if args.graphs else "")
         print(write_report(held, inside, cmd))
+    elif args.cmd == "finetune":
+        finetune(args.method, args.minutes, overrides=args.set)
+    elif args.cmd == "ship-finetune":
+        ship_finetune(args.method, json.loads(args.measured))
     else:
         ship()
     return 0
