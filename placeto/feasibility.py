@@ -4,7 +4,8 @@ Under the objective (placeto.objective) every placement that fits beats every on
 stay within capacity once they are there. What is left: a placer that returns a placement over capacity (a
 partitioner that balances compute, a list scheduler whose estimate of memory was low, a policy's pass) while one
 that fits exists. `repair` moves nodes off the devices over capacity, greedily, scored by the objective, until it
-fits; if it does not get there, the memory-aware list schedules are tried (`FALLBACKS`). `needed_per_device`
+fits; if it does not get there, the memory-aware placers are tried (`FALLBACKS`: the list schedules and the
+contiguous split). `needed_per_device`
 bounds from below what each device must hold, so that "nothing fits" can say what the graph needs.
 """
 
@@ -17,12 +18,13 @@ import numpy as np
 
 from placeto.baselines.m_sct import m_sct
 from placeto.baselines.m_topo import m_topo
+from placeto.baselines.pipeline.split import pipeline_dp
 from placeto.baselines.etf import etf
 from placeto.objective import evaluate, score_batch_parts
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
-FALLBACKS = {"m-topo": m_topo, "m-sct": m_sct, "etf": etf}  # memory-aware list schedules, tried in this order
+FALLBACKS = {"m-topo": m_topo, "pipeline-dp": pipeline_dp, "m-sct": m_sct, "etf": etf}  # memory-aware placers
 CANDIDATE_NODES = 16  # nodes of the fullest device tried per repair round
 REPAIR_SECONDS = 20.0  # wall-clock limit of the greedy moves
 

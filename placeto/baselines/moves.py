@@ -17,12 +17,13 @@ from placeto.baselines.etf import etf
 from placeto.baselines.heft import heft
 from placeto.baselines.m_sct import m_sct
 from placeto.baselines.m_topo import m_topo
+from placeto.baselines.pipeline.split import pipeline_dp
 from placeto.baselines.single import single
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
 LIST_SCHEDULERS = {"single": single, "etf": etf, "heft": heft}
-MEMORY_STARTS = {"m-topo": m_topo, "m-sct": m_sct}
+MEMORY_STARTS = {"m-topo": m_topo, "m-sct": m_sct, "pipeline-dp": pipeline_dp}
 
 
 def start_placements(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) -> list[np.ndarray]:
@@ -43,7 +44,7 @@ def best_start(graph: Graph, cluster: Cluster, init: np.ndarray | str | None) ->
     """(placement int32[N], objective) of the best start.
 
     One simulator call per candidate. With the default starts (`init` None), where none of them fits in memory the
-    memory-balancing list schedules (MEMORY_STARTS: m-TOPO, m-SCT) are candidates too: a search that starts within
+    memory-aware placers (MEMORY_STARTS: m-TOPO, m-SCT, the contiguous split) are candidates too: a search that starts within
     capacity stays there (placeto.objective).
     """
     starts = start_placements(graph, cluster, init)

@@ -453,7 +453,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
             continue
         over = OVER_MARK if any(r.over_budget for r in ok) else ""
         ranked = [r.ratio_to_best for r in ok if not math.isnan(r.ratio_to_best)]
-        lines.append(f"| {m} | {np.mean(ranked) if ranked else math.nan:.3f} | "
+        lines.append(f"| {m} | {f'{np.mean(ranked):.3f}' if ranked else '—'} | "
                      f"{np.mean([r.ratio_to_lower_bound for r in ok]):.3f} | "
                      f"{np.mean([r.place_seconds for r in ok]):.2f}{over} | {budget_text(ok)} | "
                      f"{np.mean([r.compile_seconds for r in ok]):.2f} | "
