@@ -68,6 +68,7 @@ from simulator.grouping.quotient import Quotient, quotient_topo_order
 from simulator.model.costs import FREE_OPS, FUSED_KINDS, fused_group_costs
 from simulator.model.errors import InputError
 from simulator.model.graph import DEFAULT_KIND, Graph, make_graph
+from simulator.model.max_load import PER_NODE_META
 
 _WAVE = 64  # step (c): nodes whose labels one contraction raises each way before leaving the rest stale
 _RESCHEDULE = 8  # step (c): labels are recomputed after n_groups / _RESCHEDULE contractions left them stale
@@ -442,7 +443,7 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
                       "cost": {kind: float(c[k]) for kind, c in costs.items() if not np.isnan(c[k])},
                       "out_bytes": graph.out_bytes[outs[start[k]:start[k + 1]]].tolist(),
                       "persistent_bytes": float(persistent[k]), "colocation": coloc[reps[k]], "attrs": attrs})
-    meta = dict(graph.meta)
+    meta = {k: v for k, v in graph.meta.items() if k not in PER_NODE_META}  # per-op arrays: not the groups'
     meta["grouping"] = {"from": graph.name, "n_ops": graph.n_nodes, "n_groups": n_groups, "target_groups": target}
     grouped = make_graph(graph.name, nodes, [tuple(e) for e in edges.tolist()], meta)
     return Grouping(grouped, members, g)

@@ -35,6 +35,8 @@ from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 
 OBJECTIVE = "max_load"  # graph.meta["objective"] of a graph scored by max-load instead of the simulator
+PER_NODE_META = ("objective", "max_load")  # meta keys of per-node data: a grouping of the graph leaves them out
+# (its groups are simulated; a placement of them, expanded to the nodes, is scored by max-load)
 CPU_KIND = "cpu"
 
 
