@@ -7,8 +7,10 @@ memory, else the fastest) is reported with its simulated step time, its speed-up
 largest per-device peak memory against the capacity. A last row per graph re-simulates M = 1's best placement
 at M = 4: the gain of pipelining alone, with the placement unchanged.
 
-    python -m experiments.benchmarks.microbatches                      # nmt_l8 and inception_v3, 4 K80s
-    python -m experiments.benchmarks.microbatches --graphs G.json.gz --preset h100-nvlink --devices 8
+    python -m experiments.benchmarks.microbatches          # the memory-constrained benchmarks, 4 devices of their presets
+    python -m experiments.benchmarks.microbatches --graphs G.json.gz H.json.gz@h100-nvlink --devices 8
+
+A graph given as PATH@PRESET is placed on that preset, else on --preset.
 
 Writes experiments/results/benchmarks/microbatches.md (--out).
 """
@@ -31,8 +33,9 @@ from simulator.model.graph import Graph  # noqa: E402
 from simulator.model.io import atomic_write_bytes  # noqa: E402
 from simulator.model.microbatch import microbatched  # noqa: E402
 
-GRAPHS = ("datasets/benchmarks/nmt_l8.json.gz", "datasets/benchmarks/inception_v3.json.gz",
-          "datasets/benchmarks/rnnlm_l8.json.gz")
+GRAPHS = ("datasets/memory/nmt_l2_full.json.gz", "datasets/memory/nmt_l4_full.json.gz",
+          "datasets/memory/nmt_l8_full.json.gz", "datasets/memory/gpt_l24_full.json.gz@v100-nvlink")
+# the seeds' models at full size that do not fit one device (datasets/memory/README.md), each on its preset
 METHODS = ("m-sct", "etf", "local-search")
 OUT = ROOT / "experiments/results/benchmarks/microbatches.md"
 
@@ -41,6 +44,7 @@ class Row(NamedTuple):
     """One table row: the best placement of a graph at M microbatches."""
 
     graph: str
+    preset: str
     m: int
     method: str  # the best method, or "M=1's best" for the re-simulated row
     step_ms: float  # simulated step time, milliseconds
@@ -72,29 +76,28 @@ def rows_for(path: str, cluster: Cluster, methods: list[str], ms: list[int], bud
         method, placement, result = best_placement(microbatched(graph, m), cluster, methods, budget)
         if m == 1:
             base, base_placement = result.runtime, placement
-        rows.append(Row(name, m, method, result.runtime / 1e3, (base or result.runtime) / result.runtime,
+        rows.append(Row(name, cluster.name, m, method, result.runtime / 1e3, (base or result.runtime) / result.runtime,
                         tuple(result.peak_memory / 1e9), capacity))
     if base_placement is not None:
         again = simulate(microbatched(graph, 4), base_placement, cluster)
-        rows.append(Row(name, 4, "M=1's best", again.runtime / 1e3, base / again.runtime,
+        rows.append(Row(name, cluster.name, 4, "M=1's best", again.runtime / 1e3, base / again.runtime,
                         tuple(again.peak_memory / 1e9), capacity))
     return rows
 
 
 def markdown(rows: list[Row], cluster: Cluster, methods: list[str], budget: int, seconds: float) -> str:
-    lines = [f"# Microbatched steps: best placement per M on {cluster.n_devices}x {cluster.name}", "",
+    lines = [f"# Microbatched steps: best placement per M on {cluster.n_devices} devices", "",
              f"Written by `python -m experiments.benchmarks.microbatches` ({seconds:.0f} s). Methods: "
              f"{', '.join(methods)} (searches {budget} simulator calls each), each run on the graph microbatched at M "
              "(GPipe: each per-sample op's M copies of cost / M on its device, gradients accumulated, one update; "
              "`simulator/model/microbatch.py`). Speed-up: M = 1's best step time over the row's. "
              "\"M=1's best\": M = 1's best placement re-simulated at M = 4. Each copy pays the cluster's per-op "
-             f"idle time ({cluster.delta1_us:g} us) and each transferred copy the per-transfer one "
-             f"({cluster.delta2_us:g} us): a graph of many small ops gains from the pipeline only while its ops' "
-             "cost / M stays well above them.", "",
-             "| graph | M | best method | step time ms | speed-up vs M=1 | max peak GB / capacity | peak GB per device |",
-             "|---|---:|---|---:|---:|---:|---|"]
+             "idle time (delta1) and each transferred copy the per-transfer one (delta2): a graph of many small ops "
+             "gains from the pipeline only while its ops' cost / M stays well above them.", "",
+             "| graph | preset | M | best method | step time ms | speed-up vs M=1 | max peak GB / capacity "
+             "| peak GB per device |", "|---|---|---:|---|---:|---:|---:|---|"]
     for r in rows:
-        lines.append(f"| {r.graph} | {r.m} | {r.method} | {r.step_ms:.3f} | {r.speedup:.2f}x | "
+        lines.append(f"| {r.graph} | {r.preset} | {r.m} | {r.method} | {r.step_ms:.3f} | {r.speedup:.2f}x | "
                      f"{max(r.peak_gb):.3f} / {r.capacity_gb:.0f} | {', '.join(f'{p:.3f}' for p in r.peak_gb)} |")
     return "\n".join(lines) + "\n"
 
@@ -112,8 +115,11 @@ def main(argv: list[str] | None = None) -> int:
     cluster = cluster_preset(args.preset, args.devices)
     t0 = time.perf_counter()
     rows = []
-    for path in args.graphs:
-        rows += rows_for(path, cluster, args.methods, sorted(set(args.microbatches) | {1}), args.budget)
+    for spec in args.graphs:
+        path, _, preset = spec.partition("@")
+        on = cluster_preset(preset, args.devices) if preset else cluster
+        rows += rows_for(str(ROOT / path) if not Path(path).exists() else path, on, args.methods,
+                         sorted(set(args.microbatches) | {1}), args.budget)
         print(f"{path}: {time.perf_counter() - t0:.0f} s", flush=True)
     text = markdown(rows, cluster, args.methods, args.budget, time.perf_counter() - t0)
     atomic_write_bytes(args.out, text.encode())
