@@ -41,6 +41,7 @@ CLASSICAL = {  # muted or cool hues, grouped: trivial (greys), partitioners (blu
     "etf": "#9467bd",
     "m-sct": "#00bfa0",
     "m-topo": "#54278f",
+    "pipeline-dp": "#337755",
     "heft": "#17becf",
     "random": "#9edae5",
     "uniform": "#67a9cf",
