@@ -241,3 +241,18 @@ def test_snapshots_and_selection_on_validation_tasks(tmp_path, monkeypatch):
         for a, b in zip(jax.tree.leaves(blob["params"]), jax.tree.leaves(snap["params"])):
             np.testing.assert_array_equal(a, b)
     assert blob["episode"] == 3  # the rest of the checkpoint (where training is) is kept
+
+
+def test_memory_constrained_tasks_are_below_the_single_devices_peak():
+    from simulator import simulate
+
+    base = dist.family_tasks("nmt", "train", max_graphs=1)
+    tasks = dist.memory_constrained(base)
+    assert len(tasks) == sum(t.cluster.n_devices > 1 for t in base) and tasks
+    for t in tasks:
+        peak = simulate(t.graph, np.zeros(t.graph.n_nodes, np.int32), t.cluster).peak_memory[0]
+        assert t.family == "nmt@mem" and dist.group_of(t.family) == "recurrent"
+        assert peak / t.cluster.n_devices < max(t.cluster.memory) < peak  # one device is not enough
+    with_memory = dist.training_tasks("dense", max_graphs=1, memory=True)
+    assert {t.family for t in with_memory if t.family.endswith("@mem")} == {"ptb@mem", "nmt@mem", "cifar10@mem",
+                                                                             "cnn@mem"}
