@@ -5,8 +5,8 @@ stay within capacity once they are there. What is left: a placer that returns a 
 partitioner that balances compute, a list scheduler whose estimate of memory was low, a policy's pass) while one
 that fits exists. `repair` moves nodes off the devices over capacity, greedily, scored by the objective, until it
 fits; if it does not get there, the memory-aware placers are tried (`FALLBACKS`: the list schedules and the
-contiguous split). `needed_per_device`
-bounds from below what each device must hold, so that "nothing fits" can say what the graph needs.
+contiguous split); `or_fitting` is that last step alone, for a one-pass method. `needed_per_device` bounds from
+below what each device must hold, so that "nothing fits" can say what the graph needs.
 """
 
 from __future__ import annotations
@@ -68,6 +68,19 @@ def peaks(graph: Graph, placements: np.ndarray, cluster: Cluster) -> np.ndarray:
     return evaluate(graph, np.atleast_2d(placements).astype(np.int32), cluster)[1]
 
 
+def or_fitting(graph: Graph, cluster: Cluster, placement: np.ndarray) -> np.ndarray:
+    """`placement` int32[N] if it fits, else the best by the objective of it and the FALLBACKS' placements.
+
+    A one-pass method's last step where one device is not enough: it then fits wherever a memory-aware list
+    schedule does. The check is not metered; the fallbacks, when tried, are (one call each, and one for `placement`).
+    """
+    placement = np.asarray(placement, np.int32)
+    if np.all(peaks(graph, placement, cluster)[0] <= np.asarray(cluster.memory, np.float64)):
+        return placement
+    cands = np.stack([placement] + [np.asarray(f(graph, cluster), np.int32) for f in FALLBACKS.values()])
+    return cands[int(np.argmin(score_batch_parts(graph, cands, cluster).objective))]
+
+
 def repair(graph: Graph, cluster: Cluster, placement: np.ndarray, seconds: float = REPAIR_SECONDS) -> Repaired:
     """`placement` if it fits, else one that does, found by greedy moves or a list schedule.
 
@@ -86,6 +99,8 @@ def repair(graph: Graph, cluster: Cluster, placement: np.ndarray, seconds: float
         worst = int(np.argmax((peak - cap) / cap))
         on = np.flatnonzero(cur == worst)
         nodes = on[np.argsort(-size[on], kind="stable")[:CANDIDATE_NODES]]
+        if nodes.size == 0:
+            break
         targets = np.array([d for d in range(n_dev) if d != worst], np.int32)
         props = np.repeat(cur[None], len(nodes) * len(targets), axis=0)
         props[np.arange(len(props)), np.repeat(nodes, len(targets))] = np.tile(targets, len(nodes))

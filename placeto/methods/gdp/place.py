@@ -25,6 +25,7 @@ import numpy as np
 
 from placeto.baselines import MethodRun
 from placeto.baselines.single import or_single, single
+from placeto.feasibility import or_fitting
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob, restore
 from placeto.coarsen import for_policy
 from placeto.compile_time import excluded
@@ -140,7 +141,8 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
 
     One forward pass. With a list decoder, its greedy decoding (each node on its most likely device given those
     chosen before it);
-    with config.keep_single, two simulations (`placeto.baselines.single.or_single`). Coarse-to-fine where
+    with config.keep_single, two simulations (`placeto.baselines.single.or_single`); over capacity, the best of it and
+    the memory-aware list schedules (`placeto.feasibility.or_fitting`). Coarse-to-fine where
     `coarse_view` says so: the groups' greedy placement, expanded to the ops.
     """
     if cluster.n_devices > config.max_devices:
@@ -153,8 +155,8 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
         _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
         placement = task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
     if config.keep_single:
-        return or_single(graph, cluster, placement)
-    return placement
+        placement = or_single(graph, cluster, placement)
+    return or_fitting(graph, cluster, placement)  # over capacity: a memory-aware list schedule's, where one fits
 
 
 def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
@@ -234,6 +236,7 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
             best_p = _search(net, params, task, seed, calls, extra)
         else:
             best_p = task.op_placements(_sampled(config, net, params, task, seed, extra))
+        best_p = or_fitting(graph, cluster, best_p)  # over capacity: a memory-aware list schedule's, where one fits
         elapsed = m.elapsed() - jit.seconds
     trace = tuple((t + group_s, c, b) for t, c, b in m.trace)  # (seconds, calls, best), grouping first
     return MethodRun(best_p.astype(np.int32), m.calls, elapsed + group_s, trace, jit.seconds), compile_s + jit.seconds
