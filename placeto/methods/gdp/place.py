@@ -141,8 +141,8 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
 
     One forward pass. With a list decoder, its greedy decoding (each node on its most likely device given those
     chosen before it);
-    with config.keep_single, two simulations (`placeto.baselines.single.or_single`); over capacity, the best of it and
-    the memory-aware list schedules (`placeto.feasibility.or_fitting`). Coarse-to-fine where
+    over capacity, the best of it and the memory-aware list schedules (`placeto.feasibility.or_fitting`); then with
+    config.keep_single, two simulations (`placeto.baselines.single.or_single`). Coarse-to-fine where
     `coarse_view` says so: the groups' greedy placement, expanded to the ops.
     """
     if cluster.n_devices > config.max_devices:
@@ -154,9 +154,8 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
     else:
         _, greedy = _sample(make_net(config), params, task.inputs, jax.random.key(0), 1)
         placement = task.op_placements(np.asarray(greedy)[:task.graph.n_nodes])
-    if config.keep_single:
-        placement = or_single(graph, cluster, placement)
-    return or_fitting(graph, cluster, placement)  # over capacity: a memory-aware list schedule's, where one fits
+    placement = or_fitting(graph, cluster, placement)  # over capacity: a memory-aware list schedule's, where one fits
+    return or_single(graph, cluster, placement) if config.keep_single else placement
 
 
 def timed_greedy(config: GdpConfig, params: Any, graph: Graph, cluster: Cluster) -> tuple[np.ndarray, float, float]:
