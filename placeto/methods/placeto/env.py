@@ -26,7 +26,7 @@ from placeto.features import GraphArrays, graph_arrays
 from placeto.objective import score_batch
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
-from simulator.model.result import SimResult, lower_bound
+from simulator.model.result import SimResult, lower_bound, upper_bound
 
 from simulator import simulate, simulate_batch
 
@@ -43,7 +43,7 @@ class EnvContext:
     arrays: GraphArrays  # padded device arrays for the policy
     visit_seq: np.ndarray  # int32[T] node visited at each step, T = passes * N
     reward_scale: float  # microseconds: runtime with every node on device 0 (memory ignored), > 0
-    bound: float  # microseconds: above every placement's runtime (placeto.objective.objective_bound)
+    bound: float  # microseconds: above every placement's simulated runtime (simulator.model.result.upper_bound)
     init_placement: str  # "single" | "random" | "etf" | "list"
     lower_bound: float  # microseconds
     start_placement: np.ndarray | None = None  # int32[N] where "single", "etf", "list" episodes start (None: device 0)
@@ -103,7 +103,8 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
     """Build the per-graph constants: visit sequence, padded arrays, reward scale."""
     seq = visit_sequence(graph, config.visit_order, config.passes, config.seed)
     arrays = graph_arrays(graph, cluster, seq, config.max_devices)
-    ctx = EnvContext(graph, cluster, arrays, seq, 1.0, objective.objective_bound(graph, cluster), config.init_placement,
+    bound = max(upper_bound(graph, cluster), 1e-9)  # the env simulates (a max-load graph's too): the simulator's U
+    ctx = EnvContext(graph, cluster, arrays, seq, 1.0, bound, config.init_placement,
                      lower_bound(graph, cluster))
     ctx = dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
     if config.init_placement in LIST_STARTS:
