@@ -23,6 +23,7 @@ from placeto.baselines.etf import etf
 from placeto.objective import evaluate, score_batch_parts
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
+from simulator.model.microbatch import microbatches
 
 FALLBACKS = {"m-topo": m_topo, "pipeline-dp": pipeline_dp, "m-sct": m_sct, "etf": etf}  # memory-aware placers
 CANDIDATE_NODES = 16  # nodes of the fullest device tried per repair round
@@ -57,8 +58,7 @@ def needed_per_device(graph: Graph, n_devices: int) -> float:
     max(the persistent bytes over n_devices, the largest node's `footprint`). A step cut into microbatches
     (`meta["microbatches"]`) shrinks activations, so for it only the persistent bytes count.
     """
-    microbatched = int(graph.meta.get("microbatches", 1)) > 1
-    largest = graph.persistent_bytes if microbatched else footprint(graph)
+    largest = graph.persistent_bytes if microbatches(graph) > 1 else footprint(graph)
     return max(float(graph.persistent_bytes.sum()) / n_devices, float(largest.max(initial=0.0)))
 
 

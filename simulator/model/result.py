@@ -11,7 +11,7 @@ import numpy as np
 
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
-from simulator.model.microbatch import expansion
+from simulator.model.microbatch import expansion, microbatches
 
 
 class Transfers(NamedTuple):
@@ -142,6 +142,5 @@ def upper_bound(graph: Graph, cluster: Cluster) -> float:
         compute = graph.cost_matrix(cluster.kinds).max(axis=1) + cluster.delta1_us + float(hosts.dispatch_us.max())
         send = (graph.out_bytes / cluster.bandwidth_bytes_per_us + cluster.delta2_us + cluster.latency_us
                 + float(hosts.transfer_us.max()))
-        m = int(graph.meta.get("microbatches", 1)) if isinstance(graph.meta, dict) else 1
-        graph.cache[key] = m * (float(compute.sum()) + float(send.sum()))
+        graph.cache[key] = microbatches(graph) * (float(compute.sum()) + float(send.sum()))
     return graph.cache[key]
