@@ -45,7 +45,6 @@ from simulator.model.graph import Graph
 from simulator.model.io import PathLike, atomic_write_bytes, save_placement
 from simulator.model.max_load import is_max_load, model_of
 from simulator.model.result import lower_bound
-from simulator.engine.fast import simulate
 from simulator.model.generate import layered_dag
 
 # The learned methods' rows, from the registry (placeto.methods.registry). Trained on families ("placeto",
@@ -92,7 +91,8 @@ class Row:
     budget_seconds: float = math.nan  # wall seconds it was given (inf: unlimited; NaN: it spends none)
     trace: tuple = dataclasses.field(default=(), repr=False, compare=False)  # ((s, calls, best objective), ...)
     peak_fraction: float = math.nan  # the fullest device's peak bytes over its capacity (> 1: out of memory)
-    repaired: str = ""  # how placeto.feasibility.repair made the placement fit ("": it did not need to)
+    repaired: str = ""  # how placeto.feasibility.repair made the placement fit ("": it did not need to; "none": it
+    # could not)
     unit: str = "ms"  # how tables show runtime_us: "ms", or "max-load" (an msr-fiddle input: its own time units)
 
     @property
@@ -328,11 +328,10 @@ def run_one(name: str, graph: Graph, cluster: Cluster, seed: int, budget: float 
             fixed = repair(graph, cluster, placement)
         placement, repaired = fixed.placement, fixed.how
         seconds, calls = seconds + m.elapsed(), calls + m.calls
-    result = simulate(graph, placement, cluster)
     runtime, peak = evaluate(graph, placement[None], cluster)  # the objective's (max-load's, on such a graph)
     if save is not None:
         save(placement)
-    fraction = float(np.max(peak[0] / result.capacity))
+    fraction = float(np.max(peak[0] / cluster.capacity))
     return Row(**base, runtime_us=float(runtime[0]), ratio_to_lower_bound=float(runtime[0] / base["lower_bound_us"]),
                oom=fraction > 1, place_seconds=seconds, simulator_calls=calls,
                compile_seconds=compile_s, trace=run.trace, peak_fraction=fraction, repaired=repaired)
@@ -458,7 +457,7 @@ def markdown_table(rows: Sequence[Row]) -> str:
                      f"{np.mean([r.place_seconds for r in ok]):.2f}{over} | {budget_text(ok)} | "
                      f"{np.mean([r.compile_seconds for r in ok]):.2f} | "
                      f"{np.mean([r.simulator_calls for r in ok]):.0f} | {len(ok)} | "
-                     f"{sum(not r.oom for r in ok)} | {sum(bool(r.repaired) for r in ok)} |")
+                     f"{sum(not r.oom for r in ok)} | {sum(r.repaired not in ('', 'none') for r in ok)} |")
     notes = []
     for m in methods:
         over = [r for r in rows if r.method == m and r.over_budget]
