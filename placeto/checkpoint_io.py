@@ -204,7 +204,7 @@ def check_same_model(out: Path, config: Any) -> None:
     old = read_config(out, type(config))
     if old.model_fields() != config.model_fields():
         raise InputError(f"the checkpoint was trained with model fields (hidden, rounds, max_devices, group_agg, "
-                         f"device_onehot) = {old.model_fields()}, not {config.model_fields()}: resume with the "
+                         f"device_onehot, schedule_features) = {old.model_fields()}, not {config.model_fields()}: resume with the "
                          f"same model config, or pass --fresh", str(out / "config.json"))
 
 

@@ -26,6 +26,14 @@ from simulator.model.result import critical_path, min_costs
 
 N_STATIC = 9  # static node features, see `static_node_features`
 N_DYNAMIC_EXTRA = 4  # visited, current, start time, on the current node's device (plus the device one-hot)
+SCHEDULE_CHANNELS = 4  # per-node channels of the simulated schedule the policy sees, see `SCHEDULE`
+SCHEDULE = ("start", "finish", "device_peak", "unit_per_runtime")
+"""The channels of an observation's schedule float32[B, Np, SCHEDULE_CHANNELS] (placeto.methods.placeto.env).
+
+start, finish: the node's start and end in the simulated step, / the step's runtime R; device_peak: the peak
+memory of the node's device / its capacity; unit_per_runtime: `cost_unit` / R, the same for every node (so costs
+in units, as GraphArrays.cost_units holds them, become fractions of the step). Padding nodes: 0.
+"""
 MIN_BUCKET = 16
 
 
@@ -45,6 +53,9 @@ class GraphArrays(NamedTuple):
     first_visit: np.ndarray  # int32[Np] step of each node's first visit (padding: a huge value)
     inv_in_deg: np.ndarray  # float32[Np] 1 / max(1, number of distinct parents)
     inv_out_deg: np.ndarray  # float32[Np] 1 / max(1, number of distinct children)
+    cost_units: np.ndarray  # float32[Np, Dm] cost on device d / cost_unit; 0 on padding
+    xfer_units: np.ndarray  # float32[Np] time to send the node's outputs (bytes / bandwidth + latency) / cost_unit
+    persist_frac: np.ndarray  # float32[Np, Dm] persistent bytes / device d's capacity; 0 on padding
 
 
 def bucket(n: int, minimum: int = MIN_BUCKET) -> int:
@@ -170,8 +181,15 @@ def graph_arrays(graph: Graph, cluster: Cluster, visit_seq: np.ndarray, max_devi
 
     reach = np.zeros((n_pad, n_pad), dtype=bool)
     reach[:n, :n] = reachability(graph)
+    unit = cost_unit(graph, cluster)
+    cost_units = np.zeros((n_pad, max_devices), dtype=np.float32)
+    cost_units[:n, :d] = graph.cost_matrix(cluster.kinds) / unit
     dev_cost = np.zeros((n_pad, max_devices), dtype=np.float32)
-    dev_cost[:n, :d] = np.log1p(graph.cost_matrix(cluster.kinds) / cost_unit(graph, cluster))
+    dev_cost[:n, :d] = np.log1p(graph.cost_matrix(cluster.kinds) / unit)
+    xfer_units = np.zeros(n_pad, dtype=np.float32)
+    xfer_units[:n] = (graph.node_out_bytes / cluster.bandwidth_bytes_per_us + cluster.latency_us) / unit
+    persist_frac = np.zeros((n_pad, max_devices), dtype=np.float32)
+    persist_frac[:n, :d] = graph.persistent_bytes[:, None] / np.maximum(cluster.capacity, 1.0)[None, :]
     cost = min_costs(graph, cluster)
     load_cost = np.zeros(n_pad, dtype=np.float32)
     load_cost[:n] = cost / max(float(cost.sum()), 1e-9)
@@ -184,7 +202,8 @@ def graph_arrays(graph: Graph, cluster: Cluster, visit_seq: np.ndarray, max_devi
     return GraphArrays(
         graph=padded, node_mask=ja.node_mask(padded), edge_mask=ja.edge_mask(padded), reach=reach,
         dev_cost=dev_cost, dev_mask=np.arange(max_devices) < d, load_cost=load_cost, first_visit=first,
-        inv_in_deg=1.0 / np.maximum(in_deg, 1.0), inv_out_deg=1.0 / np.maximum(out_deg, 1.0))
+        inv_in_deg=1.0 / np.maximum(in_deg, 1.0), inv_out_deg=1.0 / np.maximum(out_deg, 1.0),
+        cost_units=cost_units, xfer_units=xfer_units, persist_frac=persist_frac)
 
 
 def shape_key(arrays: GraphArrays) -> tuple[int, int]:

@@ -34,6 +34,13 @@ class PlacetoConfig:
     """
     group_agg: Literal["mean", "sum"] = "mean"
     """Pooling of the current node's ancestor / descendant / parallel groups."""
+    schedule_features: bool = True
+    """Give the device-scoring head what a list scheduler knows of the current node on each device.
+
+    From the simulated schedule of the current placement: data-ready, earliest start and finish times, the
+    children's lateness, the change of the load bound, memory headroom (placeto.methods.placeto.policy.
+    schedule_features). Configs written before the field existed mean False (`BEFORE_FIELD`).
+    """
     embed_every: int = 8
     """Run the message passing every this many steps of an episode (1: every step, as Placeto).
 
@@ -188,7 +195,8 @@ class PlacetoConfig:
 
     def model_fields(self) -> tuple:
         """The fields that fix the network: equal tuples load each other's params."""
-        return (self.hidden, self.rounds, self.max_devices, self.group_agg, self.device_onehot)
+        return (self.hidden, self.rounds, self.max_devices, self.group_agg, self.device_onehot,
+                self.schedule_features)
 
     def replace(self, **changes: Any) -> "PlacetoConfig":
         return dataclasses.replace(self, **changes)
@@ -207,7 +215,7 @@ class PlacetoConfig:
         return cls(**{**BEFORE_FIELD, **{k: v for k, v in d.items() if k in known}})
 
 
-BEFORE_FIELD: dict[str, Any] = {"embed_every": 1, "counterfactual_loss": "expected"}
+BEFORE_FIELD: dict[str, Any] = {"embed_every": 1, "counterfactual_loss": "expected", "schedule_features": False}
 """Fields added after policies were shipped, with the value older runs had.
 
 That value reproduces runs whose config.json lacks the field.

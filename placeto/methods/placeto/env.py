@@ -22,7 +22,7 @@ from placeto import objective
 from placeto.baselines import METHODS
 from placeto.baselines.single import or_single
 from placeto.methods.placeto.config import PlacetoConfig
-from placeto.features import GraphArrays, graph_arrays
+from placeto.features import SCHEDULE_CHANNELS, GraphArrays, cost_unit, graph_arrays
 from placeto.objective import score_batch
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
@@ -47,6 +47,7 @@ class EnvContext:
     init_placement: str  # "single" | "random" | "etf" | "list"
     lower_bound: float  # microseconds
     start_placement: np.ndarray | None = None  # int32[N] where "single", "etf", "list" episodes start (None: device 0)
+    time_unit: float = 1.0  # microseconds: placeto.features.cost_unit, the unit of arrays.cost_units
 
     @property
     def n_nodes(self) -> int:
@@ -66,7 +67,7 @@ class EnvState(NamedTuple):
 
     ctx: EnvContext
     placement: np.ndarray  # int32[B, Np] device of every node (padding nodes: 0)
-    start: np.ndarray  # float32[B, Np] node start time / runtime of the current placement (padding: 0)
+    schedule: np.ndarray  # float32[B, Np, SCHEDULE_CHANNELS] the current placement's schedule (features.SCHEDULE)
     runtime: np.ndarray  # float64[B] objective of the current placement, microseconds
     t: int  # steps taken
     best_runtime: np.ndarray  # float64[B] best objective seen in each episode, microseconds
@@ -78,7 +79,7 @@ class Observation(NamedTuple):
     """The policy's input at one step (a pytree: fixed shapes within a bucket)."""
 
     placement: np.ndarray  # int32[B, Np]
-    start: np.ndarray  # float32[B, Np] normalised start times
+    schedule: np.ndarray  # float32[B, Np, SCHEDULE_CHANNELS] the simulated schedule (placeto.features.SCHEDULE)
     node: np.ndarray  # int32[] node to place now
     t: np.ndarray  # int32[] step index
 
@@ -105,7 +106,7 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
     arrays = graph_arrays(graph, cluster, seq, config.max_devices)
     bound = max(upper_bound(graph, cluster), 1e-9)  # the env simulates (a max-load graph's too): the simulator's U
     ctx = EnvContext(graph, cluster, arrays, seq, 1.0, bound, config.init_placement,
-                     lower_bound(graph, cluster))
+                     lower_bound(graph, cluster), time_unit=cost_unit(graph, cluster))
     ctx = dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
     if config.init_placement in LIST_STARTS:
         ctx = dataclasses.replace(ctx, start_placement=list_start(graph, cluster, config.init_placement))
@@ -142,17 +143,23 @@ def _objective(ctx: EnvContext, runtime, peak: np.ndarray, capacity: np.ndarray)
 
 
 def _simulate_rows(ctx: EnvContext, placement: np.ndarray, rows: np.ndarray, runtime: np.ndarray,
-                   start: np.ndarray) -> None:
-    """Simulate `rows` of placement int32[B, Np].
+                   schedule: np.ndarray) -> None:
+    """Simulate `rows` of placement int32[B, Np], writing into runtime and schedule.
 
-    Returns the objective float64[B] and the start times float32[B, Np].
+    runtime float64[B]: the objective; schedule float32[B, Np, SCHEDULE_CHANNELS]: the channels of
+    placeto.features.SCHEDULE.
     """
     n = ctx.n_nodes
 
     def one(b: int) -> None:
         res = simulate(ctx.graph, placement[b, :n], ctx.cluster)
         runtime[b] = objective_of(ctx, res)
-        start[b, :n] = res.start / max(res.runtime, 1e-9)
+        r = max(res.runtime, 1e-9)
+        peak = np.asarray(res.peak_memory) / np.maximum(res.capacity, 1.0)
+        schedule[b, :n, 0] = res.start / r
+        schedule[b, :n, 1] = res.end / r
+        schedule[b, :n, 2] = peak[placement[b, :n]]
+        schedule[b, :n, 3] = ctx.time_unit / r
 
     rows = rows.tolist()
     if len(rows) > 1 and SIM_THREADS > 1:  # the engine releases the GIL: episodes simulate in parallel
@@ -190,9 +197,9 @@ def reset(ctx: EnvContext, seed: int | np.random.Generator, batch: int = 1,
         place[:, :n] = rng.integers(0, d, size=(batch, n), dtype=np.int32)
     if place.max(initial=0) >= d or place.min(initial=0) < 0:
         raise ValueError(f"initial placement uses a device outside 0..{d - 1}")
-    runtime, start = np.empty(batch), np.zeros(place.shape, dtype=np.float32)
-    _simulate_rows(ctx, place, np.arange(batch), runtime, start)
-    state = EnvState(ctx, place, start, runtime, 0, runtime.copy(), place[:, :n].copy(), batch)
+    runtime, schedule = np.empty(batch), np.zeros((*place.shape, SCHEDULE_CHANNELS), dtype=np.float32)
+    _simulate_rows(ctx, place, np.arange(batch), runtime, schedule)
+    state = EnvState(ctx, place, schedule, runtime, 0, runtime.copy(), place[:, :n].copy(), batch)
     return state, observe(state)
 
 
@@ -200,7 +207,7 @@ def observe(state: EnvState) -> Observation:
     """The policy input for the current step (node = the one to place now)."""
     seq = state.ctx.visit_seq
     node = seq[min(state.t, len(seq) - 1)]
-    return Observation(state.placement, state.start, np.int32(node), np.int32(state.t))
+    return Observation(state.placement, state.schedule, np.int32(node), np.int32(state.t))
 
 
 def action_rewards(state: EnvState) -> np.ndarray:
@@ -239,8 +246,8 @@ def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, boo
     changed = np.flatnonzero(state.placement[:, node] != action)
     placement = state.placement.copy()
     placement[:, node] = action
-    runtime, start = state.runtime.copy(), state.start.copy()
-    _simulate_rows(ctx, placement, changed, runtime, start)
+    runtime, schedule = state.runtime.copy(), state.schedule.copy()
+    _simulate_rows(ctx, placement, changed, runtime, schedule)
     reward = (state.runtime - runtime) / ctx.reward_scale
     better = runtime < state.best_runtime
     best_runtime, best_placement = state.best_runtime, state.best_placement
@@ -249,6 +256,6 @@ def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, boo
         best_placement = best_placement.copy()
         best_placement[better] = placement[better, :ctx.n_nodes]
     t = state.t + 1
-    new = EnvState(ctx, placement, start, runtime, t, best_runtime, best_placement,
+    new = EnvState(ctx, placement, schedule, runtime, t, best_runtime, best_placement,
                    state.sim_calls + len(changed))
     return new, reward, t == ctx.n_steps

@@ -52,11 +52,11 @@ def _episode_act(net):
         node, t = jnp.asarray(obs.node, jnp.int32)[None], jnp.asarray(obs.t, jnp.int32)[None]
 
         def one(row):
-            placement, start, key = row  # int32[Np], float32[Np], key
-            logp = log_probs(net, params, arrays, placement[None], start[None], node, t)[0]
+            placement, schedule, key = row  # int32[Np], float32[Np, C], key
+            logp = log_probs(net, params, arrays, placement[None], schedule[None], node, t)[0]
             return jax.random.categorical(jax.random.fold_in(key, obs.t), logp).astype(jnp.int32)
 
-        return jax.lax.map(one, (obs.placement, obs.start, keys))
+        return jax.lax.map(one, (obs.placement, obs.schedule, keys))
 
     return act
 
@@ -70,10 +70,10 @@ def _episode_act_cached(net):
 
     def one_logp(params, arrays, obs, row, h=None):
         node, t = jnp.asarray(obs.node, jnp.int32)[None], jnp.asarray(obs.t, jnp.int32)[None]
-        placement, start = row
+        placement, schedule = row
         if h is None:
-            h = net.apply(params, arrays, placement[None], start[None], node, t, return_embeddings=True)
-        logits = net.apply(params, arrays, placement[None], start[None], node, t, embeddings=h)
+            h = net.apply(params, arrays, placement[None], schedule[None], node, t, return_embeddings=True)
+        logits = net.apply(params, arrays, placement[None], schedule[None], node, t, embeddings=h)
         return jax.nn.log_softmax(logits, axis=-1)[0], h
 
     def sample(logp, key, obs):
@@ -82,19 +82,19 @@ def _episode_act_cached(net):
     @jax.jit
     def refresh(params, arrays: GraphArrays, obs: E.Observation, keys: jax.Array):
         def one(row):
-            placement, start, key = row
-            logp, h = one_logp(params, arrays, obs, (placement, start))
+            placement, schedule, key = row
+            logp, h = one_logp(params, arrays, obs, (placement, schedule))
             return sample(logp, key, obs), h
 
-        return jax.lax.map(one, (obs.placement, obs.start, keys))
+        return jax.lax.map(one, (obs.placement, obs.schedule, keys))
 
     @jax.jit
     def stale(params, arrays: GraphArrays, obs: E.Observation, keys: jax.Array, embeddings: jax.Array):
         def one(row):
-            placement, start, key, h = row
-            return sample(one_logp(params, arrays, obs, (placement, start), h)[0], key, obs)
+            placement, schedule, key, h = row
+            return sample(one_logp(params, arrays, obs, (placement, schedule), h)[0], key, obs)
 
-        return jax.lax.map(one, (obs.placement, obs.start, keys, embeddings))
+        return jax.lax.map(one, (obs.placement, obs.schedule, keys, embeddings))
 
     return refresh, stale
 
@@ -163,7 +163,7 @@ def concat_rollouts(parts: Sequence[Rollout]) -> Rollout:
         values = [getattr(p, name) for p in parts]
         return None if values[0] is None else np.concatenate(values, axis=axis)
 
-    return Rollout(join("placement", 1), join("start", 1), parts[0].nodes, join("actions", 1), join("rewards", 1),
+    return Rollout(join("placement", 1), join("schedule", 1), parts[0].nodes, join("actions", 1), join("rewards", 1),
                    join("action_rewards", 1), join("initial_runtime", 0), join("final_runtime", 0),
                    join("best_runtime", 0), join("best_placement", 0), join("final_placement", 0),
                    sum(p.sim_calls for p in parts))

@@ -70,7 +70,7 @@ class Chunk(NamedTuple):
     """
 
     placement: jax.Array  # int8[C, B, Np]
-    start: jax.Array  # float32[C, B, Np]
+    schedule: jax.Array  # float32[C, B, Np, SCHEDULE_CHANNELS]
     nodes: jax.Array  # int32[C]
     ts: jax.Array  # int32[C]
     actions: jax.Array  # int32[C, B]
@@ -100,7 +100,7 @@ def chunk_loss(net, params, arrays: GraphArrays, chunk: Chunk, ent_coef, best: b
     c, b, n_pad = chunk.placement.shape
     rep = lambda x: jnp.repeat(x, b)  # noqa: E731  per-step scalars -> per-state
     logp = log_probs(net, params, arrays, chunk.placement.reshape(c * b, n_pad).astype(jnp.int32),
-                     chunk.start.reshape(c * b, n_pad), rep(chunk.nodes), rep(chunk.ts))
+                     chunk.schedule.reshape(c * b, n_pad, -1), rep(chunk.nodes), rep(chunk.ts))
     return _loss(logp.reshape(c, b, -1), chunk, ent_coef, best)
 
 
@@ -148,7 +148,7 @@ class BlockChunk(NamedTuple):
     """
 
     placement: jax.Array  # int8[R, m, B, Np] placement before each step
-    start: jax.Array  # float32[R, B, Np] start times at each block's first step
+    schedule: jax.Array  # float32[R, m, B, Np, SCHEDULE_CHANNELS] the schedule before each step
     nodes: jax.Array  # int32[R, m]
     ts: jax.Array  # int32[R, m]
     actions: jax.Array  # int32[R, m, B]
@@ -165,13 +165,13 @@ def block_log_probs(net, params, arrays: GraphArrays, chunk: BlockChunk):
     """
     r, m, b, n_pad = chunk.placement.shape
     first = chunk.placement[:, 0].reshape(r * b, n_pad).astype(jnp.int32)
-    h = net.apply(params, arrays, first, chunk.start.reshape(r * b, n_pad), jnp.repeat(chunk.nodes[:, 0], b),
-                  jnp.repeat(chunk.ts[:, 0], b), return_embeddings=True)  # [Np, R * B, H]
+    h = net.apply(params, arrays, first, chunk.schedule[:, 0].reshape(r * b, n_pad, -1),
+                  jnp.repeat(chunk.nodes[:, 0], b), jnp.repeat(chunk.ts[:, 0], b),
+                  return_embeddings=True)  # [Np, R * B, H]
     h = jnp.broadcast_to(h.reshape(n_pad, r, 1, b, -1), (n_pad, r, m, b, h.shape[-1])).reshape(n_pad, r * m * b, -1)
     rep = lambda x: jnp.repeat(x.reshape(-1), b)  # noqa: E731  per-step scalars -> per-state
-    start = jnp.broadcast_to(chunk.start[:, None], (r, m, b, n_pad)).reshape(r * m * b, n_pad)  # unused by the head
-    logits = net.apply(params, arrays, chunk.placement.reshape(r * m * b, n_pad).astype(jnp.int32), start,
-                       rep(chunk.nodes), rep(chunk.ts), embeddings=h)
+    logits = net.apply(params, arrays, chunk.placement.reshape(r * m * b, n_pad).astype(jnp.int32),
+                       chunk.schedule.reshape(r * m * b, n_pad, -1), rep(chunk.nodes), rep(chunk.ts), embeddings=h)
     return jax.nn.log_softmax(logits, axis=-1).reshape(r, m, b, -1)
 
 
@@ -229,7 +229,7 @@ def block_policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArray
             steps = np.arange(blk * m, min(blk * m + m, t_len))
             idx[i, :len(steps)], w[i, :len(steps)] = steps, weight
             idx[i, len(steps):] = steps[0]
-        chunk = BlockChunk(ro.placement[idx], ro.start[idx[:, 0]], ro.nodes[idx], idx.astype(np.int32),
+        chunk = BlockChunk(ro.placement[idx], ro.schedule[idx], ro.nodes[idx], idx.astype(np.int32),
                            ro.actions[idx], adv[idx].astype(np.float32), action_adv[idx].astype(np.float32), w)
         g, aux = grad_fn(params, arrays, chunk, np.float32(ent_coef))
         grads = g if grads is None else jax.tree.map(jnp.add, grads, g)
@@ -264,7 +264,7 @@ def policy_gradient(grad_fn, params, ctx: E.EnvContext, arrays: GraphArrays, ro:
         pad = n_chunk - len(idx)
         full = np.concatenate([idx, np.zeros(pad, idx.dtype)])
         w = np.concatenate([np.full(len(idx), weight), np.zeros(pad)]).astype(np.float32)
-        chunk = Chunk(ro.placement[full], ro.start[full], ro.nodes[full], full.astype(np.int32),
+        chunk = Chunk(ro.placement[full], ro.schedule[full], ro.nodes[full], full.astype(np.int32),
                       ro.actions[full], adv[full].astype(np.float32), action_adv[full].astype(np.float32), w)
         g, aux = grad_fn(params, arrays, chunk, np.float32(ent_coef))
         grads = g if grads is None else jax.tree.map(jnp.add, grads, g)

@@ -39,6 +39,7 @@ from placeto.methods.placeto.config import PlacetoConfig
 from placeto.baselines import MethodRun
 from placeto.baselines.common import batch_size, evaluate
 from placeto.compile_time import excluded
+from placeto.features import SCHEDULE_CHANNELS
 from placeto.objective import meter, metered
 from placeto.methods.placeto.place import load_policy_params
 from placeto.policies import resolve_checkpoint
@@ -103,7 +104,8 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
     ctx = E.make_context(graph, cluster, config)
     arrays = jax.device_put(ctx.arrays)
     zeros = np.zeros((1, ctx.n_pad), np.int32)
-    one = (params, arrays, zeros, zeros.astype(np.float32), np.zeros(1, np.int32), np.zeros(1, np.int32))
+    schedule = np.zeros((1, ctx.n_pad, SCHEDULE_CHANNELS), np.float32)
+    one = (params, arrays, zeros, schedule, np.zeros(1, np.int32), np.zeros(1, np.int32))
     jax.block_until_ready(policy.log_probs(*one))
     jax.block_until_ready(policy.head_log_probs(*one, policy.embed(*one)))
     if sampling:  # what collect_rollout calls (placeto.methods.placeto.rollout)
@@ -142,7 +144,7 @@ def greedy_with_prior(prep: Prepared, ctx: E.EnvContext | None = None, refresh: 
     state, obs = E.reset(ctx, 0, 1)
     m, done, h = meter(), ctx.n_steps == 0, None
     while not done and (whole or (not m.exhausted() and time.perf_counter() < deadline)):
-        args = (prep.params, arrays, obs.placement, obs.start, np.asarray([obs.node]), np.asarray([obs.t]))
+        args = (prep.params, arrays, obs.placement, obs.schedule, np.asarray([obs.node]), np.asarray([obs.t]))
         if refresh <= 1:
             logp = pol.log_probs(*args)
         else:

@@ -22,7 +22,7 @@ class Rollout(NamedTuple):
     """B episodes of T steps on one graph (Np padded nodes, N real)."""
 
     placement: np.ndarray | None  # int8[T, B, Np] placement before each step (None unless recorded)
-    start: np.ndarray | None  # float32[T, B, Np] normalised start times before each step
+    schedule: np.ndarray | None  # float32[T, B, Np, C] the schedule before each step (env.Observation.schedule)
     nodes: np.ndarray  # int32[T] node placed at each step
     actions: np.ndarray  # int32[T, B]
     rewards: np.ndarray  # float64[T, B] (runtime before - after) / reward_scale
@@ -55,7 +55,7 @@ def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArra
     state, obs = E.reset(ctx, seed, batch, placement)
     t_max, n_pad = ctx.n_steps, ctx.n_pad
     rec_place = np.empty((t_max, batch, n_pad), np.int8) if record else None
-    rec_start = np.empty((t_max, batch, n_pad), np.float32) if record else None
+    rec_schedule = np.empty((t_max, *state.schedule.shape), np.float32) if record else None
     actions = np.empty((t_max, batch), np.int32)
     rewards = np.empty((t_max, batch))
     cf_mask = np.broadcast_to(np.asarray(counterfactual, bool), (t_max,))
@@ -65,7 +65,7 @@ def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArra
     while not done:
         t = state.t
         if record:
-            rec_place[t], rec_start[t] = state.placement, state.start
+            rec_place[t], rec_schedule[t] = state.placement, state.schedule
         if cf_mask[t]:
             all_rewards[t] = E.action_rewards(state)
             extra_calls += all_rewards[t].size
@@ -80,6 +80,6 @@ def collect_rollout(policy: Policy, params, ctx: E.EnvContext, arrays: GraphArra
         actions[t] = np.asarray(chosen)
         state, rewards[t], done = E.step(state, actions[t])
         obs = E.observe(state)
-    return Rollout(rec_place, rec_start, ctx.visit_seq.copy(), actions, rewards, all_rewards, initial,
+    return Rollout(rec_place, rec_schedule, ctx.visit_seq.copy(), actions, rewards, all_rewards, initial,
                    state.runtime.copy(), state.best_runtime, state.best_placement,
                    state.placement[:, :ctx.n_nodes].copy(), state.sim_calls + extra_calls)

@@ -3,7 +3,7 @@
 One update = B episodes sampled in parallel on one graph (graphs taken in turn), then one Adam step:
 
     collect_rollout     B episodes; per step one jitted policy call for all B, then B simulator calls (host);
-                        records placements, start times, nodes and actions
+                        records placements, schedules, nodes and actions
     advantages          return-to-go minus the baseline: the mean return-to-go at that step over the recent
                         episodes of the same graph (a window of `baseline_window`, the current batch included)
     policy_gradient     re-evaluates the recorded states in fixed-size chunks (one jitted function per padding

@@ -43,7 +43,12 @@ def test_runtimes_match_the_reference_simulator():
     for b in range(2):
         ref = simulate_reference(g, state.placement[b, :30], cluster)
         assert state.runtime[b] == ref.runtime
-        np.testing.assert_allclose(state.start[b, :30], ref.start / ref.runtime, rtol=1e-6)
+        np.testing.assert_allclose(state.schedule[b, :30, 0], ref.start / ref.runtime, rtol=1e-6)
+        np.testing.assert_allclose(state.schedule[b, :30, 1], ref.end / ref.runtime, rtol=1e-6)
+        peak = ref.peak_memory / ref.capacity
+        np.testing.assert_allclose(state.schedule[b, :30, 2], peak[state.placement[b, :30]], rtol=1e-6)
+        np.testing.assert_allclose(state.schedule[b, :30, 3], ctx.time_unit / ref.runtime, rtol=1e-6)
+        assert (state.schedule[b, 30:] == 0).all()
         p = state.best_placement[b]
         assert simulate_reference(g, p, cluster).runtime == state.best_runtime[b]
 

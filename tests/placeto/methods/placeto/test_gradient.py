@@ -31,7 +31,7 @@ def _step_by_step(policy, params, arrays, ro, m):
     out = []
     for t in range(len(ro.nodes)):
         b = ro.actions.shape[1]
-        args = lambda s: (ro.placement[s].astype(np.int32), ro.start[s], np.full(b, ro.nodes[s], np.int32),  # noqa
+        args = lambda s: (ro.placement[s].astype(np.int32), ro.schedule[s], np.full(b, ro.nodes[s], np.int32),  # noqa
                           np.full(b, s, np.int32))
         if t % m == 0:
             h = policy.embed(params, arrays, *args(t))
@@ -63,7 +63,7 @@ def test_block_log_probs_equal_the_rollouts_policy():
     n_blocks = -(-t_len // M)
     idx = np.minimum(np.arange(n_blocks * M).reshape(n_blocks, M), t_len - 1)
     z = np.zeros(idx.shape + (ro.actions.shape[1],), np.float32)
-    chunk = BlockChunk(ro.placement[idx], ro.start[idx[:, 0]], ro.nodes[idx], idx.astype(np.int32),
+    chunk = BlockChunk(ro.placement[idx], ro.schedule[idx], ro.nodes[idx], idx.astype(np.int32),
                        ro.actions[idx], z, np.zeros(z.shape + (4,), np.float32), np.ones(idx.shape, np.float32))
     got = np.asarray(block_log_probs(policy.net, params, arrays, chunk)).reshape(n_blocks * M, -1, 4)
     want = _step_by_step(policy, params, arrays, ro, M)

@@ -29,7 +29,7 @@ def _log_probs(policy, params, ctx, seed=0, batch=3):
     state, _, _ = E.step(state, np.zeros(batch, int))
     obs = E.observe(state)
     nodes = np.full(batch, obs.node, np.int32)
-    return np.asarray(policy.log_probs(params, ctx.arrays, obs.placement, obs.start, nodes,
+    return np.asarray(policy.log_probs(params, ctx.arrays, obs.placement, obs.schedule, nodes,
                                        np.full(batch, obs.t, np.int32)))
 
 
