@@ -66,9 +66,10 @@ METHODS = ("single", "etf", "m-sct", "ls@policy", "ls@1s", "start", "placeto", "
 def placeto_config(minutes: float):
     from placeto.methods.placeto.config import PlacetoConfig
 
-    return PlacetoConfig(init_placement="etf", counterfactual=True, counterfactual_loss="best", gamma=0.0,
-                         lr=1e-3, lr_end=1e-3, entropy=0.003, entropy_end=0.0, grad_steps=32, episodes=10**6,
-                         time_limit_minutes=minutes, checkpoint_seconds=60.0, progress=True)
+    return PlacetoConfig(init_placement="list", undo_worse=True, schedule_features=True, counterfactual=True,
+                         counterfactual_loss="improving", gamma=0.0, lr=1e-3, lr_end=1e-3, entropy=0.003,
+                         entropy_end=0.0, grad_steps=32, episodes=10**6, time_limit_minutes=minutes,
+                         checkpoint_seconds=60.0, snapshot_seconds=120.0, progress=True)
 
 
 def gdp_config(minutes: float):

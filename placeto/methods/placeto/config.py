@@ -59,6 +59,13 @@ class PlacetoConfig:
     """Visit order: topological, reversed topological, or random (fixed per graph)."""
     passes: int = 1
     """Times each node is visited per episode (Placeto's n): an episode has passes * N steps."""
+    undo_worse: bool = False
+    """Undo a step that does not lower the objective (the step's own simulation tells: no extra call).
+
+    Placeto's episode goes on from whatever the policy chose; with this the pass is a descent: a wrong move costs
+    its one simulation and nothing after it (its later states stay those of the best placement so far). Not a
+    model field: any policy places with or without it.
+    """
     init_placement: InitPlacement = "single"
     """The placement an episode starts from: "single", "random", "etf" or "list".
 
@@ -112,8 +119,12 @@ class PlacetoConfig:
     gradient (`counterfactual_loss`); REINFORCE with the per-step baseline then estimates only the discounted
     rest of the return. With gamma = 0 the gradient has no noise from the sampled actions.
     """
-    counterfactual_loss: Literal["expected", "best"] = "expected"
+    counterfactual_loss: Literal["expected", "best", "improving"] = "expected"
     """With counterfactual: the "expected" immediate reward, or the "best" device's cross-entropy.
+
+    "improving": the cross-entropy of the best move at the states where some move lowers the objective, nothing
+    elsewhere (train.improving_targets): what a pass with `undo_worse` needs, where a move that does not help is
+    undone and costs only its simulation; "best" would mostly teach "stay" from a good start.
 
     "expected" puts sum_d pi(d) * (reward(d) - mean reward) into the gradient; "best" the cross-entropy against
     the device with the highest immediate reward (the current device when it ties for best; uniform over other
@@ -188,7 +199,7 @@ class PlacetoConfig:
                   "group_agg": self.group_agg in ("mean", "sum"),
                   "visit_order": self.visit_order in ("topo", "reverse_topo", "random_fixed"),
                   "init_placement": self.init_placement in ("single", "random", "etf", "list"),
-                  "counterfactual_loss": self.counterfactual_loss in ("expected", "best")}
+                  "counterfactual_loss": self.counterfactual_loss in ("expected", "best", "improving")}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise ValueError(f"PlacetoConfig: bad value for {', '.join(bad)}")

@@ -48,6 +48,7 @@ class EnvContext:
     lower_bound: float  # microseconds
     start_placement: np.ndarray | None = None  # int32[N] where "single", "etf", "list" episodes start (None: device 0)
     time_unit: float = 1.0  # microseconds: placeto.features.cost_unit, the unit of arrays.cost_units
+    undo_worse: bool = False  # PlacetoConfig.undo_worse: a step that does not lower the objective is undone
 
     @property
     def n_nodes(self) -> int:
@@ -106,7 +107,8 @@ def make_context(graph: Graph, cluster: Cluster, config: PlacetoConfig) -> EnvCo
     arrays = graph_arrays(graph, cluster, seq, config.max_devices)
     bound = max(upper_bound(graph, cluster), 1e-9)  # the env simulates (a max-load graph's too): the simulator's U
     ctx = EnvContext(graph, cluster, arrays, seq, 1.0, bound, config.init_placement,
-                     lower_bound(graph, cluster), time_unit=cost_unit(graph, cluster))
+                     lower_bound(graph, cluster), time_unit=cost_unit(graph, cluster),
+                     undo_worse=config.undo_worse)
     ctx = dataclasses.replace(ctx, reward_scale=objective.objective_scale(graph, cluster))
     if config.init_placement in LIST_STARTS:
         ctx = dataclasses.replace(ctx, start_placement=list_start(graph, cluster, config.init_placement))
@@ -234,7 +236,9 @@ def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, boo
     Returns (state, reward float64[B], done).
 
     Where reward = (objective before - after) / reward_scale. One simulator call per episode whose placement
-    changed (an unchanged placement keeps its runtime and start times: reward exactly 0).
+    changed (an unchanged placement keeps its runtime and start times: reward exactly 0). With ctx.undo_worse a
+    move that does not lower the objective is undone after its simulation (no further call): the episode goes on
+    from the placement before it, with reward 0.
     """
     ctx = state.ctx
     if state.t >= ctx.n_steps:
@@ -248,6 +252,10 @@ def step(state: EnvState, action: np.ndarray) -> tuple[EnvState, np.ndarray, boo
     placement[:, node] = action
     runtime, schedule = state.runtime.copy(), state.schedule.copy()
     _simulate_rows(ctx, placement, changed, runtime, schedule)
+    if ctx.undo_worse:
+        undo = runtime >= state.runtime
+        placement[undo] = state.placement[undo]
+        runtime[undo], schedule[undo] = state.runtime[undo], state.schedule[undo]
     reward = (state.runtime - runtime) / ctx.reward_scale
     better = runtime < state.best_runtime
     best_runtime, best_placement = state.best_runtime, state.best_placement

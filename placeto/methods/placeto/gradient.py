@@ -127,7 +127,7 @@ def make_grad_fn(policy: Policy, counterfactual_loss: str = "expected"):
     `block_policy_gradient`). counterfactual_loss: PlacetoConfig.counterfactual_loss ("best": the cross-entropy of
     `_immediate`).
     """
-    best = counterfactual_loss == "best"
+    best = counterfactual_loss in ("best", "improving")
     loss, trace = (block_chunk_loss, "grad_blocks") if policy.embed_every > 1 else (chunk_loss, "grad")
 
     @jax.jit

@@ -359,8 +359,9 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     REINFORCE: return-to-go minus the per-step baseline; the second array is zero. Counterfactual: the sampled
     action's advantage covers only the discounted future (return-to-go minus the step's own reward, minus its
     baseline), and every device gets its immediate reward minus the mean over devices. Both are divided by one
-    common scale when normalize_advantages is set. With counterfactual_loss "best" the second array is instead
-    the target distribution of the cross-entropy (`best_device_targets`), not scaled. Updates
+    common scale when normalize_advantages is set. With counterfactual_loss "best" or "improving" the second
+    array is instead the target distribution of the cross-entropy (`best_device_targets`, `improving_targets`),
+    not scaled. Updates
     st.baselines[key_name]. cf_steps: bool[T], the steps whose every device was simulated (None: all); the scale
     of the per-device advantages is taken over them.
     """
@@ -370,8 +371,10 @@ def advantages(config: PlacetoConfig, ro: Rollout, st: TrainState, key_name: str
     adv = target - base[:, None]
     t_len, b = adv.shape
     action_adv = np.zeros((t_len, b, config.max_devices))
-    if config.counterfactual and config.counterfactual_loss == "best":
-        action_adv[..., :ro.action_rewards.shape[-1]] = best_device_targets(ro, config.move_weight)
+    if config.counterfactual and config.counterfactual_loss in ("best", "improving"):
+        targets = best_device_targets(ro, config.move_weight) if config.counterfactual_loss == "best" \
+            else improving_targets(ro)
+        action_adv[..., :ro.action_rewards.shape[-1]] = targets
         if config.normalize_advantages:  # the targets are a distribution: only the sampled advantages scale
             adv = adv / max(math.sqrt(float((adv ** 2).mean())), 1e-8) if np.any(adv) else adv
         return adv, action_adv
@@ -403,6 +406,19 @@ def best_device_targets(ro: Rollout, move_weight: float = 1.0) -> np.ndarray:
     stay = np.zeros_like(target)
     np.put_along_axis(stay, current[..., None], 1.0, axis=-1)
     return np.where(keep[..., None], stay, move_weight * target)
+
+
+def improving_targets(ro: Rollout) -> np.ndarray:
+    """float64[T, B, D] the target distribution of counterfactual_loss "improving".
+
+    The best move at each state where some move lowers the objective (one-hot on the device of highest immediate
+    reward, uniform over ties within 1e-9), zero where none does: with PlacetoConfig.undo_worse a move that does
+    not help is undone, so at such a state every choice leads to the same placement and nothing is to be learned.
+    """
+    r = ro.action_rewards  # [T, B, D]
+    improving = r > 1e-9
+    tied = improving & (r >= r.max(-1, keepdims=True) - 1e-9)
+    return tied / np.maximum(tied.sum(-1, keepdims=True), 1)
 
 
 def _pool_collect(pool, task: int, batch: int):
