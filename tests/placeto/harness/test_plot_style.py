@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # some import every learned method)
 EXPERIMENT_LISTS = {"benchmarks/anytime.py": ("METHODS",), "reproduce/sample_efficiency.py": ("METHODS",),
                     "reproduce/gdp_family.py": ("LARGE_METHODS",), "reproduce/paper_table.py": ("METHODS",),
+                    "reproduce/passes.py": ("METHODS",),
                     "benchmarks/sim_vs_hardware.py": ("FIXED_METHODS", "SEARCH_METHODS")}
 
 
