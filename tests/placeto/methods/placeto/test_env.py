@@ -119,3 +119,32 @@ def test_action_rewards_are_the_rewards_step_would_give(memory):
         for d in range(3):  # each alternative, taken for real
             assert np.array_equal(E.step(state, np.full(2, d))[1], every[:, d])
         state, _, _ = E.step(state, rng.integers(0, 3, 2))
+
+
+def test_undo_worse_makes_the_pass_a_descent_at_the_same_cost():
+    """With undo_worse every step's objective is the best so far, a worse move leaves no trace, and the only
+    simulator calls are one per move tried."""
+    g, cluster = layered_dag(30, seed=6), cluster_preset("placeto-k80", 3)
+    plain = E.make_context(g, cluster, tiny(init_placement="random"))
+    undo = E.make_context(g, cluster, tiny(init_placement="random", undo_worse=True))
+    rng = np.random.default_rng(0)
+    actions = rng.integers(0, 3, (plain.n_steps, 2))
+    s_plain, _ = E.reset(plain, 3, 2)
+    s_undo, _ = E.reset(undo, 3, 2)
+    undone, calls = 0, 2
+    for a in actions:
+        before = s_undo
+        calls += int((before.placement[:, before.ctx.visit_seq[before.t]] != a).sum())
+        s_plain, _, _ = E.step(s_plain, a)
+        s_undo, r, _ = E.step(s_undo, a)
+        assert (r >= 0).all() and (s_undo.runtime <= before.runtime).all()
+        np.testing.assert_array_equal(s_undo.runtime, s_undo.best_runtime)
+        kept = s_undo.runtime < before.runtime
+        undone += int((~kept & (before.placement[:, before.ctx.visit_seq[before.t]] != a)).sum())
+        for b in np.flatnonzero(~kept):
+            np.testing.assert_array_equal(s_undo.placement[b], before.placement[b])
+            np.testing.assert_array_equal(s_undo.schedule[b], before.schedule[b])
+    assert undone > 0
+    for b in range(2):
+        assert simulate_reference(g, s_undo.placement[b, :30], cluster).runtime == s_undo.runtime[b]
+    assert s_undo.sim_calls == calls  # one call per move tried, none to undo it

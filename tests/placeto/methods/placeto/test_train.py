@@ -215,3 +215,15 @@ def test_resume_with_other_devices_is_one_line(tmp_path, capsys, method, trained
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and str(run) in err and trained in err and asked in err, err
     assert (run / "checkpoint.msgpack").read_bytes() == before  # nothing written
+
+
+def test_improving_targets_are_the_best_move_where_one_helps():
+    from types import SimpleNamespace
+
+    from placeto.methods.placeto.train import improving_targets
+
+    # staying rewards 0 exactly; episode 0: two moves tie for best; episode 1: no move helps
+    rewards = np.array([[[0.0, 0.3, 0.3], [0.0, -0.1, 1e-12]]])
+    t = improving_targets(SimpleNamespace(action_rewards=rewards))
+    np.testing.assert_array_equal(t[0, 0], [0, 0.5, 0.5])
+    np.testing.assert_array_equal(t[0, 1], [0, 0, 0])
