@@ -84,16 +84,17 @@ def run_dir(method: str, held_out: str) -> Path:
 
 
 def train(method: str, held_out: str, minutes: float, max_graphs: int = TRAIN_GRAPHS,
-          overrides: list[str] | None = None) -> Path:
+          overrides: list[str] | None = None, out: Path | None = None) -> Path:
     """Train (or resume) `method` on every group but `held_out` ("none": all) for `minutes` more; `overrides`:
-    FIELD=VALUE changes of the method's config (e.g. a later stage's entropy)."""
+    FIELD=VALUE changes of the method's config (e.g. a later stage's entropy); `out`: the run directory (default
+    `run_dir(method, held_out)`; a copy of a run continues it as a new stage)."""
     from placeto.config_fields import parse_overrides
     from placeto.methods.gdp.config import GdpConfig
     from placeto.methods.placeto.config import PlacetoConfig
 
     tasks = dist.training_tasks(None if held_out == "none" else held_out, max_graphs=max_graphs, memory=True)
     pairs = [(t.graph, t.cluster) for t in tasks]
-    out = run_dir(method, held_out)
+    out = out or run_dir(method, held_out)
     print(f"{out}: {len(pairs)} tasks ({len({t.family for t in tasks})} families)", flush=True)
     if method == "placeto":
         from placeto.methods.placeto.train import train as train_placeto
@@ -686,6 +687,8 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--minutes", type=float, required=True)
     t.add_argument("--graphs", type=int, default=TRAIN_GRAPHS, help="train graphs per traced family")
     t.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="config changes (a later stage)")
+    t.add_argument("--out", type=Path, default=None, help="run directory (default: runs/generalization/"
+                   "<method>-without-<group>)")
     e = sub.add_parser("evaluate")
     e.add_argument("--graphs", type=int, default=None, help="test graphs per family (default: all 8)")
     c = sub.add_parser("select", help="choose a Placeto run's snapshot and passes on validation tasks")
@@ -703,7 +706,7 @@ def main(argv: list[str] | None = None) -> int:
 
     cache.enable_compile_cache()  # as every placeto command: runs and evaluations of the same shapes compile once
     if args.cmd == "train":
-        train(args.method, args.held_out, args.minutes, args.graphs, args.set)
+        train(args.method, args.held_out, args.minutes, args.graphs, args.set, args.out)
     elif args.cmd == "select":
         for group in ((*dist.GROUPS, "none") if args.held_out == "all" else (args.held_out,)):
             select(group)
