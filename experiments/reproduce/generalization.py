@@ -8,14 +8,14 @@ then placed with them, zero-shot, on its test split. The policies trained on eve
 the shipped `general` and `gdp-general`; they are judged on the test splits of all families (in distribution).
 
 Both policies start from what a list scheduler knows:
-- Placeto: every episode starts from what list schedulers know: m-ETF's placement (PlacetoConfig.init_placement
-  "etf"), or the best of m-ETF, m-SCT, m-TOPO and HEFT ("list"), or the single device where that simulates
-  faster; the policy visits each node once and the episode keeps the best placement it visited. Training imitates, on the states the policy itself visits (DAgger), the best single move at each
-  node (one-step lookahead over all devices, "keep" on ties: counterfactual_loss "best"); gamma 0 leaves
-  REINFORCE nothing beyond it. A second stage weighs the steps whose best is a move 4x (move_weight). The
-  parameters (snapshots of the last stage, or the checkpoint), the number of passes over the nodes (1 or 2) and
-  the start ("etf" or "list": the runs trained from "etf") are chosen on validation tasks the run never trained
-  on (`select`).
+- Placeto (the present recipe, `placeto_config`; evaluated by experiments/reproduce/learned_pass.py): every
+  episode starts from the best of m-ETF, m-SCT, m-TOPO and HEFT (PlacetoConfig.init_placement "list"), or the
+  single device where that simulates faster; the policy visits each node once, its head reads the simulated
+  schedule (schedule_features), and a move that does not lower the objective is undone (undo_worse). Training
+  imitates, on the states the policy itself visits (DAgger), the best move wherever some move helps
+  (counterfactual_loss "improving"); gamma 0 leaves REINFORCE nothing beyond it. (The earlier recipe, whose
+  figures generalization.md holds: from m-ETF, no undo, the best single move or "keep" as the target, a second
+  stage weighing moves 4x, parameters, passes and start chosen on validation by `select`.)
 - gdp: the "etf" list decoder, whose initialisation is m-ETF exactly (scores 0, finish-gap weight 20, exact
   ties to the lowest device: GdpConfig.greedy_ties "lowest"); PPO then trains the per-node scores and weights
   against the policy's own one pass (baseline "greedy"), anchored by a cross-entropy toward m-ETF's choice
@@ -51,12 +51,13 @@ from placeto import distribution as dist  # noqa: E402
 
 RUNS = ROOT / "runs" / "generalization"
 STAGES = {  # how every run of generalization.md was trained (the minutes of each run: its "Training runs" line)
-    "placeto": "python -m experiments.reproduce.generalization train --method placeto --held-out GROUP --minutes M "
-               "(rerun to resume), then the same with --set move_weight=4 --minutes 8 (none: 15; then none only: "
-               "--set move_weight=4 lr=0.0002 lr_end=0.0002 snapshot_seconds=100 --minutes 20), then "
-               "python -m experiments.reproduce.generalization select --held-out all",
+    "placeto": "python -m experiments.reproduce.generalization train --method placeto --held-out none --minutes 20; "
+               "for the held-out groups: train --method placeto --held-out GROUP --minutes 8 --set init_placement=etf, "
+               "then python -m experiments.reproduce.generalization set --held-out GROUP init_placement=list (they "
+               "place from the list start as the none run, which trained from it)",
     "gdp": "python -m experiments.reproduce.generalization train --method gdp --held-out GROUP --minutes M (rerun to resume)",
 }
+PLACETO_NONE = "python -m experiments.reproduce.generalization train --method placeto --held-out none --minutes 20"
 RESULTS = ROOT / "experiments" / "results" / "reproduce"
 EVAL_CLUSTERS = (("placeto-k80", 2), ("placeto-k80", 4), ("placeto-k80", 8), ("h100-nvlink-cpu", 4))
 TRAIN_GRAPHS = 12  # train-split graphs per traced family (each on the 4 TRAINING clusters)
@@ -111,10 +112,31 @@ def train(method: str, held_out: str, minutes: float, max_graphs: int = TRAIN_GR
     return out
 
 
+def set_fields(held_out: str, fields: list[str]) -> Path:
+    """Rewrite the Placeto run's config.json with FIELD=VALUE changes that leave its network as it is (a model
+    field is refused: the checkpoint's parameters would not fit)."""
+    from placeto.config_fields import parse_overrides
+    from placeto.methods.placeto.config import PlacetoConfig
+    from placeto.methods.placeto.place import read_config
+    from simulator.model.io import atomic_write_bytes
+
+    run = run_dir("placeto", held_out)
+    config = read_config(run)
+    changed = config.replace(**parse_overrides(fields, PlacetoConfig))
+    if changed.model_fields() != config.model_fields():
+        raise SystemExit(f"{run}: a model field cannot change after training ({' '.join(fields)})")
+    atomic_write_bytes(run / "config.json", changed.to_json().encode())
+    print(f"{run}: {' '.join(fields)}")
+    return run
+
+
 SHIPPED_NAMES = {"placeto": "general", "gdp": "gdp-general"}
-FINETUNE_NOTE = ("The shipped `general` and `gdp-general` are the `none` runs fine-tuned afterwards with the "
-                 "memory-constrained tasks added (`finetune`, then `ship-finetune`): the figures here are of the runs "
-                 "before that fine-tune; `memory_constrained_distribution.md` and `_finetuned.md` compare the two.")
+FINETUNE_NOTE = ("The Placeto columns here are of the earlier recipe (its runs are not kept); the shipped `general` "
+                 "is now the present recipe's `none` run, evaluated in `learned_pass.md` "
+                 "(experiments/reproduce/learned_pass.py). The shipped `gdp-general` is the `none` run fine-tuned "
+                 "afterwards with the memory-constrained tasks added (`finetune`, then `ship-finetune`): the figures "
+                 "here are of the runs before that fine-tune; `memory_constrained_distribution.md` and "
+                 "`_finetuned.md` compare the two.")
 FINETUNE_COMMAND = ("python -m experiments.reproduce.generalization finetune --method METHOD --minutes M (rerun to "
                     "resume); then python -m experiments.reproduce.generalization ship-finetune --method METHOD")
 
@@ -543,32 +565,38 @@ def write_report(held: list[dict], inside: list[dict], command: str) -> Path:
     return path
 
 
-def ship() -> None:
-    """The all-groups runs become the shipped `general` (Placeto) and `gdp-general` (gdp), with provenance: the
-    command, training time and updates, and the zero-shot geometric means over etf of generalization.md."""
+def ship(methods: tuple[str, ...] = ("placeto", "gdp")) -> None:
+    """The all-groups runs of `methods` become the shipped `general` (Placeto) and `gdp-general` (gdp), with
+    provenance: the command, training time and updates, and the zero-shot geometric means over etf of the test
+    splits (Placeto's from learned_pass_inside.csv, gdp's from generalization_inside.csv)."""
     from placeto.methods.registry import ship as ship_run
 
-    inside = _read_rows(RESULTS / "generalization_inside.csv")
     base = {r["key"]: r for r in _read_rows(RESULTS / "generalization_baselines.csv")}
     for method, name in (("placeto", "general"), ("gdp", "gdp-general")):
+        if method not in methods:
+            continue
+        # Placeto's present recipe is evaluated by experiments/reproduce/learned_pass.py (its one pass, in distribution)
+        inside = _read_rows(RESULTS / ("learned_pass_inside.csv" if method == "placeto" else "generalization_inside.csv"))
         src, totals = run_dir(method, "none"), _train_totals(method, "none")
         x_etf = {}
         for fam in dist.families():
             rs = [r for r in inside if r["key"].split("|")[0].startswith(fam + "_") and r["key"] in base]
             if rs:
                 x_etf[fam] = round(_gm(float(r[f"{method}_us"]) / float(base[r["key"]]["etf_us"]) for r in rs), 4)
-        start = ("; trained from m-ETF's placement, places from the best of m-ETF, m-SCT, m-TOPO and HEFT (chosen on "
-                 "validation)") if method == "placeto" else ", starting from m-ETF"
+        start = ("; places from the best of m-ETF, m-SCT, m-TOPO and HEFT, reads the simulated schedule "
+                 "(schedule_features) and undoes a move that does not help (undo_worse); trained by imitation of the "
+                 "best improving move on its own states (counterfactual_loss improving)") if method == "placeto" \
+            else ", starting from m-ETF"
         prov = {"summary": f"{method} on the wide distribution (placeto.distribution: 8 traced families on 2, 4, 8 "
                            "K80s and a GPU+CPU machine, 4 generated families on their own clusters)" + start +
                            " (experiments/reproduce/generalization.py)",
-                "command": STAGES[method].replace("GROUP", "none") + "; then python -m experiments.reproduce.generalization ship",
+                "command": (PLACETO_NONE if method == "placeto" else STAGES[method].replace("GROUP", "none"))
+                + f"; then python -m experiments.reproduce.generalization ship --method {method}",
                 "training": _provenance(method, "none"),
                 "train_minutes": totals[0],
                 "episodes": totals[1],
                 "zero_shot_x_etf_on_test_splits": x_etf,
-                "machine": ("the first 10.5 minutes on a 16-core box's CPUs (JAX on the CPU), the rest on this 2-core "
-                            "CPU machine") if method == "placeto" else "this 2-core CPU machine (JAX on the CPU)"}
+                "machine": "this 2-core CPU machine (JAX on the CPU)"}
         if (src / "selection.json").is_file():  # the parameters and passes chosen on validation tasks (`select`)
             prov["selected"] = json.loads((src / "selection.json").read_text())["chosen"]
         ship_run(src, name, prov)
@@ -693,11 +721,15 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--graphs", type=int, default=None, help="test graphs per family (default: all 8)")
     c = sub.add_parser("select", help="choose a Placeto run's snapshot and passes on validation tasks")
     c.add_argument("--held-out", choices=(*dist.GROUPS, "none", "all"), required=True)
-    sub.add_parser("ship")
+    h = sub.add_parser("ship", help="ship the all-groups runs (`none`) as general and gdp-general")
+    h.add_argument("--method", choices=("placeto", "gdp"), action="append", help="only these (default: both)")
     f = sub.add_parser("finetune", help="fine-tune a shipped policy with the memory-constrained tasks added")
     f.add_argument("--method", choices=("placeto", "gdp"), required=True)
     f.add_argument("--minutes", type=float, required=True)
     f.add_argument("--set", nargs="*", default=[], metavar="FIELD=VALUE", help="config changes")
+    r = sub.add_parser("set", help="change a Placeto run's placement fields (not its model), e.g. init_placement=list")
+    r.add_argument("--held-out", choices=(*dist.GROUPS, "none"), required=True)
+    r.add_argument("fields", nargs="+", metavar="FIELD=VALUE")
     s = sub.add_parser("ship-finetune", help="ship the fine-tuned run as the policy it started from")
     s.add_argument("--method", choices=("placeto", "gdp"), required=True)
     s.add_argument("--measured", default="{}", help="JSON object of figures to record in the provenance")
@@ -714,12 +746,14 @@ def main(argv: list[str] | None = None) -> int:
         held, inside = evaluate(args.graphs)
         cmd = "python -m experiments.reproduce.generalization evaluate" + (f" --graphs {args.graphs}" if args.graphs else "")
         print(write_report(held, inside, cmd))
+    elif args.cmd == "set":
+        set_fields(args.held_out, args.fields)
     elif args.cmd == "finetune":
         finetune(args.method, args.minutes, overrides=args.set)
     elif args.cmd == "ship-finetune":
         ship_finetune(args.method, json.loads(args.measured))
     else:
-        ship()
+        ship(tuple(args.method or ("placeto", "gdp")))
     return 0
 
 

@@ -7,7 +7,8 @@ import pytest
 from placeto import coarsen
 from placeto.harness.compare import run_learned
 from placeto.objective import metered, score_one
-from placeto.methods.placeto.place import place
+from placeto.methods.placeto.env import list_start
+from placeto.methods.placeto.place import load_config, place
 from placeto.methods.placeto import guided
 from simulator import cluster_preset, simulate
 from simulator.model.generate import layered_dag
@@ -48,6 +49,10 @@ def test_policy_methods_place_a_coarsened_graph(small_limits):
     res = place(g, cluster, None, samples=0, seed=0)
     assert res.placement.shape == (150,)
     assert np.isclose(res.runtime, simulate(g, res.placement, cluster).runtime)
+    start = list_start(g, cluster, load_config(None).init_placement)  # the graph's own: never returned worse
+    assert res.runtime <= simulate(g, start, cluster).runtime
+    grouped = all(len(set(res.placement[m].tolist())) == 1 for m in grouping.members)
+    assert grouped or np.array_equal(res.placement, start)
 
 
 def test_placeto_search_searches_the_groups_then_the_ops(small_limits):

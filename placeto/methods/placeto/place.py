@@ -67,14 +67,19 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = No
     policy). Returns the best placement any episode visited (the greedy episode's end in `final_placement`). Episodes
     start from `initial` (int[N]) if given, else from the run's configured initial placement. A graph of more than
     `coarsen.MAX_POLICY_NODES` nodes (and no `initial`) is placed as groups and expanded (`placeto.coarsen`); the
-    runtimes are then re-simulated on `graph`.
+    runtimes are then re-simulated on `graph`, and the graph's own list start (the run's init_placement "etf" or
+    "list") is returned where the expansion is worse, so the pass is never worse than where it would start.
     """
     coarse = coarsen.for_policy(graph) if initial is None else coarsen.Coarse(graph, None, 0.0)
     if coarse.grouping is not None:
         res = place(coarse.graph, cluster, checkpoint_dir, samples, seed)
-        best, final = coarse.expand(res.placement), coarse.expand(res.final_placement)
-        runtimes = score_batch(graph, np.stack([best, final]), cluster)
-        return PlaceResult(best, float(runtimes[0]), final, float(runtimes[1]), res.sim_calls + 2)
+        cands = [coarse.expand(res.placement), coarse.expand(res.final_placement)]
+        kind = load_config(checkpoint_dir).init_placement
+        if kind in E.LIST_STARTS:  # the graph's own list start: what the groups' expansion must beat
+            cands.append(E.list_start(graph, cluster, kind))
+        runtimes = score_batch(graph, np.stack(cands), cluster)
+        i = 2 if len(cands) > 2 and runtimes[2] < runtimes[0] else 0
+        return PlaceResult(cands[i], float(runtimes[i]), cands[1], float(runtimes[1]), res.sim_calls + len(cands))
 
     checkpoint_dir = resolve_checkpoint(checkpoint_dir)
     config = read_config(checkpoint_dir)
