@@ -182,10 +182,11 @@ def graph_arrays(graph: Graph, cluster: Cluster, visit_seq: np.ndarray, max_devi
     reach = np.zeros((n_pad, n_pad), dtype=bool)
     reach[:n, :n] = reachability(graph)
     unit = cost_unit(graph, cluster)
+    in_units = graph.cost_matrix(cluster.kinds) / unit  # float64[N, D]
     cost_units = np.zeros((n_pad, max_devices), dtype=np.float32)
-    cost_units[:n, :d] = graph.cost_matrix(cluster.kinds) / unit
+    cost_units[:n, :d] = in_units
     dev_cost = np.zeros((n_pad, max_devices), dtype=np.float32)
-    dev_cost[:n, :d] = np.log1p(graph.cost_matrix(cluster.kinds) / unit)
+    dev_cost[:n, :d] = np.log1p(in_units)
     xfer_units = np.zeros(n_pad, dtype=np.float32)
     xfer_units[:n] = (graph.node_out_bytes / cluster.bandwidth_bytes_per_us + cluster.latency_us) / unit
     persist_frac = np.zeros((n_pad, max_devices), dtype=np.float32)

@@ -73,11 +73,6 @@ def measure(policy_name: str, tasks: list[dist.Task], overrides: dict | None = N
     return rows
 
 
-def _gm(v) -> float:
-    v = np.asarray(list(v), np.float64)
-    return float(np.exp(np.log(v).mean())) if v.size else math.nan
-
-
 def _mean(v) -> float:
     v = np.asarray([x for x in v if not math.isnan(x)], np.float64)
     return float(v.mean()) if v.size else math.nan
@@ -94,10 +89,10 @@ def table(results: dict[str, list[dict]]) -> list[str]:
             lines.append(
                 f"| {name} | {cell} | {len(sel)} | {_mean(r['agreement'] for r in sel):.3f} | "
                 f"{_mean(r['move_recall'] for r in sel):.3f} | {_mean(r['move_precision'] for r in sel):.3f} | "
-                f"{_gm(r['start_objective'] / r['etf'] for r in sel):.3f} | "
-                f"{_gm(r['policy_objective'] / r['etf'] for r in sel):.3f} | "
-                f"{_gm(r['teacher_objective'] / r['etf'] for r in sel):.3f} | "
-                f"{_gm(r['policy_objective'] / r['teacher_objective'] for r in sel):.3f} |")
+                f"{G._gm(r['start_objective'] / r['etf'] for r in sel):.3f} | "
+                f"{G._gm(r['policy_objective'] / r['etf'] for r in sel):.3f} | "
+                f"{G._gm(r['teacher_objective'] / r['etf'] for r in sel):.3f} | "
+                f"{G._gm(r['policy_objective'] / r['teacher_objective'] for r in sel):.3f} |")
     return lines
 
 

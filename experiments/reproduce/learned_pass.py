@@ -18,7 +18,6 @@ recompute).
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
@@ -55,10 +54,14 @@ def policy_row(task: dist.Task, run: Path, seed: int = 0) -> dict:
     return row
 
 
-def evaluate(runs: Path, inside_only: bool = False, max_graphs: int | None = None) -> dict[str, list[dict]]:
-    """{"heldout": rows, "inside": rows}: every test task with a run to place it, baselines joined."""
-    tasks = [t for fam in dist.families() for t in dist.family_tasks(fam, "test", clusters=G.EVAL_CLUSTERS,
-                                                                      max_graphs=max_graphs)]
+def test_tasks(max_graphs: int | None = None) -> list[dist.Task]:
+    """Every family's test split on generalization's EVAL_CLUSTERS (`max_graphs` per family; None: all)."""
+    return [t for fam in dist.families() for t in dist.family_tasks(fam, "test", clusters=G.EVAL_CLUSTERS,
+                                                                     max_graphs=max_graphs)]
+
+
+def evaluate(runs: Path, tasks: list[dist.Task], inside_only: bool = False) -> dict[str, list[dict]]:
+    """{"heldout": rows, "inside": rows}: every task of `tasks` with a run to place it, baselines joined."""
     base = G._cached_rows(RESULTS / "generalization_baselines.csv", [(G.task_key(t), (t,)) for t in tasks],
                           G.baseline_row)
     out = {}
@@ -79,11 +82,6 @@ def evaluate(runs: Path, inside_only: bool = False, max_graphs: int | None = Non
     return out
 
 
-def _gm(v) -> float:
-    v = np.asarray(list(v), np.float64)
-    return float(np.exp(np.log(v).mean())) if v.size else math.nan
-
-
 def _fits(row: dict, method: str) -> bool:
     """The method's placement fits in memory: its objective is below the task's threshold (2U, `_annotate`)."""
     return float(row[f"{method}_us"]) < row["_threshold"]
@@ -100,11 +98,11 @@ def table(rows: list[dict], by: str) -> list[str]:
         if not sel:
             continue
         ratio = {m: [float(r[f"{m}_us"]) / float(r["etf_us"]) for r in sel] for m in COLUMNS}
-        gain = 1.0 - _gm(float(r["placeto_us"]) / float(r["start_us"]) for r in sel)
-        vs_ls = _gm(float(r["placeto_us"]) / float(r["ls@policy_us"]) for r in sel)
+        gain = 1.0 - G._gm(float(r["placeto_us"]) / float(r["start_us"]) for r in sel)
+        vs_ls = G._gm(float(r["placeto_us"]) / float(r["ls@policy_us"]) for r in sel)
         slower = sum(float(r["placeto_us"]) > float(r["single_us"]) * (1 + 1e-9) for r in sel)
         oom = sum(not _fits(r, "placeto") and _fits(r, "m-sct") for r in sel)
-        lines.append(f"| {key} | {len(sel)} | " + " | ".join(f"{_gm(ratio[m]):.3f}" for m in COLUMNS)
+        lines.append(f"| {key} | {len(sel)} | " + " | ".join(f"{G._gm(ratio[m]):.3f}" for m in COLUMNS)
                      + f" | {100 * gain:.1f}% | {vs_ls:.3f} | {max(ratio['placeto']):.3f} | {slower} | {oom} |")
     return head + lines
 
@@ -148,11 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--inside-only", action="store_true", help="only the all-groups run, in distribution")
     p.add_argument("--max-graphs", type=int, default=None, help="test graphs per family (default: all 8)")
     args = p.parse_args(argv)
-    results = evaluate(args.runs, args.inside_only, args.max_graphs)
-    tasks = {G.task_key(t): t for fam in dist.families()
-             for t in dist.family_tasks(fam, "test", clusters=G.EVAL_CLUSTERS, max_graphs=args.max_graphs)}
+    tasks = test_tasks(args.max_graphs)
+    results = evaluate(args.runs, tasks, args.inside_only)
     command = "python -m experiments.reproduce.learned_pass " + " ".join(sys.argv[1:] if argv is None else argv)
-    out = write_report(results, command.strip(), tasks)
+    out = write_report(results, command.strip(), {G.task_key(t): t for t in tasks})
     print(out.read_text())
     return 0
 

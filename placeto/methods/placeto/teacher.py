@@ -1,8 +1,9 @@
 """The teacher Placeto imitates, and how well a policy has learned it.
 
-Training with counterfactual_loss "best" (PlacetoConfig) imitates, on the states the policy visits, the best
-single move at each step: the device of highest immediate reward (`env.action_rewards`, every device simulated),
-the node's current device on ties. Followed at every step, that rule is itself a placer, the teacher's sweep: one
+Training imitates, on the states the policy visits, the best single move at each step: the device of highest
+immediate reward (`env.action_rewards`, every device simulated), the node's current device on ties
+(counterfactual_loss "best": `train.best_device_targets` from `best_moves`; "improving" the same best where it is
+a move that lowers the objective, `train.improving_targets`). Followed at every step, that rule is itself a placer, the teacher's sweep: one
 pass over the visit order, D simulator calls per step, never worse than where it starts. A policy that learned it
 perfectly would reach the teacher's sweep with one simulator call per step.
 
@@ -22,7 +23,7 @@ from placeto.methods.placeto import env as E
 from placeto.methods.placeto.policy import Policy
 from placeto.methods.placeto.rollout import collect_rollout
 
-TIE = 1e-9  # rewards within this of a step's best tie (as train.best_device_targets)
+TIE = 1e-9  # rewards within this of a step's best tie (rewards are fractions of the single-device runtime)
 
 
 class Sweep(NamedTuple):

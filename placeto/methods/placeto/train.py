@@ -56,6 +56,7 @@ from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_
                                               returns_to_go, steps_of)
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
+from placeto.methods.placeto.teacher import TIE, best_moves
 from placeto.objective import meter
 from placeto.progress import advance
 from placeto.rollouts.workers import key_data
@@ -398,14 +399,10 @@ def best_device_targets(ro: Rollout, move_weight: float = 1.0) -> np.ndarray:
     (PlacetoConfig.move_weight).
     """
     r = ro.action_rewards  # [T, B, D]
-    tied = r >= r.max(-1, keepdims=True) - 1e-9
-    t_idx = np.arange(r.shape[0])
-    current = ro.placement[t_idx, :, ro.nodes].astype(np.int64)  # [T, B] device of the node before the step
-    keep = np.take_along_axis(tied, current[..., None], axis=-1)[..., 0]
-    target = tied / tied.sum(-1, keepdims=True)
-    stay = np.zeros_like(target)
-    np.put_along_axis(stay, current[..., None], 1.0, axis=-1)
-    return np.where(keep[..., None], stay, move_weight * target)
+    current = ro.placement[np.arange(r.shape[0]), :, ro.nodes].astype(np.int64)  # [T, B] the node's device before
+    accepted = best_moves(r, current)  # the teacher's devices: the current one alone where it ties for best
+    stays = np.take_along_axis(accepted, current[..., None], axis=-1)
+    return accepted / accepted.sum(-1, keepdims=True) * np.where(stays, 1.0, move_weight)
 
 
 def improving_targets(ro: Rollout) -> np.ndarray:
@@ -416,8 +413,8 @@ def improving_targets(ro: Rollout) -> np.ndarray:
     not help is undone, so at such a state every choice leads to the same placement and nothing is to be learned.
     """
     r = ro.action_rewards  # [T, B, D]
-    improving = r > 1e-9
-    tied = improving & (r >= r.max(-1, keepdims=True) - 1e-9)
+    improving = r > TIE
+    tied = improving & (r >= r.max(-1, keepdims=True) - TIE)
     return tied / np.maximum(tied.sum(-1, keepdims=True), 1)
 
 
