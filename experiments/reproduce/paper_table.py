@@ -32,6 +32,9 @@ learned placement.
 
     python -m experiments.reproduce.paper_table                    # the full table (hours: 12 runs x 20 min)
     python -m experiments.reproduce.paper_table --report           # rebuild the table and plots from the runs
+    python -m experiments.reproduce.paper_table --methods placeto  # rerun Placeto alone, then the table with the
+    python -m experiments.reproduce.paper_table --report --reuse experiments/results/reproduce/paper_table.csv
+                                                                   # earlier runs' RNN curves from the shipped CSV
     python -m experiments.reproduce.paper_table --graphs nmt_l2 --devices 2 --minutes-per-run 0.5 \\
         --runs /tmp/pt_smoke --out-dir /tmp/pt_smoke_results           # a smoke test
 
@@ -61,9 +64,14 @@ METHODS = ["placeto", "rnn"]
 PRESET = "placeto-k80"
 WITHIN = 1.05
 PAPER_RATIO = 6.1
+# Placeto's settings here: generalization.placeto_config's recipe (the list-scheduler start, a move that does not
+# help undone, the schedule inputs, the "improving" counterfactual target). The paper's own recipe (the single
+# device start, every move kept) is `--placeto-set init_placement=single undo_worse=false` (paper_table_paper_recipe.md).
+PLACETO_SET = ["init_placement=list", "undo_worse=true", "schedule_features=true", "counterfactual=true",
+               "counterfactual_loss=improving", "gamma=0.0", "entropy=0.003", "entropy_end=0.0", "grad_steps=32"]
 STATE = "paper_table.json"
 LOG = "paper_table.log"
-CSV_FIELDS = ["graph", "devices", "seed", "method", "run_dir", "single_ms", "expert_ms", "best_ms", "target_ms",
+CSV_FIELDS = ["graph", "devices", "seed", "method", "run_dir", "single_ms", "expert_ms", "start_ms", "best_ms", "target_ms",
               "reached", "placements_to_target", "sim_calls_to_target", "mdp_steps_to_target", "wall_s_to_target",
               "placements", "sim_calls", "mdp_steps", "wall_s", "budget_minutes", "budget_placements",
               "budget_reached_by", "calls", "curve"]
@@ -222,7 +230,9 @@ def run_curve(run: Path, method: str, n_nodes: int | None, state: dict | None = 
         points.append({"placements": placements, "sim_calls": calls, "mdp_steps": steps, "wall_s": round(t, 3),
                        "best_ms": best / 1e3})
     last = points[-1] if points else {"placements": 0, "sim_calls": 0, "mdp_steps": 0 if method == "placeto" else None}
-    return {"points": points, "best_ms": points[-1]["best_ms"] if points else None, "placements": last["placements"],
+    start = float(rows[0]["initial_runtime"]) / 1e3 if method == "placeto" and rows else None
+    return {"points": points, "best_ms": points[-1]["best_ms"] if points else None, "start_ms": start,
+            "placements": last["placements"],
             "sim_calls": last["sim_calls"], "mdp_steps": last["mdp_steps"], "wall_s": round(total_s, 3),
             "calls": len(state.get("calls", []))}
 
@@ -366,16 +376,45 @@ def _ratio(rnn, placeto, rnn_budget, placeto_budget):
     return "-", None
 
 
+def read_reuse(path: Path) -> dict[tuple, dict]:
+    """{(graph, devices, seed, method): {curve, minutes, episodes, source}} from an earlier paper_table.csv.
+
+    The curves of runs whose directories are gone (runs/ is not committed): `--reuse` puts them in the table for
+    entries without metrics of their own. Rows that do not parse are skipped with a note.
+    """
+    csv.field_size_limit(1 << 30)
+    out = {}
+    with Path(path).open(newline="") as f:
+        for i, r in enumerate(csv.DictReader(f), 2):
+            try:
+                points = json.loads(r["curve"])
+                curve = {"points": points, "best_ms": min(p["best_ms"] for p in points) if points else None,
+                         "start_ms": float(r["start_ms"]) if r.get("start_ms") else None,
+                         "placements": int(float(r["placements"])), "sim_calls": int(float(r["sim_calls"])),
+                         "mdp_steps": int(float(r["mdp_steps"])) if r.get("mdp_steps") else None,
+                         "wall_s": float(r["wall_s"]), "calls": int(float(r["calls"] or 0))}
+                key = (r["graph"], int(r["devices"]), int(r["seed"]), r["method"])
+                budget = (float(r["budget_minutes"]) if r.get("budget_minutes") else None,
+                          int(float(r["budget_placements"])) if r.get("budget_placements") else None)
+            except (KeyError, TypeError, ValueError, json.JSONDecodeError) as e:
+                print(f"  note: {path} line {i} not reused ({type(e).__name__}: {e})", flush=True)
+                continue
+            out[key] = {"curve": curve, "minutes": budget[0], "episodes": budget[1], "run_dir": r.get("run_dir"),
+                        "source": str(path)}
+    return out
+
+
 def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bool = True,
-                 budgets: dict | None = None) -> list[dict]:
+                 budgets: dict | None = None, reused: dict | None = None) -> list[dict]:
     """Table, CSV and plots from the runs.
 
-    entries: {graph, devices, seed, method, run_dir} (runs without metrics are listed as missing);
-    references: {(graph name, devices): {single_ms, expert_ms, n_nodes}}; budgets: {method: (minutes, episodes)}
-    for the "not reached" cells. Returns the CSV rows."""
+    entries: {graph, devices, seed, method, run_dir} (runs without metrics are listed as missing, unless `reused`,
+    `read_reuse`'s, holds the entry's curve); references: {(graph name, devices): {single_ms, expert_ms, n_nodes}};
+    budgets: {method: (minutes, episodes)} for the "not reached" cells. Returns the CSV rows."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    budgets = budgets or {}
+    budgets, reused = budgets or {}, reused or {}
+    taken = []  # (graph, devices, seed, method) of the curves taken from `reused`
     rows_out, table_rows, used_budgets = [], [], {}
     keys = []
     for e in entries:
@@ -386,8 +425,13 @@ def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bo
     for e in entries:
         g = graph_name(e["graph"])
         ref = references.get((g, int(e["devices"]))) or {}
-        curve = run_curve(Path(e["run_dir"]), e["method"], ref.get("n_nodes"))
-        curves[(g, int(e["devices"]), int(e["seed"]), e["method"])] = (curve, e)
+        key = (g, int(e["devices"]), int(e["seed"]), e["method"])
+        if not read_metrics(e["run_dir"]) and key in reused:
+            curve, e = reused[key]["curve"], {**e, "reused": reused[key]}
+            taken.append(key)
+        else:
+            curve = run_curve(Path(e["run_dir"]), e["method"], ref.get("n_nodes"))
+        curves[key] = (curve, e)
     for g, d, s in keys:
         ref = references.get((g, d)) or {}
         got = {m: curves.get((g, d, s, m)) for m in METHODS}
@@ -401,8 +445,8 @@ def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bo
                 continue
             curve, e = got[m]
             hit = reached_at(curve["points"], target) if target is not None and curve["points"] else None
-            settings = load_state(Path(e["run_dir"])).get("settings") or {}
-            minutes, episodes = (settings["minutes"], settings["episodes"]) if "minutes" in settings \
+            settings = e["reused"] if "reused" in e else load_state(Path(e["run_dir"])).get("settings") or {}
+            minutes, episodes = (settings["minutes"], settings["episodes"]) if settings.get("minutes") \
                 else budgets.get(m, (None, None))
             used_budgets.setdefault(m, set()).add((minutes, episodes))
             why = None
@@ -413,8 +457,10 @@ def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bo
                     why = "minutes"
             row[m] = {"curve": curve, "hit": hit}
             rows_out.append({
-                "graph": g, "devices": d, "seed": s, "method": m, "run_dir": str(e["run_dir"]),
-                "single_ms": ref.get("single_ms"), "expert_ms": ref.get("expert_ms"), "best_ms": curve["best_ms"],
+                "graph": g, "devices": d, "seed": s, "method": m,
+                "run_dir": str(e["reused"]["run_dir"] if "reused" in e else e["run_dir"]),
+                "single_ms": ref.get("single_ms"), "expert_ms": ref.get("expert_ms"),
+                "start_ms": curve.get("start_ms"), "best_ms": curve["best_ms"],
                 "target_ms": target, "reached": hit is not None,
                 "placements_to_target": hit and hit["placements"], "sim_calls_to_target": hit and hit["sim_calls"],
                 "mdp_steps_to_target": hit and hit["mdp_steps"], "wall_s_to_target": hit and hit["wall_s"],
@@ -427,7 +473,8 @@ def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bo
         w.writeheader()
         for r in rows_out:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
-    (out_dir / "paper_table.md").write_text(markdown(table_rows, used_budgets))
+    sources = sorted({reused[k]["source"] for k in taken})
+    (out_dir / "paper_table.md").write_text(markdown(table_rows, used_budgets, taken, sources))
     if plots:
         for g, d in dict.fromkeys((g, d) for g, d, _ in keys):
             targets = [r["target_ms"] for r in table_rows if (r["graph"], r["devices"]) == (g, d)]
@@ -464,7 +511,8 @@ def summarize(table_rows: list[dict]) -> dict:
     return out
 
 
-def markdown(table_rows: list[dict], budgets: dict[str, set]) -> str:
+def markdown(table_rows: list[dict], budgets: dict[str, set], reused: list[tuple] = (),
+             sources: list[str] = ()) -> str:
     def budget_text(m, curve):
         unit = "episodes" if m == "placeto" else "placements"
         return f"not reached ({_fmt(curve['placements'])} {unit}, {_fmt(curve['wall_s'], 0)} s)"
@@ -484,20 +532,32 @@ def markdown(table_rows: list[dict], budgets: dict[str, set]) -> str:
                                          for b in sorted(bs, key=str)) for m, bs in budgets.items())
         + " (whichever comes first).",
         "",
+        "Placeto's episodes start where its config's init_placement says (\"Placeto start\": \"list\" is the best of "
+        "the list schedulers m-ETF, m-SCT, m-TOPO, HEFT and the single device; \"single\", the paper's, is the single "
+        "device); the RNN samples whole placements from its own distribution. The run settings are in each run's "
+        "paper_table.json and config.json.",
+        "",
+    ]
+    if reused:
+        lines += ["Curves taken from " + ", ".join(sources) + " (earlier runs of this script whose directories are not "
+                  "here; `--reuse`): " + ", ".join(f"{m} {g} {d}d" + (f" s{s}" if s else "") for g, d, s, m in reused)
+                  + ".", ""]
+    lines += [
         "## Runtimes",
         "",
-        "| graph | devices | seed | single device (ms) | human expert (ms) | Placeto best (ms) | RNN best (ms) | "
-        "target (ms) | Placeto beats expert | Placeto within 5% of best learned |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| graph | devices | seed | single device (ms) | human expert (ms) | Placeto start (ms) | Placeto best (ms) | "
+        "RNN best (ms) | target (ms) | Placeto beats expert | Placeto within 5% of best learned |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in table_rows:
         pb, rb = _best(row, "placeto"), _best(row, "rnn")
         beats = "-" if row["expert_ms"] is None or pb is None else ("yes" if pb < row["expert_ms"] else "no")
         within = "-" if row.get("placeto") is None or row["target_ms"] is None else \
             ("yes" if row["placeto"]["hit"] is not None else "no")
+        start = row["placeto"]["curve"].get("start_ms") if row.get("placeto") is not None else None
         lines.append(f"| {row['graph']} | {row['devices']} | {row['seed']} | {_fmt(row['single_ms'], 2)} | "
-                     f"{_fmt(row['expert_ms'], 2)} | {_fmt(pb, 2)} | {_fmt(rb, 2)} | {_fmt(row['target_ms'], 2)} | "
-                     f"{beats} | {within} |")
+                     f"{_fmt(row['expert_ms'], 2)} | {_fmt(start, 2)} | {_fmt(pb, 2)} | {_fmt(rb, 2)} | "
+                     f"{_fmt(row['target_ms'], 2)} | {beats} | {within} |")
     lines += [
         "",
         "## Training to reach the target",
@@ -619,13 +679,17 @@ def main(argv=None) -> int:
                          " schedules span it, so it is not set far beyond what fits in the minutes)")
     ap.add_argument("--episodes-rnn", type=int, default=1_000_000,
                     help="the RNN's sample budget (default %(default)s: the minutes bind; its schedule is constant)")
-    ap.add_argument("--placeto-set", nargs="*", default=[], metavar="FIELD=VALUE",
-                    help="--set for the Placeto runs (PlacetoConfig fields, e.g. init_placement=random gamma=1.0)")
+    ap.add_argument("--placeto-set", nargs="*", default=PLACETO_SET, metavar="FIELD=VALUE",
+                    help="--set for the Placeto runs (PlacetoConfig fields; default: %(default)s; the paper's own "
+                         "recipe: init_placement=single undo_worse=false)")
     ap.add_argument("--rnn-set", nargs="*", default=[], metavar="FIELD=VALUE", help="--set for the RNN runs")
     ap.add_argument("--runs", default=str(ROOT / "runs" / "paper_table"), help="parent of the run directories")
     ap.add_argument("--out-dir", default=str(ROOT / "experiments" / "results" / "reproduce"),
                     help="where the table and plots go")
     ap.add_argument("--report", action="store_true", help="only rebuild the table and plots from existing runs")
+    ap.add_argument("--reuse", metavar="CSV", help="an earlier paper_table.csv: the curves of entries whose run "
+                    "directory has no metrics come from it (e.g. the RNN's, to rerun only Placeto: --methods placeto, "
+                    "then --report --reuse)")
     args = ap.parse_args(argv)
 
     budgets = {"placeto": (args.minutes_per_run, args.episodes_placeto),
@@ -653,11 +717,13 @@ def main(argv=None) -> int:
     for g in args.graphs:
         for d in args.devices:
             references[(graph_name(g), d)] = reference_runtimes(g, d, args.preset)
-    present = [e for e in entries if read_metrics(e["run_dir"])]
+    reused = read_reuse(Path(args.reuse)) if args.reuse else {}
+    present = [e for e in entries if read_metrics(e["run_dir"])
+               or (graph_name(e["graph"]), e["devices"], e["seed"], e["method"]) in reused]
     for e in entries:
         if e not in present:
             print(f"  missing: {e['run_dir']} (no metrics)", flush=True)
-    build_report(present, references, Path(args.out_dir), budgets=budgets)
+    build_report(present, references, Path(args.out_dir), budgets=budgets, reused=reused)
     print(f"wrote {Path(args.out_dir) / 'paper_table.md'}, paper_table.csv and paper_table_<graph>_<D>d.png")
     return 0
 

@@ -32,7 +32,7 @@ def _write_csv(path: Path, fields: list[str], rows: list[dict]) -> None:
 
 def _placeto_run(run: Path, best_us: list[float], wall_s: list[float], calls: list[dict] | None) -> None:
     rows = [{"update": i + 1, "episode": 8 * (i + 1), "graph": "g", "sim_calls": 100 * (i + 1), "best_runtime": b,
-             "wall_s": t} for i, (b, t) in enumerate(zip(best_us, wall_s))]
+             "initial_runtime": 5.5e4, "wall_s": t} for i, (b, t) in enumerate(zip(best_us, wall_s))]
     _write_csv(run / "metrics.csv", PLACETO_FIELDS, rows)
     (run / "config.json").write_text(json.dumps({"passes": 2, "episodes_per_update": 8}))
     if calls is not None:
@@ -107,6 +107,7 @@ def test_report_target_reached_and_ratios(pt, tmp_path):
     assert by[(4, "rnn")]["reached"] is False and by[(4, "placeto")]["placements_to_target"] == 16
 
     md = (out / "paper_table.md").read_text()
+    assert "| g | 2 | 0 | 60.00 | 45.00 | 55.00 | 40.00 | 41.00 | 42.00 | yes | yes |" in md  # start 55 ms
     assert "| g | 2 | 0 | 24 | 4,800 | 300 | 30 | 128 | 24 | 5.33x | 0.43x | 0.80x |" in md
     assert ">3.00x" in md  # 4 devices: the RNN's 48 placements over Placeto's 16 episodes, not reached
     assert "6.1x" in md and "training steps" in md
@@ -125,3 +126,30 @@ def test_report_target_reached_and_ratios(pt, tmp_path):
     s = pt.summarize(table)
     assert s["within_5pct"] == ["g 2d"] and s["beats_expert"] == ["g 2d"]
     assert s["ratios"]["g 2d"][1] == pytest.approx(128 / 24)
+
+
+def test_reuse_takes_missing_curves_from_an_earlier_csv(pt, tmp_path):
+    """--reuse: a run directory that is gone (here the RNN's) gets its curve and budget from an earlier CSV; the
+    table is the same and says where those rows came from; a run with metrics of its own keeps them."""
+    runs = tmp_path / "runs"
+    _placeto_run(runs / "g_2d_placeto_s0", [5e4, 4.5e4, 4.1e4, 4e4], [10, 20, 30, 40],
+                 [{"prior_last_update": None, "first_update": 1, "last_update": 4, "finished": True, "train_s": 40}])
+    _rnn_run(runs / "g_2d_rnn_s0", [6e4, 5e4, 4.3e4, 4.15e4], [3.0, 6.0, 9.0, 12.0])
+    entries = [{"graph": "g", "devices": 2, "seed": 0, "method": m, "run_dir": runs / f"g_2d_{m}_s0"}
+               for m in ("placeto", "rnn")]
+    refs = {("g", 2): {"single_ms": 60.0, "expert_ms": 45.0, "n_nodes": 100}}
+    budgets = {"placeto": (12, 2000), "rnn": (12, 10**6)}
+    first = pt.build_report(entries, refs, tmp_path / "a", plots=False, budgets=budgets)
+    (runs / "g_2d_rnn_s0" / "metrics.csv").unlink()
+    _placeto_run(runs / "g_2d_placeto_s0", [5e4, 3.9e4], [10, 20],  # a new Placeto run: its own curve counts
+                 [{"prior_last_update": None, "first_update": 1, "last_update": 2, "finished": True, "train_s": 20}])
+    reused = pt.read_reuse(tmp_path / "a" / "paper_table.csv")
+    again = pt.build_report(entries, refs, tmp_path / "b", plots=False, budgets=budgets, reused=reused)
+    old_rnn, new_rnn = [[r for r in rows if r["method"] == "rnn"][0] for rows in (first, again)]
+    assert json.loads(new_rnn["curve"]) == json.loads(old_rnn["curve"])
+    assert (new_rnn["best_ms"], new_rnn["wall_s"], new_rnn["budget_minutes"]) == (41.5, 12.0, 12)
+    new_p = [r for r in again if r["method"] == "placeto"][0]
+    assert new_p["best_ms"] == 39.0 and new_p["target_ms"] == pytest.approx(39.0 * 1.05)
+    md = (tmp_path / "b" / "paper_table.md").read_text()
+    assert "Curves taken from " + str(tmp_path / "a" / "paper_table.csv") in md and "rnn g 2d." in md
+    assert "Curves taken from" not in (tmp_path / "a" / "paper_table.md").read_text()

@@ -7,6 +7,7 @@ episode(s) is returned, not only the last one; the simulator-call count is what 
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -18,7 +19,7 @@ from placeto.methods.placeto import env as E
 from placeto.checkpoint_io import check_devices, param_template, read_blob, restore
 from placeto.checkpoint_io import read_config as read_method_config
 from placeto.methods.placeto.config import PlacetoConfig
-from placeto.features import GraphArrays, graph_arrays
+from placeto.features import graph_arrays
 from placeto.methods.placeto.policy import make_policy
 from placeto.methods.placeto.rollout import collect_rollout
 from placeto.objective import score_batch
@@ -43,12 +44,34 @@ def read_config(run_dir: PathLike) -> PlacetoConfig:
     return read_method_config(run_dir, PlacetoConfig)
 
 
-def load_params(checkpoint_dir: str | Path, arrays: GraphArrays) -> tuple[PlacetoConfig, Any]:
-    """(config, params) of a run directory, for placement with a trained policy."""
+def load_params(checkpoint_dir: str | Path) -> tuple[PlacetoConfig, Any]:
+    """(config, params) of a run directory, for placement with a trained policy.
+
+    Raises:
+      InputError: naming config.json or the checkpoint and the field, if either is not this model's.
+    """
     d = Path(checkpoint_dir)
     config = read_config(d)
-    template = param_template(lambda: make_policy(config).init(jax.random.key(0), arrays))
-    return config, restore(template, read_blob(d / CHECKPOINT)["params"], "params", d / CHECKPOINT)
+    return config, restore(policy_template(config), read_blob(d / CHECKPOINT)["params"], "params", d / CHECKPOINT)
+
+
+def policy_template(config: PlacetoConfig) -> Any:
+    """The parameter pytree of `config`'s network, zero-filled (`checkpoint_io.param_template`).
+
+    Parameter shapes do not depend on the graph, so a small probe graph gives them; memoised per network (the
+    trace is a quarter of a second, more than the pass itself on a graph of a few hundred nodes), so placing many
+    graphs with one policy traces it once.
+    """
+    return _template(make_policy(config))
+
+
+@functools.lru_cache(maxsize=None)
+def _template(policy) -> Any:
+    probe = layered_dag(8, seed=0)
+    cluster = cluster_preset("placeto-k80", min(2, policy.net.max_devices))
+    arrays = jax.device_put(graph_arrays(probe, cluster, np.arange(probe.n_nodes, dtype=np.int32),
+                                         policy.net.max_devices))  # jax arrays: indexed by tracers in the trace
+    return param_template(lambda: policy.init(jax.random.key(0), arrays))
 
 
 class PlaceResult(NamedTuple):
@@ -84,10 +107,9 @@ def place(graph: Graph, cluster: Cluster, checkpoint_dir: str | Path | None = No
     checkpoint_dir = resolve_checkpoint(checkpoint_dir)
     config = read_config(checkpoint_dir)
     check_devices(config, cluster.n_devices, checkpoint_dir)
-    read_blob(Path(checkpoint_dir) / CHECKPOINT)  # a corrupt checkpoint fails before the model is built
+    _, params = load_params(checkpoint_dir)  # a corrupt checkpoint fails before the graph's context is built
     ctx = E.make_context(graph, cluster, config)
     arrays = jax.device_put(ctx.arrays)
-    _, params = load_params(checkpoint_dir, arrays)
     policy = make_policy(config)
     key = jax.random.key(seed)
     rollouts = [collect_rollout(policy, params, ctx, arrays, key, 1, seed, greedy=True, record=False,
@@ -136,11 +158,5 @@ def load_policy_params(checkpoint: PathLike | None) -> tuple[PlacetoConfig, Any]
     The params are restored into the network's structure.
     """
     config = load_config(checkpoint)
-    # Parameter shapes do not depend on the graph: any small graph gives the template.
-    probe = layered_dag(8, seed=0)
-    cluster = cluster_preset("placeto-k80", min(2, config.max_devices))
-    arrays = jax.device_put(graph_arrays(probe, cluster, np.arange(probe.n_nodes, dtype=np.int32),
-                                         config.max_devices))  # jax arrays: indexed by tracers in the trace
-    template = param_template(lambda: make_policy(config).init(jax.random.key(0), arrays))
     path = resolve_checkpoint(checkpoint) / CHECKPOINT
-    return config, restore(template, read_blob(path)["params"], "params", path)  # shapes checked: InputError
+    return config, restore(policy_template(config), read_blob(path)["params"], "params", path)  # InputError

@@ -74,8 +74,7 @@ def test_kill_and_resume(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         T.train(config, graphs, cluster, tmp_path)
     monkeypatch.setattr(T, "_update", real_update)
-    arrays = jax.device_put(T.E.make_context(graphs[0], cluster, config).arrays)
-    _, saved = load_params(tmp_path, arrays)
+    _, saved = load_params(tmp_path)
 
     seen = {}
 
