@@ -16,20 +16,28 @@ Memory-constrained SCT (Jeon et al. 2020; Baechi's placer/m_sct.py):
 2. Rounding: edge i -> j is a favourite edge if round(x_ij - threshold + 0.5) == 0 (Baechi's rule and
    threshold 0.5), assigned in edge order with Baechi's overwrites: a later favourite child of i replaces the
    earlier one, and a later favoured parent of j clears the earlier parent's favourite.
-3. m-ETF's event loop (`listsched.baechi_reference.baechi_sct`), except that a free device whose last op's favourite
-   child is ready and starts earliest there waits for it unless another op is urgent.
+3. Baechi's m-ETF event loop, except that a free device whose last op's favourite child is ready and starts
+   earliest there waits for it unless another op is urgent: `sct_schedule`, numba kernels over `listsched.kernels`'
+   timeline, equal bit for bit to the plain oracle `listsched.baechi_reference.baechi_sct` (its cached input-ready
+   estimates, ties, event times and memory fallback included).
 
-Complexity: the LP (N + P variables) plus the plain-Python event loop, about N * R * D.
+Complexity: the LP (N + P variables) plus the event loop, O((N + T) * R * D) for T event times and R the largest
+ready set (every pick rebuilds the ready nodes' schedule times from the cached estimates). The LP takes most of the
+time: on inception_v3 (582 nodes) at 4 K80s the loop takes about 2 ms, the plain oracle about 0.1 s
+(experiments/benchmarks/m_sct_speed.py).
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
+import numba
 import numpy as np
 import scipy.optimize
 import scipy.sparse
 
-from placeto.baselines.listsched.baechi_reference import baechi_sct
-from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL, ScheduleProblem, build_problem
+from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
+from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL, Schedule, ScheduleProblem, build_problem
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
@@ -45,7 +53,7 @@ def m_sct(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TR
     """
     del seed  # deterministic
     prob = build_problem(graph, cluster, model)
-    return baechi_sct(prob, favourite_children(prob, threshold)).device
+    return sct_schedule(prob, favourite_children(prob, threshold)).device
 
 
 def edges_by_source(prob: ScheduleProblem) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -149,3 +157,298 @@ def favourite_children(prob: ScheduleProblem, threshold: float = THRESHOLD) -> n
             fav[parent[j]] = -1
         parent[j] = i
     return np.asarray(fav, dtype=np.int64)
+
+
+# ---- the event loop (fast path of baechi_reference.baechi_sct) ----------------------------------------------
+# The kernels fill arrays element by element, not by slice assignment: the shape check of one can raise, and then
+# numba counts references to every array of the tuples on each call (kernels.ready_time has the same comment).
+def sct_schedule(prob: ScheduleProblem, favourite: np.ndarray) -> Schedule:
+    """The m-SCT schedule with these favourite children: the fast path of `baechi_reference.baechi_sct`.
+
+    favourite: int[N] the child each node's device waits for; -1 (or any value outside [0, N), as in the reference):
+    none.
+    """
+    n = prob.cost.shape[0]
+    fav = np.asarray(favourite).astype(np.int64)
+    if fav.shape != (n,):
+        raise ValueError(f"m-sct: favourite must have shape ({n},), got {fav.shape}")
+    tl = new_timeline(prob)
+    _sct_kernel(prob, tl, _new_loop(prob, np.where((fav >= 0) & (fav < n), fav, -1)))
+    return Schedule(tl.device, tl.start, tl.end)
+
+
+class _Loop(NamedTuple):
+    """`baechi_reference._Loop`'s state beside the `kernels.Timeline`, as arrays.
+
+    N nodes, D devices. A node's cached estimates exist only while it is ready. tss, fit, lo, hi, earliest and
+    urgent are the reference's tss and what it reads off them, rebuilt for the ready nodes before every pick.
+    """
+
+    fav: np.ndarray  # int64[N] favourite child, -1: none
+    waiting: np.ndarray  # int64[N] parents not ended yet
+    ready: np.ndarray  # int64[N] ready[:count[0]] the ready nodes, unordered (every choice breaks ties by topo_pos)
+    slot: np.ndarray  # int64[N] index of the node in ready, -1: not ready
+    releases: np.ndarray  # int64[N] releases[:count[1]] placed nodes whose children wait for their end
+    count: np.ndarray  # int64[3] ready nodes, releases, placed nodes
+    last_op: np.ndarray  # int64[D] the last node placed on the device, -1: none
+    awake: np.ndarray  # bool[D] the device waits for its last node's favourite child
+    est: np.ndarray  # float64[N, D] cached input-ready estimates (Baechi's ready_tss)
+    valid: np.ndarray  # bool[N, D] est is cached
+    xfer: np.ndarray  # bool[N, D] the estimate needs a transfer (its senders are not empty)
+    tss: np.ndarray  # float64[N, D] schedule time: max(estimate, device free), where fit
+    fit: np.ndarray  # bool[N, D] the node's need fits on the device (memory tier 0)
+    lo: np.ndarray  # float64[N] earliest schedule time over the devices it fits (inf: none)
+    hi: np.ndarray  # float64[N] latest: the urgent time (-inf: none)
+    earliest: np.ndarray  # int64[D] the ready node fitting on the device with the earliest (tss, position), -1: none
+    urgent: np.ndarray  # int64[D] the one with the earliest (urgent time, position), -1: none
+    changed: np.ndarray  # bool[D] the channels the placement being made books, and its device
+
+
+def _new_loop(prob: ScheduleProblem, fav: np.ndarray) -> _Loop:
+    """Nothing placed: the sources are ready."""
+    n, n_dev = prob.cost.shape
+    waiting = np.diff(prob.par_off).astype(np.int64)
+    sources = np.flatnonzero(waiting == 0)
+    ready, slot = np.zeros(n, np.int64), np.full(n, -1, np.int64)
+    ready[:sources.size] = sources
+    slot[sources] = np.arange(sources.size)
+    return _Loop(fav, waiting, ready, slot, np.zeros(n, np.int64), np.array([sources.size, 0, 0], np.int64),
+                 np.full(n_dev, -1, np.int64), np.zeros(n_dev, np.bool_), np.zeros((n, n_dev)),
+                 np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)),
+                 np.zeros((n, n_dev), np.bool_), np.full(n, np.inf), np.full(n, -np.inf),
+                 np.full(n_dev, -1, np.int64), np.full(n_dev, -1, np.int64), np.zeros(n_dev, np.bool_))
+
+
+@numba.njit(cache=True)
+def _release(now, prob, tl, lp):
+    """The placed nodes ended by `now` release their children; a child whose parents have all ended is ready."""
+    end, releases, count, waiting, ready, slot = tl.end, lp.releases, lp.count, lp.waiting, lp.ready, lp.slot
+    i = 0
+    while i < count[1]:
+        v = releases[i]
+        if end[v] > now:
+            i += 1
+            continue
+        count[1] -= 1
+        releases[i] = releases[count[1]]
+        for j in range(prob.ch_off[v], prob.ch_off[v + 1]):
+            c = prob.ch[j]
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                slot[c] = count[0]
+                ready[count[0]] = c
+                count[0] += 1
+
+
+@numba.njit(cache=True)
+def _populate(prob, tl, lp):
+    """The ready nodes' schedule times on the devices they fit (the reference's tss), and per device its earliest
+    and its most urgent ready node (the reference's _earliest and _most_urgent on these times).
+    """
+    n_dev, topo, avail = prob.cost.shape[1], prob.topo_pos, tl.avail
+    ready, fit, valid, est, xfer, tss, lo, hi = lp.ready, lp.fit, lp.valid, lp.est, lp.xfer, lp.tss, lp.lo, lp.hi
+    earliest, urgent = lp.earliest, lp.urgent
+    for d in range(n_dev):
+        earliest[d], urgent[d] = -1, -1
+    for i in range(lp.count[0]):
+        v = ready[i]
+        first, last = np.inf, -np.inf
+        for d in range(n_dev):
+            fit[v, d] = tier(v, d, prob, tl) == 0
+            if fit[v, d]:
+                if not valid[v, d]:  # the reference's _estimate
+                    est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
+                    valid[v, d] = True
+                t = max(est[v, d], avail[d])
+                tss[v, d] = t
+                first, last = min(first, t), max(last, t)
+        lo[v], hi[v] = first, last
+        for d in range(n_dev):
+            if fit[v, d]:
+                w = earliest[d]
+                if w < 0 or (tss[v, d], topo[v]) < (tss[w, d], topo[w]):
+                    earliest[d] = v
+                w = urgent[d]
+                if w < 0 or (last, topo[v]) < (hi[w], topo[w]):
+                    urgent[d] = v
+
+
+@numba.njit(cache=True)
+def _pick(now, prob, tl, lp):
+    """(node, device) to place now, (-1, -1): none; sets awake.
+
+    Each free device's pick (Baechi's get_op_to_schedule): if its last node's favourite child is ready, fits and
+    starts earliest on it, the device waits for that child ("awake") unless its most urgent node's urgent time has
+    come; else its earliest node if that time has come. Of the picks, the earliest (schedule time, position) wins,
+    the lower device on ties.
+    """
+    topo, avail, fav, awake, last_op, slot = prob.topo_pos, tl.avail, lp.fav, lp.awake, lp.last_op, lp.slot
+    fit, tss, lo, hi, earliest, urgent = lp.fit, lp.tss, lp.lo, lp.hi, lp.earliest, lp.urgent
+    bv, bd, bs, bp = -1, -1, 0.0, 0
+    for d in range(prob.cost.shape[1]):
+        awake[d] = False
+        if avail[d] > now:
+            continue
+        v = -1
+        fc = fav[last_op[d]] if last_op[d] >= 0 else -1
+        if fc >= 0 and slot[fc] >= 0 and fit[fc, d] and tss[fc, d] == lo[fc]:
+            awake[d] = True  # wait for the favourite child unless something is urgent
+            u = urgent[d]
+            if u >= 0 and hi[u] <= now:
+                v = u
+            elif tss[fc, d] <= now:
+                v = fc
+        elif earliest[d] >= 0 and tss[earliest[d], d] <= now:
+            v = earliest[d]
+        if v >= 0 and (bv < 0 or (tss[v, d], topo[v]) < (bs, bp)):
+            bv, bd, bs, bp = v, d, tss[v, d], topo[v]
+    return bv, bd
+
+
+@numba.njit(cache=True)
+def _next_time(now, prob, tl, lp):
+    """(found, time) of the next event, after a pick found nothing to run.
+
+    The earliest pending release, busy device's free time, awake device's favourite child's schedule time and
+    most urgent node's urgent time, and other free device's earliest schedule time. found is False when there is
+    none.
+    """
+    end, avail, fav, awake, last_op, slot = tl.end, tl.avail, lp.fav, lp.awake, lp.last_op, lp.slot
+    fit, tss, hi, earliest, urgent = lp.fit, lp.tss, lp.hi, lp.earliest, lp.urgent
+    found, nxt = False, np.inf
+    for i in range(lp.count[1]):
+        e = end[lp.releases[i]]
+        if e > now:
+            found, nxt = True, min(nxt, e)
+    for d in range(prob.cost.shape[1]):
+        if avail[d] > now:  # busy
+            found, nxt = True, min(nxt, avail[d])
+        elif awake[d]:  # set on this state by the last pick, so the favourite child is ready and fits on d
+            fc = fav[last_op[d]]
+            if slot[fc] >= 0 and fit[fc, d]:
+                found, nxt = True, min(nxt, tss[fc, d])
+            if urgent[d] >= 0:
+                found, nxt = True, min(nxt, hi[urgent[d]])
+        elif earliest[d] >= 0:
+            found, nxt = True, min(nxt, tss[earliest[d], d])
+    if found and nxt <= now:
+        raise AssertionError("m-sct: the next event time does not move forward")  # Baechi's assertion
+    return found, nxt
+
+
+@numba.njit(cache=True)
+def _without_memory(now, prob, tl, lp):
+    """(node, device, start) of the earliest best-tier pair, when nothing fits and nothing runs.
+
+    Start max(estimate, device free, now); ties: topological position, then lower device.
+    """
+    n_dev, topo, avail, ready, valid, est, xfer = prob.cost.shape[1], prob.topo_pos, tl.avail, lp.ready, lp.valid, \
+        lp.est, lp.xfer
+    low = 2
+    for i in range(lp.count[0]):
+        for d in range(n_dev):
+            low = min(low, tier(ready[i], d, prob, tl))
+    bv, bd, bs, bp = -1, -1, 0.0, 0
+    for i in range(lp.count[0]):
+        v = ready[i]
+        for d in range(n_dev):
+            if tier(v, d, prob, tl) != low:
+                continue
+            if not valid[v, d]:
+                est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
+                valid[v, d] = True
+            s = max(max(est[v, d], avail[d]), now)
+            if bv < 0 or (s, topo[v], d) < (bs, bp, bd):
+                bv, bd, bs, bp = v, d, s, topo[v]
+    if bv < 0:
+        raise AssertionError("m-sct: no node is ready")
+    return bv, bd, bs
+
+
+@numba.njit(cache=True)
+def _sends(j, e, prob, tl):
+    """Whether parent pair j must send to device e: its parent is elsewhere and an output it gives is not on e."""
+    if tl.device[prob.par[j]] == e:
+        return False
+    for i in range(prob.in_off[j], prob.in_off[j + 1]):
+        if tl.arrival[prob.in_out[i], e] < 0:
+            return True
+    return False
+
+
+@numba.njit(cache=True)
+def _forget(v, d, prob, tl, lp):
+    """Forget the estimates that placing v on d makes stale, before the placement is booked.
+
+    The reference's rule: v's own, and each one that needs a transfer whose device, or a device sending to it, is d
+    or sends v's inputs (changed). The reference keeps each estimate's senders; here they are read off the timeline
+    as it is before the booking, where they are the same: an estimate is kept only while no booking touched its
+    senders' channels nor its device, so none of its missing inputs has arrived since.
+    """
+    device, par, par_off, ready, valid, xfer, changed = tl.device, prob.par, prob.par_off, lp.ready, lp.valid, \
+        lp.xfer, lp.changed
+    for e in range(prob.cost.shape[1]):
+        changed[e], valid[v, e] = False, False
+    for j in range(par_off[v], par_off[v + 1]):
+        if _sends(j, d, prob, tl):
+            changed[device[par[j]]] = True
+    changed[d] = True
+    for i in range(lp.count[0]):
+        w = ready[i]
+        for e in range(prob.cost.shape[1]):
+            if not (valid[w, e] and xfer[w, e]):
+                continue
+            stale = changed[e]
+            j = par_off[w]
+            while not stale and j < par_off[w + 1]:
+                stale = changed[device[par[j]]] and _sends(j, e, prob, tl)
+                j += 1
+            if stale:
+                valid[w, e] = False
+
+
+@numba.njit(cache=True)
+def _place(v, d, now, prob, tl, lp):
+    """Book v on d from `now` (the reference's _place); a zero-cost v's children are ready at once."""
+    _forget(v, d, prob, tl, lp)
+    place(v, d, now, prob, tl)
+    ready, slot, count, releases = lp.ready, lp.slot, lp.count, lp.releases
+    lp.last_op[d] = v
+    count[2] += 1
+    count[0] -= 1
+    last = ready[count[0]]
+    ready[slot[v]] = last
+    slot[last] = slot[v]
+    slot[v] = -1
+    releases[count[1]] = v
+    count[1] += 1
+    _release(now, prob, tl, lp)
+
+
+@numba.njit(cache=True)
+def _sct_kernel(prob, tl, lp):
+    """The reference's run(): at each event time advance, place the picks, then move to the next event time.
+
+    _populate is called here, not from _pick, so that _pick calls nothing: a kernel that calls a large one (not
+    inlined) on the tuples counts references to all their arrays each time it runs, and _pick runs on every pick.
+    """
+    n, n_dev = prob.cost.shape
+    now = 0.0
+    while lp.count[2] < n:
+        for d in range(n_dev):
+            tl.avail[d] = max(tl.avail[d], now)
+        _release(now, prob, tl, lp)
+        while True:
+            _populate(prob, tl, lp)
+            v, d = _pick(now, prob, tl, lp)
+            if v < 0:
+                break
+            _place(v, d, now, prob, tl, lp)
+        if lp.count[2] == n:
+            break
+        found, nxt = _next_time(now, prob, tl, lp)
+        if found:
+            now = nxt
+        else:
+            v, d, now = _without_memory(now, prob, tl, lp)
+            _place(v, d, now, prob, tl, lp)

@@ -93,12 +93,16 @@ def ready_time(v, d, commit, prob, tl):
 
     With commit, book the transfers and mark the booked channels in tl.changed.
     """
+    # Element loops, not slice assignments: the shape check of one can raise, and then numba counts references to
+    # every array of prob and tl on each call (about 0.2 us, more than the work on a node with few parents).
     if commit:
         chan = tl.chan
-        tl.changed[:] = False
+        for e in range(chan.shape[0]):
+            tl.changed[e] = False
     else:
         chan = tl.scratch
-        chan[:] = tl.chan
+        for e in range(chan.shape[0]):
+            chan[e] = tl.chan[e]
     r, any_xfer = 0.0, False
     for j in range(prob.par_off[v], prob.par_off[v + 1]):
         q = prob.par[j]
