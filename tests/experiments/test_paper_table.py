@@ -107,7 +107,7 @@ def test_report_target_reached_and_ratios(pt, tmp_path):
     assert by[(4, "rnn")]["reached"] is False and by[(4, "placeto")]["placements_to_target"] == 16
 
     md = (out / "paper_table.md").read_text()
-    assert "| g | 2 | 0 | 60.00 | 45.00 | 55.00 | 40.00 | 41.00 | 42.00 | yes | yes |" in md  # start 55 ms
+    assert "| g | 2 | 0 | 60.00 | 45.00 | 55.00 | 50.00 | 40.00 | 60.00 | 41.00 | 42.00 | yes | yes | 0.80 | 5.33 |" in md
     assert "| g | 2 | 0 | 24 | 4,800 | 300 | 30 | 128 | 24 | 5.33x | 0.43x | 0.80x |" in md
     assert ">3.00x" in md  # 4 devices: the RNN's 48 placements over Placeto's 16 episodes, not reached
     assert "6.1x" in md and "training steps" in md
