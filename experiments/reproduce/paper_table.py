@@ -39,7 +39,14 @@ learned placement.
         --runs /tmp/pt_smoke --out-dir /tmp/pt_smoke_results           # a smoke test
 
 Writes <out-dir>/paper_table.md (the table), paper_table.csv (a row per run, its curve as JSON) and
-paper_table_<graph>_<D>d.png (best-so-far curves). Imports only the simulator (single-device and expert runtimes);
+paper_table_<graph>_<D>d.png (best-so-far curves); `--name` changes the stem. The Placeto runs of the paper's own
+recipe (the single-device start, every move kept; before the schedule inputs existed), kept as
+paper_table_paper_recipe.md:
+
+    python -m experiments.reproduce.paper_table --placeto-set init_placement=single undo_worse=false \
+        schedule_features=false --runs runs/paper_table_paper --name paper_table_paper_recipe
+    python -m experiments.reproduce.paper_table --report --runs runs/paper_table_paper \
+        --reuse experiments/results/reproduce/paper_table_paper_recipe.csv --name paper_table_paper_recipe Imports only the simulator (single-device and expert runtimes);
 training runs in subprocesses.
 """
 
@@ -69,6 +76,7 @@ PAPER_RATIO = 6.1
 # device start, every move kept) is `--placeto-set init_placement=single undo_worse=false` (paper_table_paper_recipe.md).
 PLACETO_SET = ["init_placement=list", "undo_worse=true", "schedule_features=true", "counterfactual=true",
                "counterfactual_loss=improving", "gamma=0.0", "entropy=0.003", "entropy_end=0.0", "grad_steps=32"]
+NAME = "paper_table"  # the stem of the files written (--name)
 STATE = "paper_table.json"
 LOG = "paper_table.log"
 CSV_FIELDS = ["graph", "devices", "seed", "method", "run_dir", "single_ms", "expert_ms", "start_ms", "best_ms", "target_ms",
@@ -376,6 +384,12 @@ def _ratio(rnn, placeto, rnn_budget, placeto_budget):
     return "-", None
 
 
+def _shown(path: str) -> str:
+    """`path` relative to the repository where it is inside it."""
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(path)
+
+
 def read_reuse(path: Path) -> dict[tuple, dict]:
     """{(graph, devices, seed, method): {curve, minutes, episodes, source}} from an earlier paper_table.csv.
 
@@ -405,12 +419,13 @@ def read_reuse(path: Path) -> dict[tuple, dict]:
 
 
 def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bool = True,
-                 budgets: dict | None = None, reused: dict | None = None) -> list[dict]:
+                 budgets: dict | None = None, reused: dict | None = None, name: str = NAME) -> list[dict]:
     """Table, CSV and plots from the runs.
 
     entries: {graph, devices, seed, method, run_dir} (runs without metrics are listed as missing, unless `reused`,
     `read_reuse`'s, holds the entry's curve); references: {(graph name, devices): {single_ms, expert_ms, n_nodes}};
-    budgets: {method: (minutes, episodes)} for the "not reached" cells. Returns the CSV rows."""
+    budgets: {method: (minutes, episodes)} for the "not reached" cells; `name`: the stem of the files written
+    (<name>.md, <name>.csv, <name>_<graph>_<D>d.png). Returns the CSV rows."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     budgets, reused = budgets or {}, reused or {}
@@ -468,18 +483,18 @@ def build_report(entries: list[dict], references: dict, out_dir: Path, plots: bo
                 "wall_s": curve["wall_s"], "budget_minutes": minutes, "budget_placements": episodes,
                 "budget_reached_by": why, "calls": curve["calls"], "curve": json.dumps(curve["points"])})
         table_rows.append(row)
-    with (out_dir / "paper_table.csv").open("w", newline="") as f:
+    with (out_dir / f"{name}.csv").open("w", newline="") as f:
         w = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         for r in rows_out:
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
-    sources = sorted({reused[k]["source"] for k in taken})
-    (out_dir / "paper_table.md").write_text(markdown(table_rows, used_budgets, taken, sources))
+    sources = sorted({_shown(reused[k]["source"]) for k in taken})
+    (out_dir / f"{name}.md").write_text(markdown(table_rows, used_budgets, taken, sources, name))
     if plots:
         for g, d in dict.fromkeys((g, d) for g, d, _ in keys):
             targets = [r["target_ms"] for r in table_rows if (r["graph"], r["devices"]) == (g, d)]
             plot_row(g, d, [(s, m, curves[(g, d, s, m)][0]) for (gg, dd, s, m) in curves if (gg, dd) == (g, d)],
-                     references.get((g, d)) or {}, out_dir / f"paper_table_{g}_{d}d.png",
+                     references.get((g, d)) or {}, out_dir / f"{name}_{g}_{d}d.png",
                      [t for t in targets if t is not None])
     return rows_out
 
@@ -526,7 +541,7 @@ def summarize(table_rows: list[dict]) -> dict:
 
 
 def markdown(table_rows: list[dict], budgets: dict[str, set], reused: list[tuple] = (),
-             sources: list[str] = ()) -> str:
+             sources: list[str] = (), name: str = "paper_table") -> str:
     def budget_text(m, curve):
         unit = "episodes" if m == "placeto" else "placements"
         return f"not reached ({_fmt(curve['placements'])} {unit}, {_fmt(curve['wall_s'], 0)} s)"
@@ -630,8 +645,8 @@ def markdown(table_rows: list[dict], budgets: dict[str, set], reused: list[tuple
         + (f"{min(ratios):.2f}x to {max(ratios):.2f}x" if ratios else "no row")
         + f" (the paper: up to {PAPER_RATIO}x fewer training steps for Placeto).",
         "",
-        "Plots: paper_table_<graph>_<D>d.png (best-so-far runtime against training seconds, placements and "
-        "simulator calls). Per-run curves: paper_table.csv.",
+        f"Plots: {name}_<graph>_<D>d.png (best-so-far runtime against training seconds, placements and "
+        f"simulator calls). Per-run curves: {name}.csv.",
         "",
     ]
     return "\n".join(lines)
@@ -705,6 +720,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out-dir", default=str(ROOT / "experiments" / "results" / "reproduce"),
                     help="where the table and plots go")
     ap.add_argument("--report", action="store_true", help="only rebuild the table and plots from existing runs")
+    ap.add_argument("--name", default=NAME, help="stem of the files written: NAME.md, NAME.csv, "
+                    "NAME_<graph>_<D>d.png (default %(default)s)")
     ap.add_argument("--reuse", metavar="CSV", help="an earlier paper_table.csv: the curves of entries whose run "
                     "directory has no metrics come from it (e.g. the RNN's, to rerun only Placeto: --methods placeto, "
                     "then --report --reuse)")
@@ -741,8 +758,8 @@ def main(argv=None) -> int:
     for e in entries:
         if e not in present:
             print(f"  missing: {e['run_dir']} (no metrics)", flush=True)
-    build_report(present, references, Path(args.out_dir), budgets=budgets, reused=reused)
-    print(f"wrote {Path(args.out_dir) / 'paper_table.md'}, paper_table.csv and paper_table_<graph>_<D>d.png")
+    build_report(present, references, Path(args.out_dir), budgets=budgets, reused=reused, name=args.name)
+    print(f"wrote {Path(args.out_dir) / args.name}.md, {args.name}.csv and {args.name}_<graph>_<D>d.png")
     return 0
 
 

@@ -151,5 +151,5 @@ def test_reuse_takes_missing_curves_from_an_earlier_csv(pt, tmp_path):
     new_p = [r for r in again if r["method"] == "placeto"][0]
     assert new_p["best_ms"] == 39.0 and new_p["target_ms"] == pytest.approx(39.0 * 1.05)
     md = (tmp_path / "b" / "paper_table.md").read_text()
-    assert "Curves taken from " + str(tmp_path / "a" / "paper_table.csv") in md and "rnn g 2d." in md
+    assert "Curves taken from " + str((tmp_path / "a" / "paper_table.csv").resolve()) in md and "rnn g 2d." in md
     assert "Curves taken from" not in (tmp_path / "a" / "paper_table.md").read_text()

@@ -10,6 +10,7 @@ from flax import serialization
 from placeto.methods.placeto import gradient as PG
 from placeto.methods.placeto import train as T
 from placeto.methods.placeto.config import tiny
+from placeto.methods.placeto import place as P
 from placeto.methods.placeto.place import load_params, place, place_graph
 from placeto.harness.plots_train import plot_run
 from simulator import cluster_preset, load_placement, simulate_reference
@@ -231,3 +232,24 @@ def test_improving_targets_are_the_best_move_where_one_helps():
     t = improving_targets(SimpleNamespace(action_rewards=rewards))
     np.testing.assert_array_equal(t[0, 0], [0, 0.5, 0.5])
     np.testing.assert_array_equal(t[0, 1], [0, 0, 0])
+
+
+def test_placing_reads_the_checkpoint_each_time_and_traces_the_network_once(tmp_path, monkeypatch):
+    """The parameter template is memoised per network (a trace of a quarter second per placement otherwise); the
+    parameters themselves are read from the run directory at every call, so a new checkpoint is what places."""
+    graph, cluster = layered_dag(16, seed=3), cluster_preset("placeto-k80", 2)
+    T.train(tiny(episodes=2, episodes_per_update=1, checkpoint_seconds=0.0), [graph], cluster, tmp_path)
+    P._template.cache_clear()
+    traced, real = [], P.param_template
+    monkeypatch.setattr(P, "param_template", lambda init: traced.append(1) or real(init))
+    _, first = load_params(tmp_path)
+    place(graph, cluster, tmp_path)
+    assert len(traced) == 1
+    path = tmp_path / "checkpoint.msgpack"
+    blob = serialization.msgpack_restore(path.read_bytes())
+    blob["params"] = jax.tree.map(lambda x: np.asarray(x) * 2, blob["params"])
+    path.write_bytes(serialization.msgpack_serialize(blob))
+    _, second = load_params(tmp_path)
+    assert len(traced) == 1
+    pairs = list(zip(jax.tree.leaves(first), jax.tree.leaves(second)))
+    assert pairs and all(np.array_equal(np.asarray(b), 2 * np.asarray(a)) for a, b in pairs)
