@@ -655,8 +655,8 @@ def markdown(table_rows: list[dict], budgets: dict[str, set], reused: list[tuple
 def plot_row(graph: str, devices: int, runs: list[tuple[int, str, dict]], ref: dict, path: Path,
              targets: list[float] = ()) -> None:
     """Best-so-far runtime of every run of one row against training wall time, placements and simulator calls,
-    in the methods' shared colours (placeto.harness.plot_style); the single device, the expert and the target as
-    horizontal lines, explained in one legend right of the panels."""
+    in the methods' shared colours (placeto.harness.plot_style); the single device, the expert, Placeto's start and
+    the target as horizontal lines, explained in one legend right of the panels."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -683,6 +683,10 @@ def plot_row(graph: str, devices: int, runs: list[tuple[int, str, dict]], ref: d
         if ref.get("expert_ms") is not None:
             ax.axhline(ref["expert_ms"], ls="--", lw=1.2, color=plot_style.color("expert"),
                        label="human expert placement")
+        starts = sorted({c["start_ms"] for _, m, c in runs if m == "placeto" and c.get("start_ms") is not None})
+        for i, t in enumerate(starts):
+            ax.axhline(t, ls="-.", lw=1.0, color=plot_style.color("placeto"), alpha=0.6,
+                       label="Placeto's start (its init_placement)" if i == 0 else None)
         for i, t in enumerate(sorted(set(targets))):
             ax.axhline(t, ls=":", lw=1.2, color="black", label=f"target: {WITHIN} x best learned" if i == 0 else None)
         if log:
