@@ -1,6 +1,8 @@
 """embed_every > 1: the rollout's stale-embedding policy, its block gradient and training, against plain
 re-evaluation step by step."""
 
+import json
+
 import jax
 import numpy as np
 
@@ -97,8 +99,8 @@ def test_training_with_stale_embeddings_runs_and_resumes(tmp_path):
     assert again.start_episode == 8 and again.episodes == 16
 
 
-def test_configs_from_before_the_field_keep_their_meaning_and_commands_pin_them(capsys):
-    from placeto.cli.main import main
+def test_configs_from_before_the_field_keep_their_meaning_and_commands_pin_them(tmp_path):
+    from placeto.cli.placers import _reproducing
     from placeto.config_fields import pinned_overrides
     from placeto.methods.placeto.config import PlacetoConfig
 
@@ -108,6 +110,10 @@ def test_configs_from_before_the_field_keep_their_meaning_and_commands_pin_them(
     pins = pinned_overrides(old, PlacetoConfig(), "placeto train --family nmt --set lr_end=1e-4")
     assert "embed_every=1" in pins and "episodes_per_update=8" in pins
     assert not any(p.startswith("lr_end=") for p in pins)  # already in the command
-    assert main(["policies"]) == 0
-    nmt = [line for line in capsys.readouterr().out.splitlines() if "runs/nmt " in line]
-    assert nmt and "embed_every=1" in nmt[0] and "episodes_per_update=8" in nmt[0]
+    run = tmp_path / "run"  # a run directory of before, as `placeto policies` shows its command
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"episodes_per_update": 8, "lr_end": 1e-4}))
+    (run / "checkpoint.msgpack").write_bytes(b"")  # only looked for: the command comes from config.json
+    shown = _reproducing("placeto train --family nmt --set lr_end=1e-4", run)
+    assert shown.startswith("placeto train --family nmt --set lr_end=1e-4 ")
+    assert "embed_every=1" in shown and "episodes_per_update=8" in shown and "schedule_features=false" in shown
