@@ -384,9 +384,10 @@ def _seconds_line(rows: list[dict]) -> str:
             + ", ".join(f"{m} {med[m]:.3f}" for m in shown) + ".")
 
 
-def _train_totals(method: str, group: str) -> tuple[float, int]:
-    """(minutes summed over sessions, complete placements sampled) of a run, from its metrics.csv."""
-    rows = _read_rows(run_dir(method, group) / "metrics.csv")
+def _train_totals(method: str, group: str, root: Path | None = None) -> tuple[float, int]:
+    """(minutes summed over sessions, complete placements sampled) of a run (under `root`, default RUNS), from its
+    metrics.csv."""
+    rows = _read_rows((root / f"{method}-without-{group}" if root else run_dir(method, group)) / "metrics.csv")
     if not rows:
         return 0.0, 0
     col = "wall_s" if method == "placeto" else "seconds"
@@ -395,13 +396,14 @@ def _train_totals(method: str, group: str) -> tuple[float, int]:
     return round(minutes, 1), int(rows[-1]["episode" if method == "placeto" else "samples"])
 
 
-def _provenance(method: str, group: str) -> str:
-    """"<n> episodes|updates, <m> min" of a run (`_train_totals`'s minutes), from its metrics.csv."""
-    rows = _read_rows(run_dir(method, group) / "metrics.csv")
+def _provenance(method: str, group: str, root: Path | None = None) -> str:
+    """"<n> episodes|updates, <m> min" of a run (under `root`, default RUNS; `_train_totals`'s minutes), from its
+    metrics.csv."""
+    rows = _read_rows((root / f"{method}-without-{group}" if root else run_dir(method, group)) / "metrics.csv")
     if not rows:
         return "no run"
     count = "episode" if method == "placeto" else "update"
-    return f"{rows[-1][count]} {count}s, {_train_totals(method, group)[0]:.1f} min"
+    return f"{rows[-1][count]} {count}s, {_train_totals(method, group, root)[0]:.1f} min"
 
 
 def _selection_lines() -> list[str]:

@@ -18,6 +18,8 @@ recompute).
 from __future__ import annotations
 
 import argparse
+import csv
+import json
 import sys
 from pathlib import Path
 
@@ -28,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from experiments.reproduce import generalization as G  # noqa: E402
 from placeto import distribution as dist  # noqa: E402
-from placeto.baselines import run_method  # noqa: E402
-from placeto.methods.placeto.env import list_start  # noqa: E402
+from placeto.baselines import METHODS, run_method  # noqa: E402
+from placeto.methods.placeto.env import LIST_STARTS, list_start  # noqa: E402
 from placeto.methods.placeto.place import read_config  # noqa: E402
 from placeto.objective import fits_threshold, score_batch  # noqa: E402
 from simulator.model.io import atomic_write_bytes  # noqa: E402
@@ -68,18 +70,77 @@ def evaluate(runs: Path, tasks: list[dist.Task], inside_only: bool = False) -> d
     for label, group_of in (("heldout", dist.group_of), ("inside", lambda fam: "none")):
         if label == "heldout" and inside_only:
             continue
+        cache = RESULTS / f"learned_pass_{label}.csv"
+        done = set()
+        if cache.is_file():
+            with open(cache) as f:
+                done = {r["key"] for r in csv.DictReader(f)}
         todo = []
-        for t in tasks:
+        for t in tasks:  # a cached row stands for its run even where the run directory is gone (a fresh clone)
             run = runs / f"placeto-without-{group_of(t.family)}"
-            if (run / "config.json").is_file():
+            if (run / "config.json").is_file() or G.task_key(t) in done:
                 todo.append((G.task_key(t), (t, run)))
         missing = sorted({group_of(t.family) for t in tasks} - {Path(a[1]).name.split("-without-")[1]
                                                                 for _, a in todo})
         if missing:
             print(f"{label}: no run for {', '.join(missing)} (their tasks left out)", flush=True)
-        rows = G._cached_rows(RESULTS / f"learned_pass_{label}.csv", todo, policy_row)
+        rows = G._cached_rows(cache, todo, policy_row)
         out[label] = [{**base[k], **rows[k]} for k, _ in todo]
     return out
+
+
+EARLIER = "generalization_heldout.csv"  # the earlier recipe's held-out rows (generalization.md), in RESULTS
+
+
+def earlier_row(task: dist.Task, earlier: dict) -> dict:
+    """The earlier recipe's pass on `task` under the present objective, as far as its recorded row tells.
+
+    generalization_heldout.csv was measured under the objective of before feasibility first (an out-of-memory
+    placement paid a small per-GB penalty). Where the pass returned its start (placeto_us == start_us) the
+    placement is known: one of the "list" start's candidates (m-ETF, m-SCT, m-TOPO, HEFT, single; their
+    placements have not changed, only the objective). A candidate that fits scores the same under both
+    objectives, so a recorded start that matches none that fits was one that does not: it is re-scored as the
+    least objective of the candidates that do not fit (the most favourable reading for the earlier recipe).
+    Every other row keeps its recorded figure, which an out-of-memory placement can only have understated.
+    """
+    g, c = task.graph, task.cluster
+    recorded, start = float(earlier["placeto_us"]), float(earlier["start_us"])
+    row = {"key": G.task_key(task), "earlier_us": recorded, "rescored_us": recorded, "how": "as recorded"}
+    if recorded != start:
+        return row
+    names = (*LIST_STARTS["list"], "single")
+    scores = score_batch(g, np.stack([np.asarray(METHODS[m](g, c), np.int32) for m in names]), c)
+    fits = scores < fits_threshold(g, c)
+    if not np.any(fits & np.isclose(scores, start, rtol=1e-9, atol=1e-3)) and np.any(~fits):
+        i = int(np.argmin(np.where(fits, np.inf, scores)))
+        row["rescored_us"] = round(float(scores[i]), 3)
+        row["how"] = f"its start, which does not fit: scored as the least that does not ({names[i]})"
+    return row
+
+
+def earlier_table(rows: list[dict], tasks: dict, out_dir: Path = RESULTS) -> list[str]:
+    """Per held-out family: the earlier recipe's pass (as recorded; re-scored, `earlier_row`, cached in
+    `out_dir`/learned_pass_earlier.csv) beside today's."""
+    if not (out_dir / EARLIER).is_file():
+        return []
+    with open(out_dir / EARLIER) as f:
+        before = {r["key"]: r for r in csv.DictReader(f)}
+    todo = [(r["key"], (tasks[r["key"]], before[r["key"]])) for r in rows if r["key"] in before]
+    old = G._cached_rows(out_dir / "learned_pass_earlier.csv", todo, earlier_row)
+    lines = ["| family | tasks | earlier as recorded | earlier re-scored | rows re-scored | placeto now | "
+             "now <= earlier |", "|---|---:|---:|---:|---:|---:|---|"]
+    fams = sorted({r["family"] for r in rows if r["key"] in old}, key=dist.families().index)
+    for fam in fams:
+        sel = [r for r in rows if r["family"] == fam and r["key"] in old]
+        ratio = {col: G._gm(float(old[r["key"]][col]) / float(r["etf_us"]) for r in sel)
+                 for col in ("earlier_us", "rescored_us")}
+        now = G._gm(float(r["placeto_us"]) / float(r["etf_us"]) for r in sel)
+        moved = sum(old[r["key"]]["how"] != "as recorded" for r in sel)
+        lines.append(f"| {fam} | {len(sel)} | {ratio['earlier_us']:.3f} | {ratio['rescored_us']:.3f} | {moved} | "
+                     f"{now:.3f} | {'yes' if now <= ratio['rescored_us'] + 5e-4 else '**no**'} |")
+    notes = [f"- {k}: {v['how']}, {float(v['earlier_us']):.0f} -> {float(v['rescored_us']):.0f} us"
+             for k, v in old.items() if v["how"] != "as recorded"]
+    return lines + ([""] + notes if notes else [])
 
 
 def _fits(row: dict, method: str) -> bool:
@@ -115,15 +176,33 @@ def _annotate(rows: list[dict], tasks: dict) -> None:
         r["_threshold"] = fits_threshold(t.graph, t.cluster)
 
 
-def write_report(results: dict[str, list[dict]], command: str, tasks: dict, out_dir: Path = RESULTS) -> Path:
+RUNS_TOLD = "learned_pass_runs.json"  # {run name: "<n> episodes, <m> min"} of the runs behind the cached rows
+
+
+def provenance(names: list[str], runs: Path = G.RUNS, out_dir: Path = RESULTS) -> dict[str, str]:
+    """{run: "<n> episodes, <m> min"}: from the run directory where it is under `runs` (and then recorded in
+    `out_dir`/RUNS_TOLD), else as recorded when its rows were measured."""
+    path = out_dir / RUNS_TOLD
+    told = json.loads(path.read_text()) if path.is_file() else {}
+    fresh = {name: G._provenance("placeto", name.split("-without-")[1], runs) for name in names
+             if (runs / name / "metrics.csv").is_file()}
+    if fresh and {**told, **fresh} != told:
+        told.update(fresh)
+        atomic_write_bytes(path, (json.dumps(told, indent=1, sort_keys=True) + "\n").encode())
+    return {name: told.get(name, "no record") for name in names}
+
+
+def write_report(results: dict[str, list[dict]], command: str, tasks: dict, out_dir: Path = RESULTS,
+                 runs: Path = G.RUNS) -> Path:
     lines = ["# Placeto's one pass: held-out families and in distribution", "",
              f"Command: `{command}` (this 2-core CPU machine; simulated objectives: the step time where the "
              "placement fits, placeto.objective; ratios to etf, geometric means).", "",
              __doc__.split("\n\n")[1].replace("\n", " "), "",
              "Training: `python -m experiments.reproduce.generalization train --method placeto --held-out GROUP "
              "--minutes M` (the recipe: generalization.placeto_config); the minutes and episodes of each run:", ""]
-    for name in sorted({r["run"] for rows in results.values() for r in rows}):
-        lines.append(f"- {name}: {G._provenance('placeto', name.split('-without-')[1])}")
+    names = sorted({r["run"] for rows in results.values() for r in rows})
+    for name, told in provenance(names, runs, out_dir).items():
+        lines.append(f"- {name}: {told}")
     lines.append("")
     for label, title in (("heldout", "Held-out families (each placed by the run trained without its group)"),
                          ("inside", "In distribution (the all-groups run on every family's test split)")):
@@ -135,6 +214,12 @@ def write_report(results: dict[str, list[dict]], command: str, tasks: dict, out_
         lines += [f"## {title}", "", *table(rows, "family"), "", "By kind of cluster:", "",
                   *table(rows, "clusters"), "", "Identical K80s, by family:", "", *table(k80, "family"), "",
                   f"Median pass wall seconds: {np.median([float(r['placeto_s']) for r in rows]):.3f}.", ""]
+        if label == "heldout":
+            lines += ["### Against the earlier recipe", "",
+                      "The earlier recipe's held-out pass (generalization_heldout.csv, `generalization.md`), ratios to "
+                      "the same etf; its rows re-scored under the present objective where their placement is known "
+                      "(`learned_pass.earlier_row`; cached in learned_pass_earlier.csv):", "",
+                      *earlier_table(rows, tasks, out_dir), ""]
     out = out_dir / "learned_pass.md"
     atomic_write_bytes(out, ("\n".join(lines) + "\n").encode())
     return out
@@ -149,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     tasks = test_tasks(args.max_graphs)
     results = evaluate(args.runs, tasks, args.inside_only)
     command = "python -m experiments.reproduce.learned_pass " + " ".join(sys.argv[1:] if argv is None else argv)
-    out = write_report(results, command.strip(), {G.task_key(t): t for t in tasks})
+    out = write_report(results, command.strip(), {G.task_key(t): t for t in tasks}, runs=args.runs)
     print(out.read_text())
     return 0
 
