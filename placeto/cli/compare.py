@@ -11,7 +11,7 @@ from pathlib import Path
 from placeto.baselines import DEFAULT_BUDGET, METHODS, default_seconds
 from placeto.baselines.common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
 from placeto.cli.arguments import (DEFAULT_DEVICES, DEVICES, add_memory_argument, add_microbatches_argument,
-                                   add_preset_argument, load_placing, memory_bytes,
+                                   add_preset_argument, load_placing, memory_bytes, print_op_graph_note,
                                    resolve_devices)
 from simulator.arguments import comma_list
 from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table, plot_compare, write_csv
@@ -110,6 +110,8 @@ def run_compare(args: argparse.Namespace) -> int:
     cluster = with_memory(cluster, memory_bytes(args)) if isinstance(cluster, Cluster) else \
         PresetSpec(cluster, memory_bytes(args))
     loaded = [load_placing(f, args.microbatches) for f in args.graphs]
+    for f, (g, _) in zip(args.graphs, loaded):
+        print_op_graph_note(g, f)
     graphs = ([g for g, _ in loaded] if args.graphs else
               [microbatched(g, args.microbatches) for g in load_family(args.family, None if args.split == "all"
                                                                          else args.split)])

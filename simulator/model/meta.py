@@ -14,6 +14,7 @@ simulator.model.io calls the checks on every load:
                       the known fields typed (PROFILE_FIELDS), each kind one the graph has costs for
 
 Other keys are free-form. `check_meta` needs only the meta; `check_meta_fits` the graph it belongs to.
+`is_op_graph` reads `n_equations` (simulator.tracing.trace) and `grouping` to tell an ungrouped op graph.
 """
 
 from __future__ import annotations
@@ -119,6 +120,30 @@ def check_meta_fits(graph: Any) -> None:
         if kind not in graph.kinds:
             raise InputError(f"meta.profile: kind {kind[:40]!r} has no costs in the graph (it has: "
                              f"{', '.join(graph.kinds) or 'none'})")
+
+
+def is_op_graph(meta: Mapping[str, Any]) -> bool:
+    """Whether the meta is that of an ungrouped op graph of a traced step.
+
+    One node per jaxpr equation, as `placeto import-jax --out` writes it: traced (simulator.tracing.trace records
+    `n_equations`) and not grouped (no `grouping`: `--grouped-out` and the shipped families record one).
+    """
+    return "n_equations" in meta and "grouping" not in meta
+
+
+def op_graph_note(graph: Any, path: str | None = None) -> str | None:
+    """One line for the commands that print an op graph's step times; None for other graphs.
+
+    An op graph's simulated times charge every jaxpr op its own kernel launch and dispatch gap (delta1), where the
+    compiled step launches fused kernels: its one-device time can be several times the program's, and spreading it
+    over devices "speeds up" launches that the real step never makes. The grouped graph of the same step
+    (`import-jax --grouped-out`) is priced as fused groups.
+    """
+    if not is_op_graph(graph.meta):
+        return None
+    return (f"note: {path or graph.name} is an op graph ({graph.n_nodes} nodes, one per jaxpr op): its times include "
+            f"one kernel launch per op, where the compiled step launches fused kernels; place the grouped graph of "
+            f"the same step (`placeto import-jax ... --grouped-out FILE`) for times like the program's")
 
 
 def _int_list(values: list, where: str) -> None:
