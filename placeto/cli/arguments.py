@@ -113,12 +113,12 @@ def load_placing(path: str, microbatches: int = 1) -> tuple[Graph, Cluster | Non
     return microbatched(load_graph(path), microbatches), None
 
 
-def print_op_graph_note(graph: Graph, path: str) -> None:
-    """Print, on stderr, simulator.model.meta.op_graph_note's line for an ungrouped op graph (nothing otherwise).
+def print_op_graph_note(graph: Graph, path: str, kinds: Sequence[str]) -> None:
+    """Print, on stderr, simulator.model.meta.op_graph_note's line for an op graph priced per op on `kinds`.
 
-    stderr: `simulate --json` keeps stdout JSON.
+    Nothing otherwise. stderr: `simulate --json` keeps stdout JSON.
     """
-    note = op_graph_note(graph, path)
+    note = op_graph_note(graph, path, kinds)
     if note:
         print(note, file=sys.stderr, flush=True)
 

@@ -110,8 +110,6 @@ def run_compare(args: argparse.Namespace) -> int:
     cluster = with_memory(cluster, memory_bytes(args)) if isinstance(cluster, Cluster) else \
         PresetSpec(cluster, memory_bytes(args))
     loaded = [load_placing(f, args.microbatches) for f in args.graphs]
-    for f, (g, _) in zip(args.graphs, loaded):
-        print_op_graph_note(g, f)
     graphs = ([g for g, _ in loaded] if args.graphs else
               [microbatched(g, args.microbatches) for g in load_family(args.family, None if args.split == "all"
                                                                          else args.split)])
@@ -121,6 +119,9 @@ def run_compare(args: argparse.Namespace) -> int:
             raise InputError(f"{own[0][0]}: an msr-fiddle input brings its own accelerators: compare it alone, "
                              f"without --cluster")
         cluster, devices = with_memory(own[0][1], memory_bytes(args)), [own[0][1].n_devices]
+    kinds = cluster.kinds if isinstance(cluster, Cluster) else cluster.at(1).kinds
+    for f, graph in zip(args.graphs, graphs):
+        print_op_graph_note(graph, f, kinds)
     if isinstance(cluster, Cluster):
         for graph in graphs:  # one line naming the graph and the kind, before any method runs
             graph.cost_matrix(cluster.kinds)

@@ -81,8 +81,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                                          ("the cluster file", getattr(args, "cluster", None))])
         check_output_path(args.gantt)
     graph = microbatched(load_graph(args.file), args.microbatches)
-    print_op_graph_note(graph, args.file)
     cluster = cluster_from_args(args, placement=args.placement)  # the placement file's count, checked
+    print_op_graph_note(graph, args.file, cluster.kinds)
     placement = load_placement(args.placement, graph, cluster.n_devices)
     result = simulate(graph, placement.assignment, cluster)
     if args.gantt:

@@ -247,7 +247,7 @@ def cmd_place(args: argparse.Namespace) -> int:
         raise InputError("--devices as a platform:index list names local devices: it needs --hardware")
     graph, own = load_placing(args.graph, args.microbatches)
     cluster = with_memory(own, memory_bytes(args)) if own is not None else cluster_from_args(args)
-    print_op_graph_note(graph, args.graph)
+    print_op_graph_note(graph, args.graph, cluster.kinds)
     from placeto.baselines import METHODS as BASELINES
 
     if args.method in BASELINES:

@@ -1,4 +1,5 @@
-"""Issue 64 item 6: place / compare / simulate on an ungrouped op graph say its times charge a launch per jaxpr op."""
+"""Issue 64 item 6: import-jax prices the op graph per fused kernel on the XLA-era kinds; place / compare / simulate
+of an op graph on a kind still priced op by op (k80, cpu) say so in one line."""
 
 import json
 
@@ -19,6 +20,9 @@ def _imported(tmp_path):
 def test_op_graph_is_told_apart_from_grouped_and_family_graphs(tmp_path):
     op, grouped = _imported(tmp_path)
     assert is_op_graph(load_graph(op).meta)
+    fusion = load_graph(op).meta["fusion"]
+    assert fusion["kinds"] == ["v100", "a100", "h100", "h100-pcie", "h200"] and fusion["kernels"] >= 1
+    assert "fusion" not in load_graph(grouped).meta
     assert not is_op_graph(load_graph(grouped).meta)  # meta.grouping
     assert not is_op_graph(load_graph("datasets/nmt/nmt_004.json.gz").meta)  # a shipped family graph
     assert not is_op_graph({})  # a hand-written graph: nothing traced
@@ -41,6 +45,12 @@ def test_place_compare_simulate_print_one_note_on_an_op_graph_only(tmp_path, cap
         notes = [line for line in err.splitlines() if line.startswith("note:") and "op graph" in line]
         if path == op:
             assert len(notes) == 3  # place, simulate, compare: one line each
-            assert all(str(op) in n and "one kernel launch per op" in n and "--grouped-out" in n for n in notes)
+            assert all(str(op) in n and "on k80 its times include one kernel launch per op" in n
+                       and "per fused kernel" in n and "--grouped-out" in n for n in notes)
         else:
             assert notes == []
+    out = tmp_path / "h200.placement.json"  # an XLA-era preset: priced per fused kernel, nothing to say
+    assert main(["place", str(op), "--devices", "2", "--method", "etf", "--preset", "h200-nvlink", "--out",
+                 str(out)]) == 0
+    assert main(["simulate", str(op), "--placement", str(out), "--preset", "h200-nvlink"]) == 0
+    assert "op graph" not in capsys.readouterr().err
