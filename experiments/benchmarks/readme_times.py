@@ -12,6 +12,14 @@ sees, the CPU time (user + system of the command and its children) the steadier 
     python -m experiments.benchmarks.readme_times                      # demo (cold, warm) and the README's training
     python -m experiments.benchmarks.readme_times --commands demo --states cold
     python -m experiments.benchmarks.readme_times --commands gdp-train   # docs/commands.md's gdp training (~10 min)
+    python -m experiments.benchmarks.readme_times --commands place-hardware,eval-hardware   # the README's --hardware
+
+The hardware commands run on this machine's 2 host CPU devices (the process rig): cold, with fresh caches, they
+profile, calibrate and measure the rig's costs before placing; warm, those come from the caches. A command's
+`setup` (e.g. eval-hardware's import-jax and compare, which make the graph and placements it runs) runs first in the
+same directory, untimed. The default run measures every command the README times (the demo, the training and
+the two hardware commands, cold and warm: about 30 minutes here); a run of some commands writes only their rows, so
+give it another --out unless it is meant to replace the file.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results" / "benchmarks" / "readme_times.md"
@@ -39,6 +47,8 @@ class Timed(NamedTuple):
     argv: tuple[str, ...]  # "{tmp}" stands for the run's fresh directory
     quoted: str  # where, and what it says
     states: tuple[str, ...]  # cold and/or warm, by default
+    setup: tuple[tuple[str, ...], ...] = ()  # commands run first, untimed, in the same directory and caches
+    cwd: str = "."  # where the commands run, relative to the repository (examples/: its module is importable)
 
 
 COMMANDS = {c.name: c for c in (
@@ -52,8 +62,23 @@ COMMANDS = {c.name: c for c in (
                         "{tmp}/runs/gdp-nmt", "--episodes", "1536000"),
           "docs/commands.md: `placeto train --method gdp --family nmt --devices 4 --out runs/gdp-nmt --episodes "
           "1536000`", ("cold",)),
+    Timed("place-hardware", (*PLACETO, "place", "datasets/nmt/nmt_004.json.gz", "--hardware", "--devices", "2",
+                             "--seconds", "1", "--out", "{tmp}/nmt_004.here.json"),
+          "README.md, Place a shipped graph: `placeto place datasets/nmt/nmt_004.json.gz --hardware --devices 2 "
+          "--seconds 1 --out nmt_004.here.json`", ("cold", "warm")),
+    Timed("eval-hardware", (*PLACETO, "eval", "{tmp}/mlp.grouped.json.gz", "--placement", "{tmp}/P/mlp.2dev.etf.json",
+                            "{tmp}/P/mlp.2dev.single.json", "--hardware", "--devices", "2"),
+          "README.md, Place your own model: `placeto eval mlp.grouped.json.gz --placement P/mlp.2dev.etf.json "
+          "P/mlp.2dev.single.json --hardware --devices 2` (after its import-jax and compare, untimed)",
+          ("cold", "warm"),
+          setup=((*PLACETO, "import-jax", "flax_trainstate:train_step", "--args-spec", "flax_trainstate:example_args",
+                  "--out", "{tmp}/mlp.json.gz", "--grouped-out", "{tmp}/mlp.grouped.json.gz", "--groups", "16",
+                  "--export"),
+                 (*PLACETO, "compare", "{tmp}/mlp.grouped.json.gz", "--devices", "2", "--seconds", "0.5",
+                  "--save-placements", "{tmp}/P/")),
+          cwd="examples"),
 )}
-DEFAULT_COMMANDS = ("demo", "train")
+DEFAULT_COMMANDS = ("demo", "train", "place-hardware", "eval-hardware")
 
 
 class Measured(NamedTuple):
@@ -69,22 +94,32 @@ class Measured(NamedTuple):
 def run(cmd: Timed, state: str, caches: Path, timeout_s: float, logs: Path | None = None) -> Measured:
     """One run of `cmd` in a fresh directory, with the caches under `caches` (cold: empty, warm: as left); its
     output to `logs`/<name>.<state>.log, or dropped."""
-    env = dict(os.environ, PLACETO_CACHE=str(caches / "placeto"), NUMBA_CACHE_DIR=str(caches / "numba"))
+    env = dict(os.environ, PLACETO_CACHE=str(caches / "placeto"), NUMBA_CACHE_DIR=str(caches / "numba"),
+               PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     env.pop("PLACETO_COMPILE_CACHE", None)
     with tempfile.TemporaryDirectory(prefix=f"readme_{cmd.name}_") as tmp:
-        argv = [a.replace("{tmp}", tmp) for a in cmd.argv]
-        load0, cpu0, t0 = os.getloadavg()[0], _children_cpu(), time.perf_counter()
         log = open(logs / f"{cmd.name}.{state}.log", "wb") if logs is not None else subprocess.DEVNULL
         try:
-            status = subprocess.run(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                    timeout=timeout_s).returncode
-        except subprocess.TimeoutExpired:
-            status = 124
+            for setup in cmd.setup:  # untimed; a failed setup is the run's status
+                status = _run_one(setup, tmp, cmd.cwd, env, log, timeout_s)
+                if status != 0:
+                    return Measured(cmd.name, state, 0.0, 0.0, status, os.getloadavg()[0], os.getloadavg()[0])
+            load0, cpu0, t0 = os.getloadavg()[0], _children_cpu(), time.perf_counter()
+            status = _run_one(cmd.argv, tmp, cmd.cwd, env, log, timeout_s)
+            wall = time.perf_counter() - t0
         finally:
             if logs is not None:
                 log.close()
-        wall = time.perf_counter() - t0
     return Measured(cmd.name, state, wall, _children_cpu() - cpu0, status, load0, os.getloadavg()[0])
+
+
+def _run_one(argv: tuple[str, ...], tmp: str, cwd: str, env: dict, log: Any, timeout_s: float) -> int:
+    """Exit status of one command ("{tmp}" replaced by `tmp`), run in ROOT / `cwd`; 124 when killed at the timeout."""
+    try:
+        return subprocess.run([a.replace("{tmp}", tmp) for a in argv], cwd=ROOT / cwd, env=env, stdout=log,
+                              stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        return 124
 
 
 def _children_cpu() -> float:

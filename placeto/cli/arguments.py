@@ -11,6 +11,7 @@ one, else --devices, else DEFAULT_DEVICES; --devices that disagrees with such a 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -22,6 +23,7 @@ from simulator.model.graph import Graph
 from simulator.model.io import load_graph, read_json
 from simulator.model.microbatch import microbatched
 from simulator.model.limits import MAX_DEVICES, MAX_MICROBATCHES, MAX_SEED
+from simulator.model.meta import op_graph_note
 from simulator.workloads.msr_fiddle import is_throughput, throughput_from_dict
 
 DEVICES = int_in(1, MAX_DEVICES)
@@ -109,6 +111,16 @@ def load_placing(path: str, microbatches: int = 1) -> tuple[Graph, Cluster | Non
                 raise e.with_source(str(path)) from None
             return task.graph, task.cluster
     return microbatched(load_graph(path), microbatches), None
+
+
+def print_op_graph_note(graph: Graph, path: str, kinds: Sequence[str]) -> None:
+    """Print, on stderr, simulator.model.meta.op_graph_note's line for an op graph priced per op on `kinds`.
+
+    Nothing otherwise. stderr: `simulate --json` keeps stdout JSON.
+    """
+    note = op_graph_note(graph, path, kinds)
+    if note:
+        print(note, file=sys.stderr, flush=True)
 
 
 def add_memory_argument(p: argparse.ArgumentParser) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from placeto.baselines import DEFAULT_BUDGET, METHODS, default_seconds
 from placeto.baselines.common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
 from placeto.cli.arguments import (DEFAULT_DEVICES, DEVICES, add_memory_argument, add_microbatches_argument,
-                                   add_preset_argument, load_placing, memory_bytes,
+                                   add_preset_argument, load_placing, memory_bytes, print_op_graph_note,
                                    resolve_devices)
 from simulator.arguments import comma_list
 from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table, plot_compare, write_csv
@@ -119,6 +119,9 @@ def run_compare(args: argparse.Namespace) -> int:
             raise InputError(f"{own[0][0]}: an msr-fiddle input brings its own accelerators: compare it alone, "
                              f"without --cluster")
         cluster, devices = with_memory(own[0][1], memory_bytes(args)), [own[0][1].n_devices]
+    kinds = cluster.kinds if isinstance(cluster, Cluster) else cluster.at(1).kinds
+    for f, graph in zip(args.graphs, graphs):
+        print_op_graph_note(graph, f, kinds)
     if isinstance(cluster, Cluster):
         for graph in graphs:  # one line naming the graph and the kind, before any method runs
             graph.cost_matrix(cluster.kinds)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from pathlib import Path
 from typing import Any
 
 from simulator.arguments import COUNT, POSITIVE
@@ -15,7 +16,7 @@ from placeto.cli.arguments import (DEVICE_SPEC, add_memory_argument, add_microba
                                    memory_bytes, placement_devices,
                                    resolve_devices, spec_count)
 from simulator.hardware.devices import ensure_host_devices, local_devices
-from simulator.hardware.options import MODES, RIGS, default_rig
+from simulator.hardware.options import MAX_STAGES, MODES, RIGS, default_rig
 from simulator.measure.fit import WORKLOAD_FREE
 from simulator.model.cluster import (PRESETS, Cluster, cluster_preset, cluster_summary, describe_devices, load_cluster,
                                      with_memory)
@@ -58,6 +59,11 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
                         "(default without --hardware: graph)")
     p.add_argument("--repeats", type=POSITIVE, default=5, help="timed steps per placement (median reported)")
     p.add_argument("--warmup", type=COUNT, default=2, help="untimed steps first (the first compiles)")
+    p.add_argument("--max-stages", type=POSITIVE, default=MAX_STAGES,
+                   help="with --hardware: refuse, before anything runs, a placement that runs as more jitted stages "
+                        "(runs of consecutive units on one device) than this, naming its count and the estimated "
+                        "compilation time (each stage compiles before the first step: a round-robin placement of a "
+                        "490-group graph is about 300 stages, minutes here)")
     p.add_argument("--plot", metavar="PNG", help="with --hardware: draw each placement's measured against its "
                                                  "simulated step time to this PNG")
     p.add_argument("--json", metavar="FILE", help="write the rows (simulated and measured step times, us) and the "
@@ -119,7 +125,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from placeto.harness.evaluate import (evaluate, memory_lines, plot_agreement, refit, step_bar, summary_lines,
                                           write_rows_json)
     from simulator.hardware.runner import can_run_program, hardware_runner, simulation_cluster
-    from simulator.hardware.timing import interleaved_steps
+    from placeto.progress import estimated
+    from simulator.hardware.stages import check_stages
+    from simulator.hardware.timing import about, interleaved_steps
+    from simulator.measure.graph_profile import estimate_seconds
     from simulator.measure.agreement import ERROR_MEANING, agreement, format_spearman
     from simulator.measure.concurrency import measure_concurrency
 
@@ -131,6 +140,12 @@ def run_eval(args: argparse.Namespace) -> int:
     rig = args.rig or (default_rig(spec) if args.hardware else "threads")
     graph = microbatched(load_graph(args.graph), args.microbatches)
     placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
+    if args.hardware and args.mode != "synthetic" and can_run_program(graph, args.program, args.exported):
+        counts = check_stages(graph, placements, n, rig, args.max_stages,
+                              interleaved_steps(1, args.repeats, args.warmup) - 1)
+        print(f"stages (estimated, before the devices are measured): "
+              f"{', '.join(f'{Path(path).name} {c.stages}' for (path, _), c in zip(placements, counts))}; their "
+              f"first steps compile them: {about(sum(c.compile_s for c in counts))} here", flush=True)
     cluster = eval_cluster(args, n, spec)
     runner = None
     if args.program:
@@ -148,10 +163,12 @@ def run_eval(args: argparse.Namespace) -> int:
         missing = f"the graph has no {', '.join(map(repr, lacking))} costs: " if lacking else ""
         how = ("inside one compiled step (--costs step, the default with --hardware" if costs == "step" else
                "each alone as its own call (--costs units")
+        guess = estimate_seconds(graph, args.repeats, 2) * len(set(cluster.kinds))
         print(f"{missing}measuring the {graph.n_nodes} units {how}; --costs graph simulates the graph's recorded "
-              f"costs) ...", flush=True)
-        runner = (runner.with_step_costs(args.repeats, args.program, args.args_spec, args.exported)
-                  if costs == "step" else runner.with_unit_costs(args.repeats))
+              f"costs){f': {about(guess)} here' if costs == 'step' else ''} ...", flush=True)
+        with estimated(f"measuring {graph.name}'s units", guess) if costs == "step" else _nothing():
+            runner = (runner.with_step_costs(args.repeats, args.program, args.args_spec, args.exported)
+                      if costs == "step" else runner.with_unit_costs(args.repeats))
         runner = runner.with_rig_costs(progress=lambda line: print(line, flush=True))
         graph = runner.graph
     else:

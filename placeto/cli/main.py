@@ -17,7 +17,7 @@ from simulator.measure import cache
 from simulator.arguments import COUNT, POSITIVE, OneLineParser, comma_list
 from placeto.cli.arguments import (DEVICE_SPEC, DEVICES, MINUTES, PERCENT, SEED, WORKERS, DEFAULT_DEVICES,
                                    add_cluster_arguments, add_microbatches_argument, add_preset_argument,
-                                   cluster_from_args)
+                                   cluster_from_args, print_op_graph_note)
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
 from placeto.rollouts.distributed import WorkerError
 from placeto.cli.arguments import add_worker_arguments
@@ -82,6 +82,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         check_output_path(args.gantt)
     graph = microbatched(load_graph(args.file), args.microbatches)
     cluster = cluster_from_args(args, placement=args.placement)  # the placement file's count, checked
+    print_op_graph_note(graph, args.file, cluster.kinds)
     placement = load_placement(args.placement, graph, cluster.n_devices)
     result = simulate(graph, placement.assignment, cluster)
     if args.gantt:

@@ -12,8 +12,8 @@ import sys
 
 import numpy as np
 
-from placeto.cli.arguments import (DEFAULT_DEVICES, cluster_from_args, load_placing, memory_bytes, resolve_devices,
-                                   spec_count)
+from placeto.cli.arguments import (DEFAULT_DEVICES, cluster_from_args, load_placing, memory_bytes, print_op_graph_note,
+                                   resolve_devices, spec_count)
 from simulator.model.cluster import Cluster, cluster_preset, load_cluster, with_memory
 from simulator.model.errors import InputError
 from simulator.model.io import check_distinct_paths, check_output_path
@@ -247,6 +247,7 @@ def cmd_place(args: argparse.Namespace) -> int:
         raise InputError("--devices as a platform:index list names local devices: it needs --hardware")
     graph, own = load_placing(args.graph, args.microbatches)
     cluster = with_memory(own, memory_bytes(args)) if own is not None else cluster_from_args(args)
+    print_op_graph_note(graph, args.graph, cluster.kinds)
     from placeto.baselines import METHODS as BASELINES
 
     if args.method in BASELINES:

@@ -37,6 +37,7 @@ over several devices cannot show in the measured times; the report says so.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
@@ -44,17 +45,18 @@ import numpy as np
 from placeto.baselines.single import single as single_placement
 from placeto.harness.compare import run_one
 from placeto.harness.evaluate import step_bar
+from placeto.progress import estimated
 from simulator.engine.fast import simulate
 from simulator.hardware import plain_jit
 from simulator.hardware.devices import local_devices
 from simulator.hardware.plain_jit import plain_line, rig_line
 from simulator.hardware.rig.pool import one_core as pinned
 from simulator.hardware.runner import hardware_runner
-from simulator.hardware.timing import interleaved_steps
+from simulator.hardware.timing import about, interleaved_steps
 from simulator.measure import cache
 from simulator.measure.calibrate import cached_cluster
 from simulator.measure.concurrency import beyond_concurrency, beyond_note, concurrency_line, measure_concurrency
-from simulator.measure.graph_profile import profile, stale, under_load
+from simulator.measure.graph_profile import estimate_seconds, profile, stale, under_load
 from simulator.measure.rig_step import measured_step
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
@@ -181,8 +183,7 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
         raise InputError("--gantt draws each device's measured stage times, which the process rig records: it "
                          "needs --rig processes")
     devices = local_devices(spec)
-    with step_bar("profiling (steps)"):
-        graph = ensure_profile(graph, graph_path, devices, progress, save_profile, one_core=rig == "processes")
+    graph = ensure_profile(graph, graph_path, devices, progress, save_profile, one_core=rig == "processes")
     if cluster is None:
         with step_bar("calibrating (probe steps)"):
             cluster = cached_cluster(devices, spec, progress=progress)
@@ -298,18 +299,22 @@ def ensure_profile(graph: Graph, graph_path: str | None, devices: Sequence[Any],
     if found:
         progress(f"profile: cached ({'; '.join(found)})")
     if todo:
+        guess = estimate_seconds(graph, repeats=5, warmup=2) * len(todo)
         progress(f"profiling {graph.name} on {', '.join(str(d.device_kind) for _, d in todo)} (inside the compiled "
                  f"step; cached in {cache.profile_path(todo[0][0], graph.name).parent}, the graph file "
-                 f"untouched) ...")
-        if one_core:
-            with pinned() as core:
-                progress(f"profile: this process pinned to core {core} while it measures (a process rig device is "
-                         f"one core)")
+                 f"untouched): {about(guess)} here ...")
+        t0 = time.perf_counter()
+        with estimated(f"profiling {graph.name}", guess):
+            if one_core:
+                with pinned() as core:
+                    progress(f"profile: this process pinned to core {core} while it measures (a process rig device "
+                             f"is one core)")
+                    graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
+                for key, _ in todo:
+                    graph.meta["profile"][key.kind]["cores_used"] = 1
+            else:
                 graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
-            for key, _ in todo:
-                graph.meta["profile"][key.kind]["cores_used"] = 1
-        else:
-            graph = profile(graph, devices=[d for _, d in todo], repeats=5, warmup=2)
+        progress(f"profile: measured in {time.perf_counter() - t0:.0f} s")
         for key, _ in todo:
             try:
                 cache.write_profile(key, graph)

@@ -1,6 +1,7 @@
 """Choices for running a graph on local devices, importable without JAX.
 
-Light enough for the command line's parser: the execution modes, the rigs, and a device spec's default rig.
+Light enough for the command line's parser: the execution modes, the rigs, the stage limit, and a device spec's
+default rig.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from simulator.hardware.devices import default_local_spec
 
 MODES = ("auto", "program", "synthetic")  # the graph's real program, synthetic kernels taking its costs, or either
 RIGS = ("threads", "processes")  # this process's JAX devices, or one worker process per host CPU device
+MAX_STAGES = 128  # `eval --hardware --max-stages`' default (simulator.hardware.stages: ~40 s of compilation here)
 
 
 def default_rig(spec: Any) -> str:

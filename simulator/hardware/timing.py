@@ -62,6 +62,11 @@ def time_plan(plan: Plan, repeats: int = 5, warmup: int = 2, threads: bool | Non
     return timing_of(time_calls(step, repeats, warmup))
 
 
+def about(seconds: float) -> str:
+    """An estimated duration as a user reads it: "about 40 s", "about 2.3 min"."""
+    return f"about {seconds:.0f} s" if seconds < 90 else f"about {seconds / 60:.1f} min"
+
+
 _ON_STEP: list[Callable[[], None]] = []  # reporting_steps' callbacks
 
 

@@ -41,6 +41,14 @@ from simulator.tracing.lowering import unit_order
 from simulator.tracing.program import Program, graph_program
 
 METHODS = ("step", "units", "ops")
+# `estimate_seconds`: what a step profile of one kind takes on this 2-core machine (one pinned core, load 2.5-4),
+# fitted on six shipped graphs: mlp_000 (3,470 ops: 5.4 s), transformer_000 (2,348: 7.5 s), nmt_004 (4,622: 15.9 s),
+# cnn_000 (1,726 ops, convolutions: 21.2 s), ptb_000 (5,159: 35.7 s), cifar10_000 (5,459: 40.1 s); the estimates
+# are 0.85-2.4x these. Re-trace and compilation grow faster than the ops (XLA's passes), the steps with their time,
+# which the analytic "cpu" costs underestimate about STEP_FACTOR times on one core
+PROFILE_BASE_S = 1.0  # s: the profiler's start and the trace's reading
+PROFILE_S_PER_KOPS2 = 0.98  # s per (thousand ops of the program)^2: re-trace and compilation
+STEP_FACTOR = 2.1  # one pinned core's step over the analytic "cpu" step (sum of the graph's "cpu" costs)
 MAX_LOAD_PER_CORE = 0.5  # a profile taken while the 1-minute load average, less 1 for placeto's own process
 #                          (a run just before counts too), exceeded 0.5 x cores was taken under load
 LOAD_ENV = "PLACETO_MAX_LOAD_PER_CORE"  # overrides MAX_LOAD_PER_CORE (a shared machine that is never idle)
@@ -88,6 +96,19 @@ def profile(graph: Graph, kind: str | None = None, repeats: int = 5, warmup: int
                 device)
         bar.update()
     return graph
+
+
+def estimate_seconds(graph: Graph, repeats: int = 5, warmup: int = 2) -> float:
+    """Seconds a step profile (`profile`, method "step") of `graph` on one device kind is estimated to take here.
+
+    PROFILE_BASE_S, plus PROFILE_S_PER_KOPS2 per (thousand ops of the program)^2 (meta.ops for a grouped graph,
+    else its nodes), plus the warmup + 2 x repeats steps (timed, then traced), each STEP_FACTOR times the graph's
+    analytic "cpu" step (0 when it has none). An order of magnitude for one machine (the constants' comment), to be
+    said as an estimate.
+    """
+    ops = int(graph.meta.get("ops") or graph.n_nodes)
+    step_s = float(np.nansum(graph.cost_for("cpu"))) / 1e6 if graph.has_costs("cpu") else 0.0
+    return PROFILE_BASE_S + PROFILE_S_PER_KOPS2 * (ops / 1e3) ** 2 + (warmup + 2 * repeats) * STEP_FACTOR * step_s
 
 
 MEASURES = {"step": "compiling the step, then tracing it", "units": "each unit alone", "ops": "each op alone"}

@@ -14,12 +14,15 @@ simulator.model.io calls the checks on every load:
                       the known fields typed (PROFILE_FIELDS), each kind one the graph has costs for
 
 Other keys are free-form. `check_meta` needs only the meta; `check_meta_fits` the graph it belongs to.
+`is_op_graph` reads `n_equations` (simulator.tracing.trace) and `grouping` to tell an ungrouped op graph, and
+`op_graph_note` also `fusion` ({"kinds": [str], "kernels": int}: the kinds whose op costs are priced per fused
+kernel, simulator.tracing.importer.priced_per_kernel).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -119,6 +122,43 @@ def check_meta_fits(graph: Any) -> None:
         if kind not in graph.kinds:
             raise InputError(f"meta.profile: kind {kind[:40]!r} has no costs in the graph (it has: "
                              f"{', '.join(graph.kinds) or 'none'})")
+
+
+def is_op_graph(meta: Mapping[str, Any]) -> bool:
+    """Whether the meta is that of an ungrouped op graph of a traced step.
+
+    One node per jaxpr equation, as `placeto import-jax --out` writes it: traced (simulator.tracing.trace records
+    `n_equations`) and not grouped (no `grouping`: `--grouped-out` and the shipped families record one).
+    """
+    return "n_equations" in meta and "grouping" not in meta
+
+
+def op_graph_note(graph: Any, path: str | None = None, kinds: Sequence[str] = ()) -> str | None:
+    """One line for the commands that print an op graph's step times on `kinds`; None when it does not apply.
+
+    An op graph's costs on a kind priced op by op (every kind of a graph imported before meta.fusion, and always
+    the seeds' k80 and cpu) charge every jaxpr op its own kernel launch and dispatch gap (delta1), where the compiled
+    step launches fused kernels: its one-device time can be several times the program's, and spreading it over
+    devices "speeds up" launches that the real step never makes. The kinds of meta.fusion["kinds"] are priced per
+    fused kernel (simulator.grouping.fusion) and need no note. None for any other graph, or when every kind is
+    priced per fused kernel.
+    """
+    if not is_op_graph(graph.meta):
+        return None
+    fusion = graph.meta.get("fusion") or {}
+    fused = set(fusion.get("kinds") or ())
+    per_op = [k for k in dict.fromkeys(kinds) if k not in fused] if kinds else ["its"]
+    if not per_op:
+        return None
+    where = f"on {', '.join(per_op)} its" if kinds else "its"
+    if fused:
+        how = (f"its {', '.join(sorted(fused))} costs are per fused kernel ({fusion.get('kernels', '?')} kernels: "
+               f"e.g. --preset h200-nvlink)")
+    else:
+        how = "import it again (`placeto import-jax`) for costs per fused kernel on the XLA-era kinds"
+    return (f"note: {path or graph.name} is an op graph ({graph.n_nodes} nodes, one per jaxpr op): {where} times "
+            f"include one kernel launch per op, where the compiled step launches fused kernels; {how}, or place "
+            f"the grouped graph of the same step (`placeto import-jax ... --grouped-out FILE`)")
 
 
 def _int_list(values: list, where: str) -> None:

@@ -15,18 +15,21 @@ variable lists; else argument 0 holds the parameters and argument 1 the optimize
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import jax
 
+from simulator.grouping.fusion import count_kernels, fused_op_costs, fusions
 from simulator.grouping.group import group
-from simulator.model.costs import annotate_costs
+from simulator.model.costs import FUSED_KINDS, annotate_costs
 from simulator.model.errors import InputError, UserCodeError
 from simulator.model.graph import Graph
 from simulator.tracing.trace import Traced, trace
@@ -262,7 +265,7 @@ class Imported(NamedTuple):
     """An imported training step: trace, costed op graph, grouping."""
 
     traced: Traced
-    graph: Graph  # the op graph, with analytic costs and meta.source naming what the user typed
+    graph: Graph  # the op graph, with analytic costs (per fused kernel on FUSED_KINDS: meta.fusion) and meta.source
     grouping: Any  # simulator.grouping.group.Grouping of the op graph, or None if not asked
     seconds: float  # wall time of tracing, s (the user's module's import and the example arguments included)
 
@@ -272,13 +275,11 @@ def import_step(function: str, args_spec: str, kinds: Sequence[str], name: str |
                 groups: int | None = None, max_cp_growth: float | None = 0.05) -> Imported:
     """Trace `function`, add analytic costs and, if asked, group it.
 
-    Traced on `args_spec` (see `trace_import`), with analytic costs for `kinds`. With `grouped`, grouped by
+    Traced on `args_spec` (see `trace_import`), with analytic costs for `kinds`, those of the XLA-era kinds priced
+    per fused kernel (`priced_per_kernel`). With `grouped`, grouped by
     simulator.grouping.group.group: at most `groups` groups where the critical path, under the first kind's costs,
     grows by at most `max_cp_growth`; colocation names may join to reach the target.
     """
-    import dataclasses
-    import time
-
     t0 = time.perf_counter()
     traced = trace_import(function, args_spec, name=name, params=params, opt_state=opt_state)
     seconds = time.perf_counter() - t0
@@ -294,7 +295,25 @@ def import_step(function: str, args_spec: str, kinds: Sequence[str], name: str |
                                       "cp_growth": round(r.cp_growth, 6), "stopped": r.stopped}}
         grouping = dataclasses.replace(grouping, graph=dataclasses.replace(grouping.graph, name=graph.name,
                                                                            meta=gmeta))
-    return Imported(traced, graph, grouping, seconds)
+    return Imported(traced, priced_per_kernel(graph), grouping, seconds)
+
+
+def priced_per_kernel(graph: Graph) -> Graph:
+    """The op graph with its XLA-era kinds' costs priced per fused kernel (simulator.grouping.fusion).
+
+    The kinds of FUSED_KINDS the graph records: each fusion's fused cost on its root, 0 on its other ops, so the
+    op graph simulates as the step launches it; meta.fusion records the kinds and the kernel count. The grouping is
+    made from the op-by-op costs before (its grouped graph prices its groups from the ops' descriptions,
+    simulator.model.costs.fused_group_costs, either way).
+    """
+    kinds = [k for k in graph.costs if k in FUSED_KINDS]
+    if not kinds:
+        return graph
+    root = fusions(graph)
+    for kind in kinds:
+        graph = graph.with_costs(kind, fused_op_costs(graph, kind, root))
+    meta = {**graph.meta, "fusion": {"kinds": kinds, "kernels": count_kernels(graph, root)}}
+    return dataclasses.replace(graph, meta=meta)
 
 
 def describe_state(traced: Traced) -> str:
