@@ -47,7 +47,8 @@ def simulator_section(out: Path, seed: int) -> None:
             took = (time.perf_counter() - t0) * 1e3
             print(f"{n_dev:>7} {name:<12} {result.runtime / 1e3:>11.3f} {result.ratio:>10.3f} {took:>7.2f}  "
                   f"{'OOM' if result.any_oom else '-'}")
-            save_placement(out / f"demo_{name}_{n_dev}dev.json", placement, cluster.device_names)
+            save_placement(out / f"demo_{name}_{n_dev}dev.json", placement, cluster.device_names, graph=graph,
+                           cluster=cluster)
             if n_dev == 4 and name == "round-robin":
                 gantt(result, cluster, out / "gantt_round_robin_4dev.png",
                       title=f"{graph.name}: round-robin on 4 K80s")  # gantt adds the runtime

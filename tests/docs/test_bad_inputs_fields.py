@@ -147,7 +147,7 @@ def test_the_examples_are_valid(tmp_path):
     from placeto.checkpoint_io import read_config
     from simulator.measure.cache import check_cached_cluster
     from simulator.model.cluster import cluster_from_dict
-    from simulator.model.io import placement_from_dict
+    from simulator.model.placement_file import placement_from_dict
 
     graph = read_graph(GRAPH)
     use_graph(graph)
@@ -181,7 +181,7 @@ PLACEMENT_BY_NAME = {"devices": ["/gpu:0", "/gpu:1"], "placement": {"a": 0, "b":
 def check_placement(example: dict, path: tuple, value: Any) -> None:
     from simulator import simulate
     from simulator.model.cluster import cluster_preset
-    from simulator.model.io import placement_from_dict
+    from simulator.model.placement_file import placement_from_dict
 
     graph = read_graph(GRAPH)
     placement = mutated(example, path, value) if path else example
