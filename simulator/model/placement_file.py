@@ -127,9 +127,11 @@ def cluster_text(cluster: Cluster) -> str:
 
 def preset_of(cluster: Cluster) -> str | None:
     """The preset `cluster` is (at its device count, its memory possibly set by --memory); None if none."""
-    if cluster.name not in PRESETS or len(set(cluster.memory)) != 1:
+    if cluster.name not in PRESETS:
         return None
-    preset = with_memory(cluster_preset(cluster.name, cluster.n_devices), cluster.memory[0])
+    preset = cluster_preset(cluster.name, cluster.n_devices)
+    if preset != cluster and len(set(cluster.memory)) == 1:  # every device's memory set by --memory
+        preset = with_memory(preset, cluster.memory[0])
     return cluster.name if preset == cluster else None
 
 
