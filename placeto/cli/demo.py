@@ -34,7 +34,8 @@ def simple_placements(n_nodes: int, topo_order: np.ndarray, n_devices: int, seed
 def simulator_section(out: Path, seed: int) -> None:
     graph = layered_dag(400, seed=seed)
     save_graph(graph, out / "demo_graph.json.gz")
-    print(f"\n== Simulator: random layered graph {graph.name} ({graph.n_nodes} nodes, {graph.n_edges} edges) ==")
+    print(f"\n== Simulator: random layered graph {graph.name} ({graph.n_nodes} nodes, {graph.n_edges} edges) on the "
+          f"placeto-k80 preset's K80s ==")
     simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster_preset("placeto-k80", 2))  # load compiled code
     print("runtime: the simulated step time; x lower bd: that over the graph's lower bound; took: the simulator's "
           "own wall time for it")
