@@ -73,7 +73,7 @@ def cmd_graph_info(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import simulate
     from simulator.model.io import check_placement, load_graph
-    from simulator.model.placement_file import describe_cluster, graph_notes, load_placement
+    from simulator.model.placement_file import describe_cluster, graph_notes, load_placement, preset_of
     from simulator.model.microbatch import microbatched
 
     if args.gantt:
@@ -95,7 +95,9 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     for note in notes:
         print(note, file=sys.stderr if args.json else sys.stdout)
     if args.json:
-        print(json.dumps(result.to_dict(graph, cluster), allow_nan=False))  # strict JSON: no bare NaN
+        record = {**result.to_dict(graph, cluster), "cluster": {"name": cluster.name, "preset": preset_of(cluster),
+                                                                 "chosen": chosen.how}}
+        print(json.dumps(record, allow_nan=False))  # strict JSON: no bare NaN
         return 0
     print(f"cluster          {describe_cluster(cluster)} ({chosen.how})")
     print(f"runtime          {result.runtime / 1e3:.3f} ms  ({result.ratio:.3f}x the lower bound "

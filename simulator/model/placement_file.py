@@ -86,6 +86,14 @@ def _whole(x: float) -> int | float:
     return int(x) if float(x).is_integer() and abs(x) < 2**53 else float(x)
 
 
+def _numbers(a: np.ndarray) -> list[int | float]:
+    """float64[K] as _whole writes each, vectorised where every value is whole (sizes always are)."""
+    a = np.asarray(a, dtype=np.float64)
+    if np.all(np.isfinite(a)) and np.all(a == np.floor(a)) and np.all(np.abs(a) < 2**53):
+        return a.astype(np.int64).tolist()
+    return [_whole(x) for x in a.tolist()]
+
+
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False, default=str)
 
@@ -96,11 +104,12 @@ def structure_text(graph: Graph) -> str:
     {"edges": [[src, dst, out], ...] sorted, "nodes": [[name, op, [out bytes...], persistent bytes, colocation]]}.
     """
     off = graph.out_offsets.tolist()
-    out_bytes = [_whole(b) for b in graph.out_bytes.tolist()]
-    nodes = [[graph.names[i], graph.ops[i], out_bytes[off[i]:off[i + 1]], _whole(graph.persistent_bytes[i]),
-              graph.colocation[i]] for i in range(graph.n_nodes)]
-    edges = sorted(set(zip(graph.edge_src.tolist(), graph.edge_dst.tolist(), graph.edge_out.tolist())))
-    return _canonical({"edges": [list(e) for e in edges], "nodes": nodes})
+    out_bytes, persistent = _numbers(graph.out_bytes), _numbers(graph.persistent_bytes)
+    nodes = [[graph.names[i], graph.ops[i], out_bytes[off[i]:off[i + 1]], persistent[i], graph.colocation[i]]
+             for i in range(graph.n_nodes)]
+    triples = np.stack([graph.edge_src, graph.edge_dst, graph.edge_out], axis=1).astype(np.int64).reshape(-1, 3)
+    edges = np.unique(triples, axis=0).tolist()  # sorted, each once: the edges as a set
+    return _canonical({"edges": edges, "nodes": nodes})
 
 
 def costs_text(graph: Graph) -> str:

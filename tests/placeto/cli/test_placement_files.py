@@ -63,7 +63,9 @@ def test_simulate_uses_the_recorded_preset_and_says_so(placed, capsys):
     k80 = simulate(graph, assignment, cluster_preset("placeto-k80", 2)).runtime
     assert f"runtime          {h100 / 1e3:.3f} ms" in out and f"{h100 / 1e3:.3f}" != f"{k80 / 1e3:.3f}"
     code, out, _ = _run(capsys, "simulate", g, "--placement", p, "--json")
-    assert code == 0 and json.loads(out)["runtime_us"] == h100
+    record = json.loads(out)
+    assert code == 0 and record["runtime_us"] == h100
+    assert record["cluster"] == {"name": "h100-nvlink", "preset": "h100-nvlink", "chosen": f"recorded in {p}"}
 
 
 def test_told_otherwise_simulate_notes_the_other_cluster_once(placed, capsys):
