@@ -371,8 +371,8 @@ def recorded_cluster(placements: Sequence[tuple[str, Placement]]) -> tuple[str, 
     found = [(path, p.made_for.cluster) for path, p in placements if p.made_for.cluster is not None]
     for (first, a), (other, b) in zip(found, found[1:]):
         if a.hash != b.hash:
-            raise InputError(f"{first} was made for cluster {a.name!r} but {other} for {b.name!r} ({b.hash[:SHORT]} vs "
-                             f"{a.hash[:SHORT]}): give --preset or --cluster")
+            raise InputError(f"{first} was made for cluster {a.name!r} but {other} for {b.name!r} (hash "
+                             f"{a.hash[:SHORT]} vs {b.hash[:SHORT]}): give --preset or --cluster")
     return (found[0][0], found[0][1].cluster) if found else None
 
 
