@@ -216,7 +216,7 @@ def _hex(d: Mapping, key: str, where: str) -> str:
     if not isinstance(value, str) or not _HEX.fullmatch(value):
         shown = "missing" if key not in d else f"{short_repr(value)} is not"
         raise InputError(f"field '{where}.{key}': {shown} a sha256 hex digest (64 digits 0-9a-f): edited or damaged; "
-                         f"delete the field to read the placement unchecked, or place again")
+                         f"delete field '{where}' to read the placement unchecked, or place again")
     return value
 
 
