@@ -10,8 +10,8 @@ from simulator.model.cluster import Cluster, Device, cluster_preset, load_cluste
 from simulator.engine.fast import simulate, simulate_batch
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph, make_graph
-from simulator.model.io import (Placement, from_networkx, load_graph, load_placement, save_graph, save_placement,
-                          to_networkx)
+from simulator.model.io import from_networkx, load_graph, save_graph, to_networkx
+from simulator.model.placement_file import Placement, load_placement, save_placement
 from simulator.engine.reference import simulate_reference
 from simulator.model.result import SimResult, lower_bound
 

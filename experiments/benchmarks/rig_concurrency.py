@@ -113,7 +113,8 @@ def placed_section(args: argparse.Namespace) -> list[str]:
     from placeto.harness.on_hardware import ensure_profile
     from simulator import simulate
     from simulator.hardware.devices import local_devices
-    from simulator.model.io import load_graph, load_placement
+    from simulator.model.io import load_graph
+    from simulator.model.placement_file import load_placement
     from simulator.hardware.timing import time_interleaved, timing_of
 
     graph = load_graph(args.graph)

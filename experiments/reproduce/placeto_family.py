@@ -35,7 +35,7 @@ from simulator import cluster_preset, load_graph, lower_bound  # noqa: E402
 from simulator.model.cluster import Cluster  # noqa: E402
 from simulator.model.generate import layered_dag  # noqa: E402
 from simulator.model.graph import Graph  # noqa: E402
-from simulator.model.io import load_placement  # noqa: E402
+from simulator.model.placement_file import load_placement  # noqa: E402
 
 try:
     from simulator import simulate, simulate_batch

@@ -24,7 +24,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from simulator import cluster_preset, load_graph, simulate  # noqa: E402
-from simulator.model.io import atomic_write_bytes, load_placement  # noqa: E402
+from simulator.model.io import atomic_write_bytes  # noqa: E402
+from simulator.model.placement_file import load_placement
 
 RESULTS = ROOT / "experiments" / "results" / "reproduce"
 

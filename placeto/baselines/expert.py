@@ -11,7 +11,8 @@ from placeto.baselines.common import NotApplicable
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import check_placement, load_placement
+from simulator.model.io import check_placement
+from simulator.model.placement_file import load_placement
 
 META_KEY = "expert_placement"  # graph.meta[META_KEY] = {"2": [device per node], "4": [...], "8": [...]}
 

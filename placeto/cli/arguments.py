@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from placeto.rollouts.distributed import RAY_HINT, WorkerSpec, probe, require_ray
 from simulator.arguments import float_in, int_in
@@ -22,6 +22,7 @@ from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import load_graph, read_json
 from simulator.model.microbatch import microbatched
+from simulator.model.placement_file import Placement, cluster_note, recorded_cluster
 from simulator.model.limits import MAX_DEVICES, MAX_MICROBATCHES, MAX_SEED
 from simulator.model.meta import op_graph_note
 from simulator.workloads.msr_fiddle import is_throughput, throughput_from_dict
@@ -71,12 +72,14 @@ def add_microbatches_argument(p: argparse.ArgumentParser) -> None:
                         "the plain step)")
 
 
-def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False) -> None:
+def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False, recorded: bool = False) -> None:
     """Add --devices, --preset and --cluster, for commands that simulate.
 
     --devices defaults to None, so that a given one can be checked against the files (cluster_from_args). With
     `device_list`, --devices also takes local devices as a platform:index list (DEVICE_SPEC, e.g. gpu:0,cpu:0:
-    `place --hardware`); cluster_from_args then takes the preset with that many devices.
+    `place --hardware`); cluster_from_args then takes the preset with that many devices. With `recorded` (a command
+    that reads placement files), --preset defaults to None: the cluster the placement file records
+    (placement_cluster), else DEFAULT_PRESET.
     """
     local = (". With --hardware: a count or local devices as platform:index, e.g. gpu:0,cpu:0 (default there: "
              "the cluster file's count, else every GPU, else 2 host CPU devices; at most 4 host CPU devices per "
@@ -84,7 +87,7 @@ def add_cluster_arguments(p: argparse.ArgumentParser, device_list: bool = False)
     p.add_argument("--devices", type=DEVICE_SPEC if device_list else DEVICES, default=None,
                    help=devices_help("the cluster file's count" if device_list else
                                      "the placement or cluster file's count") + local)
-    add_preset_argument(p)
+    add_preset_argument(p, recorded=recorded)
     p.add_argument("--cluster", help="cluster JSON file, e.g. from `placeto calibrate` (instead of --preset; its "
                                      "device count is the command's)")
     add_memory_argument(p)
@@ -136,15 +139,21 @@ def memory_bytes(args: argparse.Namespace) -> float | None:
     return None if gb is None else gb * 1e9
 
 
-def add_preset_argument(p: argparse.ArgumentParser, with_cluster: bool = True) -> None:
+DEFAULT_PRESET = "placeto-k80"  # the cluster of every command when neither --preset, --cluster nor a file says
+RECORDED_HELP = (f"(default: the cluster the placement file records, see docs/formats.md; for a file that records "
+                 f"none, {DEFAULT_PRESET})")
+
+
+def add_preset_argument(p: argparse.ArgumentParser, with_cluster: bool = True, recorded: bool = False) -> None:
     """Add --preset NAME, its choices listed in the help.
 
     The choices: simulator.model.cluster.PRESETS. `with_cluster`: the command also takes --cluster, which
-    replaces it.
+    replaces it. `recorded`: the default is None, the placement file's recorded cluster (placement_cluster).
     """
     ignored = " (ignored with --cluster)" if with_cluster else ""
-    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS), metavar="NAME",
-                   help=f"cluster preset, the device kind and its costs{ignored}: %(choices)s")
+    p.add_argument("--preset", default=None if recorded else DEFAULT_PRESET, choices=sorted(PRESETS), metavar="NAME",
+                   help=f"cluster preset, the device kind and its costs{ignored}: %(choices)s"
+                        f"{' ' + RECORDED_HELP if recorded else ''}")
 
 
 def spec_count(devices: int | Sequence | None) -> int | None:
@@ -208,7 +217,52 @@ def cluster_from_args(args: argparse.Namespace, placement: str | None = None) ->
     if placement is not None:
         files.append((f"placement {placement}", placement_devices(placement)))
     n = resolve_devices(spec_count(getattr(args, "devices", None)), files)
-    return with_memory(cluster if cluster is not None else cluster_preset(args.preset, n), memory_bytes(args))
+    preset = getattr(args, "preset", None) or DEFAULT_PRESET
+    return with_memory(cluster if cluster is not None else cluster_preset(preset, n), memory_bytes(args))
+
+
+class ChosenCluster(NamedTuple):
+    """The cluster a command simulates placements on, and why."""
+
+    cluster: Cluster
+    how: str  # what chose it, e.g. "recorded in p.json", "--preset", "--cluster c.json", "the default preset"
+    notes: tuple[str, ...]  # one-line notes: each placement made for another cluster than this one
+
+
+def placement_cluster(args: argparse.Namespace, placements: Sequence[tuple[str, Placement]]) -> ChosenCluster:
+    """The cluster of `simulate` and `eval` for placements read from files.
+
+    --cluster or --preset when given (a note for each placement made for another cluster); else the one the
+    placements record (simulator.model.placement_file.recorded_cluster); else DEFAULT_PRESET. --devices is checked
+    against every file's count (resolve_devices); --memory replaces every device's capacity (a note when that
+    makes it another cluster than the recorded one).
+
+    Raises:
+      InputError: counts that disagree, or placements that record different clusters (without --preset or
+        --cluster).
+    """
+    given = [(f"placement {path}", len(p.devices) or None) for path, p in placements]
+    if getattr(args, "cluster", None) or getattr(args, "preset", None):
+        cluster = load_cluster(args.cluster) if getattr(args, "cluster", None) else None
+        files = [(f"cluster {args.cluster}", cluster.n_devices)] if cluster is not None else []
+        n = resolve_devices(spec_count(getattr(args, "devices", None)), files + given)
+        cluster = with_memory(cluster if cluster is not None else cluster_preset(args.preset, n), memory_bytes(args))
+        how = f"--cluster {args.cluster}" if getattr(args, "cluster", None) else "--preset"
+        why = f"as {how} says"
+    else:
+        found = recorded_cluster(placements)
+        if found is None:
+            n = resolve_devices(spec_count(getattr(args, "devices", None)), given)
+            return ChosenCluster(with_memory(cluster_preset(DEFAULT_PRESET, n), memory_bytes(args)),
+                                 "the default preset", ())
+        path, recorded = found
+        resolve_devices(spec_count(getattr(args, "devices", None)), given)
+        cluster, how = with_memory(recorded, memory_bytes(args)), f"recorded in {path}"
+        if memory_bytes(args) is not None:
+            how += ", with --memory"
+        why = "as --memory says"
+    notes = tuple(n for n in (cluster_note(p, path, cluster, why) for path, p in placements) if n)
+    return ChosenCluster(cluster, how, notes)
 
 
 def add_worker_arguments(p: argparse.ArgumentParser, what: str = "rollouts") -> None:

@@ -19,10 +19,11 @@ from placeto.methods import registry
 from placeto.methods.base import LARGE_GRAPH_NODES
 from placeto.policies import DEFAULT_POLICY
 from placeto.cli.arguments import add_worker_arguments, spec_from_args
-from simulator.model.cluster import Cluster, PresetSpec, load_cluster, with_memory
+from simulator.model.cluster import Cluster, PresetSpec, gb_text, load_cluster, with_memory
 from simulator.model.errors import InputError
 from simulator.model.io import atomic_write_bytes, check_output_path
 from simulator.model.microbatch import microbatched
+from simulator.model.placement_file import describe_cluster
 from simulator.workloads.families import SPLITS, load_family
 
 
@@ -77,6 +78,19 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     add_worker_arguments(p, "graphs (one Ray task per graph)")
 
 
+def cluster_words(cluster: Cluster | PresetSpec, devices: list[int]) -> str:
+    """The cluster compare simulates on, as its output names it.
+
+    A Cluster: simulator.model.placement_file.describe_cluster; a preset at each of `devices` counts: e.g.
+    "placeto-k80 (preset) at 2, 4 devices".
+    """
+    if isinstance(cluster, Cluster):
+        return describe_cluster(cluster)
+    memory = f", {gb_text(cluster.memory_bytes)} per device (--memory)" if cluster.memory_bytes is not None else ""
+    counts = ", ".join(str(d) for d in dict.fromkeys(devices))
+    return f"{cluster.name} (preset) at {counts} device{'s' if counts != '1' else ''}{memory}"
+
+
 def run_compare(args: argparse.Namespace) -> int:
     """`placeto compare`: run, print the markdown table, write files.
 
@@ -129,6 +143,7 @@ def run_compare(args: argparse.Namespace) -> int:
                    args.checkpoint, args.finetune_episodes, progress=not args.quiet,
                    save_placements=args.save_placements, workers=workers)
     table = markdown_table(rows)
+    print(f"cluster {cluster_words(cluster, devices)}")
     print(table, end="")
     if args.out:
         out = Path(args.out)

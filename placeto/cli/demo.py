@@ -34,7 +34,8 @@ def simple_placements(n_nodes: int, topo_order: np.ndarray, n_devices: int, seed
 def simulator_section(out: Path, seed: int) -> None:
     graph = layered_dag(400, seed=seed)
     save_graph(graph, out / "demo_graph.json.gz")
-    print(f"\n== Simulator: random layered graph {graph.name} ({graph.n_nodes} nodes, {graph.n_edges} edges) ==")
+    print(f"\n== Simulator: random layered graph {graph.name} ({graph.n_nodes} nodes, {graph.n_edges} edges) on the "
+          f"placeto-k80 preset's K80s ==")
     simulate(graph, np.zeros(graph.n_nodes, dtype=np.int32), cluster_preset("placeto-k80", 2))  # load compiled code
     print("runtime: the simulated step time; x lower bd: that over the graph's lower bound; took: the simulator's "
           "own wall time for it")
@@ -47,7 +48,8 @@ def simulator_section(out: Path, seed: int) -> None:
             took = (time.perf_counter() - t0) * 1e3
             print(f"{n_dev:>7} {name:<12} {result.runtime / 1e3:>11.3f} {result.ratio:>10.3f} {took:>7.2f}  "
                   f"{'OOM' if result.any_oom else '-'}")
-            save_placement(out / f"demo_{name}_{n_dev}dev.json", placement, cluster.device_names)
+            save_placement(out / f"demo_{name}_{n_dev}dev.json", placement, cluster.device_names, graph=graph,
+                           cluster=cluster)
             if n_dev == 4 and name == "round-robin":
                 gantt(result, cluster, out / "gantt_round_robin_4dev.png",
                       title=f"{graph.name}: round-robin on 4 K80s")  # gantt adds the runtime

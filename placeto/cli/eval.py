@@ -12,16 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from simulator.arguments import COUNT, POSITIVE
-from placeto.cli.arguments import (DEVICE_SPEC, add_memory_argument, add_microbatches_argument, devices_help,
-                                   memory_bytes, placement_devices,
-                                   resolve_devices, spec_count)
+from placeto.cli.arguments import (DEVICE_SPEC, RECORDED_HELP, ChosenCluster, add_memory_argument,
+                                   add_microbatches_argument, devices_help, memory_bytes, placement_cluster,
+                                   placement_devices, resolve_devices, spec_count)
 from simulator.hardware.devices import ensure_host_devices, local_devices
 from simulator.hardware.options import MAX_STAGES, MODES, RIGS, default_rig
 from simulator.measure.fit import WORKLOAD_FREE
-from simulator.model.cluster import (PRESETS, Cluster, cluster_preset, cluster_summary, describe_devices, load_cluster,
-                                     with_memory)
+from simulator.model.cluster import PRESETS, cluster_summary, load_cluster, with_memory
 from simulator.model.errors import InputError
-from simulator.model.io import check_distinct_paths, check_output_path, load_graph, load_placement
+from simulator.model.io import check_distinct_paths, check_output_path, check_placement, load_graph
+from simulator.model.placement_file import Placement, cluster_note, describe_cluster, graph_notes, load_placement
 from simulator.model.microbatch import microbatched
 
 RIG_HELP = ("where the devices run. processes: one worker process per host CPU device, pinned to a core, with its "
@@ -36,7 +36,9 @@ RIG_HELP = ("where the devices run. processes: one worker process per host CPU d
 
 def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("graph", help="graph file")
-    p.add_argument("--placement", nargs="+", required=True, help="placement JSON file(s) for this graph")
+    p.add_argument("--placement", nargs="+", required=True,
+                   help="placement JSON file(s) for this graph; each records the graph and cluster it was made for "
+                        "(docs/formats.md): one made for another graph is refused")
     p.add_argument("--hardware", action="store_true", help="also run each placement on local JAX devices")
     p.add_argument("--devices", type=DEVICE_SPEC, default=None,
                    help=devices_help("the placement and cluster files' count") + ". With --hardware also local "
@@ -44,8 +46,8 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", help="cluster JSON (default with --hardware: the cached calibration of these "
                                      "devices, as `place --hardware` uses, calibrated now when none is cached; "
                                      "without: --preset)")
-    p.add_argument("--preset", default="placeto-k80", choices=sorted(PRESETS),
-                   help="cluster preset when simulating only and no --cluster is given")
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS),
+                   help=f"cluster preset when simulating only and no --cluster is given {RECORDED_HELP}")
     add_memory_argument(p)
     p.add_argument("--rig", choices=RIGS, default=None, help=RIG_HELP)
     add_microbatches_argument(p)
@@ -139,14 +141,23 @@ def run_eval(args: argparse.Namespace) -> int:
         raise InputError("--rig says where --hardware runs the placements: it needs --hardware")
     rig = args.rig or (default_rig(spec) if args.hardware else "threads")
     graph = microbatched(load_graph(args.graph), args.microbatches)
-    placements = [(path, load_placement(path, graph, n).assignment) for path in args.placement]
+    loaded = [(path, load_placement(path, graph)) for path in args.placement]  # another graph's: refused
+    for path, p in loaded:
+        try:
+            check_placement(p.assignment, graph, n)
+        except InputError as e:
+            raise e.with_source(path) from None
+    placements = [(path, p.assignment) for path, p in loaded]
     if args.hardware and args.mode != "synthetic" and can_run_program(graph, args.program, args.exported):
         counts = check_stages(graph, placements, n, rig, args.max_stages,
                               interleaved_steps(1, args.repeats, args.warmup) - 1)
         print(f"stages (estimated, before the devices are measured): "
               f"{', '.join(f'{Path(path).name} {c.stages}' for (path, _), c in zip(placements, counts))}; their "
               f"first steps compile them: {about(sum(c.compile_s for c in counts))} here", flush=True)
-    cluster = eval_cluster(args, n, spec)
+    chosen = eval_cluster(args, spec, loaded)
+    cluster = chosen.cluster
+    for note in [line for path, p in loaded for line in graph_notes(p, graph, path)] + list(chosen.notes):
+        print(note)
     runner = None
     if args.program:
         print(f"importing {args.program} (named by --program) to re-trace the graph's program", flush=True)
@@ -178,7 +189,7 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.hardware:
             runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
                                      exported=args.exported, devices=spec, rig=rig)
-    print(f"graph {graph.name} ({graph.n_nodes} nodes), {describe_devices(cluster)} ({cluster.name}: "
+    print(f"graph {graph.name} ({graph.n_nodes} nodes), cluster {describe_cluster(cluster)} ({chosen.how}; "
           f"{cluster_summary(cluster)})")
     if runner is not None:
         staged = runner.stages and runner.mode != "synthetic"
@@ -242,21 +253,20 @@ def _plain_jit(args: argparse.Namespace, spec: int | tuple) -> Any:
                                progress=lambda line: print(line, flush=True))
 
 
-def eval_cluster(args: argparse.Namespace, n: int, spec: int | tuple) -> Cluster:
-    """The cluster eval simulates with.
+def eval_cluster(args: argparse.Namespace, spec: int | tuple,
+                 placements: list[tuple[str, Placement]]) -> ChosenCluster:
+    """The cluster eval simulates with, and the notes on it.
 
-    --cluster, else (with --hardware) the calibrated cluster of the local devices `spec` (the one
+    With --hardware and no --cluster, the calibrated cluster of the local devices `spec` (the one
     `place --hardware` caches, simulator.measure.calibrate.cached_cluster: calibrated now only when none is
-    cached), else --preset with n devices.
+    cached), with a note for each placement made for another cluster; else placeto.cli.arguments.placement_cluster:
+    --cluster, --preset, the placements' recorded cluster, the default preset.
     """
-    if args.cluster:
-        cluster = load_cluster(args.cluster)
-        if cluster.n_devices != n:
-            raise InputError(f"--devices {n} but cluster {args.cluster} has {cluster.n_devices} devices")
-    elif args.hardware:
-        from simulator.measure.calibrate import cached_cluster  # JAX's modules: only when the placements run
+    if not (args.hardware and not args.cluster):
+        return placement_cluster(args, placements)
+    from simulator.measure.calibrate import cached_cluster  # JAX's modules: only when the placements run
 
-        cluster = cached_cluster(local_devices(spec), spec, progress=lambda line: print(line, flush=True))
-    else:
-        cluster = cluster_preset(args.preset, n)
-    return with_memory(cluster, memory_bytes(args))
+    cluster = cached_cluster(local_devices(spec), spec, progress=lambda line: print(line, flush=True))
+    cluster = with_memory(cluster, memory_bytes(args))
+    notes = [cluster_note(p, path, cluster, "as --hardware measures these devices") for path, p in placements]
+    return ChosenCluster(cluster, "calibrated for these devices", tuple(n for n in notes if n))

@@ -17,7 +17,7 @@ from simulator.measure import cache
 from simulator.arguments import COUNT, POSITIVE, OneLineParser, comma_list
 from placeto.cli.arguments import (DEVICE_SPEC, DEVICES, MINUTES, PERCENT, SEED, WORKERS, DEFAULT_DEVICES,
                                    add_cluster_arguments, add_microbatches_argument, add_preset_argument,
-                                   cluster_from_args, print_op_graph_note)
+                                   placement_cluster, print_op_graph_note)
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
 from placeto.rollouts.distributed import WorkerError
 from placeto.cli.arguments import add_worker_arguments
@@ -72,7 +72,8 @@ def cmd_graph_info(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from simulator import simulate
-    from simulator.model.io import load_graph, load_placement
+    from simulator.model.io import check_placement, load_graph
+    from simulator.model.placement_file import describe_cluster, graph_notes, load_placement, preset_of
     from simulator.model.microbatch import microbatched
 
     if args.gantt:
@@ -81,17 +82,25 @@ def cmd_simulate(args: argparse.Namespace) -> int:
                                                          ("the cluster file", getattr(args, "cluster", None))])
         check_output_path(args.gantt)
     graph = microbatched(load_graph(args.file), args.microbatches)
-    cluster = cluster_from_args(args, placement=args.placement)  # the placement file's count, checked
+    placement = load_placement(args.placement, graph)  # one made for another graph: refused
+    chosen = placement_cluster(args, [(args.placement, placement)])  # the recorded cluster, or as told
+    cluster = chosen.cluster
     print_op_graph_note(graph, args.file, cluster.kinds)
-    placement = load_placement(args.placement, graph, cluster.n_devices)
+    check_placement(placement.assignment, graph, cluster.n_devices)
     result = simulate(graph, placement.assignment, cluster)
+    notes = graph_notes(placement, graph, args.placement) + list(chosen.notes)
     if args.gantt:
         from simulator.plots import gantt
 
         gantt(result, cluster, args.gantt, title=f"{graph.name} on {cluster.n_devices}x {cluster.name}")
+    for note in notes:
+        print(note, file=sys.stderr if args.json else sys.stdout)
     if args.json:
-        print(json.dumps(result.to_dict(graph, cluster), allow_nan=False))  # strict JSON: no bare NaN
+        record = {**result.to_dict(graph, cluster), "cluster": {"name": cluster.name, "preset": preset_of(cluster),
+                                                                 "chosen": chosen.how}}
+        print(json.dumps(record, allow_nan=False))  # strict JSON: no bare NaN
         return 0
+    print(f"cluster          {describe_cluster(cluster)} ({chosen.how})")
     print(f"runtime          {result.runtime / 1e3:.3f} ms  ({result.ratio:.3f}x the lower bound "
           f"{result.lower_bound / 1e3:.3f} ms)")
     print(f"{'device':<10} {'busy ms':>10} {'peak MB':>10} {'capacity MB':>12}  oom")
@@ -276,8 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim = sub.add_parser("simulate", help="simulate one training step of a placed graph")
     sim.add_argument("file", help="graph file (.json or .json.gz)")
     sim.add_argument("--placement", required=True,
-                     help="placement JSON file (from `place`, or `compare --save-placements`); it records its devices")
-    add_cluster_arguments(sim)
+                     help="placement JSON file (from `place`, or `compare --save-placements`); it records the graph "
+                          "and the cluster it was made for (docs/formats.md): one made for another graph is refused")
+    add_cluster_arguments(sim, recorded=True)
     add_microbatches_argument(sim)
     sim.add_argument("--json", action="store_true", help="print the full result as JSON")
     sim.add_argument("--gantt", help="write a Gantt chart of the schedule to this PNG")

@@ -17,6 +17,7 @@ from placeto.cli.arguments import (DEFAULT_DEVICES, cluster_from_args, load_plac
 from simulator.model.cluster import Cluster, cluster_preset, load_cluster, with_memory
 from simulator.model.errors import InputError
 from simulator.model.io import check_distinct_paths, check_output_path
+from simulator.model.placement_file import describe_cluster, save_placement
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -53,7 +54,7 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
         resolve_devices(spec_count(args.devices), [(f"cluster {args.cluster}", cluster.n_devices)])
     spec = args.devices if args.devices is not None else (cluster.n_devices if cluster else default_local_spec())
     ensure_host_devices(spec)  # before anything imports jax
-    from simulator.model.io import load_graph, save_placement
+    from simulator.model.io import load_graph
 
     from simulator.hardware.options import default_rig
     from placeto.harness.on_hardware import place_on_hardware, report
@@ -69,7 +70,8 @@ def _place_on_hardware(args: argparse.Namespace) -> int:
                                 repeats=args.repeats, seed=args.seed, cluster=cluster,
                                 save_profile=args.save_profile, rig=args.rig or default_rig(spec),
                                 gantt=args.gantt)
-    save_placement(args.out, outcome.best.placement, outcome.cluster.device_names)
+    save_placement(args.out, outcome.best.placement, outcome.cluster.device_names, graph=graph,
+                   cluster=outcome.cluster)
     print(report(outcome))
     print(f"-> {args.out} ({outcome.best.name})")
     if args.plot:
@@ -171,9 +173,12 @@ def fitted(method: str, graph, cluster: Cluster, placement):
 
 
 def runtime_lines(method: str, graph, cluster: Cluster, placement, placed, single) -> None:
-    """Print the placement's step time beside the single device's and the lower bound (SimResults `placed`,
-    `single`); for an msr-fiddle input, its max-load and the single accelerator's (simulator.model.max_load)."""
+    """Print the cluster, the placement's step time beside the single device's and the lower bound (SimResults
+    `placed`, `single`); for an msr-fiddle input, its max-load and the single accelerator's
+    (simulator.model.max_load)."""
     from simulator.model.max_load import is_max_load, max_load_reference
+
+    print(f"  {'cluster':<14} {describe_cluster(cluster)}")
 
     if is_max_load(graph):
         cap = placed.capacity
@@ -218,7 +223,6 @@ def memory_report(method: str, graph, cluster: Cluster, placement, placed, out) 
 def cmd_place(args: argparse.Namespace) -> int:
     from placeto.baselines.single import single as single_placement
     from simulator import simulate
-    from simulator.model.io import save_placement
 
     check_distinct_paths([("--out", args.out), ("--plot", getattr(args, "plot", None))],
                          [("the graph file", args.graph), ("the cluster file", args.cluster)])
@@ -274,7 +278,7 @@ def cmd_place(args: argparse.Namespace) -> int:
     placement, fit_note = fitted(method, graph, cluster, placement)
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
-    save_placement(args.out, placement, cluster.device_names)
+    save_placement(args.out, placement, cluster.device_names, graph=graph, cluster=cluster)
     print(f"placed {graph.name} on {cluster.n_devices} devices ({how}; {calls} simulator "
           f"call{'s' if calls != 1 else ''}) -> {args.out}")
     from placeto import coarsen
@@ -296,7 +300,6 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     """`place --method NAME` for a baseline, written as any placement."""
     from placeto.baselines.single import single as single_placement
     from simulator import simulate
-    from simulator.model.io import save_placement
 
     from placeto.baselines import BUDGETED, DEFAULT_BUDGET, default_seconds, run_method
 
@@ -311,7 +314,7 @@ def _place_with_baseline(args: argparse.Namespace, graph, cluster: Cluster) -> i
     placement, fit_note = fitted(args.method, graph, cluster, run.placement)
     placed = simulate(graph, placement, cluster)
     single = simulate(graph, single_placement(graph, cluster), cluster)
-    save_placement(args.out, placement, cluster.device_names)
+    save_placement(args.out, placement, cluster.device_names, graph=graph, cluster=cluster)
     limits = [f"{budget} calls" if budget is not None else "", f"{seconds:.3g} s" if seconds is not None else ""]
     spent = f", budget {' or '.join(x for x in limits if x) or 'unlimited'}" if args.method in BUDGETED else ""
     print(f"placed {graph.name} on {cluster.n_devices} devices ({args.method}, {run.seconds:.2f} s{spent}; "

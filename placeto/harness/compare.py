@@ -42,7 +42,8 @@ from placeto.policies import resolve_checkpoint
 from simulator.model.cluster import Cluster, PresetSpec, cluster_preset
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import PathLike, atomic_write_bytes, save_placement
+from simulator.model.io import PathLike, atomic_write_bytes
+from simulator.model.placement_file import save_placement
 from simulator.model.max_load import is_max_load, model_of
 from simulator.model.result import lower_bound
 from simulator.model.generate import layered_dag
@@ -266,7 +267,8 @@ def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
 
     Returns:
       {id(graph): f(cluster, method) -> f(placement)} writing `<out_dir>/<graph>.<D>dev.<method>.json` in the
-      placement file format (simulator.model.io.save_placement, atomic). Graph names are made file-safe, and
+      placement file format (simulator.model.placement_file.save_placement, atomic, with the graph and cluster
+      it was made for). Graph names are made file-safe, and
       numbered (`name-2`) when two graphs share one.
     """
     out, used, files = Path(out_dir), set(), {}
@@ -278,9 +280,10 @@ def placement_files(graphs: Sequence[Graph], out_dir: str | Path) -> dict:
             unique = f"{stem}-{k}"
         used.add(unique)
 
-        def for_run(cluster: Cluster, method: str, stem: str = unique):
+        def for_run(cluster: Cluster, method: str, stem: str = unique, graph: Graph = graph):
             path = out / f"{stem}.{cluster.n_devices}dev.{method}.json"
-            return lambda placement: save_placement(path, placement, cluster.device_names)
+            return lambda placement: save_placement(path, placement, cluster.device_names, graph=graph,
+                                                    cluster=cluster)
 
         files[id(graph)] = for_run
     return files

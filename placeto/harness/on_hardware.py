@@ -62,6 +62,7 @@ from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import save_graph
+from simulator.model.placement_file import describe_cluster
 from simulator.plots import gantt_measured
 
 RIG_COLUMN = "vs 1 rig device"  # the single-device column's header on host CPU devices (plain_jit.rig_line)
@@ -192,7 +193,7 @@ def place_on_hardware(graph: Graph, graph_path: str | None, spec: Any, methods: 
     missing = [k for k in cluster.kinds if k not in graph.costs]
     if missing:
         raise InputError(f"graph {graph.name!r} has no {missing[0]!r} costs for the cluster's devices")
-    progress(f"placing on {cluster.n_devices} devices ({', '.join(cluster.kinds)}), {seconds:g} s per method:")
+    progress(f"placing on cluster {describe_cluster(cluster)}, {seconds:g} s per method:")
     ranked, single = rank_candidates(graph, cluster, methods, seconds, seed, progress)
     if rig == "processes":
         progress(f"starting {len(devices)} worker processes, one per device (--rig processes) ...")

@@ -1,4 +1,4 @@
-"""Graph and placement file formats, atomic writes, networkx.
+"""Graph file format, atomic writes, networkx (placement files: simulator.model.placement_file).
 
 Graph file (JSON, gzip-compressed when the name ends in `.gz`)::
 
@@ -6,11 +6,6 @@ Graph file (JSON, gzip-compressed when the name ends in `.gz`)::
      "nodes": [{"name": "a", "op": "MatMul", "cost": 12.5 | {"k80": 12.5, "cpu": 80.0},
                 "out_bytes": [4096], "persistent_bytes": 0, "colocation": null, "attrs": {}}, ...],
      "edges": [{"src": "a", "dst": "b", "out": 0}, ...]}
-
-Placement file::
-
-    {"devices": ["/gpu:0", "/gpu:1"], "placement": [0, 1, 1, ...]}     # device index per node, in file order
-    {"devices": [...], "placement": {"a": 0, "b": 1, ...}}             # or node name -> device index
 
 Writes are atomic (temporary file + rename), and byte-identical for identical graphs.
 """
@@ -24,7 +19,7 @@ import os
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
 import networkx as nx
 import numpy as np
@@ -340,56 +335,7 @@ def from_networkx(g: nx.DiGraph | nx.MultiDiGraph, name: str | None = None) -> G
     return make_graph(name or g.graph.get("name", "graph"), nodes, edges, g.graph.get("meta", {}))
 
 
-# ---- placements ----------------------------------------------------------------------------------------
-class Placement(NamedTuple):
-    """A device for every node."""
-
-    devices: tuple[str, ...]  # [D] device names
-    assignment: np.ndarray  # int32[N] device index per node
-
-
-def placement_from_dict(d: Any, graph: Graph | None = None, n_devices: int | None = None,
-                        source: str | None = None) -> Placement:
-    """Parse a placement dictionary, checked against the graph.
-
-    And against the device count: `n_devices`, else the number of device names.
-
-    Raises:
-      InputError: naming `source` and the entry or node.
-    """
-    try:
-        return _placement_from_dict(d, graph, n_devices)
-    except InputError as e:
-        raise e.with_source(source) if source else e
-
-
-def _placement_from_dict(d: Any, graph: Graph | None, n_devices: int | None) -> Placement:
-    devices = tuple(_field(d, "devices", "top level", list, []))
-    raw = _field(d, "placement", "top level", (list, dict))
-    if isinstance(raw, dict):
-        if graph is None:
-            raise InputError("field 'placement': a name -> device map needs the graph")
-        unknown = next((k for k in raw if k not in graph.index), None)
-        if unknown is not None:
-            raise InputError(f"field 'placement': node {unknown!r} is not in graph {graph.name!r}")
-        missing = next((nm for nm in graph.names if nm not in raw), None)
-        if missing is not None:
-            raise InputError(f"field 'placement': node {missing!r} has no device")
-        raw = [raw[nm] for nm in graph.names]
-    for i, dev in enumerate(devices):
-        if not isinstance(dev, str):
-            raise InputError(f"field 'devices': entry {i} is {dev!r}, not a device name")
-    for i, v in enumerate(raw):
-        if isinstance(v, bool) or not isinstance(v, int):
-            raise InputError(f"field 'placement': entry {i} is {v!r}, not a device index")
-        if not -MAX_INDEX <= v <= MAX_INDEX:  # before the int64 cast; check_placement names the node
-            raise InputError(f"field 'placement': entry {i}: device index {v if abs(v) < 10**30 else '(huge)'} "
-                             f"is out of range")
-    assignment = np.asarray(raw, dtype=np.int64).reshape(-1)
-    check_placement(assignment, graph, n_devices or (len(devices) or None))
-    return Placement(devices, assignment.astype(np.int32))
-
-
+# ---- placements (the file format: simulator.model.placement_file) ------------------------------------------------
 def check_placement(assignment: Sequence[int] | np.ndarray, graph: Graph | None, n_devices: int | None) -> None:
     """Check a placement's length and device indices in [0, n_devices).
 
@@ -403,18 +349,3 @@ def check_placement(assignment: Sequence[int] | np.ndarray, graph: Graph | None,
     if bad.size:
         node = graph.names[bad[0]] if graph is not None else f"#{bad[0]}"
         raise InputError(f"node {node!r}: device index {int(a[bad[0]])} out of range for {n_devices} devices")
-
-
-def load_placement(path: PathLike, graph: Graph | None = None, n_devices: int | None = None) -> Placement:
-    """Read a placement file, checked against the graph and devices.
-
-    Each check only when `graph` or `n_devices` is given.
-    """
-    return placement_from_dict(read_json(path), graph, n_devices, str(path))
-
-
-def save_placement(path: PathLike, assignment: Sequence[int] | np.ndarray, devices: Sequence[str]) -> None:
-    """Atomically write a placement file (a device index per node)."""
-    text = json.dumps({"devices": list(devices)}, separators=(", ", ": "))[:-1]
-    text += ', "placement": ' + json.dumps([int(x) for x in np.asarray(assignment)]) + "}\n"
-    write_json(path, None, text=text)

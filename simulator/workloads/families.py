@@ -26,7 +26,8 @@ from simulator.grouping.group import group, group_placement_from_ops
 from simulator.model.costs import annotate_costs, fused_group_costs
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import atomic_write_bytes, load_graph, read_json, save_graph, save_placement, write_json
+from simulator.model.io import atomic_write_bytes, load_graph, read_json, save_graph, write_json
+from simulator.model.placement_file import save_placement
 from simulator.model.stats import graph_stats
 from simulator.tracing.retrace_map import op_keys
 from simulator.workloads.family_samplers import SAMPLERS
@@ -166,7 +167,8 @@ def _build_and_write(args: tuple[GraphSpec, str, str]) -> dict[str, Any]:
         graph = carry_measured(graph, load_graph(out / f"{spec.name}.json.gz"))
     save_graph(graph, out / f"{spec.name}.json.gz")
     for d, placement in experts.items():
-        save_placement(out / f"{spec.name}.expert_{d}dev.json", placement, [f"/gpu:{k}" for k in range(int(d))])
+        save_placement(out / f"{spec.name}.expert_{d}dev.json", placement, [f"/gpu:{k}" for k in range(int(d))],
+                       graph=graph)
     return graph_entry(graph, f"{spec.name}.json.gz")
 
 

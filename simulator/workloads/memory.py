@@ -35,7 +35,8 @@ from simulator.grouping.group import group, group_placement_from_ops
 from simulator.model.cluster import cluster_preset
 from simulator.model.costs import annotate_costs
 from simulator.model.graph import Graph
-from simulator.model.io import atomic_write_bytes, save_graph, save_placement, write_json
+from simulator.model.io import atomic_write_bytes, save_graph, write_json
+from simulator.model.placement_file import save_placement
 from simulator.tracing.retrace_map import op_keys
 from simulator.tracing.trace import trace
 from simulator.workloads.families import (ANALYTIC_KINDS, COST_KINDS, DATASETS, DEVICE_COUNTS, README_END,
@@ -192,7 +193,8 @@ def build_one(name: str, out_dir: str) -> dict[str, Any]:
     out = Path(out_dir)
     save_graph(graph, out / f"{spec.name}.json.gz")
     for d, placement in experts.items():
-        save_placement(out / f"{spec.name}.expert_{d}dev.json", placement, [f"/gpu:{k}" for k in range(int(d))])
+        save_placement(out / f"{spec.name}.expert_{d}dev.json", placement, [f"/gpu:{k}" for k in range(int(d))],
+                       graph=graph)
     return memory_entry(graph, spec, experts)
 
 

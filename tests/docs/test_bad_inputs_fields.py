@@ -147,13 +147,14 @@ def test_the_examples_are_valid(tmp_path):
     from placeto.checkpoint_io import read_config
     from simulator.measure.cache import check_cached_cluster
     from simulator.model.cluster import cluster_from_dict
-    from simulator.model.io import placement_from_dict
+    from simulator.model.placement_file import placement_from_dict
 
     graph = read_graph(GRAPH)
     use_graph(graph)
     assert {"program", "source", "grouping", "expert_placement", "profile"} <= set(GRAPH["meta"])
-    for example in (PLACEMENT, PLACEMENT_BY_NAME):
+    for example in PLACEMENTS:
         assert placement_from_dict(example, graph, 2).assignment.tolist() == [0, 1, 0, 1]
+    assert {"graph", "cluster"} <= set(PLACEMENT_V2)
     check_cached_cluster(cluster_from_dict(CLUSTER), [_HostCPU(), _HostCPU()])
     for method, (cls, example) in CONFIGS.items():
         (tmp_path / "config.json").write_text(json.dumps(example))
@@ -174,28 +175,42 @@ def test_graph_fields_property(path, value):
 
 
 # ---- placement files ----------------------------------------------------------------------------------------------
-PLACEMENT = {"devices": ["/gpu:0", "/gpu:1"], "placement": [0, 1, 0, 1]}
+PLACEMENT = {"devices": ["/gpu:0", "/gpu:1"], "placement": [0, 1, 0, 1]}  # version 1: no fingerprint
 PLACEMENT_BY_NAME = {"devices": ["/gpu:0", "/gpu:1"], "placement": {"a": 0, "b": 1, "c": 0, "d": 1}}
+
+
+def placement_example() -> dict:
+    """A version-2 placement file as the commands write it: the graph's and the cluster's fingerprint in it."""
+    from simulator.model.cluster import cluster_preset
+    from simulator.model.placement_file import placement_dict
+
+    cluster = cluster_preset("h100-nvlink", 2)
+    return _json(placement_dict([0, 1, 0, 1], cluster.device_names, read_graph(GRAPH), cluster))
+
+
+PLACEMENT_V2 = placement_example()
+PLACEMENTS = [PLACEMENT, PLACEMENT_BY_NAME, PLACEMENT_V2]
 
 
 def check_placement(example: dict, path: tuple, value: Any) -> None:
     from simulator import simulate
     from simulator.model.cluster import cluster_preset
-    from simulator.model.io import placement_from_dict
+    from simulator.model.placement_file import placement_from_dict
 
     graph = read_graph(GRAPH)
     placement = mutated(example, path, value) if path else example
     one_line_or_valid(lambda: placement_from_dict(_json(placement), graph, 2, "p.json"),
-                      lambda p: simulate(graph, p.assignment, cluster_preset("placeto-k80", 2)))
+                      lambda p: simulate(graph, p.assignment, p.made_for.cluster.cluster if p.made_for.cluster
+                                         else cluster_preset("placeto-k80", 2)))
 
 
 def test_placement_every_field():
-    for example in (PLACEMENT, PLACEMENT_BY_NAME):
+    for example in PLACEMENTS:
         sweep(field_paths(example), lambda path, value: check_placement(example, path, value))
 
 
 @SETTINGS
-@given(example=st.sampled_from([PLACEMENT, PLACEMENT_BY_NAME]), data=st.data())
+@given(example=st.sampled_from(PLACEMENTS), data=st.data())
 def test_placement_fields_property(example, data):
     check_placement(example, data.draw(st.sampled_from(field_paths(example))), data.draw(SCALARS))
 

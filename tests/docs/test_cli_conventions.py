@@ -15,7 +15,8 @@ from placeto.cli.main import build_parser, main
 from simulator.model.cluster import cluster_preset, save_cluster
 from simulator.model.errors import InputError
 from simulator.model.generate import layered_dag
-from simulator.model.io import save_graph, save_placement
+from simulator.model.io import save_graph
+from simulator.model.placement_file import save_placement
 
 COUNTED = ("simulate", "place", "train", "compare", "eval")  # commands whose --devices is a device count
 

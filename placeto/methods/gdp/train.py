@@ -39,7 +39,8 @@ from placeto.progress import advance
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import atomic_write_bytes, read_json, save_placement
+from simulator.model.io import atomic_write_bytes, read_json
+from simulator.model.placement_file import save_placement
 
 METRICS = "metrics.csv"
 FIELDS = ("update", "samples", "seconds", "task", "loss", "entropy", "mean_objective_us", "batch_best_us",
@@ -236,7 +237,8 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
             best = dict(st.best)
             if r.best_objective < best.get(task.key, math.inf):
                 best[task.key] = r.best_objective
-                save_placement(out / "best" / f"{_safe(task.key)}.json", r.best_placement, task.cluster.device_names)
+                save_placement(out / "best" / f"{_safe(task.key)}.json", r.best_placement, task.cluster.device_names,
+                               graph=task.graph, cluster=task.cluster)
             st = RunState(r.params, r.opt_state, st.update + 1, st.samples + config.samples_per_update, best)
             writer.writerow(_metrics_row(st, task.key, r, time.perf_counter() - t0, m.calls / m.elapsed()))
             advance(bar, config.samples_per_update, first=st.update == start_update + 1)  # the 1st compiles

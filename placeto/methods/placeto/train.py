@@ -63,7 +63,8 @@ from placeto.rollouts.workers import key_data
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import atomic_write_bytes, check_output_path, save_placement, write_json
+from simulator.model.io import atomic_write_bytes, check_output_path, write_json
+from simulator.model.placement_file import save_placement
 
 class TrainSummary(NamedTuple):
     """What a `train` call did.
@@ -310,7 +311,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
             collect = None if pool is None else _pool_collect(pool, i, config.episodes_per_update)
             metrics = _update(config, policy, grad_fn, apply, st, contexts[i], arrays[i], keys[i], collect)
             check_finite(st.params, metrics["loss"], out, st.update, saved_update)
-            _save_best(out, keys[i], st, metrics.pop("_best"), tasks[i].cluster)
+            _save_best(out, keys[i], st, metrics.pop("_best"), tasks[i].graph, tasks[i].cluster)
             elapsed = time.time() - t0
             metrics.update(wall_s=round(elapsed, 3), eps_per_s=(st.episode - start_episode) / max(elapsed, 1e-9),
                            sims_per_s=(st.sim_calls - start_calls) / max(elapsed, 1e-9))
@@ -469,11 +470,11 @@ def _update(config: PlacetoConfig, policy: Policy, grad_fn, apply, st: TrainStat
             "_best": (float(ro.best_runtime[b]), ro.best_placement[b], prev)}
 
 
-def _save_best(out: Path, key: str, st: TrainState, best, cluster: Cluster) -> None:
-    """Write best/<key>.json and best/runtimes.json if this update beat the best."""
+def _save_best(out: Path, key: str, st: TrainState, best, graph: Graph, cluster: Cluster) -> None:
+    """Write best/<key>.json (placed `graph` on `cluster`) and best/runtimes.json if this update beat the best."""
     runtime, placement, prev = best
     if runtime < prev:
-        save_placement(out / "best" / f"{key}.json", placement, cluster.device_names)
+        save_placement(out / "best" / f"{key}.json", placement, cluster.device_names, graph=graph, cluster=cluster)
         write_json(out / "best" / "runtimes.json", {"runtime_us": st.best_runtime})
 
 

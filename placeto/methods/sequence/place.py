@@ -33,7 +33,8 @@ from placeto.objective import meter, metered, score_batch
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import PathLike, load_placement
+from simulator.model.io import PathLike
+from simulator.model.placement_file import load_placement
 
 COMPARE_PRESET = "default"  # the config preset train_in_budget starts from when none is given (tests: "tiny")
 

@@ -48,7 +48,8 @@ from simulator.model.generate import layered_dag
 from simulator.model.errors import InputError
 from simulator.model.limits import number, short_repr
 from simulator.model.graph import Graph
-from simulator.model.io import PathLike, atomic_write_bytes, check_output_path, read_json, save_placement
+from simulator.model.io import PathLike, atomic_write_bytes, check_output_path, read_json
+from simulator.model.placement_file import save_placement
 
 METRICS = "metrics.csv"
 FIELDS = ("update", "samples", "seconds", "loss", "entropy", "mean_reward", "baseline", "mean_objective_us",
@@ -264,7 +265,8 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
                                    k_update, drawn)
                 check_finite(r.params, r.loss, out, st.update, saved)
                 if r.best_objective < st.best:
-                    save_placement(best_file(out, key), r.best_placement, cluster.device_names)
+                    save_placement(best_file(out, key), r.best_placement, cluster.device_names, graph=graph,
+                                   cluster=cluster)
                 st = RunState(r.params, r.opt_state, r.baseline, st.update + 1,
                               st.samples + config.samples_per_update, min(st.best, r.best_objective))
                 log.row({"update": st.update - 1, "samples": st.samples, "seconds": time.perf_counter() - t0,

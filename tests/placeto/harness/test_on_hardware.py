@@ -137,6 +137,9 @@ def test_place_hardware_end_to_end(tmp_path, monkeypatch):
     assert "x plain jit's speed" in plain and "host CPU devices: a test rig" in first.stdout
     placement = json.loads((tmp_path / "p.json").read_text())
     assert len(placement["devices"]) == 2 and len(placement["placement"]) > 0
+    # what it was made for: the graph file's graph (not its profiled copy) and the cluster it placed on, named
+    assert placement["graph"]["name"] == "nmt_002" and placement["cluster"]["definition"] == cluster.to_dict()
+    assert "placing on cluster local: 2x local-cpu (10.0 GB each)" in first.stdout
     # the next `place --hardware` (the process rig: a profile taken on one core) finds the profile in the cache
     import jax
 

@@ -15,7 +15,8 @@ from simulator import cluster_preset, load_graph, load_placement, save_graph
 from simulator.model.cluster import load_cluster, save_cluster
 from simulator.model.errors import InputError
 from simulator.model.generate import layered_dag
-from simulator.model.io import from_networkx, graph_to_dict, save_placement, to_networkx
+from simulator.model.io import from_networkx, graph_to_dict, to_networkx
+from simulator.model.placement_file import save_placement
 
 GOOD = {
     "format": "placeto-graph", "version": 1, "name": "tiny", "meta": {"family": "test"},

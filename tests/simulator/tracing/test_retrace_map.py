@@ -18,7 +18,8 @@ from simulator.tracing.program import retrace
 from simulator.workloads.families import GraphSpec, build_graph
 from simulator.model.errors import InputError
 from simulator.model.graph import make_graph
-from simulator.model.io import load_graph, save_graph, save_placement
+from simulator.model.io import load_graph, save_graph
+from simulator.model.placement_file import save_placement
 from simulator.tracing.retrace_map import make_monotone, op_keys, quotient_acyclic, scope
 
 SPEC = GraphSpec("tiny_rnnlm", "rnnlm", {"seed": 0, "layers": 1, "steps": 2, "batch": 4, "hidden": 8,

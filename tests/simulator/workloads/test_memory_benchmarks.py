@@ -11,7 +11,8 @@ import pytest
 from simulator.engine.fast import simulate
 from simulator.model.cluster import cluster_preset
 from simulator.model.errors import InputError
-from simulator.model.io import load_graph, load_placement
+from simulator.model.io import load_graph
+from simulator.model.placement_file import load_placement
 from simulator.tracing.program import retrace
 from simulator.workloads.families import DATASETS, load_manifest
 from simulator.workloads.memory import FAMILY, MEMORY_SPECS, memory_spec, readme_table

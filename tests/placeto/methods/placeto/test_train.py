@@ -100,6 +100,7 @@ def test_outputs_place_and_plot(tmp_path):
     summary = T.train(tiny(episodes=8), [g], cluster, tmp_path)
     assert summary.sim_calls > 0 and summary.episodes_per_second > 0
     best = load_placement(summary.best_placement_files[g.name], g, 2)
+    assert best.made_for.graph.name == g.name and best.made_for.cluster.cluster == cluster  # what it was made for
     assert simulate_reference(g, best.assignment, cluster).runtime == pytest.approx(summary.best_runtime[g.name])
     assert json.loads((tmp_path / "config.json").read_text())["episodes"] == 8
     assert (tmp_path / "tb").is_dir()
