@@ -7,6 +7,11 @@ booking a placement books its transfers on the device channels (transfer and mem
 lower device, as Baechi. The start times it picks never decrease, so its estimated schedule reads like the
 simulator's timeline.
 
+Mixed devices (a GPU and the host CPU, devices of other kinds): only the pairs on which their node finishes first
+compete (`listsched.problem.earliest_finish`: each device's cost for the node is its kind's), so a node is not
+started on an idle device that is many times slower. On identical devices those are the pairs that start first,
+and the schedule is Baechi's to the last bit.
+
 With model="baechi" it is the public Baechi m-ETF (placer/m_etf.py) node for node. Complexity O(N * R * D) for
 R the largest ready set, plus re-estimating the cached input-ready times a placement made stale (only for pairs
 whose static lower bound could still win; timing: docs/commands.md). `listsched.problem.etf_reference` is the
@@ -91,15 +96,19 @@ def _lower_bound(v, prob, tl, out):
 def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower):
     """(start, device, index in ready) of the earliest ready pair.
 
-    Among the pairs of `best_tier`, a pair starts at max(input-ready, device free, floor); ties: earlier topological
-    position, then lower device. Cached estimates come first, so the static lower bounds prune more of the stale
-    ones, which are re-estimated.
+    Among the pairs of `best_tier` on which their node finishes first (`problem.earliest_finish`), a pair starts at
+    max(input-ready, device free, floor); ties: earlier topological position, then lower device. A node whose cost
+    is the same on every device (`_even`: its earliest-start pairs are its earliest-finish ones) is searched pair
+    by pair, cached estimates first, so the static lower bounds prune more of the stale ones, which are
+    re-estimated; the other nodes after them, node by node (`_uneven_pairs`).
     """
     n, n_dev = prob.cost.shape
     bs, bt, bd, bi = np.inf, n, n_dev, -1
     for stale in (False, True):
         for i in range(n_ready):
             v = ready[i]
+            if not _even(v, prob):
+                continue
             for d in range(n_dev):
                 if valid[v, d] == stale or tier(v, d, prob, tl) != best_tier:
                     continue
@@ -111,7 +120,52 @@ def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, 
                 s = max(max(est[v, d], tl.avail[d]), floor)
                 if (s, prob.topo_pos[v], d) < (bs, bt, bd):
                     bs, bt, bd, bi = s, prob.topo_pos[v], d, i
+    for i in range(n_ready):
+        v = ready[i]
+        if not _even(v, prob):
+            s, d = _uneven_pairs(v, best_tier, floor, bs, bt, prob, tl, est, valid, xfer, lower)
+            if d >= 0 and (s, prob.topo_pos[v], d) < (bs, bt, bd):
+                bs, bt, bd, bi = s, prob.topo_pos[v], d, i
     return bs, bd, bi
+
+
+@numba.njit(cache=True)
+def _even(v, prob):
+    """Whether node v costs the same on every device (slower[v] is all zero)."""
+    for d in range(prob.slower.shape[1]):
+        if prob.slower[v, d] != 0.0:
+            return False
+    return True
+
+
+@numba.njit(cache=True)
+def _uneven_pairs(v, best_tier, floor, bs, bt, prob, tl, est, valid, xfer, lower):
+    """(start, device) of node v's earliest pair among its earliest-finish pairs of `best_tier`; device -1: none.
+
+    Also -1 when no pair of v can start before (bs, bt), the best so far (then its stale estimates stay stale).
+    Otherwise every estimate of v in the tier is made fresh, as the earliest-finish devices depend on all of them.
+    """
+    n_dev = prob.cost.shape[1]
+    bound = np.inf
+    for d in range(n_dev):
+        if tier(v, d, prob, tl) == best_tier:
+            bound = min(bound, max(max(est[v, d] if valid[v, d] else lower[v, d], tl.avail[d]), floor))
+    if (bound, prob.topo_pos[v]) > (bs, bt):
+        return np.inf, -1  # every start of v is at least this bound, so none of them can beat the best
+    first = np.inf
+    for d in range(n_dev):
+        if tier(v, d, prob, tl) == best_tier:
+            if not valid[v, d]:
+                est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
+                valid[v, d] = True
+            first = min(first, max(max(est[v, d], tl.avail[d]), floor) + prob.slower[v, d])
+    best_s, best_d = np.inf, -1
+    for d in range(n_dev):
+        if tier(v, d, prob, tl) == best_tier:
+            s = max(max(est[v, d], tl.avail[d]), floor)
+            if s + prob.slower[v, d] == first and s < best_s:
+                best_s, best_d = s, d
+    return best_s, best_d
 
 
 @numba.njit(cache=True)
