@@ -504,6 +504,7 @@ def _compare_figure(plt, rows: Sequence[Row], graph: str):
     """One graph's bar chart (see plot_compare)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     mine = [r for r in rows if r.applies]
     methods = list(dict.fromkeys(r.method for r in mine))
@@ -535,6 +536,9 @@ def _compare_figure(plt, rows: Sequence[Row], graph: str):
         ax.set_yscale("log")
         low = min(h for h in heights + [r.lower_bound_us / 1e3 for r in rows] if h > 0)
         ax.set_ylim(low / 1.5, top * (2.0 if any(r.oom for r in mine) else 1.3))
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 0.1, 0.2, 0.5, 1, ... ms, in plain numbers
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("simulated step time (ms, log scale)")
     else:
         if top > 0:  # room above the tallest bar for its "OOM" label
