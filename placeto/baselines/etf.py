@@ -98,16 +98,17 @@ def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, 
 
     Among the pairs of `best_tier` on which their node finishes first (`problem.earliest_finish`), a pair starts at
     max(input-ready, device free, floor); ties: earlier topological position, then lower device. A node whose cost
-    is the same on every device (`_even`: its earliest-start pairs are its earliest-finish ones) is searched pair
+    is the same on every device (prob.even: its earliest-start pairs are its earliest-finish ones) is searched pair
     by pair, cached estimates first, so the static lower bounds prune more of the stale ones, which are
-    re-estimated; the other nodes after them, node by node (`_uneven_pairs`).
+    re-estimated; the other nodes after them, node by node (`_uneven_pairs`), those with enough fresh estimates
+    first.
     """
     n, n_dev = prob.cost.shape
     bs, bt, bd, bi = np.inf, n, n_dev, -1
     for stale in (False, True):
         for i in range(n_ready):
             v = ready[i]
-            if not _even(v, prob):
+            if not prob.even[v]:
                 continue
             for d in range(n_dev):
                 if valid[v, d] == stale or tier(v, d, prob, tl) != best_tier:
@@ -120,52 +121,53 @@ def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, 
                 s = max(max(est[v, d], tl.avail[d]), floor)
                 if (s, prob.topo_pos[v], d) < (bs, bt, bd):
                     bs, bt, bd, bi = s, prob.topo_pos[v], d, i
-    for i in range(n_ready):
-        v = ready[i]
-        if not _even(v, prob):
-            s, d = _uneven_pairs(v, best_tier, floor, bs, bt, prob, tl, est, valid, xfer, lower)
-            if d >= 0 and (s, prob.topo_pos[v], d) < (bs, bt, bd):
-                bs, bt, bd, bi = s, prob.topo_pos[v], d, i
+    for refresh in (False, True):
+        for i in range(n_ready):
+            v = ready[i]
+            if prob.even[v]:
+                continue
+            # v's earliest pair among its earliest-finish pairs. A device can win only if it could start v before
+            # the best; it is an earliest-finish device only if nothing finishes v sooner (start + slower below its
+            # own). So stale estimates are made fresh, the lowest bound on the finish first, only while their
+            # static lower bound could still take the least finish (a device that could win: or tie it); the rest
+            # cannot change the choice. Without refresh, a node that would need one waits for the second round (a
+            # good best found cheaply first).
+            can_win = False
+            least = np.inf
+            for d in range(n_dev):
+                if tier(v, d, prob, tl) == best_tier:
+                    s = max(max(est[v, d] if valid[v, d] else lower[v, d], tl.avail[d]), floor)
+                    can_win = can_win or (s, prob.topo_pos[v]) < (bs, bt)
+                    if valid[v, d]:
+                        least = min(least, s + prob.slower[v, d])
+            if not can_win:
+                continue
+            skip = False
+            while not skip:
+                pick, pick_f = -1, np.inf
+                for d in range(n_dev):
+                    if valid[v, d] or tier(v, d, prob, tl) != best_tier:
+                        continue
+                    s = max(max(lower[v, d], tl.avail[d]), floor)
+                    f = s + prob.slower[v, d]
+                    if (f < least or (f == least and (s, prob.topo_pos[v]) < (bs, bt))) and f < pick_f:
+                        pick, pick_f = d, f
+                if pick < 0:
+                    break
+                if not refresh:
+                    skip = True
+                    break
+                est[v, pick], xfer[v, pick] = ready_time(v, pick, False, prob, tl)
+                valid[v, pick] = True
+                least = min(least, max(max(est[v, pick], tl.avail[pick]), floor) + prob.slower[v, pick])
+            if skip:
+                continue
+            for d in range(n_dev):
+                if valid[v, d] and tier(v, d, prob, tl) == best_tier:
+                    s = max(max(est[v, d], tl.avail[d]), floor)
+                    if s + prob.slower[v, d] == least and (s, prob.topo_pos[v], d) < (bs, bt, bd):
+                        bs, bt, bd, bi = s, prob.topo_pos[v], d, i
     return bs, bd, bi
-
-
-@numba.njit(cache=True)
-def _even(v, prob):
-    """Whether node v costs the same on every device (slower[v] is all zero)."""
-    for d in range(prob.slower.shape[1]):
-        if prob.slower[v, d] != 0.0:
-            return False
-    return True
-
-
-@numba.njit(cache=True)
-def _uneven_pairs(v, best_tier, floor, bs, bt, prob, tl, est, valid, xfer, lower):
-    """(start, device) of node v's earliest pair among its earliest-finish pairs of `best_tier`; device -1: none.
-
-    Also -1 when no pair of v can start before (bs, bt), the best so far (then its stale estimates stay stale).
-    Otherwise every estimate of v in the tier is made fresh, as the earliest-finish devices depend on all of them.
-    """
-    n_dev = prob.cost.shape[1]
-    bound = np.inf
-    for d in range(n_dev):
-        if tier(v, d, prob, tl) == best_tier:
-            bound = min(bound, max(max(est[v, d] if valid[v, d] else lower[v, d], tl.avail[d]), floor))
-    if (bound, prob.topo_pos[v]) > (bs, bt):
-        return np.inf, -1  # every start of v is at least this bound, so none of them can beat the best
-    first = np.inf
-    for d in range(n_dev):
-        if tier(v, d, prob, tl) == best_tier:
-            if not valid[v, d]:
-                est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
-                valid[v, d] = True
-            first = min(first, max(max(est[v, d], tl.avail[d]), floor) + prob.slower[v, d])
-    best_s, best_d = np.inf, -1
-    for d in range(n_dev):
-        if tier(v, d, prob, tl) == best_tier:
-            s = max(max(est[v, d], tl.avail[d]), floor)
-            if s + prob.slower[v, d] == first and s < best_s:
-                best_s, best_d = s, d
-    return best_s, best_d
 
 
 @numba.njit(cache=True)

@@ -95,6 +95,7 @@ class ScheduleProblem(NamedTuple):
     rank: np.ndarray  # float64[N] upward rank: mean cost + max over children (mean comm + rank), us
     slower: np.ndarray  # float64[N, D] cost[v, d] - min_e cost[v, e], us: how much longer v runs on d than on its
     # fastest device; 0 everywhere on identical devices (`earliest_finish` then reduces to the earliest start)
+    even: np.ndarray  # bool[N] slower[v] is all zero: v costs the same on every device
 
 
 def pair_outputs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -138,11 +139,12 @@ def build_problem(graph: Graph, cluster: Cluster, model: str | TransferModel = D
     topo_pos[graph.topo_order] = np.arange(graph.n_nodes)
     pair_comm = np.add.reduceat(busy[in_out], in_off[:-1]) if in_out.size else np.zeros(0)
     rank = upward_rank(graph, cost.mean(axis=1), pair_comm * (cluster.n_devices - 1) / cluster.n_devices)
+    slower = cost - cost.min(axis=1, keepdims=True)
     return ScheduleProblem(cost, par_off, par, in_off, in_out, ch_off, ch, topo_pos, memory_need(graph),
                            graph.persistent_bytes, graph.node_out_bytes,
                            np.asarray(cluster.memory, dtype=np.float64), latency, busy,
                            float(cluster.delta1_us) if tm.delta1 else 0.0, tm.shared_channel, tm.copy_per_device,
-                           tm.exact_estimate, rank, cost - cost.min(axis=1, keepdims=True))
+                           tm.exact_estimate, rank, slower, ~(slower != 0).any(axis=1))
 
 
 def upward_rank(graph: Graph, mean_cost: np.ndarray, mean_comm: np.ndarray) -> np.ndarray:
