@@ -8,6 +8,7 @@ import matplotlib
 import numpy as np
 import pytest
 
+from placeto.baselines.single import SINGLE_MEANS, single_device
 from placeto.cli.main import main
 from placeto.harness import plot_style
 from placeto.harness.against_single import SLOW_FACTOR, compare_warning, place_warning, same_speed_note
@@ -88,3 +89,14 @@ def test_compare_bars_spanning_more_than_ten_times_get_a_log_axis():
         assert all(low < r.runtime_us / 1e3 < high for r in rows)  # every bar's top inside the axis
         plt.close(fig)
     assert not plot_style.wants_log_axis([1.0, 10.0, 0.0, float("nan")]) and plot_style.wants_log_axis([1, 10.5])
+
+
+def test_single_is_what_the_help_says(capsys):
+    """`single` on h100-nvlink-cpu is /gpu:0, device 1 (the fastest; the first of the tied GPUs), and `place` and
+    `compare` --help say what single is in the same words."""
+    graph, cluster = load_graph(NMT), cluster_preset("h100-nvlink-cpu", 4)
+    assert single_device(graph, cluster) == 1 and cluster.devices[1].name == "/gpu:0"
+    for command in ("place", "compare"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert " ".join(SINGLE_MEANS.split()) in " ".join(capsys.readouterr().out.split())
