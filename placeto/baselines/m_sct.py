@@ -182,8 +182,9 @@ def sct_schedule(prob: ScheduleProblem, favourite: np.ndarray) -> Schedule:
 class _Loop(NamedTuple):
     """`baechi_reference._Loop`'s state beside the `kernels.Timeline`, as arrays.
 
-    N nodes, D devices. A node's cached estimates exist only while it is ready. tss, fit, lo, hi, earliest and
-    urgent are the reference's tss and what it reads off them, rebuilt for the ready nodes before every pick.
+    N nodes, D devices. A node's cached estimates exist only while it is ready. tss, fit, hi, first, earliest,
+    urgent and later are the reference's tss and what it reads off them, rebuilt for the ready nodes before every
+    pick.
     """
 
     fav: np.ndarray  # int64[N] favourite child, -1: none
@@ -199,8 +200,7 @@ class _Loop(NamedTuple):
     xfer: np.ndarray  # bool[N, D] the estimate needs a transfer (its senders are not empty)
     tss: np.ndarray  # float64[N, D] schedule time: max(estimate, device free), where fit
     fit: np.ndarray  # bool[N, D] the node's need fits on the device (memory tier 0)
-    lo: np.ndarray  # float64[N] earliest schedule time over the devices it fits (inf: none)
-    hi: np.ndarray  # float64[N] latest: the urgent time (-inf: none)
+    hi: np.ndarray  # float64[N] latest schedule time over the devices it fits: the urgent time (-inf: none)
     first: np.ndarray  # float64[N] least tss + slower over the devices it fits: the devices reaching it suit the node
     earliest: np.ndarray  # int64[D] the ready node suiting the device with the earliest (tss, position), -1: none
     urgent: np.ndarray  # int64[D] the one fitting it with the earliest (urgent time, position), -1: none
@@ -219,7 +219,7 @@ def _new_loop(prob: ScheduleProblem, fav: np.ndarray) -> _Loop:
     return _Loop(fav, waiting, ready, slot, np.zeros(n, np.int64), np.array([sources.size, 0, 0], np.int64),
                  np.full(n_dev, -1, np.int64), np.zeros(n_dev, np.bool_), np.zeros((n, n_dev)),
                  np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)),
-                 np.zeros((n, n_dev), np.bool_), np.full(n, np.inf), np.full(n, -np.inf), np.full(n, np.inf),
+                 np.zeros((n, n_dev), np.bool_), np.full(n, -np.inf), np.full(n, np.inf),
                  np.full(n_dev, -1, np.int64), np.full(n_dev, -1, np.int64), np.full(n_dev, np.inf),
                  np.zeros(n_dev, np.bool_))
 
@@ -252,13 +252,13 @@ def _populate(now, prob, tl, lp):
     earliest schedule time after `now` (what the reference's _next_time reads for a free device that is not awake).
     """
     n_dev, topo, avail, slower = prob.cost.shape[1], prob.topo_pos, tl.avail, prob.slower
-    ready, fit, valid, est, xfer, tss, lo, hi = lp.ready, lp.fit, lp.valid, lp.est, lp.xfer, lp.tss, lp.lo, lp.hi
+    ready, fit, valid, est, xfer, tss, hi = lp.ready, lp.fit, lp.valid, lp.est, lp.xfer, lp.tss, lp.hi
     earliest, urgent, later, first = lp.earliest, lp.urgent, lp.later, lp.first
     for d in range(n_dev):
         earliest[d], urgent[d], later[d] = -1, -1, np.inf
     for i in range(lp.count[0]):
         v = ready[i]
-        low, last, least = np.inf, -np.inf, np.inf
+        last, least = -np.inf, np.inf
         for d in range(n_dev):
             fit[v, d] = tier(v, d, prob, tl) == 0
             if fit[v, d]:
@@ -267,8 +267,8 @@ def _populate(now, prob, tl, lp):
                     valid[v, d] = True
                 t = max(est[v, d], avail[d])
                 tss[v, d] = t
-                low, last, least = min(low, t), max(last, t), min(least, t + slower[v, d])
-        lo[v], hi[v], first[v] = low, last, least
+                last, least = max(last, t), min(least, t + slower[v, d])
+        hi[v], first[v] = last, least
         for d in range(n_dev):
             if fit[v, d]:
                 w = earliest[d]
