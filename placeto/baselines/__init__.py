@@ -4,16 +4,16 @@ Each method is `(graph, cluster, seed, **options) -> int32[N]`, the device index
 
 | name | what it optimises | simulator calls |
 |---|---|---|
-| `single` | nothing: every node on the fastest single device (simulated; ties: the first accelerator) | 0 |
+| `single` | nothing: every node on the device the graph alone runs fastest on (simulated; preferring one it fits; ties: the first accelerator) | 0 |
 | `cpu-only` | nothing: every node on the CPU (clusters with a "cpu" device only) | 0 |
 | `random` | best of `budget` uniform random placements | budget |
 | `expert` | the human placement shipped in `graph.meta["expert_placement"]` | 0 |
 | `metis` | METIS k-way min byte cut, compute-balanced, all devices | 0 |
 | `scotch` | Scotch min byte cut, compute-balanced, all devices (Mirhoseini et al.) | 0 |
 | `mincut` | Scotch min byte cut over the GPUs only, memory-balanced (Mirhoseini et al. 2018) | 0 |
-| `etf` | Baechi's m-ETF list scheduling: earliest start, transfers booked on device channels, memory-aware | 0 |
+| `etf` | Baechi's m-ETF list scheduling: earliest start (on a device where the node finishes first), transfers booked on device channels, memory-aware | 0 |
 | `m-sct` | Baechi's m-SCT: m-ETF that keeps LP-chosen favourite children on their parent's device | 0 |
-| `m-topo` | Baechi's m-TOPO: topological order, each device filled up to an equal memory share | 0 |
+| `m-topo` | Baechi's m-TOPO: topological order, each device filled up to an equal memory share (assumes identical devices) | 0 |
 | `heft` | HEFT list scheduling: upward-rank order, earliest finish, memory-aware | 0 |
 | `local-search` | hill climbing (a little annealing) over single-node moves from the best list schedule | budget |
 | `sa` | simulated annealing: calibrated geometric schedule, restarts from the best (`placeto.baselines.sa`) | budget |

@@ -7,6 +7,11 @@ booking a placement books its transfers on the device channels (transfer and mem
 lower device, as Baechi. The start times it picks never decrease, so its estimated schedule reads like the
 simulator's timeline.
 
+Mixed devices (a GPU and the host CPU, devices of other kinds): only the pairs on which their node finishes first
+compete (`listsched.problem.earliest_finish`: each device's cost for the node is its kind's), so a node is not
+started on an idle device that is many times slower. On identical devices those are the pairs that start first,
+and the schedule is Baechi's to the last bit.
+
 With model="baechi" it is the public Baechi m-ETF (placer/m_etf.py) node for node. Complexity O(N * R * D) for
 R the largest ready set, plus re-estimating the cached input-ready times a placement made stale (only for pairs
 whose static lower bound could still win; timing: docs/commands.md). `listsched.problem.etf_reference` is the
@@ -91,15 +96,20 @@ def _lower_bound(v, prob, tl, out):
 def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower):
     """(start, device, index in ready) of the earliest ready pair.
 
-    Among the pairs of `best_tier`, a pair starts at max(input-ready, device free, floor); ties: earlier topological
-    position, then lower device. Cached estimates come first, so the static lower bounds prune more of the stale
-    ones, which are re-estimated.
+    Among the pairs of `best_tier` on which their node finishes first (`problem.earliest_finish`), a pair starts at
+    max(input-ready, device free, floor); ties: earlier topological position, then lower device. A node whose cost
+    is the same on every device (prob.even: its earliest-start pairs are its earliest-finish ones) is searched pair
+    by pair, cached estimates first, so the static lower bounds prune more of the stale ones, which are
+    re-estimated; the other nodes after them, node by node (`_uneven_pairs`), those with enough fresh estimates
+    first.
     """
     n, n_dev = prob.cost.shape
     bs, bt, bd, bi = np.inf, n, n_dev, -1
     for stale in (False, True):
         for i in range(n_ready):
             v = ready[i]
+            if not prob.even[v]:
+                continue
             for d in range(n_dev):
                 if valid[v, d] == stale or tier(v, d, prob, tl) != best_tier:
                     continue
@@ -111,6 +121,52 @@ def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, 
                 s = max(max(est[v, d], tl.avail[d]), floor)
                 if (s, prob.topo_pos[v], d) < (bs, bt, bd):
                     bs, bt, bd, bi = s, prob.topo_pos[v], d, i
+    for refresh in (False, True):
+        for i in range(n_ready):
+            v = ready[i]
+            if prob.even[v]:
+                continue
+            # v's earliest pair among its earliest-finish pairs. A device can win only if it could start v before
+            # the best; it is an earliest-finish device only if nothing finishes v sooner (start + slower below its
+            # own). So stale estimates are made fresh, the lowest bound on the finish first, only while their
+            # static lower bound could still take the least finish (a device that could win: or tie it); the rest
+            # cannot change the choice. Without refresh, a node that would need one waits for the second round (a
+            # good best found cheaply first).
+            can_win = False
+            least = np.inf
+            for d in range(n_dev):
+                if tier(v, d, prob, tl) == best_tier:
+                    s = max(max(est[v, d] if valid[v, d] else lower[v, d], tl.avail[d]), floor)
+                    can_win = can_win or (s, prob.topo_pos[v]) < (bs, bt)
+                    if valid[v, d]:
+                        least = min(least, s + prob.slower[v, d])
+            if not can_win:
+                continue
+            skip = False
+            while not skip:
+                pick, pick_f = -1, np.inf
+                for d in range(n_dev):
+                    if valid[v, d] or tier(v, d, prob, tl) != best_tier:
+                        continue
+                    s = max(max(lower[v, d], tl.avail[d]), floor)
+                    f = s + prob.slower[v, d]
+                    if (f < least or (f == least and (s, prob.topo_pos[v]) < (bs, bt))) and f < pick_f:
+                        pick, pick_f = d, f
+                if pick < 0:
+                    break
+                if not refresh:
+                    skip = True
+                    break
+                est[v, pick], xfer[v, pick] = ready_time(v, pick, False, prob, tl)
+                valid[v, pick] = True
+                least = min(least, max(max(est[v, pick], tl.avail[pick]), floor) + prob.slower[v, pick])
+            if skip:
+                continue
+            for d in range(n_dev):
+                if valid[v, d] and tier(v, d, prob, tl) == best_tier:
+                    s = max(max(est[v, d], tl.avail[d]), floor)
+                    if s + prob.slower[v, d] == least and (s, prob.topo_pos[v], d) < (bs, bt, bd):
+                        bs, bt, bd, bi = s, prob.topo_pos[v], d, i
     return bs, bd, bi
 
 

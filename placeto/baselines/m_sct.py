@@ -17,9 +17,11 @@ Memory-constrained SCT (Jeon et al. 2020; Baechi's placer/m_sct.py):
    threshold 0.5), assigned in edge order with Baechi's overwrites: a later favourite child of i replaces the
    earlier one, and a later favoured parent of j clears the earlier parent's favourite.
 3. Baechi's m-ETF event loop, except that a free device whose last op's favourite child is ready and starts
-   earliest there waits for it unless another op is urgent: `sct_schedule`, numba kernels over `listsched.kernels`'
-   timeline, equal bit for bit to the plain oracle `listsched.baechi_reference.baechi_sct` (its cached input-ready
-   estimates, ties, event times and memory fallback included).
+   earliest there waits for it unless another op is urgent (on mixed devices "finishes earliest there", and a
+   device takes only the ops that finish first on it: `listsched.baechi_reference`): `sct_schedule`, numba
+   kernels over `listsched.kernels`' timeline, equal bit for bit to the plain oracle
+   `listsched.baechi_reference.baechi_sct` (its cached input-ready estimates, ties, event times and memory
+   fallback included).
 
 Complexity: the LP (N + P variables) plus the event loop, O((N + T) * R * D) for T event times and R the largest
 ready set (every pick rebuilds the ready nodes' schedule times from the cached estimates). The LP takes most of the
@@ -180,8 +182,9 @@ def sct_schedule(prob: ScheduleProblem, favourite: np.ndarray) -> Schedule:
 class _Loop(NamedTuple):
     """`baechi_reference._Loop`'s state beside the `kernels.Timeline`, as arrays.
 
-    N nodes, D devices. A node's cached estimates exist only while it is ready. tss, fit, lo, hi, earliest and
-    urgent are the reference's tss and what it reads off them, rebuilt for the ready nodes before every pick.
+    N nodes, D devices. A node's cached estimates exist only while it is ready. tss, fit, hi, first, earliest,
+    urgent and later are the reference's tss and what it reads off them, rebuilt for the ready nodes before every
+    pick.
     """
 
     fav: np.ndarray  # int64[N] favourite child, -1: none
@@ -197,10 +200,11 @@ class _Loop(NamedTuple):
     xfer: np.ndarray  # bool[N, D] the estimate needs a transfer (its senders are not empty)
     tss: np.ndarray  # float64[N, D] schedule time: max(estimate, device free), where fit
     fit: np.ndarray  # bool[N, D] the node's need fits on the device (memory tier 0)
-    lo: np.ndarray  # float64[N] earliest schedule time over the devices it fits (inf: none)
-    hi: np.ndarray  # float64[N] latest: the urgent time (-inf: none)
-    earliest: np.ndarray  # int64[D] the ready node fitting on the device with the earliest (tss, position), -1: none
-    urgent: np.ndarray  # int64[D] the one with the earliest (urgent time, position), -1: none
+    hi: np.ndarray  # float64[N] latest schedule time over the devices it fits: the urgent time (-inf: none)
+    first: np.ndarray  # float64[N] least tss + slower over the devices it fits: the devices reaching it suit the node
+    earliest: np.ndarray  # int64[D] the ready node suiting the device with the earliest (tss, position), -1: none
+    urgent: np.ndarray  # int64[D] the one fitting it with the earliest (urgent time, position), -1: none
+    later: np.ndarray  # float64[D] the earliest schedule time on the device after now of any node fitting it (inf)
     changed: np.ndarray  # bool[D] the channels the placement being made books, and its device
 
 
@@ -215,8 +219,9 @@ def _new_loop(prob: ScheduleProblem, fav: np.ndarray) -> _Loop:
     return _Loop(fav, waiting, ready, slot, np.zeros(n, np.int64), np.array([sources.size, 0, 0], np.int64),
                  np.full(n_dev, -1, np.int64), np.zeros(n_dev, np.bool_), np.zeros((n, n_dev)),
                  np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)),
-                 np.zeros((n, n_dev), np.bool_), np.full(n, np.inf), np.full(n, -np.inf),
-                 np.full(n_dev, -1, np.int64), np.full(n_dev, -1, np.int64), np.zeros(n_dev, np.bool_))
+                 np.zeros((n, n_dev), np.bool_), np.full(n, -np.inf), np.full(n, np.inf),
+                 np.full(n_dev, -1, np.int64), np.full(n_dev, -1, np.int64), np.full(n_dev, np.inf),
+                 np.zeros(n_dev, np.bool_))
 
 
 @numba.njit(cache=True)
@@ -241,18 +246,19 @@ def _release(now, prob, tl, lp):
 
 
 @numba.njit(cache=True)
-def _populate(prob, tl, lp):
+def _populate(now, prob, tl, lp):
     """The ready nodes' schedule times on the devices they fit (the reference's tss), and per device its earliest
-    and its most urgent ready node (the reference's _earliest and _most_urgent on these times).
+    suiting and its most urgent ready node (the reference's _earliest and _most_urgent on these times) and its
+    earliest schedule time after `now` (what the reference's _next_time reads for a free device that is not awake).
     """
-    n_dev, topo, avail = prob.cost.shape[1], prob.topo_pos, tl.avail
-    ready, fit, valid, est, xfer, tss, lo, hi = lp.ready, lp.fit, lp.valid, lp.est, lp.xfer, lp.tss, lp.lo, lp.hi
-    earliest, urgent = lp.earliest, lp.urgent
+    n_dev, topo, avail, slower = prob.cost.shape[1], prob.topo_pos, tl.avail, prob.slower
+    ready, fit, valid, est, xfer, tss, hi = lp.ready, lp.fit, lp.valid, lp.est, lp.xfer, lp.tss, lp.hi
+    earliest, urgent, later, first = lp.earliest, lp.urgent, lp.later, lp.first
     for d in range(n_dev):
-        earliest[d], urgent[d] = -1, -1
+        earliest[d], urgent[d], later[d] = -1, -1, np.inf
     for i in range(lp.count[0]):
         v = ready[i]
-        first, last = np.inf, -np.inf
+        last, least = -np.inf, np.inf
         for d in range(n_dev):
             fit[v, d] = tier(v, d, prob, tl) == 0
             if fit[v, d]:
@@ -261,29 +267,32 @@ def _populate(prob, tl, lp):
                     valid[v, d] = True
                 t = max(est[v, d], avail[d])
                 tss[v, d] = t
-                first, last = min(first, t), max(last, t)
-        lo[v], hi[v] = first, last
+                last, least = max(last, t), min(least, t + slower[v, d])
+        hi[v], first[v] = last, least
         for d in range(n_dev):
             if fit[v, d]:
                 w = earliest[d]
-                if w < 0 or (tss[v, d], topo[v]) < (tss[w, d], topo[w]):
+                if tss[v, d] + slower[v, d] == least and (w < 0 or (tss[v, d], topo[v]) < (tss[w, d], topo[w])):
                     earliest[d] = v
                 w = urgent[d]
                 if w < 0 or (last, topo[v]) < (hi[w], topo[w]):
                     urgent[d] = v
+                if tss[v, d] > now:
+                    later[d] = min(later[d], tss[v, d])
 
 
 @numba.njit(cache=True)
 def _pick(now, prob, tl, lp):
     """(node, device) to place now, (-1, -1): none; sets awake.
 
-    Each free device's pick (Baechi's get_op_to_schedule): if its last node's favourite child is ready, fits and
-    starts earliest on it, the device waits for that child ("awake") unless its most urgent node's urgent time has
-    come; else its earliest node if that time has come. Of the picks, the earliest (schedule time, position) wins,
-    the lower device on ties.
+    Each free device's pick (Baechi's get_op_to_schedule): if its last node's favourite child is ready and suits it
+    (finishes first there of the devices it fits), the device waits for that child ("awake") unless its most urgent
+    node's urgent time has come and that node suits it; else its earliest suiting node if that time has come. Of the
+    picks, the earliest (schedule time, position) wins, the lower device on ties.
     """
     topo, avail, fav, awake, last_op, slot = prob.topo_pos, tl.avail, lp.fav, lp.awake, lp.last_op, lp.slot
-    fit, tss, lo, hi, earliest, urgent = lp.fit, lp.tss, lp.lo, lp.hi, lp.earliest, lp.urgent
+    fit, tss, first, hi, earliest, urgent, slower = lp.fit, lp.tss, lp.first, lp.hi, lp.earliest, lp.urgent, \
+        prob.slower
     bv, bd, bs, bp = -1, -1, 0.0, 0
     for d in range(prob.cost.shape[1]):
         awake[d] = False
@@ -291,10 +300,10 @@ def _pick(now, prob, tl, lp):
             continue
         v = -1
         fc = fav[last_op[d]] if last_op[d] >= 0 else -1
-        if fc >= 0 and slot[fc] >= 0 and fit[fc, d] and tss[fc, d] == lo[fc]:
+        if fc >= 0 and slot[fc] >= 0 and fit[fc, d] and tss[fc, d] + slower[fc, d] == first[fc]:
             awake[d] = True  # wait for the favourite child unless something is urgent
             u = urgent[d]
-            if u >= 0 and hi[u] <= now:
+            if u >= 0 and hi[u] <= now and tss[u, d] + slower[u, d] == first[u]:
                 v = u
             elif tss[fc, d] <= now:
                 v = fc
@@ -310,11 +319,11 @@ def _next_time(now, prob, tl, lp):
     """(found, time) of the next event, after a pick found nothing to run.
 
     The earliest pending release, busy device's free time, awake device's favourite child's schedule time and
-    most urgent node's urgent time, and other free device's earliest schedule time. found is False when there is
-    none.
+    most urgent node's urgent time (if it is to come), and other free device's earliest schedule time after now of
+    any node (`_populate`'s later). found is False when there is none.
     """
     end, avail, fav, awake, last_op, slot = tl.end, tl.avail, lp.fav, lp.awake, lp.last_op, lp.slot
-    fit, tss, hi, earliest, urgent = lp.fit, lp.tss, lp.hi, lp.earliest, lp.urgent
+    fit, tss, hi, urgent, later = lp.fit, lp.tss, lp.hi, lp.urgent, lp.later
     found, nxt = False, np.inf
     for i in range(lp.count[1]):
         e = end[lp.releases[i]]
@@ -327,10 +336,10 @@ def _next_time(now, prob, tl, lp):
             fc = fav[last_op[d]]
             if slot[fc] >= 0 and fit[fc, d]:
                 found, nxt = True, min(nxt, tss[fc, d])
-            if urgent[d] >= 0:
+            if urgent[d] >= 0 and hi[urgent[d]] > now:
                 found, nxt = True, min(nxt, hi[urgent[d]])
-        elif earliest[d] >= 0:
-            found, nxt = True, min(nxt, tss[earliest[d], d])
+        elif later[d] < np.inf:
+            found, nxt = True, min(nxt, later[d])
     if found and nxt <= now:
         raise AssertionError("m-sct: the next event time does not move forward")  # Baechi's assertion
     return found, nxt
@@ -340,7 +349,8 @@ def _next_time(now, prob, tl, lp):
 def _without_memory(now, prob, tl, lp):
     """(node, device, start) of the earliest best-tier pair, when nothing fits and nothing runs.
 
-    Start max(estimate, device free, now); ties: topological position, then lower device.
+    Among each node's best-tier pairs on which it finishes first (`problem.earliest_finish`), start
+    max(estimate, device free, now); ties: topological position, then lower device.
     """
     n_dev, topo, avail, ready, valid, est, xfer = prob.cost.shape[1], prob.topo_pos, tl.avail, lp.ready, lp.valid, \
         lp.est, lp.xfer
@@ -351,14 +361,18 @@ def _without_memory(now, prob, tl, lp):
     bv, bd, bs, bp = -1, -1, 0.0, 0
     for i in range(lp.count[0]):
         v = ready[i]
+        least = np.inf
+        for d in range(n_dev):
+            if tier(v, d, prob, tl) == low:
+                if not valid[v, d]:
+                    est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
+                    valid[v, d] = True
+                least = min(least, max(max(est[v, d], avail[d]), now) + prob.slower[v, d])
         for d in range(n_dev):
             if tier(v, d, prob, tl) != low:
                 continue
-            if not valid[v, d]:
-                est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
-                valid[v, d] = True
             s = max(max(est[v, d], avail[d]), now)
-            if bv < 0 or (s, topo[v], d) < (bs, bp, bd):
+            if s + prob.slower[v, d] == least and (bv < 0 or (s, topo[v], d) < (bs, bp, bd)):
                 bv, bd, bs, bp = v, d, s, topo[v]
     if bv < 0:
         raise AssertionError("m-sct: no node is ready")
@@ -439,7 +453,7 @@ def _sct_kernel(prob, tl, lp):
             tl.avail[d] = max(tl.avail[d], now)
         _release(now, prob, tl, lp)
         while True:
-            _populate(prob, tl, lp)
+            _populate(now, prob, tl, lp)
             v, d = _pick(now, prob, tl, lp)
             if v < 0:
                 break

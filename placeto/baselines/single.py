@@ -18,6 +18,11 @@ from simulator import simulate
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
+# what `single` is, in the words of --help, warnings and the glossary
+SINGLE_MEANS = ("every node on the one device the graph alone simulates fastest on, preferring one it fits in; of "
+                "equally fast devices the first accelerator, so /gpu:0 on the presets (device 1 on the -cpu ones) "
+                "unless the host CPU is faster")
+
 
 def single_device(graph: Graph, cluster: Cluster) -> int:
     """The index of the cluster's fastest single device for `graph`.

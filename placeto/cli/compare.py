@@ -6,14 +6,17 @@ Every method on every graph and device count, simulated and tabulated; the harne
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from placeto.baselines import DEFAULT_BUDGET, METHODS, default_seconds
+from placeto.baselines.single import SINGLE_MEANS
 from placeto.baselines.common import DEFAULT_SECONDS, MAX_DEFAULT_SECONDS, SECONDS_NODES
 from placeto.cli.arguments import (DEFAULT_DEVICES, DEVICES, add_memory_argument, add_microbatches_argument,
                                    add_preset_argument, load_placing, memory_bytes, print_op_graph_note,
                                    resolve_devices)
 from simulator.arguments import comma_list
+from placeto.harness.against_single import compare_warning
 from placeto.harness.compare import LEARNED, PER_GRAPH, compare, markdown_table, plot_compare, write_csv
 from placeto.methods import registry
 from placeto.methods.base import LARGE_GRAPH_NODES
@@ -53,7 +56,7 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
                         f"({', '.join(LEARNED)}) with their shipped policies ({DEFAULT_POLICY} for placeto, "
                         f"{registry.get('gdp').default_checkpoint} for gdp, {registry.get('gdp').large_checkpoint} "
                         f"above {LARGE_GRAPH_NODES} nodes) or --checkpoint; baselines: "
-                        f"{', '.join(METHODS)}; learned: the learned methods only; {' and '.join(PER_GRAPH)} (trained "
+                        f"{', '.join(METHODS)}, where single is {SINGLE_MEANS}; learned: the learned methods only; {' and '.join(PER_GRAPH)} (trained "
                         "from scratch on each graph within the budget) only when named")
     p.add_argument("--checkpoint", help="trained policy for the learned methods of its kind (Placeto or gdp): a "
                                         "shipped name or a run directory (default: each kind's shipped policy)")
@@ -145,6 +148,9 @@ def run_compare(args: argparse.Namespace) -> int:
     table = markdown_table(rows)
     print(f"cluster {cluster_words(cluster, devices)}")
     print(table, end="")
+    warning = compare_warning(rows, graphs, cluster)
+    if warning:
+        print(warning, file=sys.stderr)
     if args.out:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)

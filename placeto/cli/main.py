@@ -402,6 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: the shipped general policy)")
     add_cluster_arguments(pl, device_list=True)
     from placeto.baselines import DEFAULT_BUDGET, METHODS as BASELINES
+    from placeto.baselines.single import SINGLE_MEANS
 
     pl.add_argument("--method", choices=["placeto", "placeto-search", "gdp", "gdp-search", "rnn", "hierarchical",
                                          *BASELINES],
@@ -413,7 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "/ --seconds; or any baseline of "
                          f"`placeto compare` (random, local-search and sa spend --budget, default {DEFAULT_BUDGET}, "
                          "or --seconds) (default: the --checkpoint run's method, else placeto, or placeto-search "
-                         "when a budget is given)")
+                         "when a budget is given). single: "
+                         f"{SINGLE_MEANS}")
     pl.add_argument("--seconds", type=float, default=None,
                     help="wall-clock budget of the method in seconds, compilation excluded (default: none; with "
                          "--hardware, 2 per candidate)")

@@ -174,8 +174,9 @@ def fitted(method: str, graph, cluster: Cluster, placement):
 
 def runtime_lines(method: str, graph, cluster: Cluster, placement, placed, single) -> None:
     """Print the cluster, the placement's step time beside the single device's and the lower bound (SimResults
-    `placed`, `single`); for an msr-fiddle input, its max-load and the single accelerator's
-    (simulator.model.max_load)."""
+    `placed`, `single`), and on stderr the warning line of placeto.harness.against_single if any; for an
+    msr-fiddle input, its max-load and the single accelerator's (simulator.model.max_load)."""
+    from placeto.harness.against_single import place_warning
     from simulator.model.max_load import is_max_load, max_load_reference
 
     print(f"  {'cluster':<14} {describe_cluster(cluster)}")
@@ -191,6 +192,9 @@ def runtime_lines(method: str, graph, cluster: Cluster, placement, placed, singl
     print(f"  {method:<14} {placed.runtime / 1e3:>10.3f} ms{'  OOM' if placed.any_oom else ''}")
     print(single_line(single, graph, cluster))
     print(f"  lower bound    {placed.lower_bound / 1e3:>10.3f} ms")
+    warning = place_warning(method, graph, cluster, placed, single)
+    if warning:
+        print(warning, file=sys.stderr)
 
 
 def memory_report(method: str, graph, cluster: Cluster, placement, placed, out) -> int:

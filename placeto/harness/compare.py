@@ -483,7 +483,8 @@ def plot_compare(rows: Sequence[Row], out_dir: PathLike) -> list[Path]:
 
     Each is `<out_dir>/<graph>.png`: the simulated step time (ms) of each method, grouped by device count, in the
     colours of placeto.harness.plot_style (learned methods outlined in black); hatched bars ran out of memory; a
-    dashed line marks each device count's lower bound; methods that do not apply are listed in the legend.
+    dashed line marks each device count's lower bound; methods that do not apply are listed in the legend. Bars
+    spanning more than plot_style.LOG_SPAN get a log axis (plot_style.wants_log_axis).
     """
     import matplotlib
 
@@ -506,6 +507,7 @@ def _compare_figure(plt, rows: Sequence[Row], graph: str):
     """One graph's bar chart (see plot_compare)."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     mine = [r for r in rows if r.applies]
     methods = list(dict.fromkeys(r.method for r in mine))
@@ -531,10 +533,20 @@ def _compare_figure(plt, rows: Sequence[Row], graph: str):
             ax.hlines(lb / 1e3, i - 0.46, i + 0.46, colors="black", linestyles="dashed", linewidth=1.2)
     ax.set_xticks(range(len(counts)), [f"{n} devices" for n in counts])
     ax.set_xlim(-0.55, len(counts) - 0.45)
-    top = max([r.runtime_us / 1e3 for r in mine] + [0.0])
-    if top > 0:  # room above the tallest bar for its "OOM" label
-        ax.set_ylim(0, top * (1.14 if any(r.oom for r in mine) else 1.05))
-    ax.set_ylabel("simulated step time (ms)")
+    heights = [r.runtime_us / 1e3 for r in mine]
+    top = max(heights + [0.0])
+    if plot_style.wants_log_axis(heights):  # bars spanning more than LOG_SPAN: the short ones stay visible
+        ax.set_yscale("log")
+        low = min(h for h in heights + [r.lower_bound_us / 1e3 for r in rows] if h > 0)
+        ax.set_ylim(low / 1.5, top * (2.0 if any(r.oom for r in mine) else 1.3))
+        ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))  # 0.1, 0.2, 0.5, 1, ... ms, in plain numbers
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylabel("simulated step time (ms, log scale)")
+    else:
+        if top > 0:  # room above the tallest bar for its "OOM" label
+            ax.set_ylim(0, top * (1.14 if any(r.oom for r in mine) else 1.05))
+        ax.set_ylabel("simulated step time (ms)")
     ax.set_title(f"{graph}: simulated step time of each method's placement")
     ax.grid(axis="y", alpha=0.3)
     handles = [Patch(label=m, **plot_style.bar_style(m, colors[m])) for m in methods]

@@ -65,6 +65,7 @@ MIN_DELTA_E = 15.0  # least CIE76 distance between two colours of the map (about
 MIN_NAMED_DELTA_E = 18.0  # least CIE76 distance between two named methods' colours (they share plots most)
 LEARNED_NOTE = "black outline: learned method"  # what the bars' outline means, for legends
 LEARNED_LINE_NOTE = "solid thick line: learned method, dashed: classical"
+LOG_SPAN = 10.0  # bars whose largest value is more than this many times their smallest get a log value axis
 
 
 def _normal(label: str) -> str:
@@ -135,6 +136,16 @@ def bar_style(label: str, face: str | None = None) -> dict:
     if is_learned(label):
         return dict(facecolor=face, edgecolor="black", linewidth=1.4)
     return dict(facecolor=face, edgecolor="white", linewidth=0.5)
+
+
+def wants_log_axis(values: Iterable[float]) -> bool:
+    """Whether bars of these heights need a log axis to stay readable.
+
+    True when the largest positive finite value is more than LOG_SPAN times the smallest: on a linear axis the
+    short bars (e.g. the single GPU's 3 ms beside a placement on the host CPU's 180 ms) would be flat.
+    """
+    shown = [float(v) for v in values if 0 < float(v) < float("inf")]
+    return bool(shown) and max(shown) > LOG_SPAN * min(shown)
 
 
 def line_style(label: str, face: str | None = None) -> dict:

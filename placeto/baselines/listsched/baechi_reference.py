@@ -8,12 +8,15 @@ model. Written from Baechi's structure, not from our kernel's, so that the two a
 * Each ready op has a schedule time per device whose memory it fits: max(estimated input-ready, device free).
   The input-ready estimates are cached and forgotten, as Baechi's ReadyOpManager does, when a placement books
   a channel they used (that device, or one sending to it).
-* Each free device picks its ready op with the earliest (schedule time, topological position) if that time
-  has come; of the devices' picks, the earliest (time, position) wins, ties to the lower device. Repeat at the
-  same time until no device picks, then move the clock to the next event: a busy device's free time, a free
-  device's earliest schedule time, or (our addition, for delta1) an op's end.
-* m-SCT changes one thing: a free device whose last op has a ready favourite child that starts earliest on
-  this device waits for it ("awake"), unless some op is urgent (its schedule time on every device has come).
+* Each free device picks, of the ready ops that suit it, the one with the earliest (schedule time, topological
+  position) if that time has come; of the devices' picks, the earliest (time, position) wins, ties to the lower
+  device. Repeat at the same time until no device picks, then move the clock to the next event: a busy device's
+  free time, a free device's earliest schedule time (of any op), or (our addition, for delta1) an op's end.
+* An op suits a device if it finishes first there of the devices it fits (`problem.earliest_finish`; our
+  addition, for mixed devices). On identical devices that is where it starts first, and Baechi's picks are
+  unchanged: an op whose time has come on a free device starts there no later than anywhere.
+* m-SCT changes one thing: a free device whose last op has a ready favourite child that suits it waits for it
+  ("awake"), unless some op that suits it is urgent (its schedule time on every device it fits has come).
 
 Differences from Baechi, none of which arise on graphs whose ops all take time and fit in memory: children of
 a zero-cost op are released at once (Baechi forces costs >= 1 us); when no ready op fits in memory anywhere,
@@ -24,10 +27,11 @@ every device is idle (`problem.etf_reference` does the same, so the two stay equ
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
-from placeto.baselines.listsched.problem import Schedule, ScheduleProblem, State
+from placeto.baselines.listsched.problem import Schedule, ScheduleProblem, State, earliest_finish
 
 
 class _Loop:
@@ -88,10 +92,11 @@ class _Loop:
                 fc = self.fav[self.last_op[d]]
                 if d in self.tss.get(fc, {}):
                     times.append(self.tss[fc][d])
-                if (u := self._most_urgent(d)) is not None:
-                    times.append(self._urgent_time(u))
-            elif (v := self._earliest(d)) is not None:
-                times.append(self.tss[v][d])
+                if (u := self._most_urgent(d)) is not None and self._urgent_time(u) > self.now:
+                    times.append(self._urgent_time(u))  # (one that has come waits for a device it suits)
+            else:  # any op's schedule time on d, not only of the ops that suit d: on identical devices the same
+                times += [min([t[d] for t in self.tss.values() if d in t and t[d] > self.now], default=math.inf)]
+        times = [t for t in times if t < math.inf]
         assert all(t > self.now for t in times)  # Baechi: "Timestamp should move forward"
         return min(times) if times else None
 
@@ -105,8 +110,12 @@ class _Loop:
         self.tss = {v: {d: max(self._estimate(v, d), self.st.avail[d])
                         for d in range(self.n_dev) if self.st.tier(v, d) == 0} for v in self.ready}
 
+    def _suits(self, v: int, d: int) -> bool:
+        """Whether v finishes first on d of the devices it fits (`problem.earliest_finish`)."""
+        return d in earliest_finish(self.prob, v, self.tss[v])
+
     def _earliest(self, d: int) -> int | None:
-        keys = [(t[d], self.topo[v], v) for v, t in self.tss.items() if d in t]
+        keys = [(t[d], self.topo[v], v) for v, t in self.tss.items() if d in t and self._suits(v, d)]
         return min(keys)[2] if keys else None
 
     def _urgent_time(self, v: int) -> float:
@@ -123,10 +132,10 @@ class _Loop:
             return None
         last = self.last_op[d]
         fc = self.fav[last] if self.fav is not None and last >= 0 else -1
-        if fc >= 0 and d in self.tss.get(fc, {}) and self.tss[fc][d] == min(self.tss[fc].values()):
+        if fc >= 0 and d in self.tss.get(fc, {}) and self._suits(fc, d):
             self.awake[d] = True  # wait for the favourite child unless something is urgent
             u = self._most_urgent(d)
-            if u is not None and self._urgent_time(u) <= self.now:
+            if u is not None and self._urgent_time(u) <= self.now and self._suits(u, d):
                 return u
             return fc if self.tss[fc][d] <= self.now else None
         v = self._earliest(d)
@@ -145,8 +154,12 @@ class _Loop:
         """Place the earliest best-tier pair: nothing fits, nothing runs."""
         tiers = {(v, d): self.st.tier(v, d) for v in self.ready for d in range(self.n_dev)}
         low = min(tiers.values())
-        s, _, d, v = min((max(self._estimate(v, d), self.st.avail[d], self.now), self.topo[v], d, v)
-                         for (v, d), t in tiers.items() if t == low)
+        pairs = []
+        for v in self.ready:
+            starts = {d: max(self._estimate(v, d), self.st.avail[d], self.now) for d in range(self.n_dev)
+                      if tiers[v, d] == low}
+            pairs += [(starts[d], self.topo[v], d, v) for d in earliest_finish(self.prob, v, starts)]
+        s, _, d, v = min(pairs)
         self.now = s
         self._place(v, d)
 

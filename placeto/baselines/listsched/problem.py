@@ -2,8 +2,8 @@
 
 The list schedulers (`etf`, `heft`, `m-sct`) keep one estimated timeline per device and per channel:
 
-* node v runs on device d for cost[v, d] us; the device can start its next op delta1 us later (not after a
-  zero-cost op);
+* node v runs on device d for cost[v, d] us (the graph's cost for the device's kind, as the simulator prices it);
+  the device can start its next op delta1 us later (not after a zero-cost op);
 * transfers move output tensors (producer, output index), each a separate transfer, like the simulator. A
   child on another device than its parent needs the distinct outputs of the parent it consumes; an output
   is sent at most once: one transfer serves every other device (the simulator's broadcast), or, with
@@ -16,7 +16,9 @@ The list schedulers (`etf`, `heft`, `m-sct`) keep one estimated timeline per dev
   bytes are given back once every child of the node is placed. A device is open to v if v's need fits
   (tier 0). If nothing fits (etf: no ready node on any device; heft: the node on any device), the
   scheduler falls back to devices where v's persistent bytes fit (tier 1), then to any device (tier 2), where
-  Baechi would stop with an error.
+  Baechi would stop with an error;
+* mixed devices: m-ETF and m-SCT put a node only on a device where it finishes first (`earliest_finish`), HEFT
+  always did; on identical devices that is a device where it starts first, so nothing changes there.
 
 `TRANSFER_MODELS` names the variants; see `TransferModel`. The references below are deliberately plain; the
 kernels (etf.py, heft.py) and Baechi's own event loop (`baechi_reference`) are tested equal to them.
@@ -24,6 +26,7 @@ kernels (etf.py, heft.py) and Baechi's own event loop (`baechi_reference`) are t
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -90,6 +93,9 @@ class ScheduleProblem(NamedTuple):
     copy_per_device: bool
     exact_estimate: bool
     rank: np.ndarray  # float64[N] upward rank: mean cost + max over children (mean comm + rank), us
+    slower: np.ndarray  # float64[N, D] cost[v, d] - min_e cost[v, e], us: how much longer v runs on d than on its
+    # fastest device; 0 everywhere on identical devices (`earliest_finish` then reduces to the earliest start)
+    even: np.ndarray  # bool[N] slower[v] is all zero: v costs the same on every device
 
 
 def pair_outputs(graph: Graph) -> tuple[np.ndarray, np.ndarray]:
@@ -133,11 +139,12 @@ def build_problem(graph: Graph, cluster: Cluster, model: str | TransferModel = D
     topo_pos[graph.topo_order] = np.arange(graph.n_nodes)
     pair_comm = np.add.reduceat(busy[in_out], in_off[:-1]) if in_out.size else np.zeros(0)
     rank = upward_rank(graph, cost.mean(axis=1), pair_comm * (cluster.n_devices - 1) / cluster.n_devices)
+    slower = cost - cost.min(axis=1, keepdims=True)
     return ScheduleProblem(cost, par_off, par, in_off, in_out, ch_off, ch, topo_pos, memory_need(graph),
                            graph.persistent_bytes, graph.node_out_bytes,
                            np.asarray(cluster.memory, dtype=np.float64), latency, busy,
                            float(cluster.delta1_us) if tm.delta1 else 0.0, tm.shared_channel, tm.copy_per_device,
-                           tm.exact_estimate, rank)
+                           tm.exact_estimate, rank, slower, ~(slower != 0).any(axis=1))
 
 
 def upward_rank(graph: Graph, mean_cost: np.ndarray, mean_comm: np.ndarray) -> np.ndarray:
@@ -284,12 +291,14 @@ class State:
 
 
 def etf_reference(prob: ScheduleProblem) -> Schedule:
-    """m-ETF: repeatedly place the ready pair that can start first.
+    """m-ETF: repeatedly place the ready pair that can start first, on a device where its node finishes first.
 
     A pair is (ready node, device). A pair's start is max(estimated input-ready time, device free, time of the
-    previous pick); ties go to the earlier node in topological order, then the lower device (Baechi's order). Only
-    pairs of the best memory tier compete; when that is not tier 0 (nothing fits anywhere), the start is also held
-    back to when every device is idle, the time Baechi's loop would stop waiting for memory.
+    previous pick); only each node's earliest-finish pairs compete (`earliest_finish`: on identical devices, those
+    that start first, so this is Baechi's rule; on mixed devices a node is not put on a slow device because it is
+    free). Ties go to the earlier node in topological order, then the lower device (Baechi's order). Only pairs of
+    the best memory tier compete; when that is not tier 0 (nothing fits anywhere), the start is also held back to
+    when every device is idle, the time Baechi's loop would stop waiting for memory.
     """
     st = State(prob)
     n, n_dev = prob.cost.shape
@@ -301,10 +310,11 @@ def etf_reference(prob: ScheduleProblem) -> Schedule:
         best_tier = min(tiers.values())
         floor = t_last if best_tier == 0 else max([t_last] + st.avail)
         best = None
-        for (v, d), t in tiers.items():
-            if t == best_tier:
-                s = max(st.ready_time(v, d)[0], st.avail[d], floor)
-                key = (s, int(prob.topo_pos[v]), d, v)
+        for v in ready:
+            starts = {d: max(st.ready_time(v, d)[0], st.avail[d], floor) for d in range(n_dev)
+                      if tiers[v, d] == best_tier}
+            for d in earliest_finish(prob, v, starts):
+                key = (starts[d], int(prob.topo_pos[v]), d, v)
                 best = key if best is None or key < best else best
         s, _, d, v = best
         ready.remove(v)
@@ -315,6 +325,18 @@ def etf_reference(prob: ScheduleProblem) -> Schedule:
             if pending[c] == 0:
                 ready.append(c)
     return st.schedule()
+
+
+def earliest_finish(prob: ScheduleProblem, v: int, starts: dict[int, float]) -> list[int]:
+    """The devices of `starts` on which node v finishes first, ascending.
+
+    starts: {device: start, us} of the devices v may go to. A device's finish is compared as start + slower[v, d]
+    (its finish less v's least cost: the same order as the finish, and on identical devices exactly the start, so
+    the earliest-finish devices are then the earliest-start ones to the last bit).
+    """
+    adjusted = {d: s + float(prob.slower[v, d]) for d, s in starts.items()}
+    first = min(adjusted.values(), default=math.inf)
+    return [d for d in sorted(adjusted) if adjusted[d] == first]
 
 
 def heft_reference(prob: ScheduleProblem, order: np.ndarray) -> Schedule:

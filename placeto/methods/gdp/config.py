@@ -107,9 +107,9 @@ class GdpConfig:
     keep_single: bool = False
     """The one pass returns the single device where that simulates faster.
 
-    The single device: every node on the first accelerator (placeto.baselines.single). Two simulator calls, so the
-    one pass is never slower than the single device (on a GPU+CPU cluster m-ETF's order and the decoder's finish
-    times can still lean on the slow device).
+    The single device: every node on the device the graph alone runs fastest on (placeto.baselines.single). Two
+    simulator calls, so the one pass is never slower than the single device (on a GPU+CPU cluster m-ETF's order
+    and the decoder's finish times can still lean on the slow device).
     """
     baseline: str = "mean"
     """What a sample's reward is compared with: "mean" or "greedy" (list decoders only).

@@ -4,8 +4,8 @@ Every decision is conditioned on the devices already chosen (GdpConfig.decoder "
 
 Order. "heft": the nodes in decreasing upward rank (`placeto.baselines.listsched.problem.heft_order`), fixed in
 advance. "etf": m-ETF's order, decided as it goes: the next node is the ready node of the (ready node, device)
-pair that can start first (`placeto.baselines.etf`'s rule, its memory tiers and floor), whichever device the
-policy then picks for it.
+pair that can start first among each node's earliest-finish pairs (`placeto.baselines.etf`'s rule, its memory
+tiers and floor), whichever device the policy then picks for it.
 
 Decision. For the node v and each device d of its best memory tier, the list schedulers' timeline
 (`placeto.baselines.listsched.kernels`: input-ready times with the transfers booked on the channels, when each
@@ -43,7 +43,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from placeto.baselines.listsched.problem import State, build_problem, heft_order
+from placeto.baselines.listsched.problem import State, build_problem, earliest_finish, heft_order
 from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
 from placeto.baselines.etf import after_placing, etf_start, pop_earliest
 from placeto.features import cost_unit
@@ -237,12 +237,16 @@ def decode_reference(graph: Graph, cluster: Cluster, scores: np.ndarray, weight:
                 v, floor = int(heft_seq[k]), 0.0
                 tiers = [st.tier(v, d) for d in range(n_dev)]
                 ok = [d for d in range(n_dev) if tiers[d] == min(tiers)]
-            else:  # m-ETF's pair with the earliest start names the node
+            else:  # m-ETF's pair (the earliest start among its nodes' earliest-finish pairs) names the node
                 tiers = {(w, d): st.tier(w, d) for w in ready for d in range(n_dev)}
                 best_tier = min(tiers.values())
                 floor = t_last if best_tier == 0 else max([t_last] + st.avail)
-                t_last, _, _, v = min((max(st.ready_time(w, d)[0], st.avail[d], floor), int(prob.topo_pos[w]), d, w)
-                                      for (w, d), t in tiers.items() if t == best_tier)
+                pairs = []
+                for w in ready:
+                    starts = {d: max(st.ready_time(w, d)[0], st.avail[d], floor) for d in range(n_dev)
+                              if tiers[w, d] == best_tier}
+                    pairs += [(starts[d], int(prob.topo_pos[w]), d, w) for d in earliest_finish(prob, w, starts)]
+                t_last, _, _, v = min(pairs)
                 ok = [d for d in range(n_dev) if tiers[v, d] == best_tier]
                 ready.remove(v)
             start = {d: max(st.ready_time(v, d)[0], st.avail[d], floor) for d in ok}

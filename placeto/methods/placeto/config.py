@@ -70,9 +70,10 @@ class PlacetoConfig:
     """The placement an episode starts from: "single", "random", "etf" or "list".
 
     "single": every node on device 0 (Placeto's); "random": uniformly random per node; "etf": what a list
-    scheduler knows, m-ETF's placement (placeto.baselines.etf), or the single device (the first accelerator)
-    where that simulates faster (2 simulator calls per graph, once); "list": the best of the list schedulers
-    m-ETF, m-SCT, m-TOPO and HEFT and the single device (5 simulator calls per graph, once). Since an episode
+    scheduler knows, m-ETF's placement (placeto.baselines.etf), or the single device (placeto.baselines.single:
+    the one the graph alone runs fastest on) where that simulates faster (2 simulator calls per graph, once);
+    "list": the best of the list schedulers m-ETF, m-SCT, m-TOPO and HEFT and the single device (5 simulator calls
+    per graph, once). Since an episode
     returns the best placement it visited, a greedy pass is never slower (simulated) than where it starts; the
     policy learns which moves improve on it.
     """

@@ -122,9 +122,9 @@ def list_start(graph: Graph, cluster: Cluster, kind: str = "etf") -> np.ndarray:
     """int32[N] a start from what list schedulers know (memoised in graph.cache).
 
     The best (lowest objective, `placeto.objective`, the earlier in `LIST_STARTS[kind]` on ties) of the
-    schedulers' placements, or the single device (`placeto.baselines.single`: every node on the first accelerator)
-    where that scores better. "etf": m-ETF alone (two simulator calls); "list": m-ETF, m-SCT, m-TOPO and HEFT
-    (five).
+    schedulers' placements, or the single device (`placeto.baselines.single`: every node on the device the graph
+    alone runs fastest on) where that scores better. "etf": m-ETF alone (two simulator calls); "list": m-ETF,
+    m-SCT, m-TOPO and HEFT (five).
     """
     key = ("placeto.list_start", cluster, kind)
     if key not in graph.cache:

@@ -12,8 +12,9 @@ from placeto.baselines import run_method
 from placeto.baselines.listsched.baechi_reference import baechi_etf, baechi_sct
 from placeto.baselines.etf import etf, etf_schedule
 from placeto.baselines.heft import heft_schedule
-from placeto.baselines.m_sct import favourite_children, m_sct
+from placeto.baselines.m_sct import favourite_children, m_sct, sct_schedule
 from placeto.baselines.m_topo import m_topo
+from placeto.baselines.single import single
 from simulator import Cluster, Device, cluster_preset, load_graph, make_graph
 from simulator.engine.fast import simulate
 from simulator.model.generate import layered_dag
@@ -176,3 +177,79 @@ def test_m_topo_fills_devices_in_topological_order(by):
     assert all(weight[p == d].sum() <= share for d in range(4))
     with pytest.raises(ValueError, match="by must be"):
         m_topo(graph, cluster, by="bytes")
+
+
+# ---- mixed devices: each node where it finishes first -------------------------------------------------------
+
+
+def cpu_gpu_cluster():
+    """/cpu:0 and /gpu:0 (device 0 is the CPU, as in the -cpu presets): big memory, 1 byte/us, no delta1/delta2."""
+    return Cluster("toy-cpu", (Device("/cpu:0", "cpu", 1e12), Device("/gpu:0", "k80", 1e12)), 0.0, 0.0, 1.0)
+
+
+def _mixed(name, costs, edges):
+    """A graph whose node i costs costs[i] = (k80 us, cpu us), each with one 1-byte output."""
+    nodes = [{"name": f"n{i}", "cost": {"k80": g, "cpu": c}, "out_bytes": [1]} for i, (g, c) in enumerate(costs)]
+    return make_graph(name, nodes, edges)
+
+
+def _every_loop(prob):
+    """m-ETF's three loops and m-SCT's two without favourites, checked equal; the fast m-ETF schedule."""
+    fast = etf_schedule(prob)
+    for other in (ls.etf_reference(prob), baechi_etf(prob), baechi_sct(prob, np.full(prob.cost.shape[0], -1)),
+                  sct_schedule(prob, np.full(prob.cost.shape[0], -1))):
+        assert_same(fast, other)
+    return fast
+
+
+def test_a_free_slow_cpu_does_not_take_what_the_gpu_finishes_first():
+    # a -> b -> c, 10 us each on the GPU, 100 us on the CPU: by earliest start alone the idle CPU (the lower
+    # device) would take a at 0 and the chain would end at 300 us; every node finishes first on the GPU
+    graph = _mixed("chain", [(10.0, 100.0)] * 3, [(0, 1, 0), (1, 2, 0)])
+    s = _every_loop(ls.build_problem(graph, cpu_gpu_cluster()))
+    assert s.device.tolist() == [1, 1, 1]
+    assert s.start.tolist() == [0, 10, 20] and s.end.tolist() == [10, 20, 30]
+
+
+def test_the_cpu_takes_a_node_when_it_finishes_it_first():
+    # s (GPU 10 us) feeds x, y, z (GPU 100 us, CPU 150 us). x follows s on the GPU at 10; y would end at 210 there
+    # but at 11 + 150 = 161 on the CPU (its byte arrives at 11), so the CPU takes it; z then ends first on the
+    # GPU (110 + 100 = 210 against 161 + 150)
+    graph = _mixed("fork", [(10.0, 1000.0)] + [(100.0, 150.0)] * 3, [(0, 1, 0), (0, 2, 0), (0, 3, 0)])
+    s = _every_loop(ls.build_problem(graph, cpu_gpu_cluster()))
+    assert s.device.tolist() == [1, 1, 0, 1]
+    assert s.start.tolist() == [0, 10, 11, 110] and s.end.tolist() == [10, 110, 161, 210]
+    assert simulate(graph, s.device, cpu_gpu_cluster()).runtime == pytest.approx(210.0)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_kernels_equal_references_on_a_gpu_cpu_preset(seed):
+    """h100-nvlink-cpu with the CPU 10-100x slower per node than the H100 (the analytic presets' order), memory
+    ample or tight: every loop equal, m-SCT's kernel equal to its reference with the LP's favourites."""
+    rng = np.random.default_rng(seed)
+    graph = layered_dag(int(rng.integers(40, 120)), seed=seed, kinds=("h100", "cpu"))
+    graph = graph.with_costs("cpu", graph.cost_for("h100") * rng.uniform(10.0, 100.0, graph.n_nodes))
+    cluster = cluster_preset("h100-nvlink-cpu", 4)
+    if seed == 2:
+        total = float(graph.persistent_bytes.sum() + graph.node_out_bytes.sum())
+        cluster = Cluster("tight", tuple(Device(d.name, d.kind, total / 4 * 0.4) for d in cluster.devices),
+                          cluster.delta1_us, cluster.delta2_us, cluster.bandwidth_bytes_per_us)
+    for model in sorted(ls.TRANSFER_MODELS):
+        prob = ls.build_problem(graph, cluster, model)
+        _check_all(graph, cluster, model)
+        fav = favourite_children(prob)
+        assert_same(sct_schedule(prob, fav), baechi_sct(prob, fav))
+
+
+@pytest.mark.parametrize("preset", ["h100-nvlink-cpu", "h200-nvlink-cpu"])
+def test_list_schedulers_are_not_many_times_slower_than_the_gpu_on_cpu_presets(preset):
+    """nmt_004 and a CNN on three GPUs and the host CPU: m-ETF and m-SCT placed 7.2 and 7.8 ms on h100-nvlink-cpu
+    (cnn_000 on h200-nvlink-cpu: 14.5 and 31.5 ms) by starting nodes on the idle CPU, against 3.2 ms (3.6 ms) on
+    one GPU; finishing each node first they are within 10% of it or better."""
+
+    for name in ("nmt/nmt_004", "cnn/cnn_000"):
+        graph = load_graph(ROOT / "datasets" / f"{name}.json.gz")
+        cluster = cluster_preset(preset, 4)
+        one = simulate(graph, single(graph, cluster), cluster).runtime
+        for method in (etf, m_sct):
+            assert simulate(graph, method(graph, cluster), cluster).runtime < 1.1 * one, (name, method.__name__)

@@ -273,3 +273,19 @@ def test_coarse_groups_must_be_a_non_negative_integer():
             GdpConfig(coarse_groups=bad)
     with pytest.raises(ValueError, match="coarse_ccr"):
         GdpConfig(coarse_ccr=-1.0)
+
+
+def test_etf_order_on_mixed_devices_equals_the_reference_and_m_etf():
+    """A CPU and two K80s, each node's costs apart per kind: m-ETF's node order (among each node's earliest-finish
+    pairs) is the kernels' and the reference's, and its limit is m-ETF."""
+    graph, cluster = layered_dag(N, seed=7, kinds=("k80", "cpu")), cluster_preset("placeto-k80-cpu", 3)
+    _, _, scores, weight = _outputs(graph, cluster)
+    uniforms = np.random.default_rng(7).random((2, graph.n_nodes))
+    for a, b in zip(decode(graph, cluster, scores, weight, 1.3, uniforms, "etf"),
+                    decode_reference(graph, cluster, scores, weight, 1.3, uniforms, "etf")):
+        np.testing.assert_array_equal(a, b)
+    huge = np.tile([1e6, 0.0], (graph.n_nodes, 1))
+    zero = np.zeros((graph.n_nodes, cluster.n_devices))
+    for dec in (decode(graph, cluster, zero, huge, 1.0, None, "etf"),
+                decode_reference(graph, cluster, zero, huge, 1.0, None, "etf")):
+        np.testing.assert_array_equal(dec.acts[0], etf(graph, cluster))
