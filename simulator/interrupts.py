@@ -8,22 +8,26 @@ workers and unlinks its shared memory), and the command prints one line and exit
 `Interrupted` is a KeyboardInterrupt, so no `except Exception` on the way swallows it. Two places could swallow it
 all the same, and both are covered while `stop_on_signals` is active:
 * a callback whose exceptions Python only reports ("Exception ignored in: <function _xla_gc_callback>": JAX's
-  garbage-collector callback, weakref finalizers, `__del__`): `sys.unraisablehook` sees the interrupt and delivers
-  the signal again (`_thread.interrupt_main`), so it is raised in the code that runs next;
+  garbage-collector callback, weakref finalizers, `__del__`): a signal that arrives inside a garbage-collector
+  callback is not raised there, and an interrupt some other such callback swallowed reaches `sys.unraisablehook`;
+  either way the signal is sent again to the main thread REDELIVER_S later (`signal.pthread_kill`, from a timer
+  thread: a real signal, so a blocking wait the main thread is in by then ends too), and raised in the code that
+  runs then;
 * clean-up that must not be cut in half (unlinking shared memory, writing a checkpoint): inside `deferred()` a
   signal is held and raised when the block ends, unless the run is already stopping.
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
+import gc
 import signal
 import sys
 import threading
 from typing import Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+REDELIVER_S = 0.01  # a signal that arrived inside a callback is sent again this much later (seconds)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -74,7 +78,9 @@ class _State:
 
 
 def _handler(signum: int, frame) -> None:
-    del frame
+    if _inside_callback(frame):  # raised here, it would be reported and dropped: raise it after the callback
+        _deliver_later(signum)
+        return
     if _State.defer:
         _State.held = _State.held or signum
         return
@@ -85,8 +91,7 @@ def _handler(signum: int, frame) -> None:
 def _unraisable(hook_args) -> None:
     """Deliver again an interrupt a callback swallowed; report anything else as before."""
     if isinstance(hook_args.exc_value, KeyboardInterrupt) and _State.active:
-        signum = getattr(hook_args.exc_value, "signum", signal.SIGINT)
-        _thread.interrupt_main(signum)  # the handler runs again, in the code after the callback
+        _deliver_later(getattr(hook_args.exc_value, "signum", signal.SIGINT))
         return
     (_State.previous_hook or sys.__unraisablehook__)(hook_args)
 
@@ -98,7 +103,7 @@ def stop_on_signals() -> Iterator[None]:
     The handlers and sys.unraisablehook before it are restored at the end. Called from another thread it does
     nothing (Python sets signal handlers from the main thread only).
     """
-    if _thread.get_ident() != _main_thread_id():
+    if threading.get_ident() != _main_thread_id():
         yield
         return
     before = {s: signal.getsignal(s) for s in STOP_SIGNALS}
@@ -126,7 +131,7 @@ def deferred() -> Iterator[None]:
     For clean-up that must finish (unlinking shared memory, writing a checkpoint) and is short. Outside
     `stop_on_signals` (or off the main thread) it does nothing.
     """
-    if not _State.active or _thread.get_ident() != _main_thread_id():
+    if not _State.active or threading.get_ident() != _main_thread_id():
         yield
         return
     _State.defer += 1
@@ -140,6 +145,28 @@ def deferred() -> Iterator[None]:
             if stopping is None and sys.exc_info()[1] is None:  # not already on the way out: stop now
                 _State.stopping = held
                 raise Interrupted(held)
+
+
+def _inside_callback(frame) -> bool:
+    """Whether `frame` runs inside a garbage-collector callback (or this module's unraisable hook)."""
+    codes = {getattr(cb, "__code__", None) for cb in gc.callbacks} | {_unraisable.__code__}
+    while frame is not None:
+        if frame.f_code in codes:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _deliver_later(signum: int) -> None:
+    """Send `signum` to the main thread REDELIVER_S from now, from a timer thread."""
+    timer = threading.Timer(REDELIVER_S, _redeliver, args=(signum,))
+    timer.daemon = True
+    timer.start()
+
+
+def _redeliver(signum: int) -> None:
+    if _State.active:  # (not once the handlers are gone: the signal's default would act)
+        signal.pthread_kill(_main_thread_id(), signum)
 
 
 def _main_thread_id() -> int:

@@ -80,6 +80,11 @@ class Run:
             r.join(timeout)
         return code
 
+    def cpu_seconds(self) -> float:
+        """CPU time the command has used (user + system): past its imports, it is at work."""
+        st = _stat(self.pid)
+        return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK") if st else 0.0
+
     def workers(self) -> list[int]:
         """Pids of the command's process rig workers (its children running simulator.hardware.rig.worker)."""
         return [pid for pid in children(self.pid) if "simulator.hardware.rig.worker" in cmdline(pid)]
