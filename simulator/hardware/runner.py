@@ -26,7 +26,7 @@ from simulator.hardware.devices import local_devices
 from simulator.hardware.options import MODES, RIGS
 from simulator.hardware.plans import program_plan, units_plan
 from simulator.hardware.rig.plans import to_rig
-from simulator.hardware.rig.pool import PIN, ProcessRig, one_core
+from simulator.hardware.rig.pool import PIN, ProcessRig, one_core, timeout_from_env
 from simulator.hardware.synthetic import synthetic_plan
 from simulator.hardware.timing import time_rounds, timing_of, warm_plans
 from simulator.measure.boundary_costs import CHUNKS, fit_observed, observe
@@ -509,4 +509,4 @@ def start_rig(rig: str | None, devices: Sequence[Any]) -> Any:
     if any(d.platform != "cpu" for d in devices):
         raise InputError(f"--rig processes runs host CPU devices only; --devices names "
                          f"{', '.join(sorted({d.platform for d in devices} - {'cpu'}))} ones (use --rig threads)")
-    return ProcessRig(len(devices), pin=PIN)
+    return ProcessRig(len(devices), pin=PIN, timeout_s=timeout_from_env())

@@ -64,8 +64,8 @@ class Run:
         deadline = time.monotonic() + timeout
         ready = (lambda: until in self.stdout) if isinstance(until, str) else until
         while not ready():
-            assert self.proc.poll() is None, f"ended ({self.proc.returncode}) before {until!r}:\n{self.stdout[-2000:]}" \
-                                             f"\n{self.stderr[-3000:]}"
+            assert self.proc.poll() is None, \
+                f"ended ({self.proc.returncode}) before {until!r}:\n{self.stdout[-2000:]}\n{self.stderr[-3000:]}"
             assert time.monotonic() < deadline, f"no {until!r} within {timeout} s:\n{self.stdout[-2000:]}"
             time.sleep(0.05)
 

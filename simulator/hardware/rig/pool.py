@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import multiprocessing
 import os
 import signal
@@ -55,6 +56,7 @@ from simulator.interrupts import deferred
 from simulator.model.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0  # a reply or a batch that takes longer means a worker is stuck (compiles included)
+TIMEOUT_ENV = "PLACETO_RIG_TIMEOUT_S"  # overrides DEFAULT_TIMEOUT_S for the rigs commands start (`timeout_from_env`)
 PIN = True  # pin worker d to core d (mod cores): unpinned, a worker running alone borrows a second core (XLA:CPU
 #            still has helper threads), so one device is more than one core and two overlap far less than pinned
 #            (experiments/results/benchmarks/rig_concurrency.md). The price: a pinned worker cannot move off a
@@ -81,8 +83,9 @@ WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=6871947
 
 DIED = ("rerun the command (a worker killed for memory: see `dmesg`; try fewer --devices), or run on this "
         "process's devices with --rig threads")
-SILENT = ("the machine may be overloaded (see `uptime`) or the worker stuck: rerun when it is less busy, or run on "
-          "this process's devices with --rig threads")
+SILENT = ("the machine may be overloaded (see `uptime`) or the worker stuck: rerun when it is less busy, allow it "
+          f"longer ({TIMEOUT_ENV}, default {DEFAULT_TIMEOUT_S:g} s), or run on this process's devices with --rig "
+          "threads")
 FAILED = "run with --rig threads to see the error in this process"
 
 
@@ -91,6 +94,24 @@ class RigError(RuntimeError):
 
     Its message is one line, naming the worker, what it was doing and what to do.
     """
+
+
+def timeout_from_env(environ: dict = os.environ) -> float:
+    """The rig's timeout in seconds: TIMEOUT_ENV when set, else DEFAULT_TIMEOUT_S.
+
+    Raises:
+      InputError: TIMEOUT_ENV is not a positive finite number.
+    """
+    text = environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"{TIMEOUT_ENV}={text[:40]!r}: expected a positive number of seconds")
+    return value
 
 
 def block_names(pid: int) -> str:
@@ -262,8 +283,9 @@ class ProcessRig:
         if status is None:
             self._fail(d, f"worker {d} did not answer {what!r} within {timeout:g} s, {DOING.get(what, what)}",
                        SILENT)
-        if status == "error":
-            self._fail(d, f"worker {d} failed in {what!r}: {value}", FAILED)
+        if status == "error":  # a worker's own wait for a batch that timed out: a peer went silent
+            self._fail(d, f"worker {d} failed in {what!r}: {value}", SILENT if value.startswith("TimeoutError")
+                       else FAILED)
         return value
 
     def _exit_note(self, d: int, wait_s: float = 0.5) -> str:
