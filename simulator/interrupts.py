@@ -13,14 +13,19 @@ all the same, and both are covered while `stop_on_signals` is active:
   either way the signal is sent again to the main thread REDELIVER_S later (`signal.pthread_kill`, from a timer
   thread: a real signal, so a blocking wait the main thread is in by then ends too), and raised in the code that
   runs then;
+* a pool of processes (`spawned_pool`): its workers ignore both signals (a Ctrl-C reaches the whole process group:
+  the parent acts on it), and on the way out of an interrupt the parent kills them rather than waiting for their
+  tasks;
 * clean-up that must not be cut in half (unlinking shared memory, writing a checkpoint): inside `deferred()` a
   signal is held and raised when the block ends, unless the run is already stopping.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import gc
+import multiprocessing
 import signal
 import sys
 import threading
@@ -171,3 +176,33 @@ def _redeliver(signum: int) -> None:
 
 def _main_thread_id() -> int:
     return threading.main_thread().ident
+
+
+def ignore_stop_signals() -> None:
+    """A pool worker's initializer: SIGINT and SIGTERM are its parent's to act on (`spawned_pool`)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def spawned_pool(workers: int) -> Iterator[concurrent.futures.ProcessPoolExecutor]:
+    """A ProcessPoolExecutor of `workers` spawned processes (JAX starts fresh in each) that stops as the run does.
+
+    Its workers ignore stop signals; when the block ends by an exception (an Interrupted among them) its queued
+    tasks are cancelled and its workers killed at once, not waited for (a task may take minutes); else it is shut
+    down as usual.
+    """
+    pool = concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                                  initializer=ignore_stop_signals)
+    try:
+        yield pool
+    except BaseException:
+        with deferred():
+            processes = list((pool._processes or {}).values())  # (the stdlib's: no public way before 3.14)
+            pool.shutdown(wait=False, cancel_futures=True)
+            for p in processes:
+                p.kill()
+            for p in processes:
+                p.join(10)
+        raise
+    pool.shutdown(wait=True)

@@ -82,8 +82,7 @@ class Run:
 
     def cpu_seconds(self) -> float:
         """CPU time the command has used (user + system): past its imports, it is at work."""
-        st = _stat(self.pid)
-        return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK") if st else 0.0
+        return cpu_seconds(self.pid)
 
     def workers(self) -> list[int]:
         """Pids of the command's process rig workers (its children running simulator.hardware.rig.worker)."""
@@ -103,6 +102,12 @@ def _stat(pid: int) -> list[str] | None:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time process `pid` has used (user + system), 0 when it is gone."""
+    st = _stat(pid)
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK") if st else 0.0
 
 
 def children(pid: int) -> list[int]:

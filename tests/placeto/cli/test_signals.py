@@ -20,7 +20,7 @@ from flax import serialization
 
 from simulator.model.generate import layered_dag
 from simulator.model.io import save_graph
-from tests.helpers.signals import ROOT, Run, bar_count, check_stopped, cli
+from tests.helpers.signals import ROOT, Run, bar_count, check_stopped, children, cli, cmdline, cpu_seconds
 
 BUDGET = 10**6  # never reached: every run here is stopped
 
@@ -103,3 +103,18 @@ def test_an_interrupted_calibrate_writes_no_cluster_file(tmp_path):
     run.send(signal.SIGINT)
     assert check_stopped(run, 130).startswith("placeto: interrupted (SIGINT): calibrate")
     assert not (tmp_path / "c.json").exists()
+
+
+def test_an_interrupted_datasets_build_stops_its_tracing_processes(tmp_path):
+    """Its spawned pool's workers ignore the Ctrl-C their process group gets (each printed a KeyboardInterrupt
+    traceback) and are killed, not waited for; no manifest is written."""
+    run = Run(cli("datasets", "build", "--family", "mlp", "--out", str(tmp_path / "ds"), "--workers", "2"))
+
+    def tracing() -> list[int]:
+        return [p for p in children(run.pid) if "multiprocessing.spawn" in cmdline(p)]
+
+    run.wait_for(lambda: len(tracing()) == 2 and all(cpu_seconds(p) > 4 for p in tracing()), timeout=300)
+    pool = tracing()
+    run.send(signal.SIGINT)
+    assert check_stopped(run, 130, also_gone=tuple(pool)) == "placeto: interrupted (SIGINT): datasets build"
+    assert not (tmp_path / "ds" / "mlp" / "manifest.json").exists()
