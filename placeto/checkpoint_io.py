@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import serialization
 
+from simulator.interrupts import Interrupted, as_interrupted, deferred
 from simulator.model.errors import InputError
 from simulator.model.io import PathLike, atomic_write_bytes, read_json
 from simulator.model.limits import short_repr
@@ -348,3 +349,16 @@ def load_table_run(out: PathLike, params: Any, opt_state: Any, columns: tuple[st
         raise InputError(f"malformed step or rows ({e})", str(path)) from None
     return (restore(params, blob["params"], "params", path), restore(opt_state, blob["opt_state"], "opt_state", path),
             step, rows)
+
+
+def stopped(e: KeyboardInterrupt, save: Callable[[], None], done: int, total: int, unit: str,
+            path: Path) -> Interrupted:
+    """A `train` loop stopped by a signal: the last complete update's checkpoint written, and the interrupt to raise.
+
+    `save` writes it (signals held meanwhile: simulator.interrupts.deferred); `done` of `total` `unit`s (episodes,
+    placements) are in it, and the same command resumes from there. The interrupt's one line says so.
+    """
+    with deferred():
+        save()
+    return as_interrupted(e).adding(f"train: checkpoint kept at {done} of {total} {unit} ({path}); the same "
+                                    f"command resumes from {unit.rstrip('s')} {done}")

@@ -20,6 +20,8 @@ from placeto.cli.arguments import (DEVICE_SPEC, DEVICES, MINUTES, PERCENT, SEED,
                                    placement_cluster, print_op_graph_note)
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
 from placeto.rollouts.distributed import WorkerError
+from simulator.hardware.rig.pool import RigError
+from simulator.interrupts import Interrupted, as_interrupted, stop_on_signals
 from placeto.cli.arguments import add_worker_arguments
 from simulator.model.errors import TRACEBACK_ENV, InputError
 from simulator.model.io import check_distinct_paths, check_output_path
@@ -484,6 +486,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    with stop_on_signals():  # SIGINT, SIGTERM: Interrupted, raised where the main thread is (simulator.interrupts)
+        try:
+            return _run(argv)
+        except KeyboardInterrupt as e:  # while parsing, or raised again in a handler below
+            return _interrupted(as_interrupted(e), None)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     cache.enable_compile_cache()  # before any JAX compilation: PLACETO_COMPILE_CACHE (simulator.measure.cache)
     try:
@@ -498,6 +508,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkerError as e:  # Ray workers timed out or kept dying: the run stopped, its checkpoint kept
         print(f"placeto: error: {e}", file=sys.stderr)
         return 1
+    except RigError as e:  # a process rig worker died or went silent: the rig stopped the others, freed its memory
+        print(f"placeto: error: {e}", file=sys.stderr)
+        return 1
     except BrokenPipeError:  # `placeto graph info G | head`: the reader is gone; say nothing more
         _silence_stdout()
         return 141
@@ -505,9 +518,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         where = f"{e.filename}: " if e.filename else ""
         print(f"placeto: error: {where}{e.strerror or e}".replace("\n", " "), file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("placeto: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:  # SIGINT or SIGTERM: every `finally` on the way has run
+        return _interrupted(as_interrupted(e), args)
+
+
+def _interrupted(e: Interrupted, args: argparse.Namespace | None) -> int:
+    """Print the one line of a stopped command and return its exit code (128 + the signal).
+
+    The line names the command (and its subcommand, and --hardware) unless what stopped already said more.
+    """
+    what = e.what or (running(args) if args is not None else "starting")
+    try:
+        sys.stdout.flush()  # what was printed so far, seen
+    except (OSError, ValueError):  # the reader is gone too (a pipeline stopped at once): exit quietly
+        _silence_stdout()
+    try:
+        print(f"placeto: {Interrupted(e.signum, what).line()}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+    return e.exit_code
+
+
+def running(args: argparse.Namespace) -> str:
+    """What a command line runs, in words: "place --hardware", "graph info", "train (rnn)"."""
+    sub = getattr(args, f"{args.command}_command", None)  # `graph info`, `datasets build`
+    words = [args.command] + ([sub] if sub else [])
+    if getattr(args, "hardware", False):
+        words.append("--hardware")
+    if args.command == "train" and getattr(args, "method", None):
+        words.append(f"({args.method})")
+    return " ".join(words)
 
 
 def _silence_stdout() -> None:

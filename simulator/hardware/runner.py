@@ -26,7 +26,7 @@ from simulator.hardware.devices import local_devices
 from simulator.hardware.options import MODES, RIGS
 from simulator.hardware.plans import program_plan, units_plan
 from simulator.hardware.rig.plans import to_rig
-from simulator.hardware.rig.pool import PIN, ProcessRig, one_core
+from simulator.hardware.rig.pool import PIN, ProcessRig, one_core, timeout_from_env
 from simulator.hardware.synthetic import synthetic_plan
 from simulator.hardware.timing import time_rounds, timing_of, warm_plans
 from simulator.measure.boundary_costs import CHUNKS, fit_observed, observe
@@ -163,6 +163,10 @@ class HardwareRunner:
         if self.rig is None or self.holders is None or not self.stages:
             return self
 
+        with self.rig.during("the measurement of its launch and transfer costs"):
+            return self._with_rig_costs(steps, progress)
+
+    def _with_rig_costs(self, steps: int, progress: Callable[[str], None]) -> "HardwareRunner":
         costs = cached_rig_costs(self.rig, self.devices, progress=progress)
         kind = self.cluster.kinds[0]
         unit = self.graph.cost_for(kind)
@@ -230,14 +234,18 @@ class HardwareRunner:
         Returns:
           ([Timing] of each placement, the units' costs' factor).
         """
-        plans = [self.runnable(p) for p in arrays]
-        extra, factor = [], 1.0  # the single device's plan when it is not among the placements
+        plans, extra, factor = [], [], 1.0  # extra: the single device's plan when it is not among the placements
         try:
+            with self.during("the loading of the placements"):
+                plans += [self.runnable(p) for p in arrays]
             at = next((i for i, p in enumerate(arrays) if not p.any()), None) if rescale else None
             if rescale and self.adds_anchor(arrays):
-                extra, at = [self.runnable(np.zeros(self.graph.n_nodes, np.int32))], len(plans)
-            warm_plans(plans + extra, warmup, self.threads)
-            times = time_rounds(plans + extra, repeats, self.threads)
+                with self.during("the loading of the placements"):
+                    extra, at = [self.runnable(np.zeros(self.graph.n_nodes, np.int32))], len(plans)
+            with self.during("the warm-up steps"):
+                warm_plans(plans + extra, warmup, self.threads)
+            with self.during("the timed rounds"):
+                times = time_rounds(plans + extra, repeats, self.threads)
             if rescale:
                 step_us = timing_of(times[at]).median_us
                 factor = self.scale_to(step_us)
@@ -258,6 +266,10 @@ class HardwareRunner:
         # one scope per program: the runners `with_step_costs` / `with_rig_costs` derive share make_plan (and its
         # resident values), so the parameters go to each worker once, not once per derived runner
         return to_rig(self.plan(placement), self.rig, scope=id(self.make_plan))
+
+    def during(self, stage: str):
+        """Inside, a failure of the process rig names `stage` (ProcessRig.during); nothing without a rig."""
+        return self.rig.during(stage) if self.rig is not None else contextlib.nullcontext()
 
     def close(self) -> None:
         """Stop the process rig's workers, if the runner has a rig."""
@@ -497,4 +509,4 @@ def start_rig(rig: str | None, devices: Sequence[Any]) -> Any:
     if any(d.platform != "cpu" for d in devices):
         raise InputError(f"--rig processes runs host CPU devices only; --devices names "
                          f"{', '.join(sorted({d.platform for d in devices} - {'cpu'}))} ones (use --rig threads)")
-    return ProcessRig(len(devices), pin=PIN)
+    return ProcessRig(len(devices), pin=PIN, timeout_s=timeout_from_env())

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from simulator.grouping.group import group, group_placement_from_ops
+from simulator.interrupts import spawned_pool
 from simulator.model.costs import annotate_costs, fused_group_costs
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
@@ -206,9 +207,6 @@ def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: 
     fresh in each); `only` restricts to the named graphs (the manifest is then not rewritten). Returns the family
     folder.
     """
-    import concurrent.futures
-    import multiprocessing
-
     from tqdm import tqdm
 
     specs = benchmark_specs() if family == "benchmarks" else family_specs(family, seed)
@@ -216,20 +214,18 @@ def build(family: str, out_root: str | Path = DATASETS, seed: int = 0, workers: 
     out = Path(out_root) / family
     todo = [s for s in specs if only is None or s.name in only]
     jobs = [(s, family, str(out)) for s in todo]
-    bar = tqdm(total=len(jobs), desc=f"build {family}", unit="graph", disable=not progress)
     entries: dict[str, dict] = {}
-    if workers > 1 and len(jobs) > 1:
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-            for entry in pool.map(_build_and_write, jobs):
+    with tqdm(total=len(jobs), desc=f"build {family}", unit="graph", disable=not progress) as bar:  # closed also
+        if workers > 1 and len(jobs) > 1:  # on an interrupt: its line ends before the interrupt's own
+            with spawned_pool(workers) as pool:
+                for entry in pool.map(_build_and_write, jobs):
+                    entries[entry["name"]] = entry
+                    bar.update()
+        else:
+            for job in jobs:
+                entry = _build_and_write(job)
                 entries[entry["name"]] = entry
                 bar.update()
-    else:
-        for job in jobs:
-            entry = _build_and_write(job)
-            entries[entry["name"]] = entry
-            bar.update()
-    bar.close()
     if only is None:
         graphs = [{**entries[s.name], "split": split} for s, split in zip(specs, splits)]
         write_json(out / "manifest.json", {"family": family, "seed": seed,

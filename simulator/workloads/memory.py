@@ -22,9 +22,7 @@ each spec), our choice among them, and said so in the manifest.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
-import multiprocessing
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ import numpy as np
 
 from simulator.engine.fast import simulate
 from simulator.grouping.group import group, group_placement_from_ops
+from simulator.interrupts import spawned_pool
 from simulator.model.cluster import cluster_preset
 from simulator.model.costs import annotate_costs
 from simulator.model.graph import Graph
@@ -209,7 +208,7 @@ def build(out_root: str | Path = DATASETS, workers: int = 2, only: list[str] | N
     names = [s.name for s in MEMORY_SPECS if only is None or s.name in only]
     names.sort(key=lambda n: -memory_spec(n).target_groups)  # the longest first, so the pool ends together
     if workers > 1 and len(names) > 1:
-        with concurrent.futures.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with spawned_pool(workers) as pool:
             entries = dict(zip(names, pool.map(build_one, names, [str(out)] * len(names))))
     else:
         entries = {n: build_one(n, str(out)) for n in names}

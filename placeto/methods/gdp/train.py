@@ -27,7 +27,7 @@ import jax
 from flax import serialization
 
 from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, check_resume_devices, counter,
-                                  objectives, read_blob, restore)
+                                  objectives, read_blob, restore, stopped)
 from placeto.rollouts.distributed import WorkerSpec, open_pool
 from placeto.rollouts.workers import key_data
 from placeto.methods.gdp.workers import WORKER
@@ -227,32 +227,36 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
     start_update, saved, last_save = st.update, None, -math.inf
     f, writer = _metrics_writer(out, st.update)
     root = jax.random.key(config.seed)
-    with f, metered() as m, open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]) as pool, \
-            progress_bar(config, st.samples, progress) as bar:
-        while st.update < config.updates and time.perf_counter() - t0 < 60 * config.time_limit_minutes:
-            task, key = tasks[st.update % len(tasks)], jax.random.fold_in(root, st.update)
-            drawn = None if pool is None else _draw_on(pool, st.update % len(tasks), config, st.params, key)
-            r = ppo_step(net, config, optimizer, st.params, st.opt_state, task, key, drawn)
-            check_finite(r.params, r.loss, out, st.update, saved)
-            best = dict(st.best)
-            if r.best_objective < best.get(task.key, math.inf):
-                best[task.key] = r.best_objective
-                save_placement(out / "best" / f"{_safe(task.key)}.json", r.best_placement, task.cluster.device_names,
-                               graph=task.graph, cluster=task.cluster)
-            st = RunState(r.params, r.opt_state, st.update + 1, st.samples + config.samples_per_update, best)
-            writer.writerow(_metrics_row(st, task.key, r, time.perf_counter() - t0, m.calls / m.elapsed()))
-            advance(bar, config.samples_per_update, first=st.update == start_update + 1)  # the 1st compiles
-            bar.set_postfix(task=task.key[:16], best=f"{best[task.key] / 1e3:.3f}ms",
-                            batch=f"{r.mean_objective / 1e3:.3f}ms", refresh=False)
-            if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
+    try:
+        with f, metered() as m, open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]) as pool, \
+                progress_bar(config, st.samples, progress) as bar:
+            while st.update < config.updates and time.perf_counter() - t0 < 60 * config.time_limit_minutes:
+                task, key = tasks[st.update % len(tasks)], jax.random.fold_in(root, st.update)
+                drawn = None if pool is None else _draw_on(pool, st.update % len(tasks), config, st.params, key)
+                r = ppo_step(net, config, optimizer, st.params, st.opt_state, task, key, drawn)
+                check_finite(r.params, r.loss, out, st.update, saved)
+                best = dict(st.best)
+                if r.best_objective < best.get(task.key, math.inf):
+                    best[task.key] = r.best_objective
+                    save_placement(out / "best" / f"{_safe(task.key)}.json", r.best_placement,
+                                   task.cluster.device_names, graph=task.graph, cluster=task.cluster)
+                st = RunState(r.params, r.opt_state, st.update + 1, st.samples + config.samples_per_update, best)
+                writer.writerow(_metrics_row(st, task.key, r, time.perf_counter() - t0, m.calls / m.elapsed()))
+                advance(bar, config.samples_per_update, first=st.update == start_update + 1)  # the 1st compiles
+                bar.set_postfix(task=task.key[:16], best=f"{best[task.key] / 1e3:.3f}ms",
+                                batch=f"{r.mean_objective / 1e3:.3f}ms", refresh=False)
+                if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
+                    f.flush()
+                    _save(out, st)
+                    saved, last_save = st.update, time.perf_counter()
+                    if log:
+                        log(f"update {st.update}/{config.updates} {task.key}: best {best[task.key] / 1e3:.3f} ms")
+            if saved != st.update:
                 f.flush()
                 _save(out, st)
-                saved, last_save = st.update, time.perf_counter()
-                if log:
-                    log(f"update {st.update}/{config.updates} {task.key}: best {best[task.key] / 1e3:.3f} ms")
-        if saved != st.update:
-            f.flush()
-            _save(out, st)
+    except KeyboardInterrupt as e:  # SIGINT, SIGTERM (simulator.interrupts): st is the last complete update's state
+        raise stopped(e, lambda: _save(out, st), st.samples, config.updates * config.samples_per_update, "placements",
+                      out / CHECKPOINT) from None
     wall = time.perf_counter() - t0
     return TrainSummary(st.update, st.samples, start_update, m.calls, wall, m.calls / max(wall, 1e-9), dict(st.best))
 

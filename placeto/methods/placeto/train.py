@@ -45,7 +45,8 @@ from flax import serialization
 
 from placeto.methods.placeto import env as E
 from placeto.checkpoint_io import (CHECKPOINT, MAX_COUNTER, RunLock, check_devices, check_finite,
-                                   check_resume_devices, check_same_model, counter, objectives, read_blob, restore)
+                                   check_resume_devices, check_same_model, counter, objectives, read_blob, restore,
+                                   stopped)
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.rollouts.distributed import WorkerSpec, open_pool
 from placeto.methods.placeto.episodes import concat_rollouts
@@ -120,6 +121,11 @@ def save_checkpoint(out_dir: Path, st: TrainState) -> None:
             "key": np.asarray(jax.random.key_data(st.key)), "episode": st.episode, "update": st.update,
             "sim_calls": st.sim_calls, "best_runtime": dict(st.best_runtime)}
     atomic_write_bytes(out_dir / CHECKPOINT, serialization.msgpack_serialize(blob))
+
+
+def _copy(st: TrainState) -> TrainState:
+    """A copy of `st` that `_update` does not change (its arrays are replaced there, never written into)."""
+    return dataclasses.replace(st, baselines=dict(st.baselines), best_runtime=dict(st.best_runtime))
 
 
 CHECKPOINT_FIELDS = ("params", "opt_state", "baselines", "key", "episode", "update", "sim_calls", "best_runtime")
@@ -303,6 +309,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
     if config.snapshot_seconds > 0:
         save_snapshot(out, st)  # where this call starts from: a candidate too
     stack = contextlib.ExitStack()  # the Ray pool, if any
+    committed = _copy(st)  # the state after the last complete update: what an interrupt keeps
     try:
         pool = stack.enter_context(open_pool(workers, WORKER, config, [(t.graph, t.cluster) for t in tasks]))
         deadline = t0 + 60 * config.time_limit_minutes if config.time_limit_minutes > 0 else math.inf
@@ -326,7 +333,11 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
             if config.snapshot_seconds > 0 and time.time() - last_snap >= config.snapshot_seconds:
                 save_snapshot(out, st)
                 last_snap = time.time()
+            committed = _copy(st)
         save_checkpoint(out, st)
+    except KeyboardInterrupt as e:  # SIGINT, SIGTERM (simulator.interrupts): keep every complete update
+        raise stopped(e, lambda: save_checkpoint(out, committed), committed.episode, config.episodes, "episodes",
+                      out / CHECKPOINT) from None
     finally:
         log.close()
         stack.close()

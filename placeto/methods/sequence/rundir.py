@@ -34,7 +34,7 @@ import numpy as np
 from flax import serialization
 
 from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, counter, objective, read_blob,
-                                  restore)
+                                  restore, stopped)
 from placeto.rollouts.distributed import WorkerSpec, open_pool
 from placeto.methods.sequence.pergraph import PER_GRAPH, MethodSpec, PerGraphConfig
 from placeto.methods.sequence.specs import get_spec
@@ -283,6 +283,10 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
             if saved != st.update:
                 log.flush()
                 _save(out, st, task)
+    except KeyboardInterrupt as e:  # SIGINT, SIGTERM (simulator.interrupts): st is the last complete update's state
+        log.flush()
+        raise stopped(e, lambda: _save(out, st, task), st.samples, config.updates * config.samples_per_update,
+                      "placements", out / CHECKPOINT) from None
     finally:
         log.close()
     wall = time.perf_counter() - t0

@@ -21,9 +21,16 @@ What moves where:
 * the parent sends ("run", plan) to every worker and waits for each to answer: one step at a time.
 
 Failures are errors, not hangs: every wait (the parent's for a reply, a worker's for a batch) has a timeout
-(`timeout_s`); a worker that dies, times out or raises makes the rig raise `RigError` naming it, and close
-itself (its workers stopped, or killed; its shared memory unlinked). `close()` (also at exit, and on `with`)
-stops the workers and unlinks every block.
+(`timeout_s`); a worker that dies, times out or raises makes the rig raise `RigError` (one line naming the
+worker, what it was doing, and what to do), and close itself (its workers stopped, or killed; its shared memory
+unlinked). `close()` (also at exit, on `with`, and on the way out of an interrupt: simulator.interrupts) stops
+the workers and unlinks every block.
+
+Stopping: the workers run in a session of their own (`start_new_session`), so a Ctrl-C at the terminal or a
+SIGTERM to the command's process group reaches the parent alone, which stops them as it stops (no worker dies
+mid-reply, no traceback of theirs); a worker whose parent is gone (killed) exits by itself
+(`simulator.hardware.rig.worker`). Shared memory blocks are named `BLOCK_PREFIX<parent pid>_<n>`, so what a
+process left in /dev/shm can be told from other programs' blocks.
 
 This module imports neither jax nor numpy-heavy code at import time; the parent's JAX need not have more than one
 device.
@@ -33,8 +40,10 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -43,9 +52,11 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from simulator.hardware.devices import HOST_DEVICE_FLAG, SERIAL_CPU_FLAGS
+from simulator.interrupts import deferred
 from simulator.model.errors import InputError
 
 DEFAULT_TIMEOUT_S = 300.0  # a reply or a batch that takes longer means a worker is stuck (compiles included)
+TIMEOUT_ENV = "PLACETO_RIG_TIMEOUT_S"  # overrides DEFAULT_TIMEOUT_S for the rigs commands start (`timeout_from_env`)
 PIN = True  # pin worker d to core d (mod cores): unpinned, a worker running alone borrows a second core (XLA:CPU
 #            still has helper threads), so one device is more than one core and two overlap far less than pinned
 #            (experiments/results/benchmarks/rig_concurrency.md). The price: a pinned worker cannot move off a
@@ -53,6 +64,10 @@ PIN = True  # pin worker d to core d (mod cores): unpinned, a worker running alo
 REPLY_SLACK_S = 5.0  # the parent waits this much longer than a worker waits for a batch: the worker's own
 #                     error (which batch it waited for) arrives first
 START_TIMEOUT_S = 120.0  # a worker's start: a fresh interpreter importing jax
+BLOCK_PREFIX = "placeto_"  # shared memory block names: placeto_<pid of the parent>_<n> (/dev/shm/ on Linux)
+DOING = {"put": "receiving values", "load": "loading its stages", "drop": "dropping values",
+         "plan": "setting up a plan", "run": "running a step", "fetch": "returning a step's outputs",
+         "free": "freeing a plan"}  # a request, in words
 WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=68719476736",
                  "glibc.malloc.top_pad=67108864")
 #   glibc's malloc settings in every worker (GLIBC_TUNABLES): a worker keeps the memory it once allocated, as a
@@ -66,11 +81,42 @@ WORKER_MALLOC = ("glibc.malloc.mmap_max=0", "glibc.malloc.trim_threshold=6871947
 #   rig" and "Measured facts behind design choices")
 
 
+DIED = ("rerun the command (a worker killed for memory: see `dmesg`; try fewer --devices), or run on this "
+        "process's devices with --rig threads")
+SILENT = ("the machine may be overloaded (see `uptime`) or the worker stuck: rerun when it is less busy, allow it "
+          f"longer ({TIMEOUT_ENV}, default {DEFAULT_TIMEOUT_S:g} s), or run on this process's devices with --rig "
+          "threads")
+FAILED = "run with --rig threads to see the error in this process"
+
+
 class RigError(RuntimeError):
     """A rig worker raised, died, or did not answer in time.
 
-    Its message is one line, naming the worker.
+    Its message is one line, naming the worker, what it was doing and what to do.
     """
+
+
+def timeout_from_env(environ: dict = os.environ) -> float:
+    """The rig's timeout in seconds: TIMEOUT_ENV when set, else DEFAULT_TIMEOUT_S.
+
+    Raises:
+      InputError: TIMEOUT_ENV is not a positive finite number.
+    """
+    text = environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise InputError(f"{TIMEOUT_ENV}={text[:40]!r}: expected a positive number of seconds")
+    return value
+
+
+def block_names(pid: int) -> str:
+    """The prefix of the shared memory blocks a rig in process `pid` makes (`ProcessRig.block`)."""
+    return f"{BLOCK_PREFIX}{pid}_"
 
 
 def worker_env(environ: dict) -> dict:
@@ -155,18 +201,33 @@ class ProcessRig:
         self.loaded: list[set] = [set() for _ in range(n_devices)]  # stage ids each worker holds
         self.resident: dict = {}  # (scope, value, device) -> value id held by that worker
         self.closed = False
-        try:
-            for d in range(n_devices):
-                ours, theirs = multiprocessing.Pipe()
-                self.processes.append(_start_worker(d, theirs, peers[d], self.cores[d], self.timeout_s))
-                theirs.close()
-                self.conns.append(ours)
-        finally:
-            for ends in pipes.values():
-                for end in ends:
-                    end.close()
+        self.stage = "its start-up"  # what the rig is used for now, named in a RigError (`during`)
         self._finalizer = weakref.finalize(self, _shutdown, self.processes, self.conns, self.blocks)
-        self.call_all([("put", [(0, _zero())])] * n_devices, START_TIMEOUT_S)  # every worker up, jax imported
+        try:  # an interrupt or a failure during the start-up stops the workers started so far
+            try:
+                for d in range(n_devices):
+                    ours, theirs = multiprocessing.Pipe()
+                    self.processes.append(_start_worker(d, theirs, peers[d], self.cores[d], self.timeout_s))
+                    theirs.close()
+                    self.conns.append(ours)
+            finally:
+                for ends in pipes.values():
+                    for end in ends:
+                        end.close()
+            self.call_all([("put", [(0, _zero())])] * n_devices, START_TIMEOUT_S)  # every worker up, jax imported
+        except BaseException:
+            self.close()
+            raise
+        self.stage = ""
+
+    @contextlib.contextmanager
+    def during(self, stage: str):
+        """Inside, a RigError says the rig failed during `stage` (e.g. "the timed rounds")."""
+        before, self.stage = self.stage, stage
+        try:
+            yield self
+        finally:
+            self.stage = before
 
     def __enter__(self) -> "ProcessRig":
         return self
@@ -203,7 +264,7 @@ class ProcessRig:
             for d, request in requests.items():
                 self.conns[d].send(request)
         except (OSError, ValueError) as e:  # BrokenPipeError: the worker is gone
-            self._fail(f"worker {d} cannot be reached ({self._exit_note(d) or type(e).__name__})")
+            self._fail(d, f"worker {d} cannot be reached ({self._exit_note(d) or type(e).__name__})", DIED)
         timeout = self.timeout_s + REPLY_SLACK_S if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout
         replies = {}
@@ -217,23 +278,40 @@ class ProcessRig:
             ready = conn.poll(max(0.0, deadline - time.monotonic()))
             status, value = conn.recv() if ready else (None, None)
         except (EOFError, OSError):
-            self._fail(f"worker {d} died during {what!r} ({self._exit_note(d) or 'its pipe closed'})")
+            self._fail(d, f"worker {d} died during {what!r}, {DOING.get(what, what)} "
+                          f"({self._exit_note(d) or 'its pipe closed'})", DIED)
         if status is None:
-            self._fail(f"worker {d} did not answer {what!r} within {timeout:g} s")
-        if status == "error":
-            self._fail(f"worker {d} failed in {what!r}: {value}")
+            self._fail(d, f"worker {d} did not answer {what!r} within {timeout:g} s, {DOING.get(what, what)}",
+                       SILENT)
+        if status == "error":  # a worker's own wait for a batch that timed out: a peer went silent
+            self._fail(d, f"worker {d} failed in {what!r}: {value}", SILENT if value.startswith("TimeoutError")
+                       else FAILED)
         return value
 
-    def _exit_note(self, d: int) -> str:
+    def _exit_note(self, d: int, wait_s: float = 0.5) -> str:
+        """"pid P, killed by SIGKILL" or "pid P, exit code C" of a worker that has ended; "" if it runs."""
         try:
-            code = self.processes[d].wait(0.5)
+            code = self.processes[d].wait(wait_s)
         except subprocess.TimeoutExpired:
             return ""
-        return f"exit code {code}"
+        how = f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals() \
+            else f"exit code {code}"
+        return f"pid {self.processes[d].pid}, {how}"
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, d: int, message: str, advice: str) -> None:
+        """Close the rig and raise RigError: `message`, the stage, what was done and `advice`.
+
+        A worker that has died is named first: a peer's failure (its pipe broken, a batch never sent) follows
+        from it.
+        """
+        dead = next((k for k, p in enumerate(self.processes) if k != d and p.poll() is not None), None)
+        if dead is not None:
+            message, advice = f"worker {dead} died ({self._exit_note(dead)}); worker {d}: {message}", DIED
+        stage = f" during {self.stage}" if self.stage else ""
+        n = len(self.processes)
         self.close()
-        raise RigError(f"process rig: {message}")
+        raise RigError(f"process rig{stage}: {message}; its {n} worker processes are stopped and its shared "
+                       f"memory freed; {advice}")
 
     def block(self, size: int) -> str:
         """A new shared memory block of `size` bytes (at least 1): its name.
@@ -242,7 +320,8 @@ class ProcessRig:
         """
         from multiprocessing import shared_memory
 
-        shm = shared_memory.SharedMemory(create=True, size=max(1, size))
+        name = f"{block_names(os.getpid())}{next(self._ids)}"
+        shm = shared_memory.SharedMemory(name=name, create=True, size=max(1, size))
         self.blocks[shm.name] = shm
         return shm.name
 
@@ -259,7 +338,8 @@ class ProcessRig:
         """
         if not self.closed:
             self.closed = True
-            self._finalizer()
+            with deferred():  # a signal now waits until every worker is stopped and every block unlinked
+                self._finalizer()
 
     @property
     def pids(self) -> list[int]:
@@ -278,7 +358,8 @@ def _start_worker(index: int, conn: Any, peers: dict, core: int | None, timeout_
 
     Its pipes' file descriptors are inherited. A fresh interpreter: not a fork of this process, whose JAX runtime
     may have threads, nor multiprocessing's spawn, which would import the caller's __main__ again. Its environment
-    is `worker_env`, with the repository on its path.
+    is `worker_env`, with the repository on its path. In a session of its own: signals to the caller's process
+    group (a Ctrl-C, `timeout`'s SIGTERM) are the caller's to act on (see the module docstring).
     """
     root = str(Path(__file__).resolve().parents[3])  # the repository: simulator/ importable in the worker
     env = dict(worker_env(dict(os.environ)),
@@ -286,7 +367,7 @@ def _start_worker(index: int, conn: Any, peers: dict, core: int | None, timeout_
     argv = [sys.executable, "-c", WORKER_MAIN, str(index), str(conn.fileno()), f"{timeout_s!r}",
             "-" if core is None else str(core)] + [f"{d}:{c.fileno()}" for d, c in peers.items()]
     fds = [conn.fileno()] + [c.fileno() for c in peers.values()]
-    return subprocess.Popen(argv, env=env, pass_fds=fds, stdin=subprocess.DEVNULL)
+    return subprocess.Popen(argv, env=env, pass_fds=fds, stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def _zero():

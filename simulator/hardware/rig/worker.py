@@ -28,6 +28,11 @@ rewritten next step; one call for the batch is faster than one per value: docs/h
 behind design choices"). The parent runs one step at a time and waits for every worker before the next, so a
 block is never rewritten while read.
 
+Stopping: the worker runs in a session of its own and ignores SIGINT (a Ctrl-C is the parent's to act on: it
+sends ("stop",) or closes the pipe); a worker whose parent has gone (killed, so it never said stop) exits within
+PARENT_CHECK_S by itself (`watch_parent`), and one whose parent's pipe is closed exits without a word (no
+BrokenPipeError traceback on a terminal the parent shares).
+
 Events carry `time.perf_counter_ns()` (CLOCK_MONOTONIC, the same clock in every process of a Linux machine), so
 the parent can lay every worker's stages on one time axis (a measured Gantt chart).
 """
@@ -36,11 +41,15 @@ from __future__ import annotations
 
 import gc
 import os
+import signal
+import threading
 import time
 import traceback
 from typing import Any, NamedTuple
 
 import numpy as np
+
+PARENT_CHECK_S = 1.0  # how often a worker checks that its parent is alive
 
 
 class Slot(NamedTuple):
@@ -105,6 +114,8 @@ def main(argv: list[str]) -> None:
     """
     from multiprocessing.connection import Connection
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent's to act on (see the module docstring)
+    watch_parent(os.getppid())
     index, fd, timeout_s, core = int(argv[0]), int(argv[1]), float(argv[2]), argv[3]
     conn = Connection(fd)
     peers = {int(d): Connection(int(f)) for d, f in (p.split(":") for p in argv[4:])}
@@ -115,6 +126,21 @@ def main(argv: list[str]) -> None:
     state = {"stages": {}, "values": {}, "plans": {}, "peers": peers, "timeout_s": timeout_s, "index": index,
              "arrived": {d: set() for d in peers}}
     serve(conn, state)
+
+
+def watch_parent(parent: int, every_s: float = PARENT_CHECK_S) -> threading.Thread:
+    """A daemon thread that ends this process (exit 0, at once) once its parent `parent` is gone.
+
+    A killed parent never says stop, and a worker waiting for a batch would wait out the rig's timeout.
+    """
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+
+    thread = threading.Thread(target=watch, name="watch-parent", daemon=True)
+    thread.start()
+    return thread
 
 
 def serve(conn: Any, state: dict) -> None:
@@ -138,7 +164,10 @@ def serve(conn: Any, state: dict) -> None:
             last = traceback.extract_tb(e.__traceback__)[-1:]
             where = f" ({os.path.basename(last[0].filename)}:{last[0].lineno})" if last else ""
             reply = ("error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}{where}")
-        conn.send(reply)
+        try:
+            conn.send(reply)
+        except OSError:  # BrokenPipeError: the parent is gone, or stopped listening; nothing to say
+            break
         if request[0] != "run":
             gc.collect()
     for plan in list(state["plans"]):
