@@ -2,8 +2,9 @@
 
 Run as `python -m experiments.benchmarks.listsched_scaling [--sizes 1000,2000,5000,10000] [--repeats 3]`. For each
 method (etf, heft, m-topo, m-sct, and the placeto policy's list start, `placeto.methods.placeto.env.list_start`
-with kind "list": the four, simulated and scored) and each size N it times the method on N isolated nodes (no edges: every node is
-ready at once, the largest ready set a list scheduler meets) and on a chain of N nodes (one ready node at a time),
+with kind "list": the four, simulated and scored) and each size N it times the method on N isolated nodes (no
+edges: every node is ready at once, the largest ready set a list scheduler meets) and on a chain of N nodes (one
+ready node at a time),
 at 4 placeto-k80 devices. Costs 1..7 us, 100-byte outputs. The kernels are compiled (or loaded) before timing.
 Times are medians of this thread's CPU seconds (`time.thread_time`, which other processes' load does not
 inflate); "growth" is the time at the largest size over the time at the smallest, against the size ratio (linear:
