@@ -12,7 +12,10 @@ Memory-constrained SCT (Jeon et al. 2020; Baechi's placer/m_sct.py):
                          s_i + p_i <= w
 
    p_i is the node's mean cost over the devices, c_ij the channel time of the outputs j uses (the transfer
-   model's busy time). Solved with scipy's HiGHS (Baechi used MOSEK; the published placements used GLPK).
+   model's busy time). Solved with scipy's HiGHS (Baechi used MOSEK; the published placements used GLPK), in a
+   time unit that keeps its coefficients within a range HiGHS solves (`_lp_unit`). Should HiGHS still report
+   anything but an optimum, the favourites come from a greedy rule instead (`greedy_favourites`: the heaviest
+   edges first, one favourite child per node and one favoured parent per child), never an error.
 2. Rounding: edge i -> j is a favourite edge if round(x_ij - threshold + 0.5) == 0 (Baechi's rule and
    threshold 0.5), assigned in edge order with Baechi's overwrites: a later favourite child of i replaces the
    earlier one, and a later favoured parent of j clears the earlier parent's favourite.
@@ -44,6 +47,8 @@ from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
 THRESHOLD = 0.5  # Baechi's m_sct default: x <= 0.5 rounds to a favourite edge
+LP_RANGE = 1e3  # the largest LP coefficient, in LP time units (`_lp_unit`)
+LP_NEGLIGIBLE = 1e-9  # LP times below this many units count as 0
 
 
 def m_sct(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL,
@@ -95,10 +100,16 @@ class _Rows:
 
 
 def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
-    """The LP's x float64[P] per edge of `edges_by_source`.
+    """The LP's x float64[P] per edge of `edges_by_source`; `greedy_favourites` where HiGHS finds no optimum.
 
     0: a favourite edge; 1: the edge pays its communication time.
     """
+    x = solve_lp(prob)
+    return greedy_favourites(prob) if x is None else x
+
+
+def solve_lp(prob: ScheduleProblem) -> np.ndarray | None:
+    """The LP's x float64[P] per edge of `edges_by_source`, or None when HiGHS reports anything but an optimum."""
     n = prob.cost.shape[0]
     src, dst, comm = edges_by_source(prob)
     n_e = src.size
@@ -110,6 +121,7 @@ def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
     # (simulator.model.scaling.scale_units).
     unit = _lp_unit(p, comm)
     p, comm = p / unit, comm / unit
+    comm = np.where(comm < LP_NEGLIGIBLE, 0.0, comm)  # HiGHS would drop these matrix entries with a warning
     e, s_var, w_var = np.arange(n_e), n_e + np.arange(n), n_e + n  # variables: [x (P), s (N), w]
     lp = _Rows()
     lp.add(np.repeat(e, 3), np.stack([s_var[src], s_var[dst], e], 1).ravel(),  # s_i - s_j + c_ij x_ij <= -p_i
@@ -127,21 +139,54 @@ def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
     c[w_var] = 1.0
     bounds = [(0.0, 1.0)] * n_e + [(0.0, None)] * (n + 1)
     res = scipy.optimize.linprog(c, A_ub=a, b_ub=b, bounds=bounds, method="highs")
-    if res.status != 0:
-        raise RuntimeError(f"m-sct: the favourite-child LP failed: {res.message}")
+    if res.status != 0 or res.x is None:
+        return None
     return res.x[:n_e]
 
 
 def _lp_unit(cost: np.ndarray, comm: np.ndarray) -> float:
-    """The LP's time unit, us: the mean positive node cost.
+    """The LP's time unit, us: the mean positive node cost, raised to a LP_RANGE-th of the largest time.
 
-    Else the mean positive communication time, else 1.
+    The mean positive node cost (else the mean positive communication time, else 1) keeps the LP's vertex choice
+    independent of the graph's time unit. Raised so that no coefficient exceeds LP_RANGE units: HiGHS refuses
+    matrix entries above 1e15 ("Model error") and, with entries 1e6 to 1e11 apart (tensors near
+    simulator.model.limits.MAX_BYTES beside microsecond ops), takes minutes or stops without an optimum. Times
+    below LP_NEGLIGIBLE units then count as 0: at most a 1e-9 fraction of the largest one, far below HiGHS's 1e-7
+    tolerances. On the shipped graphs the largest time is at most about 100 mean costs, so the rule changes nothing
+    there.
+
+    Args:
+      cost: float64[N] mean node costs, us.
+      comm: float64[P] edge communication times, us.
     """
+    unit = 1.0
     for x in (cost, comm):
         pos = x[x > 0]
         if pos.size:
-            return float(pos.mean())
-    return 1.0
+            unit = float(pos.mean())
+            break
+    largest = max(float(cost.max(initial=0.0)), float(comm.max(initial=0.0)))
+    return max(unit, largest / LP_RANGE)
+
+
+def greedy_favourites(prob: ScheduleProblem) -> np.ndarray:
+    """x float64[P] per edge of `edges_by_source` without the LP: 0 on a greedy set of favourite edges, else 1.
+
+    The fallback when HiGHS reports no optimum. Edges by decreasing communication time (ties: edge order); an
+    edge becomes favourite when its source has no favourite child yet and its child no favoured parent, so the
+    most expensive transfers are the ones saved, as the LP aims to (a greedy matching, where the LP's relaxation
+    can choose better when the heavy edges share nodes). Zero-time edges are never favourite: there is nothing
+    to save.
+    """
+    src, dst, comm = edges_by_source(prob)
+    x = np.ones(src.size)
+    has_child = np.zeros(prob.cost.shape[0], np.bool_)
+    has_parent = np.zeros(prob.cost.shape[0], np.bool_)
+    for e in np.lexsort((np.arange(src.size), -comm)).tolist():
+        i, j = int(src[e]), int(dst[e])
+        if comm[e] > 0 and not has_child[i] and not has_parent[j]:
+            x[e], has_child[i], has_parent[j] = 0.0, True, True
+    return x
 
 
 def favourite_children(prob: ScheduleProblem, threshold: float = THRESHOLD) -> np.ndarray:

@@ -49,8 +49,11 @@ colocation names are never merged; an uncolocated node merged into a colocated o
 graph gets, per kind, the sum of member costs as the simulator reads them (Graph.cost_for: a member without the
 kind's own cost counts its plain-number cost; NaN if it has neither), except for the XLA-era analytic
 kinds of a traced graph (simulator.model.costs.FUSED_KINDS: v100, a100, h100, ...), whose group cost is the roofline
-of the group as one fused computation (simulator.model.costs.fused_group_costs). Deterministic: ties break on op
-indices, never on set order.
+of the group as one fused computation (simulator.model.costs.fused_group_costs). Sums past a node's limits
+(simulator.model.limits: MAX_COST_US, MAX_BYTES) saturate at them, so that every graph that loads groups into a
+graph that loads (its total time stays within MAX_TIME_US; a group's cost can be, e.g., 1,100 ops of 1e10 us);
+meta["grouping"]["saturated"] counts such groups when there are any. Deterministic: ties break on op indices,
+never on set order.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from simulator.grouping.quotient import Quotient, quotient_topo_order
 from simulator.model.costs import FREE_OPS, FUSED_KINDS, fused_group_costs
 from simulator.model.errors import InputError
 from simulator.model.graph import DEFAULT_KIND, Graph, make_graph
+from simulator.model.limits import MAX_BYTES, MAX_COST_US
 from simulator.model.max_load import PER_NODE_META
 
 _WAVE = 64  # step (c): nodes whose labels one contraction raises each way before leaving the rest stale
@@ -430,6 +434,11 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
     edges = np.unique(edges, axis=0) if len(edges) else edges.reshape(0, 3)
     costs = {k: _group_costs(graph, g, k, _effective_cost(graph, k), n_groups) for k in graph.costs}
     persistent = np.bincount(g, weights=graph.persistent_bytes, minlength=n_groups)
+    over = np.zeros(n_groups, np.bool_)  # groups whose sums pass a node's limits: saturated (module docstring)
+    for c in (*costs.values(), persistent):
+        over |= c > (MAX_BYTES if c is persistent else MAX_COST_US)
+    costs = {k: np.minimum(c, MAX_COST_US) for k, c in costs.items()}  # NaN (no cost of that kind) stays NaN
+    persistent = np.minimum(persistent, MAX_BYTES)
     nodes = []
     for k, mem in enumerate(members):
         ops = mem.tolist()
@@ -445,6 +454,8 @@ def _build(graph: Graph, roots: np.ndarray, coloc: list, weight: np.ndarray, tar
                       "persistent_bytes": float(persistent[k]), "colocation": coloc[reps[k]], "attrs": attrs})
     meta = {k: v for k, v in graph.meta.items() if k not in PER_NODE_META}  # per-op arrays: not the groups'
     meta["grouping"] = {"from": graph.name, "n_ops": graph.n_nodes, "n_groups": n_groups, "target_groups": target}
+    if over.any():
+        meta["grouping"]["saturated"] = int(over.sum())
     grouped = make_graph(graph.name, nodes, [tuple(e) for e in edges.tolist()], meta)
     return Grouping(grouped, members, g)
 

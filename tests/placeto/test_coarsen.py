@@ -91,3 +91,24 @@ def test_placeto_search_on_a_spent_meter_expands_the_best_group_placement(small_
         placed = guided.guided_search(dataclasses.replace(prep, seen=(good, score)), 0, 0, op_graph=g,
                                       op_to_group=c.grouping.op_to_group)
     assert np.array_equal(placed, good[c.grouping.op_to_group])
+
+
+def test_groups_whose_sums_pass_a_nodes_limits_saturate():
+    """1,100 ops of 5e11 us and 5e17 persistent bytes (each within the limits, 5.5e14 us in all, below
+    MAX_TIME_US) group into groups that would sum past MAX_COST_US and MAX_BYTES: they saturate there and are
+    counted, where the grouped graph was refused naming a group ("node '00000:n0+2': field 'cost'")."""
+    from simulator import make_graph
+    from simulator.model.limits import MAX_BYTES, MAX_COST_US
+
+    n = 1100
+    nodes = [{"name": f"n{i}", "cost": 5e11, "out_bytes": [10], "persistent_bytes": 5e17} for i in range(n)]
+    graph = make_graph("big_costs", nodes, [(i, i + 1, 0) for i in range(n - 1)])
+    c = coarsen.for_policy(graph)
+    grouped = c.graph
+    assert grouped.n_nodes <= coarsen.MAX_POLICY_NODES
+    cost = grouped.cost_for(grouped.kinds[0])
+    assert cost.max() == MAX_COST_US and grouped.persistent_bytes.max() == MAX_BYTES
+    size = np.bincount(c.grouping.op_to_group)  # ops per group: over 2 sum past both limits
+    assert grouped.meta["grouping"]["saturated"] == int(np.sum(size > 2)) > 0
+    assert np.array_equal(cost, np.minimum(5e11 * size, MAX_COST_US))
+    assert c.expand(np.zeros(grouped.n_nodes, np.int32)).shape == (n,)

@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from placeto.baselines import MethodRun
+from placeto.baselines.common import NotApplicable
 from placeto.baselines.single import or_single, single
 from placeto.feasibility import or_fitting
 from placeto.checkpoint_io import CHECKPOINT, CONFIG, param_template, read_blob, restore
@@ -146,8 +147,8 @@ def greedy_placement(config: GdpConfig, params: Any, graph: Graph, cluster: Clus
     `coarse_view` says so: the groups' greedy placement, expanded to the ops.
     """
     if cluster.n_devices > config.max_devices:
-        raise InputError(f"the gdp policy places on at most {config.max_devices} devices (max_devices), not "
-                         f"{cluster.n_devices}")
+        raise NotApplicable(f"the gdp policy places on at most {config.max_devices} devices (max_devices), the "
+                            f"cluster has {cluster.n_devices}")
     task, _ = placing_task(graph, cluster, config)
     if config.decoder != "independent":
         placement = task.op_placements(greedy_decoding(config, make_net(config), params, task).acts[0])
@@ -199,8 +200,8 @@ def run_gdp(graph: Graph, cluster: Cluster, checkpoint: PathLike, seed: int = 0,
     t0 = time.perf_counter()
     config, params = load_run(resolve_checkpoint(checkpoint))
     if cluster.n_devices > config.max_devices:
-        raise InputError(f"the gdp policy places on at most {config.max_devices} devices, not {cluster.n_devices}",
-                         str(checkpoint))
+        raise NotApplicable(f"the gdp policy places on at most {config.max_devices} devices (max_devices), the "
+                            f"cluster has {cluster.n_devices}", str(checkpoint))
     net, (task, group_s) = make_net(config), placing_task(graph, cluster, config)
     views = [task] if task.ops is None else [task, make_task(graph, cluster, config)]  # the groups, the ops
     tuning = (tune or FinetuneSettings.default_for(config)).apply(config)

@@ -37,7 +37,7 @@ from placeto import coarsen
 from placeto.methods.placeto import env as E
 from placeto.methods.placeto.config import PlacetoConfig
 from placeto.baselines import MethodRun
-from placeto.baselines.common import batch_size, evaluate
+from placeto.baselines.common import NotApplicable, batch_size, evaluate
 from placeto.compile_time import excluded
 from placeto.features import SCHEDULE_CHANNELS
 from placeto.objective import meter, metered
@@ -48,7 +48,6 @@ from placeto.methods.placeto.rollout import collect_rollout
 from placeto.methods.placeto.train import finetune_params
 from placeto.methods.prior import relabel_prior, renaming, search_from_prior  # noqa: F401  (renaming: re-exported)
 from simulator.model.cluster import Cluster
-from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 
 
@@ -98,8 +97,8 @@ def prepare(checkpoint: str | Path | None, graph: Graph, cluster: Cluster, sampl
     t0 = time.perf_counter()
     config, params = _load(str(resolve_checkpoint(checkpoint)))
     if cluster.n_devices > config.max_devices:
-        raise InputError(f"{checkpoint or 'the default policy'}: places on at most {config.max_devices} devices, "
-                         f"the cluster has {cluster.n_devices}")
+        raise NotApplicable(f"{checkpoint or 'the default policy'} places on at most {config.max_devices} devices "
+                            f"(max_devices), the cluster has {cluster.n_devices}")
     policy = make_policy(config)
     ctx = E.make_context(graph, cluster, config)
     arrays = jax.device_put(ctx.arrays)

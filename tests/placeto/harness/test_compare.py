@@ -448,3 +448,23 @@ def test_table_run_saves_a_gdp_run_it_resumes_from(tmp_path):
     (tmp_path / "run" / "checkpoint.msgpack").write_bytes(b"\x00garbage")
     with pytest.raises(InputError, match="checkpoint.msgpack"):
         load_table_run(tmp_path / "run", params, state, columns)
+
+
+def test_learned_methods_beyond_their_devices_are_rows_that_do_not_apply(tmp_path, capsys):
+    """The shipped policies place on at most 8 devices: at 16, compare gives their rows "does not apply" and a note
+    (as for expert or cpu-only), where it stopped with an error; `place` refuses in one line, exit 2."""
+    from placeto.cli.main import main
+
+    rows = compare([layered_dag(30, seed=0)], [16], ["etf", "placeto", "placeto-search", "gdp"], seconds=1,
+                   progress=False)
+    learned = [r for r in rows if r.method != "etf"]
+    assert all(not r.applies and "places on at most 8 devices" in r.note for r in learned)
+    assert next(r for r in rows if r.method == "etf").applies
+    assert "placeto does not apply in 1 of 1 runs" in markdown_table(rows)
+    save_graph(layered_dag(30, seed=0), tmp_path / "g.json")
+    for method in ("placeto", "gdp"):
+        assert main(["place", str(tmp_path / "g.json"), "--devices", "16", "--method", method,
+                     "--out", str(tmp_path / "p.json")]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "at most 8 devices" in err and "Traceback" not in err, err
+    assert not (tmp_path / "p.json").exists()
