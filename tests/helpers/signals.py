@@ -63,11 +63,22 @@ class Run:
         out."""
         deadline = time.monotonic() + timeout
         ready = (lambda: until in self.stdout) if isinstance(until, str) else until
-        while not ready():
-            assert self.proc.poll() is None, \
-                f"ended ({self.proc.returncode}) before {until!r}:\n{self.stdout[-2000:]}\n{self.stderr[-3000:]}"
-            assert time.monotonic() < deadline, f"no {until!r} within {timeout} s:\n{self.stdout[-2000:]}"
-            time.sleep(0.05)
+        try:
+            while not ready():
+                assert self.proc.poll() is None, \
+                    f"ended ({self.proc.returncode}) before {until!r}:\n{self.stdout[-2000:]}\n{self.stderr[-3000:]}"
+                assert time.monotonic() < deadline, f"no {until!r} within {timeout} s:\n{self.stdout[-2000:]}"
+                time.sleep(0.05)
+        except BaseException:
+            self.kill()  # a failed test leaves no command running (a --repeats 100000 profile grew to 24 GB)
+            raise
+
+    def kill(self) -> None:
+        """SIGKILL to the command's process group, if it is still there."""
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def send(self, sig: int, group: bool = True) -> None:
         """`sig` to the command's process group (a Ctrl-C, `timeout`), or to the command alone."""
@@ -75,7 +86,11 @@ class Run:
 
     def finish(self, timeout: float = 120.0) -> int:
         """Its exit code, once it has ended and its output is read."""
-        code = self.proc.wait(timeout)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
         for r in self.readers:
             r.join(timeout)
         return code
