@@ -366,19 +366,23 @@ def event_counts(events: Sequence[tuple[float, float, Any]], units: dict[str, in
     return np.bincount(idx[(idx >= 0) & (idx < n_units)], minlength=n_units).astype(np.float64)
 
 
+MAX_TRACED_STEPS = 50  # steps under jax.profiler per profile (its trace is in memory); more are only timed
+
+
 def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[int], device: Any,
                   repeats: int = 5, warmup: int = 2, outputs: Sequence[Any] | None = None) -> StepProfile:
     """Every unit's device time inside one compiled step on `device`.
 
     The step is the whole program. See the module docstring. The step is also timed alone, `repeats` times, outside
-    the profiler (`wall_us`).
+    the profiler (`wall_us`). At most `MAX_TRACED_STEPS` of the steps are traced: the trace holds every kernel's
+    events in memory (a profile of 100,000 traced steps grew past 24 GB), and the units' medians settle long before.
 
     Args:
       units: [U] simulator.tracing.lowering.UnitProgram.
       values: per op, its resident array (None elsewhere).
       order: a topological order of the units.
       device: the JAX device.
-      repeats: traced (and separately timed) steps.
+      repeats: timed steps; as many traced, up to MAX_TRACED_STEPS.
       warmup: untimed steps first (at least 1: the first compiles).
       outputs: the step's outputs (`step_function`; None: every value passed between units).
 
@@ -402,8 +406,9 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
         options = jax.profiler.ProfileOptions()
         options.python_tracer_level = 0  # device and XLA events only: no Python frames (overhead, noise)
         jax.profiler.start_trace(tmp, profiler_options=options)
+        traced = min(repeats, MAX_TRACED_STEPS)
         try:
-            for _ in range(repeats):
+            for _ in range(traced):
                 jax.block_until_ready(compiled(*args))
         finally:
             jax.profiler.stop_trace()
@@ -411,7 +416,7 @@ def profile_units(units: Sequence[Any], values: Sequence[Any], order: Sequence[i
         if not files:
             raise InputError("jax.profiler wrote no trace (is the profiler available in this jax build?)")
         data = ProfileData.from_file(files[-1])
-        sp = profile_trace(data, hlo, len(units), repeats, statistics.median(walls))
+        sp = profile_trace(data, hlo, len(units), traced, statistics.median(walls))
     analysis = _cost_analysis(compiled)
     return sp._replace(flops=analysis.get("flops", float("nan")),
                        bytes_accessed=analysis.get("bytes accessed", float("nan")))

@@ -13,6 +13,7 @@ import pytest
 from simulator.model import costs
 from simulator.model.cluster import MACHINES, PRESETS, cluster_preset
 from simulator.tracing.lowering import leaf_values, unit_order, unit_programs
+from simulator.measure import step_profile
 from simulator.measure.step_profile import attribute, instruction_units, profile_trace, profile_units, split_steps
 from simulator.tracing.trace import trace
 
@@ -133,6 +134,22 @@ def test_profile_units_in_the_compiled_step(traced, boundaries):
     assert sp.unattributed_us <= 0.2 * sp.busy_us
     assert np.isfinite(sp.flops) and sp.flops > 0
     assert not sp.on_device and sp.wall_us > 0 and sp.launch_us >= 0  # the step also timed alone
+
+
+def test_profile_units_traces_at_most_max_traced_steps(traced, monkeypatch):
+    """Steps past MAX_TRACED_STEPS are timed, not traced: the profiler's trace lives in memory."""
+    tr, args = traced
+    units = unit_programs(tr)
+    seen = {}
+
+    def trace_of(data, hlo, n_units, repeats, wall_us):
+        seen["steps"] = repeats
+        return profile_trace(data, hlo, n_units, repeats, wall_us)
+
+    monkeypatch.setattr(step_profile, "MAX_TRACED_STEPS", 2)
+    monkeypatch.setattr(step_profile, "profile_trace", trace_of)
+    sp = profile_units(units, leaf_values(tr, args), unit_order(units), jax.devices()[0], repeats=5, warmup=1)
+    assert seen["steps"] == 2 and sp.wall_us > 0
 
 
 def test_fused_group_roofline_below_op_sum(traced):
