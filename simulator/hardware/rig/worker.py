@@ -42,6 +42,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from simulator.measure.compile_heal import heal_compile_cache_reads
+
 
 class Slot(NamedTuple):
     """Where one transferred value lives in a plan's shared memory block."""
@@ -110,6 +112,7 @@ def main(argv: list[str]) -> None:
     peers = {int(d): Connection(int(f)) for d, f in (p.split(":") for p in argv[4:])}
     if core != "-":
         os.sched_setaffinity(0, {int(core)})
+    heal_compile_cache_reads()  # a damaged entry of the compilation cache its stages use: one line, replaced
     import jax  # noqa: F401  -- the CPU client starts with the flags the parent set
 
     state = {"stages": {}, "values": {}, "plans": {}, "peers": peers, "timeout_s": timeout_s, "index": index,
