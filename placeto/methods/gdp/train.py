@@ -34,6 +34,7 @@ from placeto.methods.gdp.workers import WORKER
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.ppo import Drawn, Task, concat_drawn, init_params, make_optimizer, make_task, ppo_step
+from placeto.metrics_log import METRICS, resumed_rows
 from placeto.objective import metered, record
 from placeto.progress import advance
 from simulator.model.cluster import Cluster
@@ -41,7 +42,6 @@ from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import atomic_write_bytes, read_json, save_placement
 
-METRICS = "metrics.csv"
 FIELDS = ("update", "samples", "seconds", "task", "loss", "entropy", "mean_objective_us", "batch_best_us",
           "best_us", "sim_calls_per_s")
 
@@ -151,14 +151,12 @@ def _metrics_writer(out: Path, keep_until: int):
     Rows of updates >= keep_until are dropped (they were written after the checkpoint).
     """
     path = out / METRICS
-    rows = []
-    if path.exists() and keep_until > 0:
-        rows = [r for r in csv.DictReader(io.StringIO(path.read_text())) if r.get("update", "").isdigit()
-                and int(r["update"]) < keep_until]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
-        w.writerows(rows)
+    table = resumed_rows(out, lambda update: update < keep_until) if keep_until > 0 else None
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, FIELDS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows([dict(zip(table.header, r)) for r in table.rows] if table else [])
+    atomic_write_bytes(path, buf.getvalue().encode())
     f = open(path, "a", newline="")
     return f, csv.DictWriter(f, FIELDS)
 

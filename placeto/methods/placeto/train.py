@@ -30,7 +30,6 @@ import contextlib
 import csv
 import dataclasses
 import functools
-import io
 import math
 import re
 import time
@@ -57,6 +56,7 @@ from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
 from placeto.methods.placeto.teacher import TIE, best_moves
+from placeto.metrics_log import resumed_rows
 from placeto.objective import meter
 from placeto.progress import advance
 from placeto.rollouts.workers import key_data
@@ -176,16 +176,9 @@ class _Logger:
         from tqdm import tqdm
 
         self.path = out_dir / "metrics.csv"
-        self.fields: list[str] | None = None
-        if self.path.exists() and self.path.stat().st_size:
-            with self.path.open() as f:
-                rows = list(csv.reader(f))
-            self.fields = rows[0]
-            # rows logged after the checkpoint we resume from are redone: drop them
-            keep = [r for r in rows[1:] if r and int(r[0]) <= start_update]
-            buf = io.StringIO()
-            csv.writer(buf).writerows([self.fields] + keep)
-            atomic_write_bytes(self.path, buf.getvalue().encode())
+        # rows logged after the checkpoint we resume from are redone: dropped (a damaged log: set aside, warned)
+        table = resumed_rows(out_dir, lambda update: update <= start_update)
+        self.fields: list[str] | None = table.header if table else None
         self.tb = SummaryWriter(str(out_dir / "tb"))
         self.bar = tqdm(total=config.episodes, initial=start_episode, unit="ep", disable=not config.progress,
                         dynamic_ncols=True)

@@ -40,6 +40,7 @@ from placeto.methods.sequence.pergraph import PER_GRAPH, MethodSpec, PerGraphCon
 from placeto.methods.sequence.specs import get_spec
 from placeto.methods.sequence.reinforce import (Baseline, Drawn, concat_drawn, draw_range, init_params, make_optimizer,
                                                reinforce_step)
+from placeto.metrics_log import METRICS, resumed_rows
 from placeto.objective import metered, record
 from placeto.progress import advance
 from placeto.rollouts.workers import Pair, from_key_data, key_data
@@ -50,7 +51,6 @@ from simulator.model.limits import number, short_repr
 from simulator.model.graph import Graph
 from simulator.model.io import PathLike, atomic_write_bytes, check_output_path, read_json, save_placement
 
-METRICS = "metrics.csv"
 FIELDS = ("update", "samples", "seconds", "loss", "entropy", "mean_reward", "baseline", "mean_objective_us",
           "batch_best_us", "best_us", "oom_fraction", "sim_calls_per_s")
 BLOB_KEYS = ("params", "opt_state", "baseline", "update", "samples", "best", "task")
@@ -171,10 +171,8 @@ class MetricsLog:
         from tqdm import tqdm
 
         path = out / METRICS
-        rows = []
-        if path.exists() and keep_until > 0:
-            rows = [r for r in csv.DictReader(io.StringIO(path.read_text())) if r.get("update", "").isdigit()
-                    and int(r["update"]) < keep_until]
+        table = resumed_rows(out, lambda update: update < keep_until) if keep_until > 0 else None
+        rows = [dict(zip(table.header, r)) for r in table.rows] if table else []
         buf = io.StringIO()
         w = csv.DictWriter(buf, FIELDS, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
