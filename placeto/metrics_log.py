@@ -15,12 +15,13 @@ log, not state: the checkpoint is what a run resumes from. So a damaged log neve
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import os
 import sys
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 from simulator.model.errors import InputError
 from simulator.model.io import atomic_write_bytes
@@ -106,6 +107,49 @@ def resumed_rows(out: Path, keep: Callable[[int], bool], warn: Callable[[str], N
     csv.writer(buf, lineterminator="\n").writerows([kept.header] + kept.rows)
     atomic_write_bytes(path, buf.getvalue().encode())
     return kept
+
+
+@contextlib.contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """An OSError raised inside without a file name (a write or flush on a full disk: ENOSPC) gets `path` as its.
+
+    So that the command's one line says which file could not be written (placeto.cli.main prints
+    "<filename>: <strerror>").
+    """
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None:
+            e.filename = str(path)
+        raise
+
+
+class Appender:
+    """metrics.csv opened for appending rows of `fields`; every write names the file when it fails."""
+
+    def __init__(self, path: Path, fields: Sequence[str]):
+        self.path = path
+        with naming(path):
+            self.file = open(path, "a", newline="")
+        self.csv = csv.DictWriter(self.file, fields, extrasaction="ignore", lineterminator="\n")
+
+    def writerow(self, row: dict[str, Any]) -> None:
+        with naming(self.path):
+            self.csv.writerow(row)
+
+    def flush(self) -> None:
+        with naming(self.path):
+            self.file.flush()
+
+    def close(self) -> None:
+        with naming(self.path):
+            self.file.close()
+
+    def __enter__(self) -> "Appender":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def _update(row: list[str], at: int) -> int | None:

@@ -4,6 +4,9 @@ it); `train` of every method resumes over a damaged log."""
 
 from __future__ import annotations
 
+import csv
+import errno
+
 import pytest
 
 from placeto.cli.main import main
@@ -124,3 +127,51 @@ def test_plot_of_a_damaged_log_is_one_line(graph_file, tmp_path, capsys):
     assert main(["plot", str(run)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"placeto: error: {run / METRICS}: not UTF-8 text (byte 0x80 at offset 128)"]
+
+
+def _full_disk(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")  # as a write on a full disk: no file name
+
+
+@pytest.mark.parametrize("method", ["placeto", "gdp", "sequence"])
+def test_a_full_disk_names_the_log_that_could_not_be_written(method, tmp_path, monkeypatch):
+    """ENOSPC while a row is appended: the OSError carries the file's name, so the command's one line says
+    "<run>/metrics.csv: No space left on device" (placeto.cli.main prints filename: strerror)."""
+    if method == "placeto":
+        from placeto.methods.placeto.config import tiny
+        from placeto.methods.placeto.train import _Logger
+
+        log = _Logger(tmp_path, tiny(), 0, 0)
+        write = lambda: log.row({"update": 1, "loss": 0.5}, 1)  # noqa: E731
+    elif method == "gdp":
+        from placeto.methods.gdp.train import _metrics_writer
+
+        _, writer = _metrics_writer(tmp_path, 0)
+        write = lambda: writer.writerow({"update": 1})  # noqa: E731
+    else:
+        from placeto.methods.sequence.rundir import MetricsLog
+
+        log = MetricsLog(tmp_path, 0, 32, 0, progress=False)
+        write = lambda: log.row({"update": 1}, 1)  # noqa: E731
+    monkeypatch.setattr(csv.DictWriter, "writerow", _full_disk)
+    with pytest.raises(OSError) as caught:
+        write()
+    assert caught.value.errno == errno.ENOSPC and caught.value.filename == str(tmp_path / METRICS)
+
+
+def test_train_on_a_full_disk_says_which_file(graph_file, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(csv.DictWriter, "writerow", _full_disk)
+    run = tmp_path / "run"
+    assert main(["train", "--graph", str(graph_file), "--devices", "2", "--config", "tiny", "--out", str(run),
+                 "--episodes", "4"]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (f"placeto: error: {run / METRICS}: No space left "
+                                                                f"on device")
+
+
+def test_the_progress_bars_show_ms():
+    from placeto.methods.placeto.train import bar_postfix
+    from placeto.progress import ms
+
+    assert ms(31056.4) == "31.056ms"
+    assert bar_postfix("nmt_004", {"final_runtime": 23310.0, "eps_per_s": 2.5}, 16160.0) == {
+        "graph": "nmt_004", "rt": "23.310ms", "best": "16.160ms", "eps": "2.50/s"}

@@ -56,9 +56,9 @@ from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
 from placeto.methods.placeto.teacher import TIE, best_moves
-from placeto.metrics_log import resumed_rows
+from placeto.metrics_log import naming, resumed_rows
 from placeto.objective import meter
-from placeto.progress import advance
+from placeto.progress import advance, ms
 from placeto.rollouts.workers import key_data
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
@@ -187,7 +187,7 @@ class _Logger:
         new = self.fields is None
         if new:
             self.fields = list(metrics)
-        with self.path.open("a", newline="") as f:
+        with naming(self.path), self.path.open("a", newline="") as f:  # a full disk: named
             w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
             if new:
                 w.writeheader()
@@ -199,6 +199,12 @@ class _Logger:
     def close(self) -> None:
         self.bar.close()
         self.tb.close()
+
+
+def bar_postfix(key: str, metrics: dict[str, Any], best_us: float) -> dict[str, str]:
+    """The progress bar's postfix after an update: graph, its last and best step time in ms, episodes a second."""
+    return {"graph": key[:16], "rt": ms(metrics["final_runtime"]), "best": ms(best_us),
+            "eps": f"{metrics['eps_per_s']:.2f}/s"}
 
 
 def init_state(config: PlacetoConfig, policy: Policy, optimizer, arrays: GraphArrays) -> TrainState:
@@ -310,8 +316,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
             if st.update % config.log_every == 0 or st.episode >= config.episodes:
                 log.row(metrics, st.episode)
             advance(log.bar, config.episodes_per_update, first=st.update == start_update + 1)  # 1st compiles
-            log.bar.set_postfix(graph=keys[i][:16], rt=f"{metrics['final_runtime']:.0f}",
-                                best=f"{st.best_runtime[keys[i]]:.0f}", eps=f"{metrics['eps_per_s']:.2f}/s")
+            log.bar.set_postfix(bar_postfix(keys[i], metrics, st.best_runtime[keys[i]]))
             if st.update == start_update + 1 or time.time() - last_ckpt >= config.checkpoint_seconds:
                 save_checkpoint(out, st)  # also right after the first update: an early kill keeps the run
                 last_ckpt, saved_update = time.time(), st.update

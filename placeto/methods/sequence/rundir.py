@@ -40,9 +40,9 @@ from placeto.methods.sequence.pergraph import PER_GRAPH, MethodSpec, PerGraphCon
 from placeto.methods.sequence.specs import get_spec
 from placeto.methods.sequence.reinforce import (Baseline, Drawn, concat_drawn, draw_range, init_params, make_optimizer,
                                                reinforce_step)
-from placeto.metrics_log import METRICS, resumed_rows
+from placeto.metrics_log import METRICS, Appender, naming, resumed_rows
 from placeto.objective import metered, record
-from placeto.progress import advance
+from placeto.progress import advance, ms
 from placeto.rollouts.workers import Pair, from_key_data, key_data
 from simulator.model.cluster import Cluster, cluster_preset
 from simulator.model.generate import layered_dag
@@ -178,9 +178,9 @@ class MetricsLog:
         w.writeheader()
         w.writerows(rows)
         atomic_write_bytes(path, buf.getvalue().encode())
-        self.file = open(path, "a", newline="")
-        self.csv = csv.DictWriter(self.file, FIELDS, extrasaction="ignore", lineterminator="\n")
-        self.tb = SummaryWriter(str(out / "tb"))
+        self.csv = Appender(path, FIELDS)
+        self.tb_dir = out / "tb"
+        self.tb = SummaryWriter(str(self.tb_dir))
         self.bar = tqdm(total=total, initial=initial, unit="placement", disable=not progress, dynamic_ncols=True)
         self.bar.set_postfix_str("compiling the first update", refresh=True)  # until then the bar shows nothing
 
@@ -191,12 +191,14 @@ class MetricsLog:
                 self.tb.add_scalar(k, v, step)
 
     def flush(self) -> None:
-        self.file.flush()
-        self.tb.flush()
+        self.csv.flush()
+        with naming(self.tb_dir):
+            self.tb.flush()
 
     def close(self) -> None:
-        self.file.close()
-        self.tb.close()
+        self.csv.close()
+        with naming(self.tb_dir):
+            self.tb.close()
         self.bar.close()
 
 
@@ -271,7 +273,7 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
                          "batch_best_us": r.best_objective, "best_us": st.best, "oom_fraction": r.oom_fraction,
                          "sim_calls_per_s": m.calls / max(m.elapsed(), 1e-9)}, st.samples)
                 advance(log.bar, config.samples_per_update, first=st.update == start + 1)  # the 1st compiles
-                log.bar.set_postfix(best=f"{st.best / 1e3:.3f}ms", batch=f"{r.mean_objective / 1e3:.3f}ms")
+                log.bar.set_postfix(best=ms(st.best), batch=ms(r.mean_objective))
                 if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
                     log.flush()
                     _save(out, st, task)
