@@ -18,6 +18,11 @@ from typing import Any, Iterator
 from tqdm import tqdm
 
 
+def ms(us: float) -> str:
+    """A step time for a bar's postfix, in ms as everything else prints it: 1234.5 us -> "1.234ms"."""
+    return f"{us / 1e3:.3f}ms"
+
+
 def advance(bar: tqdm, n: int, first: bool) -> None:
     """Move `bar` by `n`; time it unless `first`.
 

@@ -9,9 +9,11 @@ entry points (the plain jit child, simulator.hardware.plain_jit) share them.
 from __future__ import annotations
 
 import argparse
+import difflib
 import math
+import re
 import sys
-from typing import Callable
+from typing import Callable, Iterable, Sequence
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
     """Help that shows every default and keeps descriptions as written.
@@ -59,8 +61,45 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D102  (argparse's hook)
         text = " ".join(message.split())
+        choice = re.match(r"(argument \S+: invalid choice: '(.*?)') (\(choose from (.*)\))$", text)
+        if choice:  # "(did you mean 'nmt'?)" before the choices
+            hint = did_you_mean(choice.group(2), re.findall(r"'([^']*)'", choice.group(4)))
+            text = f"{choice.group(1)}{hint} {choice.group(3)}"
         sys.stderr.write(f"{self.prog}: error: {text} (see {self.prog} --help)\n")
         sys.exit(2)
+
+    def parse_args(self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None):
+        """argparse's, but unrecognized arguments are the chosen subcommand's error.
+
+        "placeto place: error: unrecognized arguments: --secs 1 (did you mean --seconds?) (see placeto place
+        --help)": argparse reports them from the top-level parser, which names neither the subcommand nor its
+        options.
+        """
+        args = sys.argv[1:] if args is None else list(args)
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._chosen(args)
+            options = [o for o in parser._option_string_actions if o.startswith("--")]
+            hints = [did_you_mean(x.split("=", 1)[0], options, quote=False) for x in extras if x.startswith("--")]
+            parser.error(f"unrecognized arguments: {' '.join(extras)}{''.join(h for h in hints if h)}")
+        return parsed
+
+    def _chosen(self, args: Sequence[str]) -> argparse.ArgumentParser:
+        """The (sub)parser `args` select: each word that names a subcommand of the parser so far, followed."""
+        parser: argparse.ArgumentParser = self
+        for word in args:
+            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+            if subs and word in subs[0].choices:
+                parser = subs[0].choices[word]
+        return parser
+
+
+def did_you_mean(word: str, choices: Iterable[str], quote: bool = True) -> str:
+    """" (did you mean 'nmt'?)" for the choice closest to `word`, or "" when none is close (difflib's ratio 0.6)."""
+    close = difflib.get_close_matches(word, list(choices), n=1)
+    if not close:
+        return ""
+    return f" (did you mean {close[0]!r}?)" if quote else f" (did you mean {close[0]}?)"
 
 
 def int_in(lo: int, hi: int) -> Callable[[str], int]:

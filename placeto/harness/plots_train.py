@@ -12,7 +12,6 @@ has one, else that the run records none (training never evaluates the held-out g
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Callable, NamedTuple
 import numpy as np
 
 from placeto.harness import plot_style
+from placeto.metrics_log import METRICS, read_table
 from simulator.model.errors import InputError
 
 MAX_NAMED = 8  # graphs drawn one named line each; a run of more draws their mean and spread
@@ -67,14 +67,15 @@ def _read(run_dir: Path) -> tuple[tuple[Panel, ...], dict[str, dict[str, np.ndar
       task for gdp, one for the per-graph methods.
 
     Raises:
-      InputError: no metrics.csv, or a column missing.
+      InputError: no metrics.csv, one that cannot be read (placeto.metrics_log.read_table: not UTF-8 CSV with an
+        "update" column), or a column missing. Its rows of another number of fields are left out, and a value
+        that is not a number is a gap (NaN).
     """
-    path = run_dir / "metrics.csv"
+    path = run_dir / METRICS
     if not path.is_file():
         raise InputError(f"{run_dir}: no metrics.csv (not a run directory of `placeto train`?)")
-    with path.open() as f:
-        reader = csv.DictReader(f)
-        rows, fields = list(reader), set(reader.fieldnames or ())
+    table = read_table(path)
+    rows, fields = [dict(zip(table.header, r)) for r in table.rows], set(table.header)
     panels = PLACETO if "final_ratio" in fields else SEQUENCE
     key = "graph" if "graph" in fields else "task" if "task" in fields else None
     columns = {c for p in panels for c in (p.x, p.y, p.y_over) if c is not None}
@@ -85,8 +86,16 @@ def _read(run_dir: Path) -> tuple[tuple[Panel, ...], dict[str, dict[str, np.ndar
     for row in rows:
         cols = per.setdefault(row[key] if key else _only_graph(run_dir), {})
         for c in columns:
-            cols.setdefault(c, []).append(float(row[c]) if row[c] not in ("", None) else math.nan)
+            cols.setdefault(c, []).append(_number(row[c]))
     return panels, {s: {c: np.asarray(v) for c, v in cols.items()} for s, cols in per.items()}
+
+
+def _number(text: str) -> float:
+    """A metrics.csv value as a float; NaN (a gap in the curve) for an empty or damaged one."""
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
 
 
 def _only_graph(run_dir: Path) -> str:

@@ -23,7 +23,8 @@ rewrites the user's graph; an entry is keyed by the graph's content without cost
 the host and the JAX version. Entry: {"format": "placeto-profile", "version": 1, "key": ProfileKey as a dict,
 "graph": name, "cost_us": [N floats, microseconds], "profile": the meta.profile entry of the kind}.
 
-A damaged entry of any kind is named in one warning and measured again. Measuring on a miss is the measuring
+A damaged entry of any kind is named in one warning and measured again, replacing it; never an error. A compilation
+cache entry JAX cannot read is removed and compiled again (simulator.measure.compile_heal). Measuring on a miss is the measuring
 module's (simulator.measure.calibrate.cached_cluster, simulator.measure.rig_calibrate.cached_rig_costs,
 simulator.measure.graph_profile.stale): this module reads and writes files only, and imports no JAX.
 """
@@ -45,6 +46,7 @@ import numpy as np
 
 from simulator.hardware.devices import kind_of
 from simulator.hardware.rig.pool import worker_env
+from simulator.measure.compile_heal import heal_compile_cache_reads
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
@@ -168,6 +170,8 @@ def enable_compile_cache(environ: MutableMapping[str, str] = os.environ) -> Path
         path = None
     for name, value in jax_options(path).items():
         _set(name, value, environ)
+    if path is not None:
+        heal_compile_cache_reads()
     return path
 
 

@@ -228,6 +228,8 @@ def stale(how: Mapping[str, Any] | None, key: ProfileKey) -> str | None:
     if not how:
         return "is missing"
     if how.get("method") != "step":
+        if how.get("method") is None:  # an op-level profile of before the step method: it records no method
+            return "records no measuring method (an older op-level profile, not the step method's)"
         return f"was measured by method {how.get('method')!r}, not 'step'"
     if (how.get("platform") in MATERIALISED_PLATFORMS) != (how.get("materialised") is True):
         return "was measured before the harness materialised every unit's outputs (simulator.hardware.plans.materialises)"

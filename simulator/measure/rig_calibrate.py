@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -32,8 +31,13 @@ from simulator.hardware.rig.worker import Run
 from simulator.measure import cache
 from simulator.measure.rig_workload import VERSION, counts, fit_events, measure
 from simulator.model.io import atomic_write_bytes
+from simulator.model.limits import number
 
 CHAIN = 8  # trivial stages per worker in the launch plan
+MAX_RIG_US = 1e7  # a cached rig cost (per stage, value, event or 10^6 bytes), microseconds: 10 s. Measured ones are
+#   tens to thousands; within it, what the rig charges a stage of 10^4 inputs and 10 GB stays below MAX_COST_US
+#   (simulator.model.limits), and an entry beyond it is damage, not a slow machine
+MAX_CONTENTION = 100.0  # a cached contention: a stage running 100 times longer beside another device's
 
 
 def _export(fn, *avals) -> bytes:
@@ -113,22 +117,30 @@ def cached_rig_costs(rig: Any, devices: Sequence[Any], repeats: int = 30,
     """The process rig's RigCosts over `devices`: cached, or measured now.
 
     simulator.engine.staged.RigCosts; the cache is simulator.measure.cache.rig_costs_path, a miss timed on the rig
-    now (`rig_costs`, a few seconds) and cached. A damaged entry (not an object of RigCosts' fields, each a finite
-    number >= 0) is named in one warning on stderr and measured again; one that cannot be written is a warning too.
+    now (`rig_costs`, a few seconds) and cached. A damaged entry (`read_rig_costs` refuses it: not JSON, not an
+    object of RigCosts' fields, or a field out of range) is named in one warning on stderr and measured again,
+    replacing it; one that cannot be written is a warning too.
     """
-    fields = [f.name for f in dataclasses.fields(RigCosts)]
-
-    def read(path: Path) -> RigCosts:
-        data = json.loads(path.read_text())
-        if not isinstance(data, dict) or sorted(data) != sorted(fields) or not all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
-                for v in data.values()):
-            raise ValueError(f"expected an object of the fields {', '.join(fields)}, each a finite number >= 0")
-        return RigCosts(**{k: float(v) for k, v in data.items()})
-
     path = cache.rig_costs_path(devices, VERSION)
-    return cache.cached(path, read, lambda: rig_costs(rig, repeats)[0],
+    return cache.cached(path, read_rig_costs, lambda: rig_costs(rig, repeats)[0],
                    lambda costs: atomic_write_bytes(path, json.dumps(dataclasses.asdict(costs), indent=1).encode()),
                    f"rig costs: {path} (cached; delete it to measure again)",
                    f"measuring the process rig's stage launch and transfer costs (cached afterwards in {path}) ...",
                    "damaged rig costs cache entry", "the rig costs", progress)
+
+
+def read_rig_costs(path: Path) -> RigCosts:
+    """The RigCosts cached in `path`, checked.
+
+    Raises:
+      ValueError: (UnicodeDecodeError, JSONDecodeError, InputError among them) the file is not UTF-8 JSON, not an
+        object of exactly RigCosts' fields, or a field is not a number in [0, MAX_RIG_US] microseconds
+        ([0, MAX_CONTENTION] for contention), naming the field.
+      OSError: it cannot be read.
+    """
+    fields = [f.name for f in dataclasses.fields(RigCosts)]
+    data = json.loads(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or sorted(data) != sorted(fields):
+        raise ValueError(f"expected an object of the fields {', '.join(fields)}")
+    return RigCosts(**{k: number(v, f"field {k!r}", 0.0, MAX_CONTENTION if k == "contention" else MAX_RIG_US,
+                                 "" if k == "contention" else "us") for k, v in data.items()})

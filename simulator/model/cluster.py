@@ -27,7 +27,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from simulator.model.errors import InputError
-from simulator.model.io import PathLike, read_json, write_json
+from simulator.model.io import PathLike, check_file_kind, read_json, write_json
 from simulator.model.limits import (MAX_BANDWIDTH, MAX_BYTES, MAX_DELTA_US, MAX_DEVICES, MIN_BANDWIDTH, number,
                               short_repr)
 
@@ -336,6 +336,7 @@ def cluster_from_dict(d: Any, source: str | None = None) -> Cluster:
       InputError: naming `source` and the field.
     """
     try:
+        check_file_kind(d, "cluster")
         if not isinstance(d, dict) or d.get("format") != FORMAT:
             raise InputError(f"field 'format': expected {FORMAT!r}")
         if d.get("version") != VERSION:

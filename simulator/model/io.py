@@ -169,6 +169,26 @@ def read_json(path: PathLike) -> Any:
 
 
 # ---- graphs ----------------------------------------------------------------------------------------------
+def check_file_kind(d: Any, expected: str) -> None:
+    """Refuses, in one line, a graph, placement or cluster file given for another of the three.
+
+    Recognised by what only that kind has: a graph file's and a cluster file's "format" ("placeto-graph",
+    "placeto-cluster"), a placement file's "placement" list or map. A dictionary of none of them is left to the
+    expected kind's own checks.
+
+    Raises:
+      InputError: "this is a graph file, not a placement file" (and so on).
+    """
+    if not isinstance(d, Mapping):
+        return
+    kind = {FORMAT: "graph", "placeto-cluster": "cluster"}.get(d.get("format") if isinstance(d.get("format"), str)
+                                                              else None)
+    if kind is None and "placement" in d:
+        kind = "placement"
+    if kind is not None and kind != expected:
+        raise InputError(f"this is a {kind} file, not a {expected} file")
+
+
 def graph_from_dict(d: Any, source: str | None = None) -> Graph:
     """Parse and validate a graph file's dictionary.
 
@@ -184,6 +204,7 @@ def graph_from_dict(d: Any, source: str | None = None) -> Graph:
 def _graph_from_dict(d: Any, source: str | None) -> Graph:
     if not isinstance(d, Mapping):
         raise InputError("top level: expected a JSON object")
+    check_file_kind(d, "graph")
     fmt = d.get("format")
     if fmt != FORMAT:
         raise InputError(f"field 'format': expected {FORMAT!r}, got {fmt!r}")

@@ -44,7 +44,7 @@ import numpy as np
 from simulator.model.cluster import PRESETS, Cluster, cluster_from_dict, cluster_preset, describe_devices, with_memory
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
-from simulator.model.io import PathLike, check_placement, read_json, write_json
+from simulator.model.io import PathLike, check_file_kind, check_placement, read_json, write_json
 from simulator.model.limits import MAX_INDEX, field as _field, short_repr
 
 FORMAT = "placeto-placement"
@@ -303,6 +303,7 @@ def placement_from_dict(d: Any, graph: Graph | None = None, n_devices: int | Non
 
 
 def _placement_from_dict(d: Any, graph: Graph | None, n_devices: int | None) -> Placement:
+    check_file_kind(d, "placement")  # a graph or cluster file given as a placement: says so
     devices = tuple(_field(d, "devices", "top level", list, []))
     for i, dev in enumerate(devices):
         if not isinstance(dev, str):

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from simulator.arguments import did_you_mean
 from simulator.grouping.group import group, group_placement_from_ops
 from simulator.interrupts import spawned_pool
 from simulator.model.costs import annotate_costs, fused_group_costs
@@ -241,6 +242,9 @@ def load_manifest(family: str, root: str | Path = DATASETS) -> dict[str, Any]:
     """
     path = Path(root) / family / "manifest.json"
     if not path.is_file():
+        known = sorted({*ALL_FAMILIES, *(p.parent.name for p in Path(root).glob("*/manifest.json"))})
+        if family not in known and family != "benchmarks":
+            raise InputError(f"unknown family {family!r}{did_you_mean(family, known)}; choices: {', '.join(known)}")
         raise InputError(f"family {family!r}: no manifest at {path} (run `placeto datasets build --family {family}`)")
     manifest = read_json(path)
     entries = manifest.get("graphs") if isinstance(manifest, dict) else None

@@ -34,15 +34,15 @@ from placeto.methods.gdp.workers import WORKER
 from placeto.methods.gdp.config import GdpConfig
 from placeto.methods.gdp.model import make_net
 from placeto.methods.gdp.ppo import Drawn, Task, concat_drawn, init_params, make_optimizer, make_task, ppo_step
+from placeto.metrics_log import METRICS, Appender, resumed_rows
 from placeto.objective import metered, record
-from placeto.progress import advance
+from placeto.progress import advance, ms
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
 from simulator.model.graph import Graph
 from simulator.model.io import atomic_write_bytes, read_json
 from simulator.model.placement_file import save_placement
 
-METRICS = "metrics.csv"
 FIELDS = ("update", "samples", "seconds", "task", "loss", "entropy", "mean_objective_us", "batch_best_us",
           "best_us", "sim_calls_per_s")
 
@@ -152,16 +152,14 @@ def _metrics_writer(out: Path, keep_until: int):
     Rows of updates >= keep_until are dropped (they were written after the checkpoint).
     """
     path = out / METRICS
-    rows = []
-    if path.exists() and keep_until > 0:
-        rows = [r for r in csv.DictReader(io.StringIO(path.read_text())) if r.get("update", "").isdigit()
-                and int(r["update"]) < keep_until]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    f = open(path, "a", newline="")
-    return f, csv.DictWriter(f, FIELDS)
+    table = resumed_rows(out, lambda update: update < keep_until) if keep_until > 0 else None
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    w.writerows([dict(zip(table.header, r)) for r in table.rows] if table else [])
+    atomic_write_bytes(path, buf.getvalue().encode())
+    appender = Appender(path, FIELDS)
+    return appender, appender
 
 
 def train(config: GdpConfig, graphs: Sequence[Graph], clusters: Cluster | Sequence[Cluster] | None, out: str | Path,
@@ -243,8 +241,8 @@ def _train_locked(config: GdpConfig, tasks: list[Task], out: Path, resume: bool,
                 st = RunState(r.params, r.opt_state, st.update + 1, st.samples + config.samples_per_update, best)
                 writer.writerow(_metrics_row(st, task.key, r, time.perf_counter() - t0, m.calls / m.elapsed()))
                 advance(bar, config.samples_per_update, first=st.update == start_update + 1)  # the 1st compiles
-                bar.set_postfix(task=task.key[:16], best=f"{best[task.key] / 1e3:.3f}ms",
-                                batch=f"{r.mean_objective / 1e3:.3f}ms", refresh=False)
+                bar.set_postfix(task=task.key[:16], best=ms(best[task.key]), batch=ms(r.mean_objective),
+                                refresh=False)
                 if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
                     f.flush()
                     _save(out, st)

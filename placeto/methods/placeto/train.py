@@ -30,7 +30,6 @@ import contextlib
 import csv
 import dataclasses
 import functools
-import io
 import math
 import re
 import time
@@ -58,8 +57,9 @@ from placeto.methods.placeto.gradient import (Baseline, baseline_update, choose_
 from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
 from placeto.methods.placeto.teacher import TIE, best_moves
+from placeto.metrics_log import naming, resumed_rows
 from placeto.objective import meter
-from placeto.progress import advance
+from placeto.progress import advance, ms
 from placeto.rollouts.workers import key_data
 from simulator.model.cluster import Cluster
 from simulator.model.errors import InputError
@@ -183,16 +183,9 @@ class _Logger:
         from tqdm import tqdm
 
         self.path = out_dir / "metrics.csv"
-        self.fields: list[str] | None = None
-        if self.path.exists() and self.path.stat().st_size:
-            with self.path.open() as f:
-                rows = list(csv.reader(f))
-            self.fields = rows[0]
-            # rows logged after the checkpoint we resume from are redone: drop them
-            keep = [r for r in rows[1:] if r and int(r[0]) <= start_update]
-            buf = io.StringIO()
-            csv.writer(buf).writerows([self.fields] + keep)
-            atomic_write_bytes(self.path, buf.getvalue().encode())
+        # rows logged after the checkpoint we resume from are redone: dropped (a damaged log: set aside, warned)
+        table = resumed_rows(out_dir, lambda update: update <= start_update)
+        self.fields: list[str] | None = table.header if table else None
         self.tb = SummaryWriter(str(out_dir / "tb"))
         self.bar = tqdm(total=config.episodes, initial=start_episode, unit="ep", disable=not config.progress,
                         dynamic_ncols=True)
@@ -201,7 +194,7 @@ class _Logger:
         new = self.fields is None
         if new:
             self.fields = list(metrics)
-        with self.path.open("a", newline="") as f:
+        with naming(self.path), self.path.open("a", newline="") as f:  # a full disk: named
             w = csv.DictWriter(f, fieldnames=self.fields, extrasaction="ignore")
             if new:
                 w.writeheader()
@@ -213,6 +206,12 @@ class _Logger:
     def close(self) -> None:
         self.bar.close()
         self.tb.close()
+
+
+def bar_postfix(key: str, metrics: dict[str, Any], best_us: float) -> dict[str, str]:
+    """The progress bar's postfix after an update: graph, its last and best step time in ms, episodes a second."""
+    return {"graph": key[:16], "rt": ms(metrics["final_runtime"]), "best": ms(best_us),
+            "eps": f"{metrics['eps_per_s']:.2f}/s"}
 
 
 def init_state(config: PlacetoConfig, policy: Policy, optimizer, arrays: GraphArrays) -> TrainState:
@@ -325,8 +324,7 @@ def _train_locked(config: PlacetoConfig, graphs: Sequence[Graph], cluster: Clust
             if st.update % config.log_every == 0 or st.episode >= config.episodes:
                 log.row(metrics, st.episode)
             advance(log.bar, config.episodes_per_update, first=st.update == start_update + 1)  # 1st compiles
-            log.bar.set_postfix(graph=keys[i][:16], rt=f"{metrics['final_runtime']:.0f}",
-                                best=f"{st.best_runtime[keys[i]]:.0f}", eps=f"{metrics['eps_per_s']:.2f}/s")
+            log.bar.set_postfix(bar_postfix(keys[i], metrics, st.best_runtime[keys[i]]))
             if st.update == start_update + 1 or time.time() - last_ckpt >= config.checkpoint_seconds:
                 save_checkpoint(out, st)  # also right after the first update: an early kill keeps the run
                 last_ckpt, saved_update = time.time(), st.update

@@ -40,8 +40,9 @@ from placeto.methods.sequence.pergraph import PER_GRAPH, MethodSpec, PerGraphCon
 from placeto.methods.sequence.specs import get_spec
 from placeto.methods.sequence.reinforce import (Baseline, Drawn, concat_drawn, draw_range, init_params, make_optimizer,
                                                reinforce_step)
+from placeto.metrics_log import METRICS, Appender, naming, resumed_rows
 from placeto.objective import metered, record
-from placeto.progress import advance
+from placeto.progress import advance, ms
 from placeto.rollouts.workers import Pair, from_key_data, key_data
 from simulator.model.cluster import Cluster, cluster_preset
 from simulator.model.generate import layered_dag
@@ -51,7 +52,6 @@ from simulator.model.graph import Graph
 from simulator.model.io import PathLike, atomic_write_bytes, check_output_path, read_json
 from simulator.model.placement_file import save_placement
 
-METRICS = "metrics.csv"
 FIELDS = ("update", "samples", "seconds", "loss", "entropy", "mean_reward", "baseline", "mean_objective_us",
           "batch_best_us", "best_us", "oom_fraction", "sim_calls_per_s")
 BLOB_KEYS = ("params", "opt_state", "baseline", "update", "samples", "best", "task")
@@ -172,18 +172,16 @@ class MetricsLog:
         from tqdm import tqdm
 
         path = out / METRICS
-        rows = []
-        if path.exists() and keep_until > 0:
-            rows = [r for r in csv.DictReader(io.StringIO(path.read_text())) if r.get("update", "").isdigit()
-                    and int(r["update"]) < keep_until]
+        table = resumed_rows(out, lambda update: update < keep_until) if keep_until > 0 else None
+        rows = [dict(zip(table.header, r)) for r in table.rows] if table else []
         buf = io.StringIO()
         w = csv.DictWriter(buf, FIELDS, extrasaction="ignore", lineterminator="\n")
         w.writeheader()
         w.writerows(rows)
         atomic_write_bytes(path, buf.getvalue().encode())
-        self.file = open(path, "a", newline="")
-        self.csv = csv.DictWriter(self.file, FIELDS, extrasaction="ignore", lineterminator="\n")
-        self.tb = SummaryWriter(str(out / "tb"))
+        self.csv = Appender(path, FIELDS)
+        self.tb_dir = out / "tb"
+        self.tb = SummaryWriter(str(self.tb_dir))
         self.bar = tqdm(total=total, initial=initial, unit="placement", disable=not progress, dynamic_ncols=True)
         self.bar.set_postfix_str("compiling the first update", refresh=True)  # until then the bar shows nothing
 
@@ -194,12 +192,14 @@ class MetricsLog:
                 self.tb.add_scalar(k, v, step)
 
     def flush(self) -> None:
-        self.file.flush()
-        self.tb.flush()
+        self.csv.flush()
+        with naming(self.tb_dir):
+            self.tb.flush()
 
     def close(self) -> None:
-        self.file.close()
-        self.tb.close()
+        self.csv.close()
+        with naming(self.tb_dir):
+            self.tb.close()
         self.bar.close()
 
 
@@ -275,7 +275,7 @@ def _train_locked(spec: MethodSpec, config: PerGraphConfig, graph: Graph, cluste
                          "batch_best_us": r.best_objective, "best_us": st.best, "oom_fraction": r.oom_fraction,
                          "sim_calls_per_s": m.calls / max(m.elapsed(), 1e-9)}, st.samples)
                 advance(log.bar, config.samples_per_update, first=st.update == start + 1)  # the 1st compiles
-                log.bar.set_postfix(best=f"{st.best / 1e3:.3f}ms", batch=f"{r.mean_objective / 1e3:.3f}ms")
+                log.bar.set_postfix(best=ms(st.best), batch=ms(r.mean_objective))
                 if saved is None or time.perf_counter() - last_save >= config.checkpoint_seconds:
                     log.flush()
                     _save(out, st, task)

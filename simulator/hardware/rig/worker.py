@@ -49,6 +49,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from simulator.measure.compile_heal import heal_compile_cache_reads
+
 PARENT_CHECK_S = 1.0  # how often a worker checks that its parent is alive
 
 
@@ -121,6 +123,7 @@ def main(argv: list[str]) -> None:
     peers = {int(d): Connection(int(f)) for d, f in (p.split(":") for p in argv[4:])}
     if core != "-":
         os.sched_setaffinity(0, {int(core)})
+    heal_compile_cache_reads()  # a damaged entry of the compilation cache its stages use: one line, replaced
     import jax  # noqa: F401  -- the CPU client starts with the flags the parent set
 
     state = {"stages": {}, "values": {}, "plans": {}, "peers": peers, "timeout_s": timeout_s, "index": index,

@@ -70,8 +70,8 @@ def test_place_profile_is_cached_not_written_into_the_graph(cache_root, tmp_path
     graph = on_hardware.ensure_profile(load_graph(path), str(path), [FakeCpu()], lines.append)
     assert calls == [["cpu"]] and graph.costs["local-cpu"][0] == 7.0
     assert path.read_bytes() == before  # the input file untouched
-    assert lines[0] == (f"profile: the local-cpu profile in {path} was measured by method None, not 'step': "
-                        f"measuring it again")  # the shipped file's old op-level profile
+    assert lines[0] == (f"profile: the local-cpu profile in {path} records no measuring method (an older op-level "
+                        f"profile, not the step method's): measuring it again")  # the shipped file's old profile
     assert "the graph file untouched" in lines[1] and len(list((cache_root / "profiles").iterdir())) == 1
     lines.clear()
     again = on_hardware.ensure_profile(load_graph(path), str(path), [FakeCpu()], lines.append)
