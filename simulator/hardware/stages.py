@@ -56,14 +56,17 @@ def planned_stages(graph: Graph, placement: Sequence[int], n_devices: int, rig: 
 
     Ordered as simulator.hardware.runner.HardwareRunner orders them (simulated start order; on the threads rig
     regrouped by `staged_order`), simulated with a cost kind the graph has (the measured costs the run uses come
-    later, so the order, and the count, may differ a little). Holders: simulator.engine.staged.default_holders.
+    later, so the order, and the count, may differ a little; a graph with no costs at all: its topological order).
+    Holders: simulator.engine.staged.default_holders.
     """
     kind = next((k for k in ("cpu", *graph.kinds) if graph.has_costs(k)), None)
-    base = cluster_preset("placeto-k80", n_devices)
-    cluster = base if kind is None else dataclasses.replace(
-        base, devices=tuple(dataclasses.replace(d, kind=kind) for d in base.devices))
     p = np.asarray(placement, dtype=np.int32)
-    order = dispatch_order(graph, p, cluster)
+    if kind is None:  # no costs to simulate with (they are measured later): the topological order stands in
+        order = list(graph.topo_order)
+    else:
+        base = cluster_preset("placeto-k80", n_devices)
+        cluster = dataclasses.replace(base, devices=tuple(dataclasses.replace(d, kind=kind) for d in base.devices))
+        order = dispatch_order(graph, p, cluster)
     if rig == "threads":
         order = staged_order(graph, p, order)
     return count_stages(order, p, default_holders(graph))

@@ -12,7 +12,7 @@ from placeto.cli.main import main
 from placeto.methods.placeto.env import list_start
 from simulator import save_cluster, save_graph
 from simulator.model.errors import InputError
-from simulator.model.io import load_placement
+from simulator.model.placement_file import load_placement
 
 CASES = edge_cases()
 SCHEDULERS = ("etf", "heft", "m-topo", "m-sct")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 import sys
 
+import placeto.cli
 from placeto.cli import entry
 from tests.helpers.signals import Run
 
@@ -21,6 +22,7 @@ class _InterruptingFinder:
 
 def test_an_interrupt_during_the_imports_is_one_line(monkeypatch, capsys):
     monkeypatch.delitem(sys.modules, "placeto.cli.main", raising=False)
+    monkeypatch.delattr(placeto.cli, "main", raising=False)  # else `from placeto.cli import main` finds it there
     monkeypatch.setattr(sys, "meta_path", [_InterruptingFinder(), *sys.meta_path])
     assert entry.main() == 130
     assert capsys.readouterr().err == "placeto: interrupted (SIGINT): starting\n"

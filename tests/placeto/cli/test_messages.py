@@ -14,7 +14,8 @@ from simulator.measure.graph_profile import stale
 from simulator.model.cluster import cluster_preset, load_cluster, save_cluster
 from simulator.model.errors import InputError
 from simulator.model.generate import layered_dag
-from simulator.model.io import load_graph, load_placement, save_graph, save_placement
+from simulator.model.io import load_graph, save_graph
+from simulator.model.placement_file import load_placement, save_placement
 from simulator.workloads.families import load_manifest
 
 

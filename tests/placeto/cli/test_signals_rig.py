@@ -22,7 +22,8 @@ import pytest
 from simulator.hardware.rig.pool import TIMEOUT_ENV
 from simulator.model.cluster import Cluster, Device, save_cluster
 from simulator.model.generate import layered_dag
-from simulator.model.io import save_graph, save_placement
+from simulator.model.io import save_graph
+from simulator.model.placement_file import save_placement
 from tests.helpers.signals import ROOT, Run, blocks, check_stopped, cli
 
 pytestmark = pytest.mark.serial

@@ -160,8 +160,10 @@ def test_learned_rows_share_the_budget(tiny_run):
 
 
 def test_load_family(tmp_path):
-    with pytest.raises(InputError, match="no manifest"):
+    with pytest.raises(InputError, match="unknown family 'fam'"):  # neither a family of ours nor built there
         load_family("fam", root=tmp_path)
+    with pytest.raises(InputError, match="no manifest"):  # one of ours, not built there
+        load_family("nmt", root=tmp_path)
     (tmp_path / "fam").mkdir()
     entries = []
     for i, split in enumerate(["train", "test", "test"]):

@@ -141,9 +141,9 @@ def test_eval_hardware_uses_the_cached_calibration(cache_root, capsys):
     path = measure_cache.cluster_cache_path(local_devices(1))
     path.parent.mkdir(parents=True)
     save_cluster(Cluster("cached", (Device("/cpu:0", "local-cpu", 1e9),), 1.0, 2.0, 1e3), path)
-    args = argparse.Namespace(cluster=None, hardware=True, preset="placeto-k80")
-    cluster = eval_cluster(args, 1, 1)
-    assert cluster == load_cluster(path) and "(cached calibration" in capsys.readouterr().out
+    args = argparse.Namespace(cluster=None, hardware=True, preset="placeto-k80", memory=None)
+    chosen = eval_cluster(args, 1, [])
+    assert chosen.cluster == load_cluster(path) and "(cached calibration" in capsys.readouterr().out
 
 
 def test_rig_costs_are_keyed_by_the_workers_malloc_settings(cache_root, monkeypatch):
