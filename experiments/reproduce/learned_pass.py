@@ -18,7 +18,6 @@ recompute).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
@@ -71,10 +70,7 @@ def evaluate(runs: Path, tasks: list[dist.Task], inside_only: bool = False) -> d
         if label == "heldout" and inside_only:
             continue
         cache = RESULTS / f"learned_pass_{label}.csv"
-        done = set()
-        if cache.is_file():
-            with open(cache) as f:
-                done = {r["key"] for r in csv.DictReader(f)}
+        done = {r["key"] for r in G._read_rows(cache)}
         todo = []
         for t in tasks:  # a cached row stands for its run even where the run directory is gone (a fresh clone)
             run = runs / f"placeto-without-{group_of(t.family)}"
@@ -121,10 +117,9 @@ def earlier_row(task: dist.Task, earlier: dict) -> dict:
 def earlier_table(rows: list[dict], tasks: dict, out_dir: Path = RESULTS) -> list[str]:
     """Per held-out family: the earlier recipe's pass (as recorded; re-scored, `earlier_row`, cached in
     `out_dir`/learned_pass_earlier.csv) beside today's."""
-    if not (out_dir / EARLIER).is_file():
+    before = {r["key"]: r for r in G._read_rows(out_dir / EARLIER)}
+    if not before:
         return []
-    with open(out_dir / EARLIER) as f:
-        before = {r["key"]: r for r in csv.DictReader(f)}
     todo = [(r["key"], (tasks[r["key"]], before[r["key"]])) for r in rows if r["key"] in before]
     old = G._cached_rows(out_dir / "learned_pass_earlier.csv", todo, earlier_row)
     lines = ["| family | tasks | earlier as recorded | earlier re-scored | rows re-scored | placeto now | "
