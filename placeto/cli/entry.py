@@ -24,5 +24,15 @@ def main() -> int:
     return cli.main()
 
 
+def run() -> None:
+    """The console script: `main`, then `placeto.cli.main.exit_process` (an interrupted command ends at once)."""
+    code = main()
+    if code == INTERRUPTED and "placeto.cli.main" not in sys.modules:  # stopped while importing: nothing to skip
+        sys.exit(code)
+    from placeto.cli.main import exit_process  # noqa: PLC0415 (imported by `main` already)
+
+    exit_process(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -7,8 +7,10 @@ one line naming the file and the offending node or field, and exits with status 
 from __future__ import annotations
 
 import argparse
+import atexit
 import json
 import os
+import signal
 import sys
 import traceback
 from typing import Callable, Sequence
@@ -559,5 +561,25 @@ def _silence_stdout() -> None:
         pass
 
 
+def exit_process(code: int) -> None:
+    """End the process with `code`; a command a signal stopped ends at once.
+
+    Its `finally` blocks have run (checkpoints written, workers stopped, shared memory unlinked); what is left is the
+    interpreter's teardown, which would unwind threads still inside XLA: a `calibrate` stopped mid-probe then
+    aborted after its one line ("FATAL: exception not rethrown", exit -6). So the exit handlers run (multiprocessing's
+    among them: its pools' semaphores), the output is flushed and the process exits without the rest of the
+    teardown (`os._exit`). For the console script and `python -m`, never for `main()` in-process.
+    """
+    if code in (128 + signal.SIGINT, 128 + signal.SIGTERM):
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())
