@@ -31,6 +31,19 @@ DAMAGED_SUFFIX = ".damaged"  # a damaged log is moved to metrics.csv.damaged
 UPDATE = "update"
 
 
+FIELD_LIMIT = 131_072  # characters a field may hold: csv's default, set for each read (it is process-wide state)
+
+
+@contextlib.contextmanager
+def csv_field_limit(limit: int) -> Iterator[None]:
+    """csv's field size limit (process-wide) at `limit` inside the block, restored after it."""
+    before = csv.field_size_limit(limit)
+    try:
+        yield
+    finally:
+        csv.field_size_limit(before)
+
+
 class Table(NamedTuple):
     """A metrics.csv as read: its header and its rows, each as long as the header."""
 
@@ -46,8 +59,8 @@ def read_table(path: Path) -> Table:
     are left out of `rows`, into `damaged` (a row cut by a kill mid-write, a hand edit).
 
     Raises:
-      InputError: (naming `path`) it cannot be read, is not UTF-8 text, not CSV (a NUL byte, a field over the csv
-        module's limit) or has no "update" column.
+      InputError: (naming `path`) it cannot be read, is not UTF-8 text, not CSV (a NUL byte, a field over
+        FIELD_LIMIT characters) or has no "update" column.
     """
     try:
         text = path.read_bytes().decode("utf-8")
@@ -56,7 +69,8 @@ def read_table(path: Path) -> Table:
     except UnicodeDecodeError as e:
         raise InputError(f"not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})", str(path)) from None
     try:
-        raw = list(csv.reader(io.StringIO(text, newline="")))
+        with csv_field_limit(FIELD_LIMIT):  # whatever another reader of this process set
+            raw = list(csv.reader(io.StringIO(text, newline="")))
     except csv.Error as e:
         raise InputError(f"not CSV ({e})", str(path)) from None
     if not raw or UPDATE not in raw[0]:

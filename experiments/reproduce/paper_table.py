@@ -396,9 +396,11 @@ def read_reuse(path: Path) -> dict[tuple, dict]:
     The curves of runs whose directories are gone (runs/ is not committed): `--reuse` puts them in the table for
     entries without metrics of their own. Rows that do not parse are skipped with a note.
     """
-    csv.field_size_limit(1 << 30)
+    sys.path.insert(0, str(ROOT))
+    from placeto.metrics_log import csv_field_limit  # as this script's other project imports: where they serve
+
     out = {}
-    with Path(path).open(newline="") as f:
+    with Path(path).open(newline="") as f, csv_field_limit(1 << 30):  # a curve is one long field
         for i, r in enumerate(csv.DictReader(f), 2):
             try:
                 points = json.loads(r["curve"])

@@ -175,3 +175,15 @@ def test_the_progress_bars_show_ms():
     assert ms(31056.4) == "31.056ms"
     assert bar_postfix("nmt_004", {"final_runtime": 23310.0, "eps_per_s": 2.5}, 16160.0) == {
         "graph": "nmt_004", "rt": "23.310ms", "best": "16.160ms", "eps": "2.50/s"}
+
+
+def test_an_overlong_field_is_damage_whatever_limit_another_reader_set(tmp_path):
+    """csv's field size limit is process-wide (paper_table raises it for its curves): the log's own limit holds."""
+    (tmp_path / METRICS).write_bytes(DAMAGES["an overlong field"])
+    before = csv.field_size_limit(1 << 30)
+    try:
+        with pytest.raises(InputError, match="not CSV"):
+            read_table(tmp_path / METRICS)
+        assert csv.field_size_limit() == 1 << 30  # and left as it was
+    finally:
+        csv.field_size_limit(before)
