@@ -16,8 +16,16 @@ all the same, and both are covered while `stop_on_signals` is active:
 * a pool of processes (`spawned_pool`): its workers ignore both signals (a Ctrl-C reaches the whole process group:
   the parent acts on it), and on the way out of an interrupt the parent kills them rather than waiting for their
   tasks;
-* clean-up that must not be cut in half (unlinking shared memory, writing a checkpoint): inside `deferred()` a
-  signal is held and raised when the block ends, unless the run is already stopping.
+* C code that clears whatever its call raised: a file object that was never closed, finalized by the garbage
+  collector, closes itself and drops an error of its `close` without a report (CPython's io finalizer, outside
+  its development mode), a signal raised there among them. So once an Interrupted is raised a watchdog thread
+  sends the signal again every WATCH_S (a probe): where the main thread is handling an interrupt (in an
+  `except` or `finally` on the way out, or what those call) the probe does nothing, and where it is not, the
+  interrupt was lost and is raised again. The watchdog ends with the outermost `stop_on_signals`, or when the
+  command has caught the interrupt for good (`acknowledge`);
+* clean-up and writes that must not be cut in half (unlinking shared memory, writing a checkpoint or a log
+  record): inside `deferred()` a signal is held and raised when the block ends, unless the run is already
+  stopping (a block that ends by another exception gets the signal sent again just after).
 """
 
 from __future__ import annotations
@@ -29,10 +37,12 @@ import multiprocessing
 import signal
 import sys
 import threading
+import time
 from typing import Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 REDELIVER_S = 0.01  # a signal that arrived inside a callback is sent again this much later (seconds)
+WATCH_S = 1.0  # once an Interrupted is raised, the watchdog checks this often that it was not lost (seconds)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -80,17 +90,69 @@ class _State:
     defer = 0  # nesting depth of deferred()
     held: int | None = None  # a signal that arrived inside deferred()
     previous_hook = None
+    acknowledged = False  # the command caught the Interrupted for good: the watchdog stops (acknowledge())
+    probe = False  # the pending signal is the watchdog's probe, not one from outside
+    watchdog: threading.Thread | None = None
+    lock = threading.Lock()  # the watchdog sends a probe only while the handlers are ours
 
 
 def _handler(signum: int, frame) -> None:
+    if _State.probe:  # the watchdog asks whether the Interrupted raised before is still on its way out
+        _State.probe = False
+        if _State.stopping is None or _handling_interrupt():
+            return
+        signum, _State.stopping = _State.stopping, None  # it is not: something swallowed it; raise it again
     if _inside_callback(frame):  # raised here, it would be reported and dropped: raise it after the callback
         _deliver_later(signum)
         return
     if _State.defer:
         _State.held = _State.held or signum
         return
+    _raising(signum)
+
+
+def _raising(signum: int):
+    """Raise Interrupted(signum), watched (the module docstring)."""
     _State.stopping = signum
+    _watch()
     raise Interrupted(signum)
+
+
+def acknowledge() -> None:
+    """The caller has caught the Interrupted and ends the run (the CLI, printing its line): no more probes."""
+    _State.acknowledged = True
+
+
+def _handling_interrupt() -> bool:
+    """Whether the main thread (where a signal handler runs) is handling a KeyboardInterrupt, or an exception
+    raised while handling one (its __context__ or __cause__ chain)."""
+    e, seen = sys.exc_info()[1], set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, KeyboardInterrupt):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
+def _watch() -> None:
+    """Start the watchdog, if it is not running: while the handlers are ours and an interrupt is on its way
+    out, not acknowledged, it sends that signal to the main thread every WATCH_S, as a probe."""
+    if _State.watchdog is not None and _State.watchdog.is_alive():
+        return
+    _State.watchdog = threading.Thread(target=_watchdog, name="interrupts-watchdog", daemon=True)
+    _State.watchdog.start()
+
+
+def _watchdog() -> None:
+    while True:
+        time.sleep(WATCH_S)
+        with _State.lock:
+            signum = _State.stopping
+            if not _State.active or _State.acknowledged or signum is None:
+                return
+            _State.probe = True
+            signal.pthread_kill(_main_thread_id(), signum)
 
 
 def _unraisable(hook_args) -> None:
@@ -115,6 +177,7 @@ def stop_on_signals() -> Iterator[None]:
     hook = sys.unraisablehook
     if not _State.active:
         _State.previous_hook, _State.stopping, _State.held = hook, None, None
+        _State.acknowledged = _State.probe = False
         sys.unraisablehook = _unraisable
     _State.active += 1
     for s in STOP_SIGNALS:
@@ -122,7 +185,8 @@ def stop_on_signals() -> Iterator[None]:
     try:
         yield
     finally:
-        _State.active -= 1
+        with _State.lock:  # no probe after this (one already sent runs in our handler: signal.signal runs
+            _State.active -= 1  # pending signals' handlers before it changes one)
         for s, h in before.items():
             signal.signal(s, h if h is not None else signal.SIG_DFL)
         if not _State.active:
@@ -133,23 +197,29 @@ def stop_on_signals() -> Iterator[None]:
 def deferred() -> Iterator[None]:
     """Inside, a stop signal is held; it is raised when the block ends, unless the run is already stopping.
 
-    For clean-up that must finish (unlinking shared memory, writing a checkpoint) and is short. Outside
-    `stop_on_signals` (or off the main thread) it does nothing.
+    For clean-up and writes that must finish (unlinking shared memory, a checkpoint, a log record) and are short.
+    A block that ends by another exception (which a caller may handle) gets the held signal sent again just after.
+    Outside `stop_on_signals` (or off the main thread) it does nothing.
     """
     if not _State.active or threading.get_ident() != _main_thread_id():
         yield
         return
     _State.defer += 1
+    raised = False
     try:
         yield
+    except BaseException:
+        raised = True
+        raise
     finally:
         _State.defer -= 1
         held, stopping = _State.held, _State.stopping
         if not _State.defer and held is not None:
             _State.held = None
-            if stopping is None and sys.exc_info()[1] is None:  # not already on the way out: stop now
-                _State.stopping = held
-                raise Interrupted(held)
+            if stopping is None and not raised:  # not already on the way out: stop now
+                _raising(held)
+            if stopping is None:  # the block raised something else, which a caller may handle: the signal after it
+                _deliver_later(held)
 
 
 def _inside_callback(frame) -> bool:

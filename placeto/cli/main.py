@@ -23,7 +23,7 @@ from placeto.cli.arguments import (DEVICE_SPEC, DEVICES, MINUTES, PERCENT, SEED,
 from placeto.cli.placers import cmd_place, cmd_policies, cmd_train
 from placeto.rollouts.distributed import WorkerError
 from simulator.hardware.rig.pool import RigError
-from simulator.interrupts import Interrupted, as_interrupted, stop_on_signals
+from simulator.interrupts import Interrupted, acknowledge, as_interrupted, stop_on_signals
 from placeto.cli.arguments import add_worker_arguments
 from simulator.model.errors import TRACEBACK_ENV, InputError
 from simulator.model.io import check_distinct_paths, check_output_path
@@ -529,6 +529,7 @@ def _interrupted(e: Interrupted, args: argparse.Namespace | None) -> int:
 
     The line names the command (and its subcommand, and --hardware) unless what stopped already said more.
     """
+    acknowledge()  # caught for good: simulator.interrupts' watchdog for a lost interrupt stops
     what = e.what or (running(args) if args is not None else "starting")
     try:
         sys.stdout.flush()  # what was printed so far, seen

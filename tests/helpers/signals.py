@@ -37,6 +37,7 @@ class Run:
     def __init__(self, argv: list[str], env: dict | None = None, cwd: str | os.PathLike | None = None):
         env = dict(os.environ if env is None else env)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
+        env["PYTHONFAULTHANDLER"] = "1"  # a SIGABRT dumps every thread's stack: what a command that hangs is in
         self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, start_new_session=True)
         self.pid, self.out, self.err = self.proc.pid, [], []
@@ -89,8 +90,15 @@ class Run:
         try:
             code = self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
+            self.send(signal.SIGABRT, group=False)  # its threads' stacks on stderr (PYTHONFAULTHANDLER)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                pass
             self.kill()
-            raise
+            for r in self.readers:
+                r.join(5)
+            raise AssertionError(f"still running {timeout} s on; its stacks:\n{self.stderr[-8000:]}") from None
         for r in self.readers:
             r.join(timeout)
         return code

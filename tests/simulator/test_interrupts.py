@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from simulator.interrupts import Interrupted, deferred, stop_on_signals
+from simulator.interrupts import WATCH_S, Interrupted, acknowledge, deferred, stop_on_signals
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -57,6 +57,51 @@ def test_an_interrupt_a_callback_swallowed_is_delivered_again(capsys):
     assert "Exception ignored" not in capsys.readouterr().err
 
 
+def test_an_interrupt_something_swallowed_is_raised_again():
+    """C code may clear what its call raised without a word (CPython's io finalizer drops an error of the `close`
+    of a file collected unclosed, the signal's Interrupted among them): the watchdog raises it again."""
+    t0 = time.monotonic()
+    with pytest.raises(Interrupted) as e, stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            sum(range(1000))  # bytecodes where the handler runs
+        except BaseException:  # noqa: BLE001 -- swallowed, as that finalizer does
+            pass
+        time.sleep(10)
+    assert time.monotonic() - t0 < 1 + 2 * WATCH_S and e.value.signum == signal.SIGTERM
+
+
+def test_the_watchdog_leaves_an_interrupt_on_its_way_out_alone():
+    """Its probes during the clean-up of a stopping run (a `finally`, and what it calls) do nothing."""
+    done = []
+
+    def clean_up():
+        time.sleep(1.5 * WATCH_S)  # probed (a sleep a signal ends is resumed, PEP 475)
+        try:
+            raise OSError("handled by the clean-up")
+        except OSError:  # handling something else, raised while handling the interrupt (its __context__)
+            time.sleep(1.5 * WATCH_S)  # probed again
+        done.append(True)
+
+    with pytest.raises(Interrupted), stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))
+        finally:
+            clean_up()
+    assert done == [True]
+
+
+def test_an_acknowledged_interrupt_is_not_raised_again():
+    with stop_on_signals():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))
+        except Interrupted:
+            acknowledge()  # as the command line, printing its line
+        time.sleep(2.5 * WATCH_S)  # no probe raises it again
+
+
 def test_a_signal_inside_deferred_waits_for_its_end():
     done = []
     with pytest.raises(Interrupted), stop_on_signals():
@@ -65,6 +110,34 @@ def test_a_signal_inside_deferred_waits_for_its_end():
             time.sleep(0.2)
             done.append("clean-up finished")
     assert done == ["clean-up finished"]
+
+
+def test_a_signal_inside_deferred_is_raised_even_where_an_exception_is_being_handled():
+    """A write held inside an `except` block (sys.exc_info() is set there) once dropped the signal it held."""
+    with pytest.raises(Interrupted) as e, stop_on_signals():
+        try:
+            raise ValueError("handled")
+        except ValueError:
+            with deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.2)
+        time.sleep(5)  # not reached
+    assert e.value.signum == signal.SIGTERM
+
+
+def test_a_signal_held_by_a_block_that_raised_something_else_comes_after_it():
+    """The other exception goes first (a caller may handle it: a full disk warned about); the signal follows."""
+    handled = []
+    with pytest.raises(Interrupted) as e, stop_on_signals():
+        try:
+            with deferred():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.2)
+                raise OSError("disk full")
+        except OSError as err:
+            handled.append(str(err))
+        time.sleep(5)  # a blocking wait the signal, sent again, ends
+    assert handled == ["disk full"] and e.value.signum == signal.SIGINT
 
 
 def test_a_second_signal_during_the_clean_up_of_the_first_is_dropped():

@@ -41,6 +41,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import serialization
+from tqdm import tqdm
 
 from placeto.methods.placeto import env as E
 from placeto.checkpoint_io import (CHECKPOINT, MAX_COUNTER, RunLock, check_devices, check_finite,
@@ -58,6 +59,7 @@ from placeto.methods.placeto.rollout import Rollout, collect_rollout
 from placeto.methods.placeto.policy import Policy, make_policy
 from placeto.methods.placeto.teacher import TIE, best_moves
 from placeto.metrics_log import naming, resumed_rows
+from placeto.tensorboard_log import ScalarWriter
 from placeto.objective import meter
 from placeto.progress import advance, ms
 from placeto.rollouts.workers import key_data
@@ -179,14 +181,11 @@ class _Logger:
     """metrics.csv (appended across resumes), TensorBoard scalars and a tqdm bar."""
 
     def __init__(self, out_dir: Path, config: PlacetoConfig, start_episode: int, start_update: int):
-        from tensorboardX import SummaryWriter
-        from tqdm import tqdm
-
         self.path = out_dir / "metrics.csv"
         # rows logged after the checkpoint we resume from are redone: dropped (a damaged log: set aside, warned)
         table = resumed_rows(out_dir, lambda update: update <= start_update)
         self.fields: list[str] | None = table.header if table else None
-        self.tb = SummaryWriter(str(out_dir / "tb"))
+        self.tb = ScalarWriter(out_dir / "tb")
         self.bar = tqdm(total=config.episodes, initial=start_episode, unit="ep", disable=not config.progress,
                         dynamic_ncols=True)
 
@@ -199,9 +198,7 @@ class _Logger:
             if new:
                 w.writeheader()
             w.writerow(metrics)
-        for k, v in metrics.items():
-            if isinstance(v, (int, float)) and k != "episode":
-                self.tb.add_scalar(k, v, step)
+        self.tb.add({k: v for k, v in metrics.items() if k != "episode"}, step)
 
     def close(self) -> None:
         self.bar.close()

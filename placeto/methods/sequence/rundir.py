@@ -32,6 +32,7 @@ from typing import Any, Mapping, NamedTuple, Sequence
 import jax
 import numpy as np
 from flax import serialization
+from tqdm import tqdm
 
 from placeto.checkpoint_io import (CHECKPOINT, CONFIG, RunLock, check_finite, counter, objective, read_blob,
                                   restore, stopped)
@@ -40,8 +41,9 @@ from placeto.methods.sequence.pergraph import PER_GRAPH, MethodSpec, PerGraphCon
 from placeto.methods.sequence.specs import get_spec
 from placeto.methods.sequence.reinforce import (Baseline, Drawn, concat_drawn, draw_range, init_params, make_optimizer,
                                                reinforce_step)
-from placeto.metrics_log import METRICS, Appender, naming, resumed_rows
+from placeto.metrics_log import METRICS, Appender, resumed_rows
 from placeto.objective import metered, record
+from placeto.tensorboard_log import ScalarWriter
 from placeto.progress import advance, ms
 from placeto.rollouts.workers import Pair, from_key_data, key_data
 from simulator.model.cluster import Cluster, cluster_preset
@@ -168,9 +170,6 @@ class MetricsLog:
     """
 
     def __init__(self, out: Path, keep_until: int, total: int, initial: int, progress: bool):
-        from tensorboardX import SummaryWriter
-        from tqdm import tqdm
-
         path = out / METRICS
         table = resumed_rows(out, lambda update: update < keep_until) if keep_until > 0 else None
         rows = [dict(zip(table.header, r)) for r in table.rows] if table else []
@@ -181,25 +180,21 @@ class MetricsLog:
         atomic_write_bytes(path, buf.getvalue().encode())
         self.csv = Appender(path, FIELDS)
         self.tb_dir = out / "tb"
-        self.tb = SummaryWriter(str(self.tb_dir))
+        self.tb = ScalarWriter(self.tb_dir)
         self.bar = tqdm(total=total, initial=initial, unit="placement", disable=not progress, dynamic_ncols=True)
         self.bar.set_postfix_str("compiling the first update", refresh=True)  # until then the bar shows nothing
 
     def row(self, metrics: dict[str, Any], step: int) -> None:
         self.csv.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in metrics.items()})
-        for k, v in metrics.items():
-            if isinstance(v, float) and math.isfinite(v):
-                self.tb.add_scalar(k, v, step)
+        self.tb.add({k: v for k, v in metrics.items() if isinstance(v, float)}, step)
 
     def flush(self) -> None:
         self.csv.flush()
-        with naming(self.tb_dir):
-            self.tb.flush()
+        self.tb.flush()
 
     def close(self) -> None:
         self.csv.close()
-        with naming(self.tb_dir):
-            self.tb.close()
+        self.tb.close()
         self.bar.close()
 
 
