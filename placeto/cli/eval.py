@@ -15,7 +15,7 @@ from simulator.arguments import COUNT, POSITIVE
 from placeto.cli.arguments import (DEVICE_SPEC, RECORDED_HELP, ChosenCluster, add_memory_argument,
                                    add_microbatches_argument, devices_help, memory_bytes, placement_cluster,
                                    placement_devices, resolve_devices, spec_count)
-from simulator.hardware.devices import ensure_host_devices, local_devices
+from simulator.hardware.devices import ensure_host_devices, kind_of, local_devices
 from simulator.hardware.options import MAX_STAGES, MODES, RIGS, default_rig
 from simulator.measure.fit import WORKLOAD_FREE
 from simulator.model.cluster import PRESETS, cluster_summary, load_cluster, with_memory
@@ -126,8 +126,9 @@ def run_eval(args: argparse.Namespace) -> int:
     # JAX's modules, imported after the host devices are set (and only by the commands that run them)
     from placeto.harness.evaluate import (evaluate, memory_lines, plot_agreement, refit, step_bar, summary_lines,
                                           write_rows_json)
-    from simulator.hardware.runner import can_run_program, hardware_runner, simulation_cluster
+    from placeto.harness.on_hardware import ensure_profile
     from placeto.progress import estimated
+    from simulator.hardware.runner import can_run_program, hardware_runner, simulation_cluster
     from simulator.hardware.stages import check_stages
     from simulator.hardware.timing import about, interleaved_steps
     from simulator.measure.graph_profile import estimate_seconds
@@ -168,18 +169,28 @@ def run_eval(args: argparse.Namespace) -> int:
               "program)")
     if costs in ("step", "units") and args.mode != "synthetic" and can_run_program(graph, args.program,
                                                                                      args.exported):
-        runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
-                                 exported=args.exported, devices=spec, rig=rig)
-        lacking = [k for k in dict.fromkeys(cluster.kinds) if k not in graph.costs]
-        missing = f"the graph has no {', '.join(map(repr, lacking))} costs: " if lacking else ""
-        how = ("inside one compiled step (--costs step, the default with --hardware" if costs == "step" else
-               "each alone as its own call (--costs units")
-        guess = estimate_seconds(graph, args.repeats, 2) * len(set(cluster.kinds))
-        print(f"{missing}measuring the {graph.n_nodes} units {how}; --costs graph simulates the graph's recorded "
-              f"costs){f': {about(guess)} here' if costs == 'step' else ''} ...", flush=True)
-        with estimated(f"measuring {graph.name}'s units", guess) if costs == "step" else _nothing():
-            runner = (runner.with_step_costs(args.repeats, args.program, args.args_spec, args.exported)
-                      if costs == "step" else runner.with_unit_costs(args.repeats))
+        if costs == "step" and args.program is None and args.exported is None and \
+                list(cluster.kinds) == [kind_of(d) for d in local_devices(spec)]:
+            # the graph's own program on a cluster of these devices' kinds: the step profile `place --hardware`
+            # takes and caches, or its cached one
+            print("the units' costs inside one compiled step (--costs step, the default with --hardware; --costs "
+                  "graph simulates the graph's recorded costs):", flush=True)
+            graph = ensure_profile(graph, args.graph, local_devices(spec), lambda line: print(line, flush=True),
+                                   one_core=rig == "processes")
+            runner = hardware_runner(graph, cluster, args.mode, devices=spec, rig=rig)
+        else:
+            runner = hardware_runner(graph, cluster, args.mode, program=args.program, args_spec=args.args_spec,
+                                     exported=args.exported, devices=spec, rig=rig)
+            lacking = [k for k in dict.fromkeys(cluster.kinds) if k not in graph.costs]
+            missing = f"the graph has no {', '.join(map(repr, lacking))} costs: " if lacking else ""
+            how = ("inside one compiled step (--costs step, the default with --hardware" if costs == "step" else
+                   "each alone as its own call (--costs units")
+            guess = estimate_seconds(graph, args.repeats, 2) * len(set(cluster.kinds))
+            print(f"{missing}measuring the {graph.n_nodes} units {how}; --costs graph simulates the graph's "
+                  f"recorded costs){f': {about(guess)} here' if costs == 'step' else ''} ...", flush=True)
+            with estimated(f"measuring {graph.name}'s units", guess) if costs == "step" else _nothing():
+                runner = (runner.with_step_costs(args.repeats, args.program, args.args_spec, args.exported)
+                          if costs == "step" else runner.with_unit_costs(args.repeats))
         runner = runner.with_rig_costs(progress=lambda line: print(line, flush=True))
         graph = runner.graph
     else:

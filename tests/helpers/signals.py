@@ -144,6 +144,16 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def descendants(pid: int) -> list[int]:
+    """Live children of `pid`, their children, and so on (e.g. a local Ray's daemons and workers)."""
+    out, todo = [], [pid]
+    while todo:
+        kids = children(todo.pop())
+        out += kids
+        todo += kids
+    return out
+
+
 def in_session(sid: int) -> list[int]:
     """Live (not zombie) processes of session `sid`."""
     out = []
@@ -179,12 +189,14 @@ def bar_count(stderr: str) -> int:
     return int(counts[-1]) if counts else 0
 
 
-def check_stopped(run: Run, code: int, also_gone: tuple[int, ...] = (), timeout: float = 30.0) -> str:
+def check_stopped(run: Run, code: int, also_gone: tuple[int, ...] = (), timeout: float = 30.0,
+                  since: int = 0) -> str:
     """Assert that `run` ended with `code`, said one line on stderr and no traceback, and left nothing behind:
     no process in its session, none of `also_gone` (e.g. its rig workers, in a session of their own), no shared
-    memory block. Returns the line."""
+    memory block. `since`: the stderr before this offset (what the run said before the signal) is not judged.
+    Returns the line."""
     got = run.finish(timeout=120)
-    err = run.stderr
+    err = run.stderr[since:]
     lines = message_lines(err)
     assert got == code, f"exit {got}, not {code}:\n{err[-3000:]}"
     assert "Traceback" not in err and "Exception ignored" not in err and "leaked" not in err, err[-3000:]

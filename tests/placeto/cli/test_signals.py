@@ -8,6 +8,7 @@ running (and, for `train`, the checkpoint it kept), no traceback, no process and
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -20,7 +21,8 @@ from flax import serialization
 
 from simulator.model.generate import layered_dag
 from simulator.model.io import save_graph
-from tests.helpers.signals import ROOT, Run, bar_count, check_stopped, children, cli, cmdline, cpu_seconds
+from tests.helpers.signals import (ROOT, Run, bar_count, check_stopped, children, cli, cmdline, cpu_seconds,
+                                   descendants)
 
 BUDGET = 10**6  # never reached: every run here is stopped
 
@@ -118,3 +120,21 @@ def test_an_interrupted_datasets_build_stops_its_tracing_processes(tmp_path):
     run.send(signal.SIGINT)
     assert check_stopped(run, 130, also_gone=tuple(pool)) == "placeto: interrupted (SIGINT): datasets build"
     assert not (tmp_path / "ds" / "mlp" / "manifest.json").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install 'placeto[ray]')")
+def test_an_interrupted_train_on_ray_workers_stops_ray_too(tmp_path):
+    """--workers 2 starts a local Ray (its daemons and two actors, all below the command): a Ctrl-C to the job is
+    the same one line and checkpoint as without Ray, and none of Ray's processes is left."""
+    save_graph(layered_dag(24, seed=5), tmp_path / "g.json")
+    out = tmp_path / "run"
+    run = Run(cli("train", "--graph", str(tmp_path / "g.json"), "--devices", "2", "--out", str(out), "--config",
+                  "tiny", "--episodes", str(BUDGET), "--set", "checkpoint_seconds=1000", "--workers", "2"))
+    run.wait_for(lambda: _rows(out / "metrics.csv") >= 3, timeout=400)
+    ray = descendants(run.pid)
+    assert any("raylet" in cmdline(p) for p in ray), [cmdline(p) for p in ray]
+    said = len(run.stderr)  # Ray's own start-up lines (its core worker's note on restartable actors) aside
+    assert "Traceback" not in run.stderr, run.stderr[-3000:]
+    run.send(signal.SIGINT)
+    line = check_stopped(run, 130, also_gone=tuple(ray), timeout=60, since=said)
+    assert re.search(rf"^placeto: interrupted \(SIGINT\): train: checkpoint kept at \d+ of {BUDGET} episodes", line), line

@@ -178,13 +178,17 @@ def test_eval_and_profile_run_from_the_files_alone(example, tmp_path):
     save_placement(tmp_path / "rr.json", np.arange(n) % 2, ["/cpu:0", "/cpu:1"])
     save_cluster(Cluster("c", tuple(Device(f"/cpu:{i}", "local-cpu", 1e12) for i in range(2)), 5.0, 10.0, 1e4),
                  tmp_path / "c.json")
-    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT), "PLACETO_CACHE": str(tmp_path / "cache")}
     run = lambda *argv: subprocess.run([sys.executable, "-m", "placeto.cli.main", *argv], cwd=tmp_path, env=env,  # noqa
                                        capture_output=True, text=True, timeout=240)
     ev = run("eval", "mlp.grouped.json.gz", "--placement", "one.json", "rr.json", "--hardware", "--cluster",
              "c.json", "--repeats", "1", "--warmup", "1")
     assert ev.returncode == 0, ev.stderr[-2000:]
-    assert "the graph has no 'local-cpu' costs: measuring the" in ev.stdout
+    assert "profiling mlp" in ev.stdout and "inside the compiled step" in ev.stdout  # no profile yet: measured
+    again = run("eval", "mlp.grouped.json.gz", "--placement", "one.json", "--hardware", "--cluster", "c.json",
+                "--repeats", "1", "--warmup", "1")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "profile: cached (local-cpu in " in again.stdout and "profiling" not in again.stdout  # place's cache
     assert "exported-program execution" in ev.stdout and "rr.json" in ev.stdout
     assert "exported program mlp.grouped.export.zip (its units in one jax.jit)" in ev.stdout  # plain jit's
     prof = run("profile", "mlp.grouped.json.gz", "--out", "p.json.gz", "--repeats", "2")
