@@ -216,10 +216,10 @@ def deferred() -> Iterator[None]:
         held, stopping = _State.held, _State.stopping
         if not _State.defer and held is not None:
             _State.held = None
-            if stopping is None and not raised:  # not already on the way out: stop now
-                _raising(held)
-            if stopping is None:  # the block raised something else, which a caller may handle: the signal after it
+            if stopping is None and raised:  # the block raised something else, which a caller may handle: after it
                 _deliver_later(held)
+            elif stopping is None:  # not already on the way out: stop now
+                _raising(held)
 
 
 def _inside_callback(frame) -> bool:

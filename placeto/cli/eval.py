@@ -169,13 +169,14 @@ def run_eval(args: argparse.Namespace) -> int:
               "program)")
     if costs in ("step", "units") and args.mode != "synthetic" and can_run_program(graph, args.program,
                                                                                      args.exported):
+        devices = local_devices(spec)
         if costs == "step" and args.program is None and args.exported is None and \
-                list(cluster.kinds) == [kind_of(d) for d in local_devices(spec)]:
+                list(cluster.kinds) == [kind_of(d) for d in devices]:
             # the graph's own program on a cluster of these devices' kinds: the step profile `place --hardware`
             # takes and caches, or its cached one
             print("the units' costs inside one compiled step (--costs step, the default with --hardware; --costs "
                   "graph simulates the graph's recorded costs):", flush=True)
-            graph = ensure_profile(graph, args.graph, local_devices(spec), lambda line: print(line, flush=True),
+            graph = ensure_profile(graph, args.graph, devices, lambda line: print(line, flush=True),
                                    one_core=rig == "processes")
             runner = hardware_runner(graph, cluster, args.mode, devices=spec, rig=rig)
         else:

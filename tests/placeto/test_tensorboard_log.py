@@ -10,9 +10,8 @@ import struct
 import time
 
 import pytest
-from tensorboardX.record_writer import masked_crc32c
 from tensorboardX.proto.event_pb2 import Event
-from tensorboardX.record_writer import RecordWriter
+from tensorboardX.record_writer import RecordWriter, masked_crc32c
 
 from placeto.tensorboard_log import ScalarWriter
 from simulator.interrupts import Interrupted, stop_on_signals
