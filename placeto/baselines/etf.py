@@ -12,19 +12,26 @@ compete (`listsched.problem.earliest_finish`: each device's cost for the node is
 started on an idle device that is many times slower. On identical devices those are the pairs that start first,
 and the schedule is Baechi's to the last bit.
 
-With model="baechi" it is the public Baechi m-ETF (placer/m_etf.py) node for node. Complexity O(N * R * D) for
-R the largest ready set, plus re-estimating the cached input-ready times a placement made stale (only for pairs
-whose static lower bound could still win; timing: docs/commands.md). `listsched.problem.etf_reference` is the
+With model="baechi" it is the public Baechi m-ETF (placer/m_etf.py) node for node. Each choice scans the ready
+set in topological order and stops at the first pair that starts as soon as any can (the floor, or the earliest
+free device), so a wide ready set of nodes that can all start now costs O(D) per choice, not O(R * D); the worst
+case stays O(N * R * D) for R the largest ready set, plus re-estimating the cached input-ready times a placement
+made stale (only for pairs whose static lower bound could still win; measured:
+experiments/results/benchmarks/listsched_scaling.md). `listsched.problem.etf_reference` is the
 plain oracle and `listsched.baechi_reference.baechi_etf` Baechi's own event loop.
 """
 
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import numba
 import numpy as np
 
 from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL, Schedule, ScheduleProblem, build_problem
 from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
+from placeto.baselines.listsched.ready import (Ready, best_tier as ready_best_tier, is_open, list_cached, new_ready,
+                                               ready_add, ready_at, ready_remove)
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
@@ -41,39 +48,73 @@ def etf(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRAN
 def etf_schedule(prob: ScheduleProblem) -> Schedule:
     """The m-ETF schedule (fast path of `problem.etf_reference`)."""
     tl = new_timeline(prob)
-    _etf_kernel(prob, tl)
+    _etf_kernel(etf_start(prob), prob, tl)
     return Schedule(tl.device, tl.start, tl.end)
 
 
-@numba.njit(cache=True)
-def _best_tier(ready, n_ready, prob, tl):
-    """The lowest memory tier of any ready (node, device) pair.
+class EtfState(NamedTuple):
+    """m-ETF's bookkeeping beside the `kernels.Timeline`. N nodes, D devices.
 
-    Tiers: `listsched.kernels.tier`.
+    The ready set is a `listsched.ready.Ready`: scanned in topological order by `earliest_pair` (ties go to the
+    earlier node, so the scan stops at the first pair no later node can beat), its least need and persistent bytes
+    telling the best memory tier. A node's cached estimates exist only while it is ready.
     """
-    best = 2
-    for i in range(n_ready):
-        for d in range(prob.cost.shape[1]):
-            best = min(best, tier(ready[i], d, prob, tl))
-            if best == 0:
-                return 0
-    return best
+
+    pending: np.ndarray  # int64[N] each node's unplaced parents
+    est: np.ndarray  # float64[N, D] cached input-ready estimates
+    valid: np.ndarray  # bool[N, D] est is cached (and equal to a fresh estimate)
+    xfer: np.ndarray  # bool[N, D] the estimate needs a transfer, so a booked channel can change it
+    lower: np.ndarray  # float64[N, D] static lower bounds on the input-ready time
+    ready: Ready  # the ready nodes; ready.cached lists those with an estimate that needs a transfer
+
+
+def etf_start(prob: ScheduleProblem) -> EtfState:
+    """m-ETF's bookkeeping before its first choice: the sources are ready."""
+    n, n_dev = prob.cost.shape
+    st = EtfState(np.diff(prob.par_off).astype(np.int64), np.zeros((n, n_dev)), np.zeros((n, n_dev), np.bool_),
+                  np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)),
+                  new_ready(prob.topo_pos, prob.need, prob.persistent))
+    _add_sources(st, prob)
+    return st
 
 
 @numba.njit(cache=True)
-def _invalidate(ready, n_ready, prob, tl, valid, xfer):
+def _add_sources(st, prob):
+    for v in range(prob.cost.shape[0]):
+        if st.pending[v] == 0:
+            ready_add(v, st.ready, prob)
+
+
+@numba.njit(cache=True)
+def _invalidate(st, prob, tl):
     """Forget the estimates using a channel the last placement booked.
 
-    Baechi's rule, plus the channels of the devices of the node's parents.
+    Baechi's rule, plus the channels of the devices of the node's parents, so a kept estimate equals a fresh one.
+    Only the listed nodes can hold such an estimate; a node that holds none any more, or is no longer ready, leaves
+    the list.
     """
-    for i in range(n_ready):
-        w = ready[i]
-        touched = False
-        for j in range(prob.par_off[w], prob.par_off[w + 1]):
-            touched = touched or tl.changed[tl.device[prob.par[j]]]
-        for d in range(prob.cost.shape[1]):
-            if valid[w, d] and xfer[w, d] and (touched or tl.changed[d]):
-                valid[w, d] = False
+    n_dev = prob.cost.shape[1]
+    k = 0
+    rs = st.ready
+    for i in range(rs.count[1]):
+        w = rs.cached[i]
+        keep = False
+        if tl.device[w] < 0:  # still ready
+            touched = False
+            for j in range(prob.par_off[w], prob.par_off[w + 1]):
+                touched = touched or tl.changed[tl.device[prob.par[j]]]
+            for d in range(n_dev):
+                if st.valid[w, d] and st.xfer[w, d]:
+                    if touched or tl.changed[d]:
+                        st.valid[w, d] = False
+                    else:
+                        keep = True
+        if keep:
+            rs.cached[k] = w
+            k += 1
+        else:
+            rs.in_cached[w] = False
+    rs.count[1] = k
 
 
 @numba.njit(cache=True)
@@ -93,145 +134,118 @@ def _lower_bound(v, prob, tl, out):
 
 
 @numba.njit(cache=True)
-def earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower):
-    """(start, device, index in ready) of the earliest ready pair.
+def earliest_pair(best_tier, floor, least_need, least_persistent, st, prob, tl):
+    """(start, device, node) of the earliest ready pair.
 
     Among the pairs of `best_tier` on which their node finishes first (`problem.earliest_finish`), a pair starts at
-    max(input-ready, device free, floor); ties: earlier topological position, then lower device. A node whose cost
-    is the same on every device (prob.even: its earliest-start pairs are its earliest-finish ones) is searched pair
-    by pair, cached estimates first, so the static lower bounds prune more of the stale ones, which are
-    re-estimated; the other nodes after them, node by node (`_uneven_pairs`), those with enough fresh estimates
-    first.
+    max(input-ready, device free, floor); ties: earlier topological position, then lower device. The ready nodes
+    are visited in topological order, so a later node wins only by starting strictly sooner; no pair starts before
+    `floor` nor before the earliest free device open at the tier, so the scan stops at a pair that starts then.
+
+    A node whose cost is the same on every device (prob.even: its earliest-start pairs are its earliest-finish
+    ones) is searched pair by pair, its static lower bounds sparing the estimates that cannot win. For another, a
+    device can win only if it could start the node sooner than the best; it is an earliest-finish device only if
+    nothing finishes the node sooner (start + slower below its own). So its estimates are made, the lowest bound on
+    the finish first, only while their static lower bound could still take the least finish (or tie it); the rest
+    cannot change the choice. (Estimates are made here, not by a helper: a call that passes the state tuples costs
+    more than the work on a node.)
     """
     n, n_dev = prob.cost.shape
-    bs, bt, bd, bi = np.inf, n, n_dev, -1
-    for stale in (False, True):
-        for i in range(n_ready):
-            v = ready[i]
-            if not prob.even[v]:
-                continue
+    est, valid, xfer, lower, avail, slower = st.est, st.valid, st.xfer, st.lower, tl.avail, prob.slower
+    lowest = np.inf
+    for d in range(n_dev):
+        if is_open(d, best_tier, least_need, least_persistent, prob, tl):
+            lowest = min(lowest, avail[d])
+    bound = max(lowest, floor)  # no candidate pair starts sooner
+    bs, bd, bv = np.inf, n_dev, -1
+    p = ready_at(st.ready, 0)
+    while p >= 0 and bs > bound:
+        v = st.ready.at_topo[p]
+        p = ready_at(st.ready, p + 1)
+        if prob.even[v]:
             for d in range(n_dev):
-                if valid[v, d] == stale or tier(v, d, prob, tl) != best_tier:
+                if tier(v, d, prob, tl) != best_tier:
                     continue
-                if stale:
-                    if (max(max(lower[v, d], tl.avail[d]), floor), prob.topo_pos[v], d) >= (bs, bt, bd):
+                if not valid[v, d]:
+                    if max(max(lower[v, d], avail[d]), floor) >= bs:
                         continue  # its start is at least this bound, so it cannot beat the best
                     est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
                     valid[v, d] = True
-                s = max(max(est[v, d], tl.avail[d]), floor)
-                if (s, prob.topo_pos[v], d) < (bs, bt, bd):
-                    bs, bt, bd, bi = s, prob.topo_pos[v], d, i
-    for refresh in (False, True):
-        for i in range(n_ready):
-            v = ready[i]
-            if prob.even[v]:
-                continue
-            # v's earliest pair among its earliest-finish pairs. A device can win only if it could start v before
-            # the best; it is an earliest-finish device only if nothing finishes v sooner (start + slower below its
-            # own). So stale estimates are made fresh, the lowest bound on the finish first, only while their
-            # static lower bound could still take the least finish (a device that could win: or tie it); the rest
-            # cannot change the choice. Without refresh, a node that would need one waits for the second round (a
-            # good best found cheaply first).
-            can_win = False
-            least = np.inf
+                    if xfer[v, d]:
+                        list_cached(v, st.ready)
+                s = max(max(est[v, d], avail[d]), floor)
+                if s < bs:
+                    bs, bd, bv = s, d, v
+            continue
+        can_win = False
+        least = np.inf
+        for d in range(n_dev):
+            if tier(v, d, prob, tl) == best_tier:
+                s = max(max(est[v, d] if valid[v, d] else lower[v, d], avail[d]), floor)
+                can_win = can_win or s < bs
+                if valid[v, d]:
+                    least = min(least, s + slower[v, d])
+        if not can_win:
+            continue
+        while True:
+            pick, pick_f = -1, np.inf
             for d in range(n_dev):
-                if tier(v, d, prob, tl) == best_tier:
-                    s = max(max(est[v, d] if valid[v, d] else lower[v, d], tl.avail[d]), floor)
-                    can_win = can_win or (s, prob.topo_pos[v]) < (bs, bt)
-                    if valid[v, d]:
-                        least = min(least, s + prob.slower[v, d])
-            if not can_win:
-                continue
-            skip = False
-            while not skip:
-                pick, pick_f = -1, np.inf
-                for d in range(n_dev):
-                    if valid[v, d] or tier(v, d, prob, tl) != best_tier:
-                        continue
-                    s = max(max(lower[v, d], tl.avail[d]), floor)
-                    f = s + prob.slower[v, d]
-                    if (f < least or (f == least and (s, prob.topo_pos[v]) < (bs, bt))) and f < pick_f:
-                        pick, pick_f = d, f
-                if pick < 0:
-                    break
-                if not refresh:
-                    skip = True
-                    break
-                est[v, pick], xfer[v, pick] = ready_time(v, pick, False, prob, tl)
-                valid[v, pick] = True
-                least = min(least, max(max(est[v, pick], tl.avail[pick]), floor) + prob.slower[v, pick])
-            if skip:
-                continue
-            for d in range(n_dev):
-                if valid[v, d] and tier(v, d, prob, tl) == best_tier:
-                    s = max(max(est[v, d], tl.avail[d]), floor)
-                    if s + prob.slower[v, d] == least and (s, prob.topo_pos[v], d) < (bs, bt, bd):
-                        bs, bt, bd, bi = s, prob.topo_pos[v], d, i
-    return bs, bd, bi
+                if valid[v, d] or tier(v, d, prob, tl) != best_tier:
+                    continue
+                s = max(max(lower[v, d], avail[d]), floor)
+                f = s + slower[v, d]
+                if (f < least or (f == least and s < bs)) and f < pick_f:
+                    pick, pick_f = d, f
+            if pick < 0:
+                break
+            est[v, pick], xfer[v, pick] = ready_time(v, pick, False, prob, tl)
+            valid[v, pick] = True
+            if xfer[v, pick]:
+                list_cached(v, st.ready)
+            least = min(least, max(max(est[v, pick], avail[pick]), floor) + slower[v, pick])
+        for d in range(n_dev):
+            if valid[v, d] and tier(v, d, prob, tl) == best_tier:
+                s = max(max(est[v, d], avail[d]), floor)
+                if s + slower[v, d] == least and s < bs:
+                    bs, bd, bv = s, d, v
+    return bs, bd, bv
 
 
 @numba.njit(cache=True)
-def etf_start(prob):
-    """m-ETF's bookkeeping before its first choice.
+def pop_earliest(t_last, st, prob, tl):
+    """m-ETF's next choice, its node taken off the ready set.
 
-    Returns:
-      (pending, ready, n_ready, est, valid, xfer, lower): pending int64[N], each node's unplaced parents; ready
-      int64[N], whose first n_ready entries are the sources; and per (node, device) the cached input-ready
-      estimates est float64[N, D], their validity valid bool[N, D], whether they need a transfer xfer
-      bool[N, D] (so channels can change them) and their static lower bounds lower float64[N, D].
+    Returns (node, device, start, best tier, floor): `earliest_pair`'s pair among the ready pairs of the lowest
+    memory tier, starting no earlier than `t_last` (the last start) nor, outside tier 0, than every device's free
+    time (the floor).
     """
-    n, n_dev = prob.cost.shape
-    pending = prob.par_off[1:] - prob.par_off[:-1]
-    ready = np.empty(n, np.int64)  # ready[:n_ready] unordered; ties are broken by topological position
-    n_ready = 0
-    for v in range(n):
-        if pending[v] == 0:
-            ready[n_ready] = v
-            n_ready += 1
-    return (pending, ready, n_ready, np.zeros((n, n_dev)), np.zeros((n, n_dev), np.bool_),
-            np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)))
-
-
-@numba.njit(cache=True)
-def pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer, lower):
-    """m-ETF's next choice, its node taken off ready.
-
-    Returns (node, device, start, best tier, floor, new n_ready): `earliest_pair`'s pair among the ready pairs of
-    the lowest memory tier, starting no earlier than `t_last` (the last start) nor, outside tier 0, than every
-    device's free time (the floor).
-    """
-    best_tier = _best_tier(ready, n_ready, prob, tl)
+    best_tier, least_need, least_persistent = ready_best_tier(st.ready, prob, tl)
     floor = t_last if best_tier == 0 else max(t_last, tl.avail.max())
-    bs, bd, bi = earliest_pair(ready, n_ready, best_tier, floor, prob, tl, est, valid, xfer, lower)
-    v = ready[bi]
-    ready[bi] = ready[n_ready - 1]
-    return v, bd, bs, best_tier, floor, n_ready - 1
+    bs, bd, v = earliest_pair(best_tier, floor, least_need, least_persistent, st, prob, tl)
+    ready_remove(v, st.ready, prob)
+    return v, bd, bs, best_tier, floor
 
 
 @numba.njit(cache=True)
-def after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower):
-    """Update ready after placing v; returns the new n_ready.
+def after_placing(v, st, prob, tl):
+    """Update the ready set after placing v (taken off it by `pop_earliest`).
 
-    v was placed and taken off ready: forget the estimates it made stale and add the children it made ready, with
-    their lower bounds.
+    Forget the estimates the placement made stale and add the children it made ready, with their lower bounds.
     """
-    _invalidate(ready, n_ready, prob, tl, valid, xfer)
+    _invalidate(st, prob, tl)
     for j in range(prob.ch_off[v], prob.ch_off[v + 1]):
         w = prob.ch[j]
-        pending[w] -= 1
-        if pending[w] == 0:
-            _lower_bound(w, prob, tl, lower[w])
-            ready[n_ready] = w
-            n_ready += 1
-    return n_ready
+        st.pending[w] -= 1
+        if st.pending[w] == 0:
+            _lower_bound(w, prob, tl, st.lower[w])
+            ready_add(w, st.ready, prob)
 
 
 @numba.njit(cache=True)
-def _etf_kernel(prob, tl):
-    pending, ready, n_ready, est, valid, xfer, lower = etf_start(prob)
+def _etf_kernel(st, prob, tl):
     t_last = 0.0
     for _ in range(prob.cost.shape[0]):
-        v, bd, bs, _, _, n_ready = pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer, lower)
+        v, bd, bs, _, _ = pop_earliest(t_last, st, prob, tl)
         place(v, bd, bs, prob, tl)
         t_last = bs
-        n_ready = after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower)
+        after_placing(v, st, prob, tl)

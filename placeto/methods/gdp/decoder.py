@@ -110,7 +110,7 @@ def decode(graph: Graph, cluster: Cluster, scores: np.ndarray, weight: np.ndarra
         if order == "heft":
             _heft_decode(heft_seq, *args)
         else:
-            _etf_decode(*args)
+            _etf_decode(etf_start(prob), *args)
     return out
 
 
@@ -187,33 +187,28 @@ def _heft_decode(order, prob, tl, scores, weight, inv_unit, inv_temp, uniforms, 
 
 
 @numba.njit(cache=True)
-def _etf_decode(prob, tl, scores, weight, inv_unit, inv_temp, uniforms, greedy, acts, logp, feat, allowed):
+def _etf_decode(st, prob, tl, scores, weight, inv_unit, inv_temp, uniforms, greedy, acts, logp, feat, allowed):
     """m-ETF's node order; each node's device chosen by `_choose`.
 
     The node choice of `placeto.baselines.etf._etf_kernel` (with its cached estimates and pruning); each device of
     the node's best tier at max(input-ready, free, floor).
     """
     n, n_dev = prob.cost.shape
-    pending, ready, n_ready, est, valid, xfer, lower = etf_start(prob)
     ok = np.empty(n_dev, np.bool_)
     start, logit, load = np.empty(n_dev), np.empty(n_dev), np.zeros(n_dev)
     t_last = 0.0
     for _ in range(n):
-        v, _, bs, best_tier, floor, n_ready = pop_earliest(ready, n_ready, t_last, prob, tl, est, valid, xfer,
-                                                           lower)
+        v, _, bs, best_tier, floor = pop_earliest(t_last, st, prob, tl)
         for d in range(n_dev):
             ok[d] = tier(v, d, prob, tl) == best_tier
             if ok[d]:
-                if not valid[v, d]:
-                    est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
-                    valid[v, d] = True
-                start[d] = max(max(est[v, d], tl.avail[d]), floor)
+                start[d] = max(max(ready_time(v, d, False, prob, tl)[0], tl.avail[d]), floor)
         pick, lp = _choose(v, ok, start, load, prob, scores, weight, inv_unit, inv_temp, uniforms[v], greedy,
                            feat, allowed, logit)
         acts[v], logp[v] = pick, lp
         place(v, pick, start[pick], prob, tl)
         t_last = bs
-        n_ready = after_placing(v, ready, n_ready, pending, prob, tl, valid, xfer, lower)
+        after_placing(v, st, prob, tl)
 
 
 def decode_reference(graph: Graph, cluster: Cluster, scores: np.ndarray, weight: np.ndarray, temperature: float,
