@@ -26,10 +26,11 @@ Memory-constrained SCT (Jeon et al. 2020; Baechi's placer/m_sct.py):
    `listsched.baechi_reference.baechi_sct` (its cached input-ready estimates, ties, event times and memory
    fallback included).
 
-Complexity: the LP (N + P variables) plus the event loop, O((N + T) * R * D) for T event times and R the largest
-ready set (every pick rebuilds the ready nodes' schedule times from the cached estimates). The LP takes most of the
-time: on inception_v3 (582 nodes) at 4 K80s the loop takes about 2 ms, the plain oracle about 0.1 s
-(experiments/benchmarks/m_sct_speed.py).
+Complexity: the LP (N + P variables) plus the event loop. Each pick scans the ready set in topological order and
+stops once every free device has its answer (`_pick`), so a wide ready set of nodes that can start now costs O(D)
+per pick; the worst case stays O((N + T) * R * D) for T event times and R the largest ready set. The LP takes most
+of the time: on inception_v3 (582 nodes) at 4 K80s the loop takes about 2 ms, the plain oracle about 0.1 s
+(experiments/benchmarks/m_sct_speed.py); growth with N: experiments/results/benchmarks/listsched_scaling.md.
 """
 
 from __future__ import annotations
@@ -43,12 +44,15 @@ import scipy.sparse
 
 from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
 from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL, Schedule, ScheduleProblem, build_problem
+from placeto.baselines.listsched.ready import (Ready, best_tier, is_open, list_cached, new_ready, ready_add, ready_at,
+                                               ready_remove)
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
 THRESHOLD = 0.5  # Baechi's m_sct default: x <= 0.5 rounds to a favourite edge
 LP_RANGE = 1e3  # the largest LP coefficient, in LP time units (`_lp_unit`)
 LP_NEGLIGIBLE = 1e-9  # LP times below this many units count as 0
+LP_ALL_ROWS = 4096  # graphs of up to this many nodes state every node's makespan row (`_makespan_rows`)
 
 
 def m_sct(graph: Graph, cluster: Cluster, seed: int = 0, model: str = DEFAULT_TRANSFER_MODEL,
@@ -132,8 +136,10 @@ def solve_lp(prob: ScheduleProblem) -> np.ndarray | None:
         row_of = np.full(n, -1)
         row_of[has] = np.arange(has.size)
         lp.add(row_of[side], e, -np.ones(n_e), 1.0 - count[has])
-    lp.add(np.repeat(np.arange(n), 2), np.stack([s_var, np.full(n, w_var)], 1).ravel(),  # s_i - w <= -p_i
-           np.tile([1.0, -1.0], n), -p)
+    # s_i - w <= -p_i; above LP_ALL_ROWS nodes only for the sinks (`_makespan_rows`)
+    sink = _makespan_rows(prob)
+    lp.add(np.repeat(np.arange(sink.size), 2), np.stack([s_var[sink], np.full(sink.size, w_var)], 1).ravel(),
+           np.tile([1.0, -1.0], sink.size), -p[sink])
     a, b = lp.build(w_var + 1)
     c = np.zeros(w_var + 1)
     c[w_var] = 1.0
@@ -142,6 +148,20 @@ def solve_lp(prob: ScheduleProblem) -> np.ndarray | None:
     if res.status != 0 or res.x is None:
         return None
     return res.x[:n_e]
+
+
+def _makespan_rows(prob: ScheduleProblem) -> np.ndarray:
+    """int64[:] the nodes i whose makespan row s_i + p_i <= w the LP states.
+
+    Every node's up to LP_ALL_ROWS nodes, as Baechi's LP; above, only the sinks': another node's row follows from
+    a child's (s_i + p_i <= s_j - c_ij * x_ij <= s_j + p_j <= w, as p, c and x are >= 0), so the feasible set and the
+    optimum are the same, but with every row HiGHS's presolve takes time quadratic in the graph (a chain of 10,000
+    nodes: 1.4 s, against 0.06 s; experiments/results/benchmarks/listsched_scaling.md). Where the LP has several
+    optimal vertices HiGHS may then return another one, so below the size the rows stay Baechi's (the shipped
+    graphs have at most 1,319 nodes).
+    """
+    n = prob.cost.shape[0]
+    return np.arange(n) if n <= LP_ALL_ROWS else np.flatnonzero(np.diff(prob.ch_off) == 0)
 
 
 def _lp_unit(cost: np.ndarray, comm: np.ndarray) -> float:
@@ -225,19 +245,17 @@ def sct_schedule(prob: ScheduleProblem, favourite: np.ndarray) -> Schedule:
 
 
 class _Loop(NamedTuple):
-    """`baechi_reference._Loop`'s state beside the `kernels.Timeline`, as arrays.
+    """`baechi_reference._Loop`'s state beside the `kernels.Timeline`, as arrays. N nodes, D devices.
 
-    N nodes, D devices. A node's cached estimates exist only while it is ready. tss, fit, hi, first, earliest,
-    urgent and later are the reference's tss and what it reads off them, rebuilt for the ready nodes before every
-    pick.
+    The ready nodes are a `listsched.ready.Ready`, scanned in topological order by `_pick`; a node's cached
+    estimates exist only while it is ready. tss and fit are the reference's schedule times and memory fits, fresh
+    for the nodes the last scan visited; state, fc, fc_now, later and least_hi are what that scan found per device.
     """
 
     fav: np.ndarray  # int64[N] favourite child, -1: none
     waiting: np.ndarray  # int64[N] parents not ended yet
-    ready: np.ndarray  # int64[N] ready[:count[0]] the ready nodes, unordered (every choice breaks ties by topo_pos)
-    slot: np.ndarray  # int64[N] index of the node in ready, -1: not ready
-    releases: np.ndarray  # int64[N] releases[:count[1]] placed nodes whose children wait for their end
-    count: np.ndarray  # int64[3] ready nodes, releases, placed nodes
+    releases: np.ndarray  # int64[N] releases[:count[0]] placed nodes whose children wait for their end
+    count: np.ndarray  # int64[2] releases, placed nodes
     last_op: np.ndarray  # int64[D] the last node placed on the device, -1: none
     awake: np.ndarray  # bool[D] the device waits for its last node's favourite child
     est: np.ndarray  # float64[N, D] cached input-ready estimates (Baechi's ready_tss)
@@ -245,117 +263,139 @@ class _Loop(NamedTuple):
     xfer: np.ndarray  # bool[N, D] the estimate needs a transfer (its senders are not empty)
     tss: np.ndarray  # float64[N, D] schedule time: max(estimate, device free), where fit
     fit: np.ndarray  # bool[N, D] the node's need fits on the device (memory tier 0)
-    hi: np.ndarray  # float64[N] latest schedule time over the devices it fits: the urgent time (-inf: none)
-    first: np.ndarray  # float64[N] least tss + slower over the devices it fits: the devices reaching it suit the node
-    earliest: np.ndarray  # int64[D] the ready node suiting the device with the earliest (tss, position), -1: none
-    urgent: np.ndarray  # int64[D] the one fitting it with the earliest (urgent time, position), -1: none
-    later: np.ndarray  # float64[D] the earliest schedule time on the device after now of any node fitting it (inf)
+    state: np.ndarray  # int64[D] in a scan: 0 busy or decided, 1 free and not awake, 2 awake
+    fc: np.ndarray  # int64[D] an awake device's favourite child
+    fc_now: np.ndarray  # bool[D] the favourite child's schedule time on the device has come
+    later: np.ndarray  # float64[D] the earliest schedule time after now of a ready node fitting the device (inf)
+    least_hi: np.ndarray  # float64[D] the least urgent time of a ready node fitting the device (inf: none)
     changed: np.ndarray  # bool[D] the channels the placement being made books, and its device
+    ready: Ready  # the ready nodes; ready.cached lists those that may hold an estimate needing a transfer
 
 
 def _new_loop(prob: ScheduleProblem, fav: np.ndarray) -> _Loop:
     """Nothing placed: the sources are ready."""
     n, n_dev = prob.cost.shape
-    waiting = np.diff(prob.par_off).astype(np.int64)
-    sources = np.flatnonzero(waiting == 0)
-    ready, slot = np.zeros(n, np.int64), np.full(n, -1, np.int64)
-    ready[:sources.size] = sources
-    slot[sources] = np.arange(sources.size)
-    return _Loop(fav, waiting, ready, slot, np.zeros(n, np.int64), np.array([sources.size, 0, 0], np.int64),
-                 np.full(n_dev, -1, np.int64), np.zeros(n_dev, np.bool_), np.zeros((n, n_dev)),
-                 np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)),
-                 np.zeros((n, n_dev), np.bool_), np.full(n, -np.inf), np.full(n, np.inf),
-                 np.full(n_dev, -1, np.int64), np.full(n_dev, -1, np.int64), np.full(n_dev, np.inf),
-                 np.zeros(n_dev, np.bool_))
+    lp = _Loop(fav, np.diff(prob.par_off).astype(np.int64), np.zeros(n, np.int64), np.zeros(2, np.int64),
+               np.full(n_dev, -1, np.int64), np.zeros(n_dev, np.bool_), np.zeros((n, n_dev)),
+               np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)),
+               np.zeros((n, n_dev), np.bool_), np.zeros(n_dev, np.int64), np.full(n_dev, -1, np.int64),
+               np.zeros(n_dev, np.bool_), np.full(n_dev, np.inf), np.full(n_dev, np.inf), np.zeros(n_dev, np.bool_),
+               new_ready(prob.topo_pos, prob.need, prob.persistent))
+    _add_sources(prob, lp)
+    return lp
+
+
+@numba.njit(cache=True)
+def _add_sources(prob, lp):
+    for v in range(prob.cost.shape[0]):
+        if lp.waiting[v] == 0:
+            ready_add(v, lp.ready, prob)
+
+
+@numba.njit(cache=True)
+def _is_ready(v, tl, lp):
+    return lp.waiting[v] == 0 and tl.device[v] < 0
 
 
 @numba.njit(cache=True)
 def _release(now, prob, tl, lp):
     """The placed nodes ended by `now` release their children; a child whose parents have all ended is ready."""
-    end, releases, count, waiting, ready, slot = tl.end, lp.releases, lp.count, lp.waiting, lp.ready, lp.slot
+    end, releases, count, waiting = tl.end, lp.releases, lp.count, lp.waiting
     i = 0
-    while i < count[1]:
+    while i < count[0]:
         v = releases[i]
         if end[v] > now:
             i += 1
             continue
-        count[1] -= 1
-        releases[i] = releases[count[1]]
+        count[0] -= 1
+        releases[i] = releases[count[0]]
         for j in range(prob.ch_off[v], prob.ch_off[v + 1]):
             c = prob.ch[j]
             waiting[c] -= 1
             if waiting[c] == 0:
-                slot[c] = count[0]
-                ready[count[0]] = c
-                count[0] += 1
+                ready_add(c, lp.ready, prob)
 
 
-@numba.njit(cache=True)
-def _populate(now, prob, tl, lp):
-    """The ready nodes' schedule times on the devices they fit (the reference's tss), and per device its earliest
-    suiting and its most urgent ready node (the reference's _earliest and _most_urgent on these times) and its
-    earliest schedule time after `now` (what the reference's _next_time reads for a free device that is not awake).
-    """
-    n_dev, topo, avail, slower = prob.cost.shape[1], prob.topo_pos, tl.avail, prob.slower
-    ready, fit, valid, est, xfer, tss, hi = lp.ready, lp.fit, lp.valid, lp.est, lp.xfer, lp.tss, lp.hi
-    earliest, urgent, later, first = lp.earliest, lp.urgent, lp.later, lp.first
-    for d in range(n_dev):
-        earliest[d], urgent[d], later[d] = -1, -1, np.inf
-    for i in range(lp.count[0]):
-        v = ready[i]
-        last, least = -np.inf, np.inf
-        for d in range(n_dev):
-            fit[v, d] = tier(v, d, prob, tl) == 0
-            if fit[v, d]:
-                if not valid[v, d]:  # the reference's _estimate
-                    est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
-                    valid[v, d] = True
-                t = max(est[v, d], avail[d])
-                tss[v, d] = t
-                last, least = max(last, t), min(least, t + slower[v, d])
-        hi[v], first[v] = last, least
-        for d in range(n_dev):
-            if fit[v, d]:
-                w = earliest[d]
-                if tss[v, d] + slower[v, d] == least and (w < 0 or (tss[v, d], topo[v]) < (tss[w, d], topo[w])):
-                    earliest[d] = v
-                w = urgent[d]
-                if w < 0 or (last, topo[v]) < (hi[w], topo[w]):
-                    urgent[d] = v
-                if tss[v, d] > now:
-                    later[d] = min(later[d], tss[v, d])
+@numba.njit(cache=True, inline="always")
+def _visit(v, prob, tl, lp):
+    """(urgent time, least tss + slower) of ready node v over the devices it fits (-inf, inf: none); fills its
+    fit and tss, estimating (the reference's _estimate) where no estimate is cached."""
+    last, least = -np.inf, np.inf
+    for d in range(prob.cost.shape[1]):
+        lp.fit[v, d] = tier(v, d, prob, tl) == 0
+        if lp.fit[v, d]:
+            if not lp.valid[v, d]:
+                lp.est[v, d], lp.xfer[v, d] = ready_time(v, d, False, prob, tl)
+                lp.valid[v, d] = True
+                if lp.xfer[v, d]:
+                    list_cached(v, lp.ready)
+            t = max(lp.est[v, d], tl.avail[d])
+            lp.tss[v, d] = t
+            last, least = max(last, t), min(least, t + prob.slower[v, d])
+    return last, least
 
 
 @numba.njit(cache=True)
 def _pick(now, prob, tl, lp):
-    """(node, device) to place now, (-1, -1): none; sets awake.
+    """(node, device) to place now, (-1, -1): none; sets awake, and (when nothing is picked) what `_next_time`
+    reads.
 
     Each free device's pick (Baechi's get_op_to_schedule): if its last node's favourite child is ready and suits it
     (finishes first there of the devices it fits), the device waits for that child ("awake") unless its most urgent
     node's urgent time has come and that node suits it; else its earliest suiting node if that time has come. Of the
     picks, the earliest (schedule time, position) wins, the lower device on ties.
+
+    Every device is free at now or later, so a pick starts now: a free device's earliest suiting node is then the
+    first in topological order whose schedule time there is now and that suits it, and an awake device's most
+    urgent node, if its time has come, the first fitting it whose urgent time is now. So the ready nodes are
+    scanned in topological order, and the scan stops once every free device has its answer, or once a pick is
+    found and no undecided device could pick an earlier node (only an awake one, its favourite child, can). When
+    nothing is picked and a free device is not decided, the scan has visited every ready node.
     """
-    topo, avail, fav, awake, last_op, slot = prob.topo_pos, tl.avail, lp.fav, lp.awake, lp.last_op, lp.slot
-    fit, tss, first, hi, earliest, urgent, slower = lp.fit, lp.tss, lp.first, lp.hi, lp.earliest, lp.urgent, \
-        prob.slower
-    bv, bd, bs, bp = -1, -1, 0.0, 0
-    for d in range(prob.cost.shape[1]):
-        awake[d] = False
+    n_dev, topo, avail, slower, rs = prob.cost.shape[1], prob.topo_pos, tl.avail, prob.slower, lp.ready
+    state, fc, fc_now, later, least_hi, tss, fit = lp.state, lp.fc, lp.fc_now, lp.later, lp.least_hi, lp.tss, lp.fit
+    open_ = 0
+    for d in range(n_dev):
+        lp.awake[d], state[d], later[d], least_hi[d] = False, 0, np.inf, np.inf
         if avail[d] > now:
             continue
-        v = -1
-        fc = fav[last_op[d]] if last_op[d] >= 0 else -1
-        if fc >= 0 and slot[fc] >= 0 and fit[fc, d] and tss[fc, d] + slower[fc, d] == first[fc]:
-            awake[d] = True  # wait for the favourite child unless something is urgent
-            u = urgent[d]
-            if u >= 0 and hi[u] <= now and tss[u, d] + slower[u, d] == first[u]:
-                v = u
-            elif tss[fc, d] <= now:
-                v = fc
-        elif earliest[d] >= 0 and tss[earliest[d], d] <= now:
-            v = earliest[d]
-        if v >= 0 and (bv < 0 or (tss[v, d], topo[v]) < (bs, bp)):
-            bv, bd, bs, bp = v, d, tss[v, d], topo[v]
+        state[d], open_ = 1, open_ + 1
+        f = lp.fav[lp.last_op[d]] if lp.last_op[d] >= 0 else -1
+        if f >= 0 and _is_ready(f, tl, lp):
+            _, first = _visit(f, prob, tl, lp)
+            if fit[f, d] and tss[f, d] + slower[f, d] == first:
+                lp.awake[d], state[d], fc[d], fc_now[d] = True, 2, f, tss[f, d] <= now
+    bv, bd, bp = -1, -1, 0
+    p = ready_at(rs, 0)
+    while p >= 0 and open_ > 0:
+        if bv >= 0 and p > bp:
+            can_win = False
+            for d in range(n_dev):
+                if state[d] == 2 and fc_now[d] and (topo[fc[d]] < bp or (topo[fc[d]] == bp and d < bd)):
+                    can_win = True
+            if not can_win:
+                break
+        v = rs.at_topo[p]
+        p = ready_at(rs, p + 1)
+        hi, first = _visit(v, prob, tl, lp)
+        for d in range(n_dev):
+            if not fit[v, d]:
+                continue
+            if tss[v, d] > now:
+                later[d] = min(later[d], tss[v, d])
+            least_hi[d] = min(least_hi[d], hi)
+            suits = tss[v, d] + slower[v, d] == first
+            pick = -1
+            if state[d] == 1 and tss[v, d] <= now and suits:
+                state[d], open_, pick = 0, open_ - 1, v
+            elif state[d] == 2 and hi <= now:  # v is d's most urgent node, and its time has come
+                state[d], open_ = 0, open_ - 1
+                pick = v if suits else (fc[d] if fc_now[d] else -1)
+            if pick >= 0 and (bv < 0 or topo[pick] < bp or (topo[pick] == bp and d < bd)):
+                bv, bd, bp = pick, d, topo[pick]
+    for d in range(n_dev):  # an awake device whose most urgent node's time has not come: its favourite child
+        if state[d] == 2 and fc_now[d] and (bv < 0 or topo[fc[d]] < bp or (topo[fc[d]] == bp and d < bd)):
+            bv, bd, bp = fc[d], d, topo[fc[d]]
     return bv, bd
 
 
@@ -365,26 +405,23 @@ def _next_time(now, prob, tl, lp):
 
     The earliest pending release, busy device's free time, awake device's favourite child's schedule time and
     most urgent node's urgent time (if it is to come), and other free device's earliest schedule time after now of
-    any node (`_populate`'s later). found is False when there is none.
+    any node (`_pick`'s later). found is False when there is none.
     """
-    end, avail, fav, awake, last_op, slot = tl.end, tl.avail, lp.fav, lp.awake, lp.last_op, lp.slot
-    fit, tss, hi, urgent, later = lp.fit, lp.tss, lp.hi, lp.urgent, lp.later
+    end, avail, awake = tl.end, tl.avail, lp.awake
     found, nxt = False, np.inf
-    for i in range(lp.count[1]):
+    for i in range(lp.count[0]):
         e = end[lp.releases[i]]
         if e > now:
             found, nxt = True, min(nxt, e)
     for d in range(prob.cost.shape[1]):
         if avail[d] > now:  # busy
             found, nxt = True, min(nxt, avail[d])
-        elif awake[d]:  # set on this state by the last pick, so the favourite child is ready and fits on d
-            fc = fav[last_op[d]]
-            if slot[fc] >= 0 and fit[fc, d]:
-                found, nxt = True, min(nxt, tss[fc, d])
-            if urgent[d] >= 0 and hi[urgent[d]] > now:
-                found, nxt = True, min(nxt, hi[urgent[d]])
-        elif later[d] < np.inf:
-            found, nxt = True, min(nxt, later[d])
+        elif awake[d]:  # set by the last pick, so the favourite child is ready and fits on d
+            found, nxt = True, min(nxt, lp.tss[lp.fc[d], d])
+            if now < lp.least_hi[d] < np.inf:
+                found, nxt = True, min(nxt, lp.least_hi[d])
+        elif lp.later[d] < np.inf:
+            found, nxt = True, min(nxt, lp.later[d])
     if found and nxt <= now:
         raise AssertionError("m-sct: the next event time does not move forward")  # Baechi's assertion
     return found, nxt
@@ -395,30 +432,36 @@ def _without_memory(now, prob, tl, lp):
     """(node, device, start) of the earliest best-tier pair, when nothing fits and nothing runs.
 
     Among each node's best-tier pairs on which it finishes first (`problem.earliest_finish`), start
-    max(estimate, device free, now); ties: topological position, then lower device.
+    max(estimate, device free, now); ties: topological position, then lower device. Scanned in topological order,
+    so a later node wins only by starting sooner; none starts before now nor the earliest free device open at the
+    tier, so the scan stops at a pair that starts then.
     """
-    n_dev, topo, avail, ready, valid, est, xfer = prob.cost.shape[1], prob.topo_pos, tl.avail, lp.ready, lp.valid, \
-        lp.est, lp.xfer
-    low = 2
-    for i in range(lp.count[0]):
-        for d in range(n_dev):
-            low = min(low, tier(ready[i], d, prob, tl))
-    bv, bd, bs, bp = -1, -1, 0.0, 0
-    for i in range(lp.count[0]):
-        v = ready[i]
+    n_dev, avail, valid, est, xfer, rs = prob.cost.shape[1], tl.avail, lp.valid, lp.est, lp.xfer, lp.ready
+    low, least_need, least_persistent = best_tier(rs, prob, tl)
+    bound = np.inf
+    for d in range(n_dev):
+        if is_open(d, low, least_need, least_persistent, prob, tl):
+            bound = min(bound, avail[d])
+    bound = max(bound, now)
+    bv, bd, bs = -1, -1, np.inf
+    p = ready_at(rs, 0)
+    while p >= 0 and bs > bound:
+        v = rs.at_topo[p]
+        p = ready_at(rs, p + 1)
         least = np.inf
         for d in range(n_dev):
             if tier(v, d, prob, tl) == low:
                 if not valid[v, d]:
                     est[v, d], xfer[v, d] = ready_time(v, d, False, prob, tl)
                     valid[v, d] = True
+                    if xfer[v, d]:
+                        list_cached(v, rs)
                 least = min(least, max(max(est[v, d], avail[d]), now) + prob.slower[v, d])
         for d in range(n_dev):
-            if tier(v, d, prob, tl) != low:
-                continue
-            s = max(max(est[v, d], avail[d]), now)
-            if s + prob.slower[v, d] == least and (bv < 0 or (s, topo[v], d) < (bs, bp, bd)):
-                bv, bd, bs, bp = v, d, s, topo[v]
+            if tier(v, d, prob, tl) == low:
+                s = max(max(est[v, d], avail[d]), now)
+                if s + prob.slower[v, d] == least and s < bs:
+                    bv, bd, bs = v, d, s
     if bv < 0:
         raise AssertionError("m-sct: no node is ready")
     return bv, bd, bs
@@ -442,68 +485,70 @@ def _forget(v, d, prob, tl, lp):
     The reference's rule: v's own, and each one that needs a transfer whose device, or a device sending to it, is d
     or sends v's inputs (changed). The reference keeps each estimate's senders; here they are read off the timeline
     as it is before the booking, where they are the same: an estimate is kept only while no booking touched its
-    senders' channels nor its device, so none of its missing inputs has arrived since.
+    senders' channels nor its device, so none of its missing inputs has arrived since. Only the listed nodes can
+    hold an estimate that needs a transfer; one that holds none any more, or is not ready, leaves the list.
     """
-    device, par, par_off, ready, valid, xfer, changed = tl.device, prob.par, prob.par_off, lp.ready, lp.valid, \
-        lp.xfer, lp.changed
+    device, par, par_off, valid, xfer, changed, rs = tl.device, prob.par, prob.par_off, lp.valid, lp.xfer, \
+        lp.changed, lp.ready
     for e in range(prob.cost.shape[1]):
         changed[e], valid[v, e] = False, False
     for j in range(par_off[v], par_off[v + 1]):
         if _sends(j, d, prob, tl):
             changed[device[par[j]]] = True
     changed[d] = True
-    for i in range(lp.count[0]):
-        w = ready[i]
-        for e in range(prob.cost.shape[1]):
-            if not (valid[w, e] and xfer[w, e]):
-                continue
-            stale = changed[e]
-            j = par_off[w]
-            while not stale and j < par_off[w + 1]:
-                stale = changed[device[par[j]]] and _sends(j, e, prob, tl)
-                j += 1
-            if stale:
-                valid[w, e] = False
+    k = 0
+    for i in range(rs.count[1]):
+        w = rs.cached[i]
+        keep = False
+        if w != v and device[w] < 0:
+            for e in range(prob.cost.shape[1]):
+                if not (valid[w, e] and xfer[w, e]):
+                    continue
+                stale = changed[e]
+                j = par_off[w]
+                while not stale and j < par_off[w + 1]:
+                    stale = changed[device[par[j]]] and _sends(j, e, prob, tl)
+                    j += 1
+                if stale:
+                    valid[w, e] = False
+                else:
+                    keep = True
+        if keep:
+            rs.cached[k] = w
+            k += 1
+        else:
+            rs.in_cached[w] = False
+    rs.count[1] = k
 
 
 @numba.njit(cache=True)
 def _place(v, d, now, prob, tl, lp):
     """Book v on d from `now` (the reference's _place); a zero-cost v's children are ready at once."""
     _forget(v, d, prob, tl, lp)
+    ready_remove(v, lp.ready, prob)
     place(v, d, now, prob, tl)
-    ready, slot, count, releases = lp.ready, lp.slot, lp.count, lp.releases
     lp.last_op[d] = v
-    count[2] += 1
-    count[0] -= 1
-    last = ready[count[0]]
-    ready[slot[v]] = last
-    slot[last] = slot[v]
-    slot[v] = -1
-    releases[count[1]] = v
-    count[1] += 1
+    lp.count[1] += 1
+    lp.releases[lp.count[0]] = v
+    lp.count[0] += 1
     _release(now, prob, tl, lp)
 
 
 @numba.njit(cache=True)
 def _sct_kernel(prob, tl, lp):
-    """The reference's run(): at each event time advance, place the picks, then move to the next event time.
-
-    _populate is called here, not from _pick, so that _pick calls nothing: a kernel that calls a large one (not
-    inlined) on the tuples counts references to all their arrays each time it runs, and _pick runs on every pick.
-    """
+    """The reference's run(): at each event time advance, place the picks, then move to the next event time."""
     n, n_dev = prob.cost.shape
     now = 0.0
-    while lp.count[2] < n:
+    while lp.count[1] < n:
         for d in range(n_dev):
             tl.avail[d] = max(tl.avail[d], now)
         _release(now, prob, tl, lp)
         while True:
-            _populate(now, prob, tl, lp)
             v, d = _pick(now, prob, tl, lp)
             if v < 0:
                 break
             _place(v, d, now, prob, tl, lp)
-        if lp.count[2] == n:
+        if lp.count[1] == n:
             break
         found, nxt = _next_time(now, prob, tl, lp)
         if found:

@@ -81,3 +81,27 @@ def test_a_failed_lp_falls_back_to_the_greedy_rule(monkeypatch):
     assert np.array_equal(m_sct_module.relaxed_favourites(prob), m_sct_module.greedy_favourites(prob))
     placement = m_sct_module.m_sct(graph, cluster)
     assert placement.shape == (graph.n_nodes,) and np.all((placement >= 0) & (placement < 4))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_sink_rows_alone_give_the_same_optimum(seed, monkeypatch):
+    """Above LP_ALL_ROWS nodes the LP states only the sinks' makespan rows: the same feasible set, so the same
+    optimal makespan (and x within its bounds)."""
+    prob = ls.build_problem(layered_dag(120, seed=seed), cluster_preset("placeto-k80", 4))
+    optima = []
+    linprog = m_sct_module.scipy.optimize.linprog
+
+    def recording(*args, **kwargs):
+        res = linprog(*args, **kwargs)
+        optima.append((res.fun, kwargs["A_ub"].shape[0]))
+        return res
+
+    monkeypatch.setattr(m_sct_module.scipy.optimize, "linprog", recording)
+    m_sct_module.solve_lp(prob)
+    monkeypatch.setattr(m_sct_module, "LP_ALL_ROWS", 0)
+    x = m_sct_module.solve_lp(prob)
+    (full, full_rows), (sinks, sink_rows) = optima
+    n_sinks = int(np.sum(np.diff(prob.ch_off) == 0))
+    assert full_rows - sink_rows == prob.cost.shape[0] - n_sinks > 0
+    assert sinks == pytest.approx(full, rel=1e-9)
+    assert np.all((x >= -1e-9) & (x <= 1 + 1e-9))
