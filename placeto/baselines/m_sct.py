@@ -155,8 +155,8 @@ def _makespan_rows(prob: ScheduleProblem) -> np.ndarray:
 
     Every node's up to LP_ALL_ROWS nodes, as Baechi's LP; above, only the sinks': another node's row follows from
     a child's (s_i + p_i <= s_j - c_ij * x_ij <= s_j + p_j <= w, as p, c and x are >= 0), so the feasible set and the
-    optimum are the same, but with every row HiGHS's presolve takes time quadratic in the graph (a chain of 10,000
-    nodes: 1.4 s, against 0.06 s; experiments/results/benchmarks/listsched_scaling.md). Where the LP has several
+    optimum are the same, but with every row HiGHS takes time quadratic in the graph (a chain of 10,000 nodes: 2.1 s,
+    against 0.10 s; experiments/results/benchmarks/listsched_scaling.md). Where the LP has several
     optimal vertices HiGHS may then return another one, so below the size the rows stay Baechi's (the shipped
     graphs have at most 1,319 nodes).
     """

@@ -99,10 +99,11 @@ def ready_time(v, d, commit, prob, tl):
         chan = tl.chan
         for e in range(chan.shape[0]):
             tl.changed[e] = False
-    else:
+    else:  # a dry run books on a copy, which only the exact estimate reads
         chan = tl.scratch
-        for e in range(chan.shape[0]):
-            chan[e] = tl.chan[e]
+        if prob.exact_estimate:
+            for e in range(chan.shape[0]):
+                chan[e] = tl.chan[e]
     r, any_xfer = 0.0, False
     for j in range(prob.par_off[v], prob.par_off[v + 1]):
         q = prob.par[j]

@@ -42,7 +42,7 @@ def new_set(n: int) -> tuple[np.ndarray, np.ndarray]:
     return lo, np.zeros((lo.size + 63) // 64, np.uint64)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def lowest_bit(m):
     """Index of the lowest set bit of the non-zero uint64 m."""
     return _TABLE[np.int64(((m & (~m + _ONE)) * _DE_BRUIJN) >> _FIFTY_EIGHT)]
@@ -65,7 +65,7 @@ def remove(lo, hi, r):
         hi[w >> 6] &= ~(_ONE << np.uint64(w & 63))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def next_at(lo, hi, r):
     """The least member >= r, or -1 if there is none."""
     w = r >> 6
@@ -143,7 +143,7 @@ def ready_remove(v, rs, prob):
     rs.count[0] -= 1
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, inline="always")
 def ready_at(rs, p):
     """The least topological position >= p of a ready node, or -1: the node is rs.at_topo[position]."""
     return next_at(rs.topo_lo, rs.topo_hi, p)
