@@ -31,7 +31,7 @@ import numpy as np
 from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL, Schedule, ScheduleProblem, build_problem
 from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
 from placeto.baselines.listsched.ready import (Ready, best_tier as ready_best_tier, is_open, list_cached, new_ready,
-                                               ready_add, ready_at, ready_remove)
+                                               ready_add, ready_at, ready_remove, ready_sources)
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
@@ -74,15 +74,8 @@ def etf_start(prob: ScheduleProblem) -> EtfState:
     st = EtfState(np.diff(prob.par_off).astype(np.int64), np.zeros((n, n_dev)), np.zeros((n, n_dev), np.bool_),
                   np.zeros((n, n_dev), np.bool_), np.zeros((n, n_dev)),
                   new_ready(prob.topo_pos, prob.need, prob.persistent))
-    _add_sources(st, prob)
+    ready_sources(st.ready, prob)
     return st
-
-
-@numba.njit(cache=True)
-def _add_sources(st, prob):
-    for v in range(prob.cost.shape[0]):
-        if st.pending[v] == 0:
-            ready_add(v, st.ready, prob)
 
 
 @numba.njit(cache=True)

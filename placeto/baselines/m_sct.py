@@ -45,7 +45,7 @@ import scipy.sparse
 from placeto.baselines.listsched.kernels import new_timeline, place, ready_time, tier
 from placeto.baselines.listsched.problem import DEFAULT_TRANSFER_MODEL, Schedule, ScheduleProblem, build_problem
 from placeto.baselines.listsched.ready import (Ready, best_tier, is_open, list_cached, new_ready, ready_add, ready_at,
-                                               ready_remove)
+                                               ready_remove, ready_sources)
 from simulator.model.cluster import Cluster
 from simulator.model.graph import Graph
 
@@ -281,15 +281,8 @@ def _new_loop(prob: ScheduleProblem, fav: np.ndarray) -> _Loop:
                np.zeros((n, n_dev), np.bool_), np.zeros(n_dev, np.int64), np.full(n_dev, -1, np.int64),
                np.zeros(n_dev, np.bool_), np.full(n_dev, np.inf), np.full(n_dev, np.inf), np.zeros(n_dev, np.bool_),
                new_ready(prob.topo_pos, prob.need, prob.persistent))
-    _add_sources(prob, lp)
+    ready_sources(lp.ready, prob)
     return lp
-
-
-@numba.njit(cache=True)
-def _add_sources(prob, lp):
-    for v in range(prob.cost.shape[0]):
-        if lp.waiting[v] == 0:
-            ready_add(v, lp.ready, prob)
 
 
 @numba.njit(cache=True)

@@ -135,6 +135,14 @@ def ready_add(v, rs, prob):
 
 
 @numba.njit(cache=True)
+def ready_sources(rs, prob):
+    """Make every node without parents ready: a list scheduler's start."""
+    for v in range(prob.cost.shape[0]):
+        if prob.par_off[v + 1] == prob.par_off[v]:
+            ready_add(v, rs, prob)
+
+
+@numba.njit(cache=True)
 def ready_remove(v, rs, prob):
     """v is no longer ready (it is being placed)."""
     remove(rs.topo_lo, rs.topo_hi, prob.topo_pos[v])
