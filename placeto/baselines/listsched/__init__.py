@@ -1,1 +1,1 @@
-"""The Baechi placers' core: problem, numba kernels, Baechi's loop."""
+"""The Baechi placers' core: problem, numba kernels, the ready set (`ready`), Baechi's loop."""
