@@ -80,14 +80,9 @@ def sct_lp(graph: Graph, cluster: Cluster) -> np.ndarray | None:
 
 
 def sct_lp_every_row(graph: Graph, cluster: Cluster) -> np.ndarray | None:
-    """The LP as Baechi states it at every size: each node's makespan row (`m_sct._makespan_rows`), not only the
-    sinks' above m_sct.LP_ALL_ROWS nodes."""
-    threshold = M_SCT.LP_ALL_ROWS
-    M_SCT.LP_ALL_ROWS = graph.n_nodes
-    try:
-        return sct_lp(graph, cluster)
-    finally:
-        M_SCT.LP_ALL_ROWS = threshold
+    """The LP as Baechi states it at every size: each node's makespan row, not only the sinks' above
+    m_sct.LP_ALL_ROWS nodes."""
+    return M_SCT.solve_lp(build_problem(graph, cluster), all_rows=graph.n_nodes)
 
 
 def fresh_list_start(graph: Graph, cluster: Cluster) -> np.ndarray:

@@ -112,8 +112,12 @@ def relaxed_favourites(prob: ScheduleProblem) -> np.ndarray:
     return greedy_favourites(prob) if x is None else x
 
 
-def solve_lp(prob: ScheduleProblem) -> np.ndarray | None:
-    """The LP's x float64[P] per edge of `edges_by_source`, or None when HiGHS reports anything but an optimum."""
+def solve_lp(prob: ScheduleProblem, all_rows: int = LP_ALL_ROWS) -> np.ndarray | None:
+    """The LP's x float64[P] per edge of `edges_by_source`, or None when HiGHS reports anything but an optimum.
+
+    all_rows: up to this many nodes the LP states every node's makespan row, above only the sinks'
+    (`_makespan_rows`).
+    """
     n = prob.cost.shape[0]
     src, dst, comm = edges_by_source(prob)
     n_e = src.size
@@ -136,8 +140,8 @@ def solve_lp(prob: ScheduleProblem) -> np.ndarray | None:
         row_of = np.full(n, -1)
         row_of[has] = np.arange(has.size)
         lp.add(row_of[side], e, -np.ones(n_e), 1.0 - count[has])
-    # s_i - w <= -p_i; above LP_ALL_ROWS nodes only for the sinks (`_makespan_rows`)
-    sink = _makespan_rows(prob)
+    # s_i - w <= -p_i; above all_rows nodes only for the sinks (`_makespan_rows`)
+    sink = _makespan_rows(prob, all_rows)
     lp.add(np.repeat(np.arange(sink.size), 2), np.stack([s_var[sink], np.full(sink.size, w_var)], 1).ravel(),
            np.tile([1.0, -1.0], sink.size), -p[sink])
     a, b = lp.build(w_var + 1)
@@ -150,18 +154,18 @@ def solve_lp(prob: ScheduleProblem) -> np.ndarray | None:
     return res.x[:n_e]
 
 
-def _makespan_rows(prob: ScheduleProblem) -> np.ndarray:
+def _makespan_rows(prob: ScheduleProblem, all_rows: int) -> np.ndarray:
     """int64[:] the nodes i whose makespan row s_i + p_i <= w the LP states.
 
-    Every node's up to LP_ALL_ROWS nodes, as Baechi's LP; above, only the sinks': another node's row follows from
-    a child's (s_i + p_i <= s_j - c_ij * x_ij <= s_j + p_j <= w, as p, c and x are >= 0), so the feasible set and the
-    optimum are the same, but with every row HiGHS takes time quadratic in the graph (a chain of 10,000 nodes: 2.1 s,
-    against 0.10 s; experiments/results/benchmarks/listsched_scaling.md). Where the LP has several
-    optimal vertices HiGHS may then return another one, so below the size the rows stay Baechi's (the shipped
-    graphs have at most 1,319 nodes).
+    Every node's up to `all_rows` nodes (default LP_ALL_ROWS), as Baechi's LP; above, only the sinks': another
+    node's row follows from a child's (s_i + p_i <= s_j - c_ij * x_ij <= s_j + p_j <= w, as p, c and x are >= 0), so
+    the feasible set and the optimum are the same, but with every row HiGHS takes time quadratic in the graph (a
+    chain of 10,000 nodes: 2.1 s, against 0.10 s; experiments/results/benchmarks/listsched_scaling.md). Where the LP
+    has several optimal vertices HiGHS may then return another one, so below the size the rows stay Baechi's (the
+    shipped graphs have at most 1,319 nodes).
     """
     n = prob.cost.shape[0]
-    return np.arange(n) if n <= LP_ALL_ROWS else np.flatnonzero(np.diff(prob.ch_off) == 0)
+    return np.arange(n) if n <= all_rows else np.flatnonzero(np.diff(prob.ch_off) == 0)
 
 
 def _lp_unit(cost: np.ndarray, comm: np.ndarray) -> float:

@@ -98,8 +98,7 @@ def test_the_sink_rows_alone_give_the_same_optimum(seed, monkeypatch):
 
     monkeypatch.setattr(m_sct_module.scipy.optimize, "linprog", recording)
     m_sct_module.solve_lp(prob)
-    monkeypatch.setattr(m_sct_module, "LP_ALL_ROWS", 0)
-    x = m_sct_module.solve_lp(prob)
+    x = m_sct_module.solve_lp(prob, all_rows=0)
     (full, full_rows), (sinks, sink_rows) = optima
     n_sinks = int(np.sum(np.diff(prob.ch_off) == 0))
     assert full_rows - sink_rows == prob.cost.shape[0] - n_sinks > 0
